@@ -1,0 +1,4 @@
+//! Kernel generators: shapes in, [`crate::regcmd::Program`]s out. Pure code: no buffers,
+//! no device; every DMA address is a relocation.
+
+pub mod worked_example;

@@ -1,0 +1,379 @@
+//! Building tasks and programs from typed registers.
+
+use super::{BlockMask, RegCmd, TAIL_ENTRIES, TASK_ALIGN_BYTES, pc_data_amount};
+use crate::error::{Error, Result};
+use crate::regs::{self, CommandRegister, DmaAddressRegister, Register, pc};
+
+/// Identifies a buffer before it has a device address; the meaning of the number is the
+/// caller's (a kernel's buffer table, a trace's buffer ids).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+/// A symbolic DMA address: `offset` bytes into `buffer`, resolved when the program is bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reloc {
+    /// The buffer.
+    pub buffer: BufferId,
+    /// Byte offset inside it.
+    pub offset: u32,
+}
+
+/// A DMA address as a program states it: known now, or left to a relocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DmaAddr {
+    /// A device address known when the program is built.
+    Fixed(u32),
+    /// An address inside a buffer that has no device address yet.
+    Reloc(Reloc),
+}
+
+impl DmaAddr {
+    /// Shorthand for `DmaAddr::Reloc(Reloc { buffer, offset })`.
+    pub const fn reloc(buffer: BufferId, offset: u32) -> DmaAddr {
+        DmaAddr::Reloc(Reloc { buffer, offset })
+    }
+}
+
+/// One entry of a [`Program`] whose value is a relocated address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Relocation {
+    /// Index of the entry in [`Program::words`].
+    pub entry: usize,
+    /// Where it points.
+    pub target: Reloc,
+    /// The register it writes (`BLOCK.NAME`), for error messages.
+    pub register: &'static str,
+    /// Alignment the bound address must have.
+    pub align: u32,
+}
+
+/// The body of one task: register writes in the order they will be fetched.
+///
+/// Only typed registers of blocks that regcmd can address are accepted
+/// ([`CommandRegister`]); [`TaskBuilder::write_raw`] is the escape hatch for words the
+/// model does not know, and every use of it is counted and marked by the decoder.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskBuilder {
+    entries: Vec<RegCmd>,
+    relocs: Vec<(usize, Reloc, &'static str, u32)>,
+    raw: Vec<usize>,
+}
+
+impl TaskBuilder {
+    /// An empty body.
+    pub fn new() -> TaskBuilder {
+        TaskBuilder::default()
+    }
+
+    /// An empty body with room for `entries` writes.
+    pub fn with_capacity(entries: usize) -> TaskBuilder {
+        TaskBuilder {
+            entries: Vec::with_capacity(entries),
+            ..TaskBuilder::default()
+        }
+    }
+
+    /// Appends a write of the typed register `reg`.
+    pub fn write<R: CommandRegister>(&mut self, reg: R) -> &mut TaskBuilder {
+        self.entries.push(RegCmd::write(reg));
+        self
+    }
+
+    /// Appends a write of a DMA address register. A fixed address is checked against the
+    /// register's alignment now; a relocation when the program is bound.
+    pub fn write_addr<R: DmaAddressRegister>(&mut self, addr: DmaAddr) -> Result<&mut TaskBuilder> {
+        match addr {
+            DmaAddr::Fixed(a) => {
+                if a % R::ALIGN != 0 {
+                    return Err(Error::Misaligned {
+                        register: R::NAME,
+                        addr: a.into(),
+                        align: R::ALIGN,
+                    });
+                }
+                self.entries.push(RegCmd::write(R::from_raw(a)));
+            }
+            DmaAddr::Reloc(r) => {
+                self.relocs.push((self.entries.len(), r, R::NAME, R::ALIGN));
+                self.entries.push(RegCmd::new(R::TARGET, 0, R::OFFSET));
+            }
+        }
+        Ok(self)
+    }
+
+    /// Appends a raw entry the register model does not describe. Counted by
+    /// [`TaskBuilder::raw_count`] and marked `raw` by the decoder of the built program.
+    pub fn write_raw(&mut self, target: u16, offset: u16, value: u32) -> &mut TaskBuilder {
+        self.raw.push(self.entries.len());
+        self.entries.push(RegCmd::new(target, value, offset));
+        self
+    }
+
+    /// Number of body entries so far.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the body is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// How many entries came through [`TaskBuilder::write_raw`].
+    pub fn raw_count(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// The body entries (relocated ones hold 0 until bound).
+    pub fn entries(&self) -> &[RegCmd] {
+        &self.entries
+    }
+}
+
+/// Where one task sits in a [`Program`] and how a kernel driver must describe it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskInfo {
+    /// Index of the task's first entry in [`Program::words`] (a multiple of 8: 64 bytes).
+    pub first_entry: usize,
+    /// Body entries (the vendor driver's `regcfg_amount`).
+    pub body_len: usize,
+    /// The blocks its op-enable entry starts.
+    pub enable: BlockMask,
+    /// Interrupt bits that signal its completion (0 when it runs neither DPU nor PPU).
+    pub int_mask: u32,
+    /// `PC_DATA_AMOUNT` for fetching it.
+    pub pc_data_amount: u16,
+}
+
+impl TaskInfo {
+    /// Byte offset of the task list inside the regcmd buffer.
+    pub const fn byte_offset(&self) -> usize {
+        self.first_entry * 8
+    }
+
+    /// The vendor driver's `regcfg_amount`: body entries only.
+    pub const fn regcfg_amount(&self) -> usize {
+        self.body_len
+    }
+
+    /// The rocket driver's `regcmd_count`: body plus tail.
+    pub const fn regcmd_count(&self) -> usize {
+        self.body_len + TAIL_ENTRIES
+    }
+}
+
+/// Chains task bodies into one program in one regcmd buffer.
+#[derive(Clone, Debug)]
+pub struct ProgramBuilder {
+    regcmd_buffer: BufferId,
+    tasks: Vec<(TaskBuilder, BlockMask)>,
+}
+
+impl ProgramBuilder {
+    /// A program whose words will live in `regcmd_buffer` (chain addresses point into it).
+    pub fn new(regcmd_buffer: BufferId) -> ProgramBuilder {
+        ProgramBuilder {
+            regcmd_buffer,
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Appends a task: `body` then a tail whose op-enable entry starts `enable`.
+    pub fn push_task(&mut self, body: TaskBuilder, enable: BlockMask) -> &mut ProgramBuilder {
+        self.tasks.push((body, enable));
+        self
+    }
+
+    /// Lays the tasks out (each on 64 bytes, zero padded), writes every tail and chains
+    /// each task to the next (register-map.md sections 4.4-4.7).
+    pub fn build(&self) -> Result<Program> {
+        if self.tasks.is_empty() {
+            return Err(Error::EmptyProgram);
+        }
+        let align = TASK_ALIGN_BYTES / 8;
+        // First pass: where each task starts.
+        let mut starts = Vec::with_capacity(self.tasks.len());
+        let mut at = 0usize;
+        for (body, _) in &self.tasks {
+            starts.push(at);
+            at += (body.len() + TAIL_ENTRIES).next_multiple_of(align);
+        }
+        let total = at;
+        if total * 8 > u32::MAX as usize {
+            return Err(Error::ProgramTooLarge {
+                what: "program size (bytes)",
+                value: total * 8,
+                limit: u32::MAX as usize,
+            });
+        }
+        let mut words = Vec::with_capacity(total);
+        let mut relocs = Vec::new();
+        let mut raw = Vec::new();
+        let mut tasks = Vec::with_capacity(self.tasks.len());
+        for (i, (body, enable)) in self.tasks.iter().enumerate() {
+            let first = words.len();
+            let amount = pc_data_amount(body.len())?;
+            words.extend_from_slice(&body.entries);
+            relocs.extend(
+                body.relocs
+                    .iter()
+                    .map(|&(e, target, register, align)| Relocation {
+                        entry: first + e,
+                        target,
+                        register,
+                        align,
+                    }),
+            );
+            raw.extend(body.raw.iter().map(|e| first + e));
+            match self.tasks.get(i + 1) {
+                Some((next, _)) => {
+                    relocs.push(Relocation {
+                        entry: words.len(),
+                        target: Reloc {
+                            buffer: self.regcmd_buffer,
+                            offset: (starts[i + 1] * 8) as u32,
+                        },
+                        register: pc::BaseAddress::NAME,
+                        align: 16,
+                    });
+                    words.push(RegCmd::write(pc::BaseAddress::new()));
+                    let next_amount = pc_data_amount(next.len())?;
+                    words.push(RegCmd::write(
+                        pc::RegisterAmounts::new().with_pc_data_amount(next_amount),
+                    ));
+                }
+                None => {
+                    words.push(RegCmd::NOP);
+                    words.push(RegCmd::write(pc::RegisterAmounts::new()));
+                }
+            }
+            words.push(RegCmd::MARKER);
+            words.push(RegCmd::op_enable(*enable));
+            words.resize(
+                first + (body.len() + TAIL_ENTRIES).next_multiple_of(align),
+                RegCmd::NOP,
+            );
+            tasks.push(TaskInfo {
+                first_entry: first,
+                body_len: body.len(),
+                enable: *enable,
+                int_mask: enable.completion_int_mask().unwrap_or(0),
+                pc_data_amount: amount,
+            });
+        }
+        debug_assert_eq!(words.len(), total);
+        Ok(Program {
+            words,
+            tasks,
+            relocs,
+            raw,
+            regcmd_buffer: self.regcmd_buffer,
+        })
+    }
+}
+
+/// A complete program: words with relocations still symbolic, plus what a kernel driver
+/// needs to submit it. Deterministic for the same input, so it can be golden-tested,
+/// cached and bound again to new buffers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Program {
+    words: Vec<RegCmd>,
+    tasks: Vec<TaskInfo>,
+    relocs: Vec<Relocation>,
+    raw: Vec<usize>,
+    regcmd_buffer: BufferId,
+}
+
+impl Program {
+    /// The words, relocated entries holding 0.
+    pub fn words(&self) -> &[RegCmd] {
+        &self.words
+    }
+
+    /// The tasks, in chain order.
+    pub fn tasks(&self) -> &[TaskInfo] {
+        &self.tasks
+    }
+
+    /// Every relocated entry.
+    pub fn relocations(&self) -> &[Relocation] {
+        &self.relocs
+    }
+
+    /// Indices of entries written through the raw escape hatch.
+    pub fn raw_entries(&self) -> &[usize] {
+        &self.raw
+    }
+
+    /// The buffer the words are meant to live in.
+    pub fn regcmd_buffer(&self) -> BufferId {
+        self.regcmd_buffer
+    }
+
+    /// Size of the words in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.words.len() * 8
+    }
+
+    /// The words with every relocation resolved: `base(buffer)` gives a buffer's device address.
+    pub fn bind(&self, base: impl Fn(BufferId) -> Option<u64>) -> Result<Vec<RegCmd>> {
+        let mut words = self.words.clone();
+        self.rebind(&mut words, base)?;
+        Ok(words)
+    }
+
+    /// Patches only the relocated entries of `words` (a copy of [`Program::words`],
+    /// possibly bound before) for new buffer addresses.
+    pub fn rebind(
+        &self,
+        words: &mut [RegCmd],
+        base: impl Fn(BufferId) -> Option<u64>,
+    ) -> Result<()> {
+        if words.len() != self.words.len() {
+            return Err(Error::ProgramTooLarge {
+                what: "words to rebind (entries)",
+                value: words.len(),
+                limit: self.words.len(),
+            });
+        }
+        for r in &self.relocs {
+            let b = base(r.target.buffer).ok_or(Error::UnboundBuffer {
+                buffer: r.target.buffer.0,
+            })?;
+            let addr = b + u64::from(r.target.offset);
+            let addr32 = u32::try_from(addr).map_err(|_| Error::AddressOverflow {
+                buffer: r.target.buffer.0,
+                offset: r.target.offset,
+                base: b,
+            })?;
+            if addr32 % r.align != 0 {
+                return Err(Error::Misaligned {
+                    register: r.register,
+                    addr,
+                    align: r.align,
+                });
+            }
+            words[r.entry] = self.words[r.entry].with_value(addr32);
+        }
+        Ok(())
+    }
+
+    /// Decodes the program, marking raw and relocated entries.
+    pub fn decode(&self) -> super::Decoded {
+        let mut d = super::decode(&self.words);
+        for &i in &self.raw {
+            d.entries[i].raw = true;
+        }
+        for r in &self.relocs {
+            d.entries[r.entry].reloc = Some(r.target);
+        }
+        d
+    }
+}
+
+/// Checks at compile time that the PC registers the tails use are regcmd-addressable.
+const _: () = {
+    assert!(<pc::BaseAddress as CommandRegister>::TARGET == 0x0101);
+    assert!(<pc::RegisterAmounts as Register>::OFFSET == 0x0014);
+    assert!(regs::TARGET_MARKER == 0x0041);
+};
