@@ -9,7 +9,9 @@ use rknpu_driver::regcmd::{self, words_to_le_bytes};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/regcmd").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/regcmd")
+        .join(name)
 }
 
 /// Compares `actual` with the fixture, or rewrites it under `UPDATE_FIXTURES=1`.
@@ -22,7 +24,10 @@ fn check(name: &str, actual: &[u8]) {
     let expected = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_FIXTURES=1 creates it)", path.display()));
     if expected != actual {
-        let (e, a) = (String::from_utf8_lossy(&expected), String::from_utf8_lossy(actual));
+        let (e, a) = (
+            String::from_utf8_lossy(&expected),
+            String::from_utf8_lossy(actual),
+        );
         let first = e
             .lines()
             .zip(a.lines())
@@ -50,7 +55,13 @@ fn worked_example_matches_golden_words_and_text() {
     assert_eq!(bound.tasks.len(), 1);
     // The unbound program decodes to the same lines, with its relocations named.
     let unbound = program.decode().to_text(base);
-    let relocs: Vec<&str> = unbound.lines().filter(|l| l.contains("# reloc buffer")).collect();
+    let relocs: Vec<&str> = unbound
+        .lines()
+        .filter(|l| l.contains("# reloc buffer"))
+        .collect();
     assert_eq!(relocs.len(), 3, "{relocs:?}");
-    assert!(relocs[2].starts_with("0057  DPU.DST_BASE_ADDR") && relocs[2].ends_with("# reloc buffer 3 + 0x0"));
+    assert!(
+        relocs[2].starts_with("0057  DPU.DST_BASE_ADDR")
+            && relocs[2].ends_with("# reloc buffer 3 + 0x0")
+    );
 }

@@ -1,6 +1,6 @@
 //! Words back to named registers and fields, as structured entries, stable text and JSON.
 
-use super::{BlockMask, RegCmd, Reloc, pc_data_amount, words_from_le_bytes};
+use super::{BlockMask, RegCmd, Reloc, TASK_ALIGN_BYTES, pc_data_amount, words_from_le_bytes};
 use crate::error::Result;
 use crate::regs::{self, Block, FieldInfo, RegisterInfo};
 use std::fmt::Write;
@@ -221,10 +221,20 @@ pub fn decode(words: &[RegCmd]) -> Decoded {
                 }
             }
         }
+        // Padding: zeros up to the next 64-byte boundary (where the next task list
+        // starts; a last task's first tail entry is a zero too), or all trailing zeros.
+        let boundary = (op + 1)
+            .next_multiple_of(TASK_ALIGN_BYTES / 8)
+            .min(entries.len());
         let mut end = op + 1;
-        while end < entries.len() && entries[end].word.0 == 0 {
-            entries[end].role = Some(TailRole::Padding);
+        while end < boundary && entries[end].word.0 == 0 {
             end += 1;
+        }
+        if end == boundary && entries[end..].iter().all(|e| e.word.0 == 0) {
+            end = entries.len();
+        }
+        for e in &mut entries[op + 1..end] {
+            e.role = Some(TailRole::Padding);
         }
         let index = tasks.len();
         for e in &mut entries[start..end] {

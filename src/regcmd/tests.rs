@@ -1,1 +1,416 @@
+//! Unit tests of entries, amounts, the builder and the decoder.
 
+use super::*;
+use crate::kernels::worked_example;
+use crate::regs::{Register, cna, dpu, pc, values::Precision};
+use proptest::prelude::*;
+
+/// Body of register-map.md section 8 as (offset, value), transcribed from the reference
+/// table (IN/WT/OUT as bound by the fixture: 0x200000, 0x300000, 0x400000).
+fn reference_body() -> Vec<(u16, u32)> {
+    let mut v = vec![
+        (0x4004, 0x0E),
+        (0x100C, 0),
+        (0x1010, 0x50),
+        (0x1014, 0x09),
+        (0x1020, 0x0001_0004),
+        (0x1024, 0x001F_0020),
+        (0x1028, 1),
+        (0x102C, 4),
+        (0x1030, 0x400),
+        (0x1034, 0x20),
+        (0x1038, 0x0101_0020),
+        (0x1040, 0xB1),
+        (0x1044, 1),
+        (0x104C, 0x0B),
+        (0x1050, 0x0001_0000),
+        (0x1054, 0x0001_0000),
+        (0x1058, 0x0001_0000),
+        (0x105C, 0x0001_0000),
+        (0x1060, 0),
+        (0x1064, 0),
+        (0x1068, 0),
+        (0x1070, 0x0020_0000),
+        (0x1074, 0),
+        (0x1078, 0x000F_000F),
+        (0x107C, 4),
+        (0x1080, 0),
+        (0x1084, 0x0001_0004),
+        (0x1088, 0x20),
+        (0x1100, 0),
+        (0x1104, 0),
+        (0x1110, 0x0030_0000),
+    ];
+    v.extend((0..16).map(|n| (0x1140 + 4 * n, 0)));
+    v.extend([
+        (0x1180, 0),
+        (0x1184, 0),
+        (0x3010, 0),
+        (0x3014, 0x0003_0000),
+        (0x3018, 0x1F),
+        (0x301C, 0),
+        (0x3030, 0),
+        (0x400C, 0x1E4),
+        (0x4010, 0x8000_0000),
+        (0x4014, 0),
+        (0x4020, 0x0040_0000),
+        (0x4024, 0x40),
+        (0x4030, 0),
+        (0x4034, 3),
+        (0x4038, 0),
+        (0x403C, 0x001F_001F),
+        (0x4040, 0x53),
+        (0x4044, 0),
+        (0x4048, 0),
+        (0x404C, 0),
+        (0x4050, 0x7FE),
+        (0x4054, 0),
+        (0x4058, 0x1F),
+        (0x405C, 0x0003_0000),
+        (0x4060, 0x53),
+        (0x4064, 0),
+        (0x4068, 0),
+        (0x406C, 0),
+        (0x4070, 0x383),
+        (0x4074, 0),
+        (0x4078, 1),
+        (0x407C, 0),
+        (0x4080, 0),
+        (0x4084, 1),
+        (0x4088, 0),
+    ]);
+    v.extend((0..8).map(|n| (0x4090 + 4 * n, 0)));
+    v.extend([(0x40C0, 0x200), (0x40C4, 0)]);
+    v.extend((0..12).map(|n| (0x4100 + 4 * n, 0)));
+    v
+}
+
+#[test]
+fn entry_packs_target_value_offset() {
+    let e = RegCmd::new(0x0201, 0xB1, 0x1040);
+    assert_eq!(e.0, 0x0201_0000_00B1_1040);
+    assert_eq!((e.target(), e.value(), e.offset()), (0x0201, 0xB1, 0x1040));
+    assert_eq!(RegCmd::MARKER.0, 0x0041_0000_0000_0000);
+    assert_eq!(RegCmd::op_enable(BlockMask::CONV).0, 0x0081_0000_000D_0008);
+    assert_eq!(
+        RegCmd::write(cna::CbufCon0::new().with_data_bank(1).with_weight_bank(11)).0,
+        0x0201_0000_00B1_1040
+    );
+}
+
+#[test]
+fn amount_follows_the_kernel_formula() {
+    // register-map.md 4.5: RKNN bodies 108 -> 55, 104 -> 53, 26 -> 14.
+    assert_eq!(pc_data_amount(108).unwrap(), 55);
+    assert_eq!(pc_data_amount(104).unwrap(), 53);
+    assert_eq!(pc_data_amount(26).unwrap(), 14);
+    assert_eq!(pc_data_amount(0).unwrap(), 1);
+    assert_eq!(
+        pc_data_amount(1).unwrap(),
+        2,
+        "odd totals round up to whole 16-byte units"
+    );
+    assert_eq!(pc_data_amount(131_068).unwrap(), u16::MAX);
+    assert!(matches!(
+        pc_data_amount(131_069),
+        Err(Error::ProgramTooLarge { .. })
+    ));
+}
+
+#[test]
+fn worked_example_equals_the_reference_table() {
+    let program = worked_example::program().unwrap();
+    let words = program.bind(worked_example::fixture_address).unwrap();
+    let body: Vec<(u16, u32)> = words[..104]
+        .iter()
+        .map(|w| (w.offset(), w.value()))
+        .collect();
+    assert_eq!(body, reference_body());
+    // The encoded examples given under the table.
+    assert_eq!(words[0].0, 0x1001_0000_000E_4004);
+    assert_eq!(words[11].0, 0x0201_0000_00B1_1040);
+    assert_eq!(words[55].0, 0x1001_8000_0000_4010);
+    assert_eq!(words[104].0, 0);
+    assert_eq!(words[105].0, 0x0101_0000_0000_0014);
+    assert_eq!(words[106].0, 0x0041_0000_0000_0000);
+    assert_eq!(words[107].0, 0x0081_0000_000D_0008);
+    assert_eq!(&words[108..], &[RegCmd::NOP; 4]);
+    // Submission facts: 112 entries, regcfg_amount 104, int_mask 0x300, amount 53.
+    let t = program.tasks()[0];
+    assert_eq!(
+        (
+            t.regcfg_amount(),
+            t.regcmd_count(),
+            t.int_mask,
+            t.pc_data_amount
+        ),
+        (104, 108, 0x300, 53)
+    );
+    assert_eq!(program.byte_len(), 112 * 8);
+}
+
+fn small_body(n: usize) -> TaskBuilder {
+    let mut t = TaskBuilder::new();
+    for i in 0..n {
+        t.write(dpu::OffsetPend::new().with_offset_pend(i as u16));
+    }
+    t
+}
+
+#[test]
+fn chained_tasks_point_at_each_other() {
+    let mut p = ProgramBuilder::new(BufferId(7));
+    p.push_task(small_body(3), BlockMask::CONV)
+        .push_task(small_body(10), BlockMask::DPU | BlockMask::DPU_RDMA)
+        .push_task(small_body(1), BlockMask::PPU | BlockMask::PPU_RDMA);
+    let program = p.build().unwrap();
+    let starts: Vec<usize> = program.tasks().iter().map(|t| t.first_entry).collect();
+    assert_eq!(starts, vec![0, 8, 24], "3+4 -> 8 words, 10+4 -> 16 words");
+    assert_eq!(program.words().len(), 32);
+    let masks: Vec<u32> = program.tasks().iter().map(|t| t.int_mask).collect();
+    assert_eq!(masks, vec![0x300, 0x300, 0xC00]);
+    let words = program
+        .bind(|b| (b == BufferId(7)).then_some(0x1000))
+        .unwrap();
+    // Task 0's tail: next address 0x1000 + 64, next amount for a 10-entry body (6).
+    assert_eq!(words[3], RegCmd::new(0x0101, 0x1040, 0x0010));
+    assert_eq!(words[4], RegCmd::new(0x0101, 6, 0x0014));
+    // Last task: no next task.
+    assert_eq!(words[25], RegCmd::NOP);
+    assert_eq!(words[26], RegCmd::new(0x0101, 0, 0x0014));
+    let d = decode(&words);
+    assert_eq!(d.tasks.len(), 3);
+    assert_eq!(d.tasks[1].next_address, Some(0x1000 + 24 * 8));
+    let text = d.to_text(Some(0x1000));
+    assert!(text.contains("# tail: next address -> task 1"), "{text}");
+    assert!(text.contains("# tail: next address -> task 2"), "{text}");
+    assert!(!text.contains("(!"), "amounts match: {text}");
+}
+
+#[test]
+fn decoder_flags_a_chain_amount_that_does_not_match() {
+    let mut p = ProgramBuilder::new(BufferId(0));
+    p.push_task(small_body(2), BlockMask::CONV)
+        .push_task(small_body(5), BlockMask::CONV);
+    let mut words = p.build().unwrap().bind(|_| Some(0)).unwrap();
+    words[3] = RegCmd::write(pc::RegisterAmounts::new().with_pc_data_amount(9));
+    let text = decode(&words).to_text(Some(0));
+    assert!(
+        text.contains("(! task 1 has a 5-entry body: amount 4)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bind_rejects_unbound_misaligned_and_overflowing_addresses() {
+    let program = worked_example::program().unwrap();
+    assert_eq!(
+        program.bind(|b| (b != worked_example::WEIGHTS).then_some(0x1000)),
+        Err(Error::UnboundBuffer { buffer: 2 })
+    );
+    assert_eq!(
+        program.bind(|b| Some(if b == worked_example::OUTPUT {
+            0x1008
+        } else {
+            0x1000
+        })),
+        Err(Error::Misaligned {
+            register: "DPU.DST_BASE_ADDR",
+            addr: 0x1008,
+            align: 16
+        })
+    );
+    assert!(matches!(
+        program.bind(|_| Some(0x1_0000_0000)),
+        Err(Error::AddressOverflow { .. })
+    ));
+    let mut words = program.bind(|_| Some(0x1000)).unwrap();
+    program.rebind(&mut words, |_| Some(0x2000)).unwrap();
+    assert_eq!(words[21].value(), 0x2000, "rebind patches relocations");
+    assert_eq!(words, program.bind(|_| Some(0x2000)).unwrap());
+    assert!(program.rebind(&mut words[..10], |_| Some(0)).is_err());
+}
+
+#[test]
+fn fixed_addresses_are_checked_when_written() {
+    let mut t = TaskBuilder::new();
+    assert_eq!(
+        t.write_addr::<dpu::DstBaseAddr>(DmaAddr::Fixed(0x1004))
+            .err(),
+        Some(Error::Misaligned {
+            register: "DPU.DST_BASE_ADDR",
+            addr: 0x1004,
+            align: 16
+        })
+    );
+    t.write_addr::<cna::FeatureDataAddr>(DmaAddr::Fixed(0x1004))
+        .unwrap();
+    assert_eq!(t.entries(), &[RegCmd::new(0x0201, 0x1004, 0x1070)]);
+}
+
+#[test]
+fn raw_entries_are_counted_and_marked() {
+    let mut t = small_body(2);
+    t.write_raw(0x0201, 0x1018, 0x19000);
+    assert_eq!(t.raw_count(), 1);
+    let mut p = ProgramBuilder::new(BufferId(0));
+    p.push_task(t, BlockMask::CONV);
+    let program = p.build().unwrap();
+    assert_eq!(program.raw_entries(), &[2]);
+    let d = program.decode();
+    assert!(d.entries[2].raw && d.entries[2].is_unknown());
+    assert_eq!(d.unknown(), 1);
+    let text = d.to_text(None);
+    assert!(
+        text.contains("0002  CNA.UNKNOWN offset=0x1018 value=0x00019000  # raw"),
+        "{text}"
+    );
+    assert!(d.to_json().contains("\"raw\":true"));
+}
+
+#[test]
+fn empty_program_is_an_error() {
+    assert_eq!(
+        ProgramBuilder::new(BufferId(0)).build(),
+        Err(Error::EmptyProgram)
+    );
+}
+
+#[test]
+fn decoder_names_unknown_targets_registers_and_reserved_bits() {
+    let words = [
+        RegCmd::new(0x0401, 0, 0x2010),
+        RegCmd::new(0x0201, 5, 0x4004),
+        RegCmd::new(0x0201, 0x8000_0120, 0x100C),
+        RegCmd(1 << 48),
+        RegCmd::op_enable(BlockMask(0x8D)),
+    ];
+    let d = decode(&words);
+    assert_eq!(d.unknown(), 2);
+    assert_eq!(
+        d.entries[1].kind,
+        EntryKind::UnknownRegister(Block::Cna),
+        "offset of another block"
+    );
+    assert_eq!(d.entries[2].reserved_bits(), 0x8000_0000);
+    assert_eq!(d.entries[3].kind, EntryKind::Nop);
+    let text = d.to_text(None);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[1],
+        "0000  UNKNOWN target=0x0401 offset=0x2010 value=0x00000000"
+    );
+    assert!(
+        lines[3].contains("proc_precision: FP16") && lines[3].ends_with("!reserved: 0x80000000 }"),
+        "{}",
+        lines[3]
+    );
+    assert!(lines[5].contains("{ CNA|CORE|DPU|0x80 }"), "{}", lines[5]);
+    assert_eq!(*lines.last().unwrap(), "summary: 5 entries, 2 unknown");
+}
+
+#[test]
+fn decoder_keeps_words_without_a_tail_as_an_unterminated_task() {
+    let words = [RegCmd::write(
+        cna::ConvCon1::new().with_proc_precision(Precision::INT4),
+    )];
+    let d = decode(&words);
+    assert_eq!(d.tasks.len(), 1);
+    assert_eq!(d.tasks[0].enable, None);
+    assert!(d.to_text(None).contains("no op-enable (unterminated)"));
+}
+
+#[test]
+fn bad_byte_lengths_are_errors_naming_the_offset() {
+    assert_eq!(decode_bytes(&[]), Err(Error::EmptyInput));
+    assert_eq!(
+        decode_bytes(&[0; 13]),
+        Err(Error::InputLength { len: 13, offset: 8 })
+    );
+    assert_eq!(
+        decode_bytes(&[0; 7]),
+        Err(Error::InputLength { len: 7, offset: 0 })
+    );
+    let e = decode_bytes(&[0; 13]).unwrap_err().to_string();
+    assert!(e.contains("byte offset 8"), "{e}");
+}
+
+#[test]
+fn block_mask_names_blocks_and_completion_bits() {
+    assert_eq!(BlockMask::CONV.to_string(), "CNA|CORE|DPU");
+    assert_eq!(BlockMask(0).to_string(), "none");
+    assert_eq!(BlockMask::CONV.completion_int_mask(), Some(0x300));
+    assert_eq!(
+        (BlockMask::PPU | BlockMask::PPU_RDMA).completion_int_mask(),
+        Some(0xC00)
+    );
+    assert_eq!(BlockMask::CNA.completion_int_mask(), None);
+    // The mask bits are the fields of GLOBAL.OPERATION_ENABLE.
+    let g = crate::regs::global::OperationEnable::from_raw(0x7D);
+    assert!(g.cna_op_en() && g.core_op_en() && g.dpu_op_en() && g.dpu_rdma_op_en());
+    assert!(g.ppu_op_en() && g.ppu_rdma_op_en());
+    for (block, mask) in BlockMask::BLOCKS {
+        assert_eq!(BlockMask::of(block), Some(mask));
+        let field = format!("{}_op_en", block.name().to_ascii_lowercase());
+        let info = crate::regs::global::OperationEnable::INFO
+            .field(&field)
+            .unwrap();
+        assert_eq!(info.mask(), mask.0, "{field}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn decoding_any_words_never_panics_and_keeps_every_bit(words in prop::collection::vec(any::<u64>(), 0..200)) {
+        let words: Vec<RegCmd> = words.into_iter().map(RegCmd).collect();
+        let d = decode(&words);
+        prop_assert_eq!(d.entries.len(), words.len());
+        for e in &d.entries {
+            prop_assert_eq!(e.word, words[e.index]);
+            if let EntryKind::Write(_) = e.kind {
+                let rebuilt = e.fields().iter().fold(e.reserved_bits(), |acc, f| acc | (f.value << f.info.lo));
+                prop_assert_eq!(rebuilt, e.word.value());
+            }
+        }
+        let covered: usize = d.tasks.iter().map(|t| t.end - t.start).sum();
+        prop_assert_eq!(covered, words.len());
+        let text = d.to_text(Some(0));
+        let expected = format!("summary: {} entries, {} unknown", words.len(), d.unknown());
+        prop_assert_eq!(text.lines().last(), Some(expected.as_str()));
+    }
+
+    #[test]
+    fn decoding_any_bytes_is_ok_or_a_typed_error(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+        match decode_bytes(&bytes) {
+            Ok(d) => prop_assert_eq!(d.entries.len() * 8, bytes.len()),
+            Err(Error::InputLength { len, offset }) => prop_assert!(len == bytes.len() && offset == len - len % 8),
+            Err(Error::EmptyInput) => prop_assert!(bytes.is_empty()),
+            Err(e) => prop_assert!(false, "unexpected error {e}"),
+        }
+    }
+
+    #[test]
+    fn built_programs_decode_to_what_was_written(bodies in prop::collection::vec(prop::collection::vec(any::<u16>(), 0..40), 1..6)) {
+        let mut p = ProgramBuilder::new(BufferId(0));
+        for b in &bodies {
+            let mut t = TaskBuilder::new();
+            for &v in b {
+                t.write(dpu::OffsetPend::new().with_offset_pend(v));
+            }
+            p.push_task(t, BlockMask::CONV);
+        }
+        let words = p.build().unwrap().bind(|_| Some(0x4000)).unwrap();
+        let d = decode(&words);
+        prop_assert_eq!(d.tasks.len(), bodies.len());
+        prop_assert_eq!(d.unknown(), 0);
+        for (t, b) in d.tasks.iter().zip(&bodies) {
+            prop_assert_eq!(t.body_len, b.len());
+            prop_assert_eq!(t.start % 8, 0);
+            let values: Vec<u32> = d.entries[t.start..t.start + t.body_len].iter().map(|e| e.word.value()).collect();
+            prop_assert_eq!(values, b.iter().map(|&v| u32::from(v)).collect::<Vec<_>>());
+        }
+        prop_assert!(!d.to_text(Some(0x4000)).contains("(!"));
+    }
+}
