@@ -91,20 +91,20 @@ fn field_reset(r: &Register, f: &Field) -> u32 {
     (r.reset >> f.lo) & (((1u64 << f.width) - 1) as u32)
 }
 
-pub fn render(m: &Model) -> Result<Vec<(String, String)>, String> {
-    let mut files = Vec::new();
-    files.push(("mod.rs".to_string(), render_mod(m)));
-    files.push(("values.rs".to_string(), render_values(m)));
-    files.push(("table.rs".to_string(), render_table(m)));
-    files.push(("typed.rs".to_string(), render_typed(m)));
+/// Every generated file as (name, unformatted text).
+pub fn render(m: &Model) -> Vec<(String, String)> {
+    let mut files = vec![
+        ("mod.rs".to_string(), render_mod(m)),
+        ("values.rs".to_string(), render_values(m)),
+        ("table.rs".to_string(), render_table(m)),
+        ("typed.rs".to_string(), render_typed(m)),
+    ];
+    // Registers are numbered in table order: blocks in offset order, registers sorted.
     let mut index = 0usize;
     for (module, file) in &m.blocks {
-        files.push((
-            format!("{module}.rs"),
-            render_block(m, module, file, &mut index),
-        ));
+        files.push((format!("{module}.rs"), render_block(m, file, &mut index)));
     }
-    Ok(files)
+    files
 }
 
 fn render_mod(m: &Model) -> String {
@@ -195,12 +195,7 @@ fn render_values(m: &Model) -> String {
     s
 }
 
-fn render_block(
-    m: &Model,
-    module: &str,
-    file: &crate::model::BlockFile,
-    index: &mut usize,
-) -> String {
+fn render_block(m: &Model, file: &crate::model::BlockFile, index: &mut usize) -> String {
     let mut s = String::from(HEADER);
     let block = &file.block;
     let _ = writeln!(
@@ -208,7 +203,6 @@ fn render_block(
         "//! {} registers (offset `0x{:04X}`): {}\n",
         block.name, block.base, block.doc
     );
-    let block_variant = camel(&block.name);
     let mut sets: Vec<String> = file
         .register
         .iter()
@@ -319,8 +313,6 @@ fn render_block(
         }
         *index += 1;
     }
-    let _ = block_variant;
-    let _ = module;
     s
 }
 
