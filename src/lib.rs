@@ -1,4 +1,29 @@
 //! Userspace driver library for the Rockchip RK3588 NPU.
+//!
+//! The NPU's three cores run register-command ("regcmd") programs: lists of 64-bit
+//! entries that each core's program controller fetches from memory, one register write
+//! per entry, grouped into chained tasks. This crate builds, checks and decodes them:
+//!
+//! * [`regs`] — the register model, generated from `regs/*.toml`: one typed value per
+//!   register and a static table of every register and field;
+//! * [`regcmd`] — entries, a task/program builder with symbolic DMA-address relocations,
+//!   and a lossless decoder to text and JSON;
+//! * [`kernels`] — program generators (today the worked int8 example).
+//!
+//! Layers import only downward (`regs` ← `regcmd` ← `kernels`); see
+//! `docs/architecture.md`. No `unsafe` code outside `src/sys/` (which does not exist yet).
+//!
+//! ```
+//! use rknpu_driver::kernels::worked_example;
+//! use rknpu_driver::regcmd;
+//!
+//! let program = worked_example::program()?;
+//! let words = program.bind(worked_example::fixture_address)?;
+//! let decoded = regcmd::decode(&words);
+//! assert_eq!(decoded.unknown(), 0);
+//! assert_eq!(program.tasks()[0].int_mask, 0x300);
+//! # Ok::<(), rknpu_driver::Error>(())
+//! ```
 #![deny(unsafe_code)]
 
 pub mod error;
