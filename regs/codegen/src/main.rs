@@ -4,6 +4,8 @@
 //! `cargo regs --check` (exits 1 and names the files when the committed output differs).
 //! The schema is described in `regs/README.md`.
 
+#![forbid(unsafe_code)]
+
 mod model;
 mod render;
 
