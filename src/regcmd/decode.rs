@@ -303,8 +303,8 @@ impl Decoded {
         self.tasks.iter().position(|t| t.start == off / 8)
     }
 
-    /// Stable text, one line per entry (runs of padding share a line), a header line per
-    /// task and a last line `summary: <N> entries, <U> unknown`.
+    /// Stable text: a header line per task, one line per entry, and a last line
+    /// `summary: <N> entries, <U> unknown`.
     ///
     /// `base` is the device address of the first word, if known: chain addresses are then
     /// resolved to task numbers and chain amounts are checked against the next body.
@@ -340,20 +340,8 @@ impl Decoded {
                 let _ = write!(out, ", pc_data_amount {amount}");
             }
             out.push('\n');
-            let mut i = t.start;
-            while i < t.end {
-                let e = &self.entries[i];
-                if e.role == Some(TailRole::Padding) {
-                    let mut j = i;
-                    while j < t.end && self.entries[j].role == Some(TailRole::Padding) {
-                        j += 1;
-                    }
-                    let _ = writeln!(out, "{:0w$}  NOP x{} (padding)", i, j - i, w = width);
-                    i = j;
-                    continue;
-                }
+            for e in &self.entries[t.start..t.end] {
                 self.entry_line(&mut out, e, width, base);
-                i += 1;
             }
         }
         let _ = writeln!(
@@ -426,7 +414,10 @@ impl Decoded {
         }
         let mut notes: Vec<String> = Vec::new();
         if let Some(role) = e.role {
-            let mut note = format!("tail: {}", role.label());
+            let mut note = match role {
+                TailRole::Padding => role.label().to_string(),
+                _ => format!("tail: {}", role.label()),
+            };
             let t = &self.tasks[e.task];
             match role {
                 TailRole::NextAddress if e.kind == EntryKind::Nop => {
