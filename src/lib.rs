@@ -11,7 +11,8 @@
 //! * [`kernels`] — program generators (today the worked int8 example).
 //!
 //! Layers import only downward (`regs` ← `regcmd` ← `kernels`); see
-//! `docs/architecture.md`. No `unsafe` code outside `src/sys/` (which does not exist yet).
+//! `docs/architecture.md`. The crate denies the `unsafe_code` lint; only `src/sys/` (which
+//! does not exist yet) will opt out of it.
 //!
 //! ```
 //! use rknpu_driver::kernels::worked_example;

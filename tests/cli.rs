@@ -6,6 +6,8 @@
 //! When `../shared/captures` exists next to the crate, every captured regcmd file in it
 //! must decode without an unknown entry.
 
+mod common;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -173,21 +175,8 @@ fn decode_golden_fixture_with_addr_prints_golden_text() {
     ]);
     assert_code(&o, 0, "decode golden --addr 0x100000");
     let expected = std::fs::read(fixture("worked-int8-4x32x32.txt")).expect("read golden text");
-    if o.stdout != expected {
-        let (e, a) = (String::from_utf8_lossy(&expected), stdout(&o));
-        let first = e
-            .lines()
-            .zip(a.lines())
-            .position(|(x, y)| x != y)
-            .unwrap_or(e.lines().count().min(a.lines().count()));
-        panic!(
-            "stdout differs from the golden text at line {} (lengths {} vs {}):\n  golden: {:?}\n  stdout: {:?}",
-            first + 1,
-            expected.len(),
-            o.stdout.len(),
-            e.lines().nth(first),
-            a.lines().nth(first)
-        );
+    if let Some(diff) = common::first_difference(&expected, &o.stdout) {
+        panic!("stdout differs from the golden text: {diff}");
     }
 }
 

@@ -4,6 +4,8 @@
 //! The fixtures are reviewed text. `UPDATE_FIXTURES=1 cargo test --test golden` rewrites
 //! them on purpose; review the diff before committing it.
 
+mod common;
+
 use rknpu_driver::kernels::worked_example;
 use rknpu_driver::regcmd::{self, words_to_le_bytes};
 use std::path::PathBuf;
@@ -23,21 +25,9 @@ fn check(name: &str, actual: &[u8]) {
     }
     let expected = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_FIXTURES=1 creates it)", path.display()));
-    if expected != actual {
-        let (e, a) = (
-            String::from_utf8_lossy(&expected),
-            String::from_utf8_lossy(actual),
-        );
-        let first = e
-            .lines()
-            .zip(a.lines())
-            .position(|(x, y)| x != y)
-            .unwrap_or(e.lines().count().min(a.lines().count()));
+    if let Some(diff) = common::first_difference(&expected, actual) {
         panic!(
-            "{name} differs from the fixture at line {}:\n  fixture: {:?}\n  actual:  {:?}\n(UPDATE_FIXTURES=1 rewrites it on purpose)",
-            first + 1,
-            e.lines().nth(first),
-            a.lines().nth(first)
+            "{name} differs from the fixture: {diff}\n(UPDATE_FIXTURES=1 rewrites it on purpose)"
         );
     }
 }
