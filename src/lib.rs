@@ -31,5 +31,6 @@ pub mod error;
 pub mod kernels;
 pub mod regcmd;
 pub mod regs;
+pub mod sim;
 
 pub use error::{Error, Result};

@@ -1,0 +1,540 @@
+//! The hot loops: feature and weight fetch, multiply-accumulate, DPU post-processing and
+//! the write DMA. Registers are decoded before this point ([`super::config`]); nothing
+//! here looks at a register.
+
+use super::config::{
+    Alu, Cube, DPrec, EwOp, EwSrc, Feature, Main, OutCvt, Prec, Stage, Task, Weights,
+};
+use super::error::{At, SimError};
+use super::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use super::memory::Memory;
+
+/// Accumulators or DPU values, `[pixel][channel]` with pixel = y × width + x.
+enum Values {
+    Int(Vec<i64>),
+    Float(Vec<f32>),
+}
+
+/// Runs a checked task against memory. Returns the multiply-accumulates performed.
+pub(super) fn execute(
+    mem: &mut Memory,
+    t: &Task,
+    at: At,
+    write_output: bool,
+) -> Result<u64, SimError> {
+    let (main, macs) = match &t.main {
+        Main::Conv { feature, weights } => conv(mem, feature, weights, at)?,
+        Main::Flying(cube) => (read_cube(mem, cube, at)?, 0),
+    };
+    let operand = match t.ew.as_ref().map(|e| &e.src) {
+        Some(EwSrc::Memory(cube)) => Some(read_cube(mem, cube, at)?),
+        _ => None,
+    };
+    let out = post(t, main, operand);
+    if write_output {
+        write_cube(mem, &t.out, &out, at)?;
+    }
+    Ok(macs)
+}
+
+fn dma_err(
+    at: At,
+    addr: i64,
+    len: usize,
+    block: &'static str,
+    register: &'static str,
+    write: bool,
+) -> SimError {
+    SimError::Dma {
+        at,
+        addr: addr.max(0) as u64,
+        len: len as u64,
+        block,
+        register,
+        write,
+    }
+}
+
+/// Bytes of one (surface, line) run, bounds-checked.
+fn run<'m>(
+    mem: &'m Memory,
+    addr: i64,
+    len: usize,
+    at: At,
+    block: &'static str,
+    register: &'static str,
+) -> Result<&'m [u8], SimError> {
+    if !(0..1 << 32).contains(&addr) {
+        return Err(dma_err(at, addr, len, block, register, false));
+    }
+    mem.read(addr as u64, len)
+        .ok_or_else(|| dma_err(at, addr, len, block, register, false))
+}
+
+fn le16(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+
+fn le32(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// A signed 4-bit value.
+fn nibble(v: u8) -> i16 {
+    ((v << 4) as i8 >> 4) as i16
+}
+
+/// CNA feature fetch, CORE multiply-accumulate.
+fn conv(mem: &Memory, f: &Feature, w: &Weights, at: At) -> Result<(Values, u64), SimError> {
+    let pixels = f.w as usize * f.h as usize;
+    let c = f.c as usize;
+    let n = w.n as usize;
+    let macs = pixels as u64 * n as u64 * c as u64;
+    let feature_reg = "CNA.FEATURE_DATA_ADDR";
+    let weight_reg = "CNA.DCOMP_ADDR0";
+    let wbytes = n * c * w.prec.bits() as usize / 8;
+    let wdata = run(mem, w.base as i64, wbytes, at, "CNA", weight_reg)?;
+    let epa = f.prec.atom_elems() as usize;
+    let g = w.prec.kernels_per_atom() as usize;
+    let row_bytes = 32 * w.prec.bits() as usize / 8;
+    let kblocks = c / 32;
+    // Offset of kernel j's 32-channel block kb in the weight atoms (matmul-recipe.md 3.2).
+    let woff = |j: usize, kb: usize| ((j / g) * kblocks + kb) * 1024 + (j % g) * row_bytes;
+
+    // Visits every feature atom: (pixel, first channel, 16 bytes).
+    let each_atom = |visit: &mut dyn FnMut(usize, usize, &[u8])| -> Result<(), SimError> {
+        for c1 in 0..c / epa {
+            for y in 0..f.h as usize {
+                let addr = f.base as i64 + c1 as i64 * f.surf + y as i64 * f.line;
+                let bytes = run(mem, addr, f.w as usize * 16, at, "CNA", feature_reg)?;
+                for x in 0..f.w as usize {
+                    visit(y * f.w as usize + x, c1 * epa, &bytes[x * 16..x * 16 + 16]);
+                }
+            }
+        }
+        Ok(())
+    };
+
+    let values = match f.prec {
+        Prec::Int8 | Prec::Int4 => {
+            let mut a = vec![0i16; pixels * c];
+            let int4 = f.prec == Prec::Int4;
+            each_atom(&mut |p, ch, atom| {
+                let dst = &mut a[p * c + ch..];
+                if int4 {
+                    for (i, &b) in atom.iter().enumerate() {
+                        dst[2 * i] = nibble(b >> 4);
+                        dst[2 * i + 1] = nibble(b & 0xF);
+                    }
+                } else {
+                    for (d, &b) in dst.iter_mut().zip(atom) {
+                        *d = b as i8 as i16;
+                    }
+                }
+            })?;
+            let mut b = vec![0i16; n * c];
+            for j in 0..n {
+                for kb in 0..kblocks {
+                    let src = &wdata[woff(j, kb)..woff(j, kb) + row_bytes];
+                    let dst = &mut b[j * c + kb * 32..j * c + kb * 32 + 32];
+                    if int4 {
+                        for (i, &v) in src.iter().enumerate() {
+                            dst[2 * i] = nibble(v >> 4);
+                            dst[2 * i + 1] = nibble(v & 0xF);
+                        }
+                    } else {
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            *d = v as i8 as i16;
+                        }
+                    }
+                }
+            }
+            let mut acc = gemm_i16(&a, &b, pixels, n, c);
+            if int4 {
+                // The CORE accumulates int4 products in int16 and saturates (matmul-recipe.md
+                // 5.5, quirk 13).
+                for v in &mut acc {
+                    *v = (*v).clamp(i16::MIN as i64, i16::MAX as i64);
+                }
+            }
+            Values::Int(acc)
+        }
+        Prec::Int16 => {
+            let mut a = vec![0i32; pixels * c];
+            each_atom(&mut |p, ch, atom| {
+                for e in 0..8 {
+                    a[p * c + ch + e] = le16(atom, 2 * e) as i16 as i32;
+                }
+            })?;
+            let mut b = vec![0i32; n * c];
+            for j in 0..n {
+                for kb in 0..kblocks {
+                    let o = woff(j, kb);
+                    for e in 0..32 {
+                        b[j * c + kb * 32 + e] = le16(wdata, o + 2 * e) as i16 as i32;
+                    }
+                }
+            }
+            let mut acc = vec![0i64; pixels * n];
+            for p in 0..pixels {
+                let ar = &a[p * c..p * c + c];
+                for j in 0..n {
+                    let br = &b[j * c..j * c + c];
+                    acc[p * n + j] = ar.iter().zip(br).map(|(&x, &y)| x as i64 * y as i64).sum();
+                }
+            }
+            Values::Int(acc)
+        }
+        Prec::Fp16 | Prec::Bf16 => {
+            let conv = if f.prec == Prec::Fp16 {
+                f16_to_f32
+            } else {
+                bf16_to_f32
+            };
+            let mut a = vec![0f32; pixels * c];
+            each_atom(&mut |p, ch, atom| {
+                for e in 0..8 {
+                    a[p * c + ch + e] = conv(le16(atom, 2 * e));
+                }
+            })?;
+            let mut b = vec![0f32; n * c];
+            for j in 0..n {
+                for kb in 0..kblocks {
+                    let o = woff(j, kb);
+                    for e in 0..32 {
+                        b[j * c + kb * 32 + e] = conv(le16(wdata, o + 2 * e));
+                    }
+                }
+            }
+            Values::Float(gemm_f32(&a, &b, pixels, n, c))
+        }
+    };
+    Ok((values, macs))
+}
+
+/// `acc[p][j] = Σ_k a[p][k] × b[j][k]` for 8- and 4-bit inputs held as i16; the sums fit
+/// i32 for every channel count the registers can express.
+pub(super) fn gemm_i16(a: &[i16], b: &[i16], pixels: usize, n: usize, c: usize) -> Vec<i64> {
+    let mut acc = vec![0i64; pixels * n];
+    let mut p = 0;
+    while p + 4 <= pixels {
+        let rows = [
+            &a[p * c..(p + 1) * c],
+            &a[(p + 1) * c..(p + 2) * c],
+            &a[(p + 2) * c..(p + 3) * c],
+            &a[(p + 3) * c..(p + 4) * c],
+        ];
+        for j in 0..n {
+            let s = dot4(rows, &b[j * c..(j + 1) * c]);
+            for (r, v) in s.iter().enumerate() {
+                acc[(p + r) * n + j] = *v as i64;
+            }
+        }
+        p += 4;
+    }
+    for p in p..pixels {
+        let ar = &a[p * c..(p + 1) * c];
+        for j in 0..n {
+            acc[p * n + j] = dot1(ar, &b[j * c..(j + 1) * c]) as i64;
+        }
+    }
+    acc
+}
+
+/// Four dot products against one weight row, eight lanes each (vectorises to pmaddwd).
+fn dot4(rows: [&[i16]; 4], b: &[i16]) -> [i32; 4] {
+    let mut lanes = [[0i32; 8]; 4];
+    let bc = b.chunks_exact(8);
+    let r0 = rows[0].chunks_exact(8);
+    let r1 = rows[1].chunks_exact(8);
+    let r2 = rows[2].chunks_exact(8);
+    let r3 = rows[3].chunks_exact(8);
+    for ((((bb, a0), a1), a2), a3) in bc.zip(r0).zip(r1).zip(r2).zip(r3) {
+        for l in 0..8 {
+            let w = bb[l] as i32;
+            lanes[0][l] = lanes[0][l].wrapping_add(a0[l] as i32 * w);
+            lanes[1][l] = lanes[1][l].wrapping_add(a1[l] as i32 * w);
+            lanes[2][l] = lanes[2][l].wrapping_add(a2[l] as i32 * w);
+            lanes[3][l] = lanes[3][l].wrapping_add(a3[l] as i32 * w);
+        }
+    }
+    let mut out = [0i32; 4];
+    for (o, l) in out.iter_mut().zip(&lanes) {
+        *o = l.iter().fold(0i32, |s, &v| s.wrapping_add(v));
+    }
+    // Channel counts are multiples of 32, so no tail is left over.
+    out
+}
+
+fn dot1(a: &[i16], b: &[i16]) -> i32 {
+    let mut lanes = [0i32; 8];
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for l in 0..8 {
+            lanes[l] = lanes[l].wrapping_add(x[l] as i32 * y[l] as i32);
+        }
+    }
+    lanes.iter().fold(0i32, |s, &v| s.wrapping_add(v))
+}
+
+/// Float matmul: products are exact in f32 (fp16 × fp16 and bf16 × bf16 fit a 24-bit
+/// mantissa); sums go into eight f32 lanes by channel index mod 8, added pairwise at the end.
+pub(super) fn gemm_f32(a: &[f32], b: &[f32], pixels: usize, n: usize, c: usize) -> Vec<f32> {
+    let mut acc = vec![0f32; pixels * n];
+    for p in 0..pixels {
+        let ar = &a[p * c..(p + 1) * c];
+        for j in 0..n {
+            let br = &b[j * c..(j + 1) * c];
+            let mut lanes = [0f32; 8];
+            for (x, y) in ar.chunks_exact(8).zip(br.chunks_exact(8)) {
+                for l in 0..8 {
+                    lanes[l] += x[l] * y[l];
+                }
+            }
+            let s4 = [
+                lanes[0] + lanes[4],
+                lanes[1] + lanes[5],
+                lanes[2] + lanes[6],
+                lanes[3] + lanes[7],
+            ];
+            acc[p * n + j] = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+        }
+    }
+    acc
+}
+
+/// Reads an NC1HWC2 cube (DPU_RDMA's MRDMA or ERDMA).
+fn read_cube(mem: &Memory, cube: &Cube, at: At) -> Result<Values, SimError> {
+    let (w, h, c) = (cube.w as usize, cube.h as usize, cube.c as usize);
+    let epa = cube.atom_elems() as usize;
+    let size = cube.prec.bytes() as usize;
+    let float = cube.prec.is_float();
+    let mut ints = if float {
+        Vec::new()
+    } else {
+        vec![0i64; w * h * c]
+    };
+    let mut floats = if float {
+        vec![0f32; w * h * c]
+    } else {
+        Vec::new()
+    };
+    for c1 in 0..c / epa {
+        for y in 0..h {
+            let addr = cube.base as i64 + (c1 as u64 * cube.surf + y as u64 * cube.line) as i64;
+            let bytes = run(mem, addr, w * 16, at, cube.block, cube.register)?;
+            for x in 0..w {
+                let p = y * w + x;
+                for e in 0..epa {
+                    let i = x * 16 + e * size;
+                    let k = p * c + c1 * epa + e;
+                    match cube.prec {
+                        DPrec::Int8 => ints[k] = bytes[i] as i8 as i64,
+                        DPrec::Int16 => ints[k] = le16(bytes, i) as i16 as i64,
+                        DPrec::Int32 => ints[k] = le32(bytes, i) as i32 as i64,
+                        DPrec::Fp16 => floats[k] = f16_to_f32(le16(bytes, i)),
+                        DPrec::Bf16 => floats[k] = bf16_to_f32(le16(bytes, i)),
+                        DPrec::Fp32 => floats[k] = f32::from_bits(le32(bytes, i)),
+                        // Rejected by the configuration check.
+                        DPrec::Int4 => {}
+                    }
+                }
+            }
+        }
+    }
+    Ok(if float {
+        Values::Float(floats)
+    } else {
+        Values::Int(ints)
+    })
+}
+
+/// Shift right with rounding: half up (towards +∞) or half to even.
+fn shr_round(v: i64, s: u32, half_up: bool) -> i64 {
+    if s == 0 {
+        return v;
+    }
+    if s >= 63 {
+        return if v < 0 { -1 } else { 0 };
+    }
+    let q = v >> s;
+    let rem = v - (q << s);
+    let half = 1i64 << (s - 1);
+    if rem > half || (rem == half && (half_up || q & 1 == 1)) {
+        q + 1
+    } else {
+        q
+    }
+}
+
+fn alu_int(op: Alu, x: i64, o: i64) -> i64 {
+    match op {
+        Alu::Add => x.saturating_add(o),
+        Alu::Minus => x.saturating_sub(o),
+        Alu::Max => x.max(o),
+        Alu::Min => x.min(o),
+    }
+}
+
+fn stage_int(s: &Stage, mut x: i64) -> i64 {
+    if let Some((op, o)) = s.alu {
+        x = alu_int(op, x, o);
+    }
+    if let Some((m, sp, sn, prelu)) = s.mul
+        && (!prelu || x < 0)
+    {
+        let shift = if x >= 0 { sp } else { sn };
+        x = shr_round(x.saturating_mul(m), shift, true);
+    }
+    if s.relu {
+        x = x.max(0);
+    }
+    if let Some(cap) = s.relux {
+        x = x.min(cap);
+    }
+    x
+}
+
+fn saturate(x: i64, prec: DPrec) -> i64 {
+    match prec {
+        DPrec::Int8 => x.clamp(i8::MIN as i64, i8::MAX as i64),
+        DPrec::Int16 => x.clamp(i16::MIN as i64, i16::MAX as i64),
+        DPrec::Int4 => x.clamp(-8, 7),
+        _ => x.clamp(i32::MIN as i64, i32::MAX as i64),
+    }
+}
+
+fn out_cvt_int(c: &OutCvt, x: i64) -> i64 {
+    let v = if c.add_first {
+        x.saturating_add(c.offset).saturating_mul(c.scale)
+    } else {
+        x.saturating_mul(c.scale).saturating_add(c.offset)
+    };
+    shr_round(v, c.shift, c.half_up)
+}
+
+/// BS → BN → EW → output converter, element by element.
+fn post(t: &Task, main: Values, operand: Option<Values>) -> Values {
+    let ew = t.ew.as_ref();
+    match main {
+        Values::Int(mut xs) => {
+            let ops = match &operand {
+                Some(Values::Int(o)) => Some(o.as_slice()),
+                _ => None,
+            };
+            for (i, x) in xs.iter_mut().enumerate() {
+                let mut v = *x;
+                if let Some(s) = &t.bs {
+                    v = stage_int(s, v);
+                }
+                if let Some(s) = &t.bn {
+                    v = stage_int(s, v);
+                }
+                if let Some(e) = ew {
+                    let mut o = match (&e.src, ops) {
+                        (EwSrc::Register(r), _) => *r as i32 as i64,
+                        (EwSrc::Memory(_), Some(o)) => o[i],
+                        (EwSrc::Memory(_), None) => 0,
+                    };
+                    if let Some((off, scale, shift, add_first)) = e.cvt {
+                        let c = if add_first {
+                            o.saturating_add(off).saturating_mul(scale)
+                        } else {
+                            o.saturating_mul(scale).saturating_add(off)
+                        };
+                        o = shr_round(c, shift, true);
+                    }
+                    match e.op {
+                        Some(EwOp::Alu(op)) => v = alu_int(op, v, o),
+                        Some(EwOp::Mul(tp, tn)) => {
+                            let p = v.saturating_mul(o);
+                            v = shr_round(p, if p >= 0 { tp } else { tn }, true);
+                        }
+                        None => {}
+                    }
+                    if e.relu {
+                        v = v.max(0);
+                    }
+                    if let Some(cap) = e.relux {
+                        v = v.min(cap);
+                    }
+                }
+                *x = out_cvt_int(&t.out_cvt, v);
+                if !t.out.prec.is_float() {
+                    *x = saturate(*x, t.out.prec);
+                }
+            }
+            if t.out.prec.is_float() {
+                Values::Float(xs.into_iter().map(|v| v as f32).collect())
+            } else {
+                Values::Int(xs)
+            }
+        }
+        Values::Float(mut xs) => {
+            let ops = match &operand {
+                Some(Values::Float(o)) => Some(o.as_slice()),
+                _ => None,
+            };
+            if let Some(e) = ew {
+                for (i, x) in xs.iter_mut().enumerate() {
+                    let o = ops.map_or(0.0, |o| o[i]);
+                    match e.op {
+                        _ if e.dropped => {}
+                        Some(EwOp::Alu(Alu::Add)) => *x += o,
+                        Some(EwOp::Alu(Alu::Minus)) => *x -= o,
+                        Some(EwOp::Alu(Alu::Max)) => *x = x.max(o),
+                        Some(EwOp::Alu(Alu::Min)) => *x = x.min(o),
+                        Some(EwOp::Mul(..)) => *x *= o,
+                        None => {}
+                    }
+                    if e.relu {
+                        *x = x.max(0.0);
+                    }
+                }
+            }
+            Values::Float(xs)
+        }
+    }
+}
+
+/// The DPU write DMA: values `[pixel][channel]` into the output cube.
+fn write_cube(mem: &mut Memory, cube: &Cube, values: &Values, at: At) -> Result<(), SimError> {
+    let (w, h, c) = (cube.w as usize, cube.h as usize, cube.c as usize);
+    let epa = cube.atom_elems() as usize;
+    let size = cube.prec.bytes() as usize;
+    let mut buf = vec![0u8; w * 16];
+    for c1 in 0..c / epa {
+        for y in 0..h {
+            for x in 0..w {
+                let p = y * w + x;
+                for e in 0..epa {
+                    let k = p * c + c1 * epa + e;
+                    let i = x * 16 + e * size;
+                    let dst = &mut buf[i..i + size];
+                    match (values, cube.prec) {
+                        (Values::Int(v), DPrec::Int8) => dst[0] = v[k] as i8 as u8,
+                        (Values::Int(v), DPrec::Int16) => {
+                            dst.copy_from_slice(&(v[k] as i16).to_le_bytes())
+                        }
+                        (Values::Int(v), _) => dst.copy_from_slice(&(v[k] as i32).to_le_bytes()),
+                        (Values::Float(v), DPrec::Fp16) => {
+                            dst.copy_from_slice(&f32_to_f16(v[k]).to_le_bytes())
+                        }
+                        (Values::Float(v), DPrec::Bf16) => {
+                            dst.copy_from_slice(&f32_to_bf16(v[k]).to_le_bytes())
+                        }
+                        (Values::Float(v), _) => dst.copy_from_slice(&v[k].to_bits().to_le_bytes()),
+                    }
+                }
+            }
+            let addr = cube.base as u64 + c1 as u64 * cube.surf + y as u64 * cube.line;
+            let target = (addr < 1 << 32)
+                .then(|| mem.write(addr, buf.len()))
+                .flatten()
+                .ok_or_else(|| {
+                    dma_err(at, addr as i64, buf.len(), cube.block, cube.register, true)
+                })?;
+            target.copy_from_slice(&buf);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! Static checks of one task for known hazards (matmul-recipe.md section 7).
+
+use super::config::{DPrec, EwSrc, Main, Prec, Task};
+use super::error::{At, Lint, LintKind};
+use super::reg_name;
+
+fn lint(out: &mut Vec<Lint>, at: At, kind: LintKind, message: String) {
+    out.push(Lint { at, kind, message });
+}
+
+/// Whether the task's DPU needs data that only DPU_RDMA reads.
+pub(super) fn needs_rdma(t: &Task) -> bool {
+    matches!(t.main, Main::Flying(_))
+        || matches!(t.ew.as_ref().map(|e| &e.src), Some(EwSrc::Memory(_)))
+}
+
+/// Whether the atoms `(surface, line, x)` of a cube can land on the same address.
+fn may_overlap(w: u64, h: u64, surfaces: u64, line: u64, surf: u64) -> bool {
+    let planar = surfaces <= 1 || surf >= (h - 1) * line + w;
+    let lines_ok = h <= 1 || line >= w;
+    let interleaved = h <= 1 || line >= (surfaces - 1) * surf + w;
+    let surf_ok = surfaces <= 1 || surf >= w;
+    !((planar && lines_ok) || (interleaved && surf_ok))
+}
+
+/// Lints one checked task.
+pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
+    if needs_rdma(t) && t.enable.0 & 0x10 == 0 {
+        lint(
+            out,
+            at,
+            LintKind::DpuWithoutRdma,
+            format!(
+                "the DPU reads {} through DPU_RDMA, but the op-enable mask {:#x} does not start DPU_RDMA (0x10)",
+                if matches!(t.main, Main::Flying(_)) {
+                    "its main data"
+                } else {
+                    "an element-wise operand"
+                },
+                t.enable.0
+            ),
+        );
+    }
+    let o = &t.out;
+    let epa = o.atom_elems() as u64;
+    if may_overlap(
+        o.w as u64,
+        o.h as u64,
+        o.c as u64 / epa,
+        o.line / 16,
+        o.surf / 16,
+    ) {
+        lint(
+            out,
+            at,
+            LintKind::OutputOverlap,
+            format!(
+                "output atoms overlap: {} surfaces of {}x{} atoms with line stride {} and surface stride {} bytes (DPU.DATA_CUBE_NOTCH_ADDR / DST_SURF_STRIDE)",
+                o.c as u64 / epa,
+                o.w,
+                o.h,
+                o.line,
+                o.surf
+            ),
+        );
+    }
+    if matches!(t.proc, DPrec::Fp16 | DPrec::Bf16) && o.c > 4096 {
+        lint(
+            out,
+            at,
+            LintKind::WideFp16,
+            format!(
+                "{} output channels in one 16-bit float task; tasks wider than 4096 made later int8 tasks time out on boards",
+                o.c
+            ),
+        );
+    }
+    if matches!(o.prec, DPrec::Fp16 | DPrec::Bf16) && o.h > 1 {
+        let surfaces = o.c as u64 / epa;
+        if o.surf / 16 < o.w as u64 && o.line / 16 > surfaces * (o.surf / 16).max(1) {
+            lint(
+                out,
+                at,
+                LintKind::Fp16NTileScatter,
+                format!(
+                    "a 16-bit float output of {} channels written into rows of {} bytes; boards could not scatter fp16 N tiles into full rows",
+                    o.c, o.line
+                ),
+            );
+        }
+    }
+    if let Some(e) = &t.ew
+        && e.dropped
+    {
+        lint(
+            out,
+            at,
+            LintKind::Fp16EwAddDropped,
+            "fp16 element-wise ADD with DPU.EW_CFG.ew_op_cvt_bypass = 1: the hardware drops the operand (the simulator does too)".into(),
+        );
+    }
+    if let Main::Conv { feature, .. } = &t.main {
+        if t.weight_banks < 2 {
+            lint(
+                out,
+                at,
+                LintKind::CbufSplit,
+                format!(
+                    "CNA.CBUF_CON0 gives {} data and {} weight bank(s); board-validated programs keep at least 2 weight banks",
+                    t.data_banks, t.weight_banks
+                ),
+            );
+        }
+        let pixels = feature.w as u64 * feature.h as u64;
+        if feature.prec == Prec::Int8 && feature.c > 3072 && feature.c < 4096 && pixels > 4 {
+            lint(
+                out,
+                at,
+                LintKind::Int8KTile,
+                format!(
+                    "int8 K tile of {} channels with {pixels} rows: K in (3072, 4096) failed to submit on boards for M > 4",
+                    feature.c
+                ),
+            );
+        }
+        if feature.prec.is_float() && t.grains < feature.h + 1 {
+            lint(
+                out,
+                at,
+                LintKind::FeatureGrains,
+                format!(
+                    "CNA.CONV_CON2.feature_grains = {} for {} rows; values below rows + 1 corrupted some large-K fp16 results",
+                    t.grains, feature.h
+                ),
+            );
+        }
+        if feature.prec == Prec::Int4 && feature.c > 480 {
+            lint(
+                out,
+                at,
+                LintKind::Int4Saturation,
+                format!(
+                    "int4 x int4 over {} channels accumulates in int16 and may saturate (safe for any input up to 480)",
+                    feature.c
+                ),
+            );
+        }
+        if !t.group_line_off && feature.h > 1 && t.line_stride_field != 4 * feature.w {
+            lint(
+                out,
+                at,
+                LintKind::UnverifiedGeometry,
+                format!(
+                    "CNA.DMA_CON1.line_stride = {} with group line fetch on and {} lines of width {}: no board-validated program uses a line stride other than 4 x width here",
+                    t.line_stride_field, feature.h, feature.w
+                ),
+            );
+        }
+    }
+}
+
+/// Lints registers the task read but did not write itself.
+pub(super) fn stale(offsets: &[u16], never_written: &[u16], at: At, out: &mut Vec<Lint>) {
+    if offsets.is_empty() {
+        return;
+    }
+    let mut names: Vec<String> = offsets
+        .iter()
+        .take(6)
+        .map(|&o| {
+            if never_written.contains(&o) {
+                format!("{} (reset value)", reg_name(o))
+            } else {
+                reg_name(o).to_string()
+            }
+        })
+        .collect();
+    if offsets.len() > 6 {
+        names.push(format!("and {} more", offsets.len() - 6));
+    }
+    lint(
+        out,
+        at,
+        LintKind::StaleRegisters,
+        format!(
+            "reads {} register(s) its own list does not write, so their values depend on earlier programs: {}",
+            offsets.len(),
+            names.join(", ")
+        ),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_overlap;
+
+    #[test]
+    fn overlap_of_common_layouts() {
+        // Native [C1][M][atom]: surface stride M atoms.
+        assert!(!may_overlap(4, 1, 8, 4, 4));
+        assert!(!may_overlap(1, 4, 8, 1, 4));
+        // Row-major int32 [M][N]: surface 1 atom, line N/4 atoms.
+        assert!(!may_overlap(1, 16, 256, 256, 1));
+        // A notch clamped to 13 groups with N = 1024: lines of 104 atoms, 256 surfaces.
+        assert!(may_overlap(1, 16, 256, 104, 1));
+        // Planar with surfaces too close.
+        assert!(may_overlap(4, 4, 2, 4, 8));
+        assert!(!may_overlap(4, 4, 2, 4, 16));
+    }
+}

@@ -1,0 +1,310 @@
+//! A functional simulator of the RK3588 NPU that executes regcmd programs.
+//!
+//! The model covers what matmul programs use: the PC walking chained task lists exactly
+//! as register-map.md section 4 describes, per-core ping-pong register groups, CNA feature
+//! and weight fetch in the NC1HWC2 / weight-atom layouts, CORE multiply-accumulate for
+//! int8, int4, int16, fp16 and bf16, the DPU's BS/BN/EW stages, output converter and write
+//! DMA, DPU_RDMA operand reads (element-wise add, flying mode), and interrupt status as the
+//! kernels read it. It is strict: a register value it does not model is an error naming
+//! the task, register, field and value; nothing is guessed. docs/simulator.md lists what
+//! is modelled, with what fidelity, and what is not.
+//!
+//! The simulator is pure: it imports only [`crate::regs`] and [`crate::regcmd`].
+//!
+//! ```
+//! use rknpu_driver::kernels::worked_example;
+//! use rknpu_driver::sim::{Kick, Simulator};
+//!
+//! // The int8 4x32x32 example of register-map.md section 8: A is 4x32, B is 32x32.
+//! let program = worked_example::program()?;
+//! let words = program.bind(worked_example::fixture_address)?;
+//! let mut sim = Simulator::new();
+//! let addr = |b| worked_example::fixture_address(b).unwrap() as u32;
+//! sim.memory_mut().map(addr(worked_example::REGCMD), rknpu_driver::regcmd::words_to_le_bytes(&words))?;
+//! // A in the native layout [K/16][M][16]: A[m][k] = 1, B in [N/32][K/32][32][32]: B[k][n] = n.
+//! sim.memory_mut().map(addr(worked_example::INPUT), vec![1; 4 * 32])?;
+//! let weights: Vec<u8> = (0..32u8).flat_map(|n| [n; 32]).collect();
+//! sim.memory_mut().map(addr(worked_example::WEIGHTS), weights)?;
+//! sim.memory_mut().map_zeroed(addr(worked_example::OUTPUT), 4 * 32 * 4)?;
+//! let run = sim.kick(&Kick::new(addr(worked_example::REGCMD), program.tasks()[0].regcfg_amount() as u32))?;
+//! assert!(run.completed);
+//! // C[m][n] = sum_k 1 * n = 32 n, written as int32 [N/4][M][4].
+//! let out = sim.memory().read_vec(addr(worked_example::OUTPUT), 512).unwrap();
+//! let c = |m: usize, n: usize| {
+//!     let o = ((n / 4) * 4 + m) * 16 + (n % 4) * 4;
+//!     i32::from_le_bytes(out[o..o + 4].try_into().unwrap())
+//! };
+//! assert_eq!(c(3, 31), 32 * 31);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod config;
+mod datapath;
+mod error;
+mod float;
+mod lint;
+mod memory;
+mod pc;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{At, Lint, LintKind, SimError};
+pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use memory::{Memory, Region};
+
+use crate::regs::{self, Block, REGISTERS};
+
+/// Number of NPU cores on the RK3588.
+pub const CORES: usize = 3;
+
+/// Tasks one kick can count (12-bit PC TASK_NUMBER).
+pub const MAX_TASKS: u32 = 4095;
+
+/// CBUF banks per core.
+pub const CBUF_BANKS: u32 = 12;
+
+/// Bytes per CBUF bank.
+pub const CBUF_BANK_BYTES: u64 = 32 * 1024;
+
+/// Interrupt bits (PC INTERRUPT_* registers, register-map.md section 5.2).
+pub mod irq {
+    /// CNA feature group 0 / 1 done.
+    pub const CNA_FEATURE: u32 = 0x3;
+    /// CNA weight group 0 / 1 done.
+    pub const CNA_WEIGHT: u32 = 0xC;
+    /// CNA CSC group 0 / 1 done.
+    pub const CNA_CSC: u32 = 0x30;
+    /// CORE group 0 / 1 done.
+    pub const CORE: u32 = 0xC0;
+    /// DPU group 0 / 1 done: the completion pair of conv, matmul and element-wise jobs.
+    pub const DPU: u32 = 0x300;
+    /// PPU group 0 / 1 done.
+    pub const PPU: u32 = 0xC00;
+    /// DMA read error.
+    pub const DMA_READ_ERROR: u32 = 0x1000;
+    /// DMA write error.
+    pub const DMA_WRITE_ERROR: u32 = 0x2000;
+    /// The value the kernels write to clear every bit.
+    pub const CLEAR_ALL: u32 = 0x1_FFFF;
+
+    /// The vendor kernel's "fuzzed" status: every pair with any bit set widened to both.
+    pub fn fuzz(status: u32) -> u32 {
+        [0x3, 0xC, 0x30, 0xC0, 0x300, 0xC00]
+            .iter()
+            .filter(|&&pair| status & pair != 0)
+            .fold(0, |acc, pair| acc | pair)
+    }
+
+    /// Whether the vendor kernel accepts `status` (INT_STATUS, already masked) as the
+    /// completion of a job whose last task has `int_mask` (kernel-interfaces.md 3.6).
+    pub fn vendor_accepts(status: u32, int_mask: u32) -> bool {
+        fuzz(status) == int_mask
+    }
+}
+
+/// One kick of one core: what the kernel programs before OPERATION_ENABLE
+/// (kernel-interfaces.md 3.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kick {
+    /// Core index, 0..=2.
+    pub core: usize,
+    /// Device address of the first task's list (PC_DATA_ADDR); 16-byte aligned.
+    pub regcmd_addr: u32,
+    /// The first task's body length in entries (the vendor `regcfg_amount`).
+    pub regcfg_amount: u32,
+    /// TASK_NUMBER: run exactly this many tasks. `None` follows the chain to its end
+    /// (a tail with a zero next address), which no kernel does but a test bench wants.
+    pub task_number: Option<u32>,
+    /// INTERRUPT_MASK: the last task's `int_mask`.
+    pub int_mask: u32,
+}
+
+impl Kick {
+    /// A kick of core 0 at `regcmd_addr` that follows the chain and waits for the DPU pair.
+    pub fn new(regcmd_addr: u32, regcfg_amount: u32) -> Kick {
+        Kick {
+            core: 0,
+            regcmd_addr,
+            regcfg_amount,
+            task_number: None,
+            int_mask: irq::DPU,
+        }
+    }
+}
+
+/// Faults to inject, for tests of the layers above.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// This task (index within a kick of this core) never completes.
+    pub hang: Option<At>,
+    /// This task raises DMA_READ_ERROR and does not write its output.
+    pub dma_read_error: Option<At>,
+    /// This task raises DMA_WRITE_ERROR and does not write its output.
+    pub dma_write_error: Option<At>,
+}
+
+/// The outcome of one kick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreRun {
+    /// The core.
+    pub core: usize,
+    /// Tasks that completed (the PC's task counter).
+    pub tasks_run: u32,
+    /// INTERRUPT_RAW_STATUS after the run.
+    pub raw_status: u32,
+    /// INTERRUPT_STATUS (raw & mask).
+    pub int_status: u32,
+    /// Whether the vendor kernel would accept the interrupt as the job's completion.
+    pub completed: bool,
+    /// Multiply-accumulates the run performed.
+    pub macs: u64,
+    /// Hazards found.
+    pub lints: Vec<Lint>,
+    /// Where the run stopped without completing, if it did (a real board would time out).
+    pub stall: Option<Stall>,
+}
+
+/// A task that never completes: the PC stops there and the kernel would time out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// The task that does not complete (its index is the PC's task counter).
+    pub at: At,
+    /// Why.
+    pub why: String,
+}
+
+/// Per-core state: two ping-pong register groups and the PC's status.
+#[derive(Clone)]
+struct CoreState {
+    /// Register values by `offset / 4`, one array per ping-pong group.
+    groups: [Vec<u32>; 2],
+    /// The serial number of the task whose list last wrote each register (0 = reset).
+    written: [Vec<u64>; 2],
+    /// The group the next task uses.
+    parity: usize,
+}
+
+const WINDOW_WORDS: usize = 0x8000 / 4;
+
+impl CoreState {
+    fn new() -> CoreState {
+        let mut reset = vec![0u32; WINDOW_WORDS];
+        for r in REGISTERS.iter() {
+            if (r.offset as usize) < 0x8000 {
+                reset[r.offset as usize / 4] = r.reset;
+            }
+        }
+        CoreState {
+            groups: [reset.clone(), reset],
+            written: [vec![0; WINDOW_WORDS], vec![0; WINDOW_WORDS]],
+            parity: 0,
+        }
+    }
+}
+
+/// The simulated NPU: a memory image and three cores.
+#[derive(Clone)]
+pub struct Simulator {
+    memory: Memory,
+    cores: Vec<CoreState>,
+    faults: Faults,
+    serial: u64,
+}
+
+impl Default for Simulator {
+    fn default() -> Self {
+        Simulator::new()
+    }
+}
+
+impl std::fmt::Debug for Simulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulator")
+            .field("memory", &self.memory)
+            .field("faults", &self.faults)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Simulator {
+    /// A simulator with an empty memory image and every register at its reset value.
+    pub fn new() -> Simulator {
+        Simulator {
+            memory: Memory::new(),
+            cores: (0..CORES).map(|_| CoreState::new()).collect(),
+            faults: Faults::default(),
+            serial: 0,
+        }
+    }
+
+    /// The memory image.
+    pub fn memory(&self) -> &Memory {
+        &self.memory
+    }
+
+    /// The memory image, to place buffers.
+    pub fn memory_mut(&mut self) -> &mut Memory {
+        &mut self.memory
+    }
+
+    /// Replaces the faults to inject.
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
+    }
+
+    /// Resets every core's registers (the kernel's soft reset); memory is kept.
+    pub fn reset(&mut self) {
+        self.cores = (0..CORES).map(|_| CoreState::new()).collect();
+    }
+
+    /// The value of `offset` in `core`'s register group `group` (0 or 1).
+    pub fn register(&self, core: usize, group: usize, offset: u16) -> Option<u32> {
+        let c = self.cores.get(core)?;
+        let g = c.groups.get(group)?;
+        g.get(offset as usize / 4).copied()
+    }
+
+    /// Runs one kick to its end: every task of the chain (or `task_number` tasks).
+    ///
+    /// A program error stops the run with a [`SimError`]; memory keeps what earlier
+    /// tasks wrote. A kick whose job the vendor kernel would not accept as complete (an
+    /// interrupt mask that never matches, an injected fault) returns normally with
+    /// `completed == false`.
+    pub fn kick(&mut self, kick: &Kick) -> Result<CoreRun, SimError> {
+        pc::run(self, kick)
+    }
+
+    /// Runs several kicks, one per core, as a multi-core job does; results are in the
+    /// order given. Cores run one after another, which is equivalent for programs whose
+    /// cores write disjoint outputs (the kernel's requirement).
+    pub fn kick_all(&mut self, kicks: &[Kick]) -> Result<Vec<CoreRun>, SimError> {
+        let mut seen = [false; CORES];
+        for k in kicks {
+            match seen.get_mut(k.core) {
+                Some(s) if !*s => *s = true,
+                Some(_) => {
+                    return Err(SimError::Setup {
+                        why: format!("core {} is kicked twice in one job", k.core),
+                    });
+                }
+                None => {
+                    return Err(SimError::Setup {
+                        why: format!("core index {} (the RK3588 has cores 0..=2)", k.core),
+                    });
+                }
+            }
+        }
+        kicks.iter().map(|k| self.kick(k)).collect()
+    }
+}
+
+/// `BLOCK.REGISTER` of the register at `offset`, or a placeholder.
+fn reg_name(offset: u16) -> &'static str {
+    regs::lookup(offset).map_or("unknown register", |r| r.full_name)
+}
+
+/// The block whose window holds `offset`, by name.
+fn block_name(offset: u16) -> &'static str {
+    Block::from_offset(offset).map_or("?", Block::name)
+}

@@ -1,0 +1,420 @@
+//! The PC: fetches task lists, applies register writes, starts blocks, follows chains.
+
+use super::config::{self, View};
+use super::error::{At, Lint, LintKind, SimError};
+use super::{CoreRun, Kick, MAX_TASKS, Simulator, Stall, block_name, datapath, irq, lint};
+use crate::regcmd::{BlockMask, RegCmd, TAIL_ENTRIES};
+use crate::regs::{self, Block};
+
+/// A chain followed without TASK_NUMBER stops here: a longer one is a cycle.
+const CHAIN_LIMIT: usize = 1 << 16;
+
+/// Most entries one fetch can hold (16-bit PC_DATA_AMOUNT, 16-byte units).
+const MAX_FETCH_ENTRIES: usize = (u16::MAX as usize + 1) * 2;
+
+fn setup(why: impl Into<String>) -> SimError {
+    SimError::Setup { why: why.into() }
+}
+
+/// What one task list asked for.
+struct Fetched {
+    enable: Option<u32>,
+    next_addr: u32,
+    next_amount: u32,
+    /// The index of the op-enable entry in the list.
+    enable_index: usize,
+}
+
+/// Reads `(amount + 1) × 2` entries at `addr` and applies them to `group`.
+fn fetch_and_apply(
+    sim: &mut Simulator,
+    at: At,
+    addr: u32,
+    amount: u32,
+    group: usize,
+    serial: u64,
+    chained: bool,
+) -> Result<Fetched, SimError> {
+    let n = (amount as usize + 1) * 2;
+    let register = if chained {
+        "PC.BASE_ADDRESS (chain entry of the previous task)"
+    } else {
+        "PC.BASE_ADDRESS (kick)"
+    };
+    let bytes = sim
+        .memory
+        .read(addr as u64, n * 8)
+        .ok_or(SimError::Dma {
+            at,
+            addr: addr as u64,
+            len: n as u64 * 8,
+            block: "PC",
+            register,
+            write: false,
+        })?
+        .to_vec();
+    let mut f = Fetched {
+        enable: None,
+        next_addr: 0,
+        next_amount: 0,
+        enable_index: 0,
+    };
+    let core = &mut sim.cores[at.core];
+    for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        let e = RegCmd(u64::from_le_bytes(b));
+        let bad = |why: String| SimError::BadEntry {
+            at,
+            addr: addr + 8 * i as u32,
+            entry: e.0,
+            why,
+        };
+        let is_nop = e.0 == 0 || e == RegCmd::new(regs::TARGET_NOP_BIT48, 0, 0);
+        if f.enable.is_some() {
+            if !is_nop {
+                return Err(bad(
+                    "an entry after the op-enable entry in the same fetch".into()
+                ));
+            }
+            continue;
+        }
+        match e.target() {
+            _ if is_nop => {}
+            regs::TARGET_NOP | regs::TARGET_NOP_BIT48 => {
+                return Err(bad("a NOP target with a non-zero value or offset".into()));
+            }
+            regs::TARGET_MARKER => {
+                if e.value() != 0 || e.offset() != 0 {
+                    return Err(bad(
+                        "the 0x0041 marker carries a value or offset; every known program writes 0"
+                            .into(),
+                    ));
+                }
+            }
+            regs::TARGET_OP_ENABLE => {
+                if e.offset() != 0x0008 {
+                    return Err(bad(format!(
+                        "op-enable entry at offset {:#06x}, not 0x0008",
+                        e.offset()
+                    )));
+                }
+                f.enable = Some(e.value());
+                f.enable_index = i;
+            }
+            t => {
+                let block = Block::from_target(t)
+                    .ok_or_else(|| bad(format!("unknown target code {t:#06x}")))?;
+                let info = regs::lookup(e.offset())
+                    .ok_or_else(|| bad(format!("no register at offset {:#06x}", e.offset())))?;
+                if info.block != block {
+                    return Err(bad(format!(
+                        "target {t:#06x} addresses {} but offset {:#06x} is {}",
+                        block.name(),
+                        e.offset(),
+                        info.full_name
+                    )));
+                }
+                let reserved = e.value() & !info.known_mask();
+                if reserved != 0 {
+                    return Err(bad(format!(
+                        "{} with reserved bits {reserved:#x} set",
+                        info.full_name
+                    )));
+                }
+                if block == Block::Pc {
+                    match e.offset() {
+                        0x0010 => f.next_addr = e.value(),
+                        0x0014 => f.next_amount = e.value(),
+                        o => {
+                            return Err(bad(format!(
+                                "{} written through regcmd; only the chain registers 0x0010 and 0x0014 are",
+                                super::reg_name(o)
+                            )));
+                        }
+                    }
+                    continue;
+                }
+                if info.name == "S_STATUS" || info.name == "OPERATION_ENABLE" {
+                    return Err(bad(format!(
+                        "{} is not written by programs (status, or started by the op-enable entry)",
+                        info.full_name
+                    )));
+                }
+                let idx = e.offset() as usize / 4;
+                core.groups[group][idx] = e.value();
+                core.written[group][idx] = serial;
+            }
+        }
+    }
+    Ok(f)
+}
+
+/// The number of entries up to and including the first op-enable at `addr`, if one follows
+/// within what one fetch can hold.
+fn list_len(sim: &Simulator, addr: u32) -> Option<usize> {
+    (0..MAX_FETCH_ENTRIES).find_map(|i| {
+        let b = sim.memory.read(addr as u64 + 8 * i as u64, 8)?;
+        let e = RegCmd(u64::from_le_bytes(b.try_into().ok()?));
+        (e.target() == regs::TARGET_OP_ENABLE).then_some(i + 1)
+    })
+}
+
+pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError> {
+    let core = kick.core;
+    if core >= sim.cores.len() {
+        return Err(setup(format!(
+            "core index {core} (the RK3588 has cores 0..=2)"
+        )));
+    }
+    if !kick.regcmd_addr.is_multiple_of(16) {
+        return Err(setup(format!(
+            "regcmd address {:#x} is not 16-byte aligned (PC_DATA_ADDR keeps bits 31:4)",
+            kick.regcmd_addr
+        )));
+    }
+    match kick.task_number {
+        Some(0) => return Err(setup("TASK_NUMBER 0: the kernels refuse empty jobs")),
+        Some(n) if n > MAX_TASKS => {
+            return Err(setup(format!(
+                "TASK_NUMBER {n} does not fit 12 bits (at most {MAX_TASKS})"
+            )));
+        }
+        _ => {}
+    }
+    let first_amount = (kick.regcfg_amount as usize + TAIL_ENTRIES).div_ceil(2) - 1;
+    if first_amount > u16::MAX as usize {
+        return Err(setup(format!(
+            "regcfg_amount {} gives a fetch amount above 16 bits",
+            kick.regcfg_amount
+        )));
+    }
+    // The kernel's kick: CNA and CORE S_POINTER = 0xE with the core index in bits 29:28.
+    for g in 0..2 {
+        for off in [0x1004usize, 0x3004] {
+            sim.cores[core].groups[g][off / 4] = 0xE | ((core as u32) << 28);
+        }
+    }
+
+    let mut out = CoreRun {
+        core,
+        tasks_run: 0,
+        raw_status: 0,
+        int_status: 0,
+        completed: false,
+        macs: 0,
+        lints: Vec::new(),
+        stall: None,
+    };
+    let mut addr = kick.regcmd_addr;
+    let mut amount = first_amount as u32;
+    let mut last_enable = 0;
+    let mut task = 0usize;
+    loop {
+        let at = At { core, task };
+        sim.serial += 1;
+        let serial = sim.serial;
+        let group = sim.cores[core].parity;
+        let f = fetch_and_apply(sim, at, addr, amount, group, serial, task > 0)?;
+        let Some(enable) = f.enable else {
+            out.stall = Some(Stall {
+                at,
+                why: format!(
+                    "no op-enable entry in the {} entries fetched at {addr:#x}",
+                    (amount + 1) * 2
+                ),
+            });
+            break;
+        };
+        last_enable = enable;
+        if sim.faults.hang == Some(at) {
+            out.stall = Some(Stall {
+                at,
+                why: "injected fault: the task never completes".into(),
+            });
+            break;
+        }
+
+        // Check and run the task.
+        let c = &sim.cores[core];
+        let mut view = View {
+            vals: &c.groups[group],
+            written: &c.written[group],
+            serial,
+            at,
+            stale: Vec::new(),
+        };
+        let t = config::task(&mut view, BlockMask(enable))?;
+        let stale = std::mem::take(&mut view.stale);
+        let never: Vec<u16> = stale
+            .iter()
+            .copied()
+            .filter(|&o| c.written[group][o as usize / 4] == 0)
+            .collect();
+        for reg in [0x1004usize, 0x3004] {
+            let idx = (c.groups[group][reg / 4] >> 28) & 3;
+            if enable & 0x05 != 0 && idx as usize != core {
+                out.lints.push(Lint {
+                    at,
+                    kind: LintKind::CoreIndex,
+                    message: format!(
+                        "{} names core {idx} in bits 29:28 but the program runs on core {core}",
+                        super::reg_name(reg as u16)
+                    ),
+                });
+            }
+        }
+        lint::stale(&stale, &never, at, &mut out.lints);
+        lint::task(&t, at, &mut out.lints);
+        if lint::needs_rdma(&t) && enable & 0x10 == 0 {
+            out.stall = Some(Stall {
+                at,
+                why:
+                    "the DPU waits for data from DPU_RDMA, which the op-enable entry does not start"
+                        .into(),
+            });
+            break;
+        }
+        let read_err = sim.faults.dma_read_error == Some(at);
+        let write_err = sim.faults.dma_write_error == Some(at);
+        out.macs += datapath::execute(&mut sim.memory, &t, at, !(read_err || write_err))?;
+
+        // Interrupt status: every started block reports done for this task's group.
+        let g = group as u32;
+        if enable & 0x01 != 0 {
+            out.raw_status |= (irq::CNA_FEATURE | irq::CNA_WEIGHT | irq::CNA_CSC) & (0x15 << g);
+        }
+        if enable & 0x04 != 0 {
+            out.raw_status |= irq::CORE & (0x40 << g);
+        }
+        if enable & 0x08 != 0 {
+            out.raw_status |= irq::DPU & (0x100 << g);
+        }
+        if read_err {
+            out.raw_status |= irq::DMA_READ_ERROR;
+        }
+        if write_err {
+            out.raw_status |= irq::DMA_WRITE_ERROR;
+        }
+        sim.cores[core].parity ^= 1;
+        task += 1;
+        out.tasks_run = task as u32;
+
+        // Follow the chain.
+        let done = match kick.task_number {
+            Some(n) => task == n as usize,
+            None => f.next_addr == 0,
+        };
+        if done {
+            break;
+        }
+        let next_at = At { core, task };
+        if f.next_addr == 0 {
+            out.stall = Some(Stall {
+                at: next_at,
+                why: format!(
+                    "TASK_NUMBER is {} but task {} has no chain address",
+                    kick.task_number.unwrap_or(0),
+                    task - 1
+                ),
+            });
+            break;
+        }
+        if f.next_addr % 16 != 0 {
+            return Err(SimError::Inconsistent {
+                at,
+                register: "PC.BASE_ADDRESS",
+                field: "pc_source_addr",
+                value: f.next_addr as u64,
+                why: "the chain address must be 16-byte aligned (the PC keeps bits 31:4)".into(),
+            });
+        }
+        if f.next_amount > u16::MAX as u32 {
+            return Err(SimError::Unsupported {
+                at,
+                register: "PC.REGISTER_AMOUNTS",
+                field: "unk_17_16",
+                value: (f.next_amount >> 16) as u64,
+                why: "the bits above the 16-bit amount have no known meaning".into(),
+            });
+        }
+        match list_len(sim, f.next_addr) {
+            Some(len) => {
+                let want = len.div_ceil(2) as u32 - 1;
+                if want != f.next_amount {
+                    out.lints.push(Lint {
+                        at,
+                        kind: LintKind::ChainAmount,
+                        message: format!(
+                            "chain amount {} but the next list at {:#x} ends its op-enable at entry {}, which needs {want}",
+                            f.next_amount,
+                            f.next_addr,
+                            len - 1
+                        ),
+                    });
+                }
+            }
+            None => out.lints.push(Lint {
+                at,
+                kind: LintKind::ChainAmount,
+                message: format!(
+                    "no op-enable entry follows the chain address {:#x}",
+                    f.next_addr
+                ),
+            }),
+        }
+        if kick.task_number.is_none() && task == MAX_TASKS as usize {
+            out.lints.push(Lint {
+                at: next_at,
+                kind: LintKind::TaskCount,
+                message: format!(
+                    "the chain runs past {MAX_TASKS} tasks, more than TASK_NUMBER can count"
+                ),
+            });
+        }
+        if task >= CHAIN_LIMIT {
+            out.stall = Some(Stall {
+                at: next_at,
+                why: format!("the chain runs past {CHAIN_LIMIT} tasks (a cycle?)"),
+            });
+            break;
+        }
+        addr = f.next_addr;
+        amount = f.next_amount;
+    }
+
+    out.int_status = out.raw_status & kick.int_mask;
+    out.completed = out.stall.is_none() && irq::vendor_accepts(out.int_status, kick.int_mask);
+    let last_pair = if last_enable & 0x20 != 0 {
+        irq::PPU
+    } else if last_enable & 0x08 != 0 {
+        irq::DPU
+    } else {
+        irq::CORE
+    };
+    let early = kick.int_mask & 0xFFF & !last_pair;
+    let half = kick.int_mask & last_pair;
+    if early != 0 || (half != 0 && half != last_pair) {
+        let at = At {
+            core,
+            task: out.tasks_run.saturating_sub(1) as usize,
+        };
+        out.lints.push(Lint {
+            at,
+            kind: LintKind::EarlyIntMask,
+            message: if early != 0 {
+                format!(
+                    "int_mask {:#x} names bits {early:#x} of blocks that finish before the last stage ({}, {last_pair:#x}): the job can complete early",
+                    kick.int_mask,
+                    block_name(if last_pair == irq::DPU { 0x4000 } else { 0x6000 })
+                )
+            } else {
+                format!(
+                    "int_mask {:#x} names one bit of the pair {last_pair:#x}; which bit fires depends on the ping-pong group",
+                    kick.int_mask
+                )
+            },
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,197 @@
+//! The captured board programs (`../shared/captures/`, beside a development checkout,
+//! absent from a fresh clone) on the simulator: every capture that comes with buffers at
+//! known addresses must run, or stop with an error the model names (a register, field and
+//! value it does not model, or a DMA to memory the capture did not record). None may
+//! panic, and none may stop on an entry the model does not understand.
+
+use rknpu_driver::sim::{Kick, SimError, Simulator};
+use std::path::{Path, PathBuf};
+
+fn captures_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures");
+    dir.is_dir().then_some(dir)
+}
+
+/// Every `"key": "0x..."` value in a JSON text, in order (meta.json is flat enough).
+fn hex_values(json: &str, key: &str) -> Vec<u32> {
+    let pat = format!("\"{key}\": \"0x");
+    json.match_indices(&pat)
+        .filter_map(|(i, _)| {
+            let rest = &json[i + pat.len()..];
+            let end = rest.find('"')?;
+            u32::from_str_radix(&rest[..end], 16).ok()
+        })
+        .collect()
+}
+
+/// Every `"key": N` number in a JSON text, in order.
+fn numbers(json: &str, key: &str) -> Vec<u32> {
+    let pat = format!("\"{key}\": ");
+    json.match_indices(&pat)
+        .filter_map(|(i, _)| {
+            let rest = &json[i + pat.len()..];
+            let end = rest.find(|c: char| !c.is_ascii_digit())?;
+            rest[..end].parse().ok()
+        })
+        .collect()
+}
+
+struct Case {
+    name: String,
+    buffers: Vec<(u32, PathBuf)>,
+    tasks: Vec<PathBuf>,
+    regcmd_addrs: Vec<u32>,
+    regcfg_amounts: Vec<u32>,
+}
+
+fn cases(dir: &Path) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let mut buffers = Vec::new();
+        let mut tasks = Vec::new();
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = entry.path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if p.is_dir() {
+                stack.push(p);
+            } else if name.ends_with("regcmd.bin") {
+                tasks.push(p);
+            } else if let Some(hex) = name
+                .strip_prefix("buf-")
+                .and_then(|n| n.strip_suffix(".bin"))
+                && let Ok(addr) = u32::from_str_radix(hex, 16)
+            {
+                buffers.push((addr, p));
+            }
+        }
+        if tasks.is_empty() || buffers.is_empty() {
+            continue;
+        }
+        tasks.sort();
+        buffers.sort();
+        let meta = std::fs::read_to_string(d.join("meta.json")).unwrap_or_default();
+        out.push(Case {
+            name: d.strip_prefix(dir).unwrap().display().to_string(),
+            buffers,
+            tasks,
+            regcmd_addrs: hex_values(&meta, "regcmd_addr"),
+            regcfg_amounts: numbers(&meta, "regcfg_amount"),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Loads a case and runs it: `Ok(summary)` or the simulator's error.
+fn run(case: &Case) -> Result<String, SimError> {
+    let mut sim = Simulator::new();
+    for (addr, file) in &case.buffers {
+        sim.memory_mut().map(*addr, std::fs::read(file).unwrap())?;
+    }
+    // Task lists that no captured buffer holds go where their descriptors say.
+    for (file, addr) in case.tasks.iter().zip(&case.regcmd_addrs) {
+        let bytes = std::fs::read(file).unwrap();
+        if sim.memory().read(*addr as u64, bytes.len()).is_none() {
+            sim.memory_mut().map(*addr, bytes)?;
+        }
+    }
+    let first = *case.regcmd_addrs.first().ok_or(SimError::Setup {
+        why: "meta.json gives no regcmd_addr".into(),
+    })?;
+    let amount = match case.regcfg_amounts.first() {
+        Some(&a) => a,
+        None => (std::fs::read(&case.tasks[0]).unwrap().len() / 8 - 4) as u32,
+    };
+    let kick = Kick {
+        task_number: Some(case.tasks.len() as u32),
+        ..Kick::new(first, amount)
+    };
+    let r = sim.kick(&kick)?;
+    Ok(format!(
+        "{} task(s) run, raw status {:#x}, completed {}, {} lint(s){}",
+        r.tasks_run,
+        r.raw_status,
+        r.completed,
+        r.lints.len(),
+        r.stall
+            .map(|s| format!(", stalls at {}: {}", s.at, s.why))
+            .unwrap_or_default()
+    ))
+}
+
+#[test]
+fn captures_with_buffers_run_or_fail_with_a_named_error() {
+    let Some(dir) = captures_dir() else {
+        eprintln!("note: ../shared/captures is absent (a fresh clone); nothing to run");
+        return;
+    };
+    let cases = cases(&dir);
+    assert!(
+        !cases.is_empty(),
+        "no capture with buffers under {}",
+        dir.display()
+    );
+    let mut not_understood = Vec::new();
+    for case in &cases {
+        match run(case) {
+            Ok(summary) => eprintln!("{}: runs: {summary}", case.name),
+            Err(e) => {
+                eprintln!("{}: stops: {e}", case.name);
+                match e {
+                    SimError::Unsupported { .. }
+                    | SimError::Inconsistent { .. }
+                    | SimError::CbufOverflow { .. }
+                    | SimError::Dma { .. } => {}
+                    other => not_understood.push(format!("{}: {other}", case.name)),
+                }
+            }
+        }
+    }
+    assert!(
+        not_understood.is_empty(),
+        "captures stopped on something the model does not name:\n{}",
+        not_understood.join("\n")
+    );
+}
+
+/// `wtwver-npu/rknn-matmul-int8-4x32x32` was dumped after a run on a board, with its
+/// buffers but without their addresses. By content (and a CPU check of the product), GEM 4
+/// holds A (4x32 int8, row-major), GEM 3 the weights in the native atom layout and GEM 6
+/// the int32 result; the program reads them at 0xfffe8000, 0xfffec000 and 0xfffea000.
+/// Placing them there, the simulator must reproduce the board's output bit for bit.
+#[test]
+fn simulator_reproduces_a_board_run_of_the_vendor_int8_matmul() {
+    let Some(dir) = captures_dir() else {
+        eprintln!("note: ../shared/captures is absent (a fresh clone); nothing to run");
+        return;
+    };
+    let case = dir.join("wtwver-npu/rknn-matmul-int8-4x32x32");
+    if !case.is_dir() {
+        eprintln!("note: the capture is absent; nothing to run");
+        return;
+    }
+    let read = |f: &str| std::fs::read(case.join(f)).unwrap();
+    let board_output = read("buf-gem6.bin");
+    let mut sim = Simulator::new();
+    sim.memory_mut()
+        .map(0xfffeb000, read("buf-fffeb000.bin"))
+        .unwrap();
+    sim.memory_mut()
+        .map(0xfffe8000, read("buf-gem4.bin"))
+        .unwrap();
+    sim.memory_mut()
+        .map(0xfffec000, read("buf-gem3.bin"))
+        .unwrap();
+    sim.memory_mut().map_zeroed(0xfffea000, 4096).unwrap();
+    let run = sim.kick(&Kick::new(0xfffeb000, 108)).unwrap();
+    assert!(run.completed, "{run:?}");
+    assert_eq!(run.macs, 4 * 32 * 32);
+    let ours = sim.memory().read_vec(0xfffea000, 512).unwrap();
+    assert_eq!(
+        ours,
+        board_output[..512],
+        "C = A x B as int32, row-major 4x32"
+    );
+    assert!(ours.iter().any(|&b| b != 0));
+}
