@@ -27,6 +27,20 @@ pub enum Error {
         /// The largest value the field holds.
         max: u32,
     },
+    /// A register has no field of that name.
+    UnknownField {
+        /// `BLOCK.REGISTER`.
+        register: &'static str,
+        /// The name asked for.
+        field: &'static str,
+    },
+    /// A kernel shape or option the generator cannot express.
+    Unsupported {
+        /// What was asked for.
+        what: &'static str,
+        /// Why it cannot be built, with the limit.
+        why: String,
+    },
     /// A DMA address that breaks the alignment its register requires.
     Misaligned {
         /// `BLOCK.REGISTER` (or `PC.BASE_ADDRESS` for task lists).
@@ -80,6 +94,10 @@ impl fmt::Display for Error {
                 f,
                 "{register}.{field}: value {value} exceeds the field maximum {max}"
             ),
+            Error::UnknownField { register, field } => {
+                write!(f, "{register} has no field {field}")
+            }
+            Error::Unsupported { what, why } => write!(f, "{what}: {why}"),
             Error::Misaligned {
                 register,
                 addr,

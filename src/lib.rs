@@ -28,6 +28,7 @@
 #![deny(unsafe_code)]
 
 pub mod error;
+pub mod float;
 pub mod kernels;
 pub mod regcmd;
 pub mod regs;

@@ -1,4 +1,5 @@
 //! Kernel generators: shapes in, [`crate::regcmd::Program`]s out. Pure code: no buffers,
 //! no device; every DMA address is a relocation.
 
+pub mod single;
 pub mod worked_example;

@@ -79,6 +79,40 @@ impl TaskBuilder {
         self
     }
 
+    /// Appends a write of `R` built from named field values (the snake_case names of
+    /// [`crate::regs::FieldInfo`]); fields not named are 0. A value that does not fit its
+    /// field is an error, never truncated.
+    ///
+    /// ```
+    /// use rknpu_driver::regcmd::TaskBuilder;
+    /// use rknpu_driver::regs::cna::DataSize0;
+    ///
+    /// let mut t = TaskBuilder::new();
+    /// t.write_fields::<DataSize0>(&[("datain_width", 1), ("datain_height", 4)])?;
+    /// assert_eq!(t.entries()[0].value(), 0x0001_0004);
+    /// assert!(t.write_fields::<DataSize0>(&[("datain_height", 4096)]).is_err());
+    /// # Ok::<(), rknpu_driver::Error>(())
+    /// ```
+    pub fn write_fields<R: CommandRegister>(
+        &mut self,
+        fields: &[(&'static str, u32)],
+    ) -> Result<&mut TaskBuilder> {
+        let mut raw = 0u32;
+        for &(name, value) in fields {
+            let info = R::INFO.field(name).ok_or(Error::UnknownField {
+                register: R::NAME,
+                field: name,
+            })?;
+            raw = info.insert(raw, value).ok_or(Error::FieldOverflow {
+                register: R::NAME,
+                field: info.name,
+                value: value.into(),
+                max: info.max(),
+            })?;
+        }
+        Ok(self.write(R::from_raw(raw)))
+    }
+
     /// Appends a write of a DMA address register. A fixed address is checked against the
     /// register's alignment now; a relocation when the program is bound.
     pub fn write_addr<R: DmaAddressRegister>(&mut self, addr: DmaAddr) -> Result<&mut TaskBuilder> {

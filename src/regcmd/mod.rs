@@ -155,6 +155,8 @@ impl BlockMask {
     pub const CONV: BlockMask = BlockMask(0x0D);
     /// CONV + DPU_RDMA: with bias or an element-wise operand (0x1D).
     pub const CONV_RDMA: BlockMask = BlockMask(0x1D);
+    /// DPU + DPU_RDMA: an element-wise task on data read from memory (flying mode, 0x18).
+    pub const ELEMENTWISE: BlockMask = BlockMask(0x18);
 
     /// The blocks that can be started, in bit order.
     pub const BLOCKS: [(Block, BlockMask); 6] = [

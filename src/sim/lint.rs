@@ -77,7 +77,7 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
     }
     if matches!(o.prec, DPrec::Fp16 | DPrec::Bf16) && o.h > 1 {
         let surfaces = o.c as u64 / epa;
-        if o.surf / 16 < o.w as u64 && o.line / 16 > surfaces * (o.surf / 16).max(1) {
+        if o.surf / 16 < o.w as u64 * o.h as u64 && o.line / 16 > surfaces * (o.surf / 16).max(1) {
             lint(
                 out,
                 at,

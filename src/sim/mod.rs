@@ -41,7 +41,6 @@
 mod config;
 mod datapath;
 mod error;
-mod float;
 mod lint;
 mod memory;
 mod pc;
@@ -50,7 +49,6 @@ mod pc;
 mod tests;
 
 pub use error::{At, Lint, LintKind, SimError};
-pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use memory::{Memory, Region};
 
 use crate::regs::{self, Block, REGISTERS};

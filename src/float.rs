@@ -1,4 +1,5 @@
-//! IEEE half precision (fp16) and bfloat16 conversions, round to nearest even.
+//! IEEE half precision (fp16) and bfloat16 conversions, round to nearest even. Shared by
+//! the packers of [`crate::kernels`] and the simulator; imports nothing.
 
 /// fp16 bits to f32 (exact).
 pub fn f16_to_f32(h: u16) -> f32 {
