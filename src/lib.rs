@@ -8,9 +8,13 @@
 //!   register and a static table of every register and field;
 //! * [`regcmd`] — entries, a task/program builder with symbolic DMA-address relocations,
 //!   and a lossless decoder to text and JSON;
-//! * [`kernels`] — program generators (today the worked int8 example).
+//! * [`kernels`] — program generators: the worked int8 example and single-task matmuls
+//!   for every precision, with their packers;
+//! * [`sim`] — a strict functional simulator that executes programs against a memory
+//!   image, so programs can be tested without a board (docs/simulator.md);
+//! * [`float`] — fp16/bf16 conversions shared by packers and simulator.
 //!
-//! Layers import only downward (`regs` ← `regcmd` ← `kernels`); see
+//! Layers import only downward (`regs` ← `regcmd` ← `kernels`, `sim`); see
 //! `docs/architecture.md`. The crate denies the `unsafe_code` lint; only `src/sys/` (which
 //! does not exist yet) will opt out of it.
 //!
