@@ -9,6 +9,9 @@ use super::error::{At, SimError};
 use super::memory::Memory;
 use crate::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
+/// Results one task may produce: the model keeps them all in memory at once (2 GiB of i64).
+const MAX_RESULTS: u64 = 1 << 28;
+
 /// Accumulators or DPU values, `[pixel][channel]` with pixel = y × width + x.
 enum Values {
     Int(Vec<i64>),
@@ -22,6 +25,19 @@ pub(super) fn execute(
     at: At,
     write_output: bool,
 ) -> Result<u64, SimError> {
+    let results = t.out.w as u64 * t.out.h as u64 * t.out.c as u64;
+    if results > MAX_RESULTS {
+        return Err(SimError::Unsupported {
+            at,
+            register: "DPU.DATA_CUBE_CHANNEL",
+            field: "channel",
+            value: t.out.c as u64 - 1,
+            why: format!(
+                "{} x {} x {} results in one task; the simulator holds at most {MAX_RESULTS}",
+                t.out.w, t.out.h, t.out.c
+            ),
+        });
+    }
     let (main, macs) = match &t.main {
         Main::Conv { feature, weights } => conv(mem, feature, weights, at)?,
         Main::Flying(cube) => (read_cube(mem, cube, at)?, 0),

@@ -660,3 +660,63 @@ fn fp16_add_without_operand_converter_drops_the_operand() {
         "A and B are zero and E is dropped: {c:?}"
     );
 }
+
+// ----- robustness -----
+
+mod random_programs {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Entries that look like programs: block targets with offsets inside their block,
+    /// chain entries, markers, op-enables with any mask, NOPs, and raw words.
+    fn entry() -> impl Strategy<Value = RegCmd> {
+        let blocks = [
+            (0x0201u16, 0x1000u16),
+            (0x0801, 0x3000),
+            (0x1001, 0x4000),
+            (0x2001, 0x5000),
+            (0x0101, 0x0000),
+        ];
+        prop_oneof![
+            6 => (0..blocks.len(), 0u16..0x140, any::<u32>(), 0u32..4).prop_map(move |(b, off, v, small)| {
+                let (t, base) = blocks[b];
+                let v = if small == 0 { v } else { v & 0xFFF };
+                RegCmd::new(t, v, base + off * 4)
+            }),
+            1 => any::<u32>().prop_map(|m| RegCmd::op_enable(BlockMask(m & 0x7F))),
+            1 => Just(RegCmd::MARKER),
+            1 => Just(RegCmd::NOP),
+            1 => any::<u64>().prop_map(RegCmd),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Whatever the words, a kick returns a result or a typed error: no panic, no
+        /// unbounded allocation.
+        #[test]
+        fn random_programs_never_panic(
+            words in proptest::collection::vec(entry(), 1..160),
+            body in 0u32..200,
+            regions in proptest::collection::vec((0u32..16, 1usize..4096), 0..4),
+        ) {
+            let mut sim = Simulator::new();
+            sim.memory_mut().map(0x1000, words_to_le_bytes(&words)).unwrap();
+            for (slot, len) in regions {
+                let _ = sim.memory_mut().map_zeroed(0x10_0000 * (slot + 1), len);
+            }
+            let _ = sim.kick(&Kick { task_number: None, ..Kick::new(0x1000, body) });
+        }
+
+        /// A working program with one register replaced by a random value never panics.
+        #[test]
+        fn one_random_register_never_panics(index in 0usize..100, value in any::<u32>()) {
+            let mut s = Setup::int8(4, 64, 32);
+            let body = s.body as usize;
+            let i = index % body;
+            s.words[i] = s.words[i].with_value(value);
+            let _ = s.run();
+        }
+    }
+}
