@@ -66,7 +66,11 @@ fn run(mm: &SingleMatmul, a: Vec<u8>, b: Vec<u8>, e: Option<Vec<u8>>) -> (CoreRu
     assert_eq!(r.tasks_run, 1);
     // The generator writes every register it relies on and stays inside the envelopes:
     // only the int4 saturation hazard of long K may be reported.
-    let unexpected: Vec<_> = r.lints.iter().filter(|l| l.kind != LintKind::Int4Saturation).collect();
+    let unexpected: Vec<_> = r
+        .lints
+        .iter()
+        .filter(|l| l.kind != LintKind::Int4Saturation)
+        .collect();
     assert!(unexpected.is_empty(), "{mm:?}: {unexpected:?}");
     let c = sim.memory().read_vec(a32(single::C), mm.c_bytes()).unwrap();
     (r, c)
