@@ -200,6 +200,22 @@ pub struct PostOps {
     pub out_cvt: Option<(i32, u16, u16)>,
 }
 
+/// The two inputs of a matmul.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Operand {
+    A,
+    B,
+}
+
+impl Operand {
+    fn name(self) -> &'static str {
+        match self {
+            Operand::A => "A",
+            Operand::B => "B",
+        }
+    }
+}
+
 /// One matmul task and its packers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SingleMatmul {
@@ -761,57 +777,71 @@ impl SingleMatmul {
 
     /// Packs A (row-major M×K integers) into the task's layout.
     pub fn pack_a_int(&self, a: &[i32]) -> Result<Vec<u8>> {
-        self.check_len("A", a.len(), (self.m * self.k) as usize)?;
-        self.check_int("A", a)?;
-        Ok(self.pack_a_with(|m, k| a[(m * self.k + k) as usize]))
+        self.pack_int(Operand::A, a)
     }
 
     /// Packs A (row-major M×K) into the task's layout, rounding to fp16/bf16.
     pub fn pack_a_f32(&self, a: &[f32]) -> Result<Vec<u8>> {
-        self.check_len("A", a.len(), (self.m * self.k) as usize)?;
-        if !self.dtype.is_float() {
-            return Err(unsupported(format!(
-                "A: float values for a {:?} matmul",
-                self.dtype
-            )));
-        }
-        Ok(self.pack_a_with(|m, k| self.float_bits(a[(m * self.k + k) as usize])))
-    }
-
-    fn pack_a_with(&self, value: impl Fn(u32, u32) -> i32) -> Vec<u8> {
-        let mut buf = vec![0u8; self.a_bytes()];
-        for m in 0..self.m {
-            for k in 0..self.k {
-                self.put(&mut buf, self.a_offset(m, k), k, value(m, k));
-            }
-        }
-        buf
+        self.pack_f32(Operand::A, a)
     }
 
     /// Packs B (row-major K×N integers) into the weight-atom layout.
     pub fn pack_b_int(&self, b: &[i32]) -> Result<Vec<u8>> {
-        self.check_len("B", b.len(), (self.k * self.n) as usize)?;
-        self.check_int("B", b)?;
-        Ok(self.pack_b_with(|k, n| b[(k * self.n + n) as usize]))
+        self.pack_int(Operand::B, b)
     }
 
     /// Packs B (row-major K×N) into the weight-atom layout, rounding to fp16/bf16.
     pub fn pack_b_f32(&self, b: &[f32]) -> Result<Vec<u8>> {
-        self.check_len("B", b.len(), (self.k * self.n) as usize)?;
+        self.pack_f32(Operand::B, b)
+    }
+
+    /// Rows and columns of a row-major operand.
+    fn dims(&self, op: Operand) -> (u32, u32) {
+        match op {
+            Operand::A => (self.m, self.k),
+            Operand::B => (self.k, self.n),
+        }
+    }
+
+    fn pack_int(&self, op: Operand, values: &[i32]) -> Result<Vec<u8>> {
+        let (rows, cols) = self.dims(op);
+        self.check_len(op.name(), values.len(), (rows * cols) as usize)?;
+        self.check_int(op.name(), values)?;
+        Ok(self.pack_with(op, |i| values[i]))
+    }
+
+    fn pack_f32(&self, op: Operand, values: &[f32]) -> Result<Vec<u8>> {
+        let (rows, cols) = self.dims(op);
+        self.check_len(op.name(), values.len(), (rows * cols) as usize)?;
         if !self.dtype.is_float() {
             return Err(unsupported(format!(
-                "B: float values for a {:?} matmul",
+                "{}: float values for a {:?} matmul",
+                op.name(),
                 self.dtype
             )));
         }
-        Ok(self.pack_b_with(|k, n| self.float_bits(b[(k * self.n + n) as usize])))
+        Ok(self.pack_with(op, |i| self.float_bits(values[i])))
     }
 
-    fn pack_b_with(&self, value: impl Fn(u32, u32) -> i32) -> Vec<u8> {
-        let mut buf = vec![0u8; self.b_bytes()];
-        for k in 0..self.k {
-            for n in 0..self.n {
-                self.put(&mut buf, self.b_offset(k, n), k, value(k, n));
+    /// Lays out a row-major operand; `value(i)` is its i-th element's bits.
+    fn pack_with(&self, op: Operand, value: impl Fn(usize) -> i32) -> Vec<u8> {
+        let (rows, cols) = self.dims(op);
+        let mut buf = vec![
+            0u8;
+            if op == Operand::A {
+                self.a_bytes()
+            } else {
+                self.b_bytes()
+            }
+        ];
+        for r in 0..rows {
+            for c in 0..cols {
+                // The K index decides the nibble of int4 values.
+                let (offset, k) = match op {
+                    Operand::A => (self.a_offset(r, c), c),
+                    Operand::B => (self.b_offset(r, c), r),
+                };
+                self.put(&mut buf, offset, k, value((r * cols + c) as usize));
             }
         }
         buf
