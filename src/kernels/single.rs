@@ -568,29 +568,13 @@ impl SingleMatmul {
             ])?
             .write_fields::<dpu::BsOwOp>(&[])?
             .write_fields::<dpu::WdmaSize0>(&[("channel_wdma", ao - 1)])?
-            .write_fields::<dpu::WdmaSize1>(&[("width_wdma", w - 1), ("height_wdma", h - 1)])?
-            .write_fields::<dpu::BnCfg>(&[
-                ("bn_bypass", 1),
-                ("bn_alu_bypass", 1),
-                ("bn_mul_bypass", 1),
-                ("bn_relu_bypass", 1),
-            ])?
-            .write_fields::<dpu::BnAluCfg>(&[])?
-            .write_fields::<dpu::BnMulCfg>(&[])?
-            .write_fields::<dpu::BnReluxCmpValue>(&[])?;
+            .write_fields::<dpu::WdmaSize1>(&[("width_wdma", w - 1), ("height_wdma", h - 1)])?;
+        write_bn_bypassed(&mut t)?;
         if post.add {
             // ADD of a memory operand; the float path keeps the operand converter on with
             // the identity (with it bypassed the hardware drops the operand, quirk 15).
             let float = self.dtype.is_float();
-            t.write_fields::<dpu::EwCfg>(&[
-                ("ew_op_src", 1),
-                ("ew_lut_bypass", 1),
-                ("ew_op_cvt_bypass", u32::from(!float)),
-                ("ew_relu_bypass", 1),
-                ("ew_alu_algo", 2),
-                ("edata_size", 3),
-                ("ew_data_mode", 1),
-            ])?;
+            write_ew_add(&mut t, !float)?;
         } else {
             t.write_fields::<dpu::EwCfg>(&[
                 ("ew_bypass", 1),
@@ -662,12 +646,7 @@ impl SingleMatmul {
                 .write_fields::<dpu_rdma::RdmaSrcDmaCfg>(&[])?
                 .write_fields::<dpu_rdma::RdmaSurfNotch>(&[])?
                 .write_fields::<dpu_rdma::RdmaPadCfg>(&[])?
-                .write_fields::<dpu_rdma::RdmaWeight>(&[
-                    ("m_weight", 1),
-                    ("b_weight", 1),
-                    ("n_weight", 1),
-                    ("e_weight", 1),
-                ])?
+                .write_fields::<dpu_rdma::RdmaWeight>(&RDMA_WEIGHTS)?
                 .write_fields::<dpu_rdma::RdmaEwSurfNotch>(&[])?;
         }
         Ok(t)
@@ -931,6 +910,42 @@ impl SingleMatmul {
     }
 }
 
+/// DPU_RDMA arbiter weights: 1 for each read engine, as every known program writes.
+const RDMA_WEIGHTS: [(&str, u32); 4] = [
+    ("m_weight", 1),
+    ("b_weight", 1),
+    ("n_weight", 1),
+    ("e_weight", 1),
+];
+
+/// The BN stage, bypassed, with its operands zeroed.
+fn write_bn_bypassed(t: &mut TaskBuilder) -> Result<()> {
+    t.write_fields::<dpu::BnCfg>(&[
+        ("bn_bypass", 1),
+        ("bn_alu_bypass", 1),
+        ("bn_mul_bypass", 1),
+        ("bn_relu_bypass", 1),
+    ])?
+    .write_fields::<dpu::BnAluCfg>(&[])?
+    .write_fields::<dpu::BnMulCfg>(&[])?
+    .write_fields::<dpu::BnReluxCmpValue>(&[])?;
+    Ok(())
+}
+
+/// EW_CFG for the ADD of a 32-bit per-pixel ERDMA operand.
+fn write_ew_add(t: &mut TaskBuilder, op_cvt_bypass: bool) -> Result<()> {
+    t.write_fields::<dpu::EwCfg>(&[
+        ("ew_op_src", 1),
+        ("ew_lut_bypass", 1),
+        ("ew_op_cvt_bypass", u32::from(op_cvt_bypass)),
+        ("ew_relu_bypass", 1),
+        ("ew_alu_algo", 2),
+        ("edata_size", 3),
+        ("ew_data_mode", 1),
+    ])?;
+    Ok(())
+}
+
 /// The DPU-only task that adds two int32 partial results in the native layout
 /// `[channels/4][rows][4]` — the split-K accumulate of matmul-recipe.md 5.7: MRDMA reads
 /// `acc`, ERDMA reads `partial`, the EW ALU adds, the write DMA stores to `out`. Limits are
@@ -991,26 +1006,10 @@ pub fn add_task(
         .write_fields::<dpu::BsOwCfg>(&[("od_bypass", 1)])?
         .write_fields::<dpu::BsOwOp>(&[])?
         .write_fields::<dpu::WdmaSize0>(&[("channel_wdma", channels - 1)])?
-        .write_fields::<dpu::WdmaSize1>(&[("width_wdma", rows - 1)])?
-        .write_fields::<dpu::BnCfg>(&[
-            ("bn_bypass", 1),
-            ("bn_alu_bypass", 1),
-            ("bn_mul_bypass", 1),
-            ("bn_relu_bypass", 1),
-        ])?
-        .write_fields::<dpu::BnAluCfg>(&[])?
-        .write_fields::<dpu::BnMulCfg>(&[])?
-        .write_fields::<dpu::BnReluxCmpValue>(&[])?
-        .write_fields::<dpu::EwCfg>(&[
-            ("ew_op_src", 1),
-            ("ew_lut_bypass", 1),
-            ("ew_op_cvt_bypass", 1),
-            ("ew_relu_bypass", 1),
-            ("ew_alu_algo", 2),
-            ("edata_size", 3),
-            ("ew_data_mode", 1),
-        ])?
-        .write_fields::<dpu::EwCvtOffsetValue>(&[])?
+        .write_fields::<dpu::WdmaSize1>(&[("width_wdma", rows - 1)])?;
+    write_bn_bypassed(&mut t)?;
+    write_ew_add(&mut t, true)?;
+    t.write_fields::<dpu::EwCvtOffsetValue>(&[])?
         .write_fields::<dpu::EwCvtScaleValue>(&[("ew_op_cvt_scale", 1)])?
         .write_fields::<dpu::EwReluxCmpValue>(&[])?
         .write_fields::<dpu::OutCvtOffset>(&[])?
@@ -1035,12 +1034,7 @@ pub fn add_task(
         ])?
         .write_fields::<dpu_rdma::RdmaSrcDmaCfg>(&[])?
         .write_fields::<dpu_rdma::RdmaSurfNotch>(&[])?
-        .write_fields::<dpu_rdma::RdmaWeight>(&[
-            ("m_weight", 1),
-            ("b_weight", 1),
-            ("n_weight", 1),
-            ("e_weight", 1),
-        ])?
+        .write_fields::<dpu_rdma::RdmaWeight>(&RDMA_WEIGHTS)?
         .write_fields::<dpu_rdma::RdmaEwSurfNotch>(&[])?;
     Ok(t)
 }
