@@ -31,11 +31,13 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub mod device;
 pub mod error;
 pub mod float;
 pub mod kernels;
 pub mod regcmd;
 pub mod regs;
 pub mod sim;
+pub mod sys;
 
 pub use error::{Error, Result};

@@ -1,0 +1,100 @@
+//! The device layer's errors.
+
+use crate::sys::Errno;
+use std::fmt;
+
+/// What can go wrong opening, allocating on and submitting to an NPU. Each names the
+/// operation and, for kernel errors, the errno.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// No NPU was found.
+    NotFound {
+        /// What was looked for.
+        looked_for: String,
+        /// How to select a device.
+        hint: String,
+    },
+    /// The node could not be opened.
+    Open {
+        /// The node.
+        node: String,
+        /// Why.
+        errno: Errno,
+    },
+    /// A driver, or a driver version, whose interface the library does not speak.
+    UnsupportedDriver {
+        /// Driver name.
+        driver: String,
+        /// Its version.
+        version: String,
+        /// Why it is refused.
+        why: String,
+    },
+    /// A feature the interface does not offer (or the library does not use on it).
+    Unsupported {
+        /// What was asked for, and why not.
+        what: String,
+    },
+    /// A request the library refuses before asking the kernel.
+    InvalidArgument {
+        /// What was wrong.
+        what: String,
+    },
+    /// Core masks 5 and 6: the vendor kernel accepts them and never starts the job.
+    CoreMask {
+        /// The mask.
+        mask: u32,
+    },
+    /// An ioctl (or mmap, poll) failed.
+    Ioctl {
+        /// The request's name.
+        op: &'static str,
+        /// The errno.
+        errno: Errno,
+    },
+    /// The job did not complete before its deadline. The vendor driver soft-resets every
+    /// core after a timeout (kernel-interfaces.md 3.6).
+    Timeout {
+        /// Tasks the wait core completed.
+        task_counter: u32,
+        /// The last task's interrupt status, where the kernel reports it (0 otherwise).
+        int_status: u32,
+    },
+}
+
+impl fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceError::NotFound { looked_for, hint } => {
+                write!(f, "no NPU found: looked for {looked_for}; {hint}")
+            }
+            DeviceError::Open { node, errno } => write!(f, "cannot open {node}: {errno}"),
+            DeviceError::UnsupportedDriver {
+                driver,
+                version,
+                why,
+            } => {
+                write!(f, "driver {driver} {version} is not supported: {why}")
+            }
+            DeviceError::Unsupported { what } => write!(f, "not supported: {what}"),
+            DeviceError::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+            DeviceError::CoreMask { mask } => write!(
+                f,
+                "core mask {mask:#x}: the vendor kernel accepts masks 5 and 6 but never starts them; use 1, 2, 4, 3, 7 or automatic"
+            ),
+            DeviceError::Ioctl { op, errno } => {
+                write!(f, "{op} failed: {errno} ({})", errno.desc())
+            }
+            DeviceError::Timeout {
+                task_counter,
+                int_status,
+            } => write!(
+                f,
+                "job timed out after {task_counter} task(s), interrupt status {int_status:#x}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DeviceError {}

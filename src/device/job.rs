@@ -1,0 +1,497 @@
+//! Jobs: tasks in a regcmd buffer, the cores that run them, submission and completion.
+
+use super::{Bo, BoFlags, Device, DeviceError, Interface, Result};
+use crate::regcmd::{Program, TAIL_ENTRIES};
+use crate::sys::uapi::*;
+use crate::sys::{Errno, Fd, Ioctl, VendorOp};
+use std::time::{Duration, Instant};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// An absolute CLOCK_MONOTONIC time `d` from now, in ns (rocket PREP_BO deadlines).
+pub(super) fn deadline_ns(d: Duration) -> i64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec())
+        .unwrap_or(0);
+    now.saturating_add(d.as_nanos().min(i64::MAX as u128) as i64)
+}
+
+/// Which cores run a job (vendor `core_mask`, kernel-interfaces.md 3.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CoreMask {
+    /// The kernel picks the least busy core.
+    Auto,
+    /// Core 0 (mask 1).
+    Core0,
+    /// Core 1 (mask 2).
+    Core1,
+    /// Core 2 (mask 4).
+    Core2,
+    /// Cores 0 and 1 (mask 3).
+    Cores01,
+    /// All three cores (mask 7).
+    All,
+}
+
+impl CoreMask {
+    /// The mask for `bits`; 5 and 6 are refused because the vendor kernel never starts
+    /// them, values above 7 because no such core exists.
+    pub fn from_bits(bits: u32) -> Result<CoreMask> {
+        Ok(match bits {
+            0 => CoreMask::Auto,
+            1 => CoreMask::Core0,
+            2 => CoreMask::Core1,
+            4 => CoreMask::Core2,
+            3 => CoreMask::Cores01,
+            7 => CoreMask::All,
+            5 | 6 => return Err(DeviceError::CoreMask { mask: bits }),
+            _ => {
+                return Err(DeviceError::InvalidArgument {
+                    what: format!(
+                        "core mask {bits:#x}: the RK3588 has cores 0..=2 (mask at most 7)"
+                    ),
+                });
+            }
+        })
+    }
+
+    /// The `core_mask` value.
+    pub fn bits(self) -> u32 {
+        match self {
+            CoreMask::Auto => 0,
+            CoreMask::Core0 => 1,
+            CoreMask::Core1 => 2,
+            CoreMask::Core2 => 4,
+            CoreMask::Cores01 => 3,
+            CoreMask::All => 7,
+        }
+    }
+
+    /// Cores that run tasks.
+    pub fn cores(self) -> usize {
+        match self {
+            CoreMask::Cores01 => 2,
+            CoreMask::All => 3,
+            _ => 1,
+        }
+    }
+
+    /// The `subcore_task` slots the vendor kernel reads, in core order (3.5, quirk 8).
+    fn slots(self) -> &'static [usize] {
+        match self {
+            CoreMask::Auto => &[0, 1, 2],
+            CoreMask::Core0 => &[0],
+            CoreMask::Core1 => &[1],
+            CoreMask::Core2 => &[2],
+            CoreMask::Cores01 => &[0, 1],
+            CoreMask::All => &[2, 3, 4],
+        }
+    }
+}
+
+/// One task of a job: where its list is in the regcmd buffer and how the kernel must
+/// describe it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TaskDesc {
+    /// Byte offset of the task's list in the regcmd buffer (16-byte aligned).
+    pub offset: u32,
+    /// Body entries, tail excluded (vendor `regcfg_amount`).
+    pub regcfg_amount: u32,
+    /// Completion interrupt bits (0x300 for a DPU-last task).
+    pub int_mask: u32,
+    /// The op-enable mask.
+    pub enable: u32,
+}
+
+/// A job: tasks in one regcmd buffer, the cores that run them, the buffers it reads and
+/// writes, and a timeout. Borrowing the buffers keeps the CPU off them until the job
+/// is done.
+#[derive(Debug)]
+pub struct Job<'a> {
+    regcmd: &'a Bo<'a>,
+    tasks: Vec<TaskDesc>,
+    cores: CoreMask,
+    split: Vec<usize>,
+    timeout: Duration,
+    reads: Vec<&'a Bo<'a>>,
+    writes: Vec<&'a Bo<'a>>,
+}
+
+impl<'a> Job<'a> {
+    /// The tasks of a built program whose regcmd buffer is `regcmd`, on one core
+    /// (automatic), with a 500 ms timeout (matmul-recipe.md quirk 23).
+    pub fn from_program(regcmd: &'a Bo<'a>, program: &Program) -> Job<'a> {
+        let tasks = program
+            .tasks()
+            .iter()
+            .map(|t| TaskDesc {
+                offset: t.byte_offset() as u32,
+                regcfg_amount: t.regcfg_amount() as u32,
+                int_mask: t.int_mask,
+                enable: t.enable.0,
+            })
+            .collect();
+        Job::new(regcmd, tasks)
+    }
+
+    /// A job of explicit tasks.
+    pub fn new(regcmd: &'a Bo<'a>, tasks: Vec<TaskDesc>) -> Job<'a> {
+        let n = tasks.len();
+        Job {
+            regcmd,
+            tasks,
+            cores: CoreMask::Auto,
+            split: vec![n],
+            timeout: Duration::from_millis(500),
+            reads: Vec::new(),
+            writes: Vec::new(),
+        }
+    }
+
+    /// Runs on `mask` with `per_core[i]` consecutive tasks on its i-th core (one entry for
+    /// single-core masks). Each core's range must be chained on its own.
+    pub fn on_cores(mut self, mask: CoreMask, per_core: &[usize]) -> Job<'a> {
+        self.cores = mask;
+        self.split = per_core.to_vec();
+        self
+    }
+
+    /// The timeout the kernel waits (vendor) or the deadline the wait uses (rocket).
+    pub fn timeout(mut self, timeout: Duration) -> Job<'a> {
+        self.timeout = timeout;
+        self
+    }
+
+    /// A buffer the job reads.
+    pub fn reads(mut self, bo: &'a Bo<'a>) -> Job<'a> {
+        self.reads.push(bo);
+        self
+    }
+
+    /// A buffer the job writes (rocket signals completion through these).
+    pub fn writes(mut self, bo: &'a Bo<'a>) -> Job<'a> {
+        self.writes.push(bo);
+        self
+    }
+
+    fn check(&self, dev: &Device) -> Result<()> {
+        let invalid = |what: String| Err(DeviceError::InvalidArgument { what });
+        if self.tasks.is_empty() {
+            return invalid("a job with no task".into());
+        }
+        if self.split.len() != self.cores.cores()
+            || self.split.iter().sum::<usize>() != self.tasks.len()
+        {
+            return invalid(format!(
+                "{} tasks split as {:?} over {} core(s)",
+                self.tasks.len(),
+                self.split,
+                self.cores.cores()
+            ));
+        }
+        if self.split.contains(&0) {
+            return invalid("a core with no task".into());
+        }
+        for t in &self.tasks {
+            let end = t.offset as u64 + (t.regcfg_amount as u64 + TAIL_ENTRIES as u64) * 8;
+            if t.offset % 16 != 0 || end > self.regcmd.size() as u64 {
+                return invalid(format!(
+                    "task list at offset {:#x} of {} entries does not fit the {}-byte regcmd buffer 16-byte aligned",
+                    t.offset,
+                    t.regcfg_amount as usize + TAIL_ENTRIES,
+                    self.regcmd.size()
+                ));
+            }
+        }
+        if dev.info.interface == Interface::Rocket {
+            if self.cores != CoreMask::Auto {
+                return Err(DeviceError::Unsupported {
+                    what: "core selection: the rocket driver schedules jobs on cores itself".into(),
+                });
+            }
+            if self.writes.is_empty() {
+                return invalid("rocket signals completion only through written buffers: name one with Job::writes".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a completed job reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobResult {
+    /// Tasks completed (vendor: the wait core's counter; rocket: the job's task count,
+    /// which the driver does not report).
+    pub task_counter: u32,
+    /// Per task, the interrupt status the kernel wrote back (vendor: the last task of
+    /// each core's range; 0 elsewhere and on rocket).
+    pub int_status: Vec<u32>,
+    /// Time from hardware commit to completion (vendor 0.9.6+).
+    pub hw_elapsed: Option<Duration>,
+}
+
+/// A submitted job not yet waited for.
+#[derive(Debug)]
+pub struct Pending<'a> {
+    dev: &'a Device,
+    job: Job<'a>,
+    kind: PendingKind<'a>,
+}
+
+#[derive(Debug)]
+enum PendingKind<'a> {
+    Vendor { fence: Option<Fd>, tasks: Bo<'a> },
+    Rocket,
+}
+
+impl Pending<'_> {
+    /// Waits until `deadline` for the job. A job still running then is a
+    /// [`DeviceError::Timeout`] (counters unknown: 0).
+    pub fn wait(mut self, deadline: Instant) -> Result<JobResult> {
+        match &mut self.kind {
+            PendingKind::Vendor { fence, tasks } => {
+                let Some(fd) = fence.take() else {
+                    return Err(DeviceError::Unsupported {
+                        what: "waiting: the kernel returned no fence".into(),
+                    });
+                };
+                let mut ready = false;
+                while !ready {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    ready = self
+                        .dev
+                        .kernel
+                        .poll(fd, left)
+                        .map_err(|errno| DeviceError::Ioctl { op: "poll", errno })?;
+                    if !ready && Instant::now() >= deadline {
+                        break;
+                    }
+                }
+                self.dev.kernel.close(fd);
+                if !ready {
+                    return Err(DeviceError::Timeout {
+                        task_counter: 0,
+                        int_status: 0,
+                    });
+                }
+                Ok(JobResult {
+                    task_counter: self.job.tasks.len() as u32,
+                    int_status: task_statuses(tasks, self.job.tasks.len())?,
+                    hw_elapsed: None,
+                })
+            }
+            PendingKind::Rocket => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                for bo in &self.job.writes {
+                    let mut p = DrmRocketPrepBo {
+                        handle: bo.handle,
+                        reserved: 0,
+                        timeout_ns: deadline_ns(left),
+                    };
+                    match self.dev.ioctl(&mut Ioctl::RocketPrepBo(&mut p)) {
+                        Ok(_) => {}
+                        Err(DeviceError::Ioctl {
+                            errno: Errno::ETIMEDOUT | Errno::EBUSY,
+                            ..
+                        }) => {
+                            return Err(DeviceError::Timeout {
+                                task_counter: 0,
+                                int_status: 0,
+                            });
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(JobResult {
+                    task_counter: self.job.tasks.len() as u32,
+                    int_status: vec![0; self.job.tasks.len()],
+                    hw_elapsed: None,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let PendingKind::Vendor {
+            fence: Some(fd), ..
+        } = self.kind
+        {
+            self.dev.kernel.close(fd);
+        }
+    }
+}
+
+/// The `int_status` words of a task array.
+fn task_statuses(tasks: &mut Bo<'_>, n: usize) -> Result<Vec<u32>> {
+    let bytes = tasks.read_all()?;
+    Ok((0..n)
+        .map(|i| {
+            bytes
+                .get(i * 40..i * 40 + 40)
+                .and_then(|b| RknpuTask::read_from_bytes(b).ok())
+                .map_or(0, |t| t.int_status)
+        })
+        .collect())
+}
+
+impl Device {
+    /// Submits `job` and blocks until it completes or times out.
+    pub fn submit(&self, job: &Job<'_>) -> Result<JobResult> {
+        job.check(self)?;
+        match self.info.interface {
+            Interface::Vendor => {
+                let (mut sub, mut tasks) = self.vendor_submit_args(job, false)?;
+                let r = self.vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT");
+                let statuses = task_statuses(&mut tasks, job.tasks.len())?;
+                match r {
+                    Ok(_) => Ok(JobResult {
+                        task_counter: sub.task_counter,
+                        int_status: statuses,
+                        hw_elapsed: Some(Duration::from_nanos(sub.hw_elapse_time.max(0) as u64)),
+                    }),
+                    Err(DeviceError::Ioctl {
+                        errno: Errno::ETIMEDOUT,
+                        ..
+                    }) => Err(DeviceError::Timeout {
+                        task_counter: sub.task_counter,
+                        int_status: statuses.last().copied().unwrap_or(0),
+                    }),
+                    Err(e) => Err(e),
+                }
+            }
+            Interface::Rocket => {
+                self.rocket_submit(job)?;
+                let pending = Pending {
+                    dev: self,
+                    job: Job {
+                        regcmd: job.regcmd,
+                        tasks: job.tasks.clone(),
+                        cores: job.cores,
+                        split: job.split.clone(),
+                        timeout: job.timeout,
+                        reads: job.reads.clone(),
+                        writes: job.writes.clone(),
+                    },
+                    kind: PendingKind::Rocket,
+                };
+                pending.wait(Instant::now() + job.timeout)
+            }
+        }
+    }
+
+    /// Submits `job` and returns at once; [`Pending::wait`] waits for it (vendor: on the
+    /// fence the kernel returns, which needs `CONFIG_ROCKCHIP_RKNPU_FENCE`; rocket: on the
+    /// written buffers).
+    pub fn submit_nonblocking<'a>(&'a self, job: Job<'a>) -> Result<Pending<'a>> {
+        job.check(self)?;
+        let kind = match self.info.interface {
+            Interface::Vendor => {
+                let (mut sub, tasks) = self.vendor_submit_args(&job, true)?;
+                self.vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT")?;
+                PendingKind::Vendor {
+                    fence: (sub.fence_fd >= 0).then_some(Fd(sub.fence_fd)),
+                    tasks,
+                }
+            }
+            Interface::Rocket => {
+                self.rocket_submit(&job)?;
+                PendingKind::Rocket
+            }
+        };
+        Ok(Pending {
+            dev: self,
+            job,
+            kind,
+        })
+    }
+
+    /// The task array and the submit structure of a vendor job.
+    fn vendor_submit_args(
+        &self,
+        job: &Job<'_>,
+        nonblocking: bool,
+    ) -> Result<(RknpuSubmit, Bo<'_>)> {
+        let flags = BoFlags {
+            kernel_mapping: true,
+            ..BoFlags::default()
+        };
+        let mut tasks = self.alloc(job.tasks.len() * 40, flags)?;
+        let mut bytes = Vec::with_capacity(job.tasks.len() * 40);
+        for t in &job.tasks {
+            let task = RknpuTask {
+                enable_mask: t.enable,
+                int_mask: t.int_mask,
+                int_clear: 0x1_FFFF,
+                regcfg_amount: t.regcfg_amount,
+                regcmd_addr: job.regcmd.dma_addr() as u64 + t.offset as u64,
+                ..RknpuTask::default()
+            };
+            bytes.extend_from_slice(task.as_bytes());
+        }
+        tasks.write(0, &bytes)?;
+        let mut sub = RknpuSubmit {
+            flags: mem_flags(nonblocking),
+            timeout: job.timeout.as_millis().min(u32::MAX as u128) as u32,
+            task_number: job.tasks.len() as u32,
+            task_obj_addr: tasks.obj_addr,
+            core_mask: job.cores.bits(),
+            fence_fd: -1,
+            ..RknpuSubmit::default()
+        };
+        let mut start = 0u32;
+        match job.cores {
+            CoreMask::Auto => {
+                for &slot in job.cores.slots() {
+                    sub.subcore_task[slot] = RknpuSubcoreTask {
+                        task_start: 0,
+                        task_number: job.tasks.len() as u32,
+                    };
+                }
+            }
+            _ => {
+                for (&slot, &n) in job.cores.slots().iter().zip(&job.split) {
+                    sub.subcore_task[slot] = RknpuSubcoreTask {
+                        task_start: start,
+                        task_number: n as u32,
+                    };
+                    start += n as u32;
+                }
+            }
+        }
+        Ok((sub, tasks))
+    }
+
+    fn rocket_submit(&self, job: &Job<'_>) -> Result<()> {
+        let tasks: Vec<DrmRocketTask> = job
+            .tasks
+            .iter()
+            .map(|t| DrmRocketTask {
+                regcmd: job.regcmd.dma_addr() + t.offset,
+                regcmd_count: t.regcfg_amount + TAIL_ENTRIES as u32,
+            })
+            .collect();
+        let ins: Vec<u32> = std::iter::once(job.regcmd)
+            .chain(job.reads.iter().copied())
+            .map(Bo::handle)
+            .collect();
+        let outs: Vec<u32> = job.writes.iter().map(|b| b.handle()).collect();
+        let mut j = DrmRocketJob::default();
+        self.ioctl(&mut Ioctl::RocketSubmit {
+            job: &mut j,
+            tasks: &tasks,
+            in_handles: &ins,
+            out_handles: &outs,
+        })
+        .map(|_| ())
+    }
+}
+
+fn mem_flags(nonblocking: bool) -> u32 {
+    let base = job::PC | job::PINGPONG;
+    if nonblocking {
+        base | job::NONBLOCK | job::FENCE_OUT
+    } else {
+        base
+    }
+}

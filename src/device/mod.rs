@@ -1,0 +1,627 @@
+//! The NPU as a device: find and open it, allocate buffers, submit jobs, wait for them.
+//!
+//! One API over both kernel drivers — Rockchip's vendor `rknpu` (0.9.6 and 0.9.8, DRM
+//! flavour) and mainline `rocket` — and over the emulated kernel ([`emu`]) that runs the
+//! same requests on the simulator. Everything reaches the kernel through the seam of
+//! [`crate::sys`].
+//!
+//! ```
+//! use rknpu_driver::device::{BoFlags, Device, Job};
+//! use rknpu_driver::kernels::single::{Dtype, SingleMatmul};
+//!
+//! let dev = Device::open_spec("emu")?;                 // or Device::open(): RKNPU_DEVICE or probing
+//! let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+//! let program = mm.program()?;
+//! let (mut regcmd, mut a, mut b, mut c) = (
+//!     dev.alloc(program.byte_len(), BoFlags::default())?,
+//!     dev.alloc(mm.a_bytes(), BoFlags::default())?,
+//!     dev.alloc(mm.b_bytes(), BoFlags::default())?,
+//!     dev.alloc(mm.c_bytes(), BoFlags::default())?,
+//! );
+//! let addr = |id: rknpu_driver::regcmd::BufferId| {
+//!     Some(u64::from([regcmd.dma_addr(), a.dma_addr(), b.dma_addr(), c.dma_addr()][id.0 as usize]))
+//! };
+//! let words = program.bind(addr)?;
+//! regcmd.write(0, &rknpu_driver::regcmd::words_to_le_bytes(&words))?;
+//! a.write(0, &mm.pack_a_int(&vec![1; 4 * 64])?)?;
+//! b.write(0, &mm.pack_b_int(&vec![2; 64 * 32])?)?;
+//! let result = dev.submit(&Job::from_program(&regcmd, &program).writes(&c))?;
+//! assert_eq!(result.task_counter, 1);
+//! let out = mm.unpack_c_int(&c.read_all()?[..mm.c_bytes()])?;
+//! assert!(out.iter().all(|&v| v == 128));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod emu;
+mod error;
+mod job;
+
+pub use error::DeviceError;
+pub use job::{CoreMask, Job, JobResult, Pending, TaskDesc};
+
+use crate::sys::uapi::{self, *};
+use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, RealKernel, VendorOp};
+use emu::{EmuKernel, Flavour};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// `Result` with [`DeviceError`].
+pub type Result<T, E = DeviceError> = std::result::Result<T, E>;
+
+/// The kernel interface a device speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Interface {
+    /// Rockchip's vendor `rknpu` driver (DRM flavour).
+    Vendor,
+    /// The mainline `rocket` accel driver.
+    Rocket,
+}
+
+/// What [`Device::open`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Vendor or rocket.
+    pub interface: Interface,
+    /// The device node.
+    pub node: String,
+    /// The DRM driver name (`rknpu`, `rocket`).
+    pub driver: String,
+    /// Driver version `(major, minor, patch)`.
+    pub version: (u32, u32, u32),
+    /// The driver's date string (empty when it gives none).
+    pub date: String,
+    /// Cores.
+    pub cores: u32,
+    /// Whether the NPU is behind an IOMMU.
+    pub iommu: bool,
+    /// NPU clock in Hz, when the driver reports it.
+    pub freq_hz: Option<u32>,
+    /// Whether this is the emulated kernel.
+    pub emulated: bool,
+}
+
+/// Where [`Device::open`] looks, in order.
+pub fn probe_candidates() -> Vec<String> {
+    let mut v: Vec<String> = (0..8).map(|i| format!("/dev/accel/accel{i}")).collect();
+    v.extend((128..144).map(|i| format!("/dev/dri/renderD{i}")));
+    v.extend((0..8).map(|i| format!("/dev/dri/card{i}")));
+    v
+}
+
+/// An open NPU.
+#[derive(Debug)]
+pub struct Device {
+    kernel: Arc<dyn Kernel>,
+    emu: Option<Arc<EmuKernel>>,
+    fd: Fd,
+    info: DeviceInfo,
+    live_bos: AtomicUsize,
+    live_maps: Arc<AtomicUsize>,
+}
+
+fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
+    move |errno| DeviceError::Ioctl { op, errno }
+}
+
+impl Device {
+    /// Opens the NPU named by `RKNPU_DEVICE` (a node path, `emu`, `emu:rocket`,
+    /// `emu:vendor-0.9.6`), or else the first node of [`probe_candidates`] whose driver is
+    /// `rknpu` or `rocket`.
+    pub fn open() -> Result<Device> {
+        match std::env::var("RKNPU_DEVICE") {
+            Ok(spec) if !spec.is_empty() => Device::open_spec(&spec),
+            _ => {
+                let looked = probe_candidates();
+                for node in &looked {
+                    if std::path::Path::new(node).exists()
+                        && let Ok(d) = Device::open_with(Arc::new(RealKernel), None, node)
+                    {
+                        return Ok(d);
+                    }
+                }
+                Err(DeviceError::NotFound {
+                    looked_for: "an rknpu or rocket DRM node among /dev/accel/accel0-7, /dev/dri/renderD128-143, /dev/dri/card0-7".into(),
+                    hint: "set RKNPU_DEVICE to a node path, or to emu, emu:rocket or emu:vendor-0.9.6 for the emulated kernel".into(),
+                })
+            }
+        }
+    }
+
+    /// Opens a device by specification: `emu` (vendor 0.9.8), `emu:vendor-0.9.8`,
+    /// `emu:vendor-0.9.6`, `emu:rocket`, or a node path.
+    pub fn open_spec(spec: &str) -> Result<Device> {
+        let flavour = match spec {
+            "emu" | "emu:vendor" | "emu:vendor-0.9.8" => Some(Flavour::Vendor098),
+            "emu:vendor-0.9.6" => Some(Flavour::Vendor096),
+            "emu:rocket" => Some(Flavour::Rocket),
+            s if s.starts_with("emu") => {
+                return Err(DeviceError::NotFound {
+                    looked_for: format!("the emulated kernel {s:?}"),
+                    hint: "emu, emu:vendor-0.9.8, emu:vendor-0.9.6 or emu:rocket".into(),
+                });
+            }
+            _ => None,
+        };
+        match flavour {
+            Some(f) => {
+                let emu = Arc::new(EmuKernel::new(f));
+                Device::open_with(emu.clone(), Some(emu), emu::node_path(f))
+            }
+            None => Device::open_with(Arc::new(RealKernel), None, spec),
+        }
+    }
+
+    fn open_with(
+        kernel: Arc<dyn Kernel>,
+        emu: Option<Arc<EmuKernel>>,
+        node: &str,
+    ) -> Result<Device> {
+        let fd = kernel.open(node).map_err(|errno| DeviceError::Open {
+            node: node.into(),
+            errno,
+        })?;
+        let mut dev = Device {
+            kernel,
+            emu,
+            fd,
+            info: DeviceInfo {
+                interface: Interface::Vendor,
+                node: node.into(),
+                driver: String::new(),
+                version: (0, 0, 0),
+                date: String::new(),
+                cores: 3,
+                iommu: true,
+                freq_hz: None,
+                emulated: false,
+            },
+            live_bos: AtomicUsize::new(0),
+            live_maps: Arc::new(AtomicUsize::new(0)),
+        };
+        dev.info.emulated = dev.kernel.is_emulated();
+        dev.identify()?;
+        Ok(dev)
+    }
+
+    /// Reads the driver's name and version and refuses what the library does not speak.
+    fn identify(&mut self) -> Result<()> {
+        let mut v = DrmVersion::default();
+        let (mut name, mut date, mut desc) = ([0u8; 64], [0u8; 64], [0u8; 128]);
+        let r = self.kernel.ioctl(
+            self.fd,
+            &mut Ioctl::DrmVersion {
+                version: &mut v,
+                name: &mut name,
+                date: &mut date,
+                desc: &mut desc,
+            },
+        );
+        if let Err(errno) = r {
+            // A misc /dev/rknpu node fails DRM_IOCTL_VERSION.
+            return Err(DeviceError::Unsupported {
+                what: format!(
+                    "{}: DRM_IOCTL_VERSION failed ({errno}); the /dev/rknpu misc flavour (DMA-heap build) is not supported: use a kernel built with the DRM flavour or the rocket driver",
+                    self.info.node
+                ),
+            });
+        }
+        let text = |b: &[u8], len: u64| {
+            String::from_utf8_lossy(&b[..(len as usize).min(b.len())]).into_owned()
+        };
+        self.info.driver = text(&name, v.name_len);
+        self.info.date = text(&date, v.date_len);
+        self.info.version = (
+            v.version_major as u32,
+            v.version_minor as u32,
+            v.version_patchlevel as u32,
+        );
+        match self.info.driver.as_str() {
+            "rknpu" => {
+                self.info.interface = Interface::Vendor;
+                let code = self.action(uapi::action::GET_DRV_VERSION, 0)?;
+                if !(906..1000).contains(&code) {
+                    return Err(DeviceError::UnsupportedDriver {
+                        driver: "rknpu".into(),
+                        version: format!("{}.{}.{}", code / 10000, code / 100 % 100, code % 100),
+                        why: "the library speaks the 0.9.6 and later 0.9.x layouts (48-byte MEM_CREATE, IOMMU domains); older drivers use a 40-byte MEM_CREATE".into(),
+                    });
+                }
+                self.info.version = (code / 10000, code / 100 % 100, code % 100);
+                self.info.iommu = self.action(uapi::action::GET_IOMMU_EN, 0)? == 1;
+                self.info.freq_hz = self.action(uapi::action::GET_FREQ, 0).ok();
+            }
+            "rocket" => {
+                self.info.interface = Interface::Rocket;
+                self.info.iommu = true;
+            }
+            other => {
+                return Err(DeviceError::UnsupportedDriver {
+                    driver: other.into(),
+                    version: format!(
+                        "{}.{}.{}",
+                        self.info.version.0, self.info.version.1, self.info.version.2
+                    ),
+                    why: "not an NPU driver (expected rknpu or rocket)".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A vendor `RKNPU_ACTION`.
+    fn action(&self, code: u32, value: u32) -> Result<u32> {
+        let mut a = RknpuAction { flags: code, value };
+        self.vendor(VendorOp::Action(&mut a), "RKNPU_ACTION")?;
+        Ok(a.value)
+    }
+
+    fn vendor(&self, op: VendorOp<'_>, name: &'static str) -> Result<i32> {
+        self.kernel
+            .ioctl(self.fd, &mut Ioctl::Vendor(VendorNode::Drm, op))
+            .map_err(ioctl_err(name))
+    }
+
+    fn ioctl(&self, req: &mut Ioctl<'_>) -> Result<i32> {
+        let name = req.name();
+        self.kernel.ioctl(self.fd, req).map_err(ioctl_err(name))
+    }
+
+    /// What was found.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The emulated kernel behind this device, if it is one (for fault injection and its
+    /// log).
+    pub fn emulator(&self) -> Option<&EmuKernel> {
+        self.emu.as_deref()
+    }
+
+    /// Buffer objects of this device not yet freed.
+    pub fn live_buffers(&self) -> usize {
+        self.live_bos.load(Ordering::SeqCst)
+    }
+
+    /// CPU mappings of this device's buffers not yet unmapped.
+    pub fn live_mappings(&self) -> usize {
+        self.live_maps.load(Ordering::SeqCst)
+    }
+
+    /// Soft-resets every core (vendor `RKNPU_ACT_RESET`). The rocket driver resets a
+    /// core itself after a job timeout and has no request for it.
+    pub fn reset(&self) -> Result<()> {
+        match self.info.interface {
+            Interface::Vendor => self.action(uapi::action::ACT_RESET, 0).map(|_| ()),
+            Interface::Rocket => Err(DeviceError::Unsupported {
+                what: "reset: the rocket driver resets a core itself after a job timeout".into(),
+            }),
+        }
+    }
+
+    /// Allocates a buffer object of at least `size` bytes.
+    pub fn alloc(&self, size: usize, flags: BoFlags) -> Result<Bo<'_>> {
+        if size == 0 {
+            return Err(DeviceError::InvalidArgument {
+                what: "a buffer of 0 bytes".into(),
+            });
+        }
+        let bo = match self.info.interface {
+            Interface::Vendor => {
+                let mut c = RknpuMemCreate {
+                    flags: flags.vendor_bits(self.info.version),
+                    size: size as u64,
+                    iommu_domain_id: flags.iommu_domain as i32,
+                    ..RknpuMemCreate::default()
+                };
+                self.vendor(VendorOp::MemCreate(&mut c), "RKNPU_MEM_CREATE")?;
+                let mut m = RknpuMemMap {
+                    handle: c.handle,
+                    ..RknpuMemMap::default()
+                };
+                // From here the object exists: the Bo frees it on every path.
+                let bo = Bo {
+                    dev: self,
+                    handle: c.handle,
+                    size: c.size as usize,
+                    dma: c.dma_addr as u32,
+                    obj_addr: c.obj_addr,
+                    mmap_offset: 0,
+                    cacheable: flags.cacheable,
+                };
+                self.live_bos.fetch_add(1, Ordering::SeqCst);
+                if c.dma_addr + c.size > 1 << 32 {
+                    return Err(DeviceError::Unsupported {
+                        what: format!(
+                            "buffer at {:#x}+{:#x} lies above the NPU's 32-bit address space",
+                            c.dma_addr, c.size
+                        ),
+                    });
+                }
+                self.vendor(VendorOp::MemMap(&mut m), "RKNPU_MEM_MAP")?;
+                let mut bo = bo;
+                bo.mmap_offset = m.offset;
+                bo
+            }
+            Interface::Rocket => {
+                let size32 = u32::try_from(size).map_err(|_| DeviceError::InvalidArgument {
+                    what: format!("{size} bytes: rocket buffers are at most 4 GiB - 1"),
+                })?;
+                let mut c = DrmRocketCreateBo {
+                    size: size32,
+                    ..DrmRocketCreateBo::default()
+                };
+                self.ioctl(&mut Ioctl::RocketCreateBo(&mut c))?;
+                self.live_bos.fetch_add(1, Ordering::SeqCst);
+                Bo {
+                    dev: self,
+                    handle: c.handle,
+                    size: size.div_ceil(4096) * 4096,
+                    dma: c.dma_address as u32,
+                    obj_addr: 0,
+                    mmap_offset: c.offset,
+                    cacheable: true,
+                }
+            }
+        };
+        Ok(bo)
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.kernel.close(self.fd);
+    }
+}
+
+/// How a buffer is allocated. The default is what the reference recommends for buffers
+/// the CPU touches: non-contiguous, cacheable, with explicit syncs (matmul-recipe.md 1.3,
+/// kernel-interfaces.md P6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BoFlags {
+    /// One physically contiguous block (CMA) instead of IOMMU-mapped pages.
+    pub contiguous: bool,
+    /// A cacheable CPU mapping (syncs copy between CPU caches and memory).
+    pub cacheable: bool,
+    /// A kernel mapping (vendor: required for task arrays; the device adds it there).
+    pub kernel_mapping: bool,
+    /// The vendor driver's IOMMU domain (0..15; 0.9.6 and later).
+    pub iommu_domain: u8,
+}
+
+impl Default for BoFlags {
+    fn default() -> Self {
+        BoFlags {
+            contiguous: false,
+            cacheable: true,
+            kernel_mapping: false,
+            iommu_domain: 0,
+        }
+    }
+}
+
+impl BoFlags {
+    /// `RKNPU_MEM_*` bits for a driver version.
+    fn vendor_bits(&self, version: (u32, u32, u32)) -> u32 {
+        let mut f = mem::IOMMU;
+        if !self.contiguous {
+            f |= mem::NON_CONTIGUOUS;
+            // The driver's own IOVA allocator avoids leaking the shared window (0.9.7+).
+            if version >= (0, 9, 7) {
+                f |= mem::IOMMU_LIMIT_IOVA_ALIGNMENT;
+            }
+        }
+        if self.cacheable {
+            f |= mem::CACHEABLE;
+        }
+        if self.kernel_mapping {
+            f |= mem::KERNEL_MAPPING;
+        }
+        f
+    }
+}
+
+/// A buffer object: NPU-visible memory at a 32-bit device address, freed on drop.
+#[derive(Debug)]
+pub struct Bo<'d> {
+    dev: &'d Device,
+    handle: u32,
+    size: usize,
+    dma: u32,
+    obj_addr: u64,
+    mmap_offset: u64,
+    cacheable: bool,
+}
+
+impl<'d> Bo<'d> {
+    /// The device address the NPU uses.
+    pub fn dma_addr(&self) -> u32 {
+        self.dma
+    }
+
+    /// Bytes (page-rounded).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The GEM handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The device it belongs to.
+    pub fn device(&self) -> &'d Device {
+        self.dev
+    }
+
+    /// Makes the buffer CPU-owned and maps it. While the returned map lives the buffer
+    /// cannot be submitted (it borrows the buffer exclusively); dropping it hands the
+    /// buffer back to the device (cleaning CPU caches).
+    pub fn map(&mut self) -> Result<CpuMap<'_, 'd>> {
+        self.to_cpu()?;
+        let mapping = self
+            .dev
+            .kernel
+            .mmap(self.dev.fd, self.size, self.mmap_offset)
+            .map_err(|errno| DeviceError::Ioctl { op: "mmap", errno })?;
+        self.dev.live_maps.fetch_add(1, Ordering::SeqCst);
+        Ok(CpuMap {
+            bo: self,
+            mapping: Some(mapping),
+        })
+    }
+
+    /// Ownership transition device → CPU: invalidate CPU caches (vendor MEM_SYNC
+    /// FROM_DEVICE, rocket PREP_BO with a 5 s deadline).
+    fn to_cpu(&self) -> Result<()> {
+        match self.dev.info.interface {
+            Interface::Vendor if self.cacheable => self.sync(mem::SYNC_FROM_DEVICE),
+            Interface::Vendor => Ok(()),
+            Interface::Rocket => {
+                let mut p = DrmRocketPrepBo {
+                    handle: self.handle,
+                    reserved: 0,
+                    timeout_ns: job::deadline_ns(std::time::Duration::from_secs(5)),
+                };
+                self.dev.ioctl(&mut Ioctl::RocketPrepBo(&mut p)).map(|_| ())
+            }
+        }
+    }
+
+    /// Ownership transition CPU → device: clean CPU caches (vendor MEM_SYNC TO_DEVICE,
+    /// rocket FINI_BO).
+    fn to_device(&self) -> Result<()> {
+        match self.dev.info.interface {
+            Interface::Vendor if self.cacheable => self.sync(mem::SYNC_TO_DEVICE),
+            Interface::Vendor => Ok(()),
+            Interface::Rocket => {
+                let mut f = DrmRocketFiniBo {
+                    handle: self.handle,
+                    reserved: 0,
+                };
+                self.dev.ioctl(&mut Ioctl::RocketFiniBo(&mut f)).map(|_| ())
+            }
+        }
+    }
+
+    fn sync(&self, dir: u32) -> Result<()> {
+        let mut y = RknpuMemSync {
+            flags: dir,
+            obj_addr: self.obj_addr,
+            offset: 0,
+            size: self.size as u64,
+            ..RknpuMemSync::default()
+        };
+        self.dev
+            .vendor(VendorOp::MemSync(&mut y), "RKNPU_MEM_SYNC")
+            .map(|_| ())
+    }
+
+    /// Copies `data` in at `offset` (map, copy, hand back to the device).
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
+        let end = offset.checked_add(data.len()).filter(|&e| e <= self.size);
+        let end = end.ok_or_else(|| DeviceError::InvalidArgument {
+            what: format!(
+                "{} bytes at offset {offset} of a {}-byte buffer",
+                data.len(),
+                self.size
+            ),
+        })?;
+        let mut m = self.map()?;
+        m[offset..end].copy_from_slice(data);
+        m.finish()
+    }
+
+    /// Copies the whole buffer out.
+    pub fn read_all(&mut self) -> Result<Vec<u8>> {
+        self.to_cpu()?;
+        let mapping = self
+            .dev
+            .kernel
+            .mmap(self.dev.fd, self.size, self.mmap_offset)
+            .map_err(|errno| DeviceError::Ioctl { op: "mmap", errno })?;
+        Ok(mapping.as_slice().to_vec())
+    }
+
+    /// Exports the buffer as a dma-buf (vendor DRM flavour only); returns its fd number,
+    /// owned by the caller.
+    pub fn export_dmabuf(&self) -> Result<i32> {
+        if self.dev.info.interface == Interface::Rocket {
+            return Err(DeviceError::Unsupported {
+                what: "dma-buf export: untested on the rocket driver".into(),
+            });
+        }
+        let mut p = DrmPrimeHandle {
+            handle: self.handle,
+            flags: 0o2_000_002, // DRM_CLOEXEC | DRM_RDWR
+            fd: -1,
+        };
+        self.dev.ioctl(&mut Ioctl::PrimeHandleToFd(&mut p))?;
+        Ok(p.fd)
+    }
+}
+
+impl Drop for Bo<'_> {
+    fn drop(&mut self) {
+        let _ = match self.dev.info.interface {
+            Interface::Vendor => {
+                let mut d = RknpuMemDestroy {
+                    handle: self.handle,
+                    reserved: 0,
+                    obj_addr: self.obj_addr,
+                };
+                self.dev
+                    .vendor(VendorOp::MemDestroy(&mut d), "RKNPU_MEM_DESTROY")
+            }
+            Interface::Rocket => {
+                let mut c = DrmGemClose {
+                    handle: self.handle,
+                    pad: 0,
+                };
+                self.dev.ioctl(&mut Ioctl::GemClose(&mut c))
+            }
+        };
+        self.dev.live_bos.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A CPU mapping of a buffer, borrowed from it; the buffer is CPU-owned while it lives.
+#[derive(Debug)]
+pub struct CpuMap<'b, 'd> {
+    bo: &'b mut Bo<'d>,
+    mapping: Option<Mapping>,
+}
+
+impl CpuMap<'_, '_> {
+    /// Unmaps and hands the buffer back to the device, reporting a failed cache clean
+    /// (dropping the map does the same but cannot report).
+    pub fn finish(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if self.mapping.take().is_some() {
+            self.bo.dev.live_maps.fetch_sub(1, Ordering::SeqCst);
+            return self.bo.to_device();
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for CpuMap<'_, '_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.mapping.as_ref().map_or(&[], |m| m.as_slice())
+    }
+}
+
+impl std::ops::DerefMut for CpuMap<'_, '_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.mapping.as_mut().map_or(&mut [], |m| m.as_mut_slice())
+    }
+}
+
+impl Drop for CpuMap<'_, '_> {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}

@@ -1,0 +1,133 @@
+//! The operating system behind the seam, through nix.
+
+use super::mem::Mapping;
+use super::uapi::DrmRocketSubmit;
+use super::{Errno, Fd, Ioctl, Kernel, VendorOp};
+use nix::libc;
+use std::ffi::c_void;
+use std::num::NonZeroUsize;
+use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::time::Duration;
+
+/// The real kernel: device nodes, `ioctl(2)`, `mmap(2)`, `poll(2)`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealKernel;
+
+fn ptr<T>(r: &mut T) -> *mut c_void {
+    (r as *mut T).cast()
+}
+
+impl Kernel for RealKernel {
+    fn open(&self, path: &str) -> Result<Fd, Errno> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+        Ok(Fd(file.into_raw_fd()))
+    }
+
+    fn close(&self, fd: Fd) {
+        // SAFETY: `fd` came from `open` (or a fence/dma-buf fd the kernel returned to this
+        // process) and the device layer closes each descriptor once.
+        drop(unsafe { OwnedFd::from_raw_fd(fd.0) });
+    }
+
+    fn ioctl(&self, fd: Fd, req: &mut Ioctl<'_>) -> Result<i32, Errno> {
+        let code = req.code();
+        // A submit structure that lives until the call returns.
+        let mut submit = DrmRocketSubmit::default();
+        let arg: *mut c_void = match req {
+            Ioctl::DrmVersion {
+                version,
+                name,
+                date,
+                desc,
+            } => {
+                version.name_len = name.len() as u64;
+                version.name = name.as_mut_ptr() as u64;
+                version.date_len = date.len() as u64;
+                version.date = date.as_mut_ptr() as u64;
+                version.desc_len = desc.len() as u64;
+                version.desc = desc.as_mut_ptr() as u64;
+                ptr(*version)
+            }
+            Ioctl::GemClose(a) => ptr(*a),
+            Ioctl::PrimeHandleToFd(a) | Ioctl::PrimeFdToHandle(a) => ptr(*a),
+            Ioctl::Vendor(_, op) => match op {
+                VendorOp::Action(a) => ptr(*a),
+                VendorOp::Submit(a) => ptr(*a),
+                VendorOp::MemCreate(a) => ptr(*a),
+                VendorOp::MemMap(a) => ptr(*a),
+                VendorOp::MemDestroy(a) => ptr(*a),
+                VendorOp::MemSync(a) => ptr(*a),
+            },
+            Ioctl::RocketCreateBo(a) => ptr(*a),
+            Ioctl::RocketSubmit {
+                job,
+                tasks,
+                in_handles,
+                out_handles,
+            } => {
+                job.tasks = tasks.as_ptr() as u64;
+                job.task_count = tasks.len() as u32;
+                job.task_struct_size = size_of::<super::uapi::DrmRocketTask>() as u32;
+                job.in_bo_handles = in_handles.as_ptr() as u64;
+                job.in_bo_handle_count = in_handles.len() as u32;
+                job.out_bo_handles = out_handles.as_ptr() as u64;
+                job.out_bo_handle_count = out_handles.len() as u32;
+                submit.jobs = ptr(*job) as u64;
+                submit.job_count = 1;
+                submit.job_struct_size = size_of::<super::uapi::DrmRocketJob>() as u32;
+                ptr(&mut submit)
+            }
+            Ioctl::RocketPrepBo(a) => ptr(*a),
+            Ioctl::RocketFiniBo(a) => ptr(*a),
+        };
+        // SAFETY: `code` is computed from the size of the very structure `arg` points to
+        // (uapi's request codes, asserted against the reference); the structure is a
+        // `repr(C)` mirror with asserted size and offsets and no padding (IntoBytes);
+        // every user pointer stored in it was taken from a slice borrowed by `req`, which
+        // outlives this call, and `submit` lives until the end of this function.
+        let r = unsafe { libc::ioctl(fd.0, code as libc::c_ulong, arg) };
+        Errno::result(r)
+    }
+
+    fn mmap(&self, fd: Fd, len: usize, offset: u64) -> Result<Mapping, Errno> {
+        let length = NonZeroUsize::new(len).ok_or(Errno::EINVAL)?;
+        let offset = libc::off_t::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        // SAFETY: `fd` is an open descriptor of this process for the duration of the call.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd.0) };
+        // SAFETY: a fresh shared mapping chosen by the kernel (no fixed address), so no
+        // existing memory is replaced; the result is owned by the returned Mapping.
+        let p = unsafe {
+            nix::sys::mman::mmap(
+                None,
+                length,
+                nix::sys::mman::ProtFlags::PROT_READ | nix::sys::mman::ProtFlags::PROT_WRITE,
+                nix::sys::mman::MapFlags::MAP_SHARED,
+                borrowed,
+                offset,
+            )
+        }?;
+        // SAFETY: `p` is the start of the live `len`-byte mapping just created, owned by
+        // nothing else.
+        Ok(unsafe { Mapping::from_mmap(p.cast(), len) })
+    }
+
+    fn poll(&self, fd: Fd, timeout: Duration) -> Result<bool, Errno> {
+        // SAFETY: `fd` is an open descriptor of this process for the duration of the call.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd.0) };
+        let mut fds = [nix::poll::PollFd::new(
+            borrowed,
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let n = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms))?;
+        Ok(n > 0)
+    }
+
+    fn is_emulated(&self) -> bool {
+        false
+    }
+}
