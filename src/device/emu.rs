@@ -587,11 +587,19 @@ impl EmuKernel {
         let mut wait_counter = 0u32;
         let mut wait_status = 0u32;
         let mut macs = 0u64;
+        let mut status_writes = Vec::new();
         let faults = s.faults.clone();
         s.sim.set_faults(faults);
         load_memory(&mut s.sim, &objects);
         for (k, &(core, slot)) in slots.iter().enumerate() {
             let range = sub.subcore_task[slot];
+            if range.task_number == 0 {
+                s.log.push(format!(
+                    "core {core}: subcore_task[{slot}] holds no task; the core never raises its interrupt"
+                ));
+                completed = false;
+                break;
+            }
             let mut done = 0u32;
             let mut status = 0u32;
             // Kicks of at most 4095 tasks (the kernel chunks longer ranges).
@@ -629,12 +637,10 @@ impl EmuKernel {
                             completed = false;
                             break;
                         }
-                        if k == 0 || done == range.task_number {
+                        if done == range.task_number {
                             // The last task of each core's range receives its status.
-                            let at = (first + n as usize - 1) * 40 + 20;
-                            lock_bo(&task_bo)
-                                .cpu
-                                .write(at, &run.int_status.to_le_bytes());
+                            status_writes
+                                .push(((first + n as usize - 1) * 40 + 20, run.int_status));
                         }
                     }
                     Err(e) => {
@@ -655,6 +661,14 @@ impl EmuKernel {
             }
         }
         store_memory(&mut s.sim, &objects);
+        // The kernel writes the status through its own mapping of the task array.
+        for (at, status) in status_writes {
+            let mut b = lock_bo(&task_bo);
+            b.cpu.write(at, &status.to_le_bytes());
+            if let Some(dev) = &mut b.dev {
+                dev[at..at + 4].copy_from_slice(&status.to_le_bytes());
+            }
+        }
         if completed {
             // Modelled elapsed time: the int8 peak of 1024 MACs per ns and core.
             let modelled = Duration::from_nanos(macs / 1024 / slots.len() as u64 + 10_000);

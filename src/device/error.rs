@@ -98,3 +98,10 @@ impl fmt::Display for DeviceError {
 }
 
 impl std::error::Error for DeviceError {}
+
+impl DeviceError {
+    /// Whether the error names an NPU driver (rather than another DRM driver).
+    pub(crate) fn is_npu(&self) -> bool {
+        matches!(self, DeviceError::UnsupportedDriver { driver, .. } if driver.starts_with("rknpu") || driver == "rocket")
+    }
+}

@@ -85,6 +85,7 @@ pub fn probe_candidates() -> Vec<String> {
     let mut v: Vec<String> = (0..8).map(|i| format!("/dev/accel/accel{i}")).collect();
     v.extend((128..144).map(|i| format!("/dev/dri/renderD{i}")));
     v.extend((0..8).map(|i| format!("/dev/dri/card{i}")));
+    v.push("/dev/rknpu".into());
     v
 }
 
@@ -112,15 +113,25 @@ impl Device {
             Ok(spec) if !spec.is_empty() => Device::open_spec(&spec),
             _ => {
                 let looked = probe_candidates();
+                let mut refused = None;
                 for node in &looked {
-                    if std::path::Path::new(node).exists()
-                        && let Ok(d) = Device::open_with(Arc::new(RealKernel), None, node)
-                    {
-                        return Ok(d);
+                    if std::path::Path::new(node).exists() {
+                        match Device::open_with(Arc::new(RealKernel), None, node) {
+                            Ok(d) => return Ok(d),
+                            // An NPU driver the library does not speak: say so, unless
+                            // another node works.
+                            Err(e @ DeviceError::UnsupportedDriver { .. }) if e.is_npu() => {
+                                refused = Some(e)
+                            }
+                            Err(_) => {}
+                        }
                     }
                 }
+                if let Some(e) = refused {
+                    return Err(e);
+                }
                 Err(DeviceError::NotFound {
-                    looked_for: "an rknpu or rocket DRM node among /dev/accel/accel0-7, /dev/dri/renderD128-143, /dev/dri/card0-7".into(),
+                    looked_for: "an rknpu or rocket DRM node among /dev/accel/accel0-7, /dev/dri/renderD128-143, /dev/dri/card0-7, /dev/rknpu".into(),
                     hint: "set RKNPU_DEVICE to a node path, or to emu, emu:rocket or emu:vendor-0.9.6 for the emulated kernel".into(),
                 })
             }
@@ -197,12 +208,25 @@ impl Device {
             },
         );
         if let Err(errno) = r {
-            // A misc /dev/rknpu node fails DRM_IOCTL_VERSION.
-            return Err(DeviceError::Unsupported {
-                what: format!(
-                    "{}: DRM_IOCTL_VERSION failed ({errno}); the /dev/rknpu misc flavour (DMA-heap build) is not supported: use a kernel built with the DRM flavour or the rocket driver",
-                    self.info.node
-                ),
+            // Not a DRM node. The vendor's misc flavour (/dev/rknpu) answers RKNPU_ACTION
+            // with its own request codes: recognise it, and refuse it by name.
+            let mut a = RknpuAction {
+                flags: uapi::action::GET_DRV_VERSION,
+                value: 0,
+            };
+            let misc = self.kernel.ioctl(
+                self.fd,
+                &mut Ioctl::Vendor(VendorNode::Misc, VendorOp::Action(&mut a)),
+            );
+            return Err(match misc {
+                Ok(_) => DeviceError::UnsupportedDriver {
+                    driver: "rknpu (misc node, DMA-heap build)".into(),
+                    version: format!("{}.{}.{}", a.value / 10000, a.value / 100 % 100, a.value % 100),
+                    why: "this flavour allocates from a DMA heap whose addresses are only meaningful without an IOMMU; use a kernel built with CONFIG_ROCKCHIP_RKNPU_DRM_GEM or the rocket driver".into(),
+                },
+                Err(_) => DeviceError::Unsupported {
+                    what: format!("{}: not a DRM node (DRM_IOCTL_VERSION: {errno}) and not the vendor misc node", self.info.node),
+                },
             });
         }
         let text = |b: &[u8], len: u64| {
@@ -625,3 +649,6 @@ impl Drop for CpuMap<'_, '_> {
         let _ = self.release();
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,437 @@
+//! The emulated kernel refuses what the drivers refuse, with the same errno, and models
+//! what they do (caches, per-fd address spaces, dropped rocket jobs, timeouts), checked
+//! through the seam itself.
+
+use super::emu::{EmuKernel, Flavour, node_path};
+use super::*;
+use crate::sys::uapi::{
+    DrmRocketCreateBo, DrmRocketJob, DrmRocketPrepBo, DrmRocketTask, RknpuTask,
+};
+use crate::sys::{Errno, Fd, Ioctl, Kernel, VendorOp};
+use std::time::{Duration, Instant};
+use zerocopy::IntoBytes;
+
+fn vendor() -> (EmuKernel, Fd) {
+    let k = EmuKernel::new(Flavour::Vendor098);
+    let fd = k.open(node_path(Flavour::Vendor098)).unwrap();
+    (k, fd)
+}
+
+fn v(k: &EmuKernel, fd: Fd, op: VendorOp<'_>) -> Result<i32, Errno> {
+    k.ioctl(fd, &mut Ioctl::Vendor(VendorNode::Drm, op))
+}
+
+fn create(k: &EmuKernel, fd: Fd, size: u64, flags: u32) -> Result<RknpuMemCreate, Errno> {
+    let mut c = RknpuMemCreate {
+        size,
+        flags,
+        ..RknpuMemCreate::default()
+    };
+    v(k, fd, VendorOp::MemCreate(&mut c)).map(|_| c)
+}
+
+#[test]
+fn vendor_memory_requests_are_checked_like_the_driver() {
+    let (k, fd) = vendor();
+    assert_eq!(create(&k, fd, 0, 0).unwrap_err(), Errno::EINVAL);
+    let mut c = RknpuMemCreate {
+        size: 4096,
+        iommu_domain_id: 16,
+        ..RknpuMemCreate::default()
+    };
+    assert_eq!(
+        v(&k, fd, VendorOp::MemCreate(&mut c)).unwrap_err(),
+        Errno::EINVAL
+    );
+    let bo = create(&k, fd, 100, mem::CACHEABLE).unwrap();
+    assert_eq!(bo.size, 4096, "page-rounded");
+    assert_eq!(bo.dma_addr + bo.size, 1 << 32, "top-down from 4 GiB");
+    let second = create(&k, fd, 8192, 0).unwrap();
+    assert_eq!(second.dma_addr + second.size, bo.dma_addr);
+    let mut m = RknpuMemMap {
+        handle: 99,
+        ..RknpuMemMap::default()
+    };
+    assert_eq!(
+        v(&k, fd, VendorOp::MemMap(&mut m)).unwrap_err(),
+        Errno::ENOENT
+    );
+    let mut d = RknpuMemDestroy {
+        handle: 99,
+        ..RknpuMemDestroy::default()
+    };
+    assert_eq!(
+        v(&k, fd, VendorOp::MemDestroy(&mut d)).unwrap_err(),
+        Errno::ENOENT
+    );
+    // MEM_SYNC: needs a cacheable object, refuses obj_addr 0, and a fabricated address
+    // (which the real driver would dereference) is logged and refused.
+    let sync = |obj: u64| RknpuMemSync {
+        flags: mem::SYNC_TO_DEVICE,
+        obj_addr: obj,
+        size: 4096,
+        ..RknpuMemSync::default()
+    };
+    assert_eq!(
+        v(&k, fd, VendorOp::MemSync(&mut sync(second.obj_addr))).unwrap_err(),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        v(&k, fd, VendorOp::MemSync(&mut sync(0))).unwrap_err(),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        v(&k, fd, VendorOp::MemSync(&mut sync(0xDEAD_0000))).unwrap_err(),
+        Errno::EFAULT
+    );
+    assert!(k.log().iter().any(|l| l.contains("kernel oops")));
+    assert!(v(&k, fd, VendorOp::MemSync(&mut sync(bo.obj_addr))).is_ok());
+    // mmap: whole object at most.
+    let mut m = RknpuMemMap {
+        handle: bo.handle,
+        ..RknpuMemMap::default()
+    };
+    v(&k, fd, VendorOp::MemMap(&mut m)).unwrap();
+    assert_eq!(k.mmap(fd, 8192, m.offset).unwrap_err(), Errno::EINVAL);
+    assert!(k.mmap(fd, 4096, m.offset).is_ok());
+    // Requests of the other driver, and the misc flavour's numbers, are unknown here.
+    let mut rc = DrmRocketCreateBo {
+        size: 4096,
+        ..DrmRocketCreateBo::default()
+    };
+    assert_eq!(
+        k.ioctl(fd, &mut Ioctl::RocketCreateBo(&mut rc))
+            .unwrap_err(),
+        Errno::EINVAL
+    );
+    let mut a = RknpuAction::default();
+    assert_eq!(
+        k.ioctl(
+            fd,
+            &mut Ioctl::Vendor(VendorNode::Misc, VendorOp::Action(&mut a))
+        )
+        .unwrap_err(),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        k.ioctl(
+            Fd(7),
+            &mut Ioctl::Vendor(VendorNode::Drm, VendorOp::Action(&mut a))
+        )
+        .unwrap_err(),
+        Errno::EBADF
+    );
+}
+
+#[test]
+fn vendor_caches_are_modelled() {
+    let (k, fd) = vendor();
+    let bo = create(&k, fd, 4096, mem::CACHEABLE).unwrap();
+    let mut m = RknpuMemMap {
+        handle: bo.handle,
+        ..RknpuMemMap::default()
+    };
+    v(&k, fd, VendorOp::MemMap(&mut m)).unwrap();
+    let mut map = k.mmap(fd, 4096, m.offset).unwrap();
+    let sync = |flags| RknpuMemSync {
+        flags,
+        obj_addr: bo.obj_addr,
+        size: 4096,
+        ..RknpuMemSync::default()
+    };
+    // A CPU write that is never cleaned: invalidating drops it.
+    map.as_mut_slice()[0] = 7;
+    v(&k, fd, VendorOp::MemSync(&mut sync(mem::SYNC_FROM_DEVICE))).unwrap();
+    assert_eq!(map.as_slice()[0], 0, "the device never saw the write");
+    // Cleaned first, it survives.
+    map.as_mut_slice()[0] = 7;
+    v(&k, fd, VendorOp::MemSync(&mut sync(mem::SYNC_TO_DEVICE))).unwrap();
+    v(&k, fd, VendorOp::MemSync(&mut sync(mem::SYNC_FROM_DEVICE))).unwrap();
+    assert_eq!(map.as_slice()[0], 7);
+}
+
+#[test]
+fn vendor_submit_is_checked_like_the_driver() {
+    let (k, fd) = vendor();
+    let plain = create(&k, fd, 4096, mem::CACHEABLE).unwrap();
+    let submit = |obj: u64| RknpuSubmit {
+        flags: uapi::job::PC,
+        timeout: 30,
+        task_number: 1,
+        task_obj_addr: obj,
+        core_mask: 1,
+        fence_fd: -1,
+        ..RknpuSubmit::default()
+    };
+    let mut s = RknpuSubmit {
+        flags: 0,
+        ..submit(plain.obj_addr)
+    };
+    assert_eq!(
+        v(&k, fd, VendorOp::Submit(&mut s)).unwrap_err(),
+        Errno::EINVAL,
+        "no PC flag"
+    );
+    let mut s = RknpuSubmit {
+        task_number: 0,
+        ..submit(plain.obj_addr)
+    };
+    assert_eq!(
+        v(&k, fd, VendorOp::Submit(&mut s)).unwrap_err(),
+        Errno::EINVAL,
+        "no task"
+    );
+    let mut s = RknpuSubmit {
+        core_mask: 8,
+        ..submit(plain.obj_addr)
+    };
+    assert_eq!(
+        v(&k, fd, VendorOp::Submit(&mut s)).unwrap_err(),
+        Errno::EINVAL,
+        "mask 8"
+    );
+    // A task array without a kernel mapping: the driver would dereference NULL.
+    let mut s = submit(plain.obj_addr);
+    assert_eq!(
+        v(&k, fd, VendorOp::Submit(&mut s)).unwrap_err(),
+        Errno::EFAULT
+    );
+    assert!(k.log().iter().any(|l| l.contains("KERNEL_MAPPING")));
+    // Mask 5 is accepted and never started: -EINVAL after the timeout.
+    let tasks = create(&k, fd, 4096, mem::CACHEABLE | mem::KERNEL_MAPPING).unwrap();
+    let mut s = RknpuSubmit {
+        core_mask: 5,
+        ..submit(tasks.obj_addr)
+    };
+    let t0 = Instant::now();
+    assert_eq!(
+        v(&k, fd, VendorOp::Submit(&mut s)).unwrap_err(),
+        Errno::EINVAL
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(30));
+}
+
+/// Runs the worked example through the vendor seam with a given `int_mask`.
+fn worked_submit(int_mask: u32) -> (EmuKernel, Result<i32, Errno>, RknpuSubmit, u32) {
+    use crate::kernels::worked_example as we;
+    let (k, fd) = vendor();
+    let regcmd = create(&k, fd, 4096, 0).unwrap();
+    let ops: Vec<RknpuMemCreate> = (0..3).map(|_| create(&k, fd, 4096, 0).unwrap()).collect();
+    let program = we::program().unwrap();
+    let addr = |b: crate::regcmd::BufferId| {
+        Some(if b == we::REGCMD {
+            regcmd.dma_addr
+        } else {
+            ops[b.0 as usize - 1].dma_addr
+        })
+    };
+    let words = program.bind(addr).unwrap();
+    let write = |bo: &RknpuMemCreate, bytes: &[u8]| {
+        let mut m = RknpuMemMap {
+            handle: bo.handle,
+            ..RknpuMemMap::default()
+        };
+        v(&k, fd, VendorOp::MemMap(&mut m)).unwrap();
+        k.mmap(fd, 4096, m.offset).unwrap().as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
+    };
+    write(&regcmd, &crate::regcmd::words_to_le_bytes(&words));
+    let tasks = create(&k, fd, 4096, mem::KERNEL_MAPPING).unwrap();
+    let task = RknpuTask {
+        int_mask,
+        regcfg_amount: 104,
+        regcmd_addr: regcmd.dma_addr,
+        ..RknpuTask::default()
+    };
+    write(&tasks, task.as_bytes());
+    let mut s = RknpuSubmit {
+        flags: uapi::job::PC | uapi::job::PINGPONG,
+        timeout: 20,
+        task_number: 1,
+        task_obj_addr: tasks.obj_addr,
+        core_mask: 1,
+        fence_fd: -1,
+        ..RknpuSubmit::default()
+    };
+    s.subcore_task[0].task_number = 1;
+    let r = v(&k, fd, VendorOp::Submit(&mut s));
+    let mut m = RknpuMemMap {
+        handle: tasks.handle,
+        ..RknpuMemMap::default()
+    };
+    v(&k, fd, VendorOp::MemMap(&mut m)).unwrap();
+    let status = u32::from_le_bytes(
+        k.mmap(fd, 4096, m.offset).unwrap().as_slice()[20..24]
+            .try_into()
+            .unwrap(),
+    );
+    (k, r, s, status)
+}
+
+#[test]
+fn vendor_completion_follows_the_interrupt_status_match() {
+    let (_, r, s, status) = worked_submit(0x300);
+    assert_eq!(r, Ok(0));
+    assert_eq!(s.task_counter, 1);
+    assert!(s.hw_elapse_time > 0);
+    assert_eq!(status, 0x100, "written back into the last task");
+    // The PPU pair never matches a DPU task: the job times out and the cores are reset.
+    let (k, r, s, _) = worked_submit(0xC00);
+    assert_eq!(r, Err(Errno::ETIMEDOUT));
+    assert_eq!(
+        s.task_counter, 1,
+        "the task ran; only the status did not match"
+    );
+    assert!(
+        k.log().iter().any(|l| l.contains("soft reset")),
+        "{:?}",
+        k.log()
+    );
+}
+
+fn rocket() -> (EmuKernel, Fd) {
+    let k = EmuKernel::new(Flavour::Rocket);
+    let fd = k.open(node_path(Flavour::Rocket)).unwrap();
+    (k, fd)
+}
+
+fn rocket_bo(k: &EmuKernel, fd: Fd, size: u32) -> Result<DrmRocketCreateBo, Errno> {
+    let mut c = DrmRocketCreateBo {
+        size,
+        ..DrmRocketCreateBo::default()
+    };
+    k.ioctl(fd, &mut Ioctl::RocketCreateBo(&mut c)).map(|_| c)
+}
+
+#[test]
+fn rocket_requests_are_checked_like_the_driver() {
+    let (k, fd) = rocket();
+    assert_eq!(rocket_bo(&k, fd, 0).unwrap_err(), Errno::EINVAL);
+    let first = rocket_bo(&k, fd, 100).unwrap();
+    assert_eq!(first.dma_address, 0, "IOVA 0 is a valid BO address");
+    assert_eq!(rocket_bo(&k, fd, 4096).unwrap().dma_address, 4096);
+    // Every fd has its own address space.
+    let fd2 = k.open(node_path(Flavour::Rocket)).unwrap();
+    assert_eq!(rocket_bo(&k, fd2, 4096).unwrap().dma_address, 0);
+    let mut p = DrmRocketPrepBo {
+        handle: first.handle,
+        reserved: 1,
+        timeout_ns: 0,
+    };
+    assert_eq!(
+        k.ioctl(fd, &mut Ioctl::RocketPrepBo(&mut p)).unwrap_err(),
+        Errno::EINVAL
+    );
+    let mut p = DrmRocketPrepBo {
+        handle: 77,
+        reserved: 0,
+        timeout_ns: 0,
+    };
+    assert_eq!(
+        k.ioctl(fd, &mut Ioctl::RocketPrepBo(&mut p)).unwrap_err(),
+        Errno::ENOENT
+    );
+    let mut c = crate::sys::uapi::DrmGemClose { handle: 77, pad: 0 };
+    assert_eq!(
+        k.ioctl(fd, &mut Ioctl::GemClose(&mut c)).unwrap_err(),
+        Errno::EINVAL
+    );
+    // A job naming an unknown handle: the ioctl succeeds and the job is dropped.
+    let mut job = DrmRocketJob::default();
+    let tasks = [DrmRocketTask {
+        regcmd: 0,
+        regcmd_count: 8,
+    }];
+    let r = k.ioctl(
+        fd,
+        &mut Ioctl::RocketSubmit {
+            job: &mut job,
+            tasks: &tasks,
+            in_handles: &[55],
+            out_handles: &[first.handle],
+        },
+    );
+    assert_eq!(r, Ok(0));
+    assert!(k.log().iter().any(|l| l.contains("dropped")));
+    // Vendor numbers are unknown to rocket.
+    let mut a = RknpuAction::default();
+    assert_eq!(
+        v(&k, fd, VendorOp::Action(&mut a)).unwrap_err(),
+        Errno::EINVAL
+    );
+    k.close(fd2);
+}
+
+#[test]
+fn devices_open_by_specification() {
+    assert!(matches!(
+        Device::open_spec("emu:nonsense"),
+        Err(DeviceError::NotFound { .. })
+    ));
+    for (spec, interface, version) in [
+        ("emu", Interface::Vendor, (0, 9, 8)),
+        ("emu:vendor-0.9.6", Interface::Vendor, (0, 9, 6)),
+        ("emu:rocket", Interface::Rocket, (0, 0, 0)),
+    ] {
+        let d = Device::open_spec(spec).unwrap();
+        assert_eq!((d.info().interface, d.info().version), (interface, version));
+        assert!(d.info().emulated);
+    }
+    assert!(matches!(
+        Device::open_spec("/nonexistent/node"),
+        Err(DeviceError::Open {
+            errno: Errno::ENOENT,
+            ..
+        })
+    ));
+    // The 0.9.6 driver has no IOVA-alignment flag: the library does not send it there.
+    assert_eq!(
+        BoFlags::default().vendor_bits((0, 9, 6)) & mem::IOMMU_LIMIT_IOVA_ALIGNMENT,
+        0
+    );
+    assert_ne!(
+        BoFlags::default().vendor_bits((0, 9, 8)) & mem::IOMMU_LIMIT_IOVA_ALIGNMENT,
+        0
+    );
+}
+
+#[test]
+fn jobs_are_checked_before_they_reach_the_kernel() {
+    let d = Device::open_spec("emu").unwrap();
+    let regcmd = d.alloc(4096, BoFlags::default()).unwrap();
+    let task = TaskDesc {
+        offset: 8,
+        regcfg_amount: 104,
+        int_mask: 0x300,
+        enable: 0xD,
+    };
+    let err = d.submit(&Job::new(&regcmd, vec![task])).unwrap_err();
+    assert!(
+        matches!(err, DeviceError::InvalidArgument { .. }),
+        "misaligned: {err}"
+    );
+    let task = TaskDesc {
+        offset: 4096 - 64,
+        ..task
+    };
+    assert!(matches!(
+        d.submit(&Job::new(&regcmd, vec![task])),
+        Err(DeviceError::InvalidArgument { .. })
+    ));
+    let ok = TaskDesc { offset: 0, ..task };
+    let j = Job::new(&regcmd, vec![ok]).on_cores(CoreMask::All, &[1]);
+    assert!(
+        matches!(d.submit(&j), Err(DeviceError::InvalidArgument { .. })),
+        "one task over three cores"
+    );
+    assert!(matches!(
+        d.alloc(0, BoFlags::default()),
+        Err(DeviceError::InvalidArgument { .. })
+    ));
+    let r = Device::open_spec("emu:rocket").unwrap();
+    let rc = r.alloc(4096, BoFlags::default()).unwrap();
+    let err = r.submit(&Job::new(&rc, vec![ok])).unwrap_err();
+    assert!(
+        matches!(err, DeviceError::InvalidArgument { .. }),
+        "rocket needs an output: {err}"
+    );
+}
