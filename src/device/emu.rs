@@ -59,31 +59,39 @@ struct EmuBo {
 }
 
 impl EmuBo {
-    fn device_bytes(&self) -> Vec<u8> {
+    /// What the NPU sees; `None` for an uncached buffer the CPU has mapped right now
+    /// (the emulation copies a buffer only while it is unmapped).
+    fn device_bytes(&self) -> Option<Vec<u8>> {
         match &self.dev {
-            Some(d) => d.clone(),
+            Some(d) => Some(d.clone()),
             None => self.cpu.to_vec(),
         }
     }
 
-    fn set_device_bytes(&mut self, bytes: &[u8]) {
+    fn set_device_bytes(&mut self, bytes: &[u8]) -> bool {
         match &mut self.dev {
-            Some(d) => d.copy_from_slice(bytes),
-            None => {
-                self.cpu.write(0, bytes);
+            Some(d) => {
+                d.copy_from_slice(bytes);
+                true
             }
+            None => self.cpu.write(0, bytes),
         }
     }
 
-    fn sync(&mut self, to_device: bool, offset: u64, size: u64) {
-        let Some(dev) = &mut self.dev else { return };
+    /// Cache maintenance of a byte range; `EBUSY` while the buffer is mapped (the
+    /// emulation's one restriction: it copies only unmapped buffers).
+    fn sync(&mut self, to_device: bool, offset: u64, size: u64) -> Result<(), Errno> {
+        let Some(dev) = &mut self.dev else {
+            return Ok(());
+        };
         let start = offset.min(self.size) as usize;
         let end = offset.saturating_add(size).min(self.size) as usize;
-        if to_device {
-            self.cpu.read(start, &mut dev[start..end]);
+        let ok = if to_device {
+            self.cpu.read(start, &mut dev[start..end])
         } else {
-            self.cpu.write(start, &dev[start..end]);
-        }
+            self.cpu.write(start, &dev[start..end])
+        };
+        if ok { Ok(()) } else { Err(Errno::EBUSY) }
     }
 }
 
@@ -350,12 +358,12 @@ impl Kernel for EmuKernel {
                             Duration::from_nanos((p.timeout_ns - monotonic_ns()).max(0) as u64);
                         std::thread::sleep(left.min(until - now));
                         if Instant::now() < until {
-                            lock_bo(&bo).sync(false, 0, u64::MAX);
+                            lock_bo(&bo).sync(false, 0, u64::MAX)?;
                             return Err(Errno::ETIMEDOUT);
                         }
                     }
                 }
-                lock_bo(&bo).sync(false, 0, u64::MAX);
+                lock_bo(&bo).sync(false, 0, u64::MAX)?;
                 // The remaining jiffies: small and positive for near deadlines.
                 Ok(1)
             }
@@ -364,7 +372,7 @@ impl Kernel for EmuKernel {
                     return Err(Errno::EINVAL);
                 }
                 let bo = bo_of(&s, fd, f.handle)?;
-                lock_bo(&bo).sync(true, 0, u64::MAX);
+                lock_bo(&bo).sync(true, 0, u64::MAX)?;
                 Ok(0)
             }
             // Rocket numbers on a vendor node: unknown ioctl.
@@ -387,7 +395,8 @@ impl Kernel for EmuKernel {
         if len as u64 > bo.size || len == 0 {
             return Err(Errno::EINVAL);
         }
-        bo.cpu.map(len).ok_or(Errno::EINVAL)
+        // One CPU mapping of a buffer at a time (the emulation's restriction).
+        bo.cpu.map(len).ok_or(Errno::EBUSY)
     }
 
     fn poll(&self, fd: Fd, timeout: Duration) -> Result<bool, Errno> {
@@ -517,10 +526,10 @@ impl EmuKernel {
                     return Err(Errno::EINVAL);
                 }
                 if y.flags & mem::SYNC_TO_DEVICE != 0 {
-                    b.sync(true, y.offset, y.size);
+                    b.sync(true, y.offset, y.size)?;
                 }
                 if y.flags & mem::SYNC_FROM_DEVICE != 0 {
-                    b.sync(false, y.offset, y.size);
+                    b.sync(false, y.offset, y.size)?;
                 }
                 Ok(0)
             }
@@ -550,7 +559,10 @@ impl EmuKernel {
             return Err(Errno::EFAULT);
         }
         // The task array, read through the kernel's own (coherent) mapping: the CPU view.
-        let tasks_bytes = lock_bo(&task_bo).cpu.to_vec();
+        let Some(tasks_bytes) = lock_bo(&task_bo).cpu.to_vec() else {
+            s.log.push("SUBMIT while the task array is mapped by the CPU (the emulation copies only unmapped buffers)".into());
+            return Err(Errno::EBUSY);
+        };
         let read_task = |i: usize| -> Option<RknpuTask> {
             tasks_bytes
                 .get(i * 40..i * 40 + 40)
@@ -590,7 +602,7 @@ impl EmuKernel {
         let mut status_writes = Vec::new();
         let faults = s.faults.clone();
         s.sim.set_faults(faults);
-        load_memory(&mut s.sim, &objects);
+        load_memory(&mut s.sim, &objects, &mut s.log);
         for (k, &(core, slot)) in slots.iter().enumerate() {
             let range = sub.subcore_task[slot];
             if range.task_number == 0 {
@@ -708,8 +720,10 @@ impl EmuKernel {
     }
 }
 
-/// Places every object's device view in the simulator's memory.
-fn load_memory(sim: &mut Simulator, objects: &[Arc<Mutex<EmuBo>>]) {
+/// Places every object's device view in the simulator's memory. An uncached buffer the
+/// CPU has mapped at this moment is left out (and logged): a program that reads it stops
+/// with a DMA error naming its address.
+fn load_memory(sim: &mut Simulator, objects: &[Arc<Mutex<EmuBo>>], log: &mut Vec<String>) {
     let mem = sim.memory_mut();
     let addrs: Vec<u32> = mem.regions().iter().map(|r| r.addr).collect();
     for a in addrs {
@@ -717,8 +731,16 @@ fn load_memory(sim: &mut Simulator, objects: &[Arc<Mutex<EmuBo>>]) {
     }
     for bo in objects {
         let b = lock_bo(bo);
-        // Objects never overlap: the allocators hand out disjoint ranges.
-        let _ = mem.map(b.dma, b.device_bytes());
+        match b.device_bytes() {
+            // Objects never overlap: the allocators hand out disjoint ranges.
+            Some(bytes) => {
+                let _ = mem.map(b.dma, bytes);
+            }
+            None => log.push(format!(
+                "buffer at {:#x} is mapped by the CPU during a job; the emulation leaves it out",
+                b.dma
+            )),
+        }
     }
 }
 
@@ -808,7 +830,7 @@ fn rocket_submit(
     let objects: Vec<Arc<Mutex<EmuBo>>> = handles.values().cloned().collect();
     let faults = s.faults.clone();
     s.sim.set_faults(faults);
-    load_memory(&mut s.sim, &objects);
+    load_memory(&mut s.sim, &objects, &mut s.log);
     let mut ok = true;
     for t in tasks {
         let kick = Kick {

@@ -1,22 +1,24 @@
 //! CPU mappings of device memory, and the emulated kernel's device memory.
 
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Memory the emulated kernel hands out as a buffer object: a fixed allocation that a
-/// [`Mapping`] may point into while the kernel also copies in and out of it.
+/// Memory the emulated kernel hands out as a buffer object: a fixed allocation that is
+/// either mapped by the CPU (one [`Mapping`] at a time) or copied in and out by the
+/// kernel, never both at once.
 #[derive(Debug)]
 pub struct DmaMem {
     ptr: NonNull<u8>,
     len: usize,
+    /// Whether a Mapping is alive; held while the kernel copies.
+    mapped: Mutex<bool>,
 }
 
-// SAFETY: DmaMem owns its allocation; all access goes through `&self` methods that copy
-// with raw pointers, or through a Mapping; the device layer never lets a mapping's slice
-// and a kernel copy of the same buffer overlap in time (mappings borrow their buffer
-// exclusively, submissions borrow it shared).
+// SAFETY: DmaMem owns its allocation. Bytes are reached only by `read`/`write`, which
+// copy while holding `mapped` and only when no Mapping exists, or through the single
+// Mapping that `map` hands out (also under `mapped`); so no two accesses race.
 unsafe impl Send for DmaMem {}
-// SAFETY: as for Send: shared references only copy bytes in and out through raw pointers.
+// SAFETY: as for Send: every access is serialised by `mapped`.
 unsafe impl Sync for DmaMem {}
 
 impl DmaMem {
@@ -24,7 +26,20 @@ impl DmaMem {
     pub fn zeroed(len: usize) -> DmaMem {
         let boxed: Box<[u8]> = vec![0u8; len.max(1)].into_boxed_slice();
         let ptr = NonNull::from(Box::leak(boxed)).cast::<u8>();
-        DmaMem { ptr, len }
+        DmaMem {
+            ptr,
+            len,
+            mapped: Mutex::new(false),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, bool> {
+        self.mapped.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a CPU mapping is alive.
+    pub fn is_mapped(&self) -> bool {
+        *self.lock()
     }
 
     /// Bytes.
@@ -73,16 +88,21 @@ impl DmaMem {
         true
     }
 
-    /// A copy of all bytes.
-    pub fn to_vec(&self) -> Vec<u8> {
+    /// A copy of all bytes, or `None` while mapped.
+    pub fn to_vec(&self) -> Option<Vec<u8>> {
         let mut v = vec![0u8; self.len];
-        self.read(0, &mut v);
-        v
+        self.read(0, &mut v).then_some(v)
     }
 
-    /// A CPU mapping of the first `len` bytes that keeps the memory alive.
+    /// The CPU mapping of the first `len` bytes, keeping the memory alive; `None` when
+    /// `len` is too large or a mapping already exists (one at a time).
     pub fn map(self: &Arc<DmaMem>, len: usize) -> Option<Mapping> {
-        (len <= self.len).then(|| Mapping {
+        let mut mapped = self.lock();
+        if *mapped || len > self.len {
+            return None;
+        }
+        *mapped = true;
+        Some(Mapping {
             ptr: self.ptr,
             len,
             owner: Owner::Emulated(Arc::clone(self)),
@@ -104,7 +124,7 @@ enum Owner {
     /// A real `mmap(2)` region, unmapped on drop.
     Real,
     /// Emulated device memory, kept alive by the mapping.
-    Emulated(#[allow(dead_code)] Arc<DmaMem>),
+    Emulated(Arc<DmaMem>),
 }
 
 /// A CPU mapping of a buffer object: `len` bytes, unmapped when dropped.
@@ -159,10 +179,35 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if let Owner::Real = self.owner {
-            // SAFETY: the region was created by mmap with this address and length
-            // (`from_mmap`'s contract) and is unmapped exactly once, here.
-            let _ = unsafe { nix::sys::mman::munmap(self.ptr.cast(), self.len) };
+        match &self.owner {
+            Owner::Real => {
+                // SAFETY: the region was created by mmap with this address and length
+                // (`from_mmap`'s contract) and is unmapped exactly once, here.
+                let _ = unsafe { nix::sys::mman::munmap(self.ptr.cast(), self.len) };
+            }
+            Owner::Emulated(mem) => *mem.lock() = false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emulated_memory_is_mapped_or_copied_never_both() {
+        let mem = Arc::new(DmaMem::zeroed(64));
+        assert!(mem.write(8, &[1, 2, 3]));
+        assert!(!mem.write(62, &[1, 2, 3]), "out of bounds");
+        let mut m = mem.map(64).unwrap();
+        assert_eq!(&m.as_slice()[8..11], &[1, 2, 3]);
+        assert!(mem.map(64).is_none(), "one mapping at a time");
+        assert!(mem.is_mapped());
+        assert!(!mem.write(0, &[9]), "no kernel copy while mapped");
+        assert!(mem.to_vec().is_none());
+        m.as_mut_slice()[0] = 7;
+        drop(m);
+        assert_eq!(mem.to_vec().unwrap()[0], 7);
+        assert!(mem.map(65).is_none(), "longer than the memory");
     }
 }

@@ -21,6 +21,8 @@ commands:
         to a file after the run (a region that is not loaded is created zeroed).
         --int-mask is the completion mask (default 0x300). Prints the tasks run, the
         interrupt status and every lint; exit 0 when the program completed.
+  info  Print the NPU this machine has (or the emulated one that RKNPU_DEVICE selects):
+        interface, node, driver name and version, cores, IOMMU state.
   help  Show this text.
 
 exit codes: 0 success, 1 bad input, 2 usage error";
@@ -241,11 +243,45 @@ fn cmd_sim(args: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
+fn cmd_info(args: &[String]) -> Result<(), Failure> {
+    if let Some(a) = args.first() {
+        return Err(usage(format!("info: unexpected argument {a}")));
+    }
+    let dev = rknpu_driver::device::Device::open().map_err(|e| Failure(1, e.to_string()))?;
+    let i = dev.info();
+    println!(
+        "interface: {}",
+        match i.interface {
+            rknpu_driver::device::Interface::Vendor => "vendor rknpu",
+            rknpu_driver::device::Interface::Rocket => "rocket",
+        }
+    );
+    println!(
+        "node: {}{}",
+        i.node,
+        if i.emulated { " (emulated)" } else { "" }
+    );
+    println!(
+        "driver: {} {}.{}.{}",
+        i.driver, i.version.0, i.version.1, i.version.2
+    );
+    if !i.date.is_empty() {
+        println!("date: {}", i.date);
+    }
+    println!("cores: {}", i.cores);
+    println!("iommu: {}", if i.iommu { "enabled" } else { "disabled" });
+    if let Some(f) = i.freq_hz {
+        println!("clock: {} MHz", f / 1_000_000);
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("decode") => cmd_decode(&args[1..]),
         Some("sim") => cmd_sim(&args[1..]),
+        Some("info") => cmd_info(&args[1..]),
         Some("help") | Some("--help") | Some("-h") => {
             println!("{USAGE}");
             Ok(())
