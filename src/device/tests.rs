@@ -132,22 +132,31 @@ fn vendor_caches_are_modelled() {
         ..RknpuMemMap::default()
     };
     v(&k, fd, VendorOp::MemMap(&mut m)).unwrap();
-    let mut map = k.mmap(fd, 4096, m.offset).unwrap();
     let sync = |flags| RknpuMemSync {
         flags,
         obj_addr: bo.obj_addr,
         size: 4096,
         ..RknpuMemSync::default()
     };
+    let write = |value: u8| k.mmap(fd, 4096, m.offset).unwrap().as_mut_slice()[0] = value;
+    let read = || k.mmap(fd, 4096, m.offset).unwrap().as_slice()[0];
     // A CPU write that is never cleaned: invalidating drops it.
-    map.as_mut_slice()[0] = 7;
+    write(7);
     v(&k, fd, VendorOp::MemSync(&mut sync(mem::SYNC_FROM_DEVICE))).unwrap();
-    assert_eq!(map.as_slice()[0], 0, "the device never saw the write");
+    assert_eq!(read(), 0, "the device never saw the write");
     // Cleaned first, it survives.
-    map.as_mut_slice()[0] = 7;
+    write(7);
     v(&k, fd, VendorOp::MemSync(&mut sync(mem::SYNC_TO_DEVICE))).unwrap();
     v(&k, fd, VendorOp::MemSync(&mut sync(mem::SYNC_FROM_DEVICE))).unwrap();
-    assert_eq!(map.as_slice()[0], 7);
+    assert_eq!(read(), 7);
+    // The emulation copies only unmapped buffers, and maps each once at a time.
+    let held = k.mmap(fd, 4096, m.offset).unwrap();
+    assert_eq!(k.mmap(fd, 4096, m.offset).unwrap_err(), Errno::EBUSY);
+    assert_eq!(
+        v(&k, fd, VendorOp::MemSync(&mut sync(mem::SYNC_TO_DEVICE))).unwrap_err(),
+        Errno::EBUSY
+    );
+    drop(held);
 }
 
 #[test]

@@ -52,17 +52,18 @@ impl DmaMem {
         self.len == 0
     }
 
-    /// Copies `out.len()` bytes from `offset`; false when out of bounds.
+    /// Copies `out.len()` bytes from `offset`; false when out of bounds or mapped.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> bool {
-        if offset
-            .checked_add(out.len())
-            .is_none_or(|end| end > self.len)
+        let mapped = self.lock();
+        if *mapped
+            || offset
+                .checked_add(out.len())
+                .is_none_or(|end| end > self.len)
         {
             return false;
         }
         // SAFETY: the range is inside the allocation (checked above), `out` is a distinct
-        // Rust allocation, and no Mapping slice of this memory is alive during a kernel
-        // copy (the device layer's borrow rules).
+        // Rust allocation, and no Mapping exists while `mapped` is held and false.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 self.ptr.as_ptr().add(offset),
@@ -73,11 +74,13 @@ impl DmaMem {
         true
     }
 
-    /// Copies `data` to `offset`; false when out of bounds.
+    /// Copies `data` to `offset`; false when out of bounds or mapped.
     pub fn write(&self, offset: usize, data: &[u8]) -> bool {
-        if offset
-            .checked_add(data.len())
-            .is_none_or(|end| end > self.len)
+        let mapped = self.lock();
+        if *mapped
+            || offset
+                .checked_add(data.len())
+                .is_none_or(|end| end > self.len)
         {
             return false;
         }
