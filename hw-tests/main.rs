@@ -359,7 +359,7 @@ fn dma_buf_export_where_the_driver_allows_it() {
     let d = dev();
     let bo = d.alloc(4096, BoFlags::default()).unwrap();
     match d.info().interface {
-        Interface::Vendor => assert!(bo.export_dmabuf().unwrap() >= 0),
+        Interface::Vendor => assert!(bo.export_dmabuf().unwrap().raw_fd() >= 0),
         Interface::Rocket => assert!(matches!(
             bo.export_dmabuf(),
             Err(DeviceError::Unsupported { .. })

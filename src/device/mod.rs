@@ -116,7 +116,7 @@ impl Device {
                 let mut refused = None;
                 for node in &looked {
                     if std::path::Path::new(node).exists() {
-                        match Device::open_with(Arc::new(RealKernel), None, node) {
+                        match Device::open_with(Arc::new(RealKernel::new()), None, node) {
                             Ok(d) => return Ok(d),
                             // An NPU driver the library does not speak: say so, unless
                             // another node works.
@@ -158,7 +158,7 @@ impl Device {
                 let emu = Arc::new(EmuKernel::new(f));
                 Device::open_with(emu.clone(), Some(emu), emu::node_path(f))
             }
-            None => Device::open_with(Arc::new(RealKernel), None, spec),
+            None => Device::open_with(Arc::new(RealKernel::new()), None, spec),
         }
     }
 
@@ -566,9 +566,8 @@ impl<'d> Bo<'d> {
         Ok(mapping.as_slice().to_vec())
     }
 
-    /// Exports the buffer as a dma-buf (vendor DRM flavour only); returns its fd number,
-    /// owned by the caller.
-    pub fn export_dmabuf(&self) -> Result<i32> {
+    /// Exports the buffer as a dma-buf (vendor DRM flavour only).
+    pub fn export_dmabuf(&self) -> Result<DmaBuf<'d>> {
         if self.dev.info.interface == Interface::Rocket {
             return Err(DeviceError::Unsupported {
                 what: "dma-buf export: untested on the rocket driver".into(),
@@ -580,7 +579,10 @@ impl<'d> Bo<'d> {
             fd: -1,
         };
         self.dev.ioctl(&mut Ioctl::PrimeHandleToFd(&mut p))?;
-        Ok(p.fd)
+        Ok(DmaBuf {
+            dev: self.dev,
+            fd: Fd(p.fd),
+        })
     }
 }
 
@@ -605,6 +607,26 @@ impl Drop for Bo<'_> {
             }
         };
         self.dev.live_bos.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An exported dma-buf, closed on drop.
+#[derive(Debug)]
+pub struct DmaBuf<'d> {
+    dev: &'d Device,
+    fd: Fd,
+}
+
+impl DmaBuf<'_> {
+    /// The descriptor's number, to pass to another API while this value lives.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.0
+    }
+}
+
+impl Drop for DmaBuf<'_> {
+    fn drop(&mut self) {
+        self.dev.kernel.close(self.fd);
     }
 }
 

@@ -4,14 +4,55 @@ use super::mem::Mapping;
 use super::uapi::DrmRocketSubmit;
 use super::{Errno, Fd, Ioctl, Kernel, VendorOp};
 use nix::libc;
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::num::NonZeroUsize;
-use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The real kernel: device nodes, `ioctl(2)`, `mmap(2)`, `poll(2)`.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RealKernel;
+///
+/// It owns every descriptor it hands out (device nodes it opened, fence and dma-buf fds
+/// the kernel returned through it) and refuses any other number with `EBADF`, so no
+/// caller can make it touch a descriptor that belongs to someone else.
+#[derive(Debug, Default)]
+pub struct RealKernel {
+    fds: Mutex<HashMap<i32, Arc<OwnedFd>>>,
+}
+
+impl RealKernel {
+    /// A kernel with no descriptor open.
+    pub fn new() -> RealKernel {
+        RealKernel::default()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Arc<OwnedFd>>> {
+        self.fds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the descriptor `fd` if this kernel owns it. The table is not locked
+    /// during `f` (a blocking submit or poll does not hold up other threads); a `close`
+    /// meanwhile takes effect when `f` is done.
+    fn with_fd<T>(
+        &self,
+        fd: Fd,
+        f: impl FnOnce(BorrowedFd<'_>) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let owned = self.table().get(&fd.0).cloned().ok_or(Errno::EBADF)?;
+        f(owned.as_fd())
+    }
+
+    /// Takes ownership of a descriptor the kernel just returned in a request's result.
+    fn adopt(&self, raw: i32) {
+        if raw >= 0 {
+            // SAFETY: `raw` was returned by the kernel in the result of an ioctl this
+            // process just made (a sync_file or dma-buf fd); nothing else owns it yet.
+            let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+            self.table().insert(raw, Arc::new(owned));
+        }
+    }
+}
 
 fn ptr<T>(r: &mut T) -> *mut c_void {
     (r as *mut T).cast()
@@ -24,13 +65,15 @@ impl Kernel for RealKernel {
             .write(true)
             .open(path)
             .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
-        Ok(Fd(file.into_raw_fd()))
+        let owned = OwnedFd::from(file);
+        let raw = owned.as_raw_fd();
+        self.table().insert(raw, Arc::new(owned));
+        Ok(Fd(raw))
     }
 
     fn close(&self, fd: Fd) {
-        // SAFETY: `fd` came from `open` (or a fence/dma-buf fd the kernel returned to this
-        // process) and the device layer closes each descriptor once.
-        drop(unsafe { OwnedFd::from_raw_fd(fd.0) });
+        // Dropping the OwnedFd closes it; numbers this kernel does not own are ignored.
+        drop(self.table().remove(&fd.0));
     }
 
     fn ioctl(&self, fd: Fd, req: &mut Ioctl<'_>) -> Result<i32, Errno> {
@@ -84,32 +127,42 @@ impl Kernel for RealKernel {
             Ioctl::RocketPrepBo(a) => ptr(*a),
             Ioctl::RocketFiniBo(a) => ptr(*a),
         };
-        // SAFETY: `code` is computed from the size of the very structure `arg` points to
-        // (uapi's request codes, asserted against the reference); the structure is a
-        // `repr(C)` mirror with asserted size and offsets and no padding (IntoBytes);
-        // every user pointer stored in it was taken from a slice borrowed by `req`, which
-        // outlives this call, and `submit` lives until the end of this function.
-        let r = unsafe { libc::ioctl(fd.0, code as libc::c_ulong, arg) };
-        Errno::result(r)
+        let r = self.with_fd(fd, |fd| {
+            // SAFETY: `code` is computed from the size of the very structure `arg` points
+            // to (uapi's request codes, asserted against the reference); the structure is
+            // a `repr(C)` mirror with asserted size and offsets and no padding
+            // (IntoBytes); every user pointer stored in it was taken from a slice borrowed
+            // by `req`, which outlives this call, and `submit` lives until the function
+            // returns; `fd` is a descriptor this kernel owns.
+            Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), code as libc::c_ulong, arg) })
+        })?;
+        match req {
+            Ioctl::Vendor(_, VendorOp::Submit(s)) if s.flags & super::uapi::job::FENCE_OUT != 0 => {
+                self.adopt(s.fence_fd)
+            }
+            Ioctl::PrimeHandleToFd(p) => self.adopt(p.fd),
+            _ => {}
+        }
+        Ok(r)
     }
 
     fn mmap(&self, fd: Fd, len: usize, offset: u64) -> Result<Mapping, Errno> {
         let length = NonZeroUsize::new(len).ok_or(Errno::EINVAL)?;
         let offset = libc::off_t::try_from(offset).map_err(|_| Errno::EINVAL)?;
-        // SAFETY: `fd` is an open descriptor of this process for the duration of the call.
-        let borrowed = unsafe { BorrowedFd::borrow_raw(fd.0) };
-        // SAFETY: a fresh shared mapping chosen by the kernel (no fixed address), so no
-        // existing memory is replaced; the result is owned by the returned Mapping.
-        let p = unsafe {
-            nix::sys::mman::mmap(
-                None,
-                length,
-                nix::sys::mman::ProtFlags::PROT_READ | nix::sys::mman::ProtFlags::PROT_WRITE,
-                nix::sys::mman::MapFlags::MAP_SHARED,
-                borrowed,
-                offset,
-            )
-        }?;
+        let p = self.with_fd(fd, |fd| {
+            // SAFETY: a fresh shared mapping chosen by the kernel (no fixed address), so
+            // no existing memory is replaced; the result is owned by the Mapping below.
+            unsafe {
+                nix::sys::mman::mmap(
+                    None,
+                    length,
+                    nix::sys::mman::ProtFlags::PROT_READ | nix::sys::mman::ProtFlags::PROT_WRITE,
+                    nix::sys::mman::MapFlags::MAP_SHARED,
+                    fd,
+                    offset,
+                )
+            }
+        })?;
         // SAFETY: `p` is the start of the live `len`-byte mapping just created, owned by
         // nothing else.
         Ok(unsafe { Mapping::from_mmap(p.cast(), len) })
