@@ -184,3 +184,38 @@ impl Kernel for RealKernel {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::uapi::RknpuAction;
+    use crate::sys::uapi::VendorNode;
+
+    /// The real seam on a node every Linux machine has: requests reach the kernel, which
+    /// refuses them, and descriptors are owned.
+    #[test]
+    fn the_real_seam_reaches_the_kernel_and_owns_its_descriptors() {
+        let k = RealKernel::new();
+        assert_eq!(k.open("/nonexistent/node").unwrap_err(), Errno::ENOENT);
+        let fd = k.open("/dev/null").unwrap();
+        let mut a = RknpuAction::default();
+        let r = k.ioctl(
+            fd,
+            &mut Ioctl::Vendor(VendorNode::Drm, VendorOp::Action(&mut a)),
+        );
+        assert_eq!(r.unwrap_err(), Errno::ENOTTY);
+        assert!(k.mmap(fd, 4096, 0).is_err(), "/dev/null cannot be mapped");
+        assert!(
+            k.poll(fd, Duration::from_millis(10)).unwrap(),
+            "/dev/null is readable"
+        );
+        // Numbers it did not hand out are refused, not used.
+        assert_eq!(
+            k.poll(Fd(fd.0 + 1000), Duration::ZERO).unwrap_err(),
+            Errno::EBADF
+        );
+        k.close(fd);
+        assert_eq!(k.poll(fd, Duration::ZERO).unwrap_err(), Errno::EBADF);
+        assert!(!k.is_emulated());
+    }
+}
