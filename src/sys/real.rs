@@ -169,15 +169,11 @@ impl Kernel for RealKernel {
     }
 
     fn poll(&self, fd: Fd, timeout: Duration) -> Result<bool, Errno> {
-        // SAFETY: `fd` is an open descriptor of this process for the duration of the call.
-        let borrowed = unsafe { BorrowedFd::borrow_raw(fd.0) };
-        let mut fds = [nix::poll::PollFd::new(
-            borrowed,
-            nix::poll::PollFlags::POLLIN,
-        )];
-        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-        let n = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms))?;
-        Ok(n > 0)
+        self.with_fd(fd, |fd| {
+            let mut fds = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
+            let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+            Ok(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms))? > 0)
+        })
     }
 
     fn is_emulated(&self) -> bool {
