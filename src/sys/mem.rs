@@ -168,8 +168,11 @@ impl Mapping {
 
     /// The mapped bytes.
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr..ptr+len` is mapped (or allocated) for the life of `self`, and the
-        // device layer keeps kernel copies out while this borrow is alive.
+        // SAFETY: `ptr..ptr+len` is mapped (real) or allocated and kept alive by the Arc
+        // (emulated) for the life of `self`. No Rust code writes it meanwhile: an emulated
+        // DmaMem refuses copies while mapped and hands out one mapping at a time; a real
+        // mapping is written only by the device's DMA, outside the language, and the
+        // device layer orders CPU and device access by ownership transitions.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
