@@ -355,7 +355,7 @@ fn two_threads_submit_at_once() {
 }
 
 #[test]
-fn dma_buf_export_where_the_driver_allows_it() {
+fn dma_buf_export_and_import_where_the_driver_allows_them() {
     let d = dev();
     let bo = d.alloc(4096, BoFlags::default()).unwrap();
     match d.info().interface {

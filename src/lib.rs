@@ -12,11 +12,15 @@
 //!   for every precision, with their packers;
 //! * [`sim`] — a strict functional simulator that executes programs against a memory
 //!   image, so programs can be tested without a board (docs/simulator.md);
-//! * [`float`] — fp16/bf16 conversions shared by packers and simulator.
+//! * [`float`] — fp16/bf16 conversions shared by packers and simulator;
+//! * [`sys`] — the kernels' structures and request codes, and the one seam every request
+//!   goes through (the only module where the `unsafe_code` lint is allowed);
+//! * [`device`] — open the NPU (vendor `rknpu`, `rocket`, or the emulated kernel),
+//!   allocate buffers, submit jobs and wait for them (docs/device.md).
 //!
 //! Layers import only downward (`regs` ← `regcmd` ← `kernels`, `sim`); see
-//! `docs/architecture.md`. The crate denies the `unsafe_code` lint; only `src/sys/` (which
-//! does not exist yet) will opt out of it.
+//! `docs/architecture.md`. The crate denies the `unsafe_code` lint; only `src/sys/` opts
+//! out of it.
 //!
 //! ```
 //! use rknpu_driver::kernels::worked_example;

@@ -121,6 +121,8 @@ struct State {
     sim: Simulator,
     faults: Faults,
     log: Vec<String>,
+    /// How long the current blocking request waits before it returns its error.
+    wait: Option<Duration>,
 }
 
 /// The emulated kernel. Create it with [`EmuKernel::new`]; [`crate::device::Device`]
@@ -159,8 +161,22 @@ impl EmuKernel {
                 sim: Simulator::new(),
                 faults: Faults::default(),
                 log: Vec::new(),
+                wait: None,
             }),
         }
+    }
+
+    /// The process-wide kernel of `flavour`: like a real driver, one per machine, whatever
+    /// number of devices open it.
+    pub fn shared(flavour: Flavour) -> Arc<EmuKernel> {
+        static KERNELS: std::sync::OnceLock<Mutex<HashMap<Flavour, Arc<EmuKernel>>>> =
+            std::sync::OnceLock::new();
+        let map = KERNELS.get_or_init(Default::default);
+        let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(
+            map.entry(flavour)
+                .or_insert_with(|| Arc::new(EmuKernel::new(flavour))),
+        )
     }
 
     /// The driver it plays.
@@ -214,6 +230,19 @@ fn bo_of(s: &State, fd: Fd, handle: u32) -> Result<Arc<Mutex<EmuBo>>, Errno> {
     }
 }
 
+/// Drops the kernel's object entry of `bo` once no fd holds a handle to it.
+fn release(s: &mut State, bo: &Arc<Mutex<EmuBo>>) {
+    let held = s.files.values().any(|f| match f {
+        File::Device { handles, .. } => handles.values().any(|b| Arc::ptr_eq(b, bo)),
+        File::DmaBuf(b) => Arc::ptr_eq(b, bo),
+        File::Fence { .. } => false,
+    });
+    if !held {
+        let obj = lock_bo(bo).obj_addr;
+        s.objects.remove(&obj);
+    }
+}
+
 fn lock_bo(bo: &Mutex<EmuBo>) -> MutexGuard<'_, EmuBo> {
     bo.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -239,12 +268,14 @@ impl Kernel for EmuKernel {
 
     fn close(&self, fd: Fd) {
         let mut s = self.lock();
-        if let Some(File::Device { handles, .. }) = s.files.remove(&fd.0) {
-            // Closing the fd frees every object it holds (kernel-interfaces.md 2.4).
-            for bo in handles.values() {
-                let obj = lock_bo(bo).obj_addr;
-                s.objects.remove(&obj);
-            }
+        // Closing the fd frees every object only it holds (kernel-interfaces.md 2.4).
+        let released: Vec<Arc<Mutex<EmuBo>>> = match s.files.remove(&fd.0) {
+            Some(File::Device { handles, .. }) => handles.into_values().collect(),
+            Some(File::DmaBuf(bo)) => vec![bo],
+            _ => Vec::new(),
+        };
+        for bo in &released {
+            release(&mut s, bo);
         }
     }
 
@@ -280,8 +311,7 @@ impl Kernel for EmuKernel {
                     return Err(Errno::EBADF);
                 };
                 let bo = handles.remove(&c.handle).ok_or(Errno::EINVAL)?;
-                let obj = lock_bo(&bo).obj_addr;
-                s.objects.remove(&obj);
+                release(&mut s, &bo);
                 Ok(0)
             }
             Ioctl::PrimeHandleToFd(p) => {
@@ -327,7 +357,14 @@ impl Kernel for EmuKernel {
                     // rocket has no such numbers; the emulation plays the DRM flavour only.
                     return Err(Errno::EINVAL);
                 }
-                self.vendor(&mut s, fd, op)
+                let r = self.vendor(&mut s, fd, op);
+                // A blocking wait that ends in a timeout sleeps without holding the
+                // kernel, as the driver's wait does.
+                if let Some(wait) = s.wait.take() {
+                    drop(s);
+                    std::thread::sleep(wait);
+                }
+                r
             }
             Ioctl::RocketCreateBo(c) if self.flavour == Flavour::Rocket => {
                 rocket_create(&mut s, fd, c)
@@ -506,8 +543,7 @@ impl EmuKernel {
                     return Err(Errno::EBADF);
                 };
                 let bo = handles.remove(&d.handle).ok_or(Errno::ENOENT)?;
-                let obj = lock_bo(&bo).obj_addr;
-                s.objects.remove(&obj);
+                release(s, &bo);
                 Ok(0)
             }
             VendorOp::MemSync(y) => {
@@ -588,7 +624,7 @@ impl EmuKernel {
             if nonblock {
                 return self.fence_out(s, sub, false);
             }
-            std::thread::sleep(timeout);
+            s.wait = Some(timeout);
             return Err(Errno::EINVAL);
         }
 
@@ -699,8 +735,7 @@ impl EmuKernel {
         if nonblock {
             return self.fence_out(s, sub, false);
         }
-        std::thread::sleep(timeout);
-        let _ = wait_status;
+        s.wait = Some(timeout);
         Err(Errno::ETIMEDOUT)
     }
 

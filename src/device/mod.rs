@@ -98,6 +98,8 @@ pub struct Device {
     info: DeviceInfo,
     live_bos: AtomicUsize,
     live_maps: Arc<AtomicUsize>,
+    /// GEM handles of live buffers.
+    handles: std::sync::Mutex<std::collections::HashSet<u32>>,
 }
 
 fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
@@ -155,7 +157,7 @@ impl Device {
         };
         match flavour {
             Some(f) => {
-                let emu = Arc::new(EmuKernel::new(f));
+                let emu = EmuKernel::shared(f);
                 Device::open_with(emu.clone(), Some(emu), emu::node_path(f))
             }
             None => Device::open_with(Arc::new(RealKernel::new()), None, spec),
@@ -188,6 +190,7 @@ impl Device {
             },
             live_bos: AtomicUsize::new(0),
             live_maps: Arc::new(AtomicUsize::new(0)),
+            handles: Default::default(),
         };
         dev.info.emulated = dev.kernel.is_emulated();
         dev.identify()?;
@@ -301,6 +304,22 @@ impl Device {
         self.emu.as_deref()
     }
 
+    fn track(&self, handle: u32) {
+        self.live_bos.fetch_add(1, Ordering::SeqCst);
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(handle);
+    }
+
+    fn untrack(&self, handle: u32) {
+        self.live_bos.fetch_sub(1, Ordering::SeqCst);
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&handle);
+    }
+
     /// Buffer objects of this device not yet freed.
     pub fn live_buffers(&self) -> usize {
         self.live_bos.load(Ordering::SeqCst)
@@ -352,7 +371,7 @@ impl Device {
                     mmap_offset: 0,
                     cacheable: flags.cacheable,
                 };
-                self.live_bos.fetch_add(1, Ordering::SeqCst);
+                self.track(c.handle);
                 if c.dma_addr + c.size > 1 << 32 {
                     return Err(DeviceError::Unsupported {
                         what: format!(
@@ -375,7 +394,7 @@ impl Device {
                     ..DrmRocketCreateBo::default()
                 };
                 self.ioctl(&mut Ioctl::RocketCreateBo(&mut c))?;
-                self.live_bos.fetch_add(1, Ordering::SeqCst);
+                self.track(c.handle);
                 Bo {
                     dev: self,
                     handle: c.handle,
@@ -388,6 +407,56 @@ impl Device {
             }
         };
         Ok(bo)
+    }
+}
+
+impl Device {
+    /// Imports a dma-buf (vendor DRM flavour only): PRIME_FD_TO_HANDLE, then MEM_CREATE
+    /// with that handle for the object's address. Imported objects cannot be mapped
+    /// through the driver (map the dma-buf itself) and are not cacheable; they serve as
+    /// NPU operands.
+    pub fn import_dmabuf(&self, dmabuf: &DmaBuf<'_>) -> Result<Bo<'_>> {
+        if self.info.interface == Interface::Rocket {
+            return Err(DeviceError::Unsupported {
+                what: "dma-buf import: the rocket driver has no import path".into(),
+            });
+        }
+        let mut p = DrmPrimeHandle {
+            handle: 0,
+            flags: 0,
+            fd: dmabuf.raw_fd(),
+        };
+        self.ioctl(&mut Ioctl::PrimeFdToHandle(&mut p))?;
+        if self
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&p.handle)
+        {
+            // DRM gives a buffer of this fd back under its existing handle; a second Bo
+            // would free it twice.
+            return Err(DeviceError::InvalidArgument {
+                what: format!(
+                    "the dma-buf is this device's own buffer (handle {}): use that buffer",
+                    p.handle
+                ),
+            });
+        }
+        let mut c = RknpuMemCreate {
+            handle: p.handle,
+            ..RknpuMemCreate::default()
+        };
+        self.vendor(VendorOp::MemCreate(&mut c), "RKNPU_MEM_CREATE")?;
+        self.track(c.handle);
+        Ok(Bo {
+            dev: self,
+            handle: c.handle,
+            size: c.size as usize,
+            dma: c.dma_addr as u32,
+            obj_addr: c.obj_addr,
+            mmap_offset: u64::MAX,
+            cacheable: false,
+        })
     }
 }
 
@@ -606,7 +675,7 @@ impl Drop for Bo<'_> {
                 self.dev.ioctl(&mut Ioctl::GemClose(&mut c))
             }
         };
-        self.dev.live_bos.fetch_sub(1, Ordering::SeqCst);
+        self.dev.untrack(self.handle);
     }
 }
 
