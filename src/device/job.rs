@@ -114,6 +114,7 @@ pub struct Job<'a> {
     timeout: Duration,
     reads: Vec<&'a Bo<'a>>,
     writes: Vec<&'a Bo<'a>>,
+    iommu_domain: u8,
 }
 
 impl<'a> Job<'a> {
@@ -144,7 +145,14 @@ impl<'a> Job<'a> {
             timeout: Duration::from_millis(500),
             reads: Vec::new(),
             writes: Vec::new(),
+            iommu_domain: 0,
         }
+    }
+
+    /// The vendor IOMMU domain to run in (0.9.6+): the one its buffers were allocated in.
+    pub fn iommu_domain(mut self, domain: u8) -> Job<'a> {
+        self.iommu_domain = domain;
+        self
     }
 
     /// Runs on `mask` with `per_core[i]` consecutive tasks on its i-th core (one entry for
@@ -187,6 +195,9 @@ impl<'a> Job<'a> {
                 self.split,
                 self.cores.cores()
             ));
+        }
+        if self.iommu_domain > 15 {
+            return invalid(format!("IOMMU domain {}: the driver has 0..=15", self.iommu_domain));
         }
         if self.split.contains(&0) {
             return invalid("a core with no task".into());
@@ -372,6 +383,7 @@ impl Device {
                         timeout: job.timeout,
                         reads: job.reads.clone(),
                         writes: job.writes.clone(),
+                        iommu_domain: job.iommu_domain,
                     },
                     kind: PendingKind::Rocket,
                 };
@@ -435,6 +447,7 @@ impl Device {
             timeout: job.timeout.as_millis().min(u32::MAX as u128) as u32,
             task_number: job.tasks.len() as u32,
             task_obj_addr: tasks.obj_addr,
+            iommu_domain_id: job.iommu_domain as u32,
             core_mask: job.cores.bits(),
             fence_fd: -1,
             ..RknpuSubmit::default()

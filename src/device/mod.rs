@@ -35,6 +35,7 @@
 pub mod emu;
 mod error;
 mod job;
+pub mod matmul;
 
 pub use error::DeviceError;
 pub use job::{CoreMask, Job, JobResult, Pending, TaskDesc};

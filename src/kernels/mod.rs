@@ -3,3 +3,4 @@
 
 pub mod single;
 pub mod worked_example;
+pub mod matmul;

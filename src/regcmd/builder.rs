@@ -201,6 +201,8 @@ impl TaskInfo {
 pub struct ProgramBuilder {
     regcmd_buffer: BufferId,
     tasks: Vec<(TaskBuilder, BlockMask)>,
+    /// Tasks whose tail ends their chain although more tasks follow.
+    chain_ends: Vec<usize>,
 }
 
 impl ProgramBuilder {
@@ -209,12 +211,22 @@ impl ProgramBuilder {
         ProgramBuilder {
             regcmd_buffer,
             tasks: Vec::new(),
+            chain_ends: Vec::new(),
         }
     }
 
     /// Appends a task: `body` then a tail whose op-enable entry starts `enable`.
     pub fn push_task(&mut self, body: TaskBuilder, enable: BlockMask) -> &mut ProgramBuilder {
         self.tasks.push((body, enable));
+        self
+    }
+
+    /// Ends the chain at the last task pushed: its tail does not link to the next task,
+    /// which starts a new chain (for the per-core task ranges of a multi-core job).
+    pub fn end_chain(&mut self) -> &mut ProgramBuilder {
+        if let Some(last) = self.tasks.len().checked_sub(1) {
+            self.chain_ends.push(last);
+        }
         self
     }
 
@@ -259,7 +271,8 @@ impl ProgramBuilder {
                     }),
             );
             raw.extend(body.raw.iter().map(|e| first + e));
-            match self.tasks.get(i + 1) {
+            let next = self.tasks.get(i + 1).filter(|_| !self.chain_ends.contains(&i));
+            match next {
                 Some((next, _)) => {
                     relocs.push(Relocation {
                         entry: words.len(),

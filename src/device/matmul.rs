@@ -1,0 +1,179 @@
+//! A matmul on a device: a plan, its program bound once to device buffers, a resident
+//! weight bank, and `run` — pack A, submit, wait, reduce.
+//!
+//! ```
+//! use rknpu_driver::device::Device;
+//! use rknpu_driver::device::matmul::{Matmul, WeightBank};
+//! use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
+//! use rknpu_driver::kernels::single::Dtype;
+//!
+//! let dev = Device::open_spec("emu")?;
+//! let plan = Plan::new(MatmulSpec::new(3, 100, 40, Dtype::Int8))?;
+//! let b: Vec<i32> = (0..100 * 40).map(|i| i % 7 - 3).collect();
+//! let bank = WeightBank::new_int(&dev, &plan, &b)?;        // packed once, resident
+//! let mut mm = Matmul::new(&dev, plan, &bank)?;            // program built and bound once
+//! let c = mm.run_int(&vec![1; 3 * 100])?;                  // row-major 3x40
+//! assert_eq!(c[0], (0..100).map(|k| (k * 40) % 7 - 3).sum::<i32>() as i64);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use super::{Bo, BoFlags, CoreMask, Device, DeviceError, Interface, Job, JobResult};
+use crate::kernels::matmul::{self, Plan};
+use crate::regcmd::{BufferId, Program, words_to_le_bytes};
+use std::time::{Duration, Instant};
+
+fn plan_err(e: crate::Error) -> DeviceError {
+    DeviceError::InvalidArgument { what: e.to_string() }
+}
+
+/// Packed weights resident in a device buffer, for one plan's waves and padding; reused
+/// across calls.
+#[derive(Debug)]
+pub struct WeightBank<'d> {
+    bo: Bo<'d>,
+    plan: Plan,
+}
+
+impl<'d> WeightBank<'d> {
+    /// Packs integer B (row-major K×N) for `plan` and uploads it.
+    pub fn new_int(dev: &'d Device, plan: &Plan, b: &[i32]) -> Result<WeightBank<'d>, DeviceError> {
+        let bytes = matmul::pack_weights_int(plan, b).map_err(plan_err)?;
+        WeightBank::upload(dev, plan, &bytes)
+    }
+
+    /// Packs B (row-major K×N, rounded to fp16) for `plan` and uploads it.
+    pub fn new_f32(dev: &'d Device, plan: &Plan, b: &[f32]) -> Result<WeightBank<'d>, DeviceError> {
+        let bytes = matmul::pack_weights_f32(plan, b).map_err(plan_err)?;
+        WeightBank::upload(dev, plan, &bytes)
+    }
+
+    fn upload(dev: &'d Device, plan: &Plan, bytes: &[u8]) -> Result<WeightBank<'d>, DeviceError> {
+        let mut bo = dev.alloc(bytes.len(), BoFlags::default())?;
+        bo.write(0, bytes)?;
+        Ok(WeightBank { bo, plan: plan.clone() })
+    }
+
+    /// The device buffer.
+    pub fn buffer(&self) -> &Bo<'d> {
+        &self.bo
+    }
+}
+
+/// Time spent in the steps of one call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Packing A.
+    pub pack: Duration,
+    /// Submission and wait.
+    pub submit_wait: Duration,
+    /// Reading and reducing the partial results.
+    pub unpack: Duration,
+}
+
+/// A matmul bound to a device: plan, program (encoded and bound once), A and C buffers,
+/// and a weight bank.
+#[derive(Debug)]
+pub struct Matmul<'d, 'w> {
+    dev: &'d Device,
+    plan: Plan,
+    program: Program,
+    regcmd: Bo<'d>,
+    a: Bo<'d>,
+    c: Bo<'d>,
+    bank: &'w WeightBank<'d>,
+    /// Deadline per call.
+    pub timeout: Duration,
+    /// Timings of the last call.
+    pub timings: Timings,
+    /// The job result of the last call.
+    pub last: Option<JobResult>,
+}
+
+impl<'d, 'w> Matmul<'d, 'w> {
+    /// Builds the plan's program, allocates A and C, and binds the program once.
+    pub fn new(dev: &'d Device, plan: Plan, bank: &'w WeightBank<'d>) -> Result<Matmul<'d, 'w>, DeviceError> {
+        if bank.plan != plan {
+            return Err(DeviceError::InvalidArgument {
+                what: "the weight bank was packed for another plan".into(),
+            });
+        }
+        let program = plan.program().map_err(plan_err)?;
+        let mut regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
+        let a = dev.alloc(plan.a_bytes.max(1) as usize, BoFlags::default())?;
+        let c = dev.alloc(plan.c_bytes.max(1) as usize, BoFlags::default())?;
+        let bases = [regcmd.dma_addr(), a.dma_addr(), bank.bo.dma_addr(), c.dma_addr()];
+        let words = program
+            .bind(|id: BufferId| bases.get(id.0 as usize).map(|&x| x as u64))
+            .map_err(plan_err)?;
+        regcmd.write(0, &words_to_le_bytes(&words))?;
+        Ok(Matmul {
+            dev,
+            plan,
+            program,
+            regcmd,
+            a,
+            c,
+            bank,
+            timeout: Duration::from_secs(5),
+            timings: Timings::default(),
+            last: None,
+        })
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn submit(&mut self) -> Result<Vec<u8>, DeviceError> {
+        let t0 = Instant::now();
+        let mask = match (self.dev.info().interface, self.plan.per_core.len()) {
+            // The rocket scheduler places jobs itself.
+            (Interface::Rocket, _) | (_, 1) => CoreMask::Auto,
+            (_, 2) => CoreMask::Cores01,
+            _ => CoreMask::All,
+        };
+        let split = if mask == CoreMask::Auto {
+            vec![self.plan.tasks.len()]
+        } else {
+            self.plan.per_core.clone()
+        };
+        let job = Job::from_program(&self.regcmd, &self.program)
+            .on_cores(mask, &split)
+            .reads(&self.a)
+            .reads(&self.bank.bo)
+            .writes(&self.c)
+            .timeout(self.timeout);
+        let result = self.dev.submit(&job)?;
+        drop(job);
+        self.timings.submit_wait = t0.elapsed();
+        self.last = Some(result);
+        self.c.read_all()
+    }
+
+    /// C = A · B for integer A (row-major M×K), as row-major M×N.
+    pub fn run_int(&mut self, a: &[i32]) -> Result<Vec<i64>, DeviceError> {
+        let t0 = Instant::now();
+        let packed = self.plan.pack_a_int(a).map_err(plan_err)?;
+        self.a.write(0, &packed)?;
+        self.timings.pack = t0.elapsed();
+        let c = self.submit()?;
+        let t1 = Instant::now();
+        let out = self.plan.reduce_int(&c).map_err(plan_err)?;
+        self.timings.unpack = t1.elapsed();
+        Ok(out)
+    }
+
+    /// C = A · B for float A (row-major M×K, rounded to fp16), as row-major M×N.
+    pub fn run_f32(&mut self, a: &[f32]) -> Result<Vec<f32>, DeviceError> {
+        let t0 = Instant::now();
+        let packed = self.plan.pack_a_f32(a).map_err(plan_err)?;
+        self.a.write(0, &packed)?;
+        self.timings.pack = t0.elapsed();
+        let c = self.submit()?;
+        let t1 = Instant::now();
+        let out = self.plan.reduce_f32(&c).map_err(plan_err)?;
+        self.timings.unpack = t1.elapsed();
+        Ok(out)
+    }
+}
