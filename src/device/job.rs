@@ -197,7 +197,10 @@ impl<'a> Job<'a> {
             ));
         }
         if self.iommu_domain > 15 {
-            return invalid(format!("IOMMU domain {}: the driver has 0..=15", self.iommu_domain));
+            return invalid(format!(
+                "IOMMU domain {}: the driver has 0..=15",
+                self.iommu_domain
+            ));
         }
         if self.split.contains(&0) {
             return invalid("a core with no task".into());

@@ -23,7 +23,9 @@ use crate::regcmd::{BufferId, Program, words_to_le_bytes};
 use std::time::{Duration, Instant};
 
 fn plan_err(e: crate::Error) -> DeviceError {
-    DeviceError::InvalidArgument { what: e.to_string() }
+    DeviceError::InvalidArgument {
+        what: e.to_string(),
+    }
 }
 
 /// Packed weights resident in a device buffer, for one plan's waves and padding; reused
@@ -50,7 +52,10 @@ impl<'d> WeightBank<'d> {
     fn upload(dev: &'d Device, plan: &Plan, bytes: &[u8]) -> Result<WeightBank<'d>, DeviceError> {
         let mut bo = dev.alloc(bytes.len(), BoFlags::default())?;
         bo.write(0, bytes)?;
-        Ok(WeightBank { bo, plan: plan.clone() })
+        Ok(WeightBank {
+            bo,
+            plan: plan.clone(),
+        })
     }
 
     /// The device buffer.
@@ -91,7 +96,11 @@ pub struct Matmul<'d, 'w> {
 
 impl<'d, 'w> Matmul<'d, 'w> {
     /// Builds the plan's program, allocates A and C, and binds the program once.
-    pub fn new(dev: &'d Device, plan: Plan, bank: &'w WeightBank<'d>) -> Result<Matmul<'d, 'w>, DeviceError> {
+    pub fn new(
+        dev: &'d Device,
+        plan: Plan,
+        bank: &'w WeightBank<'d>,
+    ) -> Result<Matmul<'d, 'w>, DeviceError> {
         if bank.plan != plan {
             return Err(DeviceError::InvalidArgument {
                 what: "the weight bank was packed for another plan".into(),
@@ -101,7 +110,12 @@ impl<'d, 'w> Matmul<'d, 'w> {
         let mut regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
         let a = dev.alloc(plan.a_bytes.max(1) as usize, BoFlags::default())?;
         let c = dev.alloc(plan.c_bytes.max(1) as usize, BoFlags::default())?;
-        let bases = [regcmd.dma_addr(), a.dma_addr(), bank.bo.dma_addr(), c.dma_addr()];
+        let bases = [
+            regcmd.dma_addr(),
+            a.dma_addr(),
+            bank.bo.dma_addr(),
+            c.dma_addr(),
+        ];
         let words = program
             .bind(|id: BufferId| bases.get(id.0 as usize).map(|&x| x as u64))
             .map_err(plan_err)?;

@@ -1,6 +1,6 @@
 //! Kernel generators: shapes in, [`crate::regcmd::Program`]s out. Pure code: no buffers,
 //! no device; every DMA address is a relocation.
 
+pub mod matmul;
 pub mod single;
 pub mod worked_example;
-pub mod matmul;

@@ -271,7 +271,10 @@ impl ProgramBuilder {
                     }),
             );
             raw.extend(body.raw.iter().map(|e| first + e));
-            let next = self.tasks.get(i + 1).filter(|_| !self.chain_ends.contains(&i));
+            let next = self
+                .tasks
+                .get(i + 1)
+                .filter(|_| !self.chain_ends.contains(&i));
             match next {
                 Some((next, _)) => {
                     relocs.push(Relocation {

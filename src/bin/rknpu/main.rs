@@ -21,6 +21,11 @@ commands:
         to a file after the run (a region that is not loaded is created zeroed).
         --int-mask is the completion mask (default 0x300). Prints the tasks run, the
         interrupt status and every lint; exit 0 when the program completed.
+  matmul --m M --k K --n N --dtype int8|int4|fp16 [--cores 1|2|3] [--device auto|emu|PATH]
+         [--seed S]
+        Multiply seeded random matrices on the NPU (or, with no NPU, the emulated kernel),
+        check against a CPU reference, print the plan, a time breakdown, the largest
+        error and OK.
   info  Print the NPU this machine has (or the emulated one that RKNPU_DEVICE selects):
         interface, node, driver name and version, cores, IOMMU state.
   help  Show this text.
@@ -243,6 +248,195 @@ fn cmd_sim(args: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// xorshift64*: the seeded data of `rknpu matmul`.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn int(&mut self, lo: i32, hi: i32) -> i32 {
+        lo + ((self.next() >> 11) % (hi - lo + 1) as u64) as i32
+    }
+    fn unit(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
+    use rknpu_driver::device::Device;
+    use rknpu_driver::device::matmul::{Matmul, WeightBank};
+    use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
+    use rknpu_driver::kernels::single::Dtype;
+    use std::time::Instant;
+
+    let (mut m, mut k, mut n, mut dtype) = (None, None, None, None);
+    let (mut cores, mut device, mut seed) = (1u32, "auto".to_string(), 1u64);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let v = it
+            .next()
+            .ok_or_else(|| usage(format!("{a} needs a value")))?;
+        let num = |what: &str| {
+            parse_u32(v)
+                .filter(|&x| x > 0)
+                .ok_or_else(|| usage(format!("{what}: not a positive number: {v}")))
+        };
+        match a.as_str() {
+            "--m" => m = Some(num("--m")?),
+            "--k" => k = Some(num("--k")?),
+            "--n" => n = Some(num("--n")?),
+            "--dtype" => {
+                dtype = Some(match v.as_str() {
+                    "int8" => Dtype::Int8,
+                    "int4" => Dtype::Int4,
+                    "fp16" => Dtype::Fp16,
+                    _ => return Err(usage(format!("--dtype: int8, int4 or fp16, not {v}"))),
+                })
+            }
+            "--cores" => {
+                cores = match v.as_str() {
+                    "1" => 1,
+                    "2" => 2,
+                    "3" => 3,
+                    _ => return Err(usage(format!("--cores: 1, 2 or 3, not {v}"))),
+                }
+            }
+            "--device" => device = v.clone(),
+            "--seed" => {
+                seed = v
+                    .parse()
+                    .map_err(|_| usage(format!("--seed: not a number: {v}")))?
+            }
+            s => return Err(usage(format!("matmul: unexpected argument {s}"))),
+        }
+    }
+    let (Some(m), Some(k), Some(n), Some(dtype)) = (m, k, n, dtype) else {
+        return Err(usage("matmul: --m, --k, --n and --dtype are required"));
+    };
+    let fail = |e: &dyn std::fmt::Display| Failure(1, e.to_string());
+    let dev = match device.as_str() {
+        "auto" => match Device::open() {
+            Ok(d) => d,
+            Err(rknpu_driver::device::DeviceError::NotFound { .. }) => {
+                println!("no NPU found: running on the emulated kernel (RKNPU_DEVICE=emu)");
+                Device::open_spec("emu").map_err(|e| fail(&e))?
+            }
+            Err(e) => return Err(fail(&e)),
+        },
+        spec => Device::open_spec(spec).map_err(|e| fail(&e))?,
+    };
+    let info = dev.info();
+    println!(
+        "device: {} {}.{}.{} at {}{}",
+        info.driver,
+        info.version.0,
+        info.version.1,
+        info.version.2,
+        info.node,
+        if info.emulated { " (emulated)" } else { "" }
+    );
+
+    let t0 = Instant::now();
+    let plan = Plan::new(MatmulSpec::new(m, k, n, dtype).on_cores(cores)).map_err(|e| fail(&e))?;
+    let t_plan = t0.elapsed();
+    println!("plan: {plan}");
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let (mu, ku, nu) = (m as usize, k as usize, n as usize);
+    let (t_pack_b, timings, err, bound) = if dtype == Dtype::Fp16 {
+        use rknpu_driver::float::{f16_to_f32, f32_to_f16};
+        let q = |v: f32| f16_to_f32(f32_to_f16(v));
+        let a: Vec<f32> = (0..mu * ku).map(|_| q(rng.unit())).collect();
+        let b: Vec<f32> = (0..ku * nu).map(|_| q(rng.unit())).collect();
+        let t = Instant::now();
+        let bank = WeightBank::new_f32(&dev, &plan, &b).map_err(|e| fail(&e))?;
+        let t_pack_b = t.elapsed();
+        let mut mm = Matmul::new(&dev, plan, &bank).map_err(|e| fail(&e))?;
+        let c = mm.run_f32(&a).map_err(|e| fail(&e))?;
+        // fp32 summation in any order: |error| <= (K + 1) 2^-24 sum |a b|.
+        let (mut worst, mut bound) = (0f64, 0f64);
+        let mut row = vec![0f64; nu];
+        let mut mag = vec![0f64; nu];
+        for i in 0..mu {
+            row.fill(0.0);
+            mag.fill(0.0);
+            for kk in 0..ku {
+                let x = a[i * ku + kk] as f64;
+                for j in 0..nu {
+                    let p = x * b[kk * nu + j] as f64;
+                    row[j] += p;
+                    mag[j] += p.abs();
+                }
+            }
+            for j in 0..nu {
+                let e = (c[i * nu + j] as f64 - row[j]).abs();
+                let tol = (ku as f64 + 1.0) * 2f64.powi(-24) * mag[j];
+                worst = worst.max(e);
+                bound = bound.max(e - tol);
+            }
+        }
+        (t_pack_b, mm.timings, worst, bound)
+    } else {
+        let (lo, hi) = if dtype == Dtype::Int4 {
+            (-8, 7)
+        } else {
+            (-128, 127)
+        };
+        let a: Vec<i32> = (0..mu * ku).map(|_| rng.int(lo, hi)).collect();
+        let b: Vec<i32> = (0..ku * nu).map(|_| rng.int(lo, hi)).collect();
+        let t = Instant::now();
+        let bank = WeightBank::new_int(&dev, &plan, &b).map_err(|e| fail(&e))?;
+        let t_pack_b = t.elapsed();
+        let mut mm = Matmul::new(&dev, plan, &bank).map_err(|e| fail(&e))?;
+        let c = mm.run_int(&a).map_err(|e| fail(&e))?;
+        let mut reference = vec![0i64; mu * nu];
+        for i in 0..mu {
+            let r = &mut reference[i * nu..(i + 1) * nu];
+            for kk in 0..ku {
+                let x = a[i * ku + kk] as i64;
+                for (o, &y) in r.iter_mut().zip(&b[kk * nu..(kk + 1) * nu]) {
+                    *o += x * y as i64;
+                }
+            }
+        }
+        let worst = c
+            .iter()
+            .zip(&reference)
+            .map(|(x, y)| (x - y).abs())
+            .max()
+            .unwrap_or(0) as f64;
+        (t_pack_b, mm.timings, worst, worst)
+    };
+    println!(
+        "time: plan {:.3} ms, pack {:.3} ms (weights {:.3} ms, A {:.3} ms), submit+wait {:.3} ms, unpack {:.3} ms",
+        t_plan.as_secs_f64() * 1e3,
+        (t_pack_b + timings.pack).as_secs_f64() * 1e3,
+        t_pack_b.as_secs_f64() * 1e3,
+        timings.pack.as_secs_f64() * 1e3,
+        timings.submit_wait.as_secs_f64() * 1e3,
+        timings.unpack.as_secs_f64() * 1e3
+    );
+    if dtype == Dtype::Fp16 {
+        println!(
+            "largest error: {err:e} (fp32 summation bound respected: {})",
+            bound <= 0.0
+        );
+    } else {
+        println!("largest error: {err}");
+    }
+    if bound > 0.0 {
+        return Err(Failure(
+            1,
+            "MISMATCH: the result differs from the CPU reference".into(),
+        ));
+    }
+    println!("OK");
+    Ok(())
+}
+
 fn cmd_info(args: &[String]) -> Result<(), Failure> {
     if let Some(a) = args.first() {
         return Err(usage(format!("info: unexpected argument {a}")));
@@ -282,6 +476,7 @@ fn main() -> ExitCode {
         Some("decode") => cmd_decode(&args[1..]),
         Some("sim") => cmd_sim(&args[1..]),
         Some("info") => cmd_info(&args[1..]),
+        Some("matmul") => cmd_matmul(&args[1..]),
         Some("help") | Some("--help") | Some("-h") => {
             println!("{USAGE}");
             Ok(())

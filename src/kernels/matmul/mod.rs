@@ -14,7 +14,8 @@
 //! * **N tiles** of at most 3072 (int8) or 4096 (int4, fp16: quirk 7) columns, a multiple
 //!   of 32 (int4: 64), and at least as many tiles as cores.
 //! * **M tiles** of as many rows as the CBUF data banks hold next to one 32-kernel weight
-//!   group (§4.2), at most 128, keeping ≥ 2 weight banks (quirk 3).
+//!   group (§4.2), at most 128, keeping ≥ 2 weight banks (quirk 3) and, for int8 and
+//!   int4, at most the 8 data banks measured on boards.
 //! * **Cores**: N tiles are dealt to cores in contiguous groups; each core's tasks form
 //!   their own chain in one program, so one submission runs them all (§4.7).
 //!
@@ -44,7 +45,10 @@ const BANK: u64 = 32 * 1024;
 pub const MAX_TASKS: usize = 4095;
 
 fn unsupported(why: String) -> Error {
-    Error::Unsupported { what: "matmul plan", why }
+    Error::Unsupported {
+        what: "matmul plan",
+        why,
+    }
 }
 
 /// What to multiply.
@@ -160,7 +164,14 @@ fn partial_type(dtype: Dtype) -> OutType {
 impl Plan {
     /// Plans `spec`, or says why it cannot be run.
     pub fn new(spec: MatmulSpec) -> Result<Plan> {
-        let MatmulSpec { m, k, n, dtype, out, cores } = spec;
+        let MatmulSpec {
+            m,
+            k,
+            n,
+            dtype,
+            out,
+            cores,
+        } = spec;
         if m == 0 || k == 0 || n == 0 {
             return Err(unsupported(format!("empty shape {m}x{k}x{n}")));
         }
@@ -174,7 +185,9 @@ impl Plan {
             _ => false,
         };
         if !ok_out {
-            return Err(unsupported(format!("{dtype:?} x {dtype:?} -> {out:?} is not offered")));
+            return Err(unsupported(format!(
+                "{dtype:?} x {dtype:?} -> {out:?} is not offered"
+            )));
         }
         let bits = dtype.bits() as u64;
         // K waves.
@@ -208,9 +221,15 @@ impl Plan {
         let group = dtype.kernels_per_atom().max(32) as u64;
         let weight_banks = (group * ai_max * bits / 8).div_ceil(BANK).max(2);
         if weight_banks > 10 {
-            return Err(unsupported(format!("K tile {ai_max} needs {weight_banks} weight banks")));
+            return Err(unsupported(format!(
+                "K tile {ai_max} needs {weight_banks} weight banks"
+            )));
         }
-        let data_banks = 12 - weight_banks;
+        // int8 and int4 stay within the 8 data banks measured on boards (§4.2, §5.5).
+        let data_banks = match dtype {
+            Dtype::Int8 | Dtype::Int4 => (12 - weight_banks).min(8),
+            _ => 12 - weight_banks,
+        };
         let row_bytes = ai_max * bits / 8;
         let rows_fit = (data_banks * BANK / row_bytes).min(128) as u32;
         let m_tile = rows_fit.min(m).max(1);
@@ -289,11 +308,16 @@ impl Plan {
         }
         let data_banks_used = tasks
             .iter()
-            .map(|t| ((t.rows as u64 * waves[t.wave as usize].ai as u64 * bits / 8).div_ceil(BANK)).max(1) as u32)
+            .map(|t| {
+                ((t.rows as u64 * waves[t.wave as usize].ai as u64 * bits / 8).div_ceil(BANK))
+                    .max(1) as u32
+            })
             .max()
             .unwrap_or(1);
         if a_bytes + b_bytes + c_bytes > u32::MAX as u64 {
-            return Err(unsupported("the buffers exceed the 4 GiB NPU address space".into()));
+            return Err(unsupported(
+                "the buffers exceed the 4 GiB NPU address space".into(),
+            ));
         }
         Ok(Plan {
             spec,
@@ -316,7 +340,11 @@ impl Plan {
         let w = self.waves[t.wave as usize];
         let native_a = self.spec.dtype == Dtype::Int4;
         SingleMatmul {
-            a_layout: if native_a { Layout::Native } else { Layout::Plain },
+            a_layout: if native_a {
+                Layout::Native
+            } else {
+                Layout::Plain
+            },
             c_layout: Layout::Native,
             out: partial_type(self.spec.dtype),
             ..SingleMatmul::new(t.rows, w.kw, t.nt, self.spec.dtype)
@@ -332,7 +360,8 @@ impl Plan {
             for t in &self.tasks[i..i + count] {
                 let mm = self.task_matmul(t);
                 let w = self.waves[t.wave as usize];
-                let b_off = self.b_offsets[t.wave as usize] + t.n0 as u64 * w.ai as u64 * self.spec.dtype.bits() as u64 / 8;
+                let b_off = self.b_offsets[t.wave as usize]
+                    + t.n0 as u64 * w.ai as u64 * self.spec.dtype.bits() as u64 / 8;
                 let body = mm.body_at(
                     DmaAddr::reloc(A, t.a_offset as u32),
                     DmaAddr::reloc(B, b_off as u32),
@@ -349,12 +378,20 @@ impl Plan {
 
     /// Packs A (row-major M×K integers) into the A buffer.
     pub fn pack_a_int(&self, a: &[i32]) -> Result<Vec<u8>> {
-        self.pack_a(a.len(), |m, k| a[m * self.spec.k as usize + k], |mm, vals| mm.pack_a_int(vals))
+        self.pack_a(
+            a.len(),
+            |m, k| a[m * self.spec.k as usize + k],
+            |mm, vals| mm.pack_a_int(vals),
+        )
     }
 
     /// Packs A (row-major M×K) into the A buffer, rounding to fp16.
     pub fn pack_a_f32(&self, a: &[f32]) -> Result<Vec<u8>> {
-        self.pack_a(a.len(), |m, k| a[m * self.spec.k as usize + k], |mm, vals| mm.pack_a_f32(vals))
+        self.pack_a(
+            a.len(),
+            |m, k| a[m * self.spec.k as usize + k],
+            |mm, vals| mm.pack_a_f32(vals),
+        )
     }
 
     fn pack_a<T: Copy>(
@@ -365,7 +402,10 @@ impl Plan {
     ) -> Result<Vec<u8>> {
         let (m, k) = (self.spec.m as usize, self.spec.k as usize);
         if len != m * k {
-            return Err(unsupported(format!("A has {len} elements, the shape needs {}", m * k)));
+            return Err(unsupported(format!(
+                "A has {len} elements, the shape needs {}",
+                m * k
+            )));
         }
         let mut out = vec![0u8; self.a_bytes as usize];
         // One block per (wave, M tile): the tasks of the first column tile name them all.
@@ -431,7 +471,11 @@ impl Plan {
 
     fn check_c(&self, c: &[u8]) -> Result<()> {
         if (c.len() as u64) < self.c_bytes {
-            return Err(unsupported(format!("C has {} bytes, the plan writes {}", c.len(), self.c_bytes)));
+            return Err(unsupported(format!(
+                "C has {} bytes, the plan writes {}",
+                c.len(),
+                self.c_bytes
+            )));
         }
         Ok(())
     }
@@ -463,7 +507,11 @@ impl Plan {
             for r in 0..t.rows as usize {
                 for j in 0..cols {
                     let o = base + ((j / 4) * t.rows as usize + r) * 16 + (j % 4) * 4;
-                    f(t.m0 as usize + r, t.n0 as usize + j, f32::from_le_bytes([c[o], c[o + 1], c[o + 2], c[o + 3]]));
+                    f(
+                        t.m0 as usize + r,
+                        t.n0 as usize + j,
+                        f32::from_le_bytes([c[o], c[o + 1], c[o + 2], c[o + 3]]),
+                    );
                 }
             }
         }
@@ -500,12 +548,24 @@ impl fmt::Display for Plan {
 /// Packs B for a plan: each wave's rows `k0 .. k0 + kw` over the padded N in the weight
 /// atom layout, waves back to back (the weight bank's bytes).
 pub fn pack_weights_int(plan: &Plan, b: &[i32]) -> Result<Vec<u8>> {
-    pack_weights(plan, b.len(), |mm, vals| mm.pack_b_int(vals), |k, n| b[k * plan.spec.n as usize + n], 0)
+    pack_weights(
+        plan,
+        b.len(),
+        |mm, vals| mm.pack_b_int(vals),
+        |k, n| b[k * plan.spec.n as usize + n],
+        0,
+    )
 }
 
 /// Packs B (row-major K×N) for a plan, rounding to fp16.
 pub fn pack_weights_f32(plan: &Plan, b: &[f32]) -> Result<Vec<u8>> {
-    pack_weights(plan, b.len(), |mm, vals| mm.pack_b_f32(vals), |k, n| b[k * plan.spec.n as usize + n], 0.0)
+    pack_weights(
+        plan,
+        b.len(),
+        |mm, vals| mm.pack_b_f32(vals),
+        |k, n| b[k * plan.spec.n as usize + n],
+        0.0,
+    )
 }
 
 fn pack_weights<T: Copy>(
@@ -517,7 +577,10 @@ fn pack_weights<T: Copy>(
 ) -> Result<Vec<u8>> {
     let s = &plan.spec;
     if len != (s.k * s.n) as usize {
-        return Err(unsupported(format!("B has {len} elements, the shape needs {}", s.k * s.n)));
+        return Err(unsupported(format!(
+            "B has {len} elements, the shape needs {}",
+            s.k * s.n
+        )));
     }
     let mut out = Vec::with_capacity(plan.b_bytes as usize);
     for w in &plan.waves {
@@ -525,7 +588,11 @@ fn pack_weights<T: Copy>(
         let mut vals = Vec::with_capacity(w.kw as usize * plan.n_pad as usize);
         for k in 0..w.kw as usize {
             for n in 0..plan.n_pad as usize {
-                vals.push(if n < s.n as usize { get(w.k0 as usize + k, n) } else { zero });
+                vals.push(if n < s.n as usize {
+                    get(w.k0 as usize + k, n)
+                } else {
+                    zero
+                });
             }
         }
         out.extend_from_slice(&pack(&mm, &vals)?);

@@ -1,0 +1,258 @@
+//! Plans stay clear of every documented failure boundary (matmul-recipe.md section 7),
+//! and the packers put bytes where the layout formulas of section 3 say.
+
+use super::*;
+
+fn plan(m: u32, k: u32, n: u32, dtype: Dtype, cores: u32) -> Plan {
+    Plan::new(MatmulSpec::new(m, k, n, dtype).on_cores(cores)).unwrap()
+}
+
+/// Every task of the plan as the single-task matmul it programs, checked.
+fn each_task(p: &Plan) -> impl Iterator<Item = SingleMatmul> + '_ {
+    p.tasks.iter().map(|t| {
+        let mm = p.task_matmul(t);
+        mm.check().unwrap();
+        mm
+    })
+}
+
+#[test]
+fn k_tiles_avoid_the_3840_failure_for_more_than_4_rows() {
+    for k in [3100, 3500, 3840, 4000, 4095] {
+        let p = plan(8, k, 64, Dtype::Int8, 1);
+        for w in &p.waves {
+            assert!(!(w.ai > 3072 && w.ai < 4096), "K {k}: a wave of {}", w.ai);
+        }
+        assert_eq!(p.waves.iter().map(|w| w.kw).sum::<u32>(), k);
+    }
+    // With at most 4 rows the interval is allowed (quirk 4 concerns M > 4).
+    assert_eq!(plan(4, 3840, 64, Dtype::Int8, 1).waves.len(), 1);
+    assert_eq!(plan(8, 4096, 64, Dtype::Int8, 1).waves.len(), 1);
+}
+
+#[test]
+fn int4_waves_keep_int16_sums_from_saturating() {
+    for k in [32, 480, 481, 2048, 5000] {
+        let p = plan(3, k, 64, Dtype::Int4, 1);
+        assert!(p.waves.iter().all(|w| w.kw <= 480), "K {k}");
+        assert_eq!(p.waves.iter().map(|w| w.kw).sum::<u32>(), k);
+    }
+}
+
+#[test]
+fn n_tiles_stay_within_the_channel_and_fp16_limits() {
+    for (dtype, n, limit) in [
+        (Dtype::Int8, 11008, 3072),
+        (Dtype::Fp16, 8192, 4096),
+        (Dtype::Int4, 8192, 4096),
+    ] {
+        let p = plan(2, 256, n, dtype, 1);
+        assert!(p.tasks.iter().all(|t| t.nt <= limit), "{dtype:?}");
+        assert!(
+            p.tasks
+                .iter()
+                .all(|t| t.nt % if dtype == Dtype::Int4 { 64 } else { 32 } == 0)
+        );
+    }
+}
+
+#[test]
+fn outputs_never_use_a_row_notch() {
+    // Each task writes its own native block (NOTCH 0): the 13-group clamp of quirk 6 and
+    // the fp16 full-row scatter of quirk 16 cannot arise, whatever N is.
+    for (dtype, n) in [(Dtype::Int8, 1024), (Dtype::Fp16, 2048)] {
+        let p = plan(40, 512, n, dtype, 1);
+        for mm in each_task(&p) {
+            assert_eq!(mm.c_layout, Layout::Native);
+        }
+        let words = p.program().unwrap();
+        let notches = words
+            .words()
+            .iter()
+            .filter(|w| w.offset() == 0x4038 && w.target() == 0x1001);
+        for w in notches {
+            assert_eq!(w.value(), 0);
+        }
+    }
+}
+
+#[test]
+fn cbuf_budget_and_bank_split_are_respected() {
+    for (m, k, dtype) in [
+        (300, 4096, Dtype::Int8),
+        (300, 8192, Dtype::Int8),
+        (200, 5000, Dtype::Fp16),
+        (500, 2048, Dtype::Int4),
+    ] {
+        let p = plan(m, k, 256, dtype, 1);
+        for (t, mm) in p.tasks.iter().zip(each_task(&p)) {
+            let bytes = t.rows as u64 * mm.padded_k() as u64 * dtype.bits() as u64 / 8;
+            assert!(bytes <= 10 * BANK, "{dtype:?} {m}x{k}: {bytes} bytes of A");
+            if dtype != Dtype::Fp16 {
+                assert!(bytes <= 8 * BANK);
+            }
+            assert!(t.rows <= 128);
+        }
+    }
+}
+
+#[test]
+fn task_counts_and_cores() {
+    let p = plan(128, 4096, 11008, Dtype::Int8, 3);
+    assert_eq!(p.per_core.len(), 3);
+    assert_eq!(p.per_core.iter().sum::<usize>(), p.tasks.len());
+    for (c, range) in p
+        .per_core
+        .iter()
+        .scan(0, |at, &n| {
+            let r = *at..*at + n;
+            *at += n;
+            Some(r)
+        })
+        .enumerate()
+    {
+        assert!(p.tasks[range].iter().all(|t| t.core == c as u32));
+    }
+    // Columns are covered exactly once per wave and row tile.
+    let mut cover = vec![0u32; p.n_pad as usize];
+    for t in p.tasks.iter().filter(|t| t.wave == 0 && t.m0 == 0) {
+        for c in t.n0..t.n0 + t.nt {
+            cover[c as usize] += 1;
+        }
+    }
+    assert!(cover.iter().all(|&c| c == 1));
+    // More tasks than one submission counts: refused, not truncated.
+    let err = Plan::new(MatmulSpec::new(60_000, 4096, 256, Dtype::Int4))
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        err.as_deref().is_some_and(|e| e.contains("4095")),
+        "{err:?}"
+    );
+    // Fewer column tiles than cores: refused.
+    assert!(Plan::new(MatmulSpec::new(4, 64, 32, Dtype::Int8).on_cores(2)).is_err());
+    assert!(Plan::new(MatmulSpec::new(4, 64, 64, Dtype::Int8).on_cores(4)).is_err());
+    assert!(Plan::new(MatmulSpec::new(0, 64, 64, Dtype::Int8)).is_err());
+}
+
+#[test]
+fn chains_end_at_each_core_boundary() {
+    let p = plan(8, 256, 96, Dtype::Int8, 3);
+    let program = p.program().unwrap();
+    assert_eq!(program.tasks().len(), 3);
+    let decoded = program.decode();
+    // No chain address in any tail: each core runs one task.
+    assert!(decoded.tasks.iter().all(|t| t.next_address.is_none()));
+    let p = plan(200, 256, 96, Dtype::Int8, 1);
+    let program = p.program().unwrap();
+    let decoded = program.decode();
+    let chained = decoded
+        .tasks
+        .iter()
+        .filter(|t| t.next_address.is_some())
+        .count();
+    assert_eq!(chained, program.tasks().len() - 1);
+}
+
+#[test]
+fn weights_land_where_the_layout_formulas_say() {
+    // matmul-recipe.md 3.2: int8 ((n/32)(ai/32) + k/32)·1024 + (n%32)·32 + k%32;
+    // fp16 (elements) ((n/16)(ai/32) + k/32)·512 + (n%16)·32 + k%32;
+    // int4 (bytes) (((n/64)(pk/32) + k/32)·64 + n%64)·16 + (k%32)/2, even k high.
+    let (k, n) = (70u32, 130u32);
+    let b: Vec<i32> = (0..k * n).map(|i| (i % 13) as i32 - 6).collect();
+    let p8 = plan(1, k, n, Dtype::Int8, 1);
+    let bytes = pack_weights_int(&p8, &b).unwrap();
+    let ai = 96usize;
+    for kk in 0..k as usize {
+        for nn in 0..n as usize {
+            let o = ((nn / 32) * (ai / 32) + kk / 32) * 1024 + (nn % 32) * 32 + kk % 32;
+            assert_eq!(bytes[o] as i8 as i32, b[kk * n as usize + nn]);
+        }
+    }
+    let p4 = plan(1, k, n, Dtype::Int4, 1);
+    let bytes = pack_weights_int(&p4, &b).unwrap();
+    for kk in 0..k as usize {
+        for nn in 0..n as usize {
+            let o = (((nn / 64) * (ai / 32) + kk / 32) * 64 + nn % 64) * 16 + (kk % 32) / 2;
+            let nib = if kk % 2 == 0 {
+                bytes[o] >> 4
+            } else {
+                bytes[o] & 0xF
+            };
+            assert_eq!(((nib << 4) as i8 >> 4) as i32, b[kk * n as usize + nn]);
+        }
+    }
+    let bf: Vec<f32> = b.iter().map(|&v| v as f32 * 0.5).collect();
+    let p16 = plan(1, k, n, Dtype::Fp16, 1);
+    let bytes = pack_weights_f32(&p16, &bf).unwrap();
+    for kk in 0..k as usize {
+        for nn in 0..n as usize {
+            let e = ((nn / 16) * (ai / 32) + kk / 32) * 512 + (nn % 16) * 32 + kk % 32;
+            let h = u16::from_le_bytes([bytes[2 * e], bytes[2 * e + 1]]);
+            assert_eq!(f16_to_f32(h), bf[kk * n as usize + nn]);
+        }
+    }
+}
+
+#[test]
+fn activations_land_in_their_task_blocks() {
+    // int8/fp16: row-major per (wave, M tile) block; int4: native [K/32][rows][32 nibbles].
+    let (m, k) = (150u32, 600u32);
+    let a: Vec<i32> = (0..m * k).map(|i| (i % 15) as i32 - 7).collect();
+    let p = plan(m, k, 64, Dtype::Int4, 1);
+    let bytes = p.pack_a_int(&a).unwrap();
+    for t in p.tasks.iter().filter(|t| t.n0 == 0) {
+        let w = p.waves[t.wave as usize];
+        for r in 0..t.rows as usize {
+            for c in 0..w.kw as usize {
+                let o = t.a_offset as usize + ((c / 32) * t.rows as usize + r) * 16 + (c % 32) / 2;
+                let nib = if c % 2 == 0 {
+                    bytes[o] >> 4
+                } else {
+                    bytes[o] & 0xF
+                };
+                let want = a[(t.m0 as usize + r) * k as usize + w.k0 as usize + c];
+                assert_eq!(((nib << 4) as i8 >> 4) as i32, want);
+            }
+        }
+    }
+    let p = plan(m, k, 64, Dtype::Int8, 1);
+    let bytes = p.pack_a_int(&a).unwrap();
+    for t in p.tasks.iter().filter(|t| t.n0 == 0) {
+        let w = p.waves[t.wave as usize];
+        for r in 0..t.rows as usize {
+            let row = t.a_offset as usize + r * w.ai as usize;
+            for c in 0..w.kw as usize {
+                assert_eq!(
+                    bytes[row + c] as i8 as i32,
+                    a[(t.m0 as usize + r) * k as usize + w.k0 as usize + c]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn reduction_sums_waves_modulo_2_32() {
+    // Two waves whose int32 partials overflow when added: the host sum wraps like one
+    // accumulation would.
+    let p = plan(1, 5000, 32, Dtype::Int8, 1);
+    assert_eq!(p.waves.len(), 2);
+    let mut c = vec![0u8; p.c_bytes as usize];
+    for t in &p.tasks {
+        let o = t.c_offset as usize; // row 0, column 0
+        c[o..o + 4].copy_from_slice(&i32::MAX.to_le_bytes());
+    }
+    let r = p.reduce_int(&c).unwrap();
+    assert_eq!(r[0], (i32::MAX.wrapping_add(i32::MAX)) as i64);
+    assert!(p.reduce_int(&c[..4]).is_err());
+    assert!(p.reduce_f32(&c).is_err());
+}
+
+#[test]
+fn plans_print_their_tiles() {
+    let text = plan(128, 4096, 4096, Dtype::Int8, 1).to_string();
+    assert!(text.contains("M tiles of 64 rows"), "{text}");
+    assert!(text.contains("4 task(s) on 1 core(s)"), "{text}");
+}
