@@ -16,6 +16,8 @@ use rknpu_driver::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder, words_to_
 use rknpu_driver::sim::{At, Faults};
 use std::time::{Duration, Instant};
 
+mod matmul;
+
 /// The device under test, or a failure that says how to select one.
 fn dev() -> Device {
     match Device::open() {

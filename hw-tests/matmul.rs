@@ -1,0 +1,93 @@
+//! The matmul grid on the device under test: each shape is checked against the CPU and
+//! its throughput printed (on the emulated kernel the figure is the simulator's, not the
+//! NPU's). Run on a board with `cargo test --features hw -- --test-threads=1 --nocapture`
+//! to see the figures.
+
+use rknpu_driver::device::matmul::{Matmul, WeightBank};
+use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
+use rknpu_driver::kernels::single::Dtype;
+
+fn run(spec: MatmulSpec) {
+    let dev = super::dev();
+    let (m, k, n) = (spec.m as usize, spec.k as usize, spec.n as usize);
+    let plan = Plan::new(spec).unwrap();
+    let tasks = plan.tasks.len();
+    let values = |len: usize, seed: usize, lo: i32, span: i32| -> Vec<i32> {
+        (0..len)
+            .map(|i| (((i * 2_654_435_761 + seed) >> 7) as i32).rem_euclid(span) + lo)
+            .collect()
+    };
+    let ops = 2.0 * m as f64 * k as f64 * n as f64;
+    let (secs, ok) = if spec.dtype == Dtype::Fp16 {
+        let a: Vec<f32> = values(m * k, 1, -8, 16)
+            .iter()
+            .map(|&v| v as f32 / 8.0)
+            .collect();
+        let b: Vec<f32> = values(k * n, 2, -8, 16)
+            .iter()
+            .map(|&v| v as f32 / 8.0)
+            .collect();
+        let bank = WeightBank::new_f32(&dev, &plan, &b).unwrap();
+        let mut mm = Matmul::new(&dev, plan, &bank).unwrap();
+        let c = mm.run_f32(&a).unwrap();
+        // Multiples of 1/8 in [-1, 1): every partial sum is exact in fp32 for these K.
+        let ok = (0..m).all(|i| {
+            (0..n).step_by(97).all(|j| {
+                let exact: f64 = (0..k)
+                    .map(|kk| a[i * k + kk] as f64 * b[kk * n + j] as f64)
+                    .sum();
+                (c[i * n + j] as f64 - exact).abs() <= 1e-6 * (k as f64)
+            })
+        });
+        (mm.timings.submit_wait.as_secs_f64(), ok)
+    } else {
+        let (lo, span) = if spec.dtype == Dtype::Int4 {
+            (-8, 16)
+        } else {
+            (-128, 256)
+        };
+        let a = values(m * k, 1, lo, span);
+        let b = values(k * n, 2, lo, span);
+        let bank = WeightBank::new_int(&dev, &plan, &b).unwrap();
+        let mut mm = Matmul::new(&dev, plan, &bank).unwrap();
+        let c = mm.run_int(&a).unwrap();
+        let ok = (0..m).all(|i| {
+            (0..n).step_by(97).all(|j| {
+                let exact: i64 = (0..k)
+                    .map(|kk| a[i * k + kk] as i64 * b[kk * n + j] as i64)
+                    .sum();
+                c[i * n + j] == exact
+            })
+        });
+        (mm.timings.submit_wait.as_secs_f64(), ok)
+    };
+    eprintln!(
+        "{:?} {m}x{k}x{n} on {} core(s), {tasks} task(s): {:.3} ms submit+wait, {:.1} GOPS{}",
+        spec.dtype,
+        spec.cores,
+        secs * 1e3,
+        ops / secs / 1e9,
+        if dev.info().emulated {
+            " (emulated: the simulator's speed)"
+        } else {
+            ""
+        }
+    );
+    assert!(ok, "{spec:?}: the result differs from the CPU");
+}
+
+#[test]
+fn matmul_grid_matches_the_cpu_and_reports_throughput() {
+    for spec in [
+        MatmulSpec::new(1, 4096, 4096, Dtype::Int8),
+        MatmulSpec::new(128, 4096, 11008, Dtype::Int8).on_cores(3),
+        MatmulSpec::new(1, 2048, 2048, Dtype::Int4),
+        MatmulSpec::new(64, 1024, 1024, Dtype::Fp16),
+        // The shape of the reference's vendor figures (matmul-recipe.md 6.2).
+        MatmulSpec::new(128, 1024, 8192, Dtype::Int8),
+        MatmulSpec::new(128, 1024, 8192, Dtype::Int4),
+        MatmulSpec::new(128, 1024, 8192, Dtype::Fp16),
+    ] {
+        run(spec);
+    }
+}
