@@ -24,6 +24,8 @@
 //! `[nt/E][rows][E]`: no task scatters into a shared row (quirks 6 and 16 cannot arise).
 //! docs/matmul.md has the details and figures.
 
+pub mod pack;
+
 use super::single::{Dtype, Layout, OutType, SingleMatmul};
 use crate::error::{Error, Result};
 use crate::float::{f16_to_f32, f32_to_f16};

@@ -256,3 +256,47 @@ fn plans_print_their_tiles() {
     assert!(text.contains("M tiles of 64 rows"), "{text}");
     assert!(text.contains("4 task(s) on 1 core(s)"), "{text}");
 }
+
+mod fast_packers {
+    use super::super::pack;
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+        /// The fast packers produce the general packers' bytes (which the layout tests
+        /// check against the formulas), and unpacking inverts the NPU's output layout.
+        #[test]
+        fn fast_packers_agree_with_the_general_ones(m in 1u32..200, k in 1u32..1500, n in 1u32..300, seed in any::<u32>()) {
+            let vals = |len: usize, lo: i32, span: i32| -> Vec<i8> {
+                (0..len).map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 9) as i32 % span + lo).map(|v| v as i8).collect()
+            };
+            let p = plan(m, k, n, Dtype::Int8, 1);
+            let b = vals((k * n) as usize, -128, 256);
+            let b32: Vec<i32> = b.iter().map(|&v| v as i32).collect();
+            let general = pack_weights_int(&p, &b32).unwrap();
+            prop_assert_eq!(&pack::weights_i8_kn(&p, &b).unwrap(), &general);
+            let mut bt = vec![0i8; b.len()];
+            for kk in 0..k as usize {
+                for nn in 0..n as usize {
+                    bt[nn * k as usize + kk] = b[kk * n as usize + nn];
+                }
+            }
+            prop_assert_eq!(&pack::weights_i8_nk(&p, &bt).unwrap(), &general);
+            let a = vals((m * k) as usize, -128, 256);
+            let a32: Vec<i32> = a.iter().map(|&v| v as i32).collect();
+            prop_assert_eq!(pack::activations_i8(&p, &a).unwrap(), p.pack_a_int(&a32).unwrap());
+            // Unpacking: random partial bytes read back the same by both readers.
+            let c: Vec<u8> = (0..p.c_bytes as usize).map(|i| (i as u32).wrapping_mul(seed | 1) as u8).collect();
+            let mut fast = vec![0i32; (m * n) as usize];
+            pack::unpack_i32(&p, &c, &mut fast).unwrap();
+            let general: Vec<i32> = p.reduce_int(&c).unwrap().into_iter().map(|v| v as i32).collect();
+            prop_assert_eq!(fast, general);
+            let p4 = plan(m, k, n, Dtype::Int4, 1);
+            let b4 = vals((k * n) as usize, -8, 16);
+            let b4_32: Vec<i32> = b4.iter().map(|&v| v as i32).collect();
+            prop_assert_eq!(pack::weights_i4_kn(&p4, &b4).unwrap(), pack_weights_int(&p4, &b4_32).unwrap());
+        }
+    }
+}

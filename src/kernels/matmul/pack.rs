@@ -1,0 +1,219 @@
+//! Fast packers for 8-bit and 4-bit inputs held as `i8`, and the fast unpacking of
+//! int32 results. They produce the same bytes as the general packers of the plan (tested);
+//! these are the ones to use per call, and the ones `rknpu bench pack` measures.
+
+use super::{Plan, unsupported};
+use crate::error::Result;
+use crate::kernels::single::Dtype;
+
+/// Packs int8 B from row-major K×N into the weight bank of `plan`: one 32×32 transpose
+/// per atom, through a tile that stays in L1.
+pub fn weights_i8_kn(plan: &Plan, b: &[i8]) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; plan.b_bytes as usize];
+    weights_i8_kn_into(plan, b, &mut out)?;
+    Ok(out)
+}
+
+/// Packs int8 B (row-major K×N) into `out`, which holds `plan.b_bytes` bytes (a buffer reused across
+/// calls, or a device mapping); every byte is written.
+pub fn weights_i8_kn_into(plan: &Plan, b: &[i8], out: &mut [u8]) -> Result<()> {
+    if out.len() as u64 != plan.b_bytes {
+        return Err(unsupported(format!(
+            "{} bytes for a {}-byte weight bank",
+            out.len(),
+            plan.b_bytes
+        )));
+    }
+    check(plan, Dtype::Int8, b.len())?;
+    let n = plan.spec.n as usize;
+    let n_pad = plan.n_pad as usize;
+    for (w, &base) in plan.waves.iter().zip(&plan.b_offsets) {
+        let kb_count = w.ai as usize / 32;
+        for kb in 0..kb_count {
+            let k_rows = (w.kw as usize).saturating_sub(kb * 32).min(32);
+            for g in 0..n_pad / 32 {
+                let cols = n.saturating_sub(g * 32).min(32);
+                let at = base as usize + (g * kb_count + kb) * 1024;
+                let atom = &mut out[at..at + 1024];
+                if k_rows == 32 && cols == 32 {
+                    // A full atom: gather each kernel's 32 channels from the 32 rows.
+                    let first = (w.k0 as usize + kb * 32) * n + g * 32;
+                    let rows: [&[i8]; 32] =
+                        std::array::from_fn(|kk| &b[first + kk * n..first + kk * n + 32]);
+                    for (nn, kernel) in atom.chunks_exact_mut(32).enumerate() {
+                        for (d, row) in kernel.iter_mut().zip(&rows) {
+                            *d = row[nn] as u8;
+                        }
+                    }
+                } else {
+                    atom.fill(0);
+                    for kk in 0..k_rows {
+                        let row = &b[(w.k0 as usize + kb * 32 + kk) * n + g * 32..][..cols];
+                        for (nn, &v) in row.iter().enumerate() {
+                            atom[nn * 32 + kk] = v as u8;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Packs int8 B given as N×K (each kernel's channels contiguous, the layout of a
+/// `[out_features][in_features]` weight matrix) into the weight bank of `plan`.
+pub fn weights_i8_nk(plan: &Plan, bt: &[i8]) -> Result<Vec<u8>> {
+    check(plan, Dtype::Int8, bt.len())?;
+    let k_all = plan.spec.k as usize;
+    let mut out = vec![0u8; plan.b_bytes as usize];
+    for (w, &base) in plan.waves.iter().zip(&plan.b_offsets) {
+        let kb_count = w.ai as usize / 32;
+        for nrow in 0..plan.spec.n as usize {
+            let src = &bt[nrow * k_all + w.k0 as usize..nrow * k_all + (w.k0 + w.kw) as usize];
+            let (g, nn) = (nrow / 32, nrow % 32);
+            for (kb, part) in src.chunks(32).enumerate() {
+                let at = base as usize + (g * kb_count + kb) * 1024 + nn * 32;
+                for (d, &v) in out[at..at + part.len()].iter_mut().zip(part) {
+                    *d = v as u8;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Packs int4 B (values −8..=7, row-major K×N) into the weight bank of `plan`: 64 kernels
+/// of 32 channels per 1024-byte atom, the even channel in the high nibble.
+pub fn weights_i4_kn(plan: &Plan, b: &[i8]) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; plan.b_bytes as usize];
+    weights_i4_kn_into(plan, b, &mut out)?;
+    Ok(out)
+}
+
+/// Packs int4 B (row-major K×N) into `out`, which holds `plan.b_bytes` bytes (a buffer reused across
+/// calls, or a device mapping); every byte is written.
+pub fn weights_i4_kn_into(plan: &Plan, b: &[i8], out: &mut [u8]) -> Result<()> {
+    if out.len() as u64 != plan.b_bytes {
+        return Err(unsupported(format!(
+            "{} bytes for a {}-byte weight bank",
+            out.len(),
+            plan.b_bytes
+        )));
+    }
+    check(plan, Dtype::Int4, b.len())?;
+    if let Some(v) = b.iter().find(|v| !(-8..=7).contains(*v)) {
+        return Err(unsupported(format!("int4 weight {v} is outside -8..=7")));
+    }
+    let n = plan.spec.n as usize;
+    let n_pad = plan.n_pad as usize;
+    for (w, &base) in plan.waves.iter().zip(&plan.b_offsets) {
+        let kb_count = w.ai as usize / 32;
+        for kb in 0..kb_count {
+            let k_rows = (w.kw as usize).saturating_sub(kb * 32).min(32);
+            for g in 0..n_pad / 64 {
+                let cols = n.saturating_sub(g * 64).min(64);
+                let mut tile = [0u8; 1024];
+                for pair in 0..k_rows.div_ceil(2) {
+                    let k = w.k0 as usize + kb * 32 + 2 * pair;
+                    let hi = &b[k * n + g * 64..][..cols];
+                    if 2 * pair + 1 < k_rows {
+                        let lo = &b[(k + 1) * n + g * 64..][..cols];
+                        for nn in 0..cols {
+                            tile[nn * 16 + pair] = ((hi[nn] as u8) << 4) | (lo[nn] as u8 & 0xF);
+                        }
+                    } else {
+                        for nn in 0..cols {
+                            tile[nn * 16 + pair] = (hi[nn] as u8) << 4;
+                        }
+                    }
+                }
+                let at = base as usize + (g * kb_count + kb) * 1024;
+                out[at..at + 1024].copy_from_slice(&tile);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Packs int8 A (row-major M×K) into the A buffer of `plan`.
+pub fn activations_i8(plan: &Plan, a: &[i8]) -> Result<Vec<u8>> {
+    if plan.spec.dtype != Dtype::Int8 {
+        return Err(unsupported("activations_i8 packs int8 plans".into()));
+    }
+    let k_all = plan.spec.k as usize;
+    if a.len() != plan.spec.m as usize * k_all {
+        return Err(unsupported(format!(
+            "A has {} elements, the shape needs {}",
+            a.len(),
+            plan.spec.m as usize * k_all
+        )));
+    }
+    let mut out = vec![0u8; plan.a_bytes as usize];
+    let mut done = std::collections::HashSet::new();
+    for t in &plan.tasks {
+        if !done.insert(t.a_offset) {
+            continue;
+        }
+        let w = plan.waves[t.wave as usize];
+        for r in 0..t.rows as usize {
+            let src = &a[(t.m0 as usize + r) * k_all + w.k0 as usize..][..w.kw as usize];
+            let at = t.a_offset as usize + r * w.ai as usize;
+            for (d, &v) in out[at..at + src.len()].iter_mut().zip(src) {
+                *d = v as u8;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads int32 partials (int8 plans) into row-major M×N, summing waves modulo 2³². Rows
+/// are visited in blocks of 8 so that reads and writes both stream.
+pub fn unpack_i32(plan: &Plan, c: &[u8], out: &mut [i32]) -> Result<()> {
+    if plan.spec.dtype != Dtype::Int8 {
+        return Err(unsupported("unpack_i32 reads int8 plans".into()));
+    }
+    let (m, n) = (plan.spec.m as usize, plan.spec.n as usize);
+    if out.len() != m * n || (c.len() as u64) < plan.c_bytes {
+        return Err(unsupported(format!(
+            "C of {} bytes into {} results",
+            c.len(),
+            out.len()
+        )));
+    }
+    out.fill(0);
+    for t in &plan.tasks {
+        let cols = (plan.spec.n - t.n0).min(t.nt) as usize;
+        let rows = t.rows as usize;
+        for r0 in (0..rows).step_by(8) {
+            let block = (rows - r0).min(8);
+            for g in 0..cols.div_ceil(4) {
+                let width = (cols - g * 4).min(4);
+                let src = &c[t.c_offset as usize + (g * rows + r0) * 16..][..block * 16];
+                for (r, atom) in src.chunks_exact(16).enumerate() {
+                    let dst =
+                        &mut out[(t.m0 as usize + r0 + r) * n + t.n0 as usize + g * 4..][..width];
+                    for (d, v) in dst.iter_mut().zip(atom.chunks_exact(4)) {
+                        *d = d.wrapping_add(i32::from_le_bytes([v[0], v[1], v[2], v[3]]));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check(plan: &Plan, dtype: Dtype, len: usize) -> Result<()> {
+    if plan.spec.dtype != dtype {
+        return Err(unsupported(format!(
+            "a {dtype:?} packer for a {:?} plan",
+            plan.spec.dtype
+        )));
+    }
+    let want = plan.spec.k as usize * plan.spec.n as usize;
+    if len != want {
+        return Err(unsupported(format!(
+            "B has {len} elements, the shape needs {want}"
+        )));
+    }
+    Ok(())
+}
