@@ -239,7 +239,8 @@ impl Plan {
         let granule = if dtype == Dtype::Int4 { 64 } else { 32 };
         let n_pad = n.next_multiple_of(granule);
         let n_max = if dtype == Dtype::Int8 { 3072 } else { 4096 };
-        let per_core_cols = n_pad.div_ceil(cores).next_multiple_of(granule);
+        // At least as many tiles as cores: whole granules per core, rounded down.
+        let per_core_cols = (n_pad / granule / cores).max(1) * granule;
         let n_tile = n_max.min(n_pad).min(per_core_cols);
         let n_groups = n_pad.div_ceil(n_tile);
         if n_groups < cores {

@@ -1,0 +1,149 @@
+//! `rknpu matmul` and `rknpu bench pack` as child processes.
+
+use std::process::{Command, Output};
+
+const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(RKNPU)
+        .args(args)
+        .env_remove("RKNPU_DEVICE")
+        .output()
+        .unwrap()
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn matmul_checks_each_precision_on_the_emulated_kernels() {
+    for args in [
+        &[
+            "--m", "5", "--k", "100", "--n", "64", "--dtype", "int8", "--device", "emu",
+        ][..],
+        &[
+            "--m",
+            "7",
+            "--k",
+            "700",
+            "--n",
+            "130",
+            "--dtype",
+            "int4",
+            "--cores",
+            "2",
+            "--device",
+            "emu:vendor-0.9.6",
+        ],
+        &[
+            "--m",
+            "3",
+            "--k",
+            "90",
+            "--n",
+            "100",
+            "--dtype",
+            "fp16",
+            "--cores",
+            "3",
+            "--device",
+            "emu:rocket",
+            "--seed",
+            "9",
+        ],
+    ] {
+        let mut all = vec!["matmul"];
+        all.extend_from_slice(args);
+        let o = run(&all);
+        let text = out(&o);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(text.lines().any(|l| l.starts_with("plan: ")), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("time: plan ")), "{text}");
+        assert!(
+            text.lines().any(|l| l.starts_with("largest error: ")),
+            "{text}"
+        );
+        assert_eq!(text.lines().last(), Some("OK"), "{text}");
+    }
+}
+
+#[test]
+fn matmul_without_an_npu_says_so_and_runs_emulated() {
+    let present = rknpu_driver::device::probe_candidates()
+        .into_iter()
+        .any(|p| std::path::Path::new(&p).exists());
+    if present {
+        eprintln!("note: an NPU node exists here; the no-device case cannot be shown");
+        return;
+    }
+    let o = run(&[
+        "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = out(&o);
+    assert!(
+        text.starts_with("no NPU found: running on the emulated kernel"),
+        "{text}"
+    );
+    assert!(text.ends_with("OK\n"));
+}
+
+#[test]
+fn matmul_usage_and_plan_errors() {
+    for args in [
+        &["matmul", "--m", "2", "--k", "64", "--n", "32"][..],
+        &[
+            "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int2",
+        ],
+        &[
+            "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8", "--cores", "4",
+        ],
+        &[
+            "matmul", "--m", "0", "--k", "64", "--n", "32", "--dtype", "int8",
+        ],
+        &[
+            "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8", "--speed",
+        ],
+    ] {
+        assert_eq!(run(args).status.code(), Some(2), "{args:?}");
+    }
+    // Three cores need three column tiles: N = 32 has one.
+    let o = run(&[
+        "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8", "--cores", "3",
+        "--device", "emu",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cores"));
+}
+
+#[test]
+fn bench_pack_prints_one_line_per_packer_with_its_memcpy_baseline() {
+    let o = run(&["bench", "pack"]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = out(&o);
+    let names = [
+        "int8 weight packing",
+        "int4 weight packing",
+        "int8 activation packing",
+        "int32 output unpacking",
+    ];
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    for (line, name) in lines.iter().zip(names) {
+        assert!(line.starts_with(name), "{line}");
+        let rest = line.split_once(": ").unwrap().1;
+        assert!(
+            rest.contains(" GB/s (memcpy ")
+                && rest.contains(" GB/s, ratio ")
+                && rest.ends_with(')'),
+            "{line}"
+        );
+    }
+    assert_eq!(run(&["bench", "unpack"]).status.code(), Some(2));
+}
