@@ -8,15 +8,16 @@
 //!   register and a static table of every register and field;
 //! * [`regcmd`] — entries, a task/program builder with symbolic DMA-address relocations,
 //!   and a lossless decoder to text and JSON;
-//! * [`kernels`] — program generators: the worked int8 example and single-task matmuls
-//!   for every precision, with their packers;
+//! * [`kernels`] — program generators: the worked int8 example, single-task matmuls
+//!   for every precision, and matmul plans of any shape with their packers;
 //! * [`sim`] — a strict functional simulator that executes programs against a memory
 //!   image, so programs can be tested without a board (docs/simulator.md);
 //! * [`float`] — fp16/bf16 conversions shared by packers and simulator;
 //! * [`sys`] — the kernels' structures and request codes, and the one seam every request
 //!   goes through (the only module where the `unsafe_code` lint is allowed);
 //! * [`device`] — open the NPU (vendor `rknpu`, `rocket`, or the emulated kernel),
-//!   allocate buffers, submit jobs and wait for them (docs/device.md).
+//!   allocate buffers, submit jobs and wait for them (docs/device.md); run planned
+//!   matmuls on resident weight banks ([`device::matmul`]).
 //!
 //! Layers import only downward (`regs` ← `regcmd` ← `kernels`, `sim`); see
 //! `docs/architecture.md`. The crate denies the `unsafe_code` lint; only `src/sys/` opts
