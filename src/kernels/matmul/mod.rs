@@ -4,7 +4,7 @@
 //! and programs out. Execution on a device is [`crate::device::matmul`]'s.
 //!
 //! A plan cuts `C[M×N] = A[M×K] · B[K×N]` into tasks, each one
-//! [`SingleMatmul`](super::single::SingleMatmul) of `rows × kw × nt`:
+//! [`SingleMatmul`] of `rows × kw × nt`:
 //!
 //! * **K waves** of at most `k_tile` channels: int8 ≤ 4096 and never in (3072, 4096) with
 //!   more than 4 rows (matmul-recipe.md quirk 4), fp16 ≤ 4096, int4 ≤ 480 so the int16
