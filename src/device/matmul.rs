@@ -49,6 +49,26 @@ impl<'d> WeightBank<'d> {
         WeightBank::upload(dev, plan, &bytes)
     }
 
+    /// Packs integer B given as N×K (an `[out][in]` weight matrix) for `plan`.
+    pub fn new_int_nk(
+        dev: &'d Device,
+        plan: &Plan,
+        bt: &[i32],
+    ) -> Result<WeightBank<'d>, DeviceError> {
+        let bytes = matmul::pack_weights_int_nk(plan, bt).map_err(plan_err)?;
+        WeightBank::upload(dev, plan, &bytes)
+    }
+
+    /// Packs B given as N×K (rounded to fp16) for `plan`.
+    pub fn new_f32_nk(
+        dev: &'d Device,
+        plan: &Plan,
+        bt: &[f32],
+    ) -> Result<WeightBank<'d>, DeviceError> {
+        let bytes = matmul::pack_weights_f32_nk(plan, bt).map_err(plan_err)?;
+        WeightBank::upload(dev, plan, &bytes)
+    }
+
     fn upload(dev: &'d Device, plan: &Plan, bytes: &[u8]) -> Result<WeightBank<'d>, DeviceError> {
         let mut bo = dev.alloc(bytes.len(), BoFlags::default())?;
         bo.write(0, bytes)?;

@@ -571,6 +571,56 @@ pub fn pack_weights_f32(plan: &Plan, b: &[f32]) -> Result<Vec<u8>> {
     )
 }
 
+/// Packs integer B given as N×K (each output's K weights contiguous, the layout of an
+/// `[out_features][in_features]` matrix).
+pub fn pack_weights_int_nk(plan: &Plan, bt: &[i32]) -> Result<Vec<u8>> {
+    let k = plan.spec.k as usize;
+    pack_weights(
+        plan,
+        bt.len(),
+        |mm, vals| mm.pack_b_int(vals),
+        |kk, n| bt[n * k + kk],
+        0,
+    )
+}
+
+/// Packs B given as N×K, rounding to fp16.
+pub fn pack_weights_f32_nk(plan: &Plan, bt: &[f32]) -> Result<Vec<u8>> {
+    let k = plan.spec.k as usize;
+    pack_weights(
+        plan,
+        bt.len(),
+        |mm, vals| mm.pack_b_f32(vals),
+        |kk, n| bt[n * k + kk],
+        0.0,
+    )
+}
+
+/// Applies per-token (row) and per-channel (column) scales on the host to an integer
+/// product, as quantised LLM layers do: `C'[m][n] = C[m][n] · row[m] · col[n]` (an empty
+/// slice means scale 1). The scales must cover every row and column.
+pub fn dequantize(c: &[i64], m: usize, n: usize, row: &[f32], col: &[f32]) -> Result<Vec<f32>> {
+    if c.len() != m * n
+        || !(row.is_empty() || row.len() == m)
+        || !(col.is_empty() || col.len() == n)
+    {
+        return Err(unsupported(format!(
+            "{} results of {m}x{n} with {} row and {} column scales",
+            c.len(),
+            row.len(),
+            col.len()
+        )));
+    }
+    Ok(c.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let r = row.get(i / n).copied().unwrap_or(1.0);
+            let s = col.get(i % n).copied().unwrap_or(1.0);
+            (v as f64 * r as f64 * s as f64) as f32
+        })
+        .collect())
+}
+
 fn pack_weights<T: Copy>(
     plan: &Plan,
     len: usize,

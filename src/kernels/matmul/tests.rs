@@ -300,3 +300,70 @@ mod fast_packers {
         }
     }
 }
+
+#[test]
+fn weights_from_n_by_k_equal_weights_from_k_by_n() {
+    let (k, n) = (100u32, 70u32);
+    for dtype in [Dtype::Int8, Dtype::Int4] {
+        let b: Vec<i32> = (0..k * n).map(|i| (i % 15) as i32 - 7).collect();
+        let mut bt = vec![0i32; b.len()];
+        for kk in 0..k as usize {
+            for nn in 0..n as usize {
+                bt[nn * k as usize + kk] = b[kk * n as usize + nn];
+            }
+        }
+        let p = plan(3, k, n, dtype, 1);
+        assert_eq!(
+            pack_weights_int_nk(&p, &bt).unwrap(),
+            pack_weights_int(&p, &b).unwrap()
+        );
+    }
+    let b: Vec<f32> = (0..k * n).map(|i| (i % 9) as f32 * 0.25).collect();
+    let mut bt = vec![0f32; b.len()];
+    for kk in 0..k as usize {
+        for nn in 0..n as usize {
+            bt[nn * k as usize + kk] = b[kk * n as usize + nn];
+        }
+    }
+    let p = plan(3, k, n, Dtype::Fp16, 1);
+    assert_eq!(
+        pack_weights_f32_nk(&p, &bt).unwrap(),
+        pack_weights_f32(&p, &b).unwrap()
+    );
+}
+
+#[test]
+fn host_scales() {
+    let c = [2i64, -4, 6, 8];
+    let r = dequantize(&c, 2, 2, &[0.5, 2.0], &[1.0, 0.25]).unwrap();
+    assert_eq!(r, vec![1.0, -0.5, 12.0, 4.0]);
+    assert_eq!(
+        dequantize(&c, 2, 2, &[], &[]).unwrap(),
+        vec![2.0, -4.0, 6.0, 8.0]
+    );
+    assert!(dequantize(&c, 2, 2, &[1.0], &[]).is_err());
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+
+    /// Unpacking inverts the output layout: a matrix written into the plan's C blocks by
+    /// the formula `[nt/4][rows][4]` per task comes back row-major.
+    #[test]
+    fn unpack_inverts_the_output_layout(m in 1u32..300, n in 1u32..5000, seed in 0u32..1000) {
+        let p = plan(m, 64, n, Dtype::Int8, 1);
+        let x: Vec<i32> = (0..m * n).map(|i| (i.wrapping_mul(2_654_435_761) ^ seed) as i32).collect();
+        let mut c = vec![0u8; p.c_bytes as usize];
+        for t in &p.tasks {
+            for r in 0..t.rows as usize {
+                for j in 0..((n - t.n0).min(t.nt)) as usize {
+                    let o = t.c_offset as usize + ((j / 4) * t.rows as usize + r) * 16 + (j % 4) * 4;
+                    let v = x[(t.m0 as usize + r) * n as usize + t.n0 as usize + j];
+                    c[o..o + 4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        let back: Vec<i32> = p.reduce_int(&c).unwrap().into_iter().map(|v| v as i32).collect();
+        proptest::prop_assert_eq!(back, x);
+    }
+}
