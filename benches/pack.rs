@@ -1,0 +1,209 @@
+//! Throughput of the fast packers of `kernels::matmul::pack`, each against a `memcpy`
+//! baseline measured in the same group and the same run.
+//!
+//! * `int8_weights_4096x4096`: `pack::weights_i8_kn_into(&plan, &b, &mut out)` for the
+//!   plan of `MatmulSpec::new(128, 4096, 4096, Dtype::Int8)`: B is a row-major 4096×4096
+//!   `Vec<i8>`, `out` a preallocated buffer of `plan.b_bytes` (16 MiB) that the packer
+//!   overwrites every iteration.
+//! * `int4_weights_4096x4096`: `pack::weights_i4_kn_into` for the Int4 plan of the same
+//!   shape, B holding values in `-8..=7` (the packer's range check over all of B is inside
+//!   the timing), `out` a preallocated buffer of `plan.b_bytes` (8 MiB).
+//! * `int8_activations_128x4096`: `pack::activations_i8(&plan, &a)` for the Int8 plan
+//!   above, A a row-major 128×4096 `Vec<i8>`. This packer allocates and zeroes its output
+//!   of `plan.a_bytes` (512 KiB) on every call, so that allocation is inside the timing;
+//!   the baseline does not allocate.
+//! * `int32_unpack_128x4096`: `pack::unpack_i32(&plan, &c, &mut out)` for the Int8 plan
+//!   above, `c` a `Vec<u8>` of `plan.c_bytes` (2 MiB) of int32 partials and `out` a
+//!   preallocated `Vec<i32>` of 128×4096 results (2 MiB).
+//!
+//! Baseline `memcpy`, in every group: `dst.copy_from_slice(&src)` of as many bytes as the
+//! operation writes, from a preallocated source into a preallocated destination.
+//!
+//! Every group reports `Throughput::Bytes(<output bytes>)`, so criterion prints output
+//! bytes per second. Inputs come from a xorshift64 generator with a fixed seed, so every
+//! run packs the same values. The weight groups use flat sampling, 20 samples and 3 s of
+//! measurement, because one iteration takes milliseconds; the whole bench runs in about
+//! a minute. Run with:
+//!
+//! ```text
+//! cargo bench --bench pack
+//! ```
+
+use criterion::{
+    BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+    measurement::WallTime,
+};
+use rknpu_driver::kernels::matmul::{MatmulSpec, Plan, pack};
+use rknpu_driver::kernels::single::Dtype;
+use std::hint::black_box;
+use std::time::Duration;
+
+/// Rows of A and C.
+const M: u32 = 128;
+/// Channels: columns of A, rows of B.
+const K: u32 = 4096;
+/// Columns of B and C.
+const N: u32 = 4096;
+
+/// A deterministic xorshift64 generator, so every run uses the same data.
+struct XorShift(u64);
+
+impl XorShift {
+    /// The next 64 random bits.
+    fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// The next value in `-128..=127`.
+    fn next_i8(&mut self) -> i8 {
+        (self.next_u64() >> 56) as u8 as i8
+    }
+
+    /// `len` values in `-128..=127`.
+    fn i8s(&mut self, len: usize) -> Vec<i8> {
+        (0..len).map(|_| self.next_i8()).collect()
+    }
+
+    /// `len` values in `-8..=7` (the top nibble, sign-extended).
+    fn i4s(&mut self, len: usize) -> Vec<i8> {
+        (0..len).map(|_| self.next_i8() >> 4).collect()
+    }
+
+    /// `len` bytes.
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next_i8() as u8).collect()
+    }
+}
+
+/// The generator every group starts from.
+fn rng() -> XorShift {
+    XorShift(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The plan of `M × K × N` in `dtype`.
+fn plan(dtype: Dtype) -> Plan {
+    Plan::new(MatmulSpec::new(M, K, N, dtype)).expect("the shape plans")
+}
+
+/// A group reporting `bytes` of output per iteration.
+fn group<'a>(
+    c: &'a mut Criterion,
+    name: &str,
+    bytes: usize,
+    large: bool,
+) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group
+        .throughput(Throughput::Bytes(bytes as u64))
+        .warm_up_time(Duration::from_secs(1));
+    if large {
+        group
+            .sample_size(20)
+            .sampling_mode(SamplingMode::Flat)
+            .measurement_time(Duration::from_secs(3));
+    } else {
+        group
+            .sample_size(50)
+            .measurement_time(Duration::from_secs(2));
+    }
+    group
+}
+
+/// Adds the `memcpy` baseline of `bytes` bytes to `group`. The source holds random bytes
+/// (so its pages are really backed) and the destination is allocated once, outside the
+/// timing.
+fn memcpy_baseline(group: &mut BenchmarkGroup<'_, WallTime>, bytes: usize) {
+    let src = rng().bytes(bytes);
+    let mut dst = vec![0u8; bytes];
+    group.bench_function("memcpy", |bch| {
+        bch.iter(|| {
+            dst.copy_from_slice(black_box(&src));
+            black_box(&mut dst);
+        })
+    });
+}
+
+fn int8_weights(c: &mut Criterion) {
+    let plan = plan(Dtype::Int8);
+    let b = rng().i8s(K as usize * N as usize);
+    let mut out = vec![0u8; plan.b_bytes as usize];
+    pack::weights_i8_kn_into(&plan, &b, &mut out).expect("int8 B packs");
+    let bytes = out.len();
+
+    let mut group = group(c, "int8_weights_4096x4096", bytes, true);
+    group.bench_function("weights_i8_kn_into", |bch| {
+        bch.iter(|| {
+            pack::weights_i8_kn_into(black_box(&plan), black_box(&b), &mut out)
+                .expect("int8 B packs");
+            black_box(&mut out);
+        })
+    });
+    memcpy_baseline(&mut group, bytes);
+    group.finish();
+}
+
+fn int4_weights(c: &mut Criterion) {
+    let plan = plan(Dtype::Int4);
+    let b = rng().i4s(K as usize * N as usize);
+    let mut out = vec![0u8; plan.b_bytes as usize];
+    pack::weights_i4_kn_into(&plan, &b, &mut out).expect("int4 B packs");
+    let bytes = out.len();
+
+    let mut group = group(c, "int4_weights_4096x4096", bytes, true);
+    group.bench_function("weights_i4_kn_into", |bch| {
+        bch.iter(|| {
+            pack::weights_i4_kn_into(black_box(&plan), black_box(&b), &mut out)
+                .expect("int4 B packs");
+            black_box(&mut out);
+        })
+    });
+    memcpy_baseline(&mut group, bytes);
+    group.finish();
+}
+
+fn int8_activations(c: &mut Criterion) {
+    let plan = plan(Dtype::Int8);
+    let a = rng().i8s(M as usize * K as usize);
+    let bytes = pack::activations_i8(&plan, &a).expect("int8 A packs").len();
+    assert_eq!(bytes as u64, plan.a_bytes);
+
+    let mut group = group(c, "int8_activations_128x4096", bytes, false);
+    group.bench_function("activations_i8", |bch| {
+        bch.iter(|| pack::activations_i8(black_box(&plan), black_box(&a)).expect("int8 A packs"))
+    });
+    memcpy_baseline(&mut group, bytes);
+    group.finish();
+}
+
+fn int32_unpack(c: &mut Criterion) {
+    let plan = plan(Dtype::Int8);
+    let partials = rng().bytes(plan.c_bytes as usize);
+    let mut out = vec![0i32; M as usize * N as usize];
+    pack::unpack_i32(&plan, &partials, &mut out).expect("int32 C unpacks");
+    let bytes = std::mem::size_of_val(out.as_slice());
+
+    let mut group = group(c, "int32_unpack_128x4096", bytes, false);
+    group.bench_function("unpack_i32", |bch| {
+        bch.iter(|| {
+            pack::unpack_i32(black_box(&plan), black_box(&partials), &mut out)
+                .expect("int32 C unpacks");
+            black_box(&mut out);
+        })
+    });
+    memcpy_baseline(&mut group, bytes);
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    int8_weights,
+    int4_weights,
+    int8_activations,
+    int32_unpack
+);
+criterion_main!(benches);
