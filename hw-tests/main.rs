@@ -282,16 +282,7 @@ fn a_job_that_never_completes_times_out_and_the_device_recovers() {
         program.byte_len(),
     );
     let mut task = Job::from_program(&regcmd, &program).writes(&c_bo);
-    let tasks: Vec<TaskDesc> = program
-        .tasks()
-        .iter()
-        .map(|t| TaskDesc {
-            offset: t.byte_offset() as u32,
-            regcfg_amount: t.regcfg_amount() as u32,
-            int_mask: t.int_mask,
-            enable: t.enable.0,
-        })
-        .collect();
+    let tasks = TaskDesc::of_program(&program);
     match (d.emulator(), d.info().interface) {
         (Some(emu), _) => emu.inject(Faults {
             hang: Some(At { core: 0, task: 0 }),

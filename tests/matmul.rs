@@ -9,26 +9,14 @@
 
 mod common;
 
+use common::Rng;
+
 use proptest::prelude::*;
 use rknpu_driver::device::Device;
 use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use std::path::PathBuf;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn int(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + ((self.next() >> 11) % (hi - lo + 1) as u64) as i32
-    }
-}
 
 fn check(spec: MatmulSpec, seed: u64) {
     let dev = Device::open_spec("emu").unwrap();

@@ -8,6 +8,9 @@
 //! products of two fp16 or bf16 values are exact in fp32, so summation is the only fp32
 //! error; the bound holds whatever order the hardware's adder tree uses (docs/simulator.md).
 
+mod common;
+
+use common::Rng;
 use proptest::prelude::*;
 use rknpu_driver::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use rknpu_driver::kernels::single::{
@@ -23,24 +26,6 @@ fn addr(b: BufferId) -> Option<u64> {
 
 fn a32(b: BufferId) -> u32 {
     addr(b).unwrap() as u32
-}
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn int(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i32
-    }
-    fn float(&mut self) -> f32 {
-        (self.next() % 2001) as f32 / 1000.0 - 1.0
-    }
 }
 
 /// Runs a one-task program with the given packed operands; returns the run and C's bytes.

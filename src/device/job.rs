@@ -102,6 +102,22 @@ pub struct TaskDesc {
     pub enable: u32,
 }
 
+impl TaskDesc {
+    /// The tasks of a built program, as a kernel driver must describe them.
+    pub fn of_program(program: &Program) -> Vec<TaskDesc> {
+        program
+            .tasks()
+            .iter()
+            .map(|t| TaskDesc {
+                offset: t.byte_offset() as u32,
+                regcfg_amount: t.regcfg_amount() as u32,
+                int_mask: t.int_mask,
+                enable: t.enable.0,
+            })
+            .collect()
+    }
+}
+
 /// A job: tasks in one regcmd buffer, the cores that run them, the buffers it reads and
 /// writes, and a timeout. Borrowing the buffers keeps the CPU off them until the job
 /// is done.
@@ -121,17 +137,7 @@ impl<'a> Job<'a> {
     /// The tasks of a built program whose regcmd buffer is `regcmd`, on one core
     /// (automatic), with a 500 ms timeout (matmul-recipe.md quirk 23).
     pub fn from_program(regcmd: &'a Bo<'a>, program: &Program) -> Job<'a> {
-        let tasks = program
-            .tasks()
-            .iter()
-            .map(|t| TaskDesc {
-                offset: t.byte_offset() as u32,
-                regcfg_amount: t.regcfg_amount() as u32,
-                int_mask: t.int_mask,
-                enable: t.enable.0,
-            })
-            .collect();
-        Job::new(regcmd, tasks)
+        Job::new(regcmd, TaskDesc::of_program(program))
     }
 
     /// A job of explicit tasks.
