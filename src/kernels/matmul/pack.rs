@@ -36,13 +36,22 @@ pub fn weights_i8_kn_into(plan: &Plan, b: &[i8], out: &mut [u8]) -> Result<()> {
                 let at = base as usize + (g * kb_count + kb) * 1024;
                 let atom = &mut out[at..at + 1024];
                 if k_rows == 32 && cols == 32 {
-                    // A full atom: gather each kernel's 32 channels from the 32 rows.
+                    // A full atom: sixteen 8×8 byte transposes.
                     let first = (w.k0 as usize + kb * 32) * n + g * 32;
-                    let rows: [&[i8]; 32] =
-                        std::array::from_fn(|kk| &b[first + kk * n..first + kk * n + 32]);
-                    for (nn, kernel) in atom.chunks_exact_mut(32).enumerate() {
-                        for (d, row) in kernel.iter_mut().zip(&rows) {
-                            *d = row[nn] as u8;
+                    for k8 in 0..4 {
+                        for n8 in 0..4 {
+                            let rows: [u64; 8] = std::array::from_fn(|i| {
+                                let at = first + (k8 * 8 + i) * n + n8 * 8;
+                                let mut bytes = [0u8; 8];
+                                for (d, &v) in bytes.iter_mut().zip(&b[at..at + 8]) {
+                                    *d = v as u8;
+                                }
+                                u64::from_le_bytes(bytes)
+                            });
+                            for (j, word) in transpose8(rows).iter().enumerate() {
+                                let at = (n8 * 8 + j) * 32 + k8 * 8;
+                                atom[at..at + 8].copy_from_slice(&word.to_le_bytes());
+                            }
                         }
                     }
                 } else {
@@ -202,6 +211,27 @@ pub fn unpack_i32(plan: &Plan, c: &[u8], out: &mut [i32]) -> Result<()> {
     Ok(())
 }
 
+/// Transposes an 8×8 byte matrix held as eight little-endian rows: byte `j` of row `i`
+/// becomes byte `i` of row `j` (three rounds of block swaps: 4, 2 and 1 bytes).
+fn transpose8(mut r: [u64; 8]) -> [u64; 8] {
+    for i in 0..4 {
+        let (a, b) = (r[i], r[i + 4]);
+        r[i] = (a & 0x0000_0000_FFFF_FFFF) | (b << 32);
+        r[i + 4] = (a >> 32) | (b & 0xFFFF_FFFF_0000_0000);
+    }
+    for i in [0, 1, 4, 5] {
+        let (a, b) = (r[i], r[i + 2]);
+        r[i] = (a & 0x0000_FFFF_0000_FFFF) | ((b & 0x0000_FFFF_0000_FFFF) << 16);
+        r[i + 2] = ((a >> 16) & 0x0000_FFFF_0000_FFFF) | (b & 0xFFFF_0000_FFFF_0000);
+    }
+    for i in [0, 2, 4, 6] {
+        let (a, b) = (r[i], r[i + 1]);
+        r[i] = (a & 0x00FF_00FF_00FF_00FF) | ((b & 0x00FF_00FF_00FF_00FF) << 8);
+        r[i + 1] = ((a >> 8) & 0x00FF_00FF_00FF_00FF) | (b & 0xFF00_FF00_FF00_FF00);
+    }
+    r
+}
+
 fn check(plan: &Plan, dtype: Dtype, len: usize) -> Result<()> {
     if plan.spec.dtype != dtype {
         return Err(unsupported(format!(
@@ -216,4 +246,19 @@ fn check(plan: &Plan, dtype: Dtype, len: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn transpose8_transposes() {
+        let rows: [u64; 8] =
+            std::array::from_fn(|i| u64::from_le_bytes(std::array::from_fn(|j| (i * 8 + j) as u8)));
+        let t = super::transpose8(rows);
+        for (j, row) in t.iter().enumerate() {
+            for (i, &v) in row.to_le_bytes().iter().enumerate() {
+                assert_eq!(v as usize, i * 8 + j);
+            }
+        }
+    }
 }
