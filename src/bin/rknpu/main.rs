@@ -28,8 +28,8 @@ commands:
         error and OK.
   bench pack
         Packing throughput against memcpy of the same bytes, measured in the same run:
-        int8 and int4 weight packing (4096x4096), int8 activation packing (128x4096),
-        int32 output unpacking (128x4096).
+        int8 weight packing from K x N and from N x K, int4 weight packing (4096x4096),
+        int8 activation packing (128x4096), int32 output unpacking (128x4096).
   info  Print the NPU this machine has (or the emulated one that RKNPU_DEVICE selects):
         interface, node, driver name and version, cores, IOMMU state.
   help  Show this text.
@@ -484,6 +484,10 @@ fn cmd_bench(args: &[String]) -> Result<(), Failure> {
         black_box(pack::weights_i8_kn_into(&p8, black_box(&b8), &mut bank).ok());
     });
     line("int8 weight packing (K x N)", p8.b_bytes as usize, t);
+    let t = best_of(|| {
+        black_box(pack::weights_i8_nk_into(&p8, black_box(&b8), &mut bank).ok());
+    });
+    line("int8 weight packing (N x K)", p8.b_bytes as usize, t);
     let p4 = Plan::new(MatmulSpec::new(128, 4096, 4096, Dtype::Int4)).map_err(fail)?;
     let b4: Vec<i8> = (0..4096 * 4096).map(|_| rng.int(-8, 7) as i8).collect();
     let mut bank4 = vec![0u8; p4.b_bytes as usize];

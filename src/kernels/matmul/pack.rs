@@ -5,6 +5,12 @@
 use super::{Plan, unsupported};
 use crate::error::Result;
 use crate::kernels::single::Dtype;
+use zerocopy::IntoBytes;
+
+/// Whether the plan's weight bank has padding (N to the tile granule, K to 32).
+fn padded(plan: &Plan) -> bool {
+    plan.n_pad != plan.spec.n || plan.waves.iter().any(|w| w.kw != w.ai)
+}
 
 /// Packs int8 B from row-major K×N into the weight bank of `plan`: one 32×32 transpose
 /// per atom, through a tile that stays in L1.
@@ -27,6 +33,7 @@ pub fn weights_i8_kn_into(plan: &Plan, b: &[i8], out: &mut [u8]) -> Result<()> {
     check(plan, Dtype::Int8, b.len())?;
     let n = plan.spec.n as usize;
     let n_pad = plan.n_pad as usize;
+    let bytes_b = b.as_bytes();
     for (w, &base) in plan.waves.iter().zip(&plan.b_offsets) {
         let kb_count = w.ai as usize / 32;
         for kb in 0..kb_count {
@@ -43,9 +50,7 @@ pub fn weights_i8_kn_into(plan: &Plan, b: &[i8], out: &mut [u8]) -> Result<()> {
                             let rows: [u64; 8] = std::array::from_fn(|i| {
                                 let at = first + (k8 * 8 + i) * n + n8 * 8;
                                 let mut bytes = [0u8; 8];
-                                for (d, &v) in bytes.iter_mut().zip(&b[at..at + 8]) {
-                                    *d = v as u8;
-                                }
+                                bytes.copy_from_slice(&bytes_b[at..at + 8]);
                                 u64::from_le_bytes(bytes)
                             });
                             for (j, word) in transpose8(rows).iter().enumerate() {
@@ -72,23 +77,45 @@ pub fn weights_i8_kn_into(plan: &Plan, b: &[i8], out: &mut [u8]) -> Result<()> {
 /// Packs int8 B given as N×K (each kernel's channels contiguous, the layout of a
 /// `[out_features][in_features]` weight matrix) into the weight bank of `plan`.
 pub fn weights_i8_nk(plan: &Plan, bt: &[i8]) -> Result<Vec<u8>> {
-    check(plan, Dtype::Int8, bt.len())?;
-    let k_all = plan.spec.k as usize;
     let mut out = vec![0u8; plan.b_bytes as usize];
+    weights_i8_nk_into(plan, bt, &mut out)?;
+    Ok(out)
+}
+
+/// Packs int8 B given as N×K into `out` (`plan.b_bytes` bytes); every byte is written.
+/// Each kernel's channels are contiguous in both layouts, so this is a copy of 32-byte
+/// runs.
+pub fn weights_i8_nk_into(plan: &Plan, bt: &[i8], out: &mut [u8]) -> Result<()> {
+    check(plan, Dtype::Int8, bt.len())?;
+    if out.len() as u64 != plan.b_bytes {
+        return Err(unsupported(format!(
+            "{} bytes for a {}-byte weight bank",
+            out.len(),
+            plan.b_bytes
+        )));
+    }
+    if padded(plan) {
+        out.fill(0);
+    }
+    let k_all = plan.spec.k as usize;
+    let bt = bt.as_bytes();
+    let n = plan.spec.n as usize;
     for (w, &base) in plan.waves.iter().zip(&plan.b_offsets) {
         let kb_count = w.ai as usize / 32;
-        for nrow in 0..plan.spec.n as usize {
-            let src = &bt[nrow * k_all + w.k0 as usize..nrow * k_all + (w.k0 + w.kw) as usize];
-            let (g, nn) = (nrow / 32, nrow % 32);
-            for (kb, part) in src.chunks(32).enumerate() {
-                let at = base as usize + (g * kb_count + kb) * 1024 + nn * 32;
-                for (d, &v) in out[at..at + part.len()].iter_mut().zip(part) {
-                    *d = v as u8;
+        // Atom by atom, so the writes stream; the 32 kernels are 32 read streams.
+        for g in 0..n.div_ceil(32) {
+            for kb in 0..kb_count {
+                let k0 = w.k0 as usize + kb * 32;
+                let len = (w.kw as usize - kb * 32).min(32);
+                let atom = base as usize + (g * kb_count + kb) * 1024;
+                for nn in 0..(n - g * 32).min(32) {
+                    let src = (g * 32 + nn) * k_all + k0;
+                    out[atom + nn * 32..atom + nn * 32 + len].copy_from_slice(&bt[src..src + len]);
                 }
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Packs int4 B (values −8..=7, row-major K×N) into the weight bank of `plan`: 64 kernels
@@ -175,6 +202,10 @@ pub fn activations_i8(plan: &Plan, a: &[i8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Rows unpacked together: their atoms are contiguous in each surface, and their output
+/// rows are that many write streams.
+const ROW_BLOCK: usize = 8;
+
 /// Reads int32 partials (int8 plans) into row-major M×N, summing waves modulo 2³². Rows
 /// are visited in blocks of 8 so that reads and writes both stream.
 pub fn unpack_i32(plan: &Plan, c: &[u8], out: &mut [i32]) -> Result<()> {
@@ -189,6 +220,27 @@ pub fn unpack_i32(plan: &Plan, c: &[u8], out: &mut [i32]) -> Result<()> {
             out.len()
         )));
     }
+    // One wave writes every result once, a copy of 16-byte atoms (the NPU's int32 is
+    // little-endian, as every host this library runs on); more waves add up.
+    if plan.waves.len() == 1 && cfg!(target_endian = "little") {
+        let bytes = out.as_mut_bytes();
+        for t in &plan.tasks {
+            let cols = (plan.spec.n - t.n0).min(t.nt) as usize;
+            let rows = t.rows as usize;
+            for r0 in (0..rows).step_by(ROW_BLOCK) {
+                let block = (rows - r0).min(ROW_BLOCK);
+                for g in 0..cols.div_ceil(4) {
+                    let width = (cols - g * 4).min(4) * 4;
+                    let src = &c[t.c_offset as usize + (g * rows + r0) * 16..][..block * 16];
+                    for (r, atom) in src.chunks_exact(16).enumerate() {
+                        let at = ((t.m0 as usize + r0 + r) * n + t.n0 as usize + g * 4) * 4;
+                        bytes[at..at + width].copy_from_slice(&atom[..width]);
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
     out.fill(0);
     for t in &plan.tasks {
         let cols = (plan.spec.n - t.n0).min(t.nt) as usize;
@@ -202,7 +254,8 @@ pub fn unpack_i32(plan: &Plan, c: &[u8], out: &mut [i32]) -> Result<()> {
                     let dst =
                         &mut out[(t.m0 as usize + r0 + r) * n + t.n0 as usize + g * 4..][..width];
                     for (d, v) in dst.iter_mut().zip(atom.chunks_exact(4)) {
-                        *d = d.wrapping_add(i32::from_le_bytes([v[0], v[1], v[2], v[3]]));
+                        let v = i32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+                        *d = d.wrapping_add(v);
                     }
                 }
             }
