@@ -128,7 +128,8 @@ fn bench_pack_prints_one_line_per_packer_with_its_memcpy_baseline() {
     assert_eq!(o.status.code(), Some(0));
     let text = out(&o);
     let names = [
-        "int8 weight packing",
+        "int8 weight packing (K x N)",
+        "int8 weight packing (N x K)",
         "int4 weight packing",
         "int8 activation packing",
         "int32 output unpacking",
