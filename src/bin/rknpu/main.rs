@@ -36,6 +36,27 @@ commands:
 
 exit codes: 0 success, 1 bad input, 2 usage error";
 
+/// Writes to standard output; a reader that went away (a closed pipe) ends the program
+/// quietly instead of panicking.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        if write!(std::io::stdout(), $($t)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+/// `out!` with a newline.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        if writeln!(std::io::stdout(), $($t)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 /// A failure with its exit code: 1 for bad input, 2 for usage.
 struct Failure(u8, String);
 
@@ -76,14 +97,14 @@ fn cmd_decode(args: &[String]) -> Result<(), Failure> {
     let bytes = std::fs::read(&file).map_err(|e| Failure(1, format!("{file}: {e}")))?;
     let decoded = regcmd::decode_bytes(&bytes).map_err(|e| Failure(1, format!("{file}: {e}")))?;
     if json {
-        println!("{}", decoded.to_json());
-        println!(
+        outln!("{}", decoded.to_json());
+        outln!(
             "summary: {} entries, {} unknown",
             decoded.entries.len(),
             decoded.unknown()
         );
     } else {
-        print!("{}", decoded.to_text(addr));
+        out!("{}", decoded.to_text(addr));
     }
     if strict && decoded.unknown() > 0 {
         return Err(Failure(
@@ -226,15 +247,16 @@ fn cmd_sim(args: &[String]) -> Result<(), Failure> {
             .ok_or_else(|| Failure(1, format!("--dump {a:#x}:{len}: not in one region")))?;
         std::fs::write(file, data).map_err(|e| Failure(1, format!("{file}: {e}")))?;
     }
-    println!("tasks: {}", run.tasks_run);
-    println!("macs: {}", run.macs);
-    println!("raw_status: {:#x}", run.raw_status);
-    println!(
+    outln!("tasks: {}", run.tasks_run);
+    outln!("macs: {}", run.macs);
+    outln!("raw_status: {:#x}", run.raw_status);
+    outln!(
         "int_status: {:#x} (int_mask {:#x})",
-        run.int_status, int_mask
+        run.int_status,
+        int_mask
     );
     for l in &run.lints {
-        println!("warning: {l}");
+        outln!("warning: {l}");
     }
     if let Some(s) = &run.stall {
         return Err(Failure(1, format!("{}: stalls: {}", s.at, s.why)));
@@ -248,7 +270,7 @@ fn cmd_sim(args: &[String]) -> Result<(), Failure> {
             ),
         ));
     }
-    println!("completed");
+    outln!("completed");
     Ok(())
 }
 
@@ -326,7 +348,7 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
         "auto" => match Device::open() {
             Ok(d) => d,
             Err(rknpu_driver::device::DeviceError::NotFound { .. }) => {
-                println!("no NPU found: running on the emulated kernel (RKNPU_DEVICE=emu)");
+                outln!("no NPU found: running on the emulated kernel (RKNPU_DEVICE=emu)");
                 Device::open_spec("emu").map_err(|e| fail(&e))?
             }
             Err(e) => return Err(fail(&e)),
@@ -334,7 +356,7 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
         spec => Device::open_spec(spec).map_err(|e| fail(&e))?,
     };
     let info = dev.info();
-    println!(
+    outln!(
         "device: {} {}.{}.{} at {}{}",
         info.driver,
         info.version.0,
@@ -347,7 +369,7 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
     let t0 = Instant::now();
     let plan = Plan::new(MatmulSpec::new(m, k, n, dtype).on_cores(cores)).map_err(|e| fail(&e))?;
     let t_plan = t0.elapsed();
-    println!("plan: {plan}");
+    outln!("plan: {plan}");
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let (mu, ku, nu) = (m as usize, k as usize, n as usize);
     let (t_pack_b, timings, err, bound) = if dtype == Dtype::Fp16 {
@@ -414,7 +436,7 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
             .unwrap_or(0) as f64;
         (t_pack_b, mm.timings, worst, worst)
     };
-    println!(
+    outln!(
         "time: plan {:.3} ms, pack {:.3} ms (weights {:.3} ms, A {:.3} ms), submit+wait {:.3} ms, unpack {:.3} ms",
         t_plan.as_secs_f64() * 1e3,
         (t_pack_b + timings.pack).as_secs_f64() * 1e3,
@@ -424,12 +446,12 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
         timings.unpack.as_secs_f64() * 1e3
     );
     if dtype == Dtype::Fp16 {
-        println!(
+        outln!(
             "largest error: {err:e} (fp32 summation bound respected: {})",
             bound <= 0.0
         );
     } else {
-        println!("largest error: {err}");
+        outln!("largest error: {err}");
     }
     if bound > 0.0 {
         return Err(Failure(
@@ -437,7 +459,7 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
             "MISMATCH: the result differs from the CPU reference".into(),
         ));
     }
-    println!("OK");
+    outln!("OK");
     Ok(())
 }
 
@@ -472,7 +494,7 @@ fn cmd_bench(args: &[String]) -> Result<(), Failure> {
             black_box(&dst);
         });
         let (gbs, mem) = (bytes as f64 / secs / 1e9, bytes as f64 / copy / 1e9);
-        println!(
+        outln!(
             "{name}: {gbs:.2} GB/s (memcpy {mem:.2} GB/s, ratio {:.2})",
             gbs / mem
         );
@@ -515,29 +537,32 @@ fn cmd_info(args: &[String]) -> Result<(), Failure> {
     }
     let dev = rknpu_driver::device::Device::open().map_err(|e| Failure(1, e.to_string()))?;
     let i = dev.info();
-    println!(
+    outln!(
         "interface: {}",
         match i.interface {
             rknpu_driver::device::Interface::Vendor => "vendor rknpu",
             rknpu_driver::device::Interface::Rocket => "rocket",
         }
     );
-    println!(
+    outln!(
         "node: {}{}",
         i.node,
         if i.emulated { " (emulated)" } else { "" }
     );
-    println!(
+    outln!(
         "driver: {} {}.{}.{}",
-        i.driver, i.version.0, i.version.1, i.version.2
+        i.driver,
+        i.version.0,
+        i.version.1,
+        i.version.2
     );
     if !i.date.is_empty() {
-        println!("date: {}", i.date);
+        outln!("date: {}", i.date);
     }
-    println!("cores: {}", i.cores);
-    println!("iommu: {}", if i.iommu { "enabled" } else { "disabled" });
+    outln!("cores: {}", i.cores);
+    outln!("iommu: {}", if i.iommu { "enabled" } else { "disabled" });
     if let Some(f) = i.freq_hz {
-        println!("clock: {} MHz", f / 1_000_000);
+        outln!("clock: {} MHz", f / 1_000_000);
     }
     Ok(())
 }
@@ -551,11 +576,11 @@ fn main() -> ExitCode {
         Some("matmul") => cmd_matmul(&args[1..]),
         Some("bench") => cmd_bench(&args[1..]),
         Some("help") | Some("--help") | Some("-h") => {
-            println!("{USAGE}");
+            outln!("{USAGE}");
             Ok(())
         }
         Some("--version") | Some("-V") => {
-            println!("rknpu {}", env!("CARGO_PKG_VERSION"));
+            outln!("rknpu {}", env!("CARGO_PKG_VERSION"));
             Ok(())
         }
         Some(other) => Err(usage(format!("unknown command {other}"))),
