@@ -17,7 +17,8 @@
 //!   goes through (the only module where the `unsafe_code` lint is allowed);
 //! * [`device`] — open the NPU (vendor `rknpu`, `rocket`, or the emulated kernel),
 //!   allocate buffers, submit jobs and wait for them (docs/device.md); run planned
-//!   matmuls on resident weight banks ([`device::matmul`]).
+//!   matmuls on resident weight banks ([`device::matmul`]);
+//! * [`trace`] — the trace file format (docs/trace-format.md): reading and writing.
 //!
 //! Layers import only downward (`regs` ← `regcmd` ← `kernels`, `sim`); see
 //! `docs/architecture.md`. The crate denies the `unsafe_code` lint; only `src/sys/` opts
@@ -44,5 +45,6 @@ pub mod regcmd;
 pub mod regs;
 pub mod sim;
 pub mod sys;
+pub mod trace;
 
 pub use error::{Error, Result};
