@@ -865,45 +865,43 @@ impl SingleMatmul {
 
     /// Reads C (integer outputs) back as row-major M×N.
     pub fn unpack_c_int(&self, c: &[u8]) -> Result<Vec<i64>> {
-        self.check_len("C bytes", c.len(), self.c_bytes())?;
         if self.out.is_float() {
             return Err(unsupported(format!(
                 "C: integer read of a {:?} output",
                 self.out
             )));
         }
-        let mut out = Vec::with_capacity((self.m * self.n) as usize);
-        for m in 0..self.m {
-            for n in 0..self.n {
-                let o = self.c_offset(m, n);
-                out.push(match self.out {
-                    OutType::Int8 => c[o] as i8 as i64,
-                    OutType::Int16 => i16::from_le_bytes([c[o], c[o + 1]]) as i64,
-                    _ => i32::from_le_bytes([c[o], c[o + 1], c[o + 2], c[o + 3]]) as i64,
-                });
-            }
-        }
-        Ok(out)
+        self.unpack_c(c, |e| match self.out {
+            OutType::Int8 => e[0] as i8 as i64,
+            OutType::Int16 => i16::from_le_bytes([e[0], e[1]]) as i64,
+            _ => i32::from_le_bytes([e[0], e[1], e[2], e[3]]) as i64,
+        })
     }
 
     /// Reads C (float outputs) back as row-major M×N.
     pub fn unpack_c_f32(&self, c: &[u8]) -> Result<Vec<f32>> {
-        self.check_len("C bytes", c.len(), self.c_bytes())?;
         if !self.out.is_float() {
             return Err(unsupported(format!(
                 "C: float read of a {:?} output",
                 self.out
             )));
         }
+        self.unpack_c(c, |e| match self.out {
+            OutType::Fp16 => f16_to_f32(u16::from_le_bytes([e[0], e[1]])),
+            OutType::Bf16 => bf16_to_f32(u16::from_le_bytes([e[0], e[1]])),
+            _ => f32::from_bits(u32::from_le_bytes([e[0], e[1], e[2], e[3]])),
+        })
+    }
+
+    /// Every element of C in row-major order, each read by `read` from its bytes.
+    fn unpack_c<T>(&self, c: &[u8], read: impl Fn(&[u8]) -> T) -> Result<Vec<T>> {
+        self.check_len("C bytes", c.len(), self.c_bytes())?;
+        let size = self.out.bytes() as usize;
         let mut out = Vec::with_capacity((self.m * self.n) as usize);
         for m in 0..self.m {
             for n in 0..self.n {
                 let o = self.c_offset(m, n);
-                out.push(match self.out {
-                    OutType::Fp16 => f16_to_f32(u16::from_le_bytes([c[o], c[o + 1]])),
-                    OutType::Bf16 => bf16_to_f32(u16::from_le_bytes([c[o], c[o + 1]])),
-                    _ => f32::from_bits(u32::from_le_bytes([c[o], c[o + 1], c[o + 2], c[o + 3]])),
-                });
+                out.push(read(&c[o..o + size]));
             }
         }
         Ok(out)
