@@ -15,6 +15,10 @@
 //! # Ok::<(), rknpu_driver::trace::TraceError>(())
 //! ```
 
+mod replay;
+
+pub use replay::{ReplayReport, assert_replays, dump, import_raw, replay_model};
+
 use std::fmt;
 
 /// The file's first eight bytes.

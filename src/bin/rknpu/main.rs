@@ -30,6 +30,15 @@ commands:
         Packing throughput against memcpy of the same bytes, measured in the same run:
         int8 weight packing from K x N and from N x K, int4 weight packing (4096x4096),
         int8 activation packing (128x4096), int32 output unpacking (128x4096).
+  trace import --regcmd PROG.bin [--regcmd-addr ADDR] [--task-words N] [--load ADDR=FILE]...
+               [--expect ADDR=FILE]... --out FILE
+        Build a trace (docs/trace-format.md) from the inputs of `sim run` and the contents
+        expected after the run.
+  trace dump FILE
+        Print a trace as stable text, each task's list decoded.
+  trace replay FILE [--mode model]
+        Replay a trace on the simulator and compare what it recorded; exit 0 on a
+        match, 1 on a mismatch (with where), 2 on usage errors.
   info  Print the NPU this machine has (or the emulated one that RKNPU_DEVICE selects):
         interface, node, driver name and version, cores, IOMMU state.
   help  Show this text.
@@ -531,6 +540,96 @@ fn cmd_bench(args: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
+fn cmd_trace(args: &[String]) -> Result<(), Failure> {
+    use rknpu_driver::trace::{self, Trace};
+    let read = |path: &str| std::fs::read(path).map_err(|e| Failure(1, format!("{path}: {e}")));
+    let load = |path: &str| -> Result<Trace, Failure> {
+        Trace::from_bytes(&read(path)?).map_err(|e| Failure(1, format!("{path}: {e}")))
+    };
+    match args.first().map(String::as_str) {
+        Some("dump") => {
+            let [_, file] = args else {
+                return Err(usage("trace dump: expected one FILE"));
+            };
+            out!("{}", trace::dump(&load(file)?));
+            Ok(())
+        }
+        Some("replay") => {
+            let (file, mode) = match &args[1..] {
+                [f] => (f, "model"),
+                [f, m, v] if m == "--mode" => (f, v.as_str()),
+                _ => return Err(usage("trace replay: expected FILE [--mode model]")),
+            };
+            if mode != "model" {
+                return Err(usage(format!(
+                    "trace replay: mode {mode} is not available; use model"
+                )));
+            }
+            let r = trace::replay_model(&load(file)?);
+            outln!(
+                "replayed {} submission(s), compared {} recorded content(s)",
+                r.submits,
+                r.compared
+            );
+            for l in &r.lints {
+                outln!("warning: {l}");
+            }
+            if !r.is_match() {
+                return Err(Failure(
+                    1,
+                    format!("mismatch:\n  {}", r.mismatches.join("\n  ")),
+                ));
+            }
+            outln!("match");
+            Ok(())
+        }
+        Some("import") => {
+            let (mut prog, mut addr, mut words, mut out) = (None, 0u32, None, None);
+            let (mut loads, mut expect) = (Vec::new(), Vec::new());
+            let mut it = args[1..].iter();
+            while let Some(a) = it.next() {
+                let v = it
+                    .next()
+                    .ok_or_else(|| usage(format!("{a} needs a value")))?;
+                match a.as_str() {
+                    "--regcmd" => prog = Some(v.clone()),
+                    "--regcmd-addr" => {
+                        addr = parse_u32(v).ok_or_else(|| usage(format!("--regcmd-addr: {v}")))?
+                    }
+                    "--task-words" => {
+                        words =
+                            Some(parse_u32(v).ok_or_else(|| usage(format!("--task-words: {v}")))?)
+                    }
+                    "--load" | "--expect" => {
+                        let (at, file) = parse_load(v)
+                            .ok_or_else(|| usage(format!("{a}: expected ADDR=FILE, got {v}")))?;
+                        let target = if a == "--load" {
+                            &mut loads
+                        } else {
+                            &mut expect
+                        };
+                        target.push((at, read(&file)?));
+                    }
+                    "--out" => out = Some(v.clone()),
+                    s => return Err(usage(format!("trace import: unexpected argument {s}"))),
+                }
+            }
+            let (Some(prog), Some(out)) = (prog, out) else {
+                return Err(usage("trace import: --regcmd and --out are required"));
+            };
+            let bytes = read(&prog)?;
+            let entries = regcmd::words_from_le_bytes(&bytes)
+                .map_err(|e| Failure(1, format!("{prog}: {e}")))?;
+            let words = words.unwrap_or(first_body(&entries) as u32);
+            let t = trace::import_raw(&bytes, addr, words, &loads, &expect);
+            std::fs::write(&out, t.to_bytes()).map_err(|e| Failure(1, format!("{out}: {e}")))?;
+            outln!("wrote {out}: {} chunk(s)", t.chunks.len() + 1);
+            Ok(())
+        }
+        _ => Err(usage("trace: import, dump or replay")),
+    }
+}
+
 fn cmd_info(args: &[String]) -> Result<(), Failure> {
     if let Some(a) = args.first() {
         return Err(usage(format!("info: unexpected argument {a}")));
@@ -575,6 +674,7 @@ fn main() -> ExitCode {
         Some("info") => cmd_info(&args[1..]),
         Some("matmul") => cmd_matmul(&args[1..]),
         Some("bench") => cmd_bench(&args[1..]),
+        Some("trace") => cmd_trace(&args[1..]),
         Some("help") | Some("--help") | Some("-h") => {
             outln!("{USAGE}");
             Ok(())
