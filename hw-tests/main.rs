@@ -163,10 +163,11 @@ fn buffers_allocate_map_sync_and_free_without_leaks() {
         let size = 4096 * (1 + i as usize % 5);
         let mut bo = d.alloc(size, BoFlags::default()).unwrap();
         assert!(bo.size() >= size);
+        let bo_size = bo.size();
         assert!(bo.dma_addr() as u64 + bo.size() as u64 <= 1 << 32);
         {
             let mut m = bo.map().unwrap();
-            assert_eq!(m.len(), bo_len(&m));
+            assert_eq!(m.len(), bo_size, "the mapping covers the buffer");
             m[0] = i as u8;
             let last = m.len() - 1;
             m[last] = !(i as u8);
@@ -185,10 +186,6 @@ fn buffers_allocate_map_sync_and_free_without_leaks() {
             "kernel objects leaked"
         );
     }
-}
-
-fn bo_len(m: &[u8]) -> usize {
-    m.len()
 }
 
 #[test]

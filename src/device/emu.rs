@@ -230,6 +230,18 @@ fn bo_of(s: &State, fd: Fd, handle: u32) -> Result<Arc<Mutex<EmuBo>>, Errno> {
     }
 }
 
+/// The object a vendor request names by its kernel address. A fabricated address is
+/// refused with `EFAULT` and logged: the real driver dereferences it (a kernel oops).
+fn object(s: &mut State, obj_addr: u64, request: &str) -> Result<Arc<Mutex<EmuBo>>, Errno> {
+    let found = s.objects.get(&obj_addr).cloned();
+    found.ok_or_else(|| {
+        s.log.push(format!(
+            "{request} with obj_addr {obj_addr:#x}, which is no object: the real driver dereferences it (a kernel oops)"
+        ));
+        Errno::EFAULT
+    })
+}
+
 /// Drops the kernel's object entry of `bo` once no fd holds a handle to it.
 fn release(s: &mut State, bo: &Arc<Mutex<EmuBo>>) {
     let held = s.files.values().any(|f| match f {
@@ -550,13 +562,7 @@ impl EmuKernel {
                 if y.obj_addr == 0 {
                     return Err(Errno::EINVAL);
                 }
-                let Some(bo) = s.objects.get(&y.obj_addr).cloned() else {
-                    s.log.push(format!(
-                        "MEM_SYNC of obj_addr {:#x}, which is no object: the real driver dereferences it (a kernel oops)",
-                        y.obj_addr
-                    ));
-                    return Err(Errno::EFAULT);
-                };
+                let bo = object(s, y.obj_addr, "MEM_SYNC")?;
                 let mut b = lock_bo(&bo);
                 if b.flags & mem::CACHEABLE == 0 {
                     return Err(Errno::EINVAL);
@@ -581,13 +587,7 @@ impl EmuKernel {
             // The emulation has no fence producers to wait for.
             return Err(Errno::EINVAL);
         }
-        let Some(task_bo) = s.objects.get(&sub.task_obj_addr).cloned() else {
-            s.log.push(format!(
-                "SUBMIT with task_obj_addr {:#x}, which is no object: the real driver dereferences it (a kernel oops)",
-                sub.task_obj_addr
-            ));
-            return Err(Errno::EFAULT);
-        };
+        let task_bo = object(s, sub.task_obj_addr, "SUBMIT")?;
         if lock_bo(&task_bo).flags & mem::KERNEL_MAPPING == 0 {
             s.log.push(
                 "SUBMIT with a task array created without RKNPU_MEM_KERNEL_MAPPING: the real driver dereferences a NULL kernel address".into(),

@@ -299,34 +299,7 @@ impl Pending<'_> {
                     hw_elapsed: None,
                 })
             }
-            PendingKind::Rocket => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                for bo in &self.job.writes {
-                    let mut p = DrmRocketPrepBo {
-                        handle: bo.handle,
-                        reserved: 0,
-                        timeout_ns: deadline_ns(left),
-                    };
-                    match self.dev.ioctl(&mut Ioctl::RocketPrepBo(&mut p)) {
-                        Ok(_) => {}
-                        Err(DeviceError::Ioctl {
-                            errno: Errno::ETIMEDOUT | Errno::EBUSY,
-                            ..
-                        }) => {
-                            return Err(DeviceError::Timeout {
-                                task_counter: 0,
-                                int_status: 0,
-                            });
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(JobResult {
-                    task_counter: self.job.tasks.len() as u32,
-                    int_status: vec![0; self.job.tasks.len()],
-                    hw_elapsed: None,
-                })
-            }
+            PendingKind::Rocket => self.dev.rocket_wait(&self.job, deadline),
         }
     }
 }
@@ -382,21 +355,7 @@ impl Device {
             }
             Interface::Rocket => {
                 self.rocket_submit(job)?;
-                let pending = Pending {
-                    dev: self,
-                    job: Job {
-                        regcmd: job.regcmd,
-                        tasks: job.tasks.clone(),
-                        cores: job.cores,
-                        split: job.split.clone(),
-                        timeout: job.timeout,
-                        reads: job.reads.clone(),
-                        writes: job.writes.clone(),
-                        iommu_domain: job.iommu_domain,
-                    },
-                    kind: PendingKind::Rocket,
-                };
-                pending.wait(Instant::now() + job.timeout)
+                self.rocket_wait(job, Instant::now() + job.timeout)
             }
         }
     }
@@ -482,6 +441,36 @@ impl Device {
             }
         }
         Ok((sub, tasks))
+    }
+
+    /// Waits on every buffer a rocket job writes (PREP_BO with the absolute deadline).
+    fn rocket_wait(&self, job: &Job<'_>, deadline: Instant) -> Result<JobResult> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        for bo in &job.writes {
+            let mut p = DrmRocketPrepBo {
+                handle: bo.handle,
+                reserved: 0,
+                timeout_ns: deadline_ns(left),
+            };
+            match self.ioctl(&mut Ioctl::RocketPrepBo(&mut p)) {
+                Ok(_) => {}
+                Err(DeviceError::Ioctl {
+                    errno: Errno::ETIMEDOUT | Errno::EBUSY,
+                    ..
+                }) => {
+                    return Err(DeviceError::Timeout {
+                        task_counter: 0,
+                        int_status: 0,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(JobResult {
+            task_counter: job.tasks.len() as u32,
+            int_status: vec![0; job.tasks.len()],
+            hw_elapsed: None,
+        })
     }
 
     fn rocket_submit(&self, job: &Job<'_>) -> Result<()> {

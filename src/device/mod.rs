@@ -551,12 +551,7 @@ impl<'d> Bo<'d> {
     /// cannot be submitted (it borrows the buffer exclusively); dropping it hands the
     /// buffer back to the device (cleaning CPU caches).
     pub fn map(&mut self) -> Result<CpuMap<'_, 'd>> {
-        self.to_cpu()?;
-        let mapping = self
-            .dev
-            .kernel
-            .mmap(self.dev.fd, self.size, self.mmap_offset)
-            .map_err(|errno| DeviceError::Ioctl { op: "mmap", errno })?;
+        let mapping = self.cpu_mapping()?;
         self.dev.live_maps.fetch_add(1, Ordering::SeqCst);
         Ok(CpuMap {
             bo: self,
@@ -627,13 +622,16 @@ impl<'d> Bo<'d> {
 
     /// Copies the whole buffer out.
     pub fn read_all(&mut self) -> Result<Vec<u8>> {
+        Ok(self.cpu_mapping()?.as_slice().to_vec())
+    }
+
+    /// Makes the buffer CPU-owned and maps all of it.
+    fn cpu_mapping(&mut self) -> Result<Mapping> {
         self.to_cpu()?;
-        let mapping = self
-            .dev
+        self.dev
             .kernel
             .mmap(self.dev.fd, self.size, self.mmap_offset)
-            .map_err(|errno| DeviceError::Ioctl { op: "mmap", errno })?;
-        Ok(mapping.as_slice().to_vec())
+            .map_err(|errno| DeviceError::Ioctl { op: "mmap", errno })
     }
 
     /// Exports the buffer as a dma-buf (vendor DRM flavour only).

@@ -441,7 +441,13 @@ impl Plan {
         self.check_c(c)?;
         let n = self.spec.n as usize;
         let mut acc = vec![0i32; self.spec.m as usize * n];
-        self.for_each_partial(c, |m, col, v: i64| {
+        let int16 = partial_type(self.spec.dtype) == OutType::Int16;
+        self.for_each_partial(c, |m, col, e| {
+            let v = if int16 {
+                i16::from_le_bytes([e[0], e[1]]) as i64
+            } else {
+                i32::from_le_bytes([e[0], e[1], e[2], e[3]]) as i64
+            };
             let a = &mut acc[m * n + col];
             *a = a.wrapping_add(v as i32);
         });
@@ -462,7 +468,9 @@ impl Plan {
         self.check_c(c)?;
         let n = self.spec.n as usize;
         let mut acc = vec![0f64; self.spec.m as usize * n];
-        self.for_each_partial_f(c, |m, col, v| acc[m * n + col] += v as f64);
+        self.for_each_partial(c, |m, col, e| {
+            acc[m * n + col] += f32::from_le_bytes([e[0], e[1], e[2], e[3]]) as f64
+        });
         Ok(acc
             .into_iter()
             .map(|v| match self.spec.out {
@@ -484,7 +492,9 @@ impl Plan {
     }
 
     /// Visits every integer partial `(row, column, value)` inside the real N columns.
-    fn for_each_partial(&self, c: &[u8], mut f: impl FnMut(usize, usize, i64)) {
+    /// Visits every partial `(row, column, element bytes)` inside the real N columns;
+    /// blocks are `[nt/E][rows][E]` of the plan's partial type.
+    fn for_each_partial(&self, c: &[u8], mut f: impl FnMut(usize, usize, &[u8])) {
         let part = partial_type(self.spec.dtype);
         let (size, epa) = (part.bytes() as usize, part.atom_elems() as usize);
         for t in &self.tasks {
@@ -493,28 +503,7 @@ impl Plan {
             for r in 0..t.rows as usize {
                 for j in 0..cols {
                     let o = base + ((j / epa) * t.rows as usize + r) * 16 + (j % epa) * size;
-                    let v = match part {
-                        OutType::Int16 => i16::from_le_bytes([c[o], c[o + 1]]) as i64,
-                        _ => i32::from_le_bytes([c[o], c[o + 1], c[o + 2], c[o + 3]]) as i64,
-                    };
-                    f(t.m0 as usize + r, t.n0 as usize + j, v);
-                }
-            }
-        }
-    }
-
-    fn for_each_partial_f(&self, c: &[u8], mut f: impl FnMut(usize, usize, f32)) {
-        for t in &self.tasks {
-            let base = t.c_offset as usize;
-            let cols = (self.spec.n.saturating_sub(t.n0)).min(t.nt) as usize;
-            for r in 0..t.rows as usize {
-                for j in 0..cols {
-                    let o = base + ((j / 4) * t.rows as usize + r) * 16 + (j % 4) * 4;
-                    f(
-                        t.m0 as usize + r,
-                        t.n0 as usize + j,
-                        f32::from_le_bytes([c[o], c[o + 1], c[o + 2], c[o + 3]]),
-                    );
+                    f(t.m0 as usize + r, t.n0 as usize + j, &c[o..o + size]);
                 }
             }
         }
