@@ -61,6 +61,11 @@ pub enum DeviceError {
         /// The last task's interrupt status, where the kernel reports it (0 otherwise).
         int_status: u32,
     },
+    /// A trace could not be written.
+    Trace {
+        /// What went wrong, with the file where there is one.
+        what: String,
+    },
 }
 
 impl fmt::Display for DeviceError {
@@ -93,6 +98,7 @@ impl fmt::Display for DeviceError {
                 f,
                 "job timed out after {task_counter} task(s), interrupt status {int_status:#x}"
             ),
+            DeviceError::Trace { what } => write!(f, "recording a trace: {what}"),
         }
     }
 }

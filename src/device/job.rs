@@ -4,6 +4,7 @@ use super::{Bo, BoFlags, Device, DeviceError, Interface, Result};
 use crate::regcmd::{Program, TAIL_ENTRIES};
 use crate::sys::uapi::*;
 use crate::sys::{Errno, Fd, Ioctl, VendorOp};
+use crate::trace::{DoneRecord, SubmitRecord, TaskRecord};
 use std::time::{Duration, Instant};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -255,6 +256,8 @@ pub struct Pending<'a> {
     dev: &'a Device,
     job: Job<'a>,
     kind: PendingKind<'a>,
+    /// The submission's id in the trace being recorded.
+    trace: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -267,6 +270,12 @@ impl Pending<'_> {
     /// Waits until `deadline` for the job. A job still running then is a
     /// [`DeviceError::Timeout`] (counters unknown: 0).
     pub fn wait(mut self, deadline: Instant) -> Result<JobResult> {
+        let r = self.wait_inner(deadline);
+        self.dev.trace_done(self.trace, &self.job, &r);
+        r
+    }
+
+    fn wait_inner(&mut self, deadline: Instant) -> Result<JobResult> {
         match &mut self.kind {
             PendingKind::Vendor { fence, tasks } => {
                 let Some(fd) = fence.take() else {
@@ -332,6 +341,13 @@ impl Device {
     /// Submits `job` and blocks until it completes or times out.
     pub fn submit(&self, job: &Job<'_>) -> Result<JobResult> {
         job.check(self)?;
+        let trace = self.trace_submit(job, false);
+        let r = self.submit_blocking(job);
+        self.trace_done(trace, job, &r);
+        r
+    }
+
+    fn submit_blocking(&self, job: &Job<'_>) -> Result<JobResult> {
         match self.info.interface {
             Interface::Vendor => {
                 let (mut sub, mut tasks) = self.vendor_submit_args(job, false)?;
@@ -365,6 +381,7 @@ impl Device {
     /// written buffers).
     pub fn submit_nonblocking<'a>(&'a self, job: Job<'a>) -> Result<Pending<'a>> {
         job.check(self)?;
+        let trace = self.trace_submit(&job, true);
         let kind = match self.info.interface {
             Interface::Vendor => {
                 let (mut sub, tasks) = self.vendor_submit_args(&job, true)?;
@@ -383,7 +400,91 @@ impl Device {
             dev: self,
             job,
             kind,
+            trace,
         })
+    }
+
+    /// Records a submission in the trace being recorded, if any; its trace id.
+    fn trace_submit(&self, job: &Job<'_>, nonblocking: bool) -> Option<u32> {
+        let mut guard = self.recording();
+        let r = guard.as_mut()?;
+        let n = job.tasks.len() as u32;
+        let ranges = match job.cores {
+            CoreMask::Auto => vec![(0, n)],
+            _ => job
+                .split
+                .iter()
+                .scan(0u32, |start, &k| {
+                    let range = (*start, k as u32);
+                    *start += k as u32;
+                    Some(range)
+                })
+                .collect(),
+        };
+        let record = SubmitRecord {
+            flags: match self.info.interface {
+                Interface::Vendor => mem_flags(nonblocking),
+                Interface::Rocket => 0,
+            },
+            core_mask: job.cores.bits(),
+            timeout_ms: job.timeout.as_millis().min(u32::MAX as u128) as u32,
+            ranges,
+            tasks: job
+                .tasks
+                .iter()
+                .map(|t| TaskRecord {
+                    regcmd_handle: job.regcmd.handle(),
+                    offset: t.offset,
+                    regcfg_amount: t.regcfg_amount,
+                    int_mask: t.int_mask,
+                    enable: t.enable,
+                })
+                .collect(),
+            writes: job.writes.iter().map(|b| b.handle()).collect(),
+        };
+        Some(r.submit(&record, &mut |h| self.trace_contents(h, false)))
+    }
+
+    /// Records how a traced submission ended and what it left in the buffers.
+    pub(super) fn trace_done(&self, id: Option<u32>, job: &Job<'_>, r: &Result<JobResult>) {
+        let Some(id) = id else { return };
+        let mut guard = self.recording();
+        let Some(rec) = guard.as_mut() else { return };
+        let n = job.tasks.len();
+        let done = match r {
+            Ok(j) => DoneRecord {
+                ok: true,
+                errno: 0,
+                task_counter: j.task_counter,
+                elapsed_ns: j.hw_elapsed.map_or(0, |d| d.as_nanos() as u64),
+                statuses: j.int_status.clone(),
+            },
+            Err(e) => {
+                let mut statuses = vec![0; n];
+                let (errno, task_counter) = match e {
+                    DeviceError::Timeout {
+                        task_counter,
+                        int_status,
+                    } => {
+                        if let Some(last) = statuses.last_mut() {
+                            *last = *int_status;
+                        }
+                        (Errno::ETIMEDOUT as i32, *task_counter)
+                    }
+                    DeviceError::Ioctl { errno, .. } => (*errno as i32, 0),
+                    _ => (-1, 0),
+                };
+                DoneRecord {
+                    ok: false,
+                    errno,
+                    task_counter,
+                    elapsed_ns: 0,
+                    statuses,
+                }
+            }
+        };
+        let writes: Vec<u32> = job.writes.iter().map(|b| b.handle()).collect();
+        rec.done(id, &done, &writes, &mut |h| self.trace_contents(h, true));
     }
 
     /// The task array and the submit structure of a vendor job.
@@ -396,7 +497,7 @@ impl Device {
             kernel_mapping: true,
             ..BoFlags::default()
         };
-        let mut tasks = self.alloc(job.tasks.len() * 40, flags)?;
+        let mut tasks = self.alloc_with(job.tasks.len() * 40, flags, false)?;
         let mut bytes = Vec::with_capacity(job.tasks.len() * 40);
         for t in &job.tasks {
             let task = RknpuTask {

@@ -42,6 +42,7 @@ pub use job::{CoreMask, Job, JobResult, Pending, TaskDesc};
 
 use crate::sys::uapi::{self, *};
 use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, RealKernel, VendorOp};
+use crate::trace::{Header, Recorder};
 use emu::{EmuKernel, Flavour};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -99,8 +100,22 @@ pub struct Device {
     info: DeviceInfo,
     live_bos: AtomicUsize,
     live_maps: Arc<AtomicUsize>,
-    /// GEM handles of live buffers.
-    handles: std::sync::Mutex<std::collections::HashSet<u32>>,
+    /// Live buffers by GEM handle.
+    handles: std::sync::Mutex<std::collections::HashMap<u32, BoMeta>>,
+    /// The trace being recorded, if any.
+    recorder: std::sync::Mutex<Option<Recorder>>,
+}
+
+/// What the device keeps of a live buffer (to read it for a trace).
+#[derive(Clone, Copy, Debug)]
+struct BoMeta {
+    size: usize,
+    dma: u32,
+    obj_addr: u64,
+    mmap_offset: u64,
+    cacheable: bool,
+    /// Whether a trace records it (not the internal task arrays or imported buffers).
+    traced: bool,
 }
 
 fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
@@ -165,6 +180,14 @@ impl Device {
         }
     }
 
+    /// Opens the device of an emulated kernel of one's own (`EmuKernel::new`), rather
+    /// than the process-wide one `emu` names: its buffer addresses then depend on this
+    /// device's history only, which makes recordings reproducible.
+    pub fn open_emulator(emu: Arc<EmuKernel>) -> Result<Device> {
+        let node = emu::node_path(emu.flavour());
+        Device::open_with(emu.clone(), Some(emu), node)
+    }
+
     fn open_with(
         kernel: Arc<dyn Kernel>,
         emu: Option<Arc<EmuKernel>>,
@@ -192,9 +215,13 @@ impl Device {
             live_bos: AtomicUsize::new(0),
             live_maps: Arc::new(AtomicUsize::new(0)),
             handles: Default::default(),
+            recorder: Default::default(),
         };
         dev.info.emulated = dev.kernel.is_emulated();
         dev.identify()?;
+        if let Some(path) = std::env::var_os("RKNPU_TRACE").filter(|p| !p.is_empty()) {
+            dev.record_to_file(&trace_path(std::path::Path::new(&path)))?;
+        }
         Ok(dev)
     }
 
@@ -305,12 +332,12 @@ impl Device {
         self.emu.as_deref()
     }
 
-    fn track(&self, handle: u32) {
+    fn track(&self, handle: u32, meta: BoMeta) {
         self.live_bos.fetch_add(1, Ordering::SeqCst);
         self.handles
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(handle);
+            .insert(handle, meta);
     }
 
     fn untrack(&self, handle: u32) {
@@ -319,6 +346,13 @@ impl Device {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&handle);
+        if let Some(r) = self.recording().as_mut() {
+            r.buffer_freed(handle);
+        }
+    }
+
+    fn recording(&self) -> std::sync::MutexGuard<'_, Option<Recorder>> {
+        self.recorder.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Buffer objects of this device not yet freed.
@@ -344,6 +378,19 @@ impl Device {
 
     /// Allocates a buffer object of at least `size` bytes.
     pub fn alloc(&self, size: usize, flags: BoFlags) -> Result<Bo<'_>> {
+        let bo = self.alloc_with(size, flags, true)?;
+        if let Some(r) = self.recording().as_mut() {
+            let bits = match self.info.interface {
+                Interface::Vendor => flags.vendor_bits(self.info.version),
+                Interface::Rocket => 0,
+            };
+            r.buffer_created(bo.handle, bits, bo.size as u64, bo.dma);
+        }
+        Ok(bo)
+    }
+
+    /// Allocates a buffer; `traced` says whether a trace records it.
+    fn alloc_with(&self, size: usize, flags: BoFlags, traced: bool) -> Result<Bo<'_>> {
         if size == 0 {
             return Err(DeviceError::InvalidArgument {
                 what: "a buffer of 0 bytes".into(),
@@ -372,7 +419,7 @@ impl Device {
                     mmap_offset: 0,
                     cacheable: flags.cacheable,
                 };
-                self.track(c.handle);
+                self.track(c.handle, bo.meta(traced));
                 if c.dma_addr + c.size > 1 << 32 {
                     return Err(DeviceError::Unsupported {
                         what: format!(
@@ -384,6 +431,7 @@ impl Device {
                 self.vendor(VendorOp::MemMap(&mut m), "RKNPU_MEM_MAP")?;
                 let mut bo = bo;
                 bo.mmap_offset = m.offset;
+                self.track_update(bo.handle, bo.meta(traced));
                 bo
             }
             Interface::Rocket => {
@@ -395,8 +443,7 @@ impl Device {
                     ..DrmRocketCreateBo::default()
                 };
                 self.ioctl(&mut Ioctl::RocketCreateBo(&mut c))?;
-                self.track(c.handle);
-                Bo {
+                let bo = Bo {
                     dev: self,
                     handle: c.handle,
                     size: size.div_ceil(4096) * 4096,
@@ -404,7 +451,9 @@ impl Device {
                     obj_addr: 0,
                     mmap_offset: c.offset,
                     cacheable: true,
-                }
+                };
+                self.track(c.handle, bo.meta(traced));
+                bo
             }
         };
         Ok(bo)
@@ -432,7 +481,7 @@ impl Device {
             .handles
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .contains(&p.handle)
+            .contains_key(&p.handle)
         {
             // DRM gives a buffer of this fd back under its existing handle; a second Bo
             // would free it twice.
@@ -448,8 +497,7 @@ impl Device {
             ..RknpuMemCreate::default()
         };
         self.vendor(VendorOp::MemCreate(&mut c), "RKNPU_MEM_CREATE")?;
-        self.track(c.handle);
-        Ok(Bo {
+        let bo = Bo {
             dev: self,
             handle: c.handle,
             size: c.size as usize,
@@ -457,12 +505,165 @@ impl Device {
             obj_addr: c.obj_addr,
             mmap_offset: u64::MAX,
             cacheable: false,
-        })
+        };
+        // Imported memory cannot be mapped through the driver: traces do not record it.
+        self.track(c.handle, bo.meta(false));
+        Ok(bo)
+    }
+}
+
+impl Device {
+    fn track_update(&self, handle: u32, meta: BoMeta) {
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(handle, meta);
+    }
+
+    /// Ownership transition device → CPU: invalidate CPU caches (vendor MEM_SYNC
+    /// FROM_DEVICE, rocket PREP_BO with a 5 s deadline).
+    fn to_cpu(&self, handle: u32, m: &BoMeta) -> Result<()> {
+        match self.info.interface {
+            Interface::Vendor if m.cacheable => self.sync(m, mem::SYNC_FROM_DEVICE),
+            Interface::Vendor => Ok(()),
+            Interface::Rocket => {
+                let mut p = DrmRocketPrepBo {
+                    handle,
+                    reserved: 0,
+                    timeout_ns: job::deadline_ns(std::time::Duration::from_secs(5)),
+                };
+                self.ioctl(&mut Ioctl::RocketPrepBo(&mut p)).map(|_| ())
+            }
+        }
+    }
+
+    /// Ownership transition CPU → device: clean CPU caches (vendor MEM_SYNC TO_DEVICE,
+    /// rocket FINI_BO).
+    fn to_device(&self, handle: u32, m: &BoMeta) -> Result<()> {
+        match self.info.interface {
+            Interface::Vendor if m.cacheable => self.sync(m, mem::SYNC_TO_DEVICE),
+            Interface::Vendor => Ok(()),
+            Interface::Rocket => {
+                let mut f = DrmRocketFiniBo {
+                    handle,
+                    reserved: 0,
+                };
+                self.ioctl(&mut Ioctl::RocketFiniBo(&mut f)).map(|_| ())
+            }
+        }
+    }
+
+    fn sync(&self, m: &BoMeta, dir: u32) -> Result<()> {
+        let mut y = RknpuMemSync {
+            flags: dir,
+            obj_addr: m.obj_addr,
+            offset: 0,
+            size: m.size as u64,
+            ..RknpuMemSync::default()
+        };
+        self.vendor(VendorOp::MemSync(&mut y), "RKNPU_MEM_SYNC")
+            .map(|_| ())
+    }
+
+    /// Records everything this device does from now on into `sink` as a trace
+    /// (docs/trace-format.md): buffers alive now and later, the contents the program
+    /// puts in them before each submission, the submissions, their completions and the
+    /// contents they leave. Setting `RKNPU_TRACE=FILE` does the same for every device a
+    /// program opens (the first device writes FILE, later ones FILE.1, FILE.2, ...).
+    pub fn start_recording(&self, sink: Box<dyn std::io::Write + Send>) -> Result<()> {
+        let info = &self.info;
+        let (major, minor, patch) = info.version;
+        let header = Header::new(
+            "RK3588",
+            u8::from(info.interface == Interface::Rocket),
+            &format!("{} {major}.{minor}.{patch}", info.driver),
+            info.emulated,
+        );
+        let mut r = Recorder::new(sink, &header).map_err(|e| DeviceError::Trace {
+            what: e.to_string(),
+        })?;
+        let live: Vec<(u32, BoMeta)> = {
+            let h = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+            let mut v: Vec<_> = h.iter().map(|(&k, &m)| (k, m)).collect();
+            v.sort_by_key(|&(k, _)| k);
+            v
+        };
+        for (handle, m) in live.into_iter().filter(|(_, m)| m.traced) {
+            r.buffer_created(handle, 0, m.size as u64, m.dma);
+        }
+        *self.recording() = Some(r);
+        Ok(())
+    }
+
+    /// [`Device::start_recording`] into a new file at `path`.
+    pub fn record_to_file(&self, path: &std::path::Path) -> Result<()> {
+        let f = std::fs::File::create(path).map_err(|e| DeviceError::Trace {
+            what: format!("{}: {e}", path.display()),
+        })?;
+        self.start_recording(Box::new(std::io::BufWriter::new(f)))
+    }
+
+    /// Stops recording and flushes the trace; reports the first write error of the
+    /// recording. Dropping the device stops it too (and reports an error on stderr, the
+    /// only place left to say it).
+    pub fn stop_recording(&self) -> Result<()> {
+        match self.recording().take() {
+            Some(mut r) => r.finish().map_err(|e| DeviceError::Trace {
+                what: e.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a trace is being recorded.
+    pub fn is_recording(&self) -> bool {
+        self.recording().is_some()
+    }
+
+    /// A recorded buffer's contents, synced for the CPU when the device may have written
+    /// it (`after_job`) and handed back afterwards.
+    fn trace_contents(&self, handle: u32, after_job: bool) -> Option<Vec<u8>> {
+        let m = *self
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&handle)?;
+        if !m.traced {
+            return None;
+        }
+        if after_job {
+            self.to_cpu(handle, &m).ok()?;
+        }
+        let bytes = self
+            .kernel
+            .mmap(self.fd, m.size, m.mmap_offset)
+            .ok()
+            .map(|map| map.as_slice().to_vec());
+        if after_job {
+            let _ = self.to_device(handle, &m);
+        }
+        bytes
+    }
+}
+
+/// The file the `n`-th device of this process records to under `RKNPU_TRACE`.
+fn trace_path(base: &std::path::Path) -> std::path::PathBuf {
+    static OPENED: AtomicUsize = AtomicUsize::new(0);
+    match OPENED.fetch_add(1, Ordering::SeqCst) {
+        0 => base.to_path_buf(),
+        n => {
+            let mut s = base.as_os_str().to_owned();
+            s.push(format!(".{n}"));
+            s.into()
+        }
     }
 }
 
 impl Drop for Device {
     fn drop(&mut self) {
+        if let Err(e) = self.stop_recording() {
+            eprintln!("rknpu-driver: the trace is incomplete: {e}");
+        }
         self.kernel.close(self.fd);
     }
 }
@@ -527,6 +728,17 @@ pub struct Bo<'d> {
 }
 
 impl<'d> Bo<'d> {
+    fn meta(&self, traced: bool) -> BoMeta {
+        BoMeta {
+            size: self.size,
+            dma: self.dma,
+            obj_addr: self.obj_addr,
+            mmap_offset: self.mmap_offset,
+            cacheable: self.cacheable,
+            traced,
+        }
+    }
+
     /// The device address the NPU uses.
     pub fn dma_addr(&self) -> u32 {
         self.dma
@@ -559,50 +771,12 @@ impl<'d> Bo<'d> {
         })
     }
 
-    /// Ownership transition device → CPU: invalidate CPU caches (vendor MEM_SYNC
-    /// FROM_DEVICE, rocket PREP_BO with a 5 s deadline).
     fn to_cpu(&self) -> Result<()> {
-        match self.dev.info.interface {
-            Interface::Vendor if self.cacheable => self.sync(mem::SYNC_FROM_DEVICE),
-            Interface::Vendor => Ok(()),
-            Interface::Rocket => {
-                let mut p = DrmRocketPrepBo {
-                    handle: self.handle,
-                    reserved: 0,
-                    timeout_ns: job::deadline_ns(std::time::Duration::from_secs(5)),
-                };
-                self.dev.ioctl(&mut Ioctl::RocketPrepBo(&mut p)).map(|_| ())
-            }
-        }
+        self.dev.to_cpu(self.handle, &self.meta(false))
     }
 
-    /// Ownership transition CPU → device: clean CPU caches (vendor MEM_SYNC TO_DEVICE,
-    /// rocket FINI_BO).
     fn to_device(&self) -> Result<()> {
-        match self.dev.info.interface {
-            Interface::Vendor if self.cacheable => self.sync(mem::SYNC_TO_DEVICE),
-            Interface::Vendor => Ok(()),
-            Interface::Rocket => {
-                let mut f = DrmRocketFiniBo {
-                    handle: self.handle,
-                    reserved: 0,
-                };
-                self.dev.ioctl(&mut Ioctl::RocketFiniBo(&mut f)).map(|_| ())
-            }
-        }
-    }
-
-    fn sync(&self, dir: u32) -> Result<()> {
-        let mut y = RknpuMemSync {
-            flags: dir,
-            obj_addr: self.obj_addr,
-            offset: 0,
-            size: self.size as u64,
-            ..RknpuMemSync::default()
-        };
-        self.dev
-            .vendor(VendorOp::MemSync(&mut y), "RKNPU_MEM_SYNC")
-            .map(|_| ())
+        self.dev.to_device(self.handle, &self.meta(false))
     }
 
     /// Copies `data` in at `offset` (map, copy, hand back to the device).

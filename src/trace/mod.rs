@@ -15,9 +15,16 @@
 //! # Ok::<(), rknpu_driver::trace::TraceError>(())
 //! ```
 
+mod import;
+mod record;
 mod replay;
 
-pub use replay::{ReplayReport, assert_replays, dump, import_raw, replay_model};
+pub use import::{ImportError, import_capture, import_raw};
+pub use record::{DoneRecord, Recorder, SubmitRecord, TaskRecord};
+pub use replay::{
+    MAX_REPLAY_BYTES, Mode, ReplayReport, Tolerance, assert_replays, dump, replay, replay_check,
+    replay_hw, replay_model, replay_model_shifted,
+};
 
 use std::fmt;
 
@@ -100,12 +107,22 @@ pub enum Chunk {
         /// Device address.
         dma_addr: u32,
     },
-    /// `BUFD`: buffer contents.
+    /// `BUFD`: contents the program put in a buffer; they hold for every submission
+    /// after this chunk in file order.
     Data {
         /// Buffer id.
         id: u32,
-        /// 0 before any submission, else the submission after which they were taken.
-        when: u32,
+        /// Byte offset in the buffer.
+        offset: u64,
+        /// The contents.
+        contents: Contents,
+    },
+    /// `OUTD`: contents read back after a submission completed; replay compares them.
+    Output {
+        /// Buffer id.
+        id: u32,
+        /// The submission after which they were read.
+        submit: u32,
         /// Byte offset in the buffer.
         offset: u64,
         /// The contents.
@@ -196,6 +213,154 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The `len` bytes a non-zero `seed` stands for in redacted contents: the splitmix64
+/// stream from `seed`, each output little-endian (docs/trace-format.md).
+pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed;
+    let mut out = Vec::with_capacity(len.div_ceil(8) * 8);
+    while out.len() < len {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+impl Chunk {
+    /// Appends the chunk's encoding to `out` (nothing for [`Chunk::Unknown`], whose
+    /// payload was not kept). A file is [`Header::start_bytes`] followed by chunks, so a
+    /// recorder can stream them.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        let mut w = Writer(std::mem::take(out));
+        self.put(&mut w);
+        *out = w.0;
+    }
+
+    fn put(&self, w: &mut Writer) {
+        let mut p = Writer(Vec::new());
+        let kind: &[u8; 4] = match self {
+            Chunk::Buffer {
+                id,
+                flags,
+                size,
+                dma_addr,
+            } => {
+                p.u32(*id);
+                p.u32(*flags);
+                p.u64(*size);
+                p.u32(*dma_addr);
+                b"BUFC"
+            }
+            Chunk::Data {
+                id,
+                offset,
+                contents,
+            } => {
+                p.u32(*id);
+                p.u64(*offset);
+                p.contents(contents);
+                b"BUFD"
+            }
+            Chunk::Output {
+                id,
+                submit,
+                offset,
+                contents,
+            } => {
+                p.u32(*id);
+                p.u32(*submit);
+                p.u64(*offset);
+                p.contents(contents);
+                b"OUTD"
+            }
+            Chunk::Reloc {
+                buffer,
+                entry,
+                target,
+                offset,
+            } => {
+                p.u32(*buffer);
+                p.u64(*entry);
+                p.u32(*target);
+                p.u32(*offset);
+                b"RELO"
+            }
+            Chunk::Submit {
+                id,
+                flags,
+                core_mask,
+                timeout_ms,
+                ranges,
+                tasks,
+            } => {
+                p.u32(*id);
+                p.u32(*flags);
+                p.u32(*core_mask);
+                p.u32(*timeout_ms);
+                p.u8(ranges.len() as u8);
+                for (s, n) in ranges {
+                    p.u32(*s);
+                    p.u32(*n);
+                }
+                p.u32(tasks.len() as u32);
+                for t in tasks {
+                    p.u32(t.regcmd_buffer);
+                    p.u32(t.offset);
+                    p.u32(t.regcfg_amount);
+                    p.u32(t.int_mask);
+                    p.u32(t.enable);
+                }
+                b"SUBM"
+            }
+            Chunk::Done {
+                id,
+                ok,
+                errno,
+                task_counter,
+                elapsed_ns,
+                statuses,
+            } => {
+                p.u32(*id);
+                p.u8(u8::from(*ok));
+                p.u32(*errno as u32);
+                p.u32(*task_counter);
+                p.u64(*elapsed_ns);
+                p.u32(statuses.len() as u32);
+                for s in statuses {
+                    p.u32(*s);
+                }
+                b"DONE"
+            }
+            Chunk::Note(s) => {
+                p.str(s);
+                b"NOTE"
+            }
+            // Unknown chunks carry no payload of their own: they are not written back.
+            // Unknown chunks carry no payload of their own: they are not written back.
+            Chunk::Unknown { .. } => return,
+        };
+        w.chunk(kind, p);
+    }
+}
+
+impl Header {
+    /// The first bytes of a file: the magic and this `HEAD` chunk.
+    pub fn start_bytes(&self) -> Vec<u8> {
+        let mut w = Writer(MAGIC.to_vec());
+        let mut p = Writer(Vec::new());
+        p.u16(self.version);
+        p.str(&self.soc);
+        p.u8(self.interface);
+        p.str(&self.driver);
+        p.u8(u8::from(self.emulated));
+        w.chunk(b"HEAD", p);
+        w.0
+    }
+}
+
 struct Writer(Vec<u8>);
 
 impl Writer {
@@ -214,6 +379,21 @@ impl Writer {
     fn str(&mut self, s: &str) {
         self.u32(s.len() as u32);
         self.0.extend_from_slice(s.as_bytes());
+    }
+    fn contents(&mut self, c: &Contents) {
+        match c {
+            Contents::Bytes(b) => {
+                self.u8(0);
+                self.u64(b.len() as u64);
+                self.0.extend_from_slice(b);
+            }
+            Contents::Digest { len, digest, seed } => {
+                self.u8(1);
+                self.u64(*len);
+                self.u64(*digest);
+                self.u64(*seed);
+            }
+        }
     }
     fn chunk(&mut self, kind: &[u8; 4], payload: Writer) {
         self.0.extend_from_slice(kind);
@@ -271,6 +451,21 @@ impl<'a> Reader<'a> {
         let b = self.take(n, what)?;
         String::from_utf8(b.to_vec()).map_err(|_| self.err(format!("{what}: not UTF-8")))
     }
+    fn contents(&mut self) -> Result<Contents, TraceError> {
+        Ok(match self.u8("contents kind")? {
+            0 => {
+                let n = self.u64("length")?;
+                let n = self.count(n, 1, "contents")?;
+                Contents::Bytes(self.take(n, "contents")?.to_vec())
+            }
+            1 => Contents::Digest {
+                len: self.u64("length")?,
+                digest: self.u64("digest")?,
+                seed: self.u64("seed")?,
+            },
+            k => return Err(self.err(format!("contents kind {k} (0 bytes, 1 digest)"))),
+        })
+    }
     /// A count of items of `size` bytes each, checked against what remains.
     fn count(&mut self, n: u64, size: usize, what: &str) -> Result<usize, TraceError> {
         let left = (self.bytes.len() - self.at) as u64;
@@ -286,122 +481,11 @@ impl<'a> Reader<'a> {
 impl Trace {
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut w = Writer(MAGIC.to_vec());
-        let h = &self.header;
-        let mut p = Writer(Vec::new());
-        p.u16(h.version);
-        p.str(&h.soc);
-        p.u8(h.interface);
-        p.str(&h.driver);
-        p.u8(u8::from(h.emulated));
-        w.chunk(b"HEAD", p);
+        let mut out = self.header.start_bytes();
         for c in &self.chunks {
-            let mut p = Writer(Vec::new());
-            let kind: &[u8; 4] = match c {
-                Chunk::Buffer {
-                    id,
-                    flags,
-                    size,
-                    dma_addr,
-                } => {
-                    p.u32(*id);
-                    p.u32(*flags);
-                    p.u64(*size);
-                    p.u32(*dma_addr);
-                    b"BUFC"
-                }
-                Chunk::Data {
-                    id,
-                    when,
-                    offset,
-                    contents,
-                } => {
-                    p.u32(*id);
-                    p.u32(*when);
-                    p.u64(*offset);
-                    match contents {
-                        Contents::Bytes(b) => {
-                            p.u8(0);
-                            p.u64(b.len() as u64);
-                            p.0.extend_from_slice(b);
-                        }
-                        Contents::Digest { len, digest, seed } => {
-                            p.u8(1);
-                            p.u64(*len);
-                            p.u64(*digest);
-                            p.u64(*seed);
-                        }
-                    }
-                    b"BUFD"
-                }
-                Chunk::Reloc {
-                    buffer,
-                    entry,
-                    target,
-                    offset,
-                } => {
-                    p.u32(*buffer);
-                    p.u64(*entry);
-                    p.u32(*target);
-                    p.u32(*offset);
-                    b"RELO"
-                }
-                Chunk::Submit {
-                    id,
-                    flags,
-                    core_mask,
-                    timeout_ms,
-                    ranges,
-                    tasks,
-                } => {
-                    p.u32(*id);
-                    p.u32(*flags);
-                    p.u32(*core_mask);
-                    p.u32(*timeout_ms);
-                    p.u8(ranges.len() as u8);
-                    for (s, n) in ranges {
-                        p.u32(*s);
-                        p.u32(*n);
-                    }
-                    p.u32(tasks.len() as u32);
-                    for t in tasks {
-                        p.u32(t.regcmd_buffer);
-                        p.u32(t.offset);
-                        p.u32(t.regcfg_amount);
-                        p.u32(t.int_mask);
-                        p.u32(t.enable);
-                    }
-                    b"SUBM"
-                }
-                Chunk::Done {
-                    id,
-                    ok,
-                    errno,
-                    task_counter,
-                    elapsed_ns,
-                    statuses,
-                } => {
-                    p.u32(*id);
-                    p.u8(u8::from(*ok));
-                    p.u32(*errno as u32);
-                    p.u32(*task_counter);
-                    p.u64(*elapsed_ns);
-                    p.u32(statuses.len() as u32);
-                    for s in statuses {
-                        p.u32(*s);
-                    }
-                    b"DONE"
-                }
-                Chunk::Note(s) => {
-                    p.str(s);
-                    b"NOTE"
-                }
-                // Unknown chunks carry no payload of their own: they are not written back.
-                Chunk::Unknown { .. } => continue,
-            };
-            w.chunk(kind, p);
+            c.write_to(&mut out);
         }
-        w.0
+        out
     }
 
     /// Reads a trace. Every length is checked before use; unknown chunk types are kept as
@@ -466,28 +550,17 @@ impl Trace {
                     size: p.u64("size")?,
                     dma_addr: p.u32("dma_addr")?,
                 },
-                b"BUFD" => {
-                    let (id, when, offset) = (p.u32("id")?, p.u32("when")?, p.u64("offset")?);
-                    let contents = match p.u8("kind")? {
-                        0 => {
-                            let n = p.u64("length")?;
-                            let n = p.count(n, 1, "contents")?;
-                            Contents::Bytes(p.take(n, "contents")?.to_vec())
-                        }
-                        1 => Contents::Digest {
-                            len: p.u64("length")?,
-                            digest: p.u64("digest")?,
-                            seed: p.u64("seed")?,
-                        },
-                        k => return Err(p.err(format!("contents kind {k} (0 bytes, 1 digest)"))),
-                    };
-                    Chunk::Data {
-                        id,
-                        when,
-                        offset,
-                        contents,
-                    }
-                }
+                b"BUFD" => Chunk::Data {
+                    id: p.u32("id")?,
+                    offset: p.u64("offset")?,
+                    contents: p.contents()?,
+                },
+                b"OUTD" => Chunk::Output {
+                    id: p.u32("id")?,
+                    submit: p.u32("submit")?,
+                    offset: p.u64("offset")?,
+                    contents: p.contents()?,
+                },
                 b"RELO" => Chunk::Reloc {
                     buffer: p.u32("buffer")?,
                     entry: p.u64("entry")?,

@@ -17,13 +17,12 @@ fn sample() -> Trace {
             },
             Chunk::Data {
                 id: 0,
-                when: 0,
                 offset: 0,
                 contents: Contents::Bytes(vec![1, 2, 3, 4, 5, 6, 7, 8]),
             },
-            Chunk::Data {
+            Chunk::Output {
                 id: 1,
-                when: 1,
+                submit: 1,
                 offset: 64,
                 contents: Contents::Digest {
                     len: 512,
@@ -208,8 +207,7 @@ fn an_imported_trace_replays_on_the_simulator() {
 fn a_replay_names_the_first_differing_byte() {
     let mut t = worked();
     for c in &mut t.chunks {
-        if let Chunk::Data {
-            when: 1,
+        if let Chunk::Output {
             contents: Contents::Bytes(b),
             ..
         } = c
@@ -219,14 +217,15 @@ fn a_replay_names_the_first_differing_byte() {
     }
     let r = replay_model(&t);
     assert_eq!(r.mismatches.len(), 1, "{r:?}");
-    assert!(r.mismatches[0].contains("byte 17"), "{}", r.mismatches[0]);
+    assert!(
+        r.mismatches[0].contains("1 byte(s) differ; the first, at +0x11"),
+        "{}",
+        r.mismatches[0]
+    );
     // Redacted contents compare by digest.
     let mut t = worked();
     for c in &mut t.chunks {
-        if let Chunk::Data {
-            when: 1, contents, ..
-        } = c
-        {
+        if let Chunk::Output { contents, .. } = c {
             let Contents::Bytes(b) = contents else {
                 unreachable!()
             };
@@ -253,5 +252,8 @@ fn a_dump_shows_buffers_submits_and_decoded_tasks() {
         "{text}"
     );
     assert!(text.contains("CNA.CONV_CON2 = 0x00000050"), "{text}");
-    assert!(text.contains("(after submit 1)"), "{text}");
+    assert!(
+        text.contains("output of buffer 3 at +0x0 after submit 1"),
+        "{text}"
+    );
 }
