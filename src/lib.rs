@@ -48,3 +48,8 @@ pub mod sys;
 pub mod trace;
 
 pub use error::{Error, Result};
+
+/// The examples of README.md, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;
