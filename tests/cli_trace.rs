@@ -1,4 +1,4 @@
-//! `rknpu trace import | dump | replay` as child processes, on the worked example.
+//! `rknpu trace import | dump | replay` and `rknpu matmul --trace` as child processes.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -84,7 +84,11 @@ fn a_wrong_expectation_is_a_mismatch_naming_the_byte() {
     assert_eq!(import(&t, wrong.path()).status.code(), Some(0));
     let o = run(&["trace", "replay", t.path(), "--mode", "model"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("byte 40"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("the first, at +0x28"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
@@ -99,10 +103,123 @@ fn bad_files_and_usage() {
     for args in [
         &["trace"][..],
         &["trace", "dump"],
-        &["trace", "replay", "x", "--mode", "hw"],
+        &["trace", "replay", "x", "--mode", "fast"],
+        &["trace", "import", "--capture", "x"],
         &["trace", "import", "--regcmd", "x"],
         &["trace", "frobnicate"],
     ] {
         assert_eq!(run(args).status.code(), Some(2), "{args:?}");
     }
+}
+
+/// Asserts an exit code, showing both streams when it differs.
+fn expect(o: &Output, code: i32) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn a_matmul_recorded_with_trace_replays_in_every_mode() {
+    let t = Temp::new("matmul.trace");
+    let out = expect(
+        &run(&[
+            "matmul",
+            "--m",
+            "40",
+            "--k",
+            "96",
+            "--n",
+            "64",
+            "--dtype",
+            "int8",
+            "--device",
+            "emu",
+            "--trace",
+            t.path(),
+        ]),
+        0,
+    );
+    assert!(out.contains(&format!("trace: {}", t.path())), "{out}");
+    let model = expect(&run(&["trace", "replay", t.path()]), 0);
+    assert!(
+        model.ends_with("match\n") && model.contains("1 task(s)"),
+        "{model}"
+    );
+    expect(&run(&["trace", "replay", t.path(), "--mode", "check"]), 0);
+    let hw = Command::new(RKNPU)
+        .args(["trace", "replay", t.path(), "--mode", "hw"])
+        .env("RKNPU_DEVICE", "emu:vendor-0.9.6")
+        .output()
+        .unwrap();
+    assert!(expect(&hw, 0).ends_with("match\n"));
+    let text = expect(&run(&["trace", "dump", t.path()]), 0);
+    assert!(text.contains("output of buffer"), "{text}");
+}
+
+#[test]
+fn rknpu_trace_records_any_program() {
+    let t = Temp::new("env.trace");
+    let o = Command::new(RKNPU)
+        .args([
+            "matmul", "--m", "8", "--k", "64", "--n", "32", "--dtype", "fp16",
+        ])
+        .env("RKNPU_DEVICE", "emu:rocket")
+        .env("RKNPU_TRACE", t.path())
+        .output()
+        .unwrap();
+    expect(&o, 0);
+    let text = expect(&run(&["trace", "dump", t.path()]), 0);
+    assert!(text.contains("interface rocket"), "{text}");
+    assert!(expect(&run(&["trace", "replay", t.path()]), 0).ends_with("match\n"));
+}
+
+#[test]
+fn a_trace_that_cannot_be_written_is_an_error() {
+    let o = run(&[
+        "matmul",
+        "--m",
+        "8",
+        "--k",
+        "64",
+        "--n",
+        "32",
+        "--dtype",
+        "int8",
+        "--device",
+        "emu",
+        "--trace",
+        "/nonexistent-dir/x.trace",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("recording a trace"));
+}
+
+#[test]
+fn captures_import_when_present() {
+    let case = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/captures/wtwver-npu/rknn-matmul-int8-4x32x32"
+    );
+    if !std::path::Path::new(case).is_dir() {
+        eprintln!("note: ../shared/captures is not here; nothing to import");
+        return;
+    }
+    let t = Temp::new("capture.trace");
+    expect(
+        &run(&["trace", "import", "--capture", case, "--out", t.path()]),
+        0,
+    );
+    let text = expect(&run(&["trace", "dump", t.path()]), 0);
+    assert!(
+        text.contains("buffer 0: 4096 bytes at 0xfffeb000"),
+        "{text}"
+    );
+    assert!(text.contains("CNA.CONV_CON1"), "{text}");
+    expect(&run(&["trace", "replay", t.path(), "--mode", "check"]), 0);
 }

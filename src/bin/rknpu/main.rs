@@ -22,23 +22,28 @@ commands:
         --int-mask is the completion mask (default 0x300). Prints the tasks run, the
         interrupt status and every lint; exit 0 when the program completed.
   matmul --m M --k K --n N --dtype int8|int4|fp16 [--cores 1|2|3] [--device auto|emu|PATH]
-         [--seed S]
+         [--seed S] [--trace FILE]
         Multiply seeded random matrices on the NPU (or, with no NPU, the emulated kernel),
         check against a CPU reference, print the plan, a time breakdown, the largest
-        error and OK.
+        error and OK. --trace records the run to FILE (docs/trace-format.md); so does
+        RKNPU_TRACE=FILE for any program using the library.
   bench pack
         Packing throughput against memcpy of the same bytes, measured in the same run:
         int8 weight packing from K x N and from N x K, int4 weight packing (4096x4096),
         int8 activation packing (128x4096), int32 output unpacking (128x4096).
   trace import --regcmd PROG.bin [--regcmd-addr ADDR] [--task-words N] [--load ADDR=FILE]...
                [--expect ADDR=FILE]... --out FILE
+  trace import --capture DIR --out FILE
         Build a trace (docs/trace-format.md) from the inputs of `sim run` and the contents
-        expected after the run.
+        expected after the run, or from a capture folder (task-NN.regcmd.bin or
+        regcmd.bin, buf-ADDR.bin, meta.json).
   trace dump FILE
         Print a trace as stable text, each task's list decoded.
-  trace replay FILE [--mode model]
-        Replay a trace on the simulator and compare what it recorded; exit 0 on a
-        match, 1 on a mismatch (with where), 2 on usage errors.
+  trace replay FILE [--mode check|model|hw]
+        check: decode and check every task and relocation; model (the default): run on
+        the simulator and compare completions and outputs; hw: run on the device that
+        RKNPU_DEVICE or probing finds, buffers relocated. Exit 0 on a match, 1 on a
+        mismatch (with where), 2 on usage errors.
   info  Print the NPU this machine has (or the emulated one that RKNPU_DEVICE selects):
         interface, node, driver name and version, cores, IOMMU state.
   help  Show this text.
@@ -310,6 +315,7 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
 
     let (mut m, mut k, mut n, mut dtype) = (None, None, None, None);
     let (mut cores, mut device, mut seed) = (1u32, "auto".to_string(), 1u64);
+    let mut trace_file: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it
@@ -341,6 +347,7 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
                 }
             }
             "--device" => device = v.clone(),
+            "--trace" => trace_file = Some(v.clone()),
             "--seed" => {
                 seed = v
                     .parse()
@@ -375,6 +382,10 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
         if info.emulated { " (emulated)" } else { "" }
     );
 
+    if let Some(path) = &trace_file {
+        dev.record_to_file(std::path::Path::new(path))
+            .map_err(|e| fail(&e))?;
+    }
     let t0 = Instant::now();
     let plan = Plan::new(MatmulSpec::new(m, k, n, dtype).on_cores(cores)).map_err(|e| fail(&e))?;
     let t_plan = t0.elapsed();
@@ -468,6 +479,10 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
             "MISMATCH: the result differs from the CPU reference".into(),
         ));
     }
+    if let Some(path) = &trace_file {
+        dev.stop_recording().map_err(|e| fail(&e))?;
+        outln!("trace: {path}");
+    }
     outln!("OK");
     Ok(())
 }
@@ -558,17 +573,22 @@ fn cmd_trace(args: &[String]) -> Result<(), Failure> {
             let (file, mode) = match &args[1..] {
                 [f] => (f, "model"),
                 [f, m, v] if m == "--mode" => (f, v.as_str()),
-                _ => return Err(usage("trace replay: expected FILE [--mode model]")),
+                _ => return Err(usage("trace replay: expected FILE [--mode check|model|hw]")),
             };
-            if mode != "model" {
-                return Err(usage(format!(
-                    "trace replay: mode {mode} is not available; use model"
-                )));
-            }
-            let r = trace::replay_model(&load(file)?);
+            let mode = match mode {
+                "check" => trace::Mode::Check,
+                "model" => trace::Mode::Model,
+                "hw" => trace::Mode::Hw,
+                m => {
+                    return Err(usage(format!("trace replay: mode {m}: check, model or hw")));
+                }
+            };
+            let t = load(file)?;
+            let r = trace::replay(&t, mode).map_err(|e| Failure(1, e.to_string()))?;
             outln!(
-                "replayed {} submission(s), compared {} recorded content(s)",
+                "{} submission(s), {} task(s) checked, {} recorded completion(s) and output(s) compared",
                 r.submits,
+                r.tasks,
                 r.compared
             );
             for l in &r.lints {
@@ -581,6 +601,19 @@ fn cmd_trace(args: &[String]) -> Result<(), Failure> {
                 ));
             }
             outln!("match");
+            Ok(())
+        }
+        Some("import") if args.get(1).map(String::as_str) == Some("--capture") => {
+            let [_, _, dir, o, out] = args else {
+                return Err(usage("trace import: --capture DIR --out FILE"));
+            };
+            if o != "--out" {
+                return Err(usage("trace import: --capture DIR --out FILE"));
+            }
+            let t = trace::import_capture(std::path::Path::new(dir))
+                .map_err(|e| Failure(1, e.to_string()))?;
+            std::fs::write(out, t.to_bytes()).map_err(|e| Failure(1, format!("{out}: {e}")))?;
+            outln!("wrote {out}: {} chunk(s)", t.chunks.len() + 1);
             Ok(())
         }
         Some("import") => {
