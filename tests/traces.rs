@@ -1,0 +1,381 @@
+//! Traces recorded from the project's own matmul runs on the emulated kernel
+//! (`fixtures/traces/`): each replays on the simulator, passes the static check, replays
+//! with every buffer moved (only its relocations can make it work), replays on an
+//! emulated device, dumps to its reviewed text, and is what recording the same run
+//! again gives. `UPDATE_FIXTURES=1` records them anew; review the diff of the `.txt`.
+//! Capture folders of `../shared/captures` import, dump and check when present.
+
+mod common;
+
+use common::{Rng, first_difference};
+use rknpu_driver::device::Device;
+use rknpu_driver::device::emu::{EmuKernel, Flavour};
+use rknpu_driver::device::matmul::{Matmul, WeightBank};
+use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
+use rknpu_driver::kernels::single::Dtype;
+use rknpu_driver::sim::irq;
+use rknpu_driver::trace::{
+    Chunk, Contents, Trace, dump, import_capture, replay_check, replay_hw, replay_model,
+    replay_model_shifted,
+};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A recording sink the test can read back.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One fixture: a matmul recorded on an emulated kernel of its own, so that its buffer
+/// addresses do not depend on what else the test process ran.
+struct Case {
+    name: &'static str,
+    device: &'static str,
+    spec: MatmulSpec,
+}
+
+fn cases() -> Vec<Case> {
+    let mm = |m, k, n, d| MatmulSpec::new(m, k, n, d);
+    vec![
+        Case {
+            name: "int8-64x256x128",
+            device: "emu",
+            spec: mm(64, 256, 128, Dtype::Int8),
+        },
+        Case {
+            name: "int4-32x256x128",
+            device: "emu",
+            spec: mm(32, 256, 128, Dtype::Int4),
+        },
+        Case {
+            name: "fp16-32x128x64",
+            device: "emu",
+            spec: mm(32, 128, 64, Dtype::Fp16),
+        },
+        // Three N tiles, one per core: one submission with core mask 7.
+        Case {
+            name: "multicore-int8-32x128x96",
+            device: "emu",
+            spec: mm(32, 128, 96, Dtype::Int8).on_cores(3),
+        },
+        // Three M tiles chained on one core.
+        Case {
+            name: "chained-int8-300x128x64",
+            device: "emu",
+            spec: mm(300, 128, 64, Dtype::Int8),
+        },
+        // int4 K waves of at most 480 channels: three partial results summed on the host.
+        Case {
+            name: "splitk-int4-16x1024x64",
+            device: "emu",
+            spec: mm(16, 1024, 64, Dtype::Int4),
+        },
+        // The same program through the rocket interface.
+        Case {
+            name: "rocket-int8-32x128x64",
+            device: "emu:rocket",
+            spec: mm(32, 128, 64, Dtype::Int8),
+        },
+    ]
+}
+
+/// Records one run of `case` with seeded data; returns the trace's bytes.
+fn record(case: &Case) -> Vec<u8> {
+    let flavour = match case.device {
+        "emu:rocket" => Flavour::Rocket,
+        _ => Flavour::Vendor098,
+    };
+    let dev = Device::open_emulator(Arc::new(EmuKernel::new(flavour))).unwrap();
+    let sink = Shared::default();
+    dev.start_recording(Box::new(sink.clone())).unwrap();
+    let plan = Plan::new(case.spec).unwrap();
+    let s = case.spec;
+    let (m, k, n) = (s.m as usize, s.k as usize, s.n as usize);
+    let mut rng = Rng(0x7ace ^ (m * 31 + k * 7 + n) as u64);
+    match s.dtype {
+        Dtype::Fp16 => {
+            let a: Vec<f32> = (0..m * k).map(|_| rng.float()).collect();
+            let b: Vec<f32> = (0..k * n).map(|_| rng.float()).collect();
+            let bank = WeightBank::new_f32(&dev, &plan, &b).unwrap();
+            Matmul::new(&dev, plan, &bank).unwrap().run_f32(&a).unwrap();
+        }
+        d => {
+            let (lo, hi) = if d == Dtype::Int4 {
+                (-8, 7)
+            } else {
+                (-128, 127)
+            };
+            let a: Vec<i32> = (0..m * k).map(|_| rng.int(lo, hi)).collect();
+            let b: Vec<i32> = (0..k * n).map(|_| rng.int(lo, hi)).collect();
+            let bank = WeightBank::new_int(&dev, &plan, &b).unwrap();
+            Matmul::new(&dev, plan, &bank).unwrap().run_int(&a).unwrap();
+        }
+    }
+    dev.stop_recording().unwrap();
+    sink.0.lock().unwrap().clone()
+}
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/traces")
+}
+
+fn load(name: &str) -> Trace {
+    let path = dir().join(format!("{name}.rknputrace"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Trace::from_bytes(&bytes).unwrap()
+}
+
+/// The trace without what differs from run to run: the measured elapsed times, and which
+/// bit of each interrupt pair a core raised (it follows the core's ping-pong group, so
+/// what ran on the core before).
+fn timeless(mut t: Trace) -> Trace {
+    for c in &mut t.chunks {
+        if let Chunk::Done {
+            elapsed_ns,
+            statuses,
+            ..
+        } = c
+        {
+            *elapsed_ns = 0;
+            statuses.iter_mut().for_each(|s| *s = irq::fuzz(*s));
+        }
+    }
+    t
+}
+
+/// Where two traces first differ, by chunk.
+fn first_chunk_difference(a: &Trace, b: &Trace) -> Option<String> {
+    if a.header != b.header {
+        return Some(format!("headers: {:?} vs {:?}", a.header, b.header));
+    }
+    if let Some(i) = (0..a.chunks.len().min(b.chunks.len())).find(|&i| a.chunks[i] != b.chunks[i]) {
+        let brief = |c: &Chunk| {
+            let s = format!("{c:?}");
+            s.chars().take(160).collect::<String>()
+        };
+        return Some(format!(
+            "chunk {i}: {} vs {}",
+            brief(&a.chunks[i]),
+            brief(&b.chunks[i])
+        ));
+    }
+    (a.chunks.len() != b.chunks.len())
+        .then(|| format!("{} vs {} chunks", a.chunks.len(), b.chunks.len()))
+}
+
+#[test]
+fn recording_a_run_again_gives_its_fixture() {
+    let update = std::env::var_os("UPDATE_FIXTURES").is_some();
+    for case in cases() {
+        let bytes = record(&case);
+        let t = Trace::from_bytes(&bytes).unwrap();
+        if update {
+            std::fs::create_dir_all(dir()).unwrap();
+            std::fs::write(dir().join(format!("{}.rknputrace", case.name)), &bytes).unwrap();
+            std::fs::write(dir().join(format!("{}.txt", case.name)), dump(&t)).unwrap();
+            continue;
+        }
+        if let Some(d) = first_chunk_difference(&timeless(load(case.name)), &timeless(t)) {
+            panic!(
+                "{}: the recording differs from the fixture (UPDATE_FIXTURES=1 records it anew): {d}",
+                case.name
+            );
+        }
+    }
+}
+
+#[test]
+fn every_fixture_replays_checks_and_relocates() {
+    for case in cases() {
+        let t = load(case.name);
+        let r = replay_model(&t);
+        assert!(r.is_match(), "{}: {:#?}", case.name, r.mismatches);
+        let outputs = t
+            .chunks
+            .iter()
+            .filter(|c| matches!(c, Chunk::Output { .. }))
+            .count();
+        let dones = t
+            .chunks
+            .iter()
+            .filter(|c| matches!(c, Chunk::Done { ok: true, .. }))
+            .count();
+        assert!(outputs > 0 && dones > 0, "{}", case.name);
+        assert_eq!(r.compared, outputs + dones, "{}", case.name);
+        let c = replay_check(&t);
+        assert!(c.is_match(), "{}: {:#?}", case.name, c.mismatches);
+        assert_eq!(c.tasks, r.tasks, "{}", case.name);
+        // 256 MiB lower: every address the program holds must come from a relocation.
+        let s = replay_model_shifted(&t, 0xF000_0000);
+        assert!(s.is_match(), "{}: {:#?}", case.name, s.mismatches);
+    }
+}
+
+#[test]
+fn fixture_dumps_match_their_reviewed_text() {
+    for case in cases() {
+        let path = dir().join(format!("{}.txt", case.name));
+        let want = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let got = dump(&load(case.name));
+        if let Some(d) = first_difference(&want, got.as_bytes()) {
+            panic!("{}: {d}", path.display());
+        }
+    }
+}
+
+#[test]
+fn the_fixture_traces_cover_what_the_issue_names() {
+    let submit = |t: &Trace| {
+        t.chunks
+            .iter()
+            .filter_map(|c| match c {
+                Chunk::Submit {
+                    core_mask,
+                    ranges,
+                    tasks,
+                    ..
+                } => Some((*core_mask, ranges.len(), tasks.len())),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(submit(&load("multicore-int8-32x128x96")), [(7, 3, 3)]);
+    assert_eq!(submit(&load("chained-int8-300x128x64")), [(0, 1, 3)]);
+    assert_eq!(submit(&load("splitk-int4-16x1024x64")), [(0, 1, 3)]);
+    assert_eq!(load("rocket-int8-32x128x64").header.interface, 1);
+}
+
+/// The first output chunk's bytes, for tampering.
+fn first_output(t: &mut Trace) -> &mut Vec<u8> {
+    t.chunks
+        .iter_mut()
+        .find_map(|c| match c {
+            Chunk::Output {
+                contents: Contents::Bytes(b),
+                ..
+            } => Some(b),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[test]
+fn a_replay_reports_what_differs() {
+    // An output byte.
+    let mut t = load("int8-64x256x128");
+    first_output(&mut t)[5] ^= 0x40;
+    let r = replay_model(&t);
+    assert_eq!(r.mismatches.len(), 1, "{r:#?}");
+    assert!(
+        r.mismatches[0].contains("after submit 1") && r.mismatches[0].contains("+0x5"),
+        "{}",
+        r.mismatches[0]
+    );
+    // A relocation dropped: with buffers moved, the program reads unmapped memory.
+    let mut t = load("int8-64x256x128");
+    let i = t
+        .chunks
+        .iter()
+        .position(|c| matches!(c, Chunk::Reloc { .. }))
+        .unwrap();
+    t.chunks.remove(i);
+    assert!(replay_model(&t).is_match());
+    assert!(!replay_model_shifted(&t, 0xF000_0000).is_match());
+    // A relocation that names the wrong buffer is caught before anything runs.
+    let mut t = load("int8-64x256x128");
+    if let Some(Chunk::Reloc { offset, .. }) = t
+        .chunks
+        .iter_mut()
+        .find(|c| matches!(c, Chunk::Reloc { .. }))
+    {
+        *offset += 0x40;
+    }
+    let c = replay_check(&t);
+    assert!(
+        c.mismatches.iter().any(|m| m.contains("was recorded at")),
+        "{c:#?}"
+    );
+    // A completion recorded as failed.
+    let mut t = load("int8-64x256x128");
+    if let Some(Chunk::Done { ok, .. }) = t
+        .chunks
+        .iter_mut()
+        .find(|c| matches!(c, Chunk::Done { .. }))
+    {
+        *ok = false;
+    }
+    let r = replay_model(&t);
+    assert!(
+        r.mismatches
+            .iter()
+            .any(|m| m.contains("recorded failed, replayed completed")),
+        "{r:#?}"
+    );
+    // fp16 outputs from a board get 2 ULP; from the emulated kernel none.
+    let mut t = load("fp16-32x128x64");
+    let out = first_output(&mut t);
+    out[0] = out[0].wrapping_add(1);
+    assert!(!replay_model(&t).is_match());
+    t.header.emulated = false;
+    assert!(replay_model(&t).is_match());
+}
+
+#[test]
+fn fixtures_replay_on_an_emulated_device() {
+    for name in [
+        "int8-64x256x128",
+        "multicore-int8-32x128x96",
+        "chained-int8-300x128x64",
+    ] {
+        let dev = Device::open_spec("emu").unwrap();
+        let r = replay_hw(&load(name), &dev);
+        assert!(r.is_match(), "{name}: {:#?}", r.mismatches);
+        assert!(r.compared > 0, "{name}");
+        assert_eq!(
+            dev.live_buffers(),
+            0,
+            "{name}: the replay frees its buffers"
+        );
+    }
+}
+
+#[test]
+fn captures_import_dump_and_check_when_present() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures");
+    if !root.is_dir() {
+        eprintln!("note: ../shared/captures is not here; nothing to import");
+        return;
+    }
+    let mut cases = 0;
+    for source in std::fs::read_dir(&root).unwrap().flatten() {
+        if !source.path().is_dir() {
+            continue;
+        }
+        for case in std::fs::read_dir(source.path()).unwrap().flatten() {
+            let path = case.path();
+            if !path.join("meta.json").exists() {
+                continue;
+            }
+            cases += 1;
+            let t = import_capture(&path).unwrap_or_else(|e| panic!("{e}"));
+            let back = Trace::from_bytes(&t.to_bytes()).unwrap();
+            assert_eq!(back, t, "{}", path.display());
+            let text = dump(&t);
+            assert!(!text.contains("not in the trace"), "{}", path.display());
+            let c = replay_check(&t);
+            assert!(c.is_match(), "{}: {:#?}", path.display(), c.mismatches);
+            assert!(c.tasks > 0, "{}", path.display());
+        }
+    }
+    assert_eq!(cases, 26, "the captures README lists 26 cases");
+}
