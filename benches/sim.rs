@@ -30,6 +30,9 @@
 //! cargo bench --bench sim
 //! ```
 
+mod common;
+
+use common::XorShift;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use rknpu_driver::kernels::single::{A, B, C, Dtype, E, REGCMD, SingleMatmul};
 use rknpu_driver::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder, words_to_le_bytes};
@@ -52,26 +55,6 @@ const M_TILE: u32 = 64;
 /// Device address of every buffer: `0x1000_0000 × (id + 1)` (REGCMD, A, B, C, E).
 fn address(buffer: BufferId) -> Option<u64> {
     Some(0x1000_0000u64 * (buffer.0 as u64 + 1))
-}
-
-/// A deterministic xorshift64 generator of int8 values, so every run uses the same data.
-struct XorShift(u64);
-
-impl XorShift {
-    /// The next value in `-128..=127`.
-    fn next_i8(&mut self) -> i8 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        (x >> 56) as u8 as i8
-    }
-
-    /// `len` values.
-    fn vec(&mut self, len: usize) -> Vec<i8> {
-        (0..len).map(|_| self.next_i8()).collect()
-    }
 }
 
 /// The baseline: `c = a × b` for row-major `a` (M×K), `b` (K×N) and `c` (M×N), the plain

@@ -38,6 +38,9 @@
 //! cargo bench --bench trace
 //! ```
 
+mod common;
+
+use common::XorShift;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use rknpu_driver::device::Device;
 use rknpu_driver::device::matmul::{Matmul, WeightBank};
@@ -55,27 +58,6 @@ const M: usize = 128;
 const K: usize = 4096;
 /// Columns of B and C.
 const N: usize = 4096;
-
-/// A deterministic xorshift64 generator of int8 values, so every run records the same
-/// trace.
-struct XorShift(u64);
-
-impl XorShift {
-    /// The next value in `-128..=127`.
-    fn next_i8(&mut self) -> i8 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        (x >> 56) as u8 as i8
-    }
-
-    /// `len` values.
-    fn vec(&mut self, len: usize) -> Vec<i8> {
-        (0..len).map(|_| self.next_i8()).collect()
-    }
-}
 
 /// A recording sink that appends everything written to a shared in-memory buffer, so the
 /// bytes can be taken back once the device has stopped recording.
