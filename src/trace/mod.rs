@@ -300,7 +300,7 @@ impl Chunk {
                 p.u32(*flags);
                 p.u32(*core_mask);
                 p.u32(*timeout_ms);
-                p.u8(ranges.len() as u8);
+                p.u32(ranges.len() as u32);
                 for (s, n) in ranges {
                     p.u32(*s);
                     p.u32(*n);
@@ -574,7 +574,7 @@ impl Trace {
                         p.u32("core_mask")?,
                         p.u32("timeout")?,
                     );
-                    let n = p.u8("ranges")? as u64;
+                    let n = p.u32("ranges")? as u64;
                     let n = p.count(n, 8, "ranges")?;
                     let mut ranges = Vec::with_capacity(n);
                     for _ in 0..n {
