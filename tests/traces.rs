@@ -388,3 +388,24 @@ fn captures_import_dump_and_check_when_present() {
     }
     assert_eq!(cases, 26, "the captures README lists 26 cases");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// A damaged trace that still reads is replayed without a panic: every damage ends as
+    /// a mismatch or a warning in the report, or replays as before.
+    #[test]
+    fn damaged_traces_replay_without_panicking(flips in proptest::collection::vec((0usize..1 << 20, 0u8..8), 1..6)) {
+        let path = dir().join("chained-int8-300x128x64.rknputrace");
+        let mut bytes = std::fs::read(path).unwrap();
+        for (at, bit) in flips {
+            let i = at % bytes.len();
+            bytes[i] ^= 1 << bit;
+        }
+        if let Ok(t) = Trace::from_bytes(&bytes) {
+            let _ = replay_check(&t);
+            let _ = replay_model(&t);
+            let _ = dump(&t);
+        }
+    }
+}
