@@ -17,6 +17,7 @@ use rknpu_driver::sim::{At, Faults};
 use std::time::{Duration, Instant};
 
 mod matmul;
+mod trace;
 
 /// The device under test, or a failure that says how to select one.
 fn dev() -> Device {

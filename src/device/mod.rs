@@ -571,17 +571,40 @@ impl Device {
     /// contents they leave. Setting `RKNPU_TRACE=FILE` does the same for every device a
     /// program opens (the first device writes FILE, later ones FILE.1, FILE.2, ...).
     pub fn start_recording(&self, sink: Box<dyn std::io::Write + Send>) -> Result<()> {
+        let r = Recorder::new(sink, &self.trace_header()).map_err(|e| DeviceError::Trace {
+            what: e.to_string(),
+        })?;
+        self.record_with(r)
+    }
+
+    /// The header a trace of this device starts with (for [`Recorder::new`]).
+    pub fn trace_header(&self) -> Header {
         let info = &self.info;
         let (major, minor, patch) = info.version;
-        let header = Header::new(
+        Header::new(
             "RK3588",
             u8::from(info.interface == Interface::Rocket),
             &format!("{} {major}.{minor}.{patch}", info.driver),
             info.emulated,
-        );
-        let mut r = Recorder::new(sink, &header).map_err(|e| DeviceError::Trace {
-            what: e.to_string(),
-        })?;
+        )
+    }
+
+    /// [`Device::start_recording`] with a recorder set up by the caller, e.g. one that
+    /// records outputs as digests only. A recording already running is stopped first.
+    ///
+    /// ```
+    /// use rknpu_driver::device::Device;
+    /// use rknpu_driver::trace::Recorder;
+    ///
+    /// let dev = Device::open_spec("emu")?;
+    /// let mut r = Recorder::new(Box::new(std::io::sink()), &dev.trace_header())?;
+    /// r.redact_outputs(true);
+    /// dev.record_with(r)?;
+    /// assert!(dev.is_recording());
+    /// dev.stop_recording()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn record_with(&self, mut r: Recorder) -> Result<()> {
         let live: Vec<(u32, BoMeta)> = {
             let h = self.handles.lock().unwrap_or_else(|e| e.into_inner());
             let mut v: Vec<_> = h.iter().map(|(&k, &m)| (k, m)).collect();
@@ -591,8 +614,13 @@ impl Device {
         for (handle, m) in live.into_iter().filter(|(_, m)| m.traced) {
             r.buffer_created(handle, 0, m.size as u64, m.dma);
         }
-        *self.recording() = Some(r);
-        Ok(())
+        // A recording already running ends here, flushed, with its error if it had one.
+        match self.recording().replace(r) {
+            Some(mut old) => old.finish().map_err(|e| DeviceError::Trace {
+                what: format!("the previous recording: {e}"),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// [`Device::start_recording`] into a new file at `path`.
