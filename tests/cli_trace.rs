@@ -104,6 +104,8 @@ fn bad_files_and_usage() {
         &["trace"][..],
         &["trace", "dump"],
         &["trace", "replay", "x", "--mode", "fast"],
+        &["trace", "replay", "x", "--ulps", "many"],
+        &["trace", "replay", "x", "--mode"],
         &["trace", "import", "--capture", "x"],
         &["trace", "import", "--regcmd", "x"],
         &["trace", "frobnicate"],
@@ -222,4 +224,42 @@ fn captures_import_when_present() {
     );
     assert!(text.contains("CNA.CONV_CON1"), "{text}");
     expect(&run(&["trace", "replay", t.path(), "--mode", "check"]), 0);
+}
+
+#[test]
+fn ulps_sets_the_floating_point_tolerance() {
+    use rknpu_driver::trace::{Chunk, Contents, Trace};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/traces/fp16-32x128x64.rknputrace"
+    );
+    let mut t = Trace::from_bytes(&std::fs::read(path).unwrap()).unwrap();
+    // One fp32 output one unit in the last place away (a small positive value's low bit).
+    let out = t
+        .chunks
+        .iter_mut()
+        .find_map(|c| match c {
+            Chunk::Output {
+                contents: Contents::Bytes(b),
+                ..
+            } => Some(b),
+            _ => None,
+        })
+        .unwrap();
+    out[0] ^= 1;
+    let f = Temp::new("ulp.trace");
+    std::fs::write(&f.0, t.to_bytes()).unwrap();
+    let strict = run(&["trace", "replay", f.path()]);
+    assert_eq!(strict.status.code(), Some(1));
+    // A trace from the emulated kernel compares exactly, byte by byte.
+    assert!(
+        String::from_utf8_lossy(&strict.stderr).contains("1 byte(s) differ"),
+        "{}",
+        String::from_utf8_lossy(&strict.stderr)
+    );
+    // The output is known to be fp32 (from the DPU task that writes it): 1 ULP passes,
+    // which bytes alone could not.
+    expect(&run(&["trace", "replay", f.path(), "--ulps", "1"]), 0);
+    let o = run(&["trace", "replay", f.path(), "--ulps", "0"]);
+    assert_eq!(o.status.code(), Some(1));
 }

@@ -17,8 +17,8 @@ use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::sim::irq;
 use rknpu_driver::trace::{
-    Chunk, Contents, Trace, dump, import_capture, replay_check, replay_hw, replay_model,
-    replay_model_shifted,
+    Chunk, Contents, ReplayOptions, Trace, dump, import_capture, replay_check, replay_hw,
+    replay_model, replay_model_with,
 };
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -155,6 +155,14 @@ fn timeless(mut t: Trace) -> Trace {
     t
 }
 
+/// Replay options with every buffer 256 MiB lower than recorded.
+fn moved(t: &Trace) -> ReplayOptions {
+    ReplayOptions {
+        shift: 0xF000_0000,
+        ..ReplayOptions::for_trace(t)
+    }
+}
+
 /// Where two traces first differ, by chunk.
 fn first_chunk_difference(a: &Trace, b: &Trace) -> Option<String> {
     if a.header != b.header {
@@ -225,7 +233,7 @@ fn every_fixture_replays_checks_and_relocates() {
         assert!(c.is_match(), "{}: {:#?}", case.name, c.mismatches);
         assert_eq!(c.tasks, r.tasks, "{}", case.name);
         // 256 MiB lower: every address the program holds must come from a relocation.
-        let s = replay_model_shifted(&t, 0xF000_0000);
+        let s = replay_model_with(&t, &moved(&t));
         assert!(s.is_match(), "{}: {:#?}", case.name, s.mismatches);
     }
 }
@@ -299,7 +307,7 @@ fn a_replay_reports_what_differs() {
         .unwrap();
     t.chunks.remove(i);
     assert!(replay_model(&t).is_match());
-    assert!(!replay_model_shifted(&t, 0xF000_0000).is_match());
+    assert!(!replay_model_with(&t, &moved(&t)).is_match());
     // A relocation that names the wrong buffer is caught before anything runs.
     let mut t = load("int8-64x256x128");
     if let Some(Chunk::Reloc { offset, .. }) = t

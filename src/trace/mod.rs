@@ -22,8 +22,8 @@ mod replay;
 pub use import::{ImportError, import_capture, import_raw};
 pub use record::{DoneRecord, Recorder, SubmitRecord, TaskRecord};
 pub use replay::{
-    MAX_REPLAY_BYTES, Mode, ReplayReport, Tolerance, assert_replays, dump, replay, replay_check,
-    replay_hw, replay_model, replay_model_shifted,
+    MAX_REPLAY_BYTES, Mode, ReplayOptions, ReplayReport, Tolerance, assert_replays, dump, replay,
+    replay_check, replay_hw, replay_hw_with, replay_model, replay_model_with,
 };
 
 use std::fmt;

@@ -46,6 +46,26 @@ impl Tolerance {
     }
 }
 
+/// How a replay places buffers and compares outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// How outputs are compared.
+    pub tolerance: Tolerance,
+    /// Model mode: every buffer is placed this many bytes (wrapping) from its recorded
+    /// address, so that only the trace's relocations can make the program find its data.
+    pub shift: u32,
+}
+
+impl ReplayOptions {
+    /// The defaults for `t`: [`Tolerance::for_trace`], buffers where they were recorded.
+    pub fn for_trace(t: &Trace) -> ReplayOptions {
+        ReplayOptions {
+            tolerance: Tolerance::for_trace(t),
+            shift: 0,
+        }
+    }
+}
+
 /// What replaying a trace found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplayReport {
@@ -372,18 +392,27 @@ impl Target for Hw<'_> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn replay_model(t: &Trace) -> ReplayReport {
-    replay_model_shifted(t, 0)
+    replay_model_with(t, &ReplayOptions::for_trace(t))
 }
 
-/// [`replay_model`] with every buffer placed `shift` bytes from its recorded address, so
-/// that only the trace's relocations can make the program find its data.
-pub fn replay_model_shifted(t: &Trace, shift: u32) -> ReplayReport {
+/// [`replay_model`] with options: another tolerance, or every buffer moved.
+///
+/// ```
+/// use rknpu_driver::trace::{ReplayOptions, Trace, replay_model_with};
+///
+/// let t = Trace::from_bytes(&std::fs::read("fixtures/traces/int8-64x256x128.rknputrace")?)?;
+/// // 256 MiB lower: only the trace's relocations can make the program find its data.
+/// let moved = ReplayOptions { shift: 0xF000_0000, ..ReplayOptions::for_trace(&t) };
+/// assert!(replay_model_with(&t, &moved).is_match());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn replay_model_with(t: &Trace, opts: &ReplayOptions) -> ReplayReport {
     let mut m = Model {
         sim: Simulator::new(),
         at: BTreeMap::new(),
-        shift,
+        shift: opts.shift,
     };
-    replay_on(t, &mut m, Tolerance::for_trace(t), true)
+    replay_on(t, &mut m, opts.tolerance, true)
 }
 
 /// Checks a trace without running it ("check" mode): every buffer and content fits,
@@ -397,19 +426,25 @@ pub fn replay_check(t: &Trace) -> ReplayReport {
 /// Replays a trace on a device ("hw" mode): allocates every buffer anew, writes the
 /// contents, patches the relocations for the new addresses, submits and compares.
 pub fn replay_hw(t: &Trace, dev: &Device) -> ReplayReport {
+    replay_hw_with(t, dev, &ReplayOptions::for_trace(t))
+}
+
+/// [`replay_hw`] with another tolerance (the device places the buffers: `shift` does not
+/// apply).
+pub fn replay_hw_with(t: &Trace, dev: &Device, opts: &ReplayOptions) -> ReplayReport {
     let mut hw = Hw {
         dev,
         bos: BTreeMap::new(),
     };
-    replay_on(t, &mut hw, Tolerance::for_trace(t), true)
+    replay_on(t, &mut hw, opts.tolerance, true)
 }
 
 /// Replays `t` in `mode` (hw mode on `Device::open()`).
-pub fn replay(t: &Trace, mode: Mode) -> Result<ReplayReport, DeviceError> {
+pub fn replay(t: &Trace, mode: Mode, opts: &ReplayOptions) -> Result<ReplayReport, DeviceError> {
     Ok(match mode {
         Mode::Check => replay_check(t),
-        Mode::Model => replay_model(t),
-        Mode::Hw => replay_hw(t, &Device::open()?),
+        Mode::Model => replay_model_with(t, opts),
+        Mode::Hw => replay_hw_with(t, &Device::open()?, opts),
     })
 }
 

@@ -39,11 +39,12 @@ commands:
         regcmd.bin, buf-ADDR.bin, meta.json).
   trace dump FILE
         Print a trace as stable text, each task's list decoded.
-  trace replay FILE [--mode check|model|hw]
+  trace replay FILE [--mode check|model|hw] [--ulps N]
         check: decode and check every task and relocation; model (the default): run on
         the simulator and compare completions and outputs; hw: run on the device that
-        RKNPU_DEVICE or probing finds, buffers relocated. Exit 0 on a match, 1 on a
-        mismatch (with where), 2 on usage errors.
+        RKNPU_DEVICE or probing finds, buffers relocated. --ulps sets how far fp16, bf16
+        and fp32 outputs may differ (default 0 for traces from the emulated kernel, 2
+        otherwise). Exit 0 on a match, 1 on a mismatch (with where), 2 on usage errors.
   info  Print the NPU this machine has (or the emulated one that RKNPU_DEVICE selects):
         interface, node, driver name and version, cores, IOMMU state.
   help  Show this text.
@@ -570,11 +571,23 @@ fn cmd_trace(args: &[String]) -> Result<(), Failure> {
             Ok(())
         }
         Some("replay") => {
-            let (file, mode) = match &args[1..] {
-                [f] => (f, "model"),
-                [f, m, v] if m == "--mode" => (f, v.as_str()),
-                _ => return Err(usage("trace replay: expected FILE [--mode check|model|hw]")),
+            const REPLAY: &str = "trace replay: expected FILE [--mode check|model|hw] [--ulps N]";
+            let Some((file, opts)) = args[1..].split_first() else {
+                return Err(usage(REPLAY));
             };
+            let (mut mode, mut ulps) = ("model", None);
+            for pair in opts.chunks(2) {
+                match pair {
+                    [o, v] if o == "--mode" => mode = v.as_str(),
+                    [o, v] if o == "--ulps" => {
+                        ulps = Some(
+                            v.parse::<u32>()
+                                .map_err(|_| usage(format!("--ulps: {v}")))?,
+                        )
+                    }
+                    _ => return Err(usage(REPLAY)),
+                }
+            }
             let mode = match mode {
                 "check" => trace::Mode::Check,
                 "model" => trace::Mode::Model,
@@ -584,7 +597,11 @@ fn cmd_trace(args: &[String]) -> Result<(), Failure> {
                 }
             };
             let t = load(file)?;
-            let r = trace::replay(&t, mode).map_err(|e| Failure(1, e.to_string()))?;
+            let mut options = trace::ReplayOptions::for_trace(&t);
+            if let Some(u) = ulps {
+                options.tolerance.float_ulps = u;
+            }
+            let r = trace::replay(&t, mode, &options).map_err(|e| Failure(1, e.to_string()))?;
             outln!(
                 "{} submission(s), {} task(s) checked, {} recorded completion(s) and output(s) compared",
                 r.submits,
