@@ -416,9 +416,10 @@ pub fn replay_model_with(t: &Trace, opts: &ReplayOptions) -> ReplayReport {
 }
 
 /// Checks a trace without running it ("check" mode): every buffer and content fits,
-/// every task's list decodes with no unknown register and no reserved bit, its op-enable
-/// entry matches the task's enable mask, chained tasks point at the next task of their
-/// range, and every relocated word holds the recorded address it names.
+/// every task's list decodes with no unknown register (set reserved bits are warnings in
+/// [`ReplayReport::lints`]), its op-enable entry matches the task's enable mask, chained
+/// tasks point at the next task of their range, and every relocated word holds the
+/// recorded address it names.
 pub fn replay_check(t: &Trace) -> ReplayReport {
     replay_on(t, &mut Plain::default(), Tolerance::for_trace(t), false)
 }
