@@ -46,10 +46,8 @@ use rknpu_driver::device::Device;
 use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
-use rknpu_driver::trace::{Chunk, Trace, replay_model};
+use rknpu_driver::trace::{Chunk, MemorySink, Trace, replay_model};
 use std::hint::black_box;
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Rows of A and C.
@@ -58,32 +56,6 @@ const M: usize = 128;
 const K: usize = 4096;
 /// Columns of B and C.
 const N: usize = 4096;
-
-/// A recording sink that appends everything written to a shared in-memory buffer, so the
-/// bytes can be taken back once the device has stopped recording.
-#[derive(Clone, Default)]
-struct SharedSink(Arc<Mutex<Vec<u8>>>);
-
-impl SharedSink {
-    /// Takes the bytes written so far, leaving the buffer empty.
-    fn take(&self) -> Vec<u8> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-}
-
-impl Write for SharedSink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// The baseline: `c = a × b` for row-major `a` (M×K), `b` (K×N) and `c` (M×N), the plain
 /// i-k-j triple loop with i32 accumulation. `c` is zeroed first.
@@ -147,7 +119,7 @@ fn fixture() -> Fixture {
     let widen = |v: &[i8]| v.iter().map(|&x| x as i32).collect::<Vec<i32>>();
 
     let dev = Device::open_spec("emu").expect("the emulated kernel opens");
-    let sink = SharedSink::default();
+    let sink = MemorySink::default();
     dev.start_recording(Box::new(sink.clone()))
         .expect("recording starts");
     let device_c = {
@@ -160,7 +132,7 @@ fn fixture() -> Fixture {
     };
     dev.stop_recording().expect("recording stops cleanly");
     drop(dev);
-    let bytes = sink.take();
+    let bytes = sink.bytes();
 
     let mut cpu_c = vec![0i32; M * N];
     cpu_int8_gemm(&a, &b, &mut cpu_c, K, N);

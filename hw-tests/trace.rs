@@ -8,30 +8,14 @@ use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::trace::{
-    Chunk, Contents, Recorder, Trace, replay_check, replay_hw, replay_model,
+    Chunk, Contents, MemorySink, Recorder, Trace, replay_check, replay_hw, replay_model,
 };
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
-/// A recording sink the test reads back.
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Records one matmul of `spec` on the device under test (outputs as digests when
 /// `redact`), keeps the file, and returns the trace.
 fn record(spec: MatmulSpec, name: &str, redact: bool) -> Trace {
     let dev = super::dev();
-    let sink = Shared::default();
+    let sink = MemorySink::default();
     let mut r = Recorder::new(Box::new(sink.clone()), &dev.trace_header()).unwrap();
     r.redact_outputs(redact);
     dev.record_with(r).unwrap();
@@ -66,7 +50,7 @@ fn record(spec: MatmulSpec, name: &str, redact: bool) -> Trace {
         assert_eq!(c, want, "{name}: the recorded run itself is wrong");
     }
     dev.stop_recording().unwrap();
-    let bytes = sink.0.lock().unwrap().clone();
+    let bytes = sink.bytes();
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.rknputrace"));
     std::fs::write(&path, &bytes).unwrap();
     eprintln!(

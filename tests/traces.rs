@@ -17,26 +17,11 @@ use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::sim::irq;
 use rknpu_driver::trace::{
-    Chunk, Contents, ReplayOptions, Trace, dump, import_capture, replay_check, replay_hw,
-    replay_model, replay_model_with,
+    Chunk, Contents, MemorySink, ReplayOptions, Trace, dump, import_capture, replay_check,
+    replay_hw, replay_model, replay_model_with,
 };
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-
-/// A recording sink the test can read back.
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use std::sync::Arc;
 
 /// One fixture: a matmul recorded on an emulated kernel of its own, so that its buffer
 /// addresses do not depend on what else the test process ran.
@@ -98,7 +83,7 @@ fn record(case: &Case) -> Vec<u8> {
         _ => Flavour::Vendor098,
     };
     let dev = Device::open_emulator(Arc::new(EmuKernel::new(flavour))).unwrap();
-    let sink = Shared::default();
+    let sink = MemorySink::default();
     dev.start_recording(Box::new(sink.clone())).unwrap();
     let plan = Plan::new(case.spec).unwrap();
     let s = case.spec;
@@ -124,7 +109,7 @@ fn record(case: &Case) -> Vec<u8> {
         }
     }
     dev.stop_recording().unwrap();
-    sink.0.lock().unwrap().clone()
+    sink.bytes()
 }
 
 fn dir() -> PathBuf {

@@ -20,7 +20,7 @@ mod record;
 mod replay;
 
 pub use import::{ImportError, import_capture, import_raw};
-pub use record::{DoneRecord, Recorder, SubmitRecord, TaskRecord};
+pub use record::{DoneRecord, MemorySink, Recorder, SubmitRecord, TaskRecord};
 pub use replay::{
     MAX_REPLAY_BYTES, Mode, ReplayOptions, ReplayReport, Tolerance, assert_replays, dump, replay,
     replay_check, replay_hw, replay_hw_with, replay_model, replay_model_with,

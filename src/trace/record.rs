@@ -58,6 +58,43 @@ pub struct DoneRecord {
     pub statuses: Vec<u32>,
 }
 
+/// A recording sink in memory: clones share one buffer, so a program can hand one to
+/// [`crate::device::Device::start_recording`] and read the trace back from another.
+///
+/// ```
+/// use rknpu_driver::device::Device;
+/// use rknpu_driver::trace::{MemorySink, Trace};
+///
+/// let dev = Device::open_spec("emu")?;
+/// let sink = MemorySink::default();
+/// dev.start_recording(Box::new(sink.clone()))?;
+/// dev.stop_recording()?;
+/// assert!(Trace::from_bytes(&sink.bytes())?.chunks.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct MemorySink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl MemorySink {
+    /// A copy of everything written so far.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Write for MemorySink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// What the trace knows of a live buffer.
 #[derive(Debug)]
 struct Buf {
