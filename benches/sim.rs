@@ -32,7 +32,7 @@
 
 mod common;
 
-use common::XorShift;
+use common::{XorShift, cpu_int8_gemm};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use rknpu_driver::kernels::single::{A, B, C, Dtype, E, REGCMD, SingleMatmul};
 use rknpu_driver::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder, words_to_le_bytes};
@@ -55,20 +55,6 @@ const M_TILE: u32 = 64;
 /// Device address of every buffer: `0x1000_0000 × (id + 1)` (REGCMD, A, B, C, E).
 fn address(buffer: BufferId) -> Option<u64> {
     Some(0x1000_0000u64 * (buffer.0 as u64 + 1))
-}
-
-/// The baseline: `c = a × b` for row-major `a` (M×K), `b` (K×N) and `c` (M×N), the plain
-/// i-k-j triple loop. `c` is zeroed first.
-fn cpu_int8_gemm(a: &[i8], b: &[i8], c: &mut [i32], k: usize, n: usize) {
-    c.fill(0);
-    for (c_row, a_row) in c.chunks_exact_mut(n).zip(a.chunks_exact(k)) {
-        for (&av, b_row) in a_row.iter().zip(b.chunks_exact(n)) {
-            let av = av as i32;
-            for (cv, &bv) in c_row.iter_mut().zip(b_row) {
-                *cv += av * bv as i32;
-            }
-        }
-    }
 }
 
 /// The program for `m × k × n`: one task when `m` fits, else chained [`M_TILE`]-row tiles

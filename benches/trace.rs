@@ -40,7 +40,7 @@
 
 mod common;
 
-use common::XorShift;
+use common::{XorShift, cpu_int8_gemm};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use rknpu_driver::device::Device;
 use rknpu_driver::device::matmul::{Matmul, WeightBank};
@@ -56,20 +56,6 @@ const M: usize = 128;
 const K: usize = 4096;
 /// Columns of B and C.
 const N: usize = 4096;
-
-/// The baseline: `c = a × b` for row-major `a` (M×K), `b` (K×N) and `c` (M×N), the plain
-/// i-k-j triple loop with i32 accumulation. `c` is zeroed first.
-fn cpu_int8_gemm(a: &[i8], b: &[i8], c: &mut [i32], k: usize, n: usize) {
-    c.fill(0);
-    for (c_row, a_row) in c.chunks_exact_mut(n).zip(a.chunks_exact(k)) {
-        for (&av, b_row) in a_row.iter().zip(b.chunks_exact(n)) {
-            let av = av as i32;
-            for (cv, &bv) in c_row.iter_mut().zip(b_row) {
-                *cv += av * bv as i32;
-            }
-        }
-    }
-}
 
 /// Everything the groups share, built once.
 struct Fixture {

@@ -20,3 +20,17 @@ impl XorShift {
         (0..len).map(|_| self.next_i8()).collect()
     }
 }
+
+/// The baseline: `c = a × b` for row-major `a` (M×K), `b` (K×N) and `c` (M×N), the plain
+/// i-k-j triple loop with i32 accumulation. `c` is zeroed first.
+pub fn cpu_int8_gemm(a: &[i8], b: &[i8], c: &mut [i32], k: usize, n: usize) {
+    c.fill(0);
+    for (c_row, a_row) in c.chunks_exact_mut(n).zip(a.chunks_exact(k)) {
+        for (&av, b_row) in a_row.iter().zip(b.chunks_exact(n)) {
+            let av = av as i32;
+            for (cv, &bv) in c_row.iter_mut().zip(b_row) {
+                *cv += av * bv as i32;
+            }
+        }
+    }
+}
