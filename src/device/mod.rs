@@ -591,6 +591,8 @@ impl Device {
 
     /// [`Device::start_recording`] with a recorder set up by the caller, e.g. one that
     /// records outputs as digests only. A recording already running is stopped first.
+    /// Buffers alive when recording starts are recorded with allocation flags 0 (the
+    /// device does not keep them); their contents are recorded at the next submission.
     ///
     /// ```
     /// use rknpu_driver::device::Device;
