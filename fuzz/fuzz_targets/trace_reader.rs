@@ -1,6 +1,7 @@
 //! Fuzzes the trace reader: arbitrary bytes either fail to parse with a typed error or
 //! give a trace that survives a write/read round trip (unknown chunks, which are not
-//! written back, excepted) and that `trace::dump` prints without panicking.
+//! written back, excepted), that `trace::dump` prints and `trace::replay_check` checks
+//! without panicking.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -27,6 +28,8 @@ fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(again, expected, "write/read round trip changed the trace");
 
-    // Replay is deliberately not called: it maps every buffer at its declared size.
     let _ = trace::dump(&t);
+    // Check mode walks every chunk as a replay does (placing, writing, relocating,
+    // decoding) without running anything; a replay maps at most MAX_REPLAY_BYTES.
+    let _ = trace::replay_check(&t);
 });

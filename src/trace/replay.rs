@@ -188,7 +188,9 @@ impl Target for Model {
     }
     fn write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<(), String> {
         let a = *self.at.get(&id).ok_or(format!("no buffer {id}"))? as u64;
-        let dst = self.sim.memory_mut().write(a + offset, bytes.len());
+        let dst = a
+            .checked_add(offset)
+            .and_then(|at| self.sim.memory_mut().write(at, bytes.len()));
         dst.ok_or(format!(
             "{} bytes at +{offset:#x} do not fit buffer {id}",
             bytes.len()
@@ -198,7 +200,9 @@ impl Target for Model {
     }
     fn read(&mut self, id: u32, offset: u64, len: usize) -> Result<Vec<u8>, String> {
         let a = *self.at.get(&id).ok_or(format!("no buffer {id}"))? as u64;
-        let src = self.sim.memory().read(a + offset, len);
+        let src = a
+            .checked_add(offset)
+            .and_then(|at| self.sim.memory().read(at, len));
         Ok(src
             .ok_or(format!(
                 "{len} bytes at +{offset:#x} do not fit buffer {id}"
@@ -503,7 +507,10 @@ fn replay_on(t: &Trace, target: &mut dyn Target, tol: Tolerance, runs: bool) -> 
                 total = total.saturating_add(*size);
                 if bufs.contains_key(id) {
                     bad(&mut rep, format!("buffer {id} is created twice"));
-                } else if *dma_addr as u64 + size > 1 << 32 {
+                } else if (*dma_addr as u64)
+                    .checked_add(*size)
+                    .is_none_or(|end| end > 1 << 32)
+                {
                     bad(
                         &mut rep,
                         format!(

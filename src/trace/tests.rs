@@ -257,3 +257,72 @@ fn a_dump_shows_buffers_submits_and_decoded_tasks() {
         "{text}"
     );
 }
+
+#[test]
+fn hostile_sizes_and_offsets_are_mismatches_not_overflows() {
+    let t = Trace {
+        header: Header::new("RK3588", 0, "test", true),
+        chunks: vec![
+            // Past the 32-bit address space, and so large that address + size overflows.
+            Chunk::Buffer {
+                id: 0,
+                flags: 0,
+                size: u64::MAX - 0xFFFF,
+                dma_addr: 0x6461_6f6c,
+            },
+            Chunk::Buffer {
+                id: 1,
+                flags: 0,
+                size: 4096,
+                dma_addr: 0x1000,
+            },
+            // Contents and an output at offsets that overflow any address.
+            Chunk::Data {
+                id: 1,
+                offset: u64::MAX - 2,
+                contents: Contents::Bytes(vec![1, 2, 3, 4]),
+            },
+            Chunk::Output {
+                id: 1,
+                submit: 1,
+                offset: u64::MAX,
+                contents: Contents::Digest {
+                    len: u64::MAX,
+                    digest: 0,
+                    seed: 0,
+                },
+            },
+            Chunk::Reloc {
+                buffer: 1,
+                entry: u64::MAX,
+                target: 1,
+                offset: u32::MAX,
+            },
+        ],
+    };
+    for r in [replay_check(&t), replay_model(&t)] {
+        assert!(
+            r.mismatches
+                .iter()
+                .any(|m| m.contains("buffer 0") && m.contains("32-bit address space")),
+            "{r:#?}"
+        );
+        assert!(
+            r.mismatches
+                .iter()
+                .any(|m| m.starts_with("contents of buffer 1")),
+            "{r:#?}"
+        );
+        assert!(
+            r.mismatches.iter().any(|m| m.starts_with("reloc")),
+            "{r:#?}"
+        );
+    }
+    assert!(
+        replay_model(&t)
+            .mismatches
+            .iter()
+            .any(|m| m.starts_with("output of buffer 1")),
+        "the output is compared in model mode"
+    );
+}
