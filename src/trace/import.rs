@@ -224,12 +224,25 @@ pub fn import_capture(dir: &Path) -> Result<Trace, ImportError> {
             ));
         }
         let d = descriptors.get(i).unwrap_or(&Json::Null);
+        let field = |key: &str| -> Result<Option<u32>, ImportError> {
+            d.get(key)
+                .number()
+                .map(|v| {
+                    u32::try_from(v).map_err(|_| {
+                        err(
+                            &dir.join("meta.json"),
+                            format!("task descriptor {i}: {key} {v:#x} does not fit 32 bits"),
+                        )
+                    })
+                })
+                .transpose()
+        };
         files.push(TaskFile {
             words,
-            addr: d.get("regcmd_addr").number().map(|v| v as u32),
-            amount: d.get("regcfg_amount").number().map(|v| v as u32),
-            int_mask: d.get("int_mask").number().map(|v| v as u32),
-            enable: d.get("enable_mask").number().map(|v| v as u32),
+            addr: field("regcmd_addr")?,
+            amount: field("regcfg_amount")?,
+            int_mask: field("int_mask")?,
+            enable: field("enable_mask")?,
         });
     }
     // Buffers named by address.
@@ -261,10 +274,11 @@ pub fn import_capture(dir: &Path) -> Result<Trace, ImportError> {
     for (i, f) in files.iter().enumerate() {
         let words = regcmd::words_from_le_bytes(&f.words).unwrap_or_default();
         let amount = f.amount.unwrap_or((words.len() - TAIL_ENTRIES) as u32);
-        let addr = f
-            .addr
-            .or(next_addr)
-            .unwrap_or(prev_end.next_multiple_of(64));
+        let addr = f.addr.or(next_addr).unwrap_or(
+            prev_end
+                .checked_next_multiple_of(64)
+                .unwrap_or(prev_end & !63),
+        );
         let d = regcmd::decode(&words);
         next_addr = d
             .tasks
@@ -366,7 +380,8 @@ pub fn import_capture(dir: &Path) -> Result<Trace, ImportError> {
         .get("submit")
         .get("core_mask")
         .number()
-        .map_or(1, |v| v as u32);
+        .and_then(|v| u32::try_from(v).ok())
+        .unwrap_or(1);
     // One submission per chain: the PC stops at a tail that names no next task.
     let mut id = 1;
     let mut start = 0;
