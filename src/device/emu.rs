@@ -12,7 +12,7 @@
 //! stale data here as it would on a board. docs/hw-testing.md lists the behaviours.
 
 use crate::regcmd::TAIL_ENTRIES;
-use crate::sim::{Faults, Kick, Simulator};
+use crate::sim::{Faults, Kick, RangeTask, Simulator};
 use crate::sys::uapi::{self, *};
 use crate::sys::{DmaMem, Errno, Fd, Ioctl, Kernel, Mapping, VendorOp};
 use std::collections::HashMap;
@@ -605,14 +605,7 @@ impl EmuKernel {
                 .and_then(|b| RknpuTask::read_from_bytes(b).ok())
         };
         // Which cores run which task ranges (kernel-interfaces.md 3.5).
-        let slots: Vec<(usize, usize)> = match sub.core_mask {
-            0 | 1 => vec![(0, 0)],
-            2 => vec![(1, 1)],
-            4 => vec![(2, 2)],
-            3 => vec![(0, 0), (1, 1)],
-            7 => vec![(0, 2), (1, 3), (2, 4)],
-            _ => Vec::new(),
-        };
+        let slots = super::CoreMask::from_bits(sub.core_mask).map_or(&[][..], |m| m.started());
         let timeout = Duration::from_millis(sub.timeout as u64);
         let nonblock = sub.flags & job::NONBLOCK != 0;
         if slots.is_empty() {
@@ -648,56 +641,23 @@ impl EmuKernel {
                 completed = false;
                 break;
             }
-            let mut done = 0u32;
-            let mut status = 0u32;
-            // Kicks of at most 4095 tasks (the kernel chunks longer ranges).
-            while done < range.task_number {
-                let n = (range.task_number - done).min(crate::sim::MAX_TASKS);
-                let first = (range.task_start + done) as usize;
-                let (Some(t0), Some(tl)) = (read_task(first), read_task(first + n as usize - 1))
-                else {
-                    s.log
-                        .push(format!("task range {first}+{n} runs past the task array"));
+            let base = range.task_start as usize;
+            let run = s.sim.run_range(core, range.task_number, |i| {
+                read_task(base + i as usize).map(|t| RangeTask {
+                    regcmd_addr: t.regcmd_addr as u32,
+                    regcfg_amount: t.regcfg_amount,
+                    int_mask: t.int_mask,
+                })
+            });
+            macs += run.macs;
+            let (done, status) = (run.done, run.int_status);
+            match run.failure {
+                Some(why) => {
+                    s.log.push(format!("core {core}: {why}"));
                     completed = false;
-                    break;
-                };
-                let kick = Kick {
-                    core,
-                    regcmd_addr: t0.regcmd_addr as u32,
-                    regcfg_amount: t0.regcfg_amount,
-                    task_number: Some(n),
-                    int_mask: tl.int_mask,
-                };
-                match s.sim.kick(&kick) {
-                    Ok(run) => {
-                        macs += run.macs;
-                        status = run.int_status;
-                        done += run.tasks_run;
-                        if !run.completed {
-                            if let Some(st) = &run.stall {
-                                s.log.push(format!("core {core}: {}: {}", st.at, st.why));
-                            } else {
-                                s.log.push(format!(
-                                    "core {core}: invalid irq status {:#x} for int_mask {:#x}",
-                                    run.int_status, tl.int_mask
-                                ));
-                            }
-                            completed = false;
-                            break;
-                        }
-                        if done == range.task_number {
-                            // The last task of each core's range receives its status.
-                            status_writes
-                                .push(((first + n as usize - 1) * 40 + 20, run.int_status));
-                        }
-                    }
-                    Err(e) => {
-                        s.log
-                            .push(format!("core {core}: the NPU does not complete: {e}"));
-                        completed = false;
-                        break;
-                    }
                 }
+                // The last task of each core's range receives its status.
+                None => status_writes.push(((base + done as usize - 1) * 40 + 20, status)),
             }
             if k == 0 {
                 // The wait core: core 0 for masks 1/3/7, 1 for 2, 2 for 4.

@@ -76,15 +76,17 @@ impl CoreMask {
         }
     }
 
-    /// The `subcore_task` slots the vendor kernel reads, in core order (3.5, quirk 8).
-    fn slots(self) -> &'static [usize] {
+    /// The cores the vendor kernel starts and the `subcore_task` slot each reads, in
+    /// core order (kernel-interfaces.md 3.5, quirk 8). For `Auto` the kernel picks one
+    /// core, which reads the slot of its index; the emulated kernel and trace replay take
+    /// core 0.
+    pub fn started(self) -> &'static [(usize, usize)] {
         match self {
-            CoreMask::Auto => &[0, 1, 2],
-            CoreMask::Core0 => &[0],
-            CoreMask::Core1 => &[1],
-            CoreMask::Core2 => &[2],
-            CoreMask::Cores01 => &[0, 1],
-            CoreMask::All => &[2, 3, 4],
+            CoreMask::Auto | CoreMask::Core0 => &[(0, 0)],
+            CoreMask::Core1 => &[(1, 1)],
+            CoreMask::Core2 => &[(2, 2)],
+            CoreMask::Cores01 => &[(0, 0), (1, 1)],
+            CoreMask::All => &[(0, 2), (1, 3), (2, 4)],
         }
     }
 }
@@ -523,8 +525,9 @@ impl Device {
         };
         let mut start = 0u32;
         match job.cores {
+            // Whichever core the kernel picks finds the whole job in its slot.
             CoreMask::Auto => {
-                for &slot in job.cores.slots() {
+                for slot in 0..3 {
                     sub.subcore_task[slot] = RknpuSubcoreTask {
                         task_start: 0,
                         task_number: job.tasks.len() as u32,
@@ -532,7 +535,7 @@ impl Device {
                 }
             }
             _ => {
-                for (&slot, &n) in job.cores.slots().iter().zip(&job.split) {
+                for (&(_, slot), &n) in job.cores.started().iter().zip(&job.split) {
                     sub.subcore_task[slot] = RknpuSubcoreTask {
                         task_start: start,
                         task_number: n as u32,

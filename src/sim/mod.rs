@@ -297,6 +297,88 @@ impl Simulator {
     }
 }
 
+/// A task of a core's range, as the kernel's task descriptor gives it to the PC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeTask {
+    /// Device address of the task's list.
+    pub regcmd_addr: u32,
+    /// Body entries, tail excluded.
+    pub regcfg_amount: u32,
+    /// Completion interrupt mask.
+    pub int_mask: u32,
+}
+
+/// How one core ran its range of a job ([`Simulator::run_range`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RangeRun {
+    /// Tasks completed (the core's task counter).
+    pub done: u32,
+    /// INTERRUPT_STATUS after the last kick.
+    pub int_status: u32,
+    /// Multiply-accumulates performed.
+    pub macs: u64,
+    /// Hazards found by every kick.
+    pub lints: Vec<Lint>,
+    /// Why the range stopped before its last task, or `None` when every task completed.
+    pub failure: Option<String>,
+}
+
+impl Simulator {
+    /// Runs `count` tasks on `core` as the vendor kernel does (kernel-interfaces.md 3.5):
+    /// kicks of at most [`MAX_TASKS`] tasks, each at its first task's list and with its
+    /// last task's interrupt mask, until every task ran or one did not complete.
+    /// `task(i)` describes the range's `i`-th task (`None`: the range has no such task).
+    pub fn run_range(
+        &mut self,
+        core: usize,
+        count: u32,
+        task: impl Fn(u32) -> Option<RangeTask>,
+    ) -> RangeRun {
+        let mut out = RangeRun::default();
+        while out.done < count {
+            let n = (count - out.done).min(MAX_TASKS);
+            let (Some(first), Some(last)) = (task(out.done), task(out.done + n - 1)) else {
+                out.failure = Some(format!(
+                    "tasks {}..{} of the range are missing",
+                    out.done,
+                    out.done + n
+                ));
+                return out;
+            };
+            let kick = Kick {
+                core,
+                regcmd_addr: first.regcmd_addr,
+                regcfg_amount: first.regcfg_amount,
+                task_number: Some(n),
+                int_mask: last.int_mask,
+            };
+            match self.kick(&kick) {
+                Ok(run) => {
+                    out.macs += run.macs;
+                    out.int_status = run.int_status;
+                    out.done += run.tasks_run;
+                    out.lints.extend(run.lints);
+                    if !run.completed {
+                        out.failure = Some(match run.stall {
+                            Some(st) => format!("{}: {}", st.at, st.why),
+                            None => format!(
+                                "invalid irq status {:#x} for int_mask {:#x}",
+                                run.int_status, kick.int_mask
+                            ),
+                        });
+                        return out;
+                    }
+                }
+                Err(e) => {
+                    out.failure = Some(format!("the NPU does not complete: {e}"));
+                    return out;
+                }
+            }
+        }
+        out
+    }
+}
+
 /// `BLOCK.REGISTER` of the register at `offset`, or a placeholder.
 fn reg_name(offset: u16) -> &'static str {
     regs::lookup(offset).map_or("unknown register", |r| r.full_name)

@@ -7,7 +7,7 @@
 use super::{Chunk, Contents, Trace, TraceTask, fnv1a64, seeded_bytes};
 use crate::device::{Bo, BoFlags, CoreMask, Device, DeviceError, Job, TaskDesc};
 use crate::regcmd::{self, EntryKind, RegCmd, TAIL_ENTRIES};
-use crate::sim::{Kick, MAX_TASKS, Simulator, irq};
+use crate::sim::{RangeTask, Simulator, irq};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -118,15 +118,11 @@ trait Target {
     fn run(&mut self, r: &Run<'_>) -> Result<Option<Outcome>, String>;
 }
 
-/// The cores a vendor core mask starts, in order (0: the kernel picks; core 0 here).
-fn cores_of(mask: u32) -> &'static [usize] {
-    match mask {
-        2 => &[1],
-        4 => &[2],
-        3 => &[0, 1],
-        7 => &[0, 1, 2],
-        _ => &[0],
-    }
+/// The cores a vendor core mask starts, in order ([`CoreMask::started`]; a mask that
+/// starts none is refused by [`plan`] before anything runs).
+fn cores_of(mask: u32) -> impl Iterator<Item = usize> {
+    let started = CoreMask::from_bits(mask).map_or(&[][..], |m| m.started());
+    started.iter().map(|&(core, _)| core)
 }
 
 /// Buffers in plain memory: the check target.
@@ -209,8 +205,8 @@ impl Target for Model {
             ))?
             .to_vec())
     }
-    /// Kicks each core's range as the vendor kernel does: in runs of at most 4095 tasks,
-    /// the last task of each range receiving the interrupt status.
+    /// Runs each core's range as the vendor kernel does ([`Simulator::run_range`]), the
+    /// last task of each range receiving the interrupt status.
     fn run(&mut self, r: &Run<'_>) -> Result<Option<Outcome>, String> {
         let mut out = Outcome {
             ok: true,
@@ -219,48 +215,28 @@ impl Target for Model {
             lints: Vec::new(),
             why: None,
         };
-        for (k, (&core, &(start, count))) in cores_of(r.core_mask).iter().zip(r.ranges).enumerate()
-        {
-            let mut done = 0u32;
-            while done < count && out.ok {
-                let n = (count - done).min(MAX_TASKS);
-                let first = (start + done) as usize;
-                let last = first + n as usize - 1;
-                let kick = Kick {
-                    core,
-                    regcmd_addr: r.addrs[first],
-                    regcfg_amount: r.tasks[first].regcfg_amount,
-                    task_number: Some(n),
-                    int_mask: r.tasks[last].int_mask,
-                };
-                match self.sim.kick(&kick) {
-                    Ok(run) => {
-                        out.lints.extend(run.lints.iter().map(|l| l.to_string()));
-                        done += run.tasks_run;
-                        if !run.completed {
-                            out.ok = false;
-                            out.why = Some(match &run.stall {
-                                Some(s) => format!("core {core} stalls at {}: {}", s.at, s.why),
-                                None => format!(
-                                    "core {core}: interrupt status {:#x} does not complete int_mask {:#x}",
-                                    run.int_status, kick.int_mask
-                                ),
-                            });
-                        } else if done == count {
-                            out.statuses[last] = run.int_status;
-                        }
-                    }
-                    Err(e) => {
-                        out.ok = false;
-                        out.why = Some(format!("core {core}: {e}"));
-                    }
-                }
-            }
+        for (k, (core, &(start, count))) in cores_of(r.core_mask).zip(r.ranges).enumerate() {
+            let base = start as usize;
+            let run = self.sim.run_range(core, count, |i| {
+                let at = base + i as usize;
+                let t = r.tasks.get(at)?;
+                Some(RangeTask {
+                    regcmd_addr: r.addrs[at],
+                    regcfg_amount: t.regcfg_amount,
+                    int_mask: t.int_mask,
+                })
+            });
+            out.lints.extend(run.lints.iter().map(|l| l.to_string()));
             if k == 0 {
-                out.task_counter = done;
+                out.task_counter = run.done;
             }
-            if !out.ok {
-                break;
+            match run.failure {
+                Some(why) => {
+                    out.ok = false;
+                    out.why = Some(format!("core {core}: {why}"));
+                    break;
+                }
+                None => out.statuses[base + count as usize - 1] = run.int_status,
             }
         }
         if out.ok {
@@ -718,12 +694,12 @@ fn plan(
     tasks: &[TraceTask],
     bufs: &BTreeMap<u32, (u32, u32, u64)>,
 ) -> Result<Vec<u32>, String> {
-    if !matches!(core_mask, 0..=4 | 7) {
+    if CoreMask::from_bits(core_mask).is_err() {
         return Err(format!(
             "submit {id}: core mask {core_mask:#x} starts no core"
         ));
     }
-    let cores = cores_of(core_mask).len();
+    let cores = cores_of(core_mask).count();
     if ranges.len() != cores {
         return Err(format!(
             "submit {id}: {} task range(s) for core mask {core_mask:#x} ({cores} core(s))",
