@@ -18,7 +18,8 @@
 //! ```
 
 use super::{Bo, BoFlags, CoreMask, Device, DeviceError, Interface, Job, JobResult};
-use crate::kernels::matmul::{self, Plan};
+use crate::kernels::matmul::{self, Plan, pack};
+use crate::kernels::single::Dtype;
 use crate::regcmd::{BufferId, Program, words_to_le_bytes};
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,21 @@ fn plan_err(e: crate::Error) -> DeviceError {
     DeviceError::InvalidArgument {
         what: e.to_string(),
     }
+}
+
+/// Integer input as the fast packers of [`matmul::pack`] take it: `Some` when there are
+/// `len` values and every one fits `dtype`; `None` otherwise, so that the general packer
+/// checks the input and reports what is wrong.
+fn narrow(dtype: Dtype, values: &[i32], len: usize) -> Option<Vec<i8>> {
+    let (lo, hi) = dtype.int_range();
+    if values.len() != len {
+        return None;
+    }
+    // Two plain passes (both vectorise) rather than one that stops at the first misfit.
+    values
+        .iter()
+        .all(|v| (lo..=hi).contains(v))
+        .then(|| values.iter().map(|&v| v as i8).collect())
 }
 
 /// Packed weights resident in a device buffer, for one plan's waves and padding; reused
@@ -39,7 +55,15 @@ pub struct WeightBank<'d> {
 impl<'d> WeightBank<'d> {
     /// Packs integer B (row-major K×N) for `plan` and uploads it.
     pub fn new_int(dev: &'d Device, plan: &Plan, b: &[i32]) -> Result<WeightBank<'d>, DeviceError> {
-        let bytes = matmul::pack_weights_int(plan, b).map_err(plan_err)?;
+        let len = plan.spec.k as usize * plan.spec.n as usize;
+        let fast = match plan.spec.dtype {
+            Dtype::Int8 => narrow(Dtype::Int8, b, len).map(|b8| pack::weights_i8_kn(plan, &b8)),
+            Dtype::Int4 => narrow(Dtype::Int4, b, len).map(|b4| pack::weights_i4_kn(plan, &b4)),
+            _ => None,
+        };
+        let bytes = fast
+            .unwrap_or_else(|| matmul::pack_weights_int(plan, b))
+            .map_err(plan_err)?;
         WeightBank::upload(dev, plan, &bytes)
     }
 
@@ -55,7 +79,14 @@ impl<'d> WeightBank<'d> {
         plan: &Plan,
         bt: &[i32],
     ) -> Result<WeightBank<'d>, DeviceError> {
-        let bytes = matmul::pack_weights_int_nk(plan, bt).map_err(plan_err)?;
+        let len = plan.spec.k as usize * plan.spec.n as usize;
+        let fast = (plan.spec.dtype == Dtype::Int8)
+            .then(|| narrow(Dtype::Int8, bt, len))
+            .flatten()
+            .map(|b8| pack::weights_i8_nk(plan, &b8));
+        let bytes = fast
+            .unwrap_or_else(|| matmul::pack_weights_int_nk(plan, bt))
+            .map_err(plan_err)?;
         WeightBank::upload(dev, plan, &bytes)
     }
 
@@ -188,12 +219,27 @@ impl<'d, 'w> Matmul<'d, 'w> {
     /// C = A · B for integer A (row-major M×K), as row-major M×N.
     pub fn run_int(&mut self, a: &[i32]) -> Result<Vec<i64>, DeviceError> {
         let t0 = Instant::now();
-        let packed = self.plan.pack_a_int(a).map_err(plan_err)?;
+        let len = self.plan.spec.m as usize * self.plan.spec.k as usize;
+        let int8 = self.plan.spec.dtype == Dtype::Int8;
+        let fast = int8
+            .then(|| narrow(Dtype::Int8, a, len))
+            .flatten()
+            .map(|a8| pack::activations_i8(&self.plan, &a8));
+        let packed = fast
+            .unwrap_or_else(|| self.plan.pack_a_int(a))
+            .map_err(plan_err)?;
         self.a.write(0, &packed)?;
         self.timings.pack = t0.elapsed();
         let c = self.submit()?;
         let t1 = Instant::now();
-        let out = self.plan.reduce_int(&c).map_err(plan_err)?;
+        // int8 partials are int32: the streaming unpacker sums them as reduce_int would.
+        let out = if int8 {
+            let mut out = vec![0i32; self.plan.spec.m as usize * self.plan.spec.n as usize];
+            pack::unpack_i32(&self.plan, &c, &mut out).map_err(plan_err)?;
+            out.into_iter().map(i64::from).collect()
+        } else {
+            self.plan.reduce_int(&c).map_err(plan_err)?
+        };
         self.timings.unpack = t1.elapsed();
         Ok(out)
     }
