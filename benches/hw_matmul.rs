@@ -25,16 +25,11 @@ fn values(len: usize, seed: usize, lo: i32, span: i32) -> Vec<i32> {
 
 fn main() {
     let dev = Device::open().unwrap_or_else(|e| panic!("{e}"));
-    let info = dev.info();
     println!(
-        "device: {} {}.{}.{} at {}{}",
-        info.driver,
-        info.version.0,
-        info.version.1,
-        info.version.2,
-        info.node,
-        if info.emulated {
-            " (emulated: figures are the simulator's)"
+        "device: {}{}",
+        dev.info(),
+        if dev.info().emulated {
+            ": the figures are the simulator's"
         } else {
             ""
         }

@@ -82,6 +82,20 @@ pub struct DeviceInfo {
     pub emulated: bool,
 }
 
+impl std::fmt::Display for DeviceInfo {
+    /// `rknpu 0.9.8 at /dev/dri/renderD129`, with ` (emulated)` for the emulated kernel.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (major, minor, patch) = self.version;
+        write!(
+            f,
+            "{} {major}.{minor}.{patch} at {}{}",
+            self.driver,
+            self.node,
+            if self.emulated { " (emulated)" } else { "" }
+        )
+    }
+}
+
 /// Where [`Device::open`] looks, in order.
 pub fn probe_candidates() -> Vec<String> {
     let mut v: Vec<String> = (0..8).map(|i| format!("/dev/accel/accel{i}")).collect();
@@ -116,6 +130,12 @@ struct BoMeta {
     cacheable: bool,
     /// Whether a trace records it (not the internal task arrays or imported buffers).
     traced: bool,
+    /// The CPU may have written it since a trace last read it (mapped, or exported as a
+    /// dma-buf that anyone may write at any time): only such buffers are read before a
+    /// submission.
+    cpu_written: bool,
+    /// Exported as a dma-buf.
+    exported: bool,
 }
 
 fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
@@ -615,6 +635,8 @@ impl Device {
         };
         for (handle, m) in live.into_iter().filter(|(_, m)| m.traced) {
             r.buffer_created(handle, 0, m.size as u64, m.dma);
+            // What the CPU put in it before now is not in the trace yet.
+            self.note_cpu_write(handle);
         }
         // A recording already running ends here, flushed, with its error if it had one.
         match self.recording().replace(r) {
@@ -650,17 +672,31 @@ impl Device {
         self.recording().is_some()
     }
 
-    /// A recorded buffer's contents, synced for the CPU when the device may have written
-    /// it (`after_job`) and handed back afterwards.
-    fn trace_contents(&self, handle: u32, after_job: bool) -> Option<Vec<u8>> {
-        let m = *self
+    /// The CPU may have changed a buffer: the next submission's trace reads it.
+    fn note_cpu_write(&self, handle: u32) {
+        if let Some(m) = self
             .handles
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&handle)?;
-        if !m.traced {
-            return None;
+            .get_mut(&handle)
+        {
+            m.cpu_written = true;
         }
+    }
+
+    /// A recorded buffer's contents, synced for the CPU when the device may have written
+    /// it (`after_job`) and handed back afterwards. Before a job only buffers the CPU may
+    /// have written since the last read are read (`None` for the others: unchanged).
+    fn trace_contents(&self, handle: u32, after_job: bool) -> Option<Vec<u8>> {
+        let m = {
+            let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+            let m = handles.get_mut(&handle)?;
+            if !m.traced || !(after_job || m.cpu_written || m.exported) {
+                return None;
+            }
+            m.cpu_written = false;
+            *m
+        };
         if after_job {
             self.to_cpu(handle, &m).ok()?;
         }
@@ -766,6 +802,8 @@ impl<'d> Bo<'d> {
             mmap_offset: self.mmap_offset,
             cacheable: self.cacheable,
             traced,
+            cpu_written: false,
+            exported: false,
         }
     }
 
@@ -794,6 +832,7 @@ impl<'d> Bo<'d> {
     /// buffer back to the device (cleaning CPU caches).
     pub fn map(&mut self) -> Result<CpuMap<'_, 'd>> {
         let mapping = self.cpu_mapping()?;
+        self.dev.note_cpu_write(self.handle);
         self.dev.live_maps.fetch_add(1, Ordering::SeqCst);
         Ok(CpuMap {
             bo: self,
@@ -851,6 +890,15 @@ impl<'d> Bo<'d> {
             fd: -1,
         };
         self.dev.ioctl(&mut Ioctl::PrimeHandleToFd(&mut p))?;
+        if let Some(m) = self
+            .dev
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&self.handle)
+        {
+            m.exported = true;
+        }
         Ok(DmaBuf {
             dev: self.dev,
             fd: Fd(p.fd),

@@ -2,7 +2,7 @@
 //! `rknpu sim run`) and the capture layout of board recordings (a folder of regcmd
 //! files, buffers named by address, and a `meta.json`).
 
-use super::record::address_entries;
+use super::record::relocations;
 use super::{Chunk, Contents, Header, Trace, TraceTask};
 use crate::regcmd::{self, BlockMask, RegCmd, TAIL_ENTRIES};
 use crate::sim::irq;
@@ -37,6 +37,10 @@ struct Placed {
 /// Chunks for `bufs` (creation and contents) and the relocations of the words in
 /// `regcmd_ids`.
 fn buffer_chunks(bufs: &[Placed], regcmd_ids: &[u32]) -> Vec<Chunk> {
+    let placed: Vec<_> = bufs
+        .iter()
+        .map(|b| (b.id, b.addr, b.bytes.len() as u64))
+        .collect();
     let mut chunks = Vec::new();
     for b in bufs {
         chunks.push(Chunk::Buffer {
@@ -52,26 +56,8 @@ fn buffer_chunks(bufs: &[Placed], regcmd_ids: &[u32]) -> Vec<Chunk> {
             offset: 0,
             contents: Contents::Bytes(b.bytes.clone()),
         });
-        if !regcmd_ids.contains(&b.id) {
-            continue;
-        }
-        let words: Vec<RegCmd> = b
-            .bytes
-            .chunks_exact(8)
-            .map(|c| RegCmd(u64::from_le_bytes(c.try_into().unwrap_or_default())))
-            .collect();
-        for (entry, value) in address_entries(&words) {
-            if let Some(t) = bufs
-                .iter()
-                .find(|t| value >= t.addr && ((value - t.addr) as usize) < t.bytes.len())
-            {
-                chunks.push(Chunk::Reloc {
-                    buffer: b.id,
-                    entry: entry as u64,
-                    target: t.id,
-                    offset: value - t.addr,
-                });
-            }
+        if regcmd_ids.contains(&b.id) {
+            chunks.extend(relocations(b.id, &b.bytes, &placed));
         }
     }
     chunks

@@ -105,6 +105,16 @@ struct Buf {
     known: Option<u64>,
 }
 
+impl Buf {
+    /// Whether `bytes` (of digest `digest`) differ from what the trace knows.
+    fn differs(&self, bytes: &[u8], digest: u64) -> bool {
+        match self.known {
+            Some(d) => d != digest,
+            None => bytes.iter().any(|&b| b != 0),
+        }
+    }
+}
+
 /// Writes a trace as a device works. Chunks go to the sink as they happen, so a trace
 /// survives a program that dies mid-run up to its last completed submission.
 pub struct Recorder {
@@ -220,16 +230,13 @@ impl Recorder {
             };
             let digest = fnv1a64(&bytes);
             let buf = &self.bufs[&handle];
-            let unchanged = match buf.known {
-                Some(d) => d == digest,
-                None => bytes.iter().all(|&b| b == 0),
-            };
-            if unchanged {
+            if !buf.differs(&bytes, digest) {
                 continue;
             }
             let buf_id = buf.id;
             let relocs = if regcmd_handles.contains(&handle) {
-                self.relocations(buf_id, &bytes)
+                let placed: Vec<_> = self.bufs.values().map(|b| (b.id, b.dma, b.size)).collect();
+                relocations(buf_id, &bytes, &placed)
             } else {
                 Vec::new()
             };
@@ -290,11 +297,7 @@ impl Recorder {
             };
             let digest = fnv1a64(&bytes);
             let buf = &self.bufs[&handle];
-            let changed = match buf.known {
-                Some(k) => k != digest,
-                None => bytes.iter().any(|&b| b != 0),
-            };
-            if !changed && !writes.contains(&handle) {
+            if !buf.differs(&bytes, digest) && !writes.contains(&handle) {
                 continue;
             }
             let buf_id = buf.id;
@@ -328,30 +331,27 @@ impl Recorder {
     pub fn note(&mut self, text: &str) {
         self.emit(&Chunk::Note(text.into()));
     }
+}
 
-    /// The relocations of a regcmd buffer: every address register (and chain address)
-    /// whose value falls inside a recorded buffer.
-    fn relocations(&self, buffer: u32, bytes: &[u8]) -> Vec<Chunk> {
-        let words: Vec<RegCmd> = bytes
-            .chunks_exact(8)
-            .map(|c| RegCmd(u64::from_le_bytes(c.try_into().unwrap_or_default())))
-            .collect();
-        address_entries(&words)
-            .into_iter()
-            .filter_map(|(entry, value)| {
-                let target = self
-                    .bufs
-                    .values()
-                    .find(|b| value >= b.dma && (value as u64) < b.dma as u64 + b.size.max(1))?;
-                Some(Chunk::Reloc {
-                    buffer,
-                    entry: entry as u64,
-                    target: target.id,
-                    offset: value - target.dma,
-                })
+/// The relocations of regcmd buffer `buffer` holding `bytes`: every address register
+/// (and chain address) whose value falls inside one of `bufs`, given as `(id, device
+/// address, size)`.
+pub(super) fn relocations(buffer: u32, bytes: &[u8], bufs: &[(u32, u32, u64)]) -> Vec<Chunk> {
+    let words = regcmd::words_from_le_bytes(&bytes[..bytes.len() / 8 * 8]).unwrap_or_default();
+    address_entries(&words)
+        .into_iter()
+        .filter_map(|(entry, value)| {
+            let &(target, addr, _) = bufs
+                .iter()
+                .find(|&&(_, addr, size)| value >= addr && ((value - addr) as u64) < size.max(1))?;
+            Some(Chunk::Reloc {
+                buffer,
+                entry: entry as u64,
+                target,
+                offset: value - addr,
             })
-            .collect()
-    }
+        })
+        .collect()
 }
 
 /// The entries of `words` whose value is a device address: writes of DMA-address

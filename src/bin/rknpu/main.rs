@@ -372,16 +372,7 @@ fn cmd_matmul(args: &[String]) -> Result<(), Failure> {
         },
         spec => Device::open_spec(spec).map_err(|e| fail(&e))?,
     };
-    let info = dev.info();
-    outln!(
-        "device: {} {}.{}.{} at {}{}",
-        info.driver,
-        info.version.0,
-        info.version.1,
-        info.version.2,
-        info.node,
-        if info.emulated { " (emulated)" } else { "" }
-    );
+    outln!("device: {}", dev.info());
 
     if let Some(path) = &trace_file {
         dev.record_to_file(std::path::Path::new(path))
