@@ -112,7 +112,6 @@ pub struct Device {
     emu: Option<Arc<EmuKernel>>,
     fd: Fd,
     info: DeviceInfo,
-    live_bos: AtomicUsize,
     live_maps: Arc<AtomicUsize>,
     /// Live buffers by GEM handle.
     handles: std::sync::Mutex<std::collections::HashMap<u32, BoMeta>>,
@@ -232,7 +231,6 @@ impl Device {
                 freq_hz: None,
                 emulated: false,
             },
-            live_bos: AtomicUsize::new(0),
             live_maps: Arc::new(AtomicUsize::new(0)),
             handles: Default::default(),
             recorder: Default::default(),
@@ -353,7 +351,6 @@ impl Device {
     }
 
     fn track(&self, handle: u32, meta: BoMeta) {
-        self.live_bos.fetch_add(1, Ordering::SeqCst);
         self.handles
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -361,7 +358,6 @@ impl Device {
     }
 
     fn untrack(&self, handle: u32) {
-        self.live_bos.fetch_sub(1, Ordering::SeqCst);
         self.handles
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -377,7 +373,7 @@ impl Device {
 
     /// Buffer objects of this device not yet freed.
     pub fn live_buffers(&self) -> usize {
-        self.live_bos.load(Ordering::SeqCst)
+        self.handles.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// CPU mappings of this device's buffers not yet unmapped.
@@ -451,7 +447,8 @@ impl Device {
                 self.vendor(VendorOp::MemMap(&mut m), "RKNPU_MEM_MAP")?;
                 let mut bo = bo;
                 bo.mmap_offset = m.offset;
-                self.track_update(bo.handle, bo.meta(traced));
+                // Again, now with the offset a trace maps it at.
+                self.track(bo.handle, bo.meta(traced));
                 bo
             }
             Interface::Rocket => {
@@ -533,13 +530,6 @@ impl Device {
 }
 
 impl Device {
-    fn track_update(&self, handle: u32, meta: BoMeta) {
-        self.handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(handle, meta);
-    }
-
     /// Ownership transition device → CPU: invalidate CPU caches (vendor MEM_SYNC
     /// FROM_DEVICE, rocket PREP_BO with a 5 s deadline).
     fn to_cpu(&self, handle: u32, m: &BoMeta) -> Result<()> {
