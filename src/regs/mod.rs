@@ -4,7 +4,11 @@
 //! `regs/` (one per block; schema in `regs/README.md`). Each register is a `Copy` value
 //! type with typed fields (a [`bitfield_struct`] `u32`), named after the TRM/Mesa name
 //! without its block prefix (`regs::cna::ConvCon1` is `CNA_CONV_CON1`), and implements
-//! [`Register`]. The static [`REGISTERS`] table describes every register and field for the
+//! [`Register`]. Each field is also an associated constant, a [`Field`]
+//! (`cna::ConvCon2::FEATURE_GRAINS`), so code that names fields is checked by the compiler;
+//! families of equally spaced registers with one layout (`CNA.DCOMP_AMOUNT0..15`) get an
+//! element type and a [`RegArray`] constant (`cna::DcompAmount`, `cna::DCOMP_AMOUNT`).
+//! The static [`REGISTERS`] table describes every register and field for the
 //! decoder and the simulator; the two views are generated from the same data and
 //! tested against each other.
 //!
@@ -18,6 +22,10 @@
 //! assert_eq!(ConvCon1::OFFSET, 0x100C);
 //! assert_eq!(ConvCon1::NAME, "CNA.CONV_CON1");
 //! ```
+
+use ::core::fmt;
+use ::core::hash::{Hash, Hasher};
+use ::core::marker::PhantomData;
 
 mod generated;
 
@@ -245,6 +253,261 @@ pub fn lookup_name(name: &str) -> Option<&'static RegisterInfo> {
                 .split_once('_')
                 .is_some_and(|_| r.full_name.replacen('.', "_", 1).eq_ignore_ascii_case(name))
     })
+}
+
+/// Whether two strings are equal, usable in constant evaluation.
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Whether two registers have the same fields at the same bits (names are not compared).
+const fn same_layout(a: &RegisterInfo, b: &RegisterInfo) -> bool {
+    if a.fields.len() != b.fields.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.fields.len() {
+        if a.fields[i].lo != b.fields[i].lo || a.fields[i].width != b.fields[i].width {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// A field of register type `R` as a compile-time constant, so a misspelt field is a
+/// compile error instead of a failed name lookup.
+///
+/// The generator gives every register type one associated constant per field, named in
+/// SCREAMING_SNAKE_CASE (`cna::ConvCon2::FEATURE_GRAINS`; regs/README.md gives the rule
+/// for names that would collide). A `Field` works on raw bits through the table row, so
+/// it reaches every field the same way, read-only ones included.
+///
+/// ```
+/// use rknpu_driver::regs::{Field, Register, cna::ConvCon2};
+///
+/// let f: Field<ConvCon2> = ConvCon2::FEATURE_GRAINS;
+/// let v = f.set(ConvCon2::new(), 5)?;
+/// assert_eq!(v.raw(), 5 << 4);
+/// assert_eq!(f.get(v), 5);
+/// assert_eq!(f.name(), "feature_grains");
+/// assert!(f.set(v, f.max() + 1).is_err());
+/// assert_eq!(format!("{f:?}"), "CNA.CONV_CON2.feature_grains");
+/// # Ok::<(), rknpu_driver::Error>(())
+/// ```
+///
+/// A misspelt field does not compile:
+///
+/// ```compile_fail
+/// let _ = rknpu_driver::regs::cna::ConvCon2::FEATURE_GRAIN;
+/// ```
+pub struct Field<R> {
+    info: &'static FieldInfo,
+    _reg: PhantomData<fn() -> R>,
+}
+
+// By hand rather than derived: a derive would require `R: Clone` (and so on) for no reason;
+// only `Debug` needs `R: Register`, for the register name.
+impl<R> Clone for Field<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R> Copy for Field<R> {}
+
+impl<R> PartialEq for Field<R> {
+    fn eq(&self, other: &Self) -> bool {
+        self.info == other.info
+    }
+}
+
+impl<R> Eq for Field<R> {}
+
+impl<R> Hash for Field<R> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self.info.name, self.info.lo, self.info.width).hash(state);
+    }
+}
+
+/// Prints `BLOCK.REG.field`, e.g. `CNA.CONV_CON2.feature_grains`.
+impl<R: Register> fmt::Debug for Field<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", R::NAME, self.info.name)
+    }
+}
+
+impl<R: Register> Field<R> {
+    /// The field described by `info`, one of `R::INFO.fields`.
+    ///
+    /// # Panics
+    ///
+    /// When `R::INFO` has no field with `info`'s name and bits; in a constant, that is a
+    /// compile error wherever the constant is used.
+    pub const fn new(info: &'static FieldInfo) -> Self {
+        let fields = R::INFO.fields;
+        let mut i = 0;
+        while i < fields.len() {
+            let f = &fields[i];
+            if f.lo == info.lo && f.width == info.width && str_eq(f.name, info.name) {
+                return Field {
+                    info,
+                    _reg: PhantomData,
+                };
+            }
+            i += 1;
+        }
+        panic!("Field::new: the field is not one of the register's")
+    }
+
+    /// The field's row of the static table. Compare rows with `==`, not by address: a
+    /// constant's reference may point at a copy of the table's memory.
+    pub const fn info(self) -> &'static FieldInfo {
+        self.info
+    }
+
+    /// The field's name as in the table, e.g. `feature_grains`.
+    pub const fn name(self) -> &'static str {
+        self.info.name
+    }
+
+    /// The register the field belongs to (`R::INFO`).
+    pub fn register(self) -> &'static RegisterInfo {
+        R::INFO
+    }
+
+    /// The largest value the field holds.
+    pub const fn max(self) -> u32 {
+        self.info.max()
+    }
+
+    /// The field's value in a raw register word.
+    pub const fn extract(self, raw: u32) -> u32 {
+        self.info.extract(raw)
+    }
+
+    /// The field's value in `reg`.
+    pub fn get(self, reg: R) -> u32 {
+        self.extract(reg.raw())
+    }
+
+    /// `reg` with this field set to `value`, every other bit kept. Works on the raw bits,
+    /// so it also sets read-only fields (a register here is a value, not a device cell).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::FieldOverflow`](crate::Error::FieldOverflow) when `value` does not fit.
+    pub fn set(self, reg: R, value: u32) -> crate::Result<R> {
+        match self.info.insert(reg.raw(), value) {
+            Some(raw) => Ok(R::from_raw(raw)),
+            None => Err(crate::Error::FieldOverflow {
+                register: R::NAME,
+                field: self.info.name,
+                value: value.into(),
+                max: self.max(),
+            }),
+        }
+    }
+}
+
+/// A family of equally spaced registers of one block that share one field layout
+/// (`CNA.DCOMP_AMOUNT0..15`), seen through one element type `R` (`cna::DcompAmount`).
+///
+/// Index `i` is the `i`-th member in offset order, which is not always the member whose
+/// name ends in `i` (`cna::CVT_CON` starts at `CVT_CON1`). The generator finds the
+/// families (regs/README.md says how) and emits one constant per family.
+///
+/// ```
+/// use rknpu_driver::regs::{Register, cna};
+///
+/// assert_eq!(cna::DCOMP_AMOUNT.len(), 16);
+/// assert_eq!(cna::DCOMP_AMOUNT.offset(3), Some(cna::DcompAmount3::OFFSET));
+/// assert_eq!(cna::DCOMP_AMOUNT.offset(16), None);
+/// assert_eq!(cna::CVT_CON.info(0).map(|r| r.name), Some("CVT_CON1"));
+/// ```
+pub struct RegArray<R, const N: usize> {
+    regs: [&'static RegisterInfo; N],
+    _r: PhantomData<fn() -> R>,
+}
+
+impl<R, const N: usize> Clone for RegArray<R, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R, const N: usize> Copy for RegArray<R, N> {}
+
+/// Lists the members' full names.
+impl<R, const N: usize> fmt::Debug for RegArray<R, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.regs.iter().map(|r| r.full_name))
+            .finish()
+    }
+}
+
+impl<R: CommandRegister, const N: usize> RegArray<R, N> {
+    /// The family whose members are `regs`, in order.
+    ///
+    /// # Panics
+    ///
+    /// When a member is not in `R`'s block or has not `R`'s field layout (the same
+    /// fields at the same bits); in a constant, that is a compile error.
+    pub const fn new(regs: [&'static RegisterInfo; N]) -> Self {
+        let mut i = 0;
+        while i < N {
+            assert!(
+                regs[i].block as u8 == R::INFO.block as u8,
+                "RegArray::new: a member is not in the element type's block"
+            );
+            assert!(
+                same_layout(regs[i], R::INFO),
+                "RegArray::new: a member's field layout differs from the element type's"
+            );
+            i += 1;
+        }
+        RegArray {
+            regs,
+            _r: PhantomData,
+        }
+    }
+
+    /// The number of members, `N`.
+    pub const fn len(&self) -> usize {
+        N
+    }
+
+    /// Whether the family has no member (`N == 0`; never true for a generated one).
+    pub const fn is_empty(&self) -> bool {
+        N == 0
+    }
+
+    /// The table row of member `index`, or `None` past the end.
+    pub fn info(&self, index: usize) -> Option<&'static RegisterInfo> {
+        self.regs.get(index).copied()
+    }
+
+    /// The core-window offset of member `index`, or `None` past the end.
+    pub fn offset(&self, index: usize) -> Option<u16> {
+        self.info(index).map(|r| r.offset)
+    }
+
+    /// The members' table rows, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &'static RegisterInfo> + '_ {
+        self.regs.iter().copied()
+    }
 }
 
 /// A register that a regcmd entry can write: its block has a regcmd target code.

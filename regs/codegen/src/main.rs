@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod family;
 mod model;
 mod render;
 

@@ -1,5 +1,6 @@
 //! Loading and validating `regs/*.toml`.
 
+use crate::family::{self, Family};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -127,6 +128,9 @@ pub struct Model {
     pub blocks: Vec<(String, BlockFile)>,
     pub values: ValuesFile,
     pub targets: TargetsFile,
+    /// The register families of each block, parallel to `blocks` (empty for MMIO-only
+    /// blocks: a `RegArray` is for registers a regcmd entry can write).
+    pub families: Vec<Vec<Family>>,
 }
 
 impl Model {
@@ -196,13 +200,56 @@ pub fn load(dir: &Path) -> Result<Model, String> {
     }
     let values: ValuesFile = read(&dir.join("values.toml"))?;
     let targets: TargetsFile = read(&dir.join("targets.toml"))?;
-    let model = Model {
+    let mut model = Model {
         blocks,
         values,
         targets,
+        families: Vec::new(),
     };
     validate(&model)?;
+    model.families = families(&model)?;
     Ok(model)
+}
+
+/// Finds the families of every block and checks that every field constant and family
+/// gets a name nothing else in its module has.
+fn families(m: &Model) -> Result<Vec<Vec<Family>>, String> {
+    let mut errors = Vec::new();
+    let value_sets: Vec<&str> = m.values.set.iter().map(|s| s.name.as_str()).collect();
+    let mut all = Vec::new();
+    for (module, file) in &m.blocks {
+        for r in &file.register {
+            let names: Vec<String> = r.field.iter().map(|f| f.name.clone()).collect();
+            if let Err(e) = family::field_consts(&names) {
+                errors.push(format!("{module}.toml {}: {e}", r.name));
+            }
+        }
+        let found = if m.target_of(&file.block.name).is_some() {
+            family::find(&file.register)
+        } else {
+            Vec::new()
+        };
+        for f in &found {
+            if let Err(e) = family::field_consts(&f.fields) {
+                errors.push(format!("{module}.toml family {}: {e}", f.name));
+            }
+        }
+        errors.extend(
+            family::check_names(&file.register, &found, &value_sets)
+                .into_iter()
+                .map(|e| format!("{module}.toml: {e}")),
+        );
+        all.push(found);
+    }
+    if errors.is_empty() {
+        Ok(all)
+    } else {
+        Err(format!(
+            "{} naming problem(s) in regs/:\n  {}",
+            errors.len(),
+            errors.join("\n  ")
+        ))
+    }
 }
 
 /// The checks that make the generated table trustworthy; any failure stops generation.

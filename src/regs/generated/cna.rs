@@ -9,7 +9,7 @@ use crate::regs::values::Precision;
 use crate::regs::values::RoundType;
 use crate::regs::values::SurfMode;
 #[allow(unused_imports)]
-use crate::regs::{CommandRegister, DmaAddressRegister, Register, RegisterInfo};
+use crate::regs::{CommandRegister, DmaAddressRegister, Field, RegArray, Register, RegisterInfo};
 use bitfield_struct::bitfield;
 
 /// `CNA.S_STATUS` at offset `0x1000`, reset `0x00000000`; regcmd target `0x0201`.
@@ -41,6 +41,14 @@ impl Register for SStatus {
 
 impl CommandRegister for SStatus {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`SStatus`] as constants.
+impl SStatus {
+    /// Bits 1:0 of CNA.S_STATUS: Group 0 state, same encoding.
+    pub const STATUS_0: Field<SStatus> = Field::new(&super::table::REGISTERS[12].fields[0]);
+    /// Bits 17:16 of CNA.S_STATUS: Group 1 state: 0 idle, 1 running, 2 running with the other group waiting, 3 reserved.
+    pub const STATUS_1: Field<SStatus> = Field::new(&super::table::REGISTERS[12].fields[1]);
 }
 
 /// `CNA.S_POINTER` at offset `0x1004`, reset `0x00000000`; regcmd target `0x0201`.
@@ -94,6 +102,28 @@ impl CommandRegister for SPointer {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`SPointer`] as constants.
+impl SPointer {
+    /// Bit 0 of CNA.S_POINTER: Group that subsequent register writes land in (NVDLA PRODUCER).
+    pub const POINTER: Field<SPointer> = Field::new(&super::table::REGISTERS[13].fields[0]);
+    /// Bit 1 of CNA.S_POINTER: Enable register-group ping-pong.
+    pub const POINTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[13].fields[1]);
+    /// Bit 2 of CNA.S_POINTER: Enable executer ping-pong.
+    pub const EXECUTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[13].fields[2]);
+    /// Bit 3 of CNA.S_POINTER: 0 = pointer toggles with the executer, 1 = pointer toggles by itself after each use.
+    pub const POINTER_PP_MODE: Field<SPointer> = Field::new(&super::table::REGISTERS[13].fields[3]);
+    /// Bit 4 of CNA.S_POINTER: Reset register-group pointer to 0.
+    pub const POINTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[13].fields[4]);
+    /// Bit 5 of CNA.S_POINTER: Reset executer pointer to 0.
+    pub const EXECUTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[13].fields[5]);
+    /// Bit 16 of CNA.S_POINTER: Group the datapath is using (NVDLA CONSUMER).
+    pub const EXECUTER: Field<SPointer> = Field::new(&super::table::REGISTERS[13].fields[6]);
+    /// Bits 29:28 of CNA.S_POINTER: Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (register-map 3.0, 7.2).
+    pub const UNK_29_28: Field<SPointer> = Field::new(&super::table::REGISTERS[13].fields[7]);
+}
+
 /// `CNA.OPERATION_ENABLE` at offset `0x1008`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -118,6 +148,12 @@ impl Register for OperationEnable {
 
 impl CommandRegister for OperationEnable {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`OperationEnable`] as constants.
+impl OperationEnable {
+    /// Bit 0 of CNA.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[14].fields[0]);
 }
 
 /// `CNA.CONV_CON1` at offset `0x100C`, reset `0x00000000`; regcmd target `0x0201`.
@@ -168,6 +204,24 @@ impl CommandRegister for ConvCon1 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`ConvCon1`] as constants.
+impl ConvCon1 {
+    /// Bits 3:0 of CNA.CONV_CON1: 0 direct conv, 3 depthwise, 1/2 reserved (4-bit field, 2-bit enum).
+    pub const CONV_MODE: Field<ConvCon1> = Field::new(&super::table::REGISTERS[15].fields[0]);
+    /// Bits 6:4 of CNA.CONV_CON1: Input data precision, same encoding as PROC_PRECISION.
+    pub const IN_PRECISION: Field<ConvCon1> = Field::new(&super::table::REGISTERS[15].fields[1]);
+    /// Bits 9:7 of CNA.CONV_CON1: Processing precision: 0 int8, 1 int16, 2 fp16, 3 bf16, 4-5 reserved, 6 int4, 7 tf32.
+    pub const PROC_PRECISION: Field<ConvCon1> = Field::new(&super::table::REGISTERS[15].fields[2]);
+    /// Bits 15:12 of CNA.CONV_CON1: Non-aligned channel input mode: 8 = 1 ch, 9 = 2 ch, 10 = 3 ch, 11 = 4 ch. Mesa writes 8 for 1-channel input.
+    pub const ARGB_IN: Field<ConvCon1> = Field::new(&super::table::REGISTERS[15].fields[3]);
+    /// Bit 16 of CNA.CONV_CON1: Enable deconvolution.
+    pub const DECONV: Field<ConvCon1> = Field::new(&super::table::REGISTERS[15].fields[4]);
+    /// Bit 29 of CNA.CONV_CON1: 1 = disable group line fetch (efficiency only). RKNN sets it in GEMM streams (0x20000120).
+    pub const GROUP_LINE_OFF: Field<ConvCon1> = Field::new(&super::table::REGISTERS[15].fields[5]);
+    /// Bit 30 of CNA.CONV_CON1: Non-aligned (continuous) feature DMA; enable in ARGB input mode. Mesa sets it for 1-channel input.
+    pub const NONALIGN_DMA: Field<ConvCon1> = Field::new(&super::table::REGISTERS[15].fields[6]);
+}
+
 /// `CNA.CONV_CON2` at offset `0x1010`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -211,6 +265,22 @@ impl Register for ConvCon2 {
 
 impl CommandRegister for ConvCon2 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`ConvCon2`] as constants.
+impl ConvCon2 {
+    /// Bit 0 of CNA.CONV_CON2: Command FIFO soft reset, debug only.
+    pub const CMD_FIFO_SRST: Field<ConvCon2> = Field::new(&super::table::REGISTERS[16].fields[0]);
+    /// Bit 1 of CNA.CONV_CON2: 0 = CSC sends feature data to CORE; 1 = don't.
+    pub const CSC_DO_EN: Field<ConvCon2> = Field::new(&super::table::REGISTERS[16].fields[1]);
+    /// Bit 2 of CNA.CONV_CON2: 0 = sequence controller (CSC) sends weights to CORE; 1 = don't.
+    pub const CSC_WO_EN: Field<ConvCon2> = Field::new(&super::table::REGISTERS[16].fields[2]);
+    /// Bits 13:4 of CNA.CONV_CON2: Feature rows buffered before conv starts; TRM suggests y_stride + weight_height + 1. GEMM: M+1; Mesa: 50+stride_y+1 (empirical).
+    pub const FEATURE_GRAINS: Field<ConvCon2> = Field::new(&super::table::REGISTERS[16].fields[3]);
+    /// Bits 23:16 of CNA.CONV_CON2: Kernel groups minus one (int8: 32 kernels per group; int16/fp16: 16). TRM example: 256 int8 kernels -> 256/32-1 (TRM misprints the result as 15). mtx/Mesa/RKNN GEMM leave 0.
+    pub const KERNEL_GROUP: Field<ConvCon2> = Field::new(&super::table::REGISTERS[16].fields[4]);
+    /// Bits 31:24 of CNA.CONV_CON2: Reserved by the TRM; RKNN lists after the first write 0x20, 0x40 or 0x50 here (bits 29, 30, 28); meaning unknown (register-map 7.2).
+    pub const UNK_31_24: Field<ConvCon2> = Field::new(&super::table::REGISTERS[16].fields[5]);
 }
 
 /// `CNA.CONV_CON3` at offset `0x1014`, reset `0x00000000`; regcmd target `0x0201`.
@@ -263,6 +333,26 @@ impl CommandRegister for ConvCon3 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`ConvCon3`] as constants.
+impl ConvCon3 {
+    /// Bits 2:0 of CNA.CONV_CON3: Convolution x stride (actual value).
+    pub const CONV_X_STRIDE: Field<ConvCon3> = Field::new(&super::table::REGISTERS[17].fields[0]);
+    /// Bits 5:3 of CNA.CONV_CON3: Convolution y stride (actual value; 1 for no stride).
+    pub const CONV_Y_STRIDE: Field<ConvCon3> = Field::new(&super::table::REGISTERS[17].fields[1]);
+    /// Bits 10:8 of CNA.CONV_CON3: Deconvolution x stride.
+    pub const DECONV_X_STRIDE: Field<ConvCon3> = Field::new(&super::table::REGISTERS[17].fields[2]);
+    /// Bits 13:11 of CNA.CONV_CON3: Deconvolution y stride (zeros inserted).
+    pub const DECONV_Y_STRIDE: Field<ConvCon3> = Field::new(&super::table::REGISTERS[17].fields[3]);
+    /// Bits 20:16 of CNA.CONV_CON3: Zeros inserted between feature rows; >0 enables atrous conv.
+    pub const ATROUS_X_DILATION: Field<ConvCon3> =
+        Field::new(&super::table::REGISTERS[17].fields[4]);
+    /// Bits 25:21 of CNA.CONV_CON3: Zeros inserted between feature columns for atrous conv (TRM text says 'x' for both).
+    pub const ATROUS_Y_DILATION: Field<ConvCon3> =
+        Field::new(&super::table::REGISTERS[17].fields[5]);
+    /// Bits 30:28 of CNA.CONV_CON3: Multi-core MAC co-work mode: 0 32x32 (single core, keep 0), 1 64x32, 2 96x32, 4 32x64, 5 32x96, others reserved.
+    pub const NN_MODE: Field<ConvCon3> = Field::new(&super::table::REGISTERS[17].fields[6]);
+}
+
 /// `CNA.DATA_SIZE0` at offset `0x1020`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -292,6 +382,14 @@ impl Register for DataSize0 {
 
 impl CommandRegister for DataSize0 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`DataSize0`] as constants.
+impl DataSize0 {
+    /// Bits 10:0 of CNA.DATA_SIZE0: Input feature height (actual).
+    pub const DATAIN_HEIGHT: Field<DataSize0> = Field::new(&super::table::REGISTERS[18].fields[0]);
+    /// Bits 26:16 of CNA.DATA_SIZE0: Input feature width (actual, not minus one).
+    pub const DATAIN_WIDTH: Field<DataSize0> = Field::new(&super::table::REGISTERS[18].fields[1]);
 }
 
 /// `CNA.DATA_SIZE1` at offset `0x1024`, reset `0x00000000`; regcmd target `0x0201`.
@@ -327,6 +425,15 @@ impl CommandRegister for DataSize1 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DataSize1`] as constants.
+impl DataSize1 {
+    /// Bits 15:0 of CNA.DATA_SIZE1: Input channels, padded: multiple of 8 (int8) / 4 (int16, fp16) per TRM; writers pad to 16/32 in practice.
+    pub const DATAIN_CHANNEL: Field<DataSize1> = Field::new(&super::table::REGISTERS[19].fields[0]);
+    /// Bits 29:16 of CNA.DATA_SIZE1: Real channel count when the padded count differs. All writers store real-1 (TRM does not say minus one).
+    pub const DATAIN_CHANNEL_REAL: Field<DataSize1> =
+        Field::new(&super::table::REGISTERS[19].fields[1]);
+}
+
 /// `CNA.DATA_SIZE2` at offset `0x1028`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -351,6 +458,12 @@ impl Register for DataSize2 {
 
 impl CommandRegister for DataSize2 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`DataSize2`] as constants.
+impl DataSize2 {
+    /// Bits 10:0 of CNA.DATA_SIZE2: Output width after conv (actual).
+    pub const DATAOUT_WIDTH: Field<DataSize2> = Field::new(&super::table::REGISTERS[20].fields[0]);
 }
 
 /// `CNA.DATA_SIZE3` at offset `0x102C`, reset `0x00000000`; regcmd target `0x0201`.
@@ -382,6 +495,15 @@ impl CommandRegister for DataSize3 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DataSize3`] as constants.
+impl DataSize3 {
+    /// Bits 21:0 of CNA.DATA_SIZE3: Output pixel count (out_w * out_h).
+    pub const DATAOUT_ATOMICS: Field<DataSize3> =
+        Field::new(&super::table::REGISTERS[21].fields[0]);
+    /// Bits 23:22 of CNA.DATA_SIZE3: Surface serial mode: 0/1 one surface, 2 two, 3 four.
+    pub const SURF_MODE: Field<DataSize3> = Field::new(&super::table::REGISTERS[21].fields[1]);
+}
+
 /// `CNA.WEIGHT_SIZE0` at offset `0x1030`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -404,6 +526,12 @@ impl Register for WeightSize0 {
 
 impl CommandRegister for WeightSize0 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`WeightSize0`] as constants.
+impl WeightSize0 {
+    /// Bits 31:0 of CNA.WEIGHT_SIZE0: Total weight bytes of this conv.
+    pub const WEIGHT_BYTES: Field<WeightSize0> = Field::new(&super::table::REGISTERS[22].fields[0]);
 }
 
 /// `CNA.WEIGHT_SIZE1` at offset `0x1034`, reset `0x00000000`; regcmd target `0x0201`.
@@ -430,6 +558,13 @@ impl Register for WeightSize1 {
 
 impl CommandRegister for WeightSize1 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`WeightSize1`] as constants.
+impl WeightSize1 {
+    /// Bits 18:0 of CNA.WEIGHT_SIZE1: Weight bytes of one kernel (kw*kh*C*bytes).
+    pub const WEIGHT_BYTES_PER_KERNEL: Field<WeightSize1> =
+        Field::new(&super::table::REGISTERS[23].fields[0]);
 }
 
 /// `CNA.WEIGHT_SIZE2` at offset `0x1038`, reset `0x00000000`; regcmd target `0x0201`.
@@ -466,6 +601,18 @@ impl Register for WeightSize2 {
 
 impl CommandRegister for WeightSize2 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`WeightSize2`] as constants.
+impl WeightSize2 {
+    /// Bits 13:0 of CNA.WEIGHT_SIZE2: Number of kernels / output channels (actual).
+    pub const WEIGHT_KERNELS: Field<WeightSize2> =
+        Field::new(&super::table::REGISTERS[24].fields[0]);
+    /// Bits 20:16 of CNA.WEIGHT_SIZE2: Kernel height (actual).
+    pub const WEIGHT_HEIGHT: Field<WeightSize2> =
+        Field::new(&super::table::REGISTERS[24].fields[1]);
+    /// Bits 28:24 of CNA.WEIGHT_SIZE2: Kernel width (actual).
+    pub const WEIGHT_WIDTH: Field<WeightSize2> = Field::new(&super::table::REGISTERS[24].fields[2]);
 }
 
 /// `CNA.CBUF_CON0` at offset `0x1040`, reset `0x00000000`; regcmd target `0x0201`.
@@ -512,6 +659,20 @@ impl CommandRegister for CbufCon0 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`CbufCon0`] as constants.
+impl CbufCon0 {
+    /// Bits 3:0 of CNA.CBUF_CON0: CBUF banks given to feature data (count, >=1 in practice); TRM text says 0 = bank 0 only (§7).
+    pub const DATA_BANK: Field<CbufCon0> = Field::new(&super::table::REGISTERS[25].fields[0]);
+    /// Bits 7:4 of CNA.CBUF_CON0: CBUF banks given to weights. In practice a count with DATA_BANK+WEIGHT_BANK = 12 (e.g. 0xb1, 0x2a); the TRM text describes an 8-bank numbering (see §7).
+    pub const WEIGHT_BANK: Field<CbufCon0> = Field::new(&super::table::REGISTERS[25].fields[1]);
+    /// Bits 10:8 of CNA.CBUF_CON0: Banks for FC zero-skipping feature data: 1 in FC skip mode, else 0.
+    pub const FC_DATA_BANK: Field<CbufCon0> = Field::new(&super::table::REGISTERS[25].fields[2]);
+    /// Bit 12 of CNA.CBUF_CON0: 1 = reuse feature data already in CBUF.
+    pub const DATA_REUSE: Field<CbufCon0> = Field::new(&super::table::REGISTERS[25].fields[3]);
+    /// Bit 13 of CNA.CBUF_CON0: 1 = reuse weights already in CBUF (no weight fetch); Mesa sets it on later tasks of a split op.
+    pub const WEIGHT_REUSE: Field<CbufCon0> = Field::new(&super::table::REGISTERS[25].fields[4]);
+}
+
 /// `CNA.CBUF_CON1` at offset `0x1044`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -538,6 +699,12 @@ impl Register for CbufCon1 {
 
 impl CommandRegister for CbufCon1 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`CbufCon1`] as constants.
+impl CbufCon1 {
+    /// Bits 13:0 of CNA.CBUF_CON1: CBUF space for one feature row; TRM says 'banks', writers use ceil(row_bytes/64) (RKNN fp16 GEMM, 448 ch x 1 px -> 14). Width 13 vs 14 bits, see §7.
+    pub const DATA_ENTRIES: Field<CbufCon1> = Field::new(&super::table::REGISTERS[26].fields[0]);
 }
 
 /// `CNA.CVT_CON0` at offset `0x104C`, reset `0x00000000`; regcmd target `0x0201`.
@@ -587,7 +754,29 @@ impl CommandRegister for CvtCon0 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`CvtCon0`] as constants.
+impl CvtCon0 {
+    /// Bit 0 of CNA.CVT_CON0: 1 = bypass the input converter. Typical 0xb (signed, type 1, bypass).
+    pub const CVT_BYPASS: Field<CvtCon0> = Field::new(&super::table::REGISTERS[27].fields[0]);
+    /// Bit 1 of CNA.CVT_CON0: 0 multiply then add, 1 add then multiply.
+    pub const CVT_TYPE: Field<CvtCon0> = Field::new(&super::table::REGISTERS[27].fields[1]);
+    /// Bit 2 of CNA.CVT_CON0: 0 round half to even ('odd in, even not'), 1 round half up.
+    pub const ROUND_TYPE: Field<CvtCon0> = Field::new(&super::table::REGISTERS[27].fields[2]);
+    /// Bit 3 of CNA.CVT_CON0: Feature data 0 unsigned, 1 signed.
+    pub const DATA_SIGN: Field<CvtCon0> = Field::new(&super::table::REGISTERS[27].fields[3]);
+    /// Bits 9:4 of CNA.CVT_CON0: Input-convert truncate for channel 1.
+    pub const CVT_TRUNCATE_0: Field<CvtCon0> = Field::new(&super::table::REGISTERS[27].fields[4]);
+    /// Bits 15:10 of CNA.CVT_CON0: Input-convert truncate for channel 2.
+    pub const CVT_TRUNCATE_1: Field<CvtCon0> = Field::new(&super::table::REGISTERS[27].fields[5]);
+    /// Bits 21:16 of CNA.CVT_CON0: Input-convert truncate for channel 3.
+    pub const CVT_TRUNCATE_2: Field<CvtCon0> = Field::new(&super::table::REGISTERS[27].fields[6]);
+    /// Bits 27:22 of CNA.CVT_CON0: Input-convert truncate (right shift) for channel 4.
+    pub const CVT_TRUNCATE_3: Field<CvtCon0> = Field::new(&super::table::REGISTERS[27].fields[7]);
+}
+
 /// `CNA.CVT_CON1` at offset `0x1050`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 0 of the register family [`CVT_CON`] (element type [`CvtCon`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_CVT_CON1")]
@@ -614,7 +803,17 @@ impl CommandRegister for CvtCon1 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`CvtCon1`] as constants.
+impl CvtCon1 {
+    /// Bits 15:0 of CNA.CVT_CON1: Input-convert adder, channel 1.
+    pub const CVT_OFFSET0: Field<CvtCon1> = Field::new(&super::table::REGISTERS[28].fields[0]);
+    /// Bits 31:16 of CNA.CVT_CON1: Input-convert multiplier, channel 1.
+    pub const CVT_SCALE0: Field<CvtCon1> = Field::new(&super::table::REGISTERS[28].fields[1]);
+}
+
 /// `CNA.CVT_CON2` at offset `0x1054`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 1 of the register family [`CVT_CON`] (element type [`CvtCon`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_CVT_CON2")]
@@ -641,7 +840,17 @@ impl CommandRegister for CvtCon2 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`CvtCon2`] as constants.
+impl CvtCon2 {
+    /// Bits 15:0 of CNA.CVT_CON2: Adder, channel 2.
+    pub const CVT_OFFSET1: Field<CvtCon2> = Field::new(&super::table::REGISTERS[29].fields[0]);
+    /// Bits 31:16 of CNA.CVT_CON2: Multiplier, channel 2.
+    pub const CVT_SCALE1: Field<CvtCon2> = Field::new(&super::table::REGISTERS[29].fields[1]);
+}
+
 /// `CNA.CVT_CON3` at offset `0x1058`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 2 of the register family [`CVT_CON`] (element type [`CvtCon`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_CVT_CON3")]
@@ -668,7 +877,17 @@ impl CommandRegister for CvtCon3 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`CvtCon3`] as constants.
+impl CvtCon3 {
+    /// Bits 15:0 of CNA.CVT_CON3: Adder, channel 3.
+    pub const CVT_OFFSET2: Field<CvtCon3> = Field::new(&super::table::REGISTERS[30].fields[0]);
+    /// Bits 31:16 of CNA.CVT_CON3: Multiplier, channel 3.
+    pub const CVT_SCALE2: Field<CvtCon3> = Field::new(&super::table::REGISTERS[30].fields[1]);
+}
+
 /// `CNA.CVT_CON4` at offset `0x105C`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 3 of the register family [`CVT_CON`] (element type [`CvtCon`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_CVT_CON4")]
@@ -694,6 +913,54 @@ impl Register for CvtCon4 {
 impl CommandRegister for CvtCon4 {
     const TARGET: u16 = 0x0201;
 }
+
+/// The fields of [`CvtCon4`] as constants.
+impl CvtCon4 {
+    /// Bits 15:0 of CNA.CVT_CON4: Adder, channel 4.
+    pub const CVT_OFFSET3: Field<CvtCon4> = Field::new(&super::table::REGISTERS[31].fields[0]);
+    /// Bits 31:16 of CNA.CVT_CON4: Multiplier, channel 4.
+    pub const CVT_SCALE3: Field<CvtCon4> = Field::new(&super::table::REGISTERS[31].fields[1]);
+}
+
+/// One register of the family `CNA.CVT_CON1..4` (4 registers at `0x1050` + 4 × i), as one type; [`CVT_CON`] lists the members.
+///
+/// `INFO`, `OFFSET` and `NAME` are the first member's (`CNA.CVT_CON1`), and so are the field docs; the numbered types ([`CvtCon1`], ...) stay for code that names one member.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq, Hash)]
+pub struct CvtCon {
+    /// Bits 15:0 (RW; source: trm): Input-convert adder, channel 1.
+    #[bits(16)]
+    pub cvt_offset: u16,
+    /// Bits 31:16 (RW; source: trm): Input-convert multiplier, channel 1.
+    #[bits(16)]
+    pub cvt_scale: u16,
+}
+
+impl Register for CvtCon {
+    const INFO: &'static RegisterInfo = &super::table::REGISTERS[28];
+    fn from_raw(bits: u32) -> Self {
+        Self::from_bits(bits)
+    }
+    fn raw(self) -> u32 {
+        self.into_bits()
+    }
+}
+
+impl CommandRegister for CvtCon {
+    const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`CvtCon`] as constants.
+impl CvtCon {
+    /// Bits 15:0 of CNA.CVT_CON1..4: Input-convert adder, channel 1.
+    pub const CVT_OFFSET: Field<CvtCon> = Field::new(&super::table::REGISTERS[28].fields[0]);
+    /// Bits 31:16 of CNA.CVT_CON1..4: Input-convert multiplier, channel 1.
+    pub const CVT_SCALE: Field<CvtCon> = Field::new(&super::table::REGISTERS[28].fields[1]);
+}
+
+/// The register family `CNA.CVT_CON1..4` as [`CvtCon`] values: index `i` is `CVT_CON<i + 1>` (the index in the name is not the array index), at offset `0x1050` + 4 × i.
+pub const CVT_CON: RegArray<CvtCon, 4> =
+    RegArray::new([CvtCon1::INFO, CvtCon2::INFO, CvtCon3::INFO, CvtCon4::INFO]);
 
 /// `CNA.FC_CON0` at offset `0x1060`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
@@ -724,6 +991,14 @@ impl CommandRegister for FcCon0 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`FcCon0`] as constants.
+impl FcCon0 {
+    /// Bit 0 of CNA.FC_CON0: Enable FC zero skipping: weights of skipped pixels are not fetched.
+    pub const FC_SKIP_EN: Field<FcCon0> = Field::new(&super::table::REGISTERS[32].fields[0]);
+    /// Bits 31:16 of CNA.FC_CON0: Feature value to skip in FC zero-skipping (normally 0).
+    pub const FC_SKIP_DATA: Field<FcCon0> = Field::new(&super::table::REGISTERS[32].fields[1]);
+}
+
 /// `CNA.FC_CON1` at offset `0x1064`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -748,6 +1023,12 @@ impl Register for FcCon1 {
 
 impl CommandRegister for FcCon1 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`FcCon1`] as constants.
+impl FcCon1 {
+    /// Bits 16:0 of CNA.FC_CON1: Feature data offset in FC skip mode.
+    pub const DATA_OFFSET: Field<FcCon1> = Field::new(&super::table::REGISTERS[33].fields[0]);
 }
 
 /// `CNA.PAD_CON0` at offset `0x1068`, reset `0x00000000`; regcmd target `0x0201`.
@@ -777,6 +1058,14 @@ impl Register for PadCon0 {
 
 impl CommandRegister for PadCon0 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`PadCon0`] as constants.
+impl PadCon0 {
+    /// Bits 3:0 of CNA.PAD_CON0: Top padding (pixels).
+    pub const PAD_TOP: Field<PadCon0> = Field::new(&super::table::REGISTERS[34].fields[0]);
+    /// Bits 7:4 of CNA.PAD_CON0: Left padding (pixels).
+    pub const PAD_LEFT: Field<PadCon0> = Field::new(&super::table::REGISTERS[34].fields[1]);
 }
 
 /// `CNA.FEATURE_DATA_ADDR` at offset `0x1070`, reset `0x00000000`; regcmd target `0x0201`.
@@ -809,6 +1098,13 @@ impl DmaAddressRegister for FeatureDataAddr {
     const ALIGN: u32 = 1;
 }
 
+/// The fields of [`FeatureDataAddr`] as constants.
+impl FeatureDataAddr {
+    /// Bits 31:0 of CNA.FEATURE_DATA_ADDR: Input feature DMA address (32-bit IOVA).
+    pub const FEATURE_BASE_ADDR: Field<FeatureDataAddr> =
+        Field::new(&super::table::REGISTERS[35].fields[0]);
+}
+
 /// `CNA.FC_CON2` at offset `0x1074`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -833,6 +1129,12 @@ impl Register for FcCon2 {
 
 impl CommandRegister for FcCon2 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`FcCon2`] as constants.
+impl FcCon2 {
+    /// Bits 16:0 of CNA.FC_CON2: Weight data offset (FC skip mode).
+    pub const WEIGHT_OFFSET: Field<FcCon2> = Field::new(&super::table::REGISTERS[36].fields[0]);
 }
 
 /// `CNA.DMA_CON0` at offset `0x1078`, reset `0x00000000`; regcmd target `0x0201`.
@@ -869,6 +1171,16 @@ impl CommandRegister for DmaCon0 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DmaCon0`] as constants.
+impl DmaCon0 {
+    /// Bits 3:0 of CNA.DMA_CON0: Feature AXI burst, same encoding; writers use 15.
+    pub const DATA_BURST_LEN: Field<DmaCon0> = Field::new(&super::table::REGISTERS[37].fields[0]);
+    /// Bits 19:16 of CNA.DMA_CON0: Weight AXI burst: 3 = 4, 7 = 8, 15 = 16 beats; writers use 15.
+    pub const WEIGHT_BURST_LEN: Field<DmaCon0> = Field::new(&super::table::REGISTERS[37].fields[1]);
+    /// Bit 31 of CNA.DMA_CON0: 0 = split bursts crossing 4 KiB into two; 1 = don't.
+    pub const OV4K_BYPASS: Field<DmaCon0> = Field::new(&super::table::REGISTERS[37].fields[2]);
+}
+
 /// `CNA.DMA_CON1` at offset `0x107C`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -897,6 +1209,12 @@ impl CommandRegister for DmaCon1 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DmaCon1`] as constants.
+impl DmaCon1 {
+    /// Bits 27:0 of CNA.DMA_CON1: Feature line stride ('feature width with virtual box'). Unit not documented; observed: mtx int8/fp16 GEMM 4*width, RKNN fp16 GEMM K=448 -> 0x38 (§7).
+    pub const LINE_STRIDE: Field<DmaCon1> = Field::new(&super::table::REGISTERS[38].fields[0]);
+}
+
 /// `CNA.DMA_CON2` at offset `0x1080`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -923,6 +1241,12 @@ impl Register for DmaCon2 {
 
 impl CommandRegister for DmaCon2 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`DmaCon2`] as constants.
+impl DmaCon2 {
+    /// Bits 27:0 of CNA.DMA_CON2: Feature surface stride ('actual surface area'); RKNN/mtx write (-3 & 0xfffffff) for h=1 inputs.
+    pub const SURF_STRIDE: Field<DmaCon2> = Field::new(&super::table::REGISTERS[39].fields[0]);
 }
 
 /// `CNA.FC_DATA_SIZE0` at offset `0x1084`, reset `0x00000000`; regcmd target `0x0201`.
@@ -956,6 +1280,14 @@ impl CommandRegister for FcDataSize0 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`FcDataSize0`] as constants.
+impl FcDataSize0 {
+    /// Bits 10:0 of CNA.FC_DATA_SIZE0: Input height fetched by the DMA.
+    pub const DMA_HEIGHT: Field<FcDataSize0> = Field::new(&super::table::REGISTERS[40].fields[0]);
+    /// Bits 29:16 of CNA.FC_DATA_SIZE0: Input width fetched by the AXI DMA.
+    pub const DMA_WIDTH: Field<FcDataSize0> = Field::new(&super::table::REGISTERS[40].fields[1]);
+}
+
 /// `CNA.FC_DATA_SIZE1` at offset `0x1088`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -980,6 +1312,12 @@ impl Register for FcDataSize1 {
 
 impl CommandRegister for FcDataSize1 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`FcDataSize1`] as constants.
+impl FcDataSize1 {
+    /// Bits 15:0 of CNA.FC_DATA_SIZE1: Input channels fetched by the DMA.
+    pub const DMA_CHANNEL: Field<FcDataSize1> = Field::new(&super::table::REGISTERS[41].fields[0]);
 }
 
 /// `CNA.CLK_GATE` at offset `0x1090`, reset `0x00000000`; regcmd target `0x0201`.
@@ -1019,6 +1357,22 @@ impl CommandRegister for ClkGate {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`ClkGate`] as constants.
+impl ClkGate {
+    /// Bit 0 of CNA.CLK_GATE: 1 = disable feature-fetch clock gating.
+    pub const CNA_FEATURE_DISABLE_CLKGATE: Field<ClkGate> =
+        Field::new(&super::table::REGISTERS[42].fields[0]);
+    /// Bit 1 of CNA.CLK_GATE: 1 = disable weight-fetch clock gating.
+    pub const CNA_WEIGHT_DISABLE_CLKGATE: Field<ClkGate> =
+        Field::new(&super::table::REGISTERS[42].fields[1]);
+    /// Bit 2 of CNA.CLK_GATE: 1 = disable sequence-controller clock gating.
+    pub const CSC_DISABLE_CLKGATE: Field<ClkGate> =
+        Field::new(&super::table::REGISTERS[42].fields[2]);
+    /// Bit 4 of CNA.CLK_GATE: 1 = disable CBUF auto clock gating.
+    pub const CBUF_CS_DISABLE_CLKGATE: Field<ClkGate> =
+        Field::new(&super::table::REGISTERS[42].fields[3]);
+}
+
 /// `CNA.DCOMP_CTRL` at offset `0x1100`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1048,6 +1402,14 @@ impl CommandRegister for DcompCtrl {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompCtrl`] as constants.
+impl DcompCtrl {
+    /// Bits 2:0 of CNA.DCOMP_CTRL: Weight decompressor control (encoding undocumented); all writers use 0.
+    pub const DECOMP_CONTROL: Field<DcompCtrl> = Field::new(&super::table::REGISTERS[43].fields[0]);
+    /// Bit 3 of CNA.DCOMP_CTRL: Bypass weight decompression.
+    pub const WT_DEC_BYPASS: Field<DcompCtrl> = Field::new(&super::table::REGISTERS[43].fields[1]);
+}
+
 /// `CNA.DCOMP_REGNUM` at offset `0x1104`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1070,6 +1432,12 @@ impl Register for DcompRegnum {
 
 impl CommandRegister for DcompRegnum {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`DcompRegnum`] as constants.
+impl DcompRegnum {
+    /// Bits 31:0 of CNA.DCOMP_REGNUM: Weight decompress register number (meaning undocumented); writers use 0.
+    pub const DCOMP_REGNUM: Field<DcompRegnum> = Field::new(&super::table::REGISTERS[44].fields[0]);
 }
 
 /// `CNA.DCOMP_ADDR0` at offset `0x1110`, reset `0x00000000`; regcmd target `0x0201`.
@@ -1104,7 +1472,16 @@ impl DmaAddressRegister for DcompAddr0 {
     const ALIGN: u32 = 16;
 }
 
+/// The fields of [`DcompAddr0`] as constants.
+impl DcompAddr0 {
+    /// Bits 31:0 of CNA.DCOMP_ADDR0: Weight base address. This is the normal weight pointer even with decompression off. TRM: bits 31:4; XML: 31:0 (§7).
+    pub const DECOMPRESS_ADDR0: Field<DcompAddr0> =
+        Field::new(&super::table::REGISTERS[45].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT0` at offset `0x1140`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 0 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT0")]
@@ -1128,7 +1505,16 @@ impl CommandRegister for DcompAmount0 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount0`] as constants.
+impl DcompAmount0 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT0: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT0: Field<DcompAmount0> =
+        Field::new(&super::table::REGISTERS[46].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT1` at offset `0x1144`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 1 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT1")]
@@ -1152,7 +1538,16 @@ impl CommandRegister for DcompAmount1 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount1`] as constants.
+impl DcompAmount1 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT1: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT1: Field<DcompAmount1> =
+        Field::new(&super::table::REGISTERS[47].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT2` at offset `0x1148`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 2 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT2")]
@@ -1176,7 +1571,16 @@ impl CommandRegister for DcompAmount2 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount2`] as constants.
+impl DcompAmount2 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT2: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT2: Field<DcompAmount2> =
+        Field::new(&super::table::REGISTERS[48].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT3` at offset `0x114C`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 3 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT3")]
@@ -1200,7 +1604,16 @@ impl CommandRegister for DcompAmount3 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount3`] as constants.
+impl DcompAmount3 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT3: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT3: Field<DcompAmount3> =
+        Field::new(&super::table::REGISTERS[49].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT4` at offset `0x1150`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 4 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT4")]
@@ -1224,7 +1637,16 @@ impl CommandRegister for DcompAmount4 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount4`] as constants.
+impl DcompAmount4 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT4: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT4: Field<DcompAmount4> =
+        Field::new(&super::table::REGISTERS[50].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT5` at offset `0x1154`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 5 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT5")]
@@ -1248,7 +1670,16 @@ impl CommandRegister for DcompAmount5 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount5`] as constants.
+impl DcompAmount5 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT5: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT5: Field<DcompAmount5> =
+        Field::new(&super::table::REGISTERS[51].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT6` at offset `0x1158`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 6 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT6")]
@@ -1272,7 +1703,16 @@ impl CommandRegister for DcompAmount6 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount6`] as constants.
+impl DcompAmount6 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT6: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT6: Field<DcompAmount6> =
+        Field::new(&super::table::REGISTERS[52].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT7` at offset `0x115C`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 7 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT7")]
@@ -1296,7 +1736,16 @@ impl CommandRegister for DcompAmount7 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount7`] as constants.
+impl DcompAmount7 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT7: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT7: Field<DcompAmount7> =
+        Field::new(&super::table::REGISTERS[53].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT8` at offset `0x1160`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 8 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT8")]
@@ -1320,7 +1769,16 @@ impl CommandRegister for DcompAmount8 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount8`] as constants.
+impl DcompAmount8 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT8: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT8: Field<DcompAmount8> =
+        Field::new(&super::table::REGISTERS[54].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT9` at offset `0x1164`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 9 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT9")]
@@ -1344,7 +1802,16 @@ impl CommandRegister for DcompAmount9 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount9`] as constants.
+impl DcompAmount9 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT9: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT9: Field<DcompAmount9> =
+        Field::new(&super::table::REGISTERS[55].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT10` at offset `0x1168`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 10 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT10")]
@@ -1368,7 +1835,16 @@ impl CommandRegister for DcompAmount10 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount10`] as constants.
+impl DcompAmount10 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT10: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT10: Field<DcompAmount10> =
+        Field::new(&super::table::REGISTERS[56].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT11` at offset `0x116C`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 11 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT11")]
@@ -1392,7 +1868,16 @@ impl CommandRegister for DcompAmount11 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount11`] as constants.
+impl DcompAmount11 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT11: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT11: Field<DcompAmount11> =
+        Field::new(&super::table::REGISTERS[57].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT12` at offset `0x1170`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 12 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT12")]
@@ -1416,7 +1901,16 @@ impl CommandRegister for DcompAmount12 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount12`] as constants.
+impl DcompAmount12 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT12: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT12: Field<DcompAmount12> =
+        Field::new(&super::table::REGISTERS[58].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT13` at offset `0x1174`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 13 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT13")]
@@ -1440,7 +1934,16 @@ impl CommandRegister for DcompAmount13 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount13`] as constants.
+impl DcompAmount13 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT13: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT13: Field<DcompAmount13> =
+        Field::new(&super::table::REGISTERS[59].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT14` at offset `0x1178`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 14 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT14")]
@@ -1464,7 +1967,16 @@ impl CommandRegister for DcompAmount14 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`DcompAmount14`] as constants.
+impl DcompAmount14 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT14: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT14: Field<DcompAmount14> =
+        Field::new(&super::table::REGISTERS[60].fields[0]);
+}
+
 /// `CNA.DCOMP_AMOUNT15` at offset `0x117C`, reset `0x00000000`; regcmd target `0x0201`.
+///
+/// Index 15 of the register family [`DCOMP_AMOUNT`] (element type [`DcompAmount`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_AMOUNT15")]
@@ -1487,6 +1999,64 @@ impl Register for DcompAmount15 {
 impl CommandRegister for DcompAmount15 {
     const TARGET: u16 = 0x0201;
 }
+
+/// The fields of [`DcompAmount15`] as constants.
+impl DcompAmount15 {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT15: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT15: Field<DcompAmount15> =
+        Field::new(&super::table::REGISTERS[61].fields[0]);
+}
+
+/// One register of the family `CNA.DCOMP_AMOUNT0..15` (16 registers at `0x1140` + 4 × i), as one type; [`DCOMP_AMOUNT`] lists the members.
+///
+/// `INFO`, `OFFSET` and `NAME` are the first member's (`CNA.DCOMP_AMOUNT0`), and so are the field docs; the numbered types ([`DcompAmount0`], ...) stay for code that names one member.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq, Hash)]
+pub struct DcompAmount {
+    /// Bits 31:0 (RW; source: trm): Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    #[bits(32)]
+    pub dcomp_amount: u32,
+}
+
+impl Register for DcompAmount {
+    const INFO: &'static RegisterInfo = &super::table::REGISTERS[46];
+    fn from_raw(bits: u32) -> Self {
+        Self::from_bits(bits)
+    }
+    fn raw(self) -> u32 {
+        self.into_bits()
+    }
+}
+
+impl CommandRegister for DcompAmount {
+    const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`DcompAmount`] as constants.
+impl DcompAmount {
+    /// Bits 31:0 of CNA.DCOMP_AMOUNT0..15: Decompress amount for segment n (0x1140 + 4n, n = 0..15); writers use 0.
+    pub const DCOMP_AMOUNT: Field<DcompAmount> = Field::new(&super::table::REGISTERS[46].fields[0]);
+}
+
+/// The register family `CNA.DCOMP_AMOUNT0..15` as [`DcompAmount`] values: index `i` is `DCOMP_AMOUNT<i>`, at offset `0x1140` + 4 × i.
+pub const DCOMP_AMOUNT: RegArray<DcompAmount, 16> = RegArray::new([
+    DcompAmount0::INFO,
+    DcompAmount1::INFO,
+    DcompAmount2::INFO,
+    DcompAmount3::INFO,
+    DcompAmount4::INFO,
+    DcompAmount5::INFO,
+    DcompAmount6::INFO,
+    DcompAmount7::INFO,
+    DcompAmount8::INFO,
+    DcompAmount9::INFO,
+    DcompAmount10::INFO,
+    DcompAmount11::INFO,
+    DcompAmount12::INFO,
+    DcompAmount13::INFO,
+    DcompAmount14::INFO,
+    DcompAmount15::INFO,
+]);
 
 /// `CNA.CVT_CON5` at offset `0x1180`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
@@ -1512,6 +2082,13 @@ impl CommandRegister for CvtCon5 {
     const TARGET: u16 = 0x0201;
 }
 
+/// The fields of [`CvtCon5`] as constants.
+impl CvtCon5 {
+    /// Bits 31:0 of CNA.CVT_CON5: Per-channel enable of the input converter (bit per channel; int4 has 32 channels per 128 bits). Mesa writes 0xffff for 1-channel input.
+    pub const PER_CHANNEL_CVT_EN: Field<CvtCon5> =
+        Field::new(&super::table::REGISTERS[62].fields[0]);
+}
+
 /// `CNA.PAD_CON1` at offset `0x1184`, reset `0x00000000`; regcmd target `0x0201`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1534,4 +2111,10 @@ impl Register for PadCon1 {
 
 impl CommandRegister for PadCon1 {
     const TARGET: u16 = 0x0201;
+}
+
+/// The fields of [`PadCon1`] as constants.
+impl PadCon1 {
+    /// Bits 31:0 of CNA.PAD_CON1: Padding value (signed, in input precision; Mesa stores zero_point-0x80).
+    pub const PAD_VALUE: Field<PadCon1> = Field::new(&super::table::REGISTERS[63].fields[0]);
 }

@@ -4,7 +4,7 @@
 use crate::regs::values::Precision;
 use crate::regs::values::RoundType;
 #[allow(unused_imports)]
-use crate::regs::{CommandRegister, DmaAddressRegister, Register, RegisterInfo};
+use crate::regs::{CommandRegister, DmaAddressRegister, Field, RegArray, Register, RegisterInfo};
 use bitfield_struct::bitfield;
 
 /// `CORE.S_STATUS` at offset `0x3000`, reset `0x00000000`; regcmd target `0x0801`.
@@ -36,6 +36,14 @@ impl Register for SStatus {
 
 impl CommandRegister for SStatus {
     const TARGET: u16 = 0x0801;
+}
+
+/// The fields of [`SStatus`] as constants.
+impl SStatus {
+    /// Bits 1:0 of CORE.S_STATUS: Group 0 state, same encoding.
+    pub const STATUS_0: Field<SStatus> = Field::new(&super::table::REGISTERS[64].fields[0]);
+    /// Bits 17:16 of CORE.S_STATUS: Group 1 state: 0 idle, 1 running, 2 running with the other group waiting, 3 reserved.
+    pub const STATUS_1: Field<SStatus> = Field::new(&super::table::REGISTERS[64].fields[1]);
 }
 
 /// `CORE.S_POINTER` at offset `0x3004`, reset `0x00000000`; regcmd target `0x0801`.
@@ -89,6 +97,28 @@ impl CommandRegister for SPointer {
     const TARGET: u16 = 0x0801;
 }
 
+/// The fields of [`SPointer`] as constants.
+impl SPointer {
+    /// Bit 0 of CORE.S_POINTER: Group that subsequent register writes land in (NVDLA PRODUCER).
+    pub const POINTER: Field<SPointer> = Field::new(&super::table::REGISTERS[65].fields[0]);
+    /// Bit 1 of CORE.S_POINTER: Enable register-group ping-pong.
+    pub const POINTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[65].fields[1]);
+    /// Bit 2 of CORE.S_POINTER: Enable executer ping-pong.
+    pub const EXECUTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[65].fields[2]);
+    /// Bit 3 of CORE.S_POINTER: 0 = pointer toggles with the executer, 1 = pointer toggles by itself after each use.
+    pub const POINTER_PP_MODE: Field<SPointer> = Field::new(&super::table::REGISTERS[65].fields[3]);
+    /// Bit 4 of CORE.S_POINTER: Reset register-group pointer to 0.
+    pub const POINTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[65].fields[4]);
+    /// Bit 5 of CORE.S_POINTER: Reset executer pointer to 0.
+    pub const EXECUTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[65].fields[5]);
+    /// Bit 16 of CORE.S_POINTER: Group the datapath is using (NVDLA CONSUMER).
+    pub const EXECUTER: Field<SPointer> = Field::new(&super::table::REGISTERS[65].fields[6]);
+    /// Bits 29:28 of CORE.S_POINTER: Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (register-map 3.0, 7.2).
+    pub const UNK_29_28: Field<SPointer> = Field::new(&super::table::REGISTERS[65].fields[7]);
+}
+
 /// `CORE.OPERATION_ENABLE` at offset `0x3008`, reset `0x00000000`; regcmd target `0x0801`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -115,6 +145,12 @@ impl CommandRegister for OperationEnable {
     const TARGET: u16 = 0x0801;
 }
 
+/// The fields of [`OperationEnable`] as constants.
+impl OperationEnable {
+    /// Bit 0 of CORE.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[66].fields[0]);
+}
+
 /// `CORE.MAC_GATING` at offset `0x300C`, reset `0x07800800`; regcmd target `0x0801`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -139,6 +175,12 @@ impl Register for MacGating {
 
 impl CommandRegister for MacGating {
     const TARGET: u16 = 0x0801;
+}
+
+/// The fields of [`MacGating`] as constants.
+impl MacGating {
+    /// Bits 26:0 of CORE.MAC_GATING: Soft clock-gating control; register reset value 0x07800800 (field 0x7800800). No known writer touches it.
+    pub const SLCG_OP_EN: Field<MacGating> = Field::new(&super::table::REGISTERS[67].fields[0]);
 }
 
 /// `CORE.MISC_CFG` at offset `0x3010`, reset `0x00000000`; regcmd target `0x0801`.
@@ -180,6 +222,18 @@ impl CommandRegister for MiscCfg {
     const TARGET: u16 = 0x0801;
 }
 
+/// The fields of [`MiscCfg`] as constants.
+impl MiscCfg {
+    /// Bit 0 of CORE.MISC_CFG: 'Quantify feature data calculate' enable; Mesa int8 conv sets 1, mtx int8 GEMM 0, fp16 1.
+    pub const QD_EN: Field<MiscCfg> = Field::new(&super::table::REGISTERS[68].fields[0]);
+    /// Bit 1 of CORE.MISC_CFG: Depthwise enable.
+    pub const DW_EN: Field<MiscCfg> = Field::new(&super::table::REGISTERS[68].fields[1]);
+    /// Bits 10:8 of CORE.MISC_CFG: Processing precision, same encoding as CNA.
+    pub const PROC_PRECISION: Field<MiscCfg> = Field::new(&super::table::REGISTERS[68].fields[2]);
+    /// Bits 19:14 of CORE.MISC_CFG: Accumulator soft gating; no known writer sets it (RKNN fp16 GEMM writes MISC_CFG=0x201).
+    pub const SOFT_GATING: Field<MiscCfg> = Field::new(&super::table::REGISTERS[68].fields[3]);
+}
+
 /// `CORE.DATAOUT_SIZE_0` at offset `0x3014`, reset `0x00000000`; regcmd target `0x0801`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -211,6 +265,16 @@ impl CommandRegister for DataoutSize0 {
     const TARGET: u16 = 0x0801;
 }
 
+/// The fields of [`DataoutSize0`] as constants.
+impl DataoutSize0 {
+    /// Bits 15:0 of CORE.DATAOUT_SIZE_0: Output width minus one.
+    pub const DATAOUT_WIDTH: Field<DataoutSize0> =
+        Field::new(&super::table::REGISTERS[69].fields[0]);
+    /// Bits 31:16 of CORE.DATAOUT_SIZE_0: Output height minus one (TRM omits the minus one).
+    pub const DATAOUT_HEIGHT: Field<DataoutSize0> =
+        Field::new(&super::table::REGISTERS[69].fields[1]);
+}
+
 /// `CORE.DATAOUT_SIZE_1` at offset `0x3018`, reset `0x00000000`; regcmd target `0x0801`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -237,6 +301,13 @@ impl Register for DataoutSize1 {
 
 impl CommandRegister for DataoutSize1 {
     const TARGET: u16 = 0x0801;
+}
+
+/// The fields of [`DataoutSize1`] as constants.
+impl DataoutSize1 {
+    /// Bits 15:0 of CORE.DATAOUT_SIZE_1: Output channels minus one.
+    pub const DATAOUT_CHANNEL: Field<DataoutSize1> =
+        Field::new(&super::table::REGISTERS[70].fields[0]);
 }
 
 /// `CORE.CLIP_TRUNCATE` at offset `0x301C`, reset `0x00000000`; regcmd target `0x0801`.
@@ -270,6 +341,15 @@ impl CommandRegister for ClipTruncate {
     const TARGET: u16 = 0x0801;
 }
 
+/// The fields of [`ClipTruncate`] as constants.
+impl ClipTruncate {
+    /// Bits 4:0 of CORE.CLIP_TRUNCATE: Accumulator truncate (right shift) bits; Mesa writes its bias-derived truncate_bits.
+    pub const CLIP_TRUNCATE: Field<ClipTruncate> =
+        Field::new(&super::table::REGISTERS[71].fields[0]);
+    /// Bit 6 of CORE.CLIP_TRUNCATE: 0 round half to even, 1 round half up.
+    pub const ROUND_TYPE: Field<ClipTruncate> = Field::new(&super::table::REGISTERS[71].fields[1]);
+}
+
 /// `CORE.UNK_3030` at offset `0x3030`, reset `0x00000000`; regcmd target `0x0801`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -292,4 +372,10 @@ impl Register for Unk3030 {
 
 impl CommandRegister for Unk3030 {
     const TARGET: u16 = 0x0801;
+}
+
+/// The fields of [`Unk3030`] as constants.
+impl Unk3030 {
+    /// Bits 31:0 of CORE.UNK_3030: Not in/. Written as 0 in every task by RKNN, Mesa (raw emit with target CORE+1) and mtx (`CORE_3030`, "Doesn't seem to be documented"). Model it as an opaque write-only word, default 0.
+    pub const VALUE: Field<Unk3030> = Field::new(&super::table::REGISTERS[72].fields[0]);
 }

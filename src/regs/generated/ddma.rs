@@ -2,7 +2,7 @@
 //! DDMA registers (offset `0x8000`): DMA arbiter (MCIF-like). MMIO only; no known encoder or driver programs it on RK3588.
 
 #[allow(unused_imports)]
-use crate::regs::{CommandRegister, DmaAddressRegister, Register, RegisterInfo};
+use crate::regs::{CommandRegister, DmaAddressRegister, Field, RegArray, Register, RegisterInfo};
 use bitfield_struct::bitfield;
 
 /// `DDMA.CFG_OUTSTANDING` at offset `0x8000`, reset `0x00000000`; MMIO only (no regcmd target).
@@ -28,6 +28,16 @@ impl Register for CfgOutstanding {
     fn raw(self) -> u32 {
         self.into_bits()
     }
+}
+
+/// The fields of [`CfgOutstanding`] as constants.
+impl CfgOutstanding {
+    /// Bits 7:0 of DDMA.CFG_OUTSTANDING: Max outstanding AXI reads.
+    pub const RD_OS_CNT: Field<CfgOutstanding> =
+        Field::new(&super::table::REGISTERS[176].fields[0]);
+    /// Bits 15:8 of DDMA.CFG_OUTSTANDING: Max outstanding AXI writes.
+    pub const WR_OS_CNT: Field<CfgOutstanding> =
+        Field::new(&super::table::REGISTERS[176].fields[1]);
 }
 
 /// `DDMA.RD_WEIGHT_0` at offset `0x8004`, reset `0x00000000`; MMIO only (no regcmd target).
@@ -59,6 +69,20 @@ impl Register for RdWeight0 {
     }
 }
 
+/// The fields of [`RdWeight0`] as constants.
+impl RdWeight0 {
+    /// Bits 7:0 of DDMA.RD_WEIGHT_0: Read-arbiter weight features.
+    pub const RD_WEIGHT_FEATURE: Field<RdWeight0> =
+        Field::new(&super::table::REGISTERS[177].fields[0]);
+    /// Bits 15:8 of DDMA.RD_WEIGHT_0: Read-arbiter weight weights.
+    pub const RD_WEIGHT_KERNEL: Field<RdWeight0> =
+        Field::new(&super::table::REGISTERS[177].fields[1]);
+    /// Bits 23:16 of DDMA.RD_WEIGHT_0: Read-arbiter weight DPU.
+    pub const RD_WEIGHT_DPU: Field<RdWeight0> = Field::new(&super::table::REGISTERS[177].fields[2]);
+    /// Bits 31:24 of DDMA.RD_WEIGHT_0: Read-arbiter weight PPU.
+    pub const RD_WEIGHT_PDP: Field<RdWeight0> = Field::new(&super::table::REGISTERS[177].fields[3]);
+}
+
 /// `DDMA.WR_WEIGHT_0` at offset `0x8008`, reset `0x00000000`; MMIO only (no regcmd target).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -82,6 +106,14 @@ impl Register for WrWeight0 {
     fn raw(self) -> u32 {
         self.into_bits()
     }
+}
+
+/// The fields of [`WrWeight0`] as constants.
+impl WrWeight0 {
+    /// Bits 7:0 of DDMA.WR_WEIGHT_0: Write-arbiter weight DPU.
+    pub const WR_WEIGHT_DPU: Field<WrWeight0> = Field::new(&super::table::REGISTERS[178].fields[0]);
+    /// Bits 15:8 of DDMA.WR_WEIGHT_0: Write-arbiter weight PPU.
+    pub const WR_WEIGHT_PDP: Field<WrWeight0> = Field::new(&super::table::REGISTERS[178].fields[1]);
 }
 
 /// `DDMA.CFG_ID_ERROR` at offset `0x800C`, reset `0x00000000`; MMIO only (no regcmd target).
@@ -111,6 +143,14 @@ impl Register for CfgIdError {
     }
 }
 
+/// The fields of [`CfgIdError`] as constants.
+impl CfgIdError {
+    /// Bits 4:0 of DDMA.CFG_ID_ERROR: AXI ID of a read error.
+    pub const RD_RESP_ID: Field<CfgIdError> = Field::new(&super::table::REGISTERS[179].fields[0]);
+    /// Bits 9:6 of DDMA.CFG_ID_ERROR: AXI ID of a write error.
+    pub const WR_RESP_ID: Field<CfgIdError> = Field::new(&super::table::REGISTERS[179].fields[1]);
+}
+
 /// `DDMA.RD_WEIGHT_1` at offset `0x8010`, reset `0x00000000`; MMIO only (no regcmd target).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -133,6 +173,12 @@ impl Register for RdWeight1 {
     }
 }
 
+/// The fields of [`RdWeight1`] as constants.
+impl RdWeight1 {
+    /// Bits 7:0 of DDMA.RD_WEIGHT_1: Read-arbiter weight PC (regcmd fetch).
+    pub const RD_WEIGHT_PC: Field<RdWeight1> = Field::new(&super::table::REGISTERS[180].fields[0]);
+}
+
 /// `DDMA.CFG_DMA_FIFO_CLR` at offset `0x8014`, reset `0x00000000`; MMIO only (no regcmd target).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -153,6 +199,13 @@ impl Register for CfgDmaFifoClr {
     fn raw(self) -> u32 {
         self.into_bits()
     }
+}
+
+/// The fields of [`CfgDmaFifoClr`] as constants.
+impl CfgDmaFifoClr {
+    /// Bit 0 of DDMA.CFG_DMA_FIFO_CLR: Clear DMA FIFO.
+    pub const DMA_FIFO_CLR: Field<CfgDmaFifoClr> =
+        Field::new(&super::table::REGISTERS[181].fields[0]);
 }
 
 /// `DDMA.CFG_DMA_ARB` at offset `0x8018`, reset `0x00000000`; MMIO only (no regcmd target).
@@ -190,6 +243,20 @@ impl Register for CfgDmaArb {
     }
 }
 
+/// The fields of [`CfgDmaArb`] as constants.
+impl CfgDmaArb {
+    /// Bits 2:0 of DDMA.CFG_DMA_ARB: Fixed read arbitration.
+    pub const RD_FIX_ARB: Field<CfgDmaArb> = Field::new(&super::table::REGISTERS[182].fields[0]);
+    /// Bits 6:4 of DDMA.CFG_DMA_ARB: Fixed write arbitration.
+    pub const WR_FIX_ARB: Field<CfgDmaArb> = Field::new(&super::table::REGISTERS[182].fields[1]);
+    /// Bit 8 of DDMA.CFG_DMA_ARB: Read arbitration model.
+    pub const RD_ARBIT_MODEL: Field<CfgDmaArb> =
+        Field::new(&super::table::REGISTERS[182].fields[2]);
+    /// Bit 9 of DDMA.CFG_DMA_ARB: Write arbitration model.
+    pub const WR_ARBIT_MODEL: Field<CfgDmaArb> =
+        Field::new(&super::table::REGISTERS[182].fields[3]);
+}
+
 /// `DDMA.CFG_DMA_RD_QOS` at offset `0x8020`, reset `0x00000000`; MMIO only (no regcmd target).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -222,6 +289,22 @@ impl Register for CfgDmaRdQos {
     fn raw(self) -> u32 {
         self.into_bits()
     }
+}
+
+/// The fields of [`CfgDmaRdQos`] as constants.
+impl CfgDmaRdQos {
+    /// Bits 1:0 of DDMA.CFG_DMA_RD_QOS: Read QoS features.
+    pub const RD_FEATURE_QOS: Field<CfgDmaRdQos> =
+        Field::new(&super::table::REGISTERS[183].fields[0]);
+    /// Bits 3:2 of DDMA.CFG_DMA_RD_QOS: Read QoS weights.
+    pub const RD_KERNEL_QOS: Field<CfgDmaRdQos> =
+        Field::new(&super::table::REGISTERS[183].fields[1]);
+    /// Bits 5:4 of DDMA.CFG_DMA_RD_QOS: Read QoS DPU.
+    pub const RD_DPU_QOS: Field<CfgDmaRdQos> = Field::new(&super::table::REGISTERS[183].fields[2]);
+    /// Bits 7:6 of DDMA.CFG_DMA_RD_QOS: Read QoS PPU.
+    pub const RD_PPU_QOS: Field<CfgDmaRdQos> = Field::new(&super::table::REGISTERS[183].fields[3]);
+    /// Bits 9:8 of DDMA.CFG_DMA_RD_QOS: AXI read QoS PC.
+    pub const RD_PC_QOS: Field<CfgDmaRdQos> = Field::new(&super::table::REGISTERS[183].fields[4]);
 }
 
 /// `DDMA.CFG_DMA_RD_CFG` at offset `0x8024`, reset `0x00000000`; MMIO only (no regcmd target).
@@ -258,6 +341,20 @@ impl Register for CfgDmaRdCfg {
     }
 }
 
+/// The fields of [`CfgDmaRdCfg`] as constants.
+impl CfgDmaRdCfg {
+    /// Bits 2:0 of DDMA.CFG_DMA_RD_CFG: AXI ARSIZE.
+    pub const RD_ARSIZE: Field<CfgDmaRdCfg> = Field::new(&super::table::REGISTERS[184].fields[0]);
+    /// Bits 4:3 of DDMA.CFG_DMA_RD_CFG: AXI ARBURST.
+    pub const RD_ARBURST: Field<CfgDmaRdCfg> = Field::new(&super::table::REGISTERS[184].fields[1]);
+    /// Bits 7:5 of DDMA.CFG_DMA_RD_CFG: AXI ARPROT.
+    pub const RD_ARPROT: Field<CfgDmaRdCfg> = Field::new(&super::table::REGISTERS[184].fields[2]);
+    /// Bits 11:8 of DDMA.CFG_DMA_RD_CFG: AXI ARCACHE.
+    pub const RD_ARCACHE: Field<CfgDmaRdCfg> = Field::new(&super::table::REGISTERS[184].fields[3]);
+    /// Bit 12 of DDMA.CFG_DMA_RD_CFG: AXI ARLOCK.
+    pub const RD_ARLOCK: Field<CfgDmaRdCfg> = Field::new(&super::table::REGISTERS[184].fields[4]);
+}
+
 /// `DDMA.CFG_DMA_WR_CFG` at offset `0x8028`, reset `0x00000000`; MMIO only (no regcmd target).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -292,6 +389,20 @@ impl Register for CfgDmaWrCfg {
     }
 }
 
+/// The fields of [`CfgDmaWrCfg`] as constants.
+impl CfgDmaWrCfg {
+    /// Bits 2:0 of DDMA.CFG_DMA_WR_CFG: AXI AWSIZE.
+    pub const WR_AWSIZE: Field<CfgDmaWrCfg> = Field::new(&super::table::REGISTERS[185].fields[0]);
+    /// Bits 4:3 of DDMA.CFG_DMA_WR_CFG: AXI AWBURST.
+    pub const WR_AWBURST: Field<CfgDmaWrCfg> = Field::new(&super::table::REGISTERS[185].fields[1]);
+    /// Bits 7:5 of DDMA.CFG_DMA_WR_CFG: AXI AWPROT.
+    pub const WR_AWPROT: Field<CfgDmaWrCfg> = Field::new(&super::table::REGISTERS[185].fields[2]);
+    /// Bits 11:8 of DDMA.CFG_DMA_WR_CFG: AXI AWCACHE.
+    pub const WR_AWCACHE: Field<CfgDmaWrCfg> = Field::new(&super::table::REGISTERS[185].fields[3]);
+    /// Bit 12 of DDMA.CFG_DMA_WR_CFG: AXI AWLOCK.
+    pub const WR_AWLOCK: Field<CfgDmaWrCfg> = Field::new(&super::table::REGISTERS[185].fields[4]);
+}
+
 /// `DDMA.CFG_DMA_WSTRB` at offset `0x802C`, reset `0x00000000`; MMIO only (no regcmd target).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -310,6 +421,12 @@ impl Register for CfgDmaWstrb {
     fn raw(self) -> u32 {
         self.into_bits()
     }
+}
+
+/// The fields of [`CfgDmaWstrb`] as constants.
+impl CfgDmaWstrb {
+    /// Bits 31:0 of DDMA.CFG_DMA_WSTRB: AXI write strobe.
+    pub const WR_WSTRB: Field<CfgDmaWstrb> = Field::new(&super::table::REGISTERS[186].fields[0]);
 }
 
 /// `DDMA.CFG_STATUS` at offset `0x8030`, reset `0x00000000`; MMIO only (no regcmd target).
@@ -336,4 +453,10 @@ impl Register for CfgStatus {
     fn raw(self) -> u32 {
         self.into_bits()
     }
+}
+
+/// The fields of [`CfgStatus`] as constants.
+impl CfgStatus {
+    /// Bit 8 of DDMA.CFG_STATUS: DMA idle flag (TRM marks RW).
+    pub const IDEL: Field<CfgStatus> = Field::new(&super::table::REGISTERS[187].fields[0]);
 }

@@ -13,7 +13,7 @@ use crate::regs::values::RegroupCounter;
 use crate::regs::values::RegroupType;
 use crate::regs::values::RoundType;
 #[allow(unused_imports)]
-use crate::regs::{CommandRegister, DmaAddressRegister, Register, RegisterInfo};
+use crate::regs::{CommandRegister, DmaAddressRegister, Field, RegArray, Register, RegisterInfo};
 use bitfield_struct::bitfield;
 
 /// `DPU.S_STATUS` at offset `0x4000`, reset `0x00000000`; regcmd target `0x1001`.
@@ -45,6 +45,14 @@ impl Register for SStatus {
 
 impl CommandRegister for SStatus {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`SStatus`] as constants.
+impl SStatus {
+    /// Bits 1:0 of DPU.S_STATUS: Group 0 state, same encoding.
+    pub const STATUS_0: Field<SStatus> = Field::new(&super::table::REGISTERS[73].fields[0]);
+    /// Bits 17:16 of DPU.S_STATUS: Group 1 state: 0 idle, 1 running, 2 running with the other group waiting, 3 reserved.
+    pub const STATUS_1: Field<SStatus> = Field::new(&super::table::REGISTERS[73].fields[1]);
 }
 
 /// `DPU.S_POINTER` at offset `0x4004`, reset `0x00000000`; regcmd target `0x1001`.
@@ -93,6 +101,26 @@ impl CommandRegister for SPointer {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`SPointer`] as constants.
+impl SPointer {
+    /// Bit 0 of DPU.S_POINTER: Group that subsequent register writes land in (NVDLA PRODUCER).
+    pub const POINTER: Field<SPointer> = Field::new(&super::table::REGISTERS[74].fields[0]);
+    /// Bit 1 of DPU.S_POINTER: Enable register-group ping-pong.
+    pub const POINTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[74].fields[1]);
+    /// Bit 2 of DPU.S_POINTER: Enable executer ping-pong.
+    pub const EXECUTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[74].fields[2]);
+    /// Bit 3 of DPU.S_POINTER: 0 = pointer toggles with the executer, 1 = pointer toggles by itself after each use.
+    pub const POINTER_PP_MODE: Field<SPointer> = Field::new(&super::table::REGISTERS[74].fields[3]);
+    /// Bit 4 of DPU.S_POINTER: Reset register-group pointer to 0.
+    pub const POINTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[74].fields[4]);
+    /// Bit 5 of DPU.S_POINTER: Reset executer pointer to 0.
+    pub const EXECUTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[74].fields[5]);
+    /// Bit 16 of DPU.S_POINTER: Group the datapath is using (NVDLA CONSUMER).
+    pub const EXECUTER: Field<SPointer> = Field::new(&super::table::REGISTERS[74].fields[6]);
+}
+
 /// `DPU.OPERATION_ENABLE` at offset `0x4008`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -117,6 +145,12 @@ impl Register for OperationEnable {
 
 impl CommandRegister for OperationEnable {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`OperationEnable`] as constants.
+impl OperationEnable {
+    /// Bit 0 of DPU.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[75].fields[0]);
 }
 
 /// `DPU.FEATURE_MODE_CFG` at offset `0x400C`, reset `0x00000000`; regcmd target `0x1001`.
@@ -167,6 +201,30 @@ impl CommandRegister for FeatureModeCfg {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`FeatureModeCfg`] as constants.
+impl FeatureModeCfg {
+    /// Bit 0 of DPU.FEATURE_MODE_CFG: 0 = main data from CORE (conv output); 1 = from MRDMA (memory, elementwise/standalone).
+    pub const FLYING_MODE: Field<FeatureModeCfg> =
+        Field::new(&super::table::REGISTERS[76].fields[0]);
+    /// Bits 2:1 of DPU.FEATURE_MODE_CFG: bit0 = output to PPU, bit1 = output to memory (WDMA); conv/GEMM use 2.
+    pub const OUTPUT_MODE: Field<FeatureModeCfg> =
+        Field::new(&super::table::REGISTERS[76].fields[1]);
+    /// Bits 4:3 of DPU.FEATURE_MODE_CFG: 0 normal, 3 depthwise.
+    pub const CONV_MODE: Field<FeatureModeCfg> = Field::new(&super::table::REGISTERS[76].fields[2]);
+    /// Bits 8:5 of DPU.FEATURE_MODE_CFG: Write burst: 3 = 4, 7 = 8, 15 = 16; writers use 15.
+    pub const BURST_LEN: Field<FeatureModeCfg> = Field::new(&super::table::REGISTERS[76].fields[3]);
+    /// Bits 24:9 of DPU.FEATURE_MODE_CFG: In non-align mode: number of 8-byte units stored.
+    pub const SURF_LEN: Field<FeatureModeCfg> = Field::new(&super::table::REGISTERS[76].fields[4]);
+    /// Bit 25 of DPU.FEATURE_MODE_CFG: Non-aligned output mode (when output flow equals input flow).
+    pub const NONALIGN: Field<FeatureModeCfg> = Field::new(&super::table::REGISTERS[76].fields[5]);
+    /// Bits 29:26 of DPU.FEATURE_MODE_CFG: Regroup type: 0 whole 128 bit, 1 4-bit, 2 8-bit, 3 16-bit, 4 32-bit, 5 64-bit.
+    pub const RGP_TYPE: Field<FeatureModeCfg> = Field::new(&super::table::REGISTERS[76].fields[6]);
+    /// Bit 30 of DPU.FEATURE_MODE_CFG: Enable transpose.
+    pub const TP_EN: Field<FeatureModeCfg> = Field::new(&super::table::REGISTERS[76].fields[7]);
+    /// Bit 31 of DPU.FEATURE_MODE_CFG: Same as DPU_RDMA COMB_USE\[0\].
+    pub const COMB_USE: Field<FeatureModeCfg> = Field::new(&super::table::REGISTERS[76].fields[8]);
+}
+
 /// `DPU.DATA_FORMAT` at offset `0x4010`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -209,6 +267,28 @@ impl CommandRegister for DataFormat {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`DataFormat`] as constants.
+impl DataFormat {
+    /// Bits 2:0 of DPU.DATA_FORMAT: Processing precision, same encoding.
+    pub const PROC_PRECISION: Field<DataFormat> =
+        Field::new(&super::table::REGISTERS[77].fields[0]);
+    /// Bit 3 of DPU.DATA_FORMAT: 0 = one pixel per 16-byte atom; 1 = 2 or 4 surfaces output serially.
+    pub const MC_SURF_OUT: Field<DataFormat> = Field::new(&super::table::REGISTERS[77].fields[1]);
+    /// Bits 9:4 of DPU.DATA_FORMAT: BS-core multiplier shift for negative values.
+    pub const BS_MUL_SHIFT_VALUE_NEG: Field<DataFormat> =
+        Field::new(&super::table::REGISTERS[77].fields[2]);
+    /// Bits 15:10 of DPU.DATA_FORMAT: BN-core multiplier shift for negative values.
+    pub const BN_MUL_SHIFT_VALUE_NEG: Field<DataFormat> =
+        Field::new(&super::table::REGISTERS[77].fields[3]);
+    /// Bits 25:16 of DPU.DATA_FORMAT: EW-core shift for negative values.
+    pub const EW_TRUNCATE_NEG: Field<DataFormat> =
+        Field::new(&super::table::REGISTERS[77].fields[4]);
+    /// Bits 28:26 of DPU.DATA_FORMAT: Input precision (must match DPU_RDMA), same encoding.
+    pub const IN_PRECISION: Field<DataFormat> = Field::new(&super::table::REGISTERS[77].fields[5]);
+    /// Bits 31:29 of DPU.DATA_FORMAT: Output precision: 0 int8, 1 int16, 2 fp16, 3 bf16, 4 int32, 5 fp32, 6 int4.
+    pub const OUT_PRECISION: Field<DataFormat> = Field::new(&super::table::REGISTERS[77].fields[6]);
+}
+
 /// `DPU.OFFSET_PEND` at offset `0x4014`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -233,6 +313,12 @@ impl Register for OffsetPend {
 
 impl CommandRegister for OffsetPend {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`OffsetPend`] as constants.
+impl OffsetPend {
+    /// Bits 15:0 of DPU.OFFSET_PEND: Value written into padding (extra) channels.
+    pub const OFFSET_PEND: Field<OffsetPend> = Field::new(&super::table::REGISTERS[78].fields[0]);
 }
 
 /// `DPU.DST_BASE_ADDR` at offset `0x4020`, reset `0x00000000`; regcmd target `0x1001`.
@@ -267,6 +353,13 @@ impl DmaAddressRegister for DstBaseAddr {
     const ALIGN: u32 = 16;
 }
 
+/// The fields of [`DstBaseAddr`] as constants.
+impl DstBaseAddr {
+    /// Bits 31:0 of DPU.DST_BASE_ADDR: Output DMA address. TRM: bits 31:4 (16-byte aligned); XML/Mesa: 31:0; writers store the raw byte address.
+    pub const DST_BASE_ADDR: Field<DstBaseAddr> =
+        Field::new(&super::table::REGISTERS[79].fields[0]);
+}
+
 /// `DPU.DST_SURF_STRIDE` at offset `0x4024`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -291,6 +384,13 @@ impl Register for DstSurfStride {
 
 impl CommandRegister for DstSurfStride {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`DstSurfStride`] as constants.
+impl DstSurfStride {
+    /// Bits 31:4 of DPU.DST_SURF_STRIDE: Output surface stride in 16-byte units (field at bit 4, so raw value = byte stride).
+    pub const DST_SURF_STRIDE: Field<DstSurfStride> =
+        Field::new(&super::table::REGISTERS[80].fields[0]);
 }
 
 /// `DPU.DATA_CUBE_WIDTH` at offset `0x4030`, reset `0x00000000`; regcmd target `0x1001`.
@@ -319,6 +419,12 @@ impl Register for DataCubeWidth {
 
 impl CommandRegister for DataCubeWidth {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`DataCubeWidth`] as constants.
+impl DataCubeWidth {
+    /// Bits 12:0 of DPU.DATA_CUBE_WIDTH: Cube width minus one (NVDLA: actual = WIDTH+1).
+    pub const WIDTH: Field<DataCubeWidth> = Field::new(&super::table::REGISTERS[81].fields[0]);
 }
 
 /// `DPU.DATA_CUBE_HEIGHT` at offset `0x4034`, reset `0x00000000`; regcmd target `0x1001`.
@@ -354,6 +460,15 @@ impl CommandRegister for DataCubeHeight {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`DataCubeHeight`] as constants.
+impl DataCubeHeight {
+    /// Bits 12:0 of DPU.DATA_CUBE_HEIGHT: Cube height minus one.
+    pub const HEIGHT: Field<DataCubeHeight> = Field::new(&super::table::REGISTERS[82].fields[0]);
+    /// Bits 24:22 of DPU.DATA_CUBE_HEIGHT: Min/max op: bit0 enable, bit1 type, bit2 probability only.
+    pub const MINMAX_CTL: Field<DataCubeHeight> =
+        Field::new(&super::table::REGISTERS[82].fields[1]);
+}
+
 /// `DPU.DATA_CUBE_NOTCH_ADDR` at offset `0x4038`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -383,6 +498,16 @@ impl Register for DataCubeNotchAddr {
 
 impl CommandRegister for DataCubeNotchAddr {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`DataCubeNotchAddr`] as constants.
+impl DataCubeNotchAddr {
+    /// Bits 12:0 of DPU.DATA_CUBE_NOTCH_ADDR: Pixels from end of width to end of shape line; RKNN GEMM writes 0x006f006f.
+    pub const NOTCH_ADDR_0: Field<DataCubeNotchAddr> =
+        Field::new(&super::table::REGISTERS[83].fields[0]);
+    /// Bits 28:16 of DPU.DATA_CUBE_NOTCH_ADDR: Pixels from end of width to end of shape line (second notch).
+    pub const NOTCH_ADDR_1: Field<DataCubeNotchAddr> =
+        Field::new(&super::table::REGISTERS[83].fields[1]);
 }
 
 /// `DPU.DATA_CUBE_CHANNEL` at offset `0x403C`, reset `0x00000000`; regcmd target `0x1001`.
@@ -418,6 +543,15 @@ impl Register for DataCubeChannel {
 
 impl CommandRegister for DataCubeChannel {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`DataCubeChannel`] as constants.
+impl DataCubeChannel {
+    /// Bits 12:0 of DPU.DATA_CUBE_CHANNEL: Cube (aligned) channels minus one.
+    pub const CHANNEL: Field<DataCubeChannel> = Field::new(&super::table::REGISTERS[84].fields[0]);
+    /// Bits 28:16 of DPU.DATA_CUBE_CHANNEL: Original (real) output channels minus one.
+    pub const ORIG_CHANNEL: Field<DataCubeChannel> =
+        Field::new(&super::table::REGISTERS[84].fields[1]);
 }
 
 /// `DPU.BS_CFG` at offset `0x4040`, reset `0x00000000`; regcmd target `0x1001`.
@@ -471,6 +605,26 @@ impl CommandRegister for BsCfg {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`BsCfg`] as constants.
+impl BsCfg {
+    /// Bit 0 of DPU.BS_CFG: 1 = bypass the whole BS (bias/scale) stage. All-bypass = 0x53.
+    pub const BS_BYPASS: Field<BsCfg> = Field::new(&super::table::REGISTERS[85].fields[0]);
+    /// Bit 1 of DPU.BS_CFG: 1 = bypass BS ALU.
+    pub const BS_ALU_BYPASS: Field<BsCfg> = Field::new(&super::table::REGISTERS[85].fields[1]);
+    /// Bit 4 of DPU.BS_CFG: 1 = bypass BS multiplier.
+    pub const BS_MUL_BYPASS: Field<BsCfg> = Field::new(&super::table::REGISTERS[85].fields[2]);
+    /// Bit 5 of DPU.BS_CFG: Enable PReLU multiply.
+    pub const BS_MUL_PRELU: Field<BsCfg> = Field::new(&super::table::REGISTERS[85].fields[3]);
+    /// Bit 6 of DPU.BS_CFG: 1 = bypass BS ReLU.
+    pub const BS_RELU_BYPASS: Field<BsCfg> = Field::new(&super::table::REGISTERS[85].fields[4]);
+    /// Bit 7 of DPU.BS_CFG: Enable ReLUX (clip at BS_RELUX_CMP_VALUE).
+    pub const BS_RELUX_EN: Field<BsCfg> = Field::new(&super::table::REGISTERS[85].fields[5]);
+    /// Bit 8 of DPU.BS_CFG: ALU operand from 0 register, 1 memory (BRDMA).
+    pub const BS_ALU_SRC: Field<BsCfg> = Field::new(&super::table::REGISTERS[85].fields[6]);
+    /// Bits 19:16 of DPU.BS_CFG: BS ALU op: 2 add, 4 minus; other codes reserved (NVDLA SDP: 0 max, 1 min, 2 sum in bits 3:2).
+    pub const BS_ALU_ALGO: Field<BsCfg> = Field::new(&super::table::REGISTERS[85].fields[7]);
+}
+
 /// `DPU.BS_ALU_CFG` at offset `0x4044`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -493,6 +647,12 @@ impl Register for BsAluCfg {
 
 impl CommandRegister for BsAluCfg {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`BsAluCfg`] as constants.
+impl BsAluCfg {
+    /// Bits 31:0 of DPU.BS_ALU_CFG: BS ALU operand (register source).
+    pub const BS_ALU_OPERAND: Field<BsAluCfg> = Field::new(&super::table::REGISTERS[86].fields[0]);
 }
 
 /// `DPU.BS_MUL_CFG` at offset `0x4048`, reset `0x00000000`; regcmd target `0x1001`.
@@ -532,6 +692,19 @@ impl CommandRegister for BsMulCfg {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`BsMulCfg`] as constants.
+impl BsMulCfg {
+    /// Bit 0 of DPU.BS_MUL_CFG: Multiplier operand from 0 register, 1 memory.
+    pub const BS_MUL_SRC: Field<BsMulCfg> = Field::new(&super::table::REGISTERS[87].fields[0]);
+    /// Bit 1 of DPU.BS_MUL_CFG: Shift value from 0 register, 1 memory.
+    pub const BS_TRUNCATE_SRC: Field<BsMulCfg> = Field::new(&super::table::REGISTERS[87].fields[1]);
+    /// Bits 13:8 of DPU.BS_MUL_CFG: Shift after BS multiply for positive values.
+    pub const BS_MUL_SHIFT_VALUE: Field<BsMulCfg> =
+        Field::new(&super::table::REGISTERS[87].fields[2]);
+    /// Bits 31:16 of DPU.BS_MUL_CFG: BS multiplier operand.
+    pub const BS_MUL_OPERAND: Field<BsMulCfg> = Field::new(&super::table::REGISTERS[87].fields[3]);
+}
+
 /// `DPU.BS_RELUX_CMP_VALUE` at offset `0x404C`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -554,6 +727,13 @@ impl Register for BsReluxCmpValue {
 
 impl CommandRegister for BsReluxCmpValue {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`BsReluxCmpValue`] as constants.
+impl BsReluxCmpValue {
+    /// Bits 31:0 of DPU.BS_RELUX_CMP_VALUE: ReLUX compare value.
+    pub const BS_RELUX_CMP_DAT: Field<BsReluxCmpValue> =
+        Field::new(&super::table::REGISTERS[88].fields[0]);
 }
 
 /// `DPU.BS_OW_CFG` at offset `0x4050`, reset `0x00000000`; regcmd target `0x1001`.
@@ -600,6 +780,24 @@ impl CommandRegister for BsOwCfg {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`BsOwCfg`] as constants.
+impl BsOwCfg {
+    /// Bit 0 of DPU.BS_OW_CFG: CPEND operand from 0 register, 1 memory.
+    pub const OW_SRC: Field<BsOwCfg> = Field::new(&super::table::REGISTERS[89].fields[0]);
+    /// Bit 1 of DPU.BS_OW_CFG: 1 = bypass CPEND (the zero-point/offset 'OW' adder).
+    pub const OD_BYPASS: Field<BsOwCfg> = Field::new(&super::table::REGISTERS[89].fields[1]);
+    /// Bits 4:2 of DPU.BS_OW_CFG: Same for the first line.
+    pub const SIZE_E_0: Field<BsOwCfg> = Field::new(&super::table::REGISTERS[89].fields[2]);
+    /// Bits 7:5 of DPU.BS_OW_CFG: Same for middle lines.
+    pub const SIZE_E_1: Field<BsOwCfg> = Field::new(&super::table::REGISTERS[89].fields[3]);
+    /// Bits 10:8 of DPU.BS_OW_CFG: 8-channel groups per row of the last output line, minus one. Observed (all three SIZE_E fields equal): Mesa int8 out 1, depthwise 3; mtx int32 out 7, fp32 out 3, fp16 out 1; RKNN fp32 out 3.
+    pub const SIZE_E_2: Field<BsOwCfg> = Field::new(&super::table::REGISTERS[89].fields[4]);
+    /// Bit 27 of DPU.BS_OW_CFG: Enable original transpose.
+    pub const TP_ORG_EN: Field<BsOwCfg> = Field::new(&super::table::REGISTERS[89].fields[5]);
+    /// Bits 31:28 of DPU.BS_OW_CFG: Regroup counter: 0 all, 1 one of 2, 2 one of 4, 3 one of 8.
+    pub const RGP_CNTER: Field<BsOwCfg> = Field::new(&super::table::REGISTERS[89].fields[6]);
+}
+
 /// `DPU.BS_OW_OP` at offset `0x4054`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -624,6 +822,12 @@ impl Register for BsOwOp {
 
 impl CommandRegister for BsOwOp {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`BsOwOp`] as constants.
+impl BsOwOp {
+    /// Bits 15:0 of DPU.BS_OW_OP: CPEND operand; Mesa writes 0x80 - weight zero point.
+    pub const OW_OP: Field<BsOwOp> = Field::new(&super::table::REGISTERS[90].fields[0]);
 }
 
 /// `DPU.WDMA_SIZE_0` at offset `0x4058`, reset `0x00000000`; regcmd target `0x1001`.
@@ -662,6 +866,16 @@ impl CommandRegister for WdmaSize0 {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`WdmaSize0`] as constants.
+impl WdmaSize0 {
+    /// Bits 12:0 of DPU.WDMA_SIZE_0: Write-DMA channels minus one.
+    pub const CHANNEL_WDMA: Field<WdmaSize0> = Field::new(&super::table::REGISTERS[91].fields[0]);
+    /// Bits 26:16 of DPU.WDMA_SIZE_0: size_c for the write DMA; writers leave 0.
+    pub const SIZE_C_WDMA: Field<WdmaSize0> = Field::new(&super::table::REGISTERS[91].fields[1]);
+    /// Bit 27 of DPU.WDMA_SIZE_0: Transpose precision 0 8-bit, 1 16-bit.
+    pub const TP_PRECISION: Field<WdmaSize0> = Field::new(&super::table::REGISTERS[91].fields[2]);
+}
+
 /// `DPU.WDMA_SIZE_1` at offset `0x405C`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -695,6 +909,14 @@ impl Register for WdmaSize1 {
 
 impl CommandRegister for WdmaSize1 {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`WdmaSize1`] as constants.
+impl WdmaSize1 {
+    /// Bits 12:0 of DPU.WDMA_SIZE_1: Write-DMA width minus one.
+    pub const WIDTH_WDMA: Field<WdmaSize1> = Field::new(&super::table::REGISTERS[92].fields[0]);
+    /// Bits 28:16 of DPU.WDMA_SIZE_1: Write-DMA height minus one.
+    pub const HEIGHT_WDMA: Field<WdmaSize1> = Field::new(&super::table::REGISTERS[92].fields[1]);
 }
 
 /// `DPU.BN_CFG` at offset `0x4060`, reset `0x00000000`; regcmd target `0x1001`.
@@ -748,6 +970,26 @@ impl CommandRegister for BnCfg {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`BnCfg`] as constants.
+impl BnCfg {
+    /// Bit 0 of DPU.BN_CFG: 1 = bypass the whole BN stage.
+    pub const BN_BYPASS: Field<BnCfg> = Field::new(&super::table::REGISTERS[93].fields[0]);
+    /// Bit 1 of DPU.BN_CFG: 1 = bypass BN ALU.
+    pub const BN_ALU_BYPASS: Field<BnCfg> = Field::new(&super::table::REGISTERS[93].fields[1]);
+    /// Bit 4 of DPU.BN_CFG: 1 = bypass BN multiplier.
+    pub const BN_MUL_BYPASS: Field<BnCfg> = Field::new(&super::table::REGISTERS[93].fields[2]);
+    /// Bit 5 of DPU.BN_CFG: Enable PReLU multiply.
+    pub const BN_MUL_PRELU: Field<BnCfg> = Field::new(&super::table::REGISTERS[93].fields[3]);
+    /// Bit 6 of DPU.BN_CFG: 1 = bypass BN ReLU.
+    pub const BN_RELU_BYPASS: Field<BnCfg> = Field::new(&super::table::REGISTERS[93].fields[4]);
+    /// Bit 7 of DPU.BN_CFG: Enable ReLUX.
+    pub const BN_RELUX_EN: Field<BnCfg> = Field::new(&super::table::REGISTERS[93].fields[5]);
+    /// Bit 8 of DPU.BN_CFG: ALU operand from 0 register, 1 memory (NRDMA).
+    pub const BN_ALU_SRC: Field<BnCfg> = Field::new(&super::table::REGISTERS[93].fields[6]);
+    /// Bits 19:16 of DPU.BN_CFG: BN ALU op: 2 add, 4 minus.
+    pub const BN_ALU_ALGO: Field<BnCfg> = Field::new(&super::table::REGISTERS[93].fields[7]);
+}
+
 /// `DPU.BN_ALU_CFG` at offset `0x4064`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -770,6 +1012,12 @@ impl Register for BnAluCfg {
 
 impl CommandRegister for BnAluCfg {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`BnAluCfg`] as constants.
+impl BnAluCfg {
+    /// Bits 31:0 of DPU.BN_ALU_CFG: BN ALU operand.
+    pub const BN_ALU_OPERAND: Field<BnAluCfg> = Field::new(&super::table::REGISTERS[94].fields[0]);
 }
 
 /// `DPU.BN_MUL_CFG` at offset `0x4068`, reset `0x00000000`; regcmd target `0x1001`.
@@ -809,6 +1057,19 @@ impl CommandRegister for BnMulCfg {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`BnMulCfg`] as constants.
+impl BnMulCfg {
+    /// Bit 0 of DPU.BN_MUL_CFG: Operand from 0 register, 1 memory.
+    pub const BN_MUL_SRC: Field<BnMulCfg> = Field::new(&super::table::REGISTERS[95].fields[0]);
+    /// Bit 1 of DPU.BN_MUL_CFG: Shift from 0 register, 1 memory.
+    pub const BN_TRUNCATE_SRC: Field<BnMulCfg> = Field::new(&super::table::REGISTERS[95].fields[1]);
+    /// Bits 13:8 of DPU.BN_MUL_CFG: Shift after BN multiply for positive values.
+    pub const BN_MUL_SHIFT_VALUE: Field<BnMulCfg> =
+        Field::new(&super::table::REGISTERS[95].fields[2]);
+    /// Bits 31:16 of DPU.BN_MUL_CFG: BN multiplier operand.
+    pub const BN_MUL_OPERAND: Field<BnMulCfg> = Field::new(&super::table::REGISTERS[95].fields[3]);
+}
+
 /// `DPU.BN_RELUX_CMP_VALUE` at offset `0x406C`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -831,6 +1092,13 @@ impl Register for BnReluxCmpValue {
 
 impl CommandRegister for BnReluxCmpValue {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`BnReluxCmpValue`] as constants.
+impl BnReluxCmpValue {
+    /// Bits 31:0 of DPU.BN_RELUX_CMP_VALUE: ReLUX compare value.
+    pub const BN_RELUX_CMP_DAT: Field<BnReluxCmpValue> =
+        Field::new(&super::table::REGISTERS[96].fields[0]);
 }
 
 /// `DPU.EW_CFG` at offset `0x4070`, reset `0x00000000`; regcmd target `0x1001`.
@@ -908,6 +1176,42 @@ impl CommandRegister for EwCfg {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`EwCfg`] as constants.
+impl EwCfg {
+    /// Bit 0 of DPU.EW_CFG: 1 = bypass the whole EW stage. All-bypass = 0x383.
+    pub const EW_BYPASS: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[0]);
+    /// Bit 1 of DPU.EW_CFG: 1 = bypass EW ALU and MUL.
+    pub const EW_OP_BYPASS: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[1]);
+    /// Bit 2 of DPU.EW_CFG: 0 ALU, 1 multiply.
+    pub const EW_OP_TYPE: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[2]);
+    /// Bit 5 of DPU.EW_CFG: Enable PReLU multiply.
+    pub const EW_MUL_PRELU: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[3]);
+    /// Bit 6 of DPU.EW_CFG: Operand from 0 register (EW_OP_VALUE_x), 1 memory (ERDMA).
+    pub const EW_OP_SRC: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[4]);
+    /// Bit 7 of DPU.EW_CFG: 1 = bypass LUT.
+    pub const EW_LUT_BYPASS: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[5]);
+    /// Bit 8 of DPU.EW_CFG: 1 = bypass EW operand converter.
+    pub const EW_OP_CVT_BYPASS: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[6]);
+    /// Bit 9 of DPU.EW_CFG: 1 = bypass EW ReLU.
+    pub const EW_RELU_BYPASS: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[7]);
+    /// Bit 10 of DPU.EW_CFG: Enable ReLUX.
+    pub const EW_RELUX_EN: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[8]);
+    /// Bits 19:16 of DPU.EW_CFG: EW ALU op: 0 max, 1 min, 2 add, 3 div, 4 minus, 5 abs, 6 neg, 7 floor, 8 ceil.
+    pub const EW_ALU_ALGO: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[9]);
+    /// Bit 20 of DPU.EW_CFG: Min/max binary enable.
+    pub const EW_BINARY_EN: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[10]);
+    /// Bit 21 of DPU.EW_CFG: Min/max equal enable.
+    pub const EW_EQUAL_EN: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[11]);
+    /// Bits 23:22 of DPU.EW_CFG: ERDMA operand size: 0 4-bit, 1 8-bit, 2 16-bit, 3 32-bit.
+    pub const EDATA_SIZE: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[12]);
+    /// Bits 29:28 of DPU.EW_CFG: Data mode of the ERDMA operand (encoding undocumented; Mesa uses 1 for tensor add).
+    pub const EW_DATA_MODE: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[13]);
+    /// Bit 30 of DPU.EW_CFG: EW input convert rounding: 0 half to even, 1 half up.
+    pub const EW_CVT_ROUND: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[14]);
+    /// Bit 31 of DPU.EW_CFG: EW input convert: 0 multiply first, 1 add first.
+    pub const EW_CVT_TYPE: Field<EwCfg> = Field::new(&super::table::REGISTERS[97].fields[15]);
+}
+
 /// `DPU.EW_CVT_OFFSET_VALUE` at offset `0x4074`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -930,6 +1234,13 @@ impl Register for EwCvtOffsetValue {
 
 impl CommandRegister for EwCvtOffsetValue {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`EwCvtOffsetValue`] as constants.
+impl EwCvtOffsetValue {
+    /// Bits 31:0 of DPU.EW_CVT_OFFSET_VALUE: EW operand convert offset.
+    pub const EW_OP_CVT_OFFSET: Field<EwCvtOffsetValue> =
+        Field::new(&super::table::REGISTERS[98].fields[0]);
 }
 
 /// `DPU.EW_CVT_SCALE_VALUE` at offset `0x4078`, reset `0x00000000`; regcmd target `0x1001`.
@@ -962,6 +1273,19 @@ impl CommandRegister for EwCvtScaleValue {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`EwCvtScaleValue`] as constants.
+impl EwCvtScaleValue {
+    /// Bits 15:0 of DPU.EW_CVT_SCALE_VALUE: EW operand convert scale; writers put 1 when unused.
+    pub const EW_OP_CVT_SCALE: Field<EwCvtScaleValue> =
+        Field::new(&super::table::REGISTERS[99].fields[0]);
+    /// Bits 21:16 of DPU.EW_CVT_SCALE_VALUE: EW operand convert shift.
+    pub const EW_OP_CVT_SHIFT: Field<EwCvtScaleValue> =
+        Field::new(&super::table::REGISTERS[99].fields[1]);
+    /// Bits 31:22 of DPU.EW_CVT_SCALE_VALUE: EW-core shift (positive values).
+    pub const EW_TRUNCATE: Field<EwCvtScaleValue> =
+        Field::new(&super::table::REGISTERS[99].fields[2]);
+}
+
 /// `DPU.EW_RELUX_CMP_VALUE` at offset `0x407C`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -986,6 +1310,13 @@ impl CommandRegister for EwReluxCmpValue {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`EwReluxCmpValue`] as constants.
+impl EwReluxCmpValue {
+    /// Bits 31:0 of DPU.EW_RELUX_CMP_VALUE: ReLUX compare value.
+    pub const EW_RELUX_CMP_DAT: Field<EwReluxCmpValue> =
+        Field::new(&super::table::REGISTERS[100].fields[0]);
+}
+
 /// `DPU.OUT_CVT_OFFSET` at offset `0x4080`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1008,6 +1339,13 @@ impl Register for OutCvtOffset {
 
 impl CommandRegister for OutCvtOffset {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`OutCvtOffset`] as constants.
+impl OutCvtOffset {
+    /// Bits 31:0 of DPU.OUT_CVT_OFFSET: Output converter offset (signed; Mesa: output zero point - 0x80).
+    pub const OUT_CVT_OFFSET: Field<OutCvtOffset> =
+        Field::new(&super::table::REGISTERS[101].fields[0]);
 }
 
 /// `DPU.OUT_CVT_SCALE` at offset `0x4084`, reset `0x00000000`; regcmd target `0x1001`.
@@ -1037,6 +1375,16 @@ impl Register for OutCvtScale {
 
 impl CommandRegister for OutCvtScale {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`OutCvtScale`] as constants.
+impl OutCvtScale {
+    /// Bits 15:0 of DPU.OUT_CVT_SCALE: Output converter scale (Q-format multiplier); 1 = identity.
+    pub const OUT_CVT_SCALE: Field<OutCvtScale> =
+        Field::new(&super::table::REGISTERS[102].fields[0]);
+    /// Bit 16 of DPU.OUT_CVT_SCALE: Convert fp32 result to fp16 on output.
+    pub const FP32TOFP16_EN: Field<OutCvtScale> =
+        Field::new(&super::table::REGISTERS[102].fields[1]);
 }
 
 /// `DPU.OUT_CVT_SHIFT` at offset `0x4088`, reset `0x00000000`; regcmd target `0x1001`.
@@ -1074,7 +1422,22 @@ impl CommandRegister for OutCvtShift {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`OutCvtShift`] as constants.
+impl OutCvtShift {
+    /// Bits 11:0 of DPU.OUT_CVT_SHIFT: Output converter right shift.
+    pub const OUT_CVT_SHIFT: Field<OutCvtShift> =
+        Field::new(&super::table::REGISTERS[103].fields[0]);
+    /// Bits 19:12 of DPU.OUT_CVT_SHIFT: Exponent subtracted by the output converter (fp paths).
+    pub const MINUS_EXP: Field<OutCvtShift> = Field::new(&super::table::REGISTERS[103].fields[1]);
+    /// Bit 30 of DPU.OUT_CVT_SHIFT: 0 half to even, 1 half up.
+    pub const CVT_ROUND: Field<OutCvtShift> = Field::new(&super::table::REGISTERS[103].fields[2]);
+    /// Bit 31 of DPU.OUT_CVT_SHIFT: 0 multiply first, 1 add first.
+    pub const CVT_TYPE: Field<OutCvtShift> = Field::new(&super::table::REGISTERS[103].fields[3]);
+}
+
 /// `DPU.EW_OP_VALUE0` at offset `0x4090`, reset `0x00000000`; regcmd target `0x1001`.
+///
+/// Index 0 of the register family [`EW_OP_VALUE`] (element type [`EwOpValue`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "DPU_EW_OP_VALUE0")]
@@ -1098,7 +1461,15 @@ impl CommandRegister for EwOpValue0 {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`EwOpValue0`] as constants.
+impl EwOpValue0 {
+    /// Bits 31:0 of DPU.EW_OP_VALUE0: EW operand n (0x4090 + 4n, n = 0..7), register source.
+    pub const EW_OPERAND_0: Field<EwOpValue0> = Field::new(&super::table::REGISTERS[104].fields[0]);
+}
+
 /// `DPU.EW_OP_VALUE1` at offset `0x4094`, reset `0x00000000`; regcmd target `0x1001`.
+///
+/// Index 1 of the register family [`EW_OP_VALUE`] (element type [`EwOpValue`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "DPU_EW_OP_VALUE1")]
@@ -1122,7 +1493,15 @@ impl CommandRegister for EwOpValue1 {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`EwOpValue1`] as constants.
+impl EwOpValue1 {
+    /// Bits 31:0 of DPU.EW_OP_VALUE1: EW operand n (0x4090 + 4n, n = 0..7), register source.
+    pub const EW_OPERAND_1: Field<EwOpValue1> = Field::new(&super::table::REGISTERS[105].fields[0]);
+}
+
 /// `DPU.EW_OP_VALUE2` at offset `0x4098`, reset `0x00000000`; regcmd target `0x1001`.
+///
+/// Index 2 of the register family [`EW_OP_VALUE`] (element type [`EwOpValue`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "DPU_EW_OP_VALUE2")]
@@ -1146,7 +1525,15 @@ impl CommandRegister for EwOpValue2 {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`EwOpValue2`] as constants.
+impl EwOpValue2 {
+    /// Bits 31:0 of DPU.EW_OP_VALUE2: EW operand n (0x4090 + 4n, n = 0..7), register source.
+    pub const EW_OPERAND_2: Field<EwOpValue2> = Field::new(&super::table::REGISTERS[106].fields[0]);
+}
+
 /// `DPU.EW_OP_VALUE3` at offset `0x409C`, reset `0x00000000`; regcmd target `0x1001`.
+///
+/// Index 3 of the register family [`EW_OP_VALUE`] (element type [`EwOpValue`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "DPU_EW_OP_VALUE3")]
@@ -1170,7 +1557,15 @@ impl CommandRegister for EwOpValue3 {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`EwOpValue3`] as constants.
+impl EwOpValue3 {
+    /// Bits 31:0 of DPU.EW_OP_VALUE3: EW operand n (0x4090 + 4n, n = 0..7), register source.
+    pub const EW_OPERAND_3: Field<EwOpValue3> = Field::new(&super::table::REGISTERS[107].fields[0]);
+}
+
 /// `DPU.EW_OP_VALUE4` at offset `0x40A0`, reset `0x00000000`; regcmd target `0x1001`.
+///
+/// Index 4 of the register family [`EW_OP_VALUE`] (element type [`EwOpValue`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "DPU_EW_OP_VALUE4")]
@@ -1194,7 +1589,15 @@ impl CommandRegister for EwOpValue4 {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`EwOpValue4`] as constants.
+impl EwOpValue4 {
+    /// Bits 31:0 of DPU.EW_OP_VALUE4: EW operand n (0x4090 + 4n, n = 0..7), register source.
+    pub const EW_OPERAND_4: Field<EwOpValue4> = Field::new(&super::table::REGISTERS[108].fields[0]);
+}
+
 /// `DPU.EW_OP_VALUE5` at offset `0x40A4`, reset `0x00000000`; regcmd target `0x1001`.
+///
+/// Index 5 of the register family [`EW_OP_VALUE`] (element type [`EwOpValue`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "DPU_EW_OP_VALUE5")]
@@ -1218,7 +1621,15 @@ impl CommandRegister for EwOpValue5 {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`EwOpValue5`] as constants.
+impl EwOpValue5 {
+    /// Bits 31:0 of DPU.EW_OP_VALUE5: EW operand n (0x4090 + 4n, n = 0..7), register source.
+    pub const EW_OPERAND_5: Field<EwOpValue5> = Field::new(&super::table::REGISTERS[109].fields[0]);
+}
+
 /// `DPU.EW_OP_VALUE6` at offset `0x40A8`, reset `0x00000000`; regcmd target `0x1001`.
+///
+/// Index 6 of the register family [`EW_OP_VALUE`] (element type [`EwOpValue`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "DPU_EW_OP_VALUE6")]
@@ -1242,7 +1653,15 @@ impl CommandRegister for EwOpValue6 {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`EwOpValue6`] as constants.
+impl EwOpValue6 {
+    /// Bits 31:0 of DPU.EW_OP_VALUE6: EW operand n (0x4090 + 4n, n = 0..7), register source.
+    pub const EW_OPERAND_6: Field<EwOpValue6> = Field::new(&super::table::REGISTERS[110].fields[0]);
+}
+
 /// `DPU.EW_OP_VALUE7` at offset `0x40AC`, reset `0x00000000`; regcmd target `0x1001`.
+///
+/// Index 7 of the register family [`EW_OP_VALUE`] (element type [`EwOpValue`]).
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "DPU_EW_OP_VALUE7")]
@@ -1265,6 +1684,55 @@ impl Register for EwOpValue7 {
 impl CommandRegister for EwOpValue7 {
     const TARGET: u16 = 0x1001;
 }
+
+/// The fields of [`EwOpValue7`] as constants.
+impl EwOpValue7 {
+    /// Bits 31:0 of DPU.EW_OP_VALUE7: EW operand n (0x4090 + 4n, n = 0..7), register source.
+    pub const EW_OPERAND_7: Field<EwOpValue7> = Field::new(&super::table::REGISTERS[111].fields[0]);
+}
+
+/// One register of the family `DPU.EW_OP_VALUE0..7` (8 registers at `0x4090` + 4 × i), as one type; [`EW_OP_VALUE`] lists the members.
+///
+/// `INFO`, `OFFSET` and `NAME` are the first member's (`DPU.EW_OP_VALUE0`), and so are the field docs; the numbered types ([`EwOpValue0`], ...) stay for code that names one member.
+#[bitfield(u32)]
+#[derive(PartialEq, Eq, Hash)]
+pub struct EwOpValue {
+    /// Bits 31:0 (RW; source: trm): EW operand n (0x4090 + 4n, n = 0..7), register source.
+    #[bits(32)]
+    pub ew_operand: u32,
+}
+
+impl Register for EwOpValue {
+    const INFO: &'static RegisterInfo = &super::table::REGISTERS[104];
+    fn from_raw(bits: u32) -> Self {
+        Self::from_bits(bits)
+    }
+    fn raw(self) -> u32 {
+        self.into_bits()
+    }
+}
+
+impl CommandRegister for EwOpValue {
+    const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`EwOpValue`] as constants.
+impl EwOpValue {
+    /// Bits 31:0 of DPU.EW_OP_VALUE0..7: EW operand n (0x4090 + 4n, n = 0..7), register source.
+    pub const EW_OPERAND: Field<EwOpValue> = Field::new(&super::table::REGISTERS[104].fields[0]);
+}
+
+/// The register family `DPU.EW_OP_VALUE0..7` as [`EwOpValue`] values: index `i` is `EW_OP_VALUE<i>`, at offset `0x4090` + 4 × i.
+pub const EW_OP_VALUE: RegArray<EwOpValue, 8> = RegArray::new([
+    EwOpValue0::INFO,
+    EwOpValue1::INFO,
+    EwOpValue2::INFO,
+    EwOpValue3::INFO,
+    EwOpValue4::INFO,
+    EwOpValue5::INFO,
+    EwOpValue6::INFO,
+    EwOpValue7::INFO,
+]);
 
 /// `DPU.SURFACE_ADD` at offset `0x40C0`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
@@ -1292,6 +1760,12 @@ impl CommandRegister for SurfaceAdd {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`SurfaceAdd`] as constants.
+impl SurfaceAdd {
+    /// Bits 31:4 of DPU.SURFACE_ADD: 'How many surfaces in a row' in 16-byte units (field at bit 4); Mesa (`rkt_task.c`): out_w*out_h*2, doubled again for depthwise; mtx: dst_surf_stride*8 for int32 out, *4 fp32, *2 fp16.
+    pub const SURF_ADD: Field<SurfaceAdd> = Field::new(&super::table::REGISTERS[112].fields[0]);
+}
+
 /// `DPU.UNK_40C4` at offset `0x40C4`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1314,6 +1788,12 @@ impl Register for Unk40c4 {
 
 impl CommandRegister for Unk40c4 {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`Unk40c4`] as constants.
+impl Unk40c4 {
+    /// Bits 31:0 of DPU.UNK_40C4: Not in/. Written as 0 by RKNN, Mesa, mtx (`DPU_40C4`, "Not documented"). Opaque word, default 0.
+    pub const VALUE: Field<Unk40c4> = Field::new(&super::table::REGISTERS[113].fields[0]);
 }
 
 /// `DPU.LUT_ACCESS_CFG` at offset `0x4100`, reset `0x00000000`; regcmd target `0x1001`.
@@ -1350,6 +1830,18 @@ impl CommandRegister for LutAccessCfg {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`LutAccessCfg`] as constants.
+impl LutAccessCfg {
+    /// Bits 9:0 of DPU.LUT_ACCESS_CFG: Table entry address.
+    pub const LUT_ADDR: Field<LutAccessCfg> = Field::new(&super::table::REGISTERS[114].fields[0]);
+    /// Bit 16 of DPU.LUT_ACCESS_CFG: 0 LE table, 1 LO table.
+    pub const LUT_TABLE_ID: Field<LutAccessCfg> =
+        Field::new(&super::table::REGISTERS[114].fields[1]);
+    /// Bit 17 of DPU.LUT_ACCESS_CFG: 0 read, 1 write.
+    pub const LUT_ACCESS_TYPE: Field<LutAccessCfg> =
+        Field::new(&super::table::REGISTERS[114].fields[2]);
+}
+
 /// `DPU.LUT_ACCESS_DATA` at offset `0x4104`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1374,6 +1866,13 @@ impl Register for LutAccessData {
 
 impl CommandRegister for LutAccessData {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`LutAccessData`] as constants.
+impl LutAccessData {
+    /// Bits 15:0 of DPU.LUT_ACCESS_DATA: Entry data (write through this register repeatedly to fill the table).
+    pub const LUT_ACCESS_DATA: Field<LutAccessData> =
+        Field::new(&super::table::REGISTERS[115].fields[0]);
 }
 
 /// `DPU.LUT_CFG` at offset `0x4108`, reset `0x00000000`; regcmd target `0x1001`.
@@ -1420,6 +1919,27 @@ impl CommandRegister for LutCfg {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`LutCfg`] as constants.
+impl LutCfg {
+    /// Bit 0 of DPU.LUT_CFG: LUT path 0 first, 1 second (NVDLA bit0 is LE_FUNCTION exp/linear).
+    pub const LUT_ROAD_SEL: Field<LutCfg> = Field::new(&super::table::REGISTERS[116].fields[0]);
+    /// Bit 1 of DPU.LUT_CFG: Join the two tables into one larger table.
+    pub const LUT_EXPAND_EN: Field<LutCfg> = Field::new(&super::table::REGISTERS[116].fields[1]);
+    /// Bits 3:2 of DPU.LUT_CFG: LO/LE table mux (encoding undocumented).
+    pub const LUT_LO_LE_MUX: Field<LutCfg> = Field::new(&super::table::REGISTERS[116].fields[2]);
+    /// Bit 4 of DPU.LUT_CFG: On underflow of both tables use 0 LE, 1 LO.
+    pub const LUT_UFLOW_PRIORITY: Field<LutCfg> =
+        Field::new(&super::table::REGISTERS[116].fields[3]);
+    /// Bit 5 of DPU.LUT_CFG: On overflow of both tables use 0 LE, 1 LO.
+    pub const LUT_OFLOW_PRIORITY: Field<LutCfg> =
+        Field::new(&super::table::REGISTERS[116].fields[4]);
+    /// Bit 6 of DPU.LUT_CFG: On hit/miss of both tables use 0 LE, 1 LO.
+    pub const LUT_HYBRID_PRIORITY: Field<LutCfg> =
+        Field::new(&super::table::REGISTERS[116].fields[5]);
+    /// Bit 7 of DPU.LUT_CFG: LUT calculate select, only with LUT_EXPAND_EN.
+    pub const LUT_CAL_SEL: Field<LutCfg> = Field::new(&super::table::REGISTERS[116].fields[6]);
+}
+
 /// `DPU.LUT_INFO` at offset `0x410C`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1451,6 +1971,16 @@ impl CommandRegister for LutInfo {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`LutInfo`] as constants.
+impl LutInfo {
+    /// Bits 15:8 of DPU.LUT_INFO: Index bit-select for the LE table.
+    pub const LUT_LE_INDEX_SELECT: Field<LutInfo> =
+        Field::new(&super::table::REGISTERS[117].fields[0]);
+    /// Bits 23:16 of DPU.LUT_INFO: Index bit-select for the LO table.
+    pub const LUT_LO_INDEX_SELECT: Field<LutInfo> =
+        Field::new(&super::table::REGISTERS[117].fields[1]);
+}
+
 /// `DPU.LUT_LE_START` at offset `0x4110`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1473,6 +2003,12 @@ impl Register for LutLeStart {
 
 impl CommandRegister for LutLeStart {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`LutLeStart`] as constants.
+impl LutLeStart {
+    /// Bits 31:0 of DPU.LUT_LE_START: LE table start point.
+    pub const LUT_LE_START: Field<LutLeStart> = Field::new(&super::table::REGISTERS[118].fields[0]);
 }
 
 /// `DPU.LUT_LE_END` at offset `0x4114`, reset `0x00000000`; regcmd target `0x1001`.
@@ -1499,6 +2035,12 @@ impl CommandRegister for LutLeEnd {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`LutLeEnd`] as constants.
+impl LutLeEnd {
+    /// Bits 31:0 of DPU.LUT_LE_END: LE table end point.
+    pub const LUT_LE_END: Field<LutLeEnd> = Field::new(&super::table::REGISTERS[119].fields[0]);
+}
+
 /// `DPU.LUT_LO_START` at offset `0x4118`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1523,6 +2065,12 @@ impl CommandRegister for LutLoStart {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`LutLoStart`] as constants.
+impl LutLoStart {
+    /// Bits 31:0 of DPU.LUT_LO_START: LO table start point.
+    pub const LUT_LO_START: Field<LutLoStart> = Field::new(&super::table::REGISTERS[120].fields[0]);
+}
+
 /// `DPU.LUT_LO_END` at offset `0x411C`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1545,6 +2093,12 @@ impl Register for LutLoEnd {
 
 impl CommandRegister for LutLoEnd {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`LutLoEnd`] as constants.
+impl LutLoEnd {
+    /// Bits 31:0 of DPU.LUT_LO_END: LO table end point.
+    pub const LUT_LO_END: Field<LutLoEnd> = Field::new(&super::table::REGISTERS[121].fields[0]);
 }
 
 /// `DPU.LUT_LE_SLOPE_SCALE` at offset `0x4120`, reset `0x00000000`; regcmd target `0x1001`.
@@ -1572,6 +2126,16 @@ impl Register for LutLeSlopeScale {
 
 impl CommandRegister for LutLeSlopeScale {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`LutLeSlopeScale`] as constants.
+impl LutLeSlopeScale {
+    /// Bits 15:0 of DPU.LUT_LE_SLOPE_SCALE: LE underflow slope scale.
+    pub const LUT_LE_SLOPE_UFLOW_SCALE: Field<LutLeSlopeScale> =
+        Field::new(&super::table::REGISTERS[122].fields[0]);
+    /// Bits 31:16 of DPU.LUT_LE_SLOPE_SCALE: LE overflow slope scale.
+    pub const LUT_LE_SLOPE_OFLOW_SCALE: Field<LutLeSlopeScale> =
+        Field::new(&super::table::REGISTERS[122].fields[1]);
 }
 
 /// `DPU.LUT_LE_SLOPE_SHIFT` at offset `0x4124`, reset `0x00000000`; regcmd target `0x1001`.
@@ -1603,6 +2167,16 @@ impl CommandRegister for LutLeSlopeShift {
     const TARGET: u16 = 0x1001;
 }
 
+/// The fields of [`LutLeSlopeShift`] as constants.
+impl LutLeSlopeShift {
+    /// Bits 4:0 of DPU.LUT_LE_SLOPE_SHIFT: LE underflow slope shift.
+    pub const LUT_LE_SLOPE_UFLOW_SHIFT: Field<LutLeSlopeShift> =
+        Field::new(&super::table::REGISTERS[123].fields[0]);
+    /// Bits 9:5 of DPU.LUT_LE_SLOPE_SHIFT: LE overflow slope shift.
+    pub const LUT_LE_SLOPE_OFLOW_SHIFT: Field<LutLeSlopeShift> =
+        Field::new(&super::table::REGISTERS[123].fields[1]);
+}
+
 /// `DPU.LUT_LO_SLOPE_SCALE` at offset `0x4128`, reset `0x00000000`; regcmd target `0x1001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -1628,6 +2202,16 @@ impl Register for LutLoSlopeScale {
 
 impl CommandRegister for LutLoSlopeScale {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`LutLoSlopeScale`] as constants.
+impl LutLoSlopeScale {
+    /// Bits 15:0 of DPU.LUT_LO_SLOPE_SCALE: LO underflow slope scale.
+    pub const LUT_LO_SLOPE_UFLOW_SCALE: Field<LutLoSlopeScale> =
+        Field::new(&super::table::REGISTERS[124].fields[0]);
+    /// Bits 31:16 of DPU.LUT_LO_SLOPE_SCALE: LO overflow slope scale.
+    pub const LUT_LO_SLOPE_OFLOW_SCALE: Field<LutLoSlopeScale> =
+        Field::new(&super::table::REGISTERS[124].fields[1]);
 }
 
 /// `DPU.LUT_LO_SLOPE_SHIFT` at offset `0x412C`, reset `0x00000000`; regcmd target `0x1001`.
@@ -1657,4 +2241,14 @@ impl Register for LutLoSlopeShift {
 
 impl CommandRegister for LutLoSlopeShift {
     const TARGET: u16 = 0x1001;
+}
+
+/// The fields of [`LutLoSlopeShift`] as constants.
+impl LutLoSlopeShift {
+    /// Bits 4:0 of DPU.LUT_LO_SLOPE_SHIFT: LO underflow slope shift.
+    pub const LUT_LO_SLOPE_UFLOW_SHIFT: Field<LutLoSlopeShift> =
+        Field::new(&super::table::REGISTERS[125].fields[0]);
+    /// Bits 9:5 of DPU.LUT_LO_SLOPE_SHIFT: LO overflow slope shift.
+    pub const LUT_LO_SLOPE_OFLOW_SHIFT: Field<LutLoSlopeShift> =
+        Field::new(&super::table::REGISTERS[125].fields[1]);
 }

@@ -7,7 +7,7 @@ use crate::regs::values::DpuPrecision;
 use crate::regs::values::ElementSize;
 use crate::regs::values::ErdmaDataMode;
 #[allow(unused_imports)]
-use crate::regs::{CommandRegister, DmaAddressRegister, Register, RegisterInfo};
+use crate::regs::{CommandRegister, DmaAddressRegister, Field, RegArray, Register, RegisterInfo};
 use bitfield_struct::bitfield;
 
 /// `DPU_RDMA.S_STATUS` at offset `0x5000`, reset `0x00000000`; regcmd target `0x2001`.
@@ -39,6 +39,14 @@ impl Register for SStatus {
 
 impl CommandRegister for SStatus {
     const TARGET: u16 = 0x2001;
+}
+
+/// The fields of [`SStatus`] as constants.
+impl SStatus {
+    /// Bits 1:0 of DPU_RDMA.S_STATUS: Group 0 state, same encoding.
+    pub const STATUS_0: Field<SStatus> = Field::new(&super::table::REGISTERS[126].fields[0]);
+    /// Bits 17:16 of DPU_RDMA.S_STATUS: Group 1 state: 0 idle, 1 running, 2 running with the other group waiting, 3 reserved.
+    pub const STATUS_1: Field<SStatus> = Field::new(&super::table::REGISTERS[126].fields[1]);
 }
 
 /// `DPU_RDMA.S_POINTER` at offset `0x5004`, reset `0x00000000`; regcmd target `0x2001`.
@@ -87,6 +95,27 @@ impl CommandRegister for SPointer {
     const TARGET: u16 = 0x2001;
 }
 
+/// The fields of [`SPointer`] as constants.
+impl SPointer {
+    /// Bit 0 of DPU_RDMA.S_POINTER: Group that subsequent register writes land in (NVDLA PRODUCER).
+    pub const POINTER: Field<SPointer> = Field::new(&super::table::REGISTERS[127].fields[0]);
+    /// Bit 1 of DPU_RDMA.S_POINTER: Enable register-group ping-pong.
+    pub const POINTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[127].fields[1]);
+    /// Bit 2 of DPU_RDMA.S_POINTER: Enable executer ping-pong.
+    pub const EXECUTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[127].fields[2]);
+    /// Bit 3 of DPU_RDMA.S_POINTER: 0 = pointer toggles with the executer, 1 = pointer toggles by itself after each use.
+    pub const POINTER_PP_MODE: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[127].fields[3]);
+    /// Bit 4 of DPU_RDMA.S_POINTER: Reset register-group pointer to 0.
+    pub const POINTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[127].fields[4]);
+    /// Bit 5 of DPU_RDMA.S_POINTER: Reset executer pointer to 0.
+    pub const EXECUTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[127].fields[5]);
+    /// Bit 16 of DPU_RDMA.S_POINTER: Group the datapath is using (NVDLA CONSUMER).
+    pub const EXECUTER: Field<SPointer> = Field::new(&super::table::REGISTERS[127].fields[6]);
+}
+
 /// `DPU_RDMA.OPERATION_ENABLE` at offset `0x5008`, reset `0x00000000`; regcmd target `0x2001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -113,6 +142,12 @@ impl CommandRegister for OperationEnable {
     const TARGET: u16 = 0x2001;
 }
 
+/// The fields of [`OperationEnable`] as constants.
+impl OperationEnable {
+    /// Bit 0 of DPU_RDMA.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[128].fields[0]);
+}
+
 /// `DPU_RDMA.RDMA_DATA_CUBE_WIDTH` at offset `0x500C`, reset `0x00000000`; regcmd target `0x2001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -137,6 +172,12 @@ impl Register for RdmaDataCubeWidth {
 
 impl CommandRegister for RdmaDataCubeWidth {
     const TARGET: u16 = 0x2001;
+}
+
+/// The fields of [`RdmaDataCubeWidth`] as constants.
+impl RdmaDataCubeWidth {
+    /// Bits 12:0 of DPU_RDMA.RDMA_DATA_CUBE_WIDTH: Input (MRDMA) cube width minus one.
+    pub const WIDTH: Field<RdmaDataCubeWidth> = Field::new(&super::table::REGISTERS[129].fields[0]);
 }
 
 /// `DPU_RDMA.RDMA_DATA_CUBE_HEIGHT` at offset `0x5010`, reset `0x00000000`; regcmd target `0x2001`.
@@ -170,6 +211,16 @@ impl CommandRegister for RdmaDataCubeHeight {
     const TARGET: u16 = 0x2001;
 }
 
+/// The fields of [`RdmaDataCubeHeight`] as constants.
+impl RdmaDataCubeHeight {
+    /// Bits 12:0 of DPU_RDMA.RDMA_DATA_CUBE_HEIGHT: Height minus one.
+    pub const HEIGHT: Field<RdmaDataCubeHeight> =
+        Field::new(&super::table::REGISTERS[130].fields[0]);
+    /// Bits 28:16 of DPU_RDMA.RDMA_DATA_CUBE_HEIGHT: EW operand line notch.
+    pub const EW_LINE_NOTCH_ADDR: Field<RdmaDataCubeHeight> =
+        Field::new(&super::table::REGISTERS[130].fields[1]);
+}
+
 /// `DPU_RDMA.RDMA_DATA_CUBE_CHANNEL` at offset `0x5014`, reset `0x00000000`; regcmd target `0x2001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -194,6 +245,13 @@ impl Register for RdmaDataCubeChannel {
 
 impl CommandRegister for RdmaDataCubeChannel {
     const TARGET: u16 = 0x2001;
+}
+
+/// The fields of [`RdmaDataCubeChannel`] as constants.
+impl RdmaDataCubeChannel {
+    /// Bits 12:0 of DPU_RDMA.RDMA_DATA_CUBE_CHANNEL: Channels minus one.
+    pub const CHANNEL: Field<RdmaDataCubeChannel> =
+        Field::new(&super::table::REGISTERS[131].fields[0]);
 }
 
 /// `DPU_RDMA.RDMA_SRC_BASE_ADDR` at offset `0x5018`, reset `0x00000000`; regcmd target `0x2001`.
@@ -226,6 +284,13 @@ impl DmaAddressRegister for RdmaSrcBaseAddr {
     const ALIGN: u32 = 1;
 }
 
+/// The fields of [`RdmaSrcBaseAddr`] as constants.
+impl RdmaSrcBaseAddr {
+    /// Bits 31:0 of DPU_RDMA.RDMA_SRC_BASE_ADDR: Flying-mode (MRDMA) source address.
+    pub const SRC_BASE_ADDR: Field<RdmaSrcBaseAddr> =
+        Field::new(&super::table::REGISTERS[132].fields[0]);
+}
+
 /// `DPU_RDMA.RDMA_BRDMA_CFG` at offset `0x501C`, reset `0x00000000`; regcmd target `0x2001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -252,6 +317,13 @@ impl Register for RdmaBrdmaCfg {
 
 impl CommandRegister for RdmaBrdmaCfg {
     const TARGET: u16 = 0x2001;
+}
+
+/// The fields of [`RdmaBrdmaCfg`] as constants.
+impl RdmaBrdmaCfg {
+    /// Bits 4:1 of DPU_RDMA.RDMA_BRDMA_CFG: BS operands read from memory, per field bit (field bit 0 = register bit 1): 0 ALU, 1 CPEND, 2 MUL, 3 TRT (shift); Mesa: 1 (bias as ALU operand).
+    pub const BRDMA_DATA_USE: Field<RdmaBrdmaCfg> =
+        Field::new(&super::table::REGISTERS[133].fields[0]);
 }
 
 /// `DPU_RDMA.RDMA_BS_BASE_ADDR` at offset `0x5020`, reset `0x00000000`; regcmd target `0x2001`.
@@ -284,6 +356,13 @@ impl DmaAddressRegister for RdmaBsBaseAddr {
     const ALIGN: u32 = 1;
 }
 
+/// The fields of [`RdmaBsBaseAddr`] as constants.
+impl RdmaBsBaseAddr {
+    /// Bits 31:0 of DPU_RDMA.RDMA_BS_BASE_ADDR: Address of BS ALU/CPEND/MUL operands (e.g. bias).
+    pub const BS_BASE_ADDR: Field<RdmaBsBaseAddr> =
+        Field::new(&super::table::REGISTERS[134].fields[0]);
+}
+
 /// `DPU_RDMA.RDMA_NRDMA_CFG` at offset `0x5028`, reset `0x00000000`; regcmd target `0x2001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -310,6 +389,13 @@ impl Register for RdmaNrdmaCfg {
 
 impl CommandRegister for RdmaNrdmaCfg {
     const TARGET: u16 = 0x2001;
+}
+
+/// The fields of [`RdmaNrdmaCfg`] as constants.
+impl RdmaNrdmaCfg {
+    /// Bits 4:1 of DPU_RDMA.RDMA_NRDMA_CFG: BN operands from memory, per field bit: 0 ALU, 1 CPEND (tie to 0), 2 MUL, 3 TRT.
+    pub const NRDMA_DATA_USE: Field<RdmaNrdmaCfg> =
+        Field::new(&super::table::REGISTERS[135].fields[0]);
 }
 
 /// `DPU_RDMA.RDMA_BN_BASE_ADDR` at offset `0x502C`, reset `0x00000000`; regcmd target `0x2001`.
@@ -340,6 +426,13 @@ impl CommandRegister for RdmaBnBaseAddr {
 
 impl DmaAddressRegister for RdmaBnBaseAddr {
     const ALIGN: u32 = 1;
+}
+
+/// The fields of [`RdmaBnBaseAddr`] as constants.
+impl RdmaBnBaseAddr {
+    /// Bits 31:0 of DPU_RDMA.RDMA_BN_BASE_ADDR: Address of BN ALU/MUL operands.
+    pub const BN_BASE_ADDR: Field<RdmaBnBaseAddr> =
+        Field::new(&super::table::REGISTERS[136].fields[0]);
 }
 
 /// `DPU_RDMA.RDMA_ERDMA_CFG` at offset `0x5034`, reset `0x00000000`; regcmd target `0x2001`.
@@ -383,6 +476,28 @@ impl CommandRegister for RdmaErdmaCfg {
     const TARGET: u16 = 0x2001;
 }
 
+/// The fields of [`RdmaErdmaCfg`] as constants.
+impl RdmaErdmaCfg {
+    /// Bit 0 of DPU_RDMA.RDMA_ERDMA_CFG: 1 = ERDMA off.
+    pub const ERDMA_DISABLE: Field<RdmaErdmaCfg> =
+        Field::new(&super::table::REGISTERS[137].fields[0]);
+    /// Bit 1 of DPU_RDMA.RDMA_ERDMA_CFG: 0 = split >4 KiB bursts, 1 = don't.
+    pub const OV4K_BYPASS: Field<RdmaErdmaCfg> =
+        Field::new(&super::table::REGISTERS[137].fields[1]);
+    /// Bits 3:2 of DPU_RDMA.RDMA_ERDMA_CFG: 0 4-bit, 1 8-bit, 2 16-bit, 3 32-bit.
+    pub const ERDMA_DATA_SIZE: Field<RdmaErdmaCfg> =
+        Field::new(&super::table::REGISTERS[137].fields[2]);
+    /// Bit 28 of DPU_RDMA.RDMA_ERDMA_CFG: Read EW cube in non-align mode.
+    pub const ERDMA_NONALIGN: Field<RdmaErdmaCfg> =
+        Field::new(&super::table::REGISTERS[137].fields[3]);
+    /// Bit 29 of DPU_RDMA.RDMA_ERDMA_CFG: 0 one surface, 1 two surfaces in series.
+    pub const ERDMA_SURF_MODE: Field<RdmaErdmaCfg> =
+        Field::new(&super::table::REGISTERS[137].fields[4]);
+    /// Bits 31:30 of DPU_RDMA.RDMA_ERDMA_CFG: 0 per channel, 1 per pixel, 2 per channel by pixel, 3 reserved.
+    pub const ERDMA_DATA_MODE: Field<RdmaErdmaCfg> =
+        Field::new(&super::table::REGISTERS[137].fields[5]);
+}
+
 /// `DPU_RDMA.RDMA_EW_BASE_ADDR` at offset `0x5038`, reset `0x00000000`; regcmd target `0x2001`.
 ///
 /// A DMA address register: the whole word is a device address (aligned to 1 bytes); the regcmd builder can fill it from a relocation.
@@ -413,6 +528,13 @@ impl DmaAddressRegister for RdmaEwBaseAddr {
     const ALIGN: u32 = 1;
 }
 
+/// The fields of [`RdmaEwBaseAddr`] as constants.
+impl RdmaEwBaseAddr {
+    /// Bits 31:0 of DPU_RDMA.RDMA_EW_BASE_ADDR: EW operand address.
+    pub const EW_BASE_ADDR: Field<RdmaEwBaseAddr> =
+        Field::new(&super::table::REGISTERS[138].fields[0]);
+}
+
 /// `DPU_RDMA.RDMA_EW_SURF_STRIDE` at offset `0x5040`, reset `0x00000000`; regcmd target `0x2001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -437,6 +559,13 @@ impl Register for RdmaEwSurfStride {
 
 impl CommandRegister for RdmaEwSurfStride {
     const TARGET: u16 = 0x2001;
+}
+
+/// The fields of [`RdmaEwSurfStride`] as constants.
+impl RdmaEwSurfStride {
+    /// Bits 31:4 of DPU_RDMA.RDMA_EW_SURF_STRIDE: EW operand surface stride (16-byte units); set 1 for per-channel mode.
+    pub const EW_SURF_STRIDE: Field<RdmaEwSurfStride> =
+        Field::new(&super::table::REGISTERS[139].fields[0]);
 }
 
 /// `DPU_RDMA.RDMA_FEATURE_MODE_CFG` at offset `0x5044`, reset `0x00000000`; regcmd target `0x2001`.
@@ -486,6 +615,34 @@ impl CommandRegister for RdmaFeatureModeCfg {
     const TARGET: u16 = 0x2001;
 }
 
+/// The fields of [`RdmaFeatureModeCfg`] as constants.
+impl RdmaFeatureModeCfg {
+    /// Bit 0 of DPU_RDMA.RDMA_FEATURE_MODE_CFG: 1 = DPU main data from MRDMA.
+    pub const FLYING_MODE: Field<RdmaFeatureModeCfg> =
+        Field::new(&super::table::REGISTERS[140].fields[0]);
+    /// Bits 2:1 of DPU_RDMA.RDMA_FEATURE_MODE_CFG: 0 direct, 3 depthwise.
+    pub const CONV_MODE: Field<RdmaFeatureModeCfg> =
+        Field::new(&super::table::REGISTERS[140].fields[1]);
+    /// Bit 3 of DPU_RDMA.RDMA_FEATURE_MODE_CFG: Convert fp16 input to fp32.
+    pub const MRDMA_FP16TOFP32_EN: Field<RdmaFeatureModeCfg> =
+        Field::new(&super::table::REGISTERS[140].fields[2]);
+    /// Bit 4 of DPU_RDMA.RDMA_FEATURE_MODE_CFG: 1 = MRDMA off (main data comes from CORE).
+    pub const MRDMA_DISABLE: Field<RdmaFeatureModeCfg> =
+        Field::new(&super::table::REGISTERS[140].fields[3]);
+    /// Bits 7:5 of DPU_RDMA.RDMA_FEATURE_MODE_CFG: Processing precision.
+    pub const PROC_PRECISION: Field<RdmaFeatureModeCfg> =
+        Field::new(&super::table::REGISTERS[140].fields[4]);
+    /// Bits 10:8 of DPU_RDMA.RDMA_FEATURE_MODE_CFG: bit0 MRDMA and ERDMA read the same data; bit1 to MRDMA; bit2 to ERDMA; Mesa uses 5 for tensor add.
+    pub const COMB_USE: Field<RdmaFeatureModeCfg> =
+        Field::new(&super::table::REGISTERS[140].fields[5]);
+    /// Bits 14:11 of DPU_RDMA.RDMA_FEATURE_MODE_CFG: 3/7/15 = burst 4/8/16.
+    pub const BURST_LEN: Field<RdmaFeatureModeCfg> =
+        Field::new(&super::table::REGISTERS[140].fields[6]);
+    /// Bits 17:15 of DPU_RDMA.RDMA_FEATURE_MODE_CFG: Input precision (0 int8 ... 6 int4, DPU encoding).
+    pub const IN_PRECISION: Field<RdmaFeatureModeCfg> =
+        Field::new(&super::table::REGISTERS[140].fields[7]);
+}
+
 /// `DPU_RDMA.RDMA_SRC_DMA_CFG` at offset `0x5048`, reset `0x00000000`; regcmd target `0x2001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -530,6 +687,31 @@ impl CommandRegister for RdmaSrcDmaCfg {
     const TARGET: u16 = 0x2001;
 }
 
+/// The fields of [`RdmaSrcDmaCfg`] as constants.
+impl RdmaSrcDmaCfg {
+    /// Bits 2:0 of DPU_RDMA.RDMA_SRC_DMA_CFG: Un-pooling kernel width minus one.
+    pub const KERNEL_WIDTH: Field<RdmaSrcDmaCfg> =
+        Field::new(&super::table::REGISTERS[141].fields[0]);
+    /// Bits 5:3 of DPU_RDMA.RDMA_SRC_DMA_CFG: Un-pooling kernel height minus one.
+    pub const KERNEL_HEIGHT: Field<RdmaSrcDmaCfg> =
+        Field::new(&super::table::REGISTERS[141].fields[1]);
+    /// Bits 8:6 of DPU_RDMA.RDMA_SRC_DMA_CFG: Un-pooling stride width minus one.
+    pub const KERNEL_STRIDE_WIDTH: Field<RdmaSrcDmaCfg> =
+        Field::new(&super::table::REGISTERS[141].fields[2]);
+    /// Bits 11:9 of DPU_RDMA.RDMA_SRC_DMA_CFG: Un-pooling stride height minus one.
+    pub const KERNEL_STRIDE_HEIGHT: Field<RdmaSrcDmaCfg> =
+        Field::new(&super::table::REGISTERS[141].fields[3]);
+    /// Bit 12 of DPU_RDMA.RDMA_SRC_DMA_CFG: Enable un-pooling.
+    pub const UNPOOLING_EN: Field<RdmaSrcDmaCfg> =
+        Field::new(&super::table::REGISTERS[141].fields[4]);
+    /// Bit 13 of DPU_RDMA.RDMA_SRC_DMA_CFG: Un-pooling method 0 average (also upsampling), 1 min/max.
+    pub const POOLING_METHOD: Field<RdmaSrcDmaCfg> =
+        Field::new(&super::table::REGISTERS[141].fields[5]);
+    /// Bits 31:19 of DPU_RDMA.RDMA_SRC_DMA_CFG: Pixels from width end to shape line end.
+    pub const LINE_NOTCH_ADDR: Field<RdmaSrcDmaCfg> =
+        Field::new(&super::table::REGISTERS[141].fields[6]);
+}
+
 /// `DPU_RDMA.RDMA_SURF_NOTCH` at offset `0x504C`, reset `0x00000000`; regcmd target `0x2001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -554,6 +736,13 @@ impl Register for RdmaSurfNotch {
 
 impl CommandRegister for RdmaSurfNotch {
     const TARGET: u16 = 0x2001;
+}
+
+/// The fields of [`RdmaSurfNotch`] as constants.
+impl RdmaSurfNotch {
+    /// Bits 31:4 of DPU_RDMA.RDMA_SURF_NOTCH: Pixels from end of this feature map to end of shape map (16-byte field at bit 4).
+    pub const SURF_NOTCH_ADDR: Field<RdmaSurfNotch> =
+        Field::new(&super::table::REGISTERS[142].fields[0]);
 }
 
 /// `DPU_RDMA.RDMA_PAD_CFG` at offset `0x5064`, reset `0x00000000`; regcmd target `0x2001`.
@@ -590,6 +779,16 @@ impl CommandRegister for RdmaPadCfg {
     const TARGET: u16 = 0x2001;
 }
 
+/// The fields of [`RdmaPadCfg`] as constants.
+impl RdmaPadCfg {
+    /// Bits 2:0 of DPU_RDMA.RDMA_PAD_CFG: Un-pooling left pad.
+    pub const PAD_LEFT: Field<RdmaPadCfg> = Field::new(&super::table::REGISTERS[143].fields[0]);
+    /// Bits 6:4 of DPU_RDMA.RDMA_PAD_CFG: Un-pooling top pad.
+    pub const PAD_TOP: Field<RdmaPadCfg> = Field::new(&super::table::REGISTERS[143].fields[1]);
+    /// Bits 31:16 of DPU_RDMA.RDMA_PAD_CFG: Un-pooling pad value.
+    pub const PAD_VALUE: Field<RdmaPadCfg> = Field::new(&super::table::REGISTERS[143].fields[2]);
+}
+
 /// `DPU_RDMA.RDMA_WEIGHT` at offset `0x5068`, reset `0x00000000`; regcmd target `0x2001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -623,6 +822,18 @@ impl CommandRegister for RdmaWeight {
     const TARGET: u16 = 0x2001;
 }
 
+/// The fields of [`RdmaWeight`] as constants.
+impl RdmaWeight {
+    /// Bits 7:0 of DPU_RDMA.RDMA_WEIGHT: Arbiter weight MRDMA.
+    pub const M_WEIGHT: Field<RdmaWeight> = Field::new(&super::table::REGISTERS[144].fields[0]);
+    /// Bits 15:8 of DPU_RDMA.RDMA_WEIGHT: Arbiter weight BRDMA.
+    pub const B_WEIGHT: Field<RdmaWeight> = Field::new(&super::table::REGISTERS[144].fields[1]);
+    /// Bits 23:16 of DPU_RDMA.RDMA_WEIGHT: Arbiter weight NRDMA.
+    pub const N_WEIGHT: Field<RdmaWeight> = Field::new(&super::table::REGISTERS[144].fields[2]);
+    /// Bits 31:24 of DPU_RDMA.RDMA_WEIGHT: Arbiter weight ERDMA; writers use 1 each (0x01010101).
+    pub const E_WEIGHT: Field<RdmaWeight> = Field::new(&super::table::REGISTERS[144].fields[3]);
+}
+
 /// `DPU_RDMA.RDMA_EW_SURF_NOTCH` at offset `0x506C`, reset `0x00000000`; regcmd target `0x2001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -647,4 +858,11 @@ impl Register for RdmaEwSurfNotch {
 
 impl CommandRegister for RdmaEwSurfNotch {
     const TARGET: u16 = 0x2001;
+}
+
+/// The fields of [`RdmaEwSurfNotch`] as constants.
+impl RdmaEwSurfNotch {
+    /// Bits 31:4 of DPU_RDMA.RDMA_EW_SURF_NOTCH: EW operand surface notch (16-byte field at bit 4).
+    pub const EW_SURF_NOTCH: Field<RdmaEwSurfNotch> =
+        Field::new(&super::table::REGISTERS[145].fields[0]);
 }

@@ -2,7 +2,7 @@
 //! GLOBAL registers (offset `0xF000`): Global block enable mask (register at 0xF008). MMIO only; its layout is the value of the regcmd op-enable entry.
 
 #[allow(unused_imports)]
-use crate::regs::{CommandRegister, DmaAddressRegister, Register, RegisterInfo};
+use crate::regs::{CommandRegister, DmaAddressRegister, Field, RegArray, Register, RegisterInfo};
 use bitfield_struct::bitfield;
 
 /// `GLOBAL.OPERATION_ENABLE` at offset `0xF008`, reset `0x00000000`; MMIO only (no regcmd target).
@@ -44,4 +44,26 @@ impl Register for OperationEnable {
     fn raw(self) -> u32 {
         self.into_bits()
     }
+}
+
+/// The fields of [`OperationEnable`] as constants.
+impl OperationEnable {
+    /// Bit 0 of GLOBAL.OPERATION_ENABLE: CNA enable. Bit 1 is reserved (RO).
+    pub const CNA_OP_EN: Field<OperationEnable> =
+        Field::new(&super::table::REGISTERS[200].fields[0]);
+    /// Bit 2 of GLOBAL.OPERATION_ENABLE: CORE enable.
+    pub const CORE_OP_EN: Field<OperationEnable> =
+        Field::new(&super::table::REGISTERS[200].fields[1]);
+    /// Bit 3 of GLOBAL.OPERATION_ENABLE: DPU enable.
+    pub const DPU_OP_EN: Field<OperationEnable> =
+        Field::new(&super::table::REGISTERS[200].fields[2]);
+    /// Bit 4 of GLOBAL.OPERATION_ENABLE: DPU_RDMA enable.
+    pub const DPU_RDMA_OP_EN: Field<OperationEnable> =
+        Field::new(&super::table::REGISTERS[200].fields[3]);
+    /// Bit 5 of GLOBAL.OPERATION_ENABLE: PPU enable.
+    pub const PPU_OP_EN: Field<OperationEnable> =
+        Field::new(&super::table::REGISTERS[200].fields[4]);
+    /// Bit 6 of GLOBAL.OPERATION_ENABLE: PPU_RDMA enable.
+    pub const PPU_RDMA_OP_EN: Field<OperationEnable> =
+        Field::new(&super::table::REGISTERS[200].fields[5]);
 }

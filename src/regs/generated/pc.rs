@@ -2,7 +2,7 @@
 //! PC registers (offset `0x0000`): Program controller: fetches regcmd task lists, task counter, interrupt logic.
 
 #[allow(unused_imports)]
-use crate::regs::{CommandRegister, DmaAddressRegister, Register, RegisterInfo};
+use crate::regs::{CommandRegister, DmaAddressRegister, Field, RegArray, Register, RegisterInfo};
 use bitfield_struct::bitfield;
 
 /// `PC.VERSION` at offset `0x0000`, reset `0x00000000`; regcmd target `0x0101`.
@@ -31,6 +31,12 @@ impl CommandRegister for Version {
     const TARGET: u16 = 0x0101;
 }
 
+/// The fields of [`Version`] as constants.
+impl Version {
+    /// Bits 31:0 of PC.VERSION: Hardware version word (read-only in practice). Drivers print VERSION + (VERSION_NUM & 0xffff). Not in TRM.
+    pub const VERSION: Field<Version> = Field::new(&super::table::REGISTERS[0].fields[0]);
+}
+
 /// `PC.VERSION_NUM` at offset `0x0004`, reset `0x00000000`; regcmd target `0x0101`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -57,6 +63,12 @@ impl CommandRegister for VersionNum {
     const TARGET: u16 = 0x0101;
 }
 
+/// The fields of [`VersionNum`] as constants.
+impl VersionNum {
+    /// Bits 31:0 of PC.VERSION_NUM: Version number; low 16 bits added to VERSION by drivers. Not in TRM.
+    pub const VERSION_NUM: Field<VersionNum> = Field::new(&super::table::REGISTERS[1].fields[0]);
+}
+
 /// `PC.OPERATION_ENABLE` at offset `0x0008`, reset `0x00000000`; regcmd target `0x0101`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -81,6 +93,12 @@ impl Register for OperationEnable {
 
 impl CommandRegister for OperationEnable {
     const TARGET: u16 = 0x0101;
+}
+
+/// The fields of [`OperationEnable`] as constants.
+impl OperationEnable {
+    /// Bit 0 of PC.OPERATION_ENABLE: MMIO: 1 = enable the PC to fetch the register list of each task, 0 = disable. Vendor driver writes 1 then 0; rocket writes 1 at submit and 0 in the IRQ handler. In a regcmd the same offset 0x0008 is used with target 0x0081 to set block op_en bits (see §4).
+    pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[2].fields[0]);
 }
 
 /// `PC.BASE_ADDRESS` at offset `0x0010`, reset `0x00000000`; regcmd target `0x0101`.
@@ -112,6 +130,15 @@ impl CommandRegister for BaseAddress {
     const TARGET: u16 = 0x0101;
 }
 
+/// The fields of [`BaseAddress`] as constants.
+impl BaseAddress {
+    /// Bit 0 of PC.BASE_ADDRESS: 0 = PC mode (regs fetched by AXI DMA); 1 = slave mode (regs written over AHB). Drivers write 0x1 first to switch to slave mode, then the list address.
+    pub const PC_SEL: Field<BaseAddress> = Field::new(&super::table::REGISTERS[3].fields[0]);
+    /// Bits 31:4 of PC.BASE_ADDRESS: DMA (IOVA) address of the task's regcmd list, bits 31:4 (16-byte aligned). Drivers write the raw address with bit0=0. Written from a regcmd (target 0x0101) it sets the next task's list address (chaining).
+    pub const PC_SOURCE_ADDR: Field<BaseAddress> =
+        Field::new(&super::table::REGISTERS[3].fields[1]);
+}
+
 /// `PC.REGISTER_AMOUNTS` at offset `0x0014`, reset `0x00000000`; regcmd target `0x0101`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -139,6 +166,15 @@ impl Register for RegisterAmounts {
 
 impl CommandRegister for RegisterAmounts {
     const TARGET: u16 = 0x0101;
+}
+
+/// The fields of [`RegisterAmounts`] as constants.
+impl RegisterAmounts {
+    /// Bits 15:0 of PC.REGISTER_AMOUNTS: Fetch length of one task's list. TRM says 'register number'; on RK3588 drivers write ceil(total_qwords/2)-1, i.e. number of 16-byte units minus one (vendor: (regcfg_amount+4+1)/2-1 with pc_data_amount_scale=2; rocket: (regcmd_count+1)/2-1). Also written from a regcmd (target 0x0101) for the next chained task.
+    pub const PC_DATA_AMOUNT: Field<RegisterAmounts> =
+        Field::new(&super::table::REGISTERS[4].fields[0]);
+    /// Bits 17:16 of PC.REGISTER_AMOUNTS: Reserved by the TRM, but RKNN chain tails write 1 or 2 here (0x0001_000E, 0x0002_0035); meaning unknown (register-map 7.2).
+    pub const UNK_17_16: Field<RegisterAmounts> = Field::new(&super::table::REGISTERS[4].fields[1]);
 }
 
 /// `PC.INTERRUPT_MASK` at offset `0x0020`, reset `0x0001FFFF`; regcmd target `0x0101`.
@@ -209,6 +245,46 @@ impl CommandRegister for InterruptMask {
     const TARGET: u16 = 0x0101;
 }
 
+/// The fields of [`InterruptMask`] as constants.
+impl InterruptMask {
+    /// Bit 0 of PC.INTERRUPT_MASK: CNA feature group 0 done (register-map 5.2).
+    pub const CNA_FEATURE_0: Field<InterruptMask> =
+        Field::new(&super::table::REGISTERS[5].fields[0]);
+    /// Bit 1 of PC.INTERRUPT_MASK: CNA feature group 1 done (register-map 5.2).
+    pub const CNA_FEATURE_1: Field<InterruptMask> =
+        Field::new(&super::table::REGISTERS[5].fields[1]);
+    /// Bit 2 of PC.INTERRUPT_MASK: CNA weight group 0 done (register-map 5.2).
+    pub const CNA_WEIGHT_0: Field<InterruptMask> =
+        Field::new(&super::table::REGISTERS[5].fields[2]);
+    /// Bit 3 of PC.INTERRUPT_MASK: CNA weight group 1 done (register-map 5.2).
+    pub const CNA_WEIGHT_1: Field<InterruptMask> =
+        Field::new(&super::table::REGISTERS[5].fields[3]);
+    /// Bit 4 of PC.INTERRUPT_MASK: CNA CSC group 0 done (register-map 5.2).
+    pub const CNA_CSC_0: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[4]);
+    /// Bit 5 of PC.INTERRUPT_MASK: CNA CSC group 1 done (register-map 5.2).
+    pub const CNA_CSC_1: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[5]);
+    /// Bit 6 of PC.INTERRUPT_MASK: CORE group 0 done (register-map 5.2).
+    pub const CORE_0: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[6]);
+    /// Bit 7 of PC.INTERRUPT_MASK: CORE group 1 done (register-map 5.2).
+    pub const CORE_1: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[7]);
+    /// Bit 8 of PC.INTERRUPT_MASK: DPU group 0 done (register-map 5.2).
+    pub const DPU_0: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[8]);
+    /// Bit 9 of PC.INTERRUPT_MASK: DPU group 1 done (register-map 5.2).
+    pub const DPU_1: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[9]);
+    /// Bit 10 of PC.INTERRUPT_MASK: PPU group 0 done (register-map 5.2).
+    pub const PPU_0: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[10]);
+    /// Bit 11 of PC.INTERRUPT_MASK: PPU group 1 done (register-map 5.2).
+    pub const PPU_1: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[11]);
+    /// Bit 12 of PC.INTERRUPT_MASK: DMA read error (register-map 5.2).
+    pub const DMA_READ_ERROR: Field<InterruptMask> =
+        Field::new(&super::table::REGISTERS[5].fields[12]);
+    /// Bit 13 of PC.INTERRUPT_MASK: DMA write error (register-map 5.2).
+    pub const DMA_WRITE_ERROR: Field<InterruptMask> =
+        Field::new(&super::table::REGISTERS[5].fields[13]);
+    /// Bits 16:14 of PC.INTERRUPT_MASK: Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
+    pub const UNK_16_14: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[14]);
+}
+
 /// `PC.INTERRUPT_CLEAR` at offset `0x0024`, reset `0x00000000`; regcmd target `0x0101`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -275,6 +351,46 @@ impl Register for InterruptClear {
 
 impl CommandRegister for InterruptClear {
     const TARGET: u16 = 0x0101;
+}
+
+/// The fields of [`InterruptClear`] as constants.
+impl InterruptClear {
+    /// Bit 0 of PC.INTERRUPT_CLEAR: CNA feature group 0 done (register-map 5.2).
+    pub const CNA_FEATURE_0: Field<InterruptClear> =
+        Field::new(&super::table::REGISTERS[6].fields[0]);
+    /// Bit 1 of PC.INTERRUPT_CLEAR: CNA feature group 1 done (register-map 5.2).
+    pub const CNA_FEATURE_1: Field<InterruptClear> =
+        Field::new(&super::table::REGISTERS[6].fields[1]);
+    /// Bit 2 of PC.INTERRUPT_CLEAR: CNA weight group 0 done (register-map 5.2).
+    pub const CNA_WEIGHT_0: Field<InterruptClear> =
+        Field::new(&super::table::REGISTERS[6].fields[2]);
+    /// Bit 3 of PC.INTERRUPT_CLEAR: CNA weight group 1 done (register-map 5.2).
+    pub const CNA_WEIGHT_1: Field<InterruptClear> =
+        Field::new(&super::table::REGISTERS[6].fields[3]);
+    /// Bit 4 of PC.INTERRUPT_CLEAR: CNA CSC group 0 done (register-map 5.2).
+    pub const CNA_CSC_0: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[4]);
+    /// Bit 5 of PC.INTERRUPT_CLEAR: CNA CSC group 1 done (register-map 5.2).
+    pub const CNA_CSC_1: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[5]);
+    /// Bit 6 of PC.INTERRUPT_CLEAR: CORE group 0 done (register-map 5.2).
+    pub const CORE_0: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[6]);
+    /// Bit 7 of PC.INTERRUPT_CLEAR: CORE group 1 done (register-map 5.2).
+    pub const CORE_1: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[7]);
+    /// Bit 8 of PC.INTERRUPT_CLEAR: DPU group 0 done (register-map 5.2).
+    pub const DPU_0: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[8]);
+    /// Bit 9 of PC.INTERRUPT_CLEAR: DPU group 1 done (register-map 5.2).
+    pub const DPU_1: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[9]);
+    /// Bit 10 of PC.INTERRUPT_CLEAR: PPU group 0 done (register-map 5.2).
+    pub const PPU_0: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[10]);
+    /// Bit 11 of PC.INTERRUPT_CLEAR: PPU group 1 done (register-map 5.2).
+    pub const PPU_1: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[11]);
+    /// Bit 12 of PC.INTERRUPT_CLEAR: DMA read error (register-map 5.2).
+    pub const DMA_READ_ERROR: Field<InterruptClear> =
+        Field::new(&super::table::REGISTERS[6].fields[12]);
+    /// Bit 13 of PC.INTERRUPT_CLEAR: DMA write error (register-map 5.2).
+    pub const DMA_WRITE_ERROR: Field<InterruptClear> =
+        Field::new(&super::table::REGISTERS[6].fields[13]);
+    /// Bits 16:14 of PC.INTERRUPT_CLEAR: Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
+    pub const UNK_16_14: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[14]);
 }
 
 /// `PC.INTERRUPT_STATUS` at offset `0x0028`, reset `0x00000000`; regcmd target `0x0101`.
@@ -375,6 +491,47 @@ impl CommandRegister for InterruptStatus {
     const TARGET: u16 = 0x0101;
 }
 
+/// The fields of [`InterruptStatus`] as constants.
+impl InterruptStatus {
+    /// Bit 0 of PC.INTERRUPT_STATUS: CNA feature group 0 done (register-map 5.2).
+    pub const CNA_FEATURE_0: Field<InterruptStatus> =
+        Field::new(&super::table::REGISTERS[7].fields[0]);
+    /// Bit 1 of PC.INTERRUPT_STATUS: CNA feature group 1 done (register-map 5.2).
+    pub const CNA_FEATURE_1: Field<InterruptStatus> =
+        Field::new(&super::table::REGISTERS[7].fields[1]);
+    /// Bit 2 of PC.INTERRUPT_STATUS: CNA weight group 0 done (register-map 5.2).
+    pub const CNA_WEIGHT_0: Field<InterruptStatus> =
+        Field::new(&super::table::REGISTERS[7].fields[2]);
+    /// Bit 3 of PC.INTERRUPT_STATUS: CNA weight group 1 done (register-map 5.2).
+    pub const CNA_WEIGHT_1: Field<InterruptStatus> =
+        Field::new(&super::table::REGISTERS[7].fields[3]);
+    /// Bit 4 of PC.INTERRUPT_STATUS: CNA CSC group 0 done (register-map 5.2).
+    pub const CNA_CSC_0: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[4]);
+    /// Bit 5 of PC.INTERRUPT_STATUS: CNA CSC group 1 done (register-map 5.2).
+    pub const CNA_CSC_1: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[5]);
+    /// Bit 6 of PC.INTERRUPT_STATUS: CORE group 0 done (register-map 5.2).
+    pub const CORE_0: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[6]);
+    /// Bit 7 of PC.INTERRUPT_STATUS: CORE group 1 done (register-map 5.2).
+    pub const CORE_1: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[7]);
+    /// Bit 8 of PC.INTERRUPT_STATUS: DPU group 0 done (register-map 5.2).
+    pub const DPU_0: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[8]);
+    /// Bit 9 of PC.INTERRUPT_STATUS: DPU group 1 done (register-map 5.2).
+    pub const DPU_1: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[9]);
+    /// Bit 10 of PC.INTERRUPT_STATUS: PPU group 0 done (register-map 5.2).
+    pub const PPU_0: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[10]);
+    /// Bit 11 of PC.INTERRUPT_STATUS: PPU group 1 done (register-map 5.2).
+    pub const PPU_1: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[11]);
+    /// Bit 12 of PC.INTERRUPT_STATUS: DMA read error (register-map 5.2).
+    pub const DMA_READ_ERROR: Field<InterruptStatus> =
+        Field::new(&super::table::REGISTERS[7].fields[12]);
+    /// Bit 13 of PC.INTERRUPT_STATUS: DMA write error (register-map 5.2).
+    pub const DMA_WRITE_ERROR: Field<InterruptStatus> =
+        Field::new(&super::table::REGISTERS[7].fields[13]);
+    /// Bits 16:14 of PC.INTERRUPT_STATUS: Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
+    pub const UNK_16_14: Field<InterruptStatus> =
+        Field::new(&super::table::REGISTERS[7].fields[14]);
+}
+
 /// `PC.INTERRUPT_RAW_STATUS` at offset `0x002C`, reset `0x00000000`; regcmd target `0x0101`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -473,6 +630,49 @@ impl CommandRegister for InterruptRawStatus {
     const TARGET: u16 = 0x0101;
 }
 
+/// The fields of [`InterruptRawStatus`] as constants.
+impl InterruptRawStatus {
+    /// Bit 0 of PC.INTERRUPT_RAW_STATUS: CNA feature group 0 done (register-map 5.2).
+    pub const CNA_FEATURE_0: Field<InterruptRawStatus> =
+        Field::new(&super::table::REGISTERS[8].fields[0]);
+    /// Bit 1 of PC.INTERRUPT_RAW_STATUS: CNA feature group 1 done (register-map 5.2).
+    pub const CNA_FEATURE_1: Field<InterruptRawStatus> =
+        Field::new(&super::table::REGISTERS[8].fields[1]);
+    /// Bit 2 of PC.INTERRUPT_RAW_STATUS: CNA weight group 0 done (register-map 5.2).
+    pub const CNA_WEIGHT_0: Field<InterruptRawStatus> =
+        Field::new(&super::table::REGISTERS[8].fields[2]);
+    /// Bit 3 of PC.INTERRUPT_RAW_STATUS: CNA weight group 1 done (register-map 5.2).
+    pub const CNA_WEIGHT_1: Field<InterruptRawStatus> =
+        Field::new(&super::table::REGISTERS[8].fields[3]);
+    /// Bit 4 of PC.INTERRUPT_RAW_STATUS: CNA CSC group 0 done (register-map 5.2).
+    pub const CNA_CSC_0: Field<InterruptRawStatus> =
+        Field::new(&super::table::REGISTERS[8].fields[4]);
+    /// Bit 5 of PC.INTERRUPT_RAW_STATUS: CNA CSC group 1 done (register-map 5.2).
+    pub const CNA_CSC_1: Field<InterruptRawStatus> =
+        Field::new(&super::table::REGISTERS[8].fields[5]);
+    /// Bit 6 of PC.INTERRUPT_RAW_STATUS: CORE group 0 done (register-map 5.2).
+    pub const CORE_0: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[6]);
+    /// Bit 7 of PC.INTERRUPT_RAW_STATUS: CORE group 1 done (register-map 5.2).
+    pub const CORE_1: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[7]);
+    /// Bit 8 of PC.INTERRUPT_RAW_STATUS: DPU group 0 done (register-map 5.2).
+    pub const DPU_0: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[8]);
+    /// Bit 9 of PC.INTERRUPT_RAW_STATUS: DPU group 1 done (register-map 5.2).
+    pub const DPU_1: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[9]);
+    /// Bit 10 of PC.INTERRUPT_RAW_STATUS: PPU group 0 done (register-map 5.2).
+    pub const PPU_0: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[10]);
+    /// Bit 11 of PC.INTERRUPT_RAW_STATUS: PPU group 1 done (register-map 5.2).
+    pub const PPU_1: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[11]);
+    /// Bit 12 of PC.INTERRUPT_RAW_STATUS: DMA read error (register-map 5.2).
+    pub const DMA_READ_ERROR: Field<InterruptRawStatus> =
+        Field::new(&super::table::REGISTERS[8].fields[12]);
+    /// Bit 13 of PC.INTERRUPT_RAW_STATUS: DMA write error (register-map 5.2).
+    pub const DMA_WRITE_ERROR: Field<InterruptRawStatus> =
+        Field::new(&super::table::REGISTERS[8].fields[13]);
+    /// Bits 16:14 of PC.INTERRUPT_RAW_STATUS: Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
+    pub const UNK_16_14: Field<InterruptRawStatus> =
+        Field::new(&super::table::REGISTERS[8].fields[14]);
+}
+
 /// `PC.TASK_CON` at offset `0x0030`, reset `0x00000000`; regcmd target `0x0101`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -508,6 +708,18 @@ impl CommandRegister for TaskCon {
     const TARGET: u16 = 0x0101;
 }
 
+/// The fields of [`TaskCon`] as constants.
+impl TaskCon {
+    /// Bits 11:0 of PC.TASK_CON: Number of tasks the PC executes in this run (RK3588: 12 bits; vendor pc_task_number_bits=12). Drivers write ((0x6 OR pp_en) << 12) OR n, i.e. also set reserved bit 14 (e.g. 0x7001 for one task).
+    pub const TASK_NUMBER: Field<TaskCon> = Field::new(&super::table::REGISTERS[9].fields[0]);
+    /// Bit 12 of PC.TASK_CON: 1 = fetch the next task's registers right after the current fetch (ping-pong); 0 = fetch after the current task finishes. Set when the submit has RKNPU_JOB_PINGPONG.
+    pub const TASK_PP_EN: Field<TaskCon> = Field::new(&super::table::REGISTERS[9].fields[1]);
+    /// Bit 13 of PC.TASK_CON: W1C: clear the task counter; recommended before starting.
+    pub const TASK_COUNT_CLEAR: Field<TaskCon> = Field::new(&super::table::REGISTERS[9].fields[2]);
+    /// Bit 14 of PC.TASK_CON: Reserved by the TRM; both kernels write 1 ((0x6 | pp_en) << 12); meaning unknown (register-map 7.2).
+    pub const UNK_14: Field<TaskCon> = Field::new(&super::table::REGISTERS[9].fields[3]);
+}
+
 /// `PC.TASK_DMA_BASE_ADDR` at offset `0x0034`, reset `0x00000000`; regcmd target `0x0101`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -532,6 +744,13 @@ impl Register for TaskDmaBaseAddr {
 
 impl CommandRegister for TaskDmaBaseAddr {
     const TARGET: u16 = 0x0101;
+}
+
+/// The fields of [`TaskDmaBaseAddr`] as constants.
+impl TaskDmaBaseAddr {
+    /// Bits 31:4 of PC.TASK_DMA_BASE_ADDR: Base added to the feature/weight/DPU/PPU DMA addresses, which then act as offsets. Drivers write 0 or the submit's task_base_addr.
+    pub const DMA_BASE_ADDR: Field<TaskDmaBaseAddr> =
+        Field::new(&super::table::REGISTERS[10].fields[0]);
 }
 
 /// `PC.TASK_STATUS` at offset `0x003C`, reset `0x00000000`; regcmd target `0x0101`.
@@ -560,4 +779,10 @@ impl Register for TaskStatus {
 
 impl CommandRegister for TaskStatus {
     const TARGET: u16 = 0x0101;
+}
+
+/// The fields of [`TaskStatus`] as constants.
+impl TaskStatus {
+    /// Bits 27:0 of PC.TASK_STATUS: \[11:0\] current task counter; \[12\] first task running / fetching; \[13\] last task running / fetching (TRM lists bits 12/13 twice). Drivers read &0xfff.
+    pub const TASK_STATUS: Field<TaskStatus> = Field::new(&super::table::REGISTERS[11].fields[0]);
 }

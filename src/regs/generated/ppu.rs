@@ -5,7 +5,7 @@ use crate::regs::values::BurstLen;
 use crate::regs::values::DpuPrecision;
 use crate::regs::values::PoolingMethod;
 #[allow(unused_imports)]
-use crate::regs::{CommandRegister, DmaAddressRegister, Register, RegisterInfo};
+use crate::regs::{CommandRegister, DmaAddressRegister, Field, RegArray, Register, RegisterInfo};
 use bitfield_struct::bitfield;
 
 /// `PPU.S_STATUS` at offset `0x6000`, reset `0x00000000`; regcmd target `0x4001`.
@@ -37,6 +37,14 @@ impl Register for SStatus {
 
 impl CommandRegister for SStatus {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`SStatus`] as constants.
+impl SStatus {
+    /// Bits 1:0 of PPU.S_STATUS: Group 0 state, same encoding.
+    pub const STATUS_0: Field<SStatus> = Field::new(&super::table::REGISTERS[146].fields[0]);
+    /// Bits 17:16 of PPU.S_STATUS: Group 1 state: 0 idle, 1 running, 2 running with the other group waiting, 3 reserved.
+    pub const STATUS_1: Field<SStatus> = Field::new(&super::table::REGISTERS[146].fields[1]);
 }
 
 /// `PPU.S_POINTER` at offset `0x6004`, reset `0x00000000`; regcmd target `0x4001`.
@@ -85,6 +93,27 @@ impl CommandRegister for SPointer {
     const TARGET: u16 = 0x4001;
 }
 
+/// The fields of [`SPointer`] as constants.
+impl SPointer {
+    /// Bit 0 of PPU.S_POINTER: Group that subsequent register writes land in (NVDLA PRODUCER).
+    pub const POINTER: Field<SPointer> = Field::new(&super::table::REGISTERS[147].fields[0]);
+    /// Bit 1 of PPU.S_POINTER: Enable register-group ping-pong.
+    pub const POINTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[147].fields[1]);
+    /// Bit 2 of PPU.S_POINTER: Enable executer ping-pong.
+    pub const EXECUTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[147].fields[2]);
+    /// Bit 3 of PPU.S_POINTER: 0 = pointer toggles with the executer, 1 = pointer toggles by itself after each use.
+    pub const POINTER_PP_MODE: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[147].fields[3]);
+    /// Bit 4 of PPU.S_POINTER: Reset register-group pointer to 0.
+    pub const POINTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[147].fields[4]);
+    /// Bit 5 of PPU.S_POINTER: Reset executer pointer to 0.
+    pub const EXECUTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[147].fields[5]);
+    /// Bit 16 of PPU.S_POINTER: Group the datapath is using (NVDLA CONSUMER).
+    pub const EXECUTER: Field<SPointer> = Field::new(&super::table::REGISTERS[147].fields[6]);
+}
+
 /// `PPU.OPERATION_ENABLE` at offset `0x6008`, reset `0x00000000`; regcmd target `0x4001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -109,6 +138,12 @@ impl Register for OperationEnable {
 
 impl CommandRegister for OperationEnable {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`OperationEnable`] as constants.
+impl OperationEnable {
+    /// Bit 0 of PPU.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[148].fields[0]);
 }
 
 /// `PPU.DATA_CUBE_IN_WIDTH` at offset `0x600C`, reset `0x00000000`; regcmd target `0x4001`.
@@ -137,6 +172,13 @@ impl CommandRegister for DataCubeInWidth {
     const TARGET: u16 = 0x4001;
 }
 
+/// The fields of [`DataCubeInWidth`] as constants.
+impl DataCubeInWidth {
+    /// Bits 12:0 of PPU.DATA_CUBE_IN_WIDTH: Pooling input width minus one.
+    pub const CUBE_IN_WIDTH: Field<DataCubeInWidth> =
+        Field::new(&super::table::REGISTERS[149].fields[0]);
+}
+
 /// `PPU.DATA_CUBE_IN_HEIGHT` at offset `0x6010`, reset `0x00000000`; regcmd target `0x4001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -161,6 +203,13 @@ impl Register for DataCubeInHeight {
 
 impl CommandRegister for DataCubeInHeight {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`DataCubeInHeight`] as constants.
+impl DataCubeInHeight {
+    /// Bits 12:0 of PPU.DATA_CUBE_IN_HEIGHT: Input height minus one.
+    pub const CUBE_IN_HEIGHT: Field<DataCubeInHeight> =
+        Field::new(&super::table::REGISTERS[150].fields[0]);
 }
 
 /// `PPU.DATA_CUBE_IN_CHANNEL` at offset `0x6014`, reset `0x00000000`; regcmd target `0x4001`.
@@ -189,6 +238,13 @@ impl CommandRegister for DataCubeInChannel {
     const TARGET: u16 = 0x4001;
 }
 
+/// The fields of [`DataCubeInChannel`] as constants.
+impl DataCubeInChannel {
+    /// Bits 12:0 of PPU.DATA_CUBE_IN_CHANNEL: Input channels minus one.
+    pub const CUBE_IN_CHANNEL: Field<DataCubeInChannel> =
+        Field::new(&super::table::REGISTERS[151].fields[0]);
+}
+
 /// `PPU.DATA_CUBE_OUT_WIDTH` at offset `0x6018`, reset `0x00000000`; regcmd target `0x4001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -213,6 +269,13 @@ impl Register for DataCubeOutWidth {
 
 impl CommandRegister for DataCubeOutWidth {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`DataCubeOutWidth`] as constants.
+impl DataCubeOutWidth {
+    /// Bits 12:0 of PPU.DATA_CUBE_OUT_WIDTH: Output width minus one.
+    pub const CUBE_OUT_WIDTH: Field<DataCubeOutWidth> =
+        Field::new(&super::table::REGISTERS[152].fields[0]);
 }
 
 /// `PPU.DATA_CUBE_OUT_HEIGHT` at offset `0x601C`, reset `0x00000000`; regcmd target `0x4001`.
@@ -241,6 +304,13 @@ impl CommandRegister for DataCubeOutHeight {
     const TARGET: u16 = 0x4001;
 }
 
+/// The fields of [`DataCubeOutHeight`] as constants.
+impl DataCubeOutHeight {
+    /// Bits 12:0 of PPU.DATA_CUBE_OUT_HEIGHT: Output height minus one.
+    pub const CUBE_OUT_HEIGHT: Field<DataCubeOutHeight> =
+        Field::new(&super::table::REGISTERS[153].fields[0]);
+}
+
 /// `PPU.DATA_CUBE_OUT_CHANNEL` at offset `0x6020`, reset `0x00000000`; regcmd target `0x4001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -265,6 +335,13 @@ impl Register for DataCubeOutChannel {
 
 impl CommandRegister for DataCubeOutChannel {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`DataCubeOutChannel`] as constants.
+impl DataCubeOutChannel {
+    /// Bits 12:0 of PPU.DATA_CUBE_OUT_CHANNEL: Output channels minus one.
+    pub const CUBE_OUT_CHANNEL: Field<DataCubeOutChannel> =
+        Field::new(&super::table::REGISTERS[154].fields[0]);
 }
 
 /// `PPU.OPERATION_MODE_CFG` at offset `0x6024`, reset `0x00000000`; regcmd target `0x4001`.
@@ -311,6 +388,25 @@ impl CommandRegister for OperationModeCfg {
     const TARGET: u16 = 0x4001;
 }
 
+/// The fields of [`OperationModeCfg`] as constants.
+impl OperationModeCfg {
+    /// Bits 1:0 of PPU.OPERATION_MODE_CFG: 0 average, 1 max, 2 min, 3 reserved.
+    pub const POOLING_METHOD: Field<OperationModeCfg> =
+        Field::new(&super::table::REGISTERS[155].fields[0]);
+    /// Bit 4 of PPU.OPERATION_MODE_CFG: Input from 0 DPU, 1 memory (PPU_RDMA).
+    pub const FLYING_MODE: Field<OperationModeCfg> =
+        Field::new(&super::table::REGISTERS[155].fields[1]);
+    /// Bits 7:5 of PPU.OPERATION_MODE_CFG: 'use_cnt' (undocumented).
+    pub const USE_CNT: Field<OperationModeCfg> =
+        Field::new(&super::table::REGISTERS[155].fields[2]);
+    /// Bits 28:16 of PPU.OPERATION_MODE_CFG: Pixels from width end to shape line end.
+    pub const NOTCH_ADDR: Field<OperationModeCfg> =
+        Field::new(&super::table::REGISTERS[155].fields[3]);
+    /// Bit 30 of PPU.OPERATION_MODE_CFG: Also output the arg position of each kernel.
+    pub const INDEX_EN: Field<OperationModeCfg> =
+        Field::new(&super::table::REGISTERS[155].fields[4]);
+}
+
 /// `PPU.POOLING_KERNEL_CFG` at offset `0x6034`, reset `0x00000000`; regcmd target `0x4001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -350,6 +446,22 @@ impl CommandRegister for PoolingKernelCfg {
     const TARGET: u16 = 0x4001;
 }
 
+/// The fields of [`PoolingKernelCfg`] as constants.
+impl PoolingKernelCfg {
+    /// Bits 3:0 of PPU.POOLING_KERNEL_CFG: Kernel width minus one.
+    pub const KERNEL_WIDTH: Field<PoolingKernelCfg> =
+        Field::new(&super::table::REGISTERS[156].fields[0]);
+    /// Bits 11:8 of PPU.POOLING_KERNEL_CFG: Kernel height minus one.
+    pub const KERNEL_HEIGHT: Field<PoolingKernelCfg> =
+        Field::new(&super::table::REGISTERS[156].fields[1]);
+    /// Bits 19:16 of PPU.POOLING_KERNEL_CFG: Stride width minus one.
+    pub const KERNEL_STRIDE_WIDTH: Field<PoolingKernelCfg> =
+        Field::new(&super::table::REGISTERS[156].fields[2]);
+    /// Bits 23:20 of PPU.POOLING_KERNEL_CFG: Stride height minus one.
+    pub const KERNEL_STRIDE_HEIGHT: Field<PoolingKernelCfg> =
+        Field::new(&super::table::REGISTERS[156].fields[3]);
+}
+
 /// `PPU.RECIP_KERNEL_WIDTH` at offset `0x6038`, reset `0x00000000`; regcmd target `0x4001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -376,6 +488,13 @@ impl CommandRegister for RecipKernelWidth {
     const TARGET: u16 = 0x4001;
 }
 
+/// The fields of [`RecipKernelWidth`] as constants.
+impl RecipKernelWidth {
+    /// Bits 16:0 of PPU.RECIP_KERNEL_WIDTH: (1 / kernel width) * 2^16.
+    pub const RECIP_KERNEL_WIDTH: Field<RecipKernelWidth> =
+        Field::new(&super::table::REGISTERS[157].fields[0]);
+}
+
 /// `PPU.RECIP_KERNEL_HEIGHT` at offset `0x603C`, reset `0x00000000`; regcmd target `0x4001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -400,6 +519,13 @@ impl Register for RecipKernelHeight {
 
 impl CommandRegister for RecipKernelHeight {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`RecipKernelHeight`] as constants.
+impl RecipKernelHeight {
+    /// Bits 16:0 of PPU.RECIP_KERNEL_HEIGHT: (1 / kernel height) * 2^16.
+    pub const RECIP_KERNEL_HEIGHT: Field<RecipKernelHeight> =
+        Field::new(&super::table::REGISTERS[158].fields[0]);
 }
 
 /// `PPU.POOLING_PADDING_CFG` at offset `0x6040`, reset `0x00000000`; regcmd target `0x4001`.
@@ -443,6 +569,22 @@ impl CommandRegister for PoolingPaddingCfg {
     const TARGET: u16 = 0x4001;
 }
 
+/// The fields of [`PoolingPaddingCfg`] as constants.
+impl PoolingPaddingCfg {
+    /// Bits 2:0 of PPU.POOLING_PADDING_CFG: Left pad.
+    pub const PAD_LEFT: Field<PoolingPaddingCfg> =
+        Field::new(&super::table::REGISTERS[159].fields[0]);
+    /// Bits 6:4 of PPU.POOLING_PADDING_CFG: Top pad.
+    pub const PAD_TOP: Field<PoolingPaddingCfg> =
+        Field::new(&super::table::REGISTERS[159].fields[1]);
+    /// Bits 10:8 of PPU.POOLING_PADDING_CFG: Right pad.
+    pub const PAD_RIGHT: Field<PoolingPaddingCfg> =
+        Field::new(&super::table::REGISTERS[159].fields[2]);
+    /// Bits 14:12 of PPU.POOLING_PADDING_CFG: Bottom pad.
+    pub const PAD_BOTTOM: Field<PoolingPaddingCfg> =
+        Field::new(&super::table::REGISTERS[159].fields[3]);
+}
+
 /// `PPU.PADDING_VALUE_1_CFG` at offset `0x6044`, reset `0x00000000`; regcmd target `0x4001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -465,6 +607,13 @@ impl Register for PaddingValue1Cfg {
 
 impl CommandRegister for PaddingValue1Cfg {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`PaddingValue1Cfg`] as constants.
+impl PaddingValue1Cfg {
+    /// Bits 31:0 of PPU.PADDING_VALUE_1_CFG: Pad value bits \[31:0\].
+    pub const PAD_VALUE_0: Field<PaddingValue1Cfg> =
+        Field::new(&super::table::REGISTERS[160].fields[0]);
 }
 
 /// `PPU.PADDING_VALUE_2_CFG` at offset `0x6048`, reset `0x00000000`; regcmd target `0x4001`.
@@ -491,6 +640,13 @@ impl Register for PaddingValue2Cfg {
 
 impl CommandRegister for PaddingValue2Cfg {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`PaddingValue2Cfg`] as constants.
+impl PaddingValue2Cfg {
+    /// Bits 2:0 of PPU.PADDING_VALUE_2_CFG: Pad value bits \[34:32\].
+    pub const PAD_VALUE_1: Field<PaddingValue2Cfg> =
+        Field::new(&super::table::REGISTERS[161].fields[0]);
 }
 
 /// `PPU.DST_BASE_ADDR` at offset `0x6070`, reset `0x00000000`; regcmd target `0x4001`.
@@ -525,6 +681,13 @@ impl DmaAddressRegister for DstBaseAddr {
     const ALIGN: u32 = 16;
 }
 
+/// The fields of [`DstBaseAddr`] as constants.
+impl DstBaseAddr {
+    /// Bits 31:4 of PPU.DST_BASE_ADDR: Output address, bits 31:4 (16-byte aligned).
+    pub const DST_BASE_ADDR: Field<DstBaseAddr> =
+        Field::new(&super::table::REGISTERS[162].fields[0]);
+}
+
 /// `PPU.DST_SURF_STRIDE` at offset `0x607C`, reset `0x00000000`; regcmd target `0x4001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -549,6 +712,13 @@ impl Register for DstSurfStride {
 
 impl CommandRegister for DstSurfStride {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`DstSurfStride`] as constants.
+impl DstSurfStride {
+    /// Bits 31:4 of PPU.DST_SURF_STRIDE: Output surface stride ('shape area'), 16-byte units.
+    pub const DST_SURF_STRIDE: Field<DstSurfStride> =
+        Field::new(&super::table::REGISTERS[163].fields[0]);
 }
 
 /// `PPU.DATA_FORMAT` at offset `0x6084`, reset `0x00000000`; regcmd target `0x4001`.
@@ -581,6 +751,17 @@ impl Register for DataFormat {
 
 impl CommandRegister for DataFormat {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`DataFormat`] as constants.
+impl DataFormat {
+    /// Bits 2:0 of PPU.DATA_FORMAT: Processing precision.
+    pub const PROC_PRECISION: Field<DataFormat> =
+        Field::new(&super::table::REGISTERS[164].fields[0]);
+    /// Bit 3 of PPU.DATA_FORMAT: Set when data comes from DPU and DPU itself reads from memory.
+    pub const DPU_FLYIN: Field<DataFormat> = Field::new(&super::table::REGISTERS[164].fields[1]);
+    /// Bits 31:4 of PPU.DATA_FORMAT: With INDEX_EN: dst_surface_stride x number of surfaces (8 bytes per surface); else = dst_surface_stride.
+    pub const INDEX_ADD: Field<DataFormat> = Field::new(&super::table::REGISTERS[164].fields[2]);
 }
 
 /// `PPU.MISC_CTRL` at offset `0x60DC`, reset `0x00000000`; regcmd target `0x4001`.
@@ -618,4 +799,16 @@ impl Register for MiscCtrl {
 
 impl CommandRegister for MiscCtrl {
     const TARGET: u16 = 0x4001;
+}
+
+/// The fields of [`MiscCtrl`] as constants.
+impl MiscCtrl {
+    /// Bits 3:0 of PPU.MISC_CTRL: 3/7/15 = burst 4/8/16.
+    pub const BURST_LEN: Field<MiscCtrl> = Field::new(&super::table::REGISTERS[165].fields[0]);
+    /// Bit 7 of PPU.MISC_CTRL: Non-align output (instead of 8-byte aligned pixels).
+    pub const NONALIGN: Field<MiscCtrl> = Field::new(&super::table::REGISTERS[165].fields[1]);
+    /// Bit 8 of PPU.MISC_CTRL: Multiple surfaces out.
+    pub const MC_SURF_OUT: Field<MiscCtrl> = Field::new(&super::table::REGISTERS[165].fields[2]);
+    /// Bits 31:16 of PPU.MISC_CTRL: Surface count length (non-align mode).
+    pub const SURF_LEN: Field<MiscCtrl> = Field::new(&super::table::REGISTERS[165].fields[3]);
 }

@@ -3,7 +3,7 @@
 
 use crate::regs::values::ElementSize;
 #[allow(unused_imports)]
-use crate::regs::{CommandRegister, DmaAddressRegister, Register, RegisterInfo};
+use crate::regs::{CommandRegister, DmaAddressRegister, Field, RegArray, Register, RegisterInfo};
 use bitfield_struct::bitfield;
 
 /// `PPU_RDMA.S_STATUS` at offset `0x7000`, reset `0x00000000`; regcmd target `0x8001`.
@@ -35,6 +35,14 @@ impl Register for SStatus {
 
 impl CommandRegister for SStatus {
     const TARGET: u16 = 0x8001;
+}
+
+/// The fields of [`SStatus`] as constants.
+impl SStatus {
+    /// Bits 1:0 of PPU_RDMA.S_STATUS: Group 0 state, same encoding.
+    pub const STATUS_0: Field<SStatus> = Field::new(&super::table::REGISTERS[166].fields[0]);
+    /// Bits 17:16 of PPU_RDMA.S_STATUS: Group 1 state: 0 idle, 1 running, 2 running with the other group waiting, 3 reserved.
+    pub const STATUS_1: Field<SStatus> = Field::new(&super::table::REGISTERS[166].fields[1]);
 }
 
 /// `PPU_RDMA.S_POINTER` at offset `0x7004`, reset `0x00000000`; regcmd target `0x8001`.
@@ -83,6 +91,27 @@ impl CommandRegister for SPointer {
     const TARGET: u16 = 0x8001;
 }
 
+/// The fields of [`SPointer`] as constants.
+impl SPointer {
+    /// Bit 0 of PPU_RDMA.S_POINTER: Group that subsequent register writes land in (NVDLA PRODUCER).
+    pub const POINTER: Field<SPointer> = Field::new(&super::table::REGISTERS[167].fields[0]);
+    /// Bit 1 of PPU_RDMA.S_POINTER: Enable register-group ping-pong.
+    pub const POINTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[167].fields[1]);
+    /// Bit 2 of PPU_RDMA.S_POINTER: Enable executer ping-pong.
+    pub const EXECUTER_PP_EN: Field<SPointer> = Field::new(&super::table::REGISTERS[167].fields[2]);
+    /// Bit 3 of PPU_RDMA.S_POINTER: 0 = pointer toggles with the executer, 1 = pointer toggles by itself after each use.
+    pub const POINTER_PP_MODE: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[167].fields[3]);
+    /// Bit 4 of PPU_RDMA.S_POINTER: Reset register-group pointer to 0.
+    pub const POINTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[167].fields[4]);
+    /// Bit 5 of PPU_RDMA.S_POINTER: Reset executer pointer to 0.
+    pub const EXECUTER_PP_CLEAR: Field<SPointer> =
+        Field::new(&super::table::REGISTERS[167].fields[5]);
+    /// Bit 16 of PPU_RDMA.S_POINTER: Group the datapath is using (NVDLA CONSUMER).
+    pub const EXECUTER: Field<SPointer> = Field::new(&super::table::REGISTERS[167].fields[6]);
+}
+
 /// `PPU_RDMA.OPERATION_ENABLE` at offset `0x7008`, reset `0x00000000`; regcmd target `0x8001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -107,6 +136,12 @@ impl Register for OperationEnable {
 
 impl CommandRegister for OperationEnable {
     const TARGET: u16 = 0x8001;
+}
+
+/// The fields of [`OperationEnable`] as constants.
+impl OperationEnable {
+    /// Bit 0 of PPU_RDMA.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[168].fields[0]);
 }
 
 /// `PPU_RDMA.RDMA_CUBE_IN_WIDTH` at offset `0x700C`, reset `0x00000000`; regcmd target `0x8001`.
@@ -135,6 +170,13 @@ impl CommandRegister for RdmaCubeInWidth {
     const TARGET: u16 = 0x8001;
 }
 
+/// The fields of [`RdmaCubeInWidth`] as constants.
+impl RdmaCubeInWidth {
+    /// Bits 12:0 of PPU_RDMA.RDMA_CUBE_IN_WIDTH: Input width minus one.
+    pub const CUBE_IN_WIDTH: Field<RdmaCubeInWidth> =
+        Field::new(&super::table::REGISTERS[169].fields[0]);
+}
+
 /// `PPU_RDMA.RDMA_CUBE_IN_HEIGHT` at offset `0x7010`, reset `0x00000000`; regcmd target `0x8001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -161,6 +203,13 @@ impl CommandRegister for RdmaCubeInHeight {
     const TARGET: u16 = 0x8001;
 }
 
+/// The fields of [`RdmaCubeInHeight`] as constants.
+impl RdmaCubeInHeight {
+    /// Bits 12:0 of PPU_RDMA.RDMA_CUBE_IN_HEIGHT: Input height minus one.
+    pub const CUBE_IN_HEIGHT: Field<RdmaCubeInHeight> =
+        Field::new(&super::table::REGISTERS[170].fields[0]);
+}
+
 /// `PPU_RDMA.RDMA_CUBE_IN_CHANNEL` at offset `0x7014`, reset `0x00000000`; regcmd target `0x8001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -185,6 +234,13 @@ impl Register for RdmaCubeInChannel {
 
 impl CommandRegister for RdmaCubeInChannel {
     const TARGET: u16 = 0x8001;
+}
+
+/// The fields of [`RdmaCubeInChannel`] as constants.
+impl RdmaCubeInChannel {
+    /// Bits 12:0 of PPU_RDMA.RDMA_CUBE_IN_CHANNEL: Input channels minus one.
+    pub const CUBE_IN_CHANNEL: Field<RdmaCubeInChannel> =
+        Field::new(&super::table::REGISTERS[171].fields[0]);
 }
 
 /// `PPU_RDMA.RDMA_SRC_BASE_ADDR` at offset `0x701C`, reset `0x00000000`; regcmd target `0x8001`.
@@ -217,6 +273,13 @@ impl DmaAddressRegister for RdmaSrcBaseAddr {
     const ALIGN: u32 = 1;
 }
 
+/// The fields of [`RdmaSrcBaseAddr`] as constants.
+impl RdmaSrcBaseAddr {
+    /// Bits 31:0 of PPU_RDMA.RDMA_SRC_BASE_ADDR: Source address of the pooling cube.
+    pub const SRC_BASE_ADDR: Field<RdmaSrcBaseAddr> =
+        Field::new(&super::table::REGISTERS[172].fields[0]);
+}
+
 /// `PPU_RDMA.RDMA_SRC_LINE_STRIDE` at offset `0x7024`, reset `0x00000000`; regcmd target `0x8001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -241,6 +304,13 @@ impl Register for RdmaSrcLineStride {
 
 impl CommandRegister for RdmaSrcLineStride {
     const TARGET: u16 = 0x8001;
+}
+
+/// The fields of [`RdmaSrcLineStride`] as constants.
+impl RdmaSrcLineStride {
+    /// Bits 31:4 of PPU_RDMA.RDMA_SRC_LINE_STRIDE: Line stride (shape width), 16-byte units.
+    pub const SRC_LINE_STRIDE: Field<RdmaSrcLineStride> =
+        Field::new(&super::table::REGISTERS[173].fields[0]);
 }
 
 /// `PPU_RDMA.RDMA_SRC_SURF_STRIDE` at offset `0x7028`, reset `0x00000000`; regcmd target `0x8001`.
@@ -269,6 +339,13 @@ impl CommandRegister for RdmaSrcSurfStride {
     const TARGET: u16 = 0x8001;
 }
 
+/// The fields of [`RdmaSrcSurfStride`] as constants.
+impl RdmaSrcSurfStride {
+    /// Bits 31:4 of PPU_RDMA.RDMA_SRC_SURF_STRIDE: Surface stride (shape area), 16-byte units.
+    pub const SRC_SURF_STRIDE: Field<RdmaSrcSurfStride> =
+        Field::new(&super::table::REGISTERS[174].fields[0]);
+}
+
 /// `PPU_RDMA.RDMA_DATA_FORMAT` at offset `0x7030`, reset `0x00000000`; regcmd target `0x8001`.
 #[bitfield(u32)]
 #[derive(PartialEq, Eq, Hash)]
@@ -295,4 +372,11 @@ impl Register for RdmaDataFormat {
 
 impl CommandRegister for RdmaDataFormat {
     const TARGET: u16 = 0x8001;
+}
+
+/// The fields of [`RdmaDataFormat`] as constants.
+impl RdmaDataFormat {
+    /// Bits 1:0 of PPU_RDMA.RDMA_DATA_FORMAT: 0 4-bit, 1 8-bit, 2 16-bit, 3 32-bit (note: different encoding from other precision fields).
+    pub const IN_PRECISION: Field<RdmaDataFormat> =
+        Field::new(&super::table::REGISTERS[175].fields[0]);
 }
