@@ -255,3 +255,116 @@ pub fn check_names(regs: &[Register], families: &[Family], value_sets: &[&str]) 
     }
     errors
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{BlockFile, parse_bits};
+
+    /// A register as `(name, offset, [(field, bits)])`.
+    type Spec<'a> = (&'a str, u32, &'a [(&'a str, &'a str)]);
+
+    /// Registers of one block, through the TOML schema.
+    fn block(regs: &[Spec]) -> Vec<Register> {
+        let mut text =
+            String::from("[block]\nname = \"B\"\nbase = 0x1000\nsize = 0x1000\ndoc = \"d\"\n");
+        for (name, offset, fields) in regs {
+            text += &format!("[[register]]\nname = \"{name}\"\noffset = {offset}\nreset = 0\n");
+            for (f, bits) in *fields {
+                text += &format!(
+                    "[[register.field]]\nname = \"{f}\"\nbits = \"{bits}\"\naccess = \"RW\"\ndoc = \"d\"\nsource = \"trm\"\n"
+                );
+            }
+        }
+        let mut file: BlockFile = toml::from_str(&text).unwrap();
+        for r in &mut file.register {
+            for f in &mut r.field {
+                (f.lo, f.width) = parse_bits(&f.bits).unwrap();
+            }
+        }
+        file.register
+    }
+
+    #[test]
+    fn split_index_takes_a_trailing_number() {
+        assert_eq!(split_index("DCOMP_AMOUNT12"), Some(("DCOMP_AMOUNT", 12)));
+        assert_eq!(split_index("EW_OPERAND_0"), Some(("EW_OPERAND_", 0)));
+        assert_eq!(split_index("CONV_CON"), None);
+        assert_eq!(split_index("12"), None);
+        assert_eq!(split_index("A01"), None);
+    }
+
+    #[test]
+    fn a_family_strips_indices_that_move_with_the_register() {
+        let regs = block(&[
+            ("OTHER", 0x1000, &[("Z", "0")]),
+            ("A1", 0x1010, &[("X0", "7:0"), ("Y", "8")]),
+            ("A2", 0x1014, &[("X1", "7:0"), ("Y", "8")]),
+            ("A3", 0x1018, &[("X2", "7:0"), ("Y", "8")]),
+        ]);
+        let f = find(&regs);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].name, "A");
+        assert_eq!(f[0].members, [1, 2, 3]);
+        assert_eq!((f[0].first_index, f[0].stride), (1, 4));
+        assert_eq!(f[0].fields, ["X", "Y"]);
+    }
+
+    #[test]
+    fn no_family_without_one_layout_one_step_and_index_names() {
+        // Same bits, unrelated field names (FC_CON1/FC_CON2).
+        let names = block(&[
+            ("C1", 0x1000, &[("DATA_OFFSET", "16:0")]),
+            ("C2", 0x1004, &[("WEIGHT_OFFSET", "16:0")]),
+        ]);
+        assert!(find(&names).is_empty());
+        // Field numbers that do not follow the register index.
+        let numbers = block(&[
+            ("D0", 0x1000, &[("V3", "3:0")]),
+            ("D1", 0x1004, &[("V0", "3:0")]),
+        ]);
+        assert!(find(&numbers).is_empty());
+        // Different bits.
+        let bits = block(&[
+            ("E0", 0x1000, &[("V", "3:0")]),
+            ("E1", 0x1004, &[("V", "4:0")]),
+        ]);
+        assert!(find(&bits).is_empty());
+    }
+
+    #[test]
+    fn the_longest_run_wins() {
+        // G0 differs; G1..G3 are one step apart; G4 breaks the step.
+        let regs = block(&[
+            ("G0", 0x1000, &[("W", "31:0")]),
+            ("G1", 0x1004, &[("V", "3:0")]),
+            ("G2", 0x1008, &[("V", "3:0")]),
+            ("G3", 0x100C, &[("V", "3:0")]),
+            ("G4", 0x1020, &[("V", "3:0")]),
+        ]);
+        let f = find(&regs);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].members, [1, 2, 3]);
+    }
+
+    #[test]
+    fn constants_that_would_clash_get_a_suffix() {
+        let names = |v: &[&str]| field_consts(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let c = names(&["NAME", "FOO", "FOO_BITS", "TYPE", "OFFSET_X"]).unwrap();
+        let got: Vec<(&str, bool)> = c
+            .iter()
+            .map(|c| (c.name.as_str(), c.renamed_because.is_some()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("NAME_FIELD", true),
+                ("FOO", false),
+                ("FOO_BITS_FIELD", true),
+                ("TYPE", false),
+                ("OFFSET_X", false)
+            ]
+        );
+        assert!(names(&["NAME", "NAME_FIELD"]).is_err());
+    }
+}

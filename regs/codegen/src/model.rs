@@ -162,7 +162,7 @@ fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, String> {
 }
 
 /// Parses `"hi:lo"` or `"bit"` into (lo, width).
-fn parse_bits(bits: &str) -> Result<(u32, u32), String> {
+pub fn parse_bits(bits: &str) -> Result<(u32, u32), String> {
     let parse = |s: &str| {
         s.trim()
             .parse::<u32>()
