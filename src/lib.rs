@@ -12,6 +12,8 @@
 //!   for every precision, and matmul plans of any shape with their packers;
 //! * [`sim`] — a strict functional simulator that executes programs against a memory
 //!   image, so programs can be tested without a board (docs/simulator.md);
+//! * [`task`] — the typed task model, one file per block: what kernels emit, what the
+//!   simulator executes and what the verifier checks;
 //! * [`float`] — fp16/bf16 conversions shared by packers and simulator;
 //! * [`sys`] — the kernels' structures and request codes, and the one seam every request
 //!   goes through (the only module where the `unsafe_code` lint is allowed);
@@ -45,7 +47,9 @@ pub mod regcmd;
 pub mod regs;
 pub mod sim;
 pub mod sys;
+pub mod task;
 pub mod trace;
+
 
 pub use error::{Error, Result};
 

@@ -35,7 +35,10 @@
 use crate::error::{Error, Result};
 use crate::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder, TaskBuilder};
-use crate::regs::{cna, core, dpu, dpu_rdma};
+use crate::task::{
+    self, Alu, AluOp, Cbuf, Cna, Conv, Core, Dpu, DpuInput, DpuRdma, Erdma, Ew, EwOp, EwSrc,
+    Feature, InputCvt, Mrdma, Mul, OpCvt, OutCvt, Output, OwCfg, Precision, Stage, Task, Weights,
+};
 
 /// The buffer holding the program.
 pub const REGCMD: BufferId = BufferId(0);
@@ -48,7 +51,10 @@ pub const C: BufferId = BufferId(3);
 /// The element-wise operand E (when [`PostOps::add`] is set).
 pub const E: BufferId = BufferId(4);
 
-const BANK: u64 = 32 * 1024;
+const BANK: u64 = task::cbuf::BANK_BYTES;
+
+/// At most 10 data banks, so that at least 2 weight banks remain (matmul-recipe.md §10).
+const MAX_DATA_BANKS: u64 = 10;
 
 /// Input element types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,12 +74,17 @@ pub enum Dtype {
 impl Dtype {
     /// The precision code of CNA/CORE/DPU registers (matmul-recipe.md 5.1).
     pub const fn code(self) -> u32 {
+        self.precision().code()
+    }
+
+    /// The precision in the task model's vocabulary.
+    pub const fn precision(self) -> Precision {
         match self {
-            Dtype::Int8 => 0,
-            Dtype::Int16 => 1,
-            Dtype::Fp16 => 2,
-            Dtype::Bf16 => 3,
-            Dtype::Int4 => 6,
+            Dtype::Int8 => Precision::Int8,
+            Dtype::Int16 => Precision::Int16,
+            Dtype::Fp16 => Precision::Fp16,
+            Dtype::Bf16 => Precision::Bf16,
+            Dtype::Int4 => Precision::Int4,
         }
     }
 
@@ -141,13 +152,18 @@ pub enum OutType {
 impl OutType {
     /// The DPU output precision code.
     pub const fn code(self) -> u32 {
+        self.precision().code()
+    }
+
+    /// The precision in the task model's vocabulary.
+    pub const fn precision(self) -> Precision {
         match self {
-            OutType::Int8 => 0,
-            OutType::Int16 => 1,
-            OutType::Fp16 => 2,
-            OutType::Bf16 => 3,
-            OutType::Int32 => 4,
-            OutType::Fp32 => 5,
+            OutType::Int8 => Precision::Int8,
+            OutType::Int16 => Precision::Int16,
+            OutType::Fp16 => Precision::Fp16,
+            OutType::Bf16 => Precision::Bf16,
+            OutType::Int32 => Precision::Int32,
+            OutType::Fp32 => Precision::Fp32,
         }
     }
 
@@ -350,13 +366,13 @@ impl SingleMatmul {
             )));
         }
         let data = m * ai * b / 8;
-        if data > 11 * BANK {
+        if data > MAX_DATA_BANKS * BANK {
             return Err(unsupported(format!(
-                "A is {data} bytes; one task holds at most 11 CBUF banks ({} bytes)",
-                11 * BANK
+                "A is {data} bytes; one task holds at most {MAX_DATA_BANKS} CBUF data banks ({} bytes), keeping 2 for weights",
+                MAX_DATA_BANKS * BANK
             )));
         }
-        let db = data.div_ceil(BANK).clamp(1, 11);
+        let db = data.div_ceil(BANK).clamp(1, MAX_DATA_BANKS);
         let group = (self.dtype.kernels_per_atom().max(32) as u64).min(ao);
         let weights = group * ai * b / 8;
         if weights > (12 - db) * BANK {
@@ -368,10 +384,21 @@ impl SingleMatmul {
         Ok(())
     }
 
-    /// CBUF data banks: the A tile, at least 1, at most 11.
+    /// CBUF data banks: the A tile, at least 1, at most 10 (at least 2 weight banks remain,
+    /// matmul-recipe.md §10).
     fn data_banks(&self) -> u32 {
         let data = self.m as u64 * self.padded_k() as u64 * self.dtype.bits() as u64 / 8;
-        data.div_ceil(BANK).clamp(1, 11) as u32
+        data.div_ceil(BANK).clamp(1, MAX_DATA_BANKS) as u32
+    }
+
+    /// The task model with DMA addresses relocated to [`A`], [`B`], [`C`] and [`E`].
+    pub fn task(&self) -> Result<Task> {
+        self.task_at(
+            DmaAddr::reloc(A, 0),
+            DmaAddr::reloc(B, 0),
+            DmaAddr::reloc(C, 0),
+            DmaAddr::reloc(E, 0),
+        )
     }
 
     /// The task body with DMA addresses relocated to [`A`], [`B`], [`C`] and [`E`].
@@ -387,269 +414,185 @@ impl SingleMatmul {
     /// The task body reading A, B (and E) and writing C at the given addresses, so that a
     /// caller can chain several tasks over slices of larger buffers (M tiles, K waves).
     pub fn body_at(&self, a: DmaAddr, b: DmaAddr, c: DmaAddr, e: DmaAddr) -> Result<TaskBuilder> {
+        let task = self.task_at(a, b, c, e)?;
+        let mut t = TaskBuilder::with_capacity(130);
+        task.emit(&mut t)?;
+        Ok(t)
+    }
+
+    /// The task model reading A, B (and E) and writing C at the given addresses
+    /// (matmul-recipe.md section 5; the values of §10 that every board-validated program
+    /// uses).
+    pub fn task_at(&self, a: DmaAddr, b: DmaAddr, c: DmaAddr, e: DmaAddr) -> Result<Task> {
         self.check()?;
         let (m, ai, ao) = (self.m, self.padded_k(), self.padded_n());
-        let p = self.dtype.code();
-        let bits = self.dtype.bits();
+        let p = self.dtype.precision();
+        let out = self.out.precision();
         let native_a = self.a_layout == Layout::Native;
         let (w, h) = if native_a { (m, 1) } else { (1, m) };
         let db = self.data_banks();
-        let row_bytes = w * ai * bits / 8;
-        let mut t = TaskBuilder::with_capacity(130);
-
-        // Preamble of the vendor's bodies: CBUF split, decompression off, precisions.
-        let cbuf = [("data_bank", db), ("weight_bank", 12 - db)];
-        let con1 = [
-            ("in_precision", p),
-            ("proc_precision", p),
-            ("group_line_off", u32::from(!native_a)),
-        ];
-        t.write_fields::<cna::CbufCon0>(&cbuf)?
-            .write_fields::<cna::DcompRegnum>(&[])?
-            .write_fields::<cna::DcompCtrl>(&[])?
-            .write_fields::<cna::ConvCon1>(&con1)?;
-        let ping_pong = [
-            ("pointer_pp_en", 1),
-            ("executer_pp_en", 1),
-            ("pointer_pp_mode", 1),
-        ];
-        t.write_fields::<dpu::SPointer>(&ping_pong)?;
-        if self.post.add {
-            t.write_fields::<dpu_rdma::SPointer>(&ping_pong)?;
-        }
-
-        // CNA, in ascending offsets.
-        let grains = if native_a { 2 } else { (m + 1).min(1023) };
-        let (line, surf) = if native_a {
+        let row_bytes = u64::from(w) * u64::from(ai) * u64::from(p.bits()) / 8;
+        // int4 rounds each pixel to whole entries, as every validated int4 program does.
+        let data_entries = if p == Precision::Int4 {
+            w * ai.div_ceil(128)
+        } else {
+            row_bytes.div_ceil(task::cbuf::ENTRY_BYTES) as u32
+        };
+        let (line_stride, surf_stride) = if native_a {
             // Group line fetch over one line of M atoms: surface stride 4·W + SURF = M atoms.
-            (4 * m, (m.wrapping_mul(3)).wrapping_neg() & 0x0FFF_FFFF)
+            (4 * m, -3 * m as i32)
         } else {
-            (ai * bits / 128, 0)
+            (ai * p.bits() / 128, 0)
         };
-        t.write_fields::<cna::ConvCon1>(&con1)?
-            .write_fields::<cna::ConvCon2>(&[("feature_grains", grains)])?
-            .write_fields::<cna::ConvCon3>(&[("conv_x_stride", 1), ("conv_y_stride", 1)])?
-            .write_fields::<cna::DataSize0>(&[("datain_width", w), ("datain_height", h)])?
-            .write_fields::<cna::DataSize1>(&[
-                ("datain_channel", ai),
-                ("datain_channel_real", ai - 1),
-            ])?
-            .write_fields::<cna::DataSize2>(&[("dataout_width", w)])?
-            .write_fields::<cna::DataSize3>(&[("dataout_atomics", m)])?
-            .write_fields::<cna::WeightSize0>(&[("weight_bytes", ao * ai * bits / 8)])?
-            .write_fields::<cna::WeightSize1>(&[("weight_bytes_per_kernel", ai * bits / 8)])?
-            .write_fields::<cna::WeightSize2>(&[
-                ("weight_kernels", ao),
-                ("weight_height", 1),
-                ("weight_width", 1),
-            ])?
-            .write_fields::<cna::CbufCon0>(&cbuf)?
-            .write_fields::<cna::CbufCon1>(&[("data_entries", row_bytes.div_ceil(64))])?
-            .write_fields::<cna::CvtCon0>(&[
-                ("cvt_bypass", 1),
-                ("cvt_type", 1),
-                ("data_sign", 1),
-            ])?;
-        // CVT_CON1..4: scale 1, offset 0 (unused while the converter is bypassed).
-        t.write_fields::<cna::CvtCon1>(&[("cvt_scale0", 1)])?
-            .write_fields::<cna::CvtCon2>(&[("cvt_scale1", 1)])?
-            .write_fields::<cna::CvtCon3>(&[("cvt_scale2", 1)])?
-            .write_fields::<cna::CvtCon4>(&[("cvt_scale3", 1)])?
-            .write_fields::<cna::FcCon0>(&[])?
-            .write_fields::<cna::FcCon1>(&[])?
-            .write_fields::<cna::PadCon0>(&[])?
-            .write_addr::<cna::FeatureDataAddr>(a)?
-            .write_fields::<cna::FcCon2>(&[])?
-            .write_fields::<cna::DmaCon0>(&[("data_burst_len", 15), ("weight_burst_len", 15)])?
-            .write_fields::<cna::DmaCon1>(&[("line_stride", line)])?
-            .write_fields::<cna::DmaCon2>(&[("surf_stride", surf)])?
-            .write_fields::<cna::FcDataSize0>(&[("dma_width", w), ("dma_height", h)])?
-            .write_fields::<cna::FcDataSize1>(&[("dma_channel", ai)])?
-            .write_fields::<cna::DcompCtrl>(&[])?
-            .write_fields::<cna::DcompRegnum>(&[])?
-            .write_addr::<cna::DcompAddr0>(b)?;
-        t.write_fields::<cna::DcompAmount0>(&[])?
-            .write_fields::<cna::DcompAmount1>(&[])?
-            .write_fields::<cna::DcompAmount2>(&[])?
-            .write_fields::<cna::DcompAmount3>(&[])?
-            .write_fields::<cna::DcompAmount4>(&[])?
-            .write_fields::<cna::DcompAmount5>(&[])?
-            .write_fields::<cna::DcompAmount6>(&[])?
-            .write_fields::<cna::DcompAmount7>(&[])?
-            .write_fields::<cna::DcompAmount8>(&[])?
-            .write_fields::<cna::DcompAmount9>(&[])?
-            .write_fields::<cna::DcompAmount10>(&[])?
-            .write_fields::<cna::DcompAmount11>(&[])?
-            .write_fields::<cna::DcompAmount12>(&[])?
-            .write_fields::<cna::DcompAmount13>(&[])?
-            .write_fields::<cna::DcompAmount14>(&[])?
-            .write_fields::<cna::DcompAmount15>(&[])?
-            .write_fields::<cna::CvtCon5>(&[])?
-            .write_fields::<cna::PadCon1>(&[])?;
-
-        // CORE.
-        let qd = u32::from(!self.dtype.is_float());
-        t.write_fields::<core::MiscCfg>(&[("qd_en", qd), ("proc_precision", p)])?
-            .write_fields::<core::DataoutSize0>(&[
-                ("dataout_width", w - 1),
-                ("dataout_height", h - 1),
-            ])?
-            .write_fields::<core::DataoutSize1>(&[("dataout_channel", ao - 1)])?
-            .write_fields::<core::ClipTruncate>(&[])?
-            .write_fields::<core::Unk3030>(&[])?;
-
-        // DPU.
-        let out = self.out;
-        let epa = out.atom_elems();
+        let cna = Cna {
+            precision: p,
+            feature: Feature {
+                addr: a,
+                width: w,
+                height: h,
+                channels: ai,
+                channels_real: ai,
+                line_stride,
+                surf_stride,
+                group_line_off: !native_a,
+                grains: if native_a { 2 } else { (m + 1).min(1023) },
+            },
+            weights: Weights {
+                addr: b,
+                kernels: ao,
+            },
+            conv: Conv {
+                out_width: w,
+                out_atomics: m,
+                stride: (1, 1),
+            },
+            cbuf: Cbuf {
+                data_banks: db,
+                weight_banks: task::cbuf::BANKS - db,
+                fc_data_banks: 0,
+                data_reuse: false,
+                weight_reuse: false,
+                data_entries,
+            },
+            cvt: InputCvt::bypassed(true),
+            burst: (15, 15),
+        };
+        let core = Core {
+            precision: p,
+            qd_en: !p.is_float(),
+            out: (w, h, ao),
+        };
+        let epa = self.out.atom_elems();
+        // Surfaces of the output, in 16-byte units.
         let (dst_surf, notch) = match self.c_layout {
-            Layout::Plain => (16, ao / epa - 1),
-            Layout::Native => (16 * m, 0),
+            Layout::Plain => (1, ao / epa - 1),
+            Layout::Native => (m, 0),
         };
+        let ratio = task::Dpu::validated_surface_ratio(p, out).unwrap_or(8);
         let post = self.post;
-        let (mul, shift) = post.scale.unwrap_or((0, 0));
-        let bs_cfg = [
-            (
-                "bs_bypass",
-                u32::from(
-                    post.bias.is_none()
-                        && post.scale.is_none()
-                        && !post.relu
-                        && post.clip.is_none(),
-                ),
-            ),
-            ("bs_alu_bypass", u32::from(post.bias.is_none())),
-            ("bs_mul_bypass", u32::from(post.scale.is_none())),
-            ("bs_relu_bypass", u32::from(!post.relu)),
-            ("bs_relux_en", u32::from(post.clip.is_some())),
-            ("bs_alu_algo", if post.bias.is_some() { 2 } else { 0 }),
-        ];
-        // Float outputs from 16-bit inputs: fp32 → fp16 conversion on the way out.
-        let fp16_out = u32::from(out == OutType::Fp16);
-        let (cvt_offset, cvt_scale, cvt_shift) = post.out_cvt.unwrap_or((0, 1, 0));
-        let surface_add = match (self.c_layout, self.dtype.is_float()) {
-            (Layout::Plain, false) => 0x80,
-            (Layout::Plain, true) => bits / 8 * 16,
-            (Layout::Native, false) => m << 7,
-            (Layout::Native, true) => m * bits / 8 * 16,
-        };
-        t.write_fields::<dpu::FeatureModeCfg>(&[("output_mode", 2), ("burst_len", 15)])?
-            .write_fields::<dpu::DataFormat>(&[
-                ("out_precision", out.code()),
-                ("in_precision", p),
-                ("proc_precision", p),
-                // The TRM gives negative values their own multiplier shift: the same here.
-                ("bs_mul_shift_value_neg", shift as u32),
-            ])?
-            .write_fields::<dpu::OffsetPend>(&[])?
-            .write_addr::<dpu::DstBaseAddr>(c)?
-            .write_fields::<dpu::DstSurfStride>(&[("dst_surf_stride", dst_surf / 16)])?
-            .write_fields::<dpu::DataCubeWidth>(&[("width", w - 1)])?
-            .write_fields::<dpu::DataCubeHeight>(&[("height", h - 1)])?
-            .write_fields::<dpu::DataCubeNotchAddr>(&[
-                ("notch_addr_0", notch),
-                ("notch_addr_1", notch),
-            ])?
-            .write_fields::<dpu::DataCubeChannel>(&[("channel", ao - 1), ("orig_channel", ao - 1)])?
-            .write_fields::<dpu::BsCfg>(&bs_cfg)?
-            .write_fields::<dpu::BsAluCfg>(&[("bs_alu_operand", post.bias.unwrap_or(0) as u32)])?
-            .write_fields::<dpu::BsMulCfg>(&[
-                ("bs_mul_operand", mul as u16 as u32),
-                ("bs_mul_shift_value", shift as u32),
-            ])?
-            .write_fields::<dpu::BsReluxCmpValue>(&[(
-                "bs_relux_cmp_dat",
-                post.clip.unwrap_or(0) as u32,
-            )])?
-            .write_fields::<dpu::BsOwCfg>(&[
-                ("od_bypass", 1),
-                ("size_e_0", 7),
-                ("size_e_1", 7),
-                ("size_e_2", 7),
-            ])?
-            .write_fields::<dpu::BsOwOp>(&[])?
-            .write_fields::<dpu::WdmaSize0>(&[("channel_wdma", ao - 1)])?
-            .write_fields::<dpu::WdmaSize1>(&[("width_wdma", w - 1), ("height_wdma", h - 1)])?;
-        write_bn_bypassed(&mut t)?;
-        if post.add {
-            // ADD of a memory operand; the float path keeps the operand converter on with
-            // the identity (with it bypassed the hardware drops the operand, quirk 15).
-            let float = self.dtype.is_float();
-            write_ew_add(&mut t, !float)?;
+        let bs = if post.bias.is_none() && post.scale.is_none() && !post.relu && post.clip.is_none()
+        {
+            Stage::BYPASSED
         } else {
-            t.write_fields::<dpu::EwCfg>(&[
-                ("ew_bypass", 1),
-                ("ew_op_bypass", 1),
-                ("ew_lut_bypass", 1),
-                ("ew_op_cvt_bypass", 1),
-                ("ew_relu_bypass", 1),
-            ])?;
-        }
-        t.write_fields::<dpu::EwCvtOffsetValue>(&[])?
-            .write_fields::<dpu::EwCvtScaleValue>(&[("ew_op_cvt_scale", 1)])?
-            .write_fields::<dpu::EwReluxCmpValue>(&[])?
-            .write_fields::<dpu::OutCvtOffset>(&[("out_cvt_offset", cvt_offset as u32)])?
-            .write_fields::<dpu::OutCvtScale>(&[
-                ("out_cvt_scale", cvt_scale as u32),
-                ("fp32tofp16_en", fp16_out),
-            ])?
-            .write_fields::<dpu::OutCvtShift>(&[("out_cvt_shift", cvt_shift as u32)])?
-            .write_fields::<dpu::EwOpValue0>(&[])?
-            .write_fields::<dpu::EwOpValue1>(&[])?
-            .write_fields::<dpu::EwOpValue2>(&[])?
-            .write_fields::<dpu::EwOpValue3>(&[])?
-            .write_fields::<dpu::EwOpValue4>(&[])?
-            .write_fields::<dpu::EwOpValue5>(&[])?
-            .write_fields::<dpu::EwOpValue6>(&[])?
-            .write_fields::<dpu::EwOpValue7>(&[])?
-            .write_fields::<dpu::SurfaceAdd>(&[("surf_add", surface_add / 16)])?
-            .write_fields::<dpu::Unk40c4>(&[])?
-            .write_fields::<dpu::LutAccessCfg>(&[])?
-            .write_fields::<dpu::LutAccessData>(&[])?
-            .write_fields::<dpu::LutCfg>(&[])?
-            .write_fields::<dpu::LutInfo>(&[])?
-            .write_fields::<dpu::LutLeStart>(&[])?
-            .write_fields::<dpu::LutLeEnd>(&[])?
-            .write_fields::<dpu::LutLoStart>(&[])?
-            .write_fields::<dpu::LutLoEnd>(&[])?
-            .write_fields::<dpu::LutLeSlopeScale>(&[])?
-            .write_fields::<dpu::LutLeSlopeShift>(&[])?
-            .write_fields::<dpu::LutLoSlopeScale>(&[])?
-            .write_fields::<dpu::LutLoSlopeShift>(&[])?;
-
-        if post.add {
-            // DPU_RDMA: the operand E through ERDMA, laid out like C; MRDMA off (the main
-            // data comes from the CORE).
-            let dprec = if self.dtype.is_float() { 5 } else { 4 };
-            t.write_fields::<dpu_rdma::RdmaDataCubeWidth>(&[("width", w - 1)])?
-                .write_fields::<dpu_rdma::RdmaDataCubeHeight>(&[
-                    ("height", h - 1),
-                    ("ew_line_notch_addr", notch),
-                ])?
-                .write_fields::<dpu_rdma::RdmaDataCubeChannel>(&[("channel", ao - 1)])?
-                .write_fields::<dpu_rdma::RdmaSrcBaseAddr>(&[])?
-                .write_fields::<dpu_rdma::RdmaBrdmaCfg>(&[])?
-                .write_fields::<dpu_rdma::RdmaBsBaseAddr>(&[])?
-                .write_fields::<dpu_rdma::RdmaNrdmaCfg>(&[])?
-                .write_fields::<dpu_rdma::RdmaBnBaseAddr>(&[])?
-                .write_fields::<dpu_rdma::RdmaErdmaCfg>(&[
-                    ("erdma_data_size", 3),
-                    ("erdma_data_mode", 1),
-                ])?
-                .write_addr::<dpu_rdma::RdmaEwBaseAddr>(e)?
-                .write_fields::<dpu_rdma::RdmaEwSurfStride>(&[("ew_surf_stride", dst_surf / 16)])?
-                .write_fields::<dpu_rdma::RdmaFeatureModeCfg>(&[
-                    ("mrdma_disable", 1),
-                    ("proc_precision", dprec),
-                    ("in_precision", dprec),
-                    ("burst_len", 15),
-                ])?
-                .write_fields::<dpu_rdma::RdmaSrcDmaCfg>(&[])?
-                .write_fields::<dpu_rdma::RdmaSurfNotch>(&[])?
-                .write_fields::<dpu_rdma::RdmaPadCfg>(&[])?
-                .write_fields::<dpu_rdma::RdmaWeight>(&RDMA_WEIGHTS)?
-                .write_fields::<dpu_rdma::RdmaEwSurfNotch>(&[])?;
-        }
-        Ok(t)
+            Stage {
+                bypass: false,
+                alu: post.bias.map(|operand| Alu {
+                    op: AluOp::Add,
+                    operand,
+                    from_memory: false,
+                }),
+                // The TRM gives negative values their own multiplier shift: the same here.
+                mul: post.scale.map(|(operand, shift)| Mul {
+                    operand,
+                    shift: shift.into(),
+                    shift_neg: shift.into(),
+                    prelu: false,
+                    from_memory: false,
+                    shift_from_memory: false,
+                }),
+                relu: post.relu,
+                relux: post.clip,
+            }
+        };
+        let ew = post.add.then(|| Ew {
+            op: Some(EwOp::Alu(AluOp::Add)),
+            src: EwSrc::Memory,
+            // The float path keeps the operand converter on with the identity (with it
+            // bypassed the hardware drops the operand, quirk 15).
+            cvt: p.is_float().then_some(OpCvt {
+                offset: 0,
+                scale: 1,
+                shift: 0,
+                add_first: false,
+            }),
+            relu: false,
+            relux: None,
+            data_size: 3,
+            data_mode: 1,
+            values: [0; 8],
+        });
+        let (cvt_offset, cvt_scale, cvt_shift) = post.out_cvt.unwrap_or((0, 1, 0));
+        let size_e = task::Dpu::validated_size_e(p, out).unwrap_or(7);
+        let dpu = Dpu {
+            ping_pong: true,
+            input: DpuInput::Core,
+            burst_len: 15,
+            precision: p,
+            cube: (w, h, ao),
+            orig_channels: ao,
+            bs,
+            bn: Stage::BYPASSED,
+            ew,
+            ow: OwCfg {
+                od_bypass: true,
+                size_e: [size_e; 3],
+                ow_src: 0,
+                ow_op: 0,
+            },
+            out_cvt: OutCvt {
+                offset: cvt_offset,
+                scale: cvt_scale.into(),
+                shift: cvt_shift.into(),
+                add_first: false,
+                round_half_up: false,
+                fp32_to_fp16: self.out == OutType::Fp16,
+            },
+            out: Output {
+                addr: c,
+                precision: out,
+                surf_stride: dst_surf,
+                notch,
+                surface_add: ratio * dst_surf,
+            },
+        };
+        // DPU_RDMA: the operand E through ERDMA, laid out like C; MRDMA off (the main data
+        // comes from the CORE).
+        let dpu_rdma = post.add.then(|| DpuRdma {
+            ping_pong: true,
+            cube: (w, h, ao),
+            precision: if p.is_float() {
+                Precision::Fp32
+            } else {
+                Precision::Int32
+            },
+            flying: false,
+            burst_len: 15,
+            mrdma: None,
+            erdma: Some(Erdma {
+                addr: e,
+                data_size: 3,
+                data_mode: 1,
+                surf_stride: dst_surf,
+                line_notch: notch,
+            }),
+            arbiter: RDMA_ARBITER,
+        });
+        Ok(Task {
+            cna: Some(cna),
+            core: Some(core),
+            dpu: Some(dpu),
+            dpu_rdma,
+        })
     }
 
     /// The blocks the task starts: CNA, CORE and DPU, plus DPU_RDMA for [`PostOps::add`].
@@ -909,40 +852,7 @@ impl SingleMatmul {
 }
 
 /// DPU_RDMA arbiter weights: 1 for each read engine, as every known program writes.
-const RDMA_WEIGHTS: [(&str, u32); 4] = [
-    ("m_weight", 1),
-    ("b_weight", 1),
-    ("n_weight", 1),
-    ("e_weight", 1),
-];
-
-/// The BN stage, bypassed, with its operands zeroed.
-fn write_bn_bypassed(t: &mut TaskBuilder) -> Result<()> {
-    t.write_fields::<dpu::BnCfg>(&[
-        ("bn_bypass", 1),
-        ("bn_alu_bypass", 1),
-        ("bn_mul_bypass", 1),
-        ("bn_relu_bypass", 1),
-    ])?
-    .write_fields::<dpu::BnAluCfg>(&[])?
-    .write_fields::<dpu::BnMulCfg>(&[])?
-    .write_fields::<dpu::BnReluxCmpValue>(&[])?;
-    Ok(())
-}
-
-/// EW_CFG for the ADD of a 32-bit per-pixel ERDMA operand.
-fn write_ew_add(t: &mut TaskBuilder, op_cvt_bypass: bool) -> Result<()> {
-    t.write_fields::<dpu::EwCfg>(&[
-        ("ew_op_src", 1),
-        ("ew_lut_bypass", 1),
-        ("ew_op_cvt_bypass", u32::from(op_cvt_bypass)),
-        ("ew_relu_bypass", 1),
-        ("ew_alu_algo", 2),
-        ("edata_size", 3),
-        ("ew_data_mode", 1),
-    ])?;
-    Ok(())
-}
+const RDMA_ARBITER: [u32; 4] = [1, 1, 1, 1];
 
 /// The DPU-only task that adds two int32 partial results in the native layout
 /// `[channels/4][rows][4]` — the split-K accumulate of matmul-recipe.md 5.7: MRDMA reads
@@ -955,6 +865,20 @@ pub fn add_task(
     partial: DmaAddr,
     out: DmaAddr,
 ) -> Result<TaskBuilder> {
+    let task = add_task_model(rows, channels, acc, partial, out)?;
+    let mut t = TaskBuilder::with_capacity(80);
+    task.emit(&mut t)?;
+    Ok(t)
+}
+
+/// The task model of [`add_task`].
+pub fn add_task_model(
+    rows: u32,
+    channels: u32,
+    acc: DmaAddr,
+    partial: DmaAddr,
+    out: DmaAddr,
+) -> Result<Task> {
     if rows == 0 || rows > 128 || channels == 0 || channels > 1024 || !channels.is_multiple_of(4) {
         return Err(Error::Unsupported {
             what: "split-K add task",
@@ -963,76 +887,66 @@ pub fn add_task(
             ),
         });
     }
-    let ping_pong = [
-        ("pointer_pp_en", 1),
-        ("executer_pp_en", 1),
-        ("pointer_pp_mode", 1),
-    ];
     let stride = rows; // 16-byte units: one surface is `rows` atoms.
-    let mut t = TaskBuilder::with_capacity(40);
-    t.write_fields::<dpu::SPointer>(&ping_pong)?
-        .write_fields::<dpu_rdma::SPointer>(&ping_pong)?
-        .write_fields::<dpu::FeatureModeCfg>(&[
-            ("flying_mode", 1),
-            ("output_mode", 2),
-            ("burst_len", 15),
-        ])?
-        .write_fields::<dpu::DataFormat>(&[
-            ("out_precision", 4),
-            ("in_precision", 4),
-            ("proc_precision", 4),
-        ])?
-        .write_fields::<dpu::OffsetPend>(&[])?
-        .write_addr::<dpu::DstBaseAddr>(out)?
-        .write_fields::<dpu::DstSurfStride>(&[("dst_surf_stride", stride)])?
-        .write_fields::<dpu::DataCubeWidth>(&[("width", rows - 1)])?
-        .write_fields::<dpu::DataCubeHeight>(&[])?
-        .write_fields::<dpu::DataCubeNotchAddr>(&[])?
-        .write_fields::<dpu::DataCubeChannel>(&[
-            ("channel", channels - 1),
-            ("orig_channel", channels - 1),
-        ])?
-        .write_fields::<dpu::BsCfg>(&[
-            ("bs_bypass", 1),
-            ("bs_alu_bypass", 1),
-            ("bs_mul_bypass", 1),
-            ("bs_relu_bypass", 1),
-        ])?
-        .write_fields::<dpu::BsAluCfg>(&[])?
-        .write_fields::<dpu::BsMulCfg>(&[])?
-        .write_fields::<dpu::BsReluxCmpValue>(&[])?
-        .write_fields::<dpu::BsOwCfg>(&[("od_bypass", 1)])?
-        .write_fields::<dpu::BsOwOp>(&[])?
-        .write_fields::<dpu::WdmaSize0>(&[("channel_wdma", channels - 1)])?
-        .write_fields::<dpu::WdmaSize1>(&[("width_wdma", rows - 1)])?;
-    write_bn_bypassed(&mut t)?;
-    write_ew_add(&mut t, true)?;
-    t.write_fields::<dpu::EwCvtOffsetValue>(&[])?
-        .write_fields::<dpu::EwCvtScaleValue>(&[("ew_op_cvt_scale", 1)])?
-        .write_fields::<dpu::EwReluxCmpValue>(&[])?
-        .write_fields::<dpu::OutCvtOffset>(&[])?
-        .write_fields::<dpu::OutCvtScale>(&[("out_cvt_scale", 1)])?
-        .write_fields::<dpu::OutCvtShift>(&[])?
-        .write_fields::<dpu::SurfaceAdd>(&[("surf_add", stride)])?
-        .write_fields::<dpu::Unk40c4>(&[])?
-        .write_fields::<dpu_rdma::RdmaDataCubeWidth>(&[("width", rows - 1)])?
-        .write_fields::<dpu_rdma::RdmaDataCubeHeight>(&[])?
-        .write_fields::<dpu_rdma::RdmaDataCubeChannel>(&[("channel", channels - 1)])?
-        .write_addr::<dpu_rdma::RdmaSrcBaseAddr>(acc)?
-        .write_fields::<dpu_rdma::RdmaBrdmaCfg>(&[])?
-        .write_fields::<dpu_rdma::RdmaNrdmaCfg>(&[])?
-        .write_fields::<dpu_rdma::RdmaErdmaCfg>(&[("erdma_data_size", 3), ("erdma_data_mode", 1)])?
-        .write_addr::<dpu_rdma::RdmaEwBaseAddr>(partial)?
-        .write_fields::<dpu_rdma::RdmaEwSurfStride>(&[("ew_surf_stride", stride)])?
-        .write_fields::<dpu_rdma::RdmaFeatureModeCfg>(&[
-            ("flying_mode", 1),
-            ("proc_precision", 4),
-            ("in_precision", 4),
-            ("burst_len", 15),
-        ])?
-        .write_fields::<dpu_rdma::RdmaSrcDmaCfg>(&[])?
-        .write_fields::<dpu_rdma::RdmaSurfNotch>(&[])?
-        .write_fields::<dpu_rdma::RdmaWeight>(&RDMA_WEIGHTS)?
-        .write_fields::<dpu_rdma::RdmaEwSurfNotch>(&[])?;
-    Ok(t)
+    let cube = (rows, 1, channels);
+    let dpu = Dpu {
+        ping_pong: true,
+        input: DpuInput::Flying,
+        burst_len: 15,
+        precision: Precision::Int32,
+        cube,
+        orig_channels: channels,
+        bs: Stage::BYPASSED,
+        bn: Stage::BYPASSED,
+        ew: Some(Ew {
+            op: Some(EwOp::Alu(AluOp::Add)),
+            src: EwSrc::Memory,
+            cvt: None,
+            relu: false,
+            relux: None,
+            data_size: 3,
+            data_mode: 1,
+            values: [0; 8],
+        }),
+        ow: OwCfg {
+            od_bypass: true,
+            size_e: [0; 3],
+            ow_src: 0,
+            ow_op: 0,
+        },
+        out_cvt: OutCvt::IDENTITY,
+        out: Output {
+            addr: out,
+            precision: Precision::Int32,
+            surf_stride: stride,
+            notch: 0,
+            surface_add: stride,
+        },
+    };
+    let dpu_rdma = DpuRdma {
+        ping_pong: true,
+        cube,
+        precision: Precision::Int32,
+        flying: true,
+        burst_len: 15,
+        mrdma: Some(Mrdma {
+            addr: acc,
+            line_notch: 0,
+            surf_notch: 0,
+        }),
+        erdma: Some(Erdma {
+            addr: partial,
+            data_size: 3,
+            data_mode: 1,
+            surf_stride: stride,
+            line_notch: 0,
+        }),
+        arbiter: RDMA_ARBITER,
+    };
+    Ok(Task {
+        cna: None,
+        core: None,
+        dpu: Some(dpu),
+        dpu_rdma: Some(dpu_rdma),
+    })
 }

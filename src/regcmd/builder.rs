@@ -79,38 +79,45 @@ impl TaskBuilder {
         self
     }
 
-    /// Appends a write of `R` built from named field values (the snake_case names of
-    /// [`crate::regs::FieldInfo`]); fields not named are 0. A value that does not fit its
-    /// field is an error, never truncated.
+    /// Appends a write of `R` built from field values, each field a generated constant
+    /// (so a misspelt field does not compile); fields not given are 0. A value that does
+    /// not fit its field is an error, never truncated.
     ///
     /// ```
     /// use rknpu_driver::regcmd::TaskBuilder;
     /// use rknpu_driver::regs::cna::DataSize0;
     ///
     /// let mut t = TaskBuilder::new();
-    /// t.write_fields::<DataSize0>(&[("datain_width", 1), ("datain_height", 4)])?;
+    /// t.write_fields(&[(DataSize0::DATAIN_WIDTH, 1), (DataSize0::DATAIN_HEIGHT, 4)])?;
     /// assert_eq!(t.entries()[0].value(), 0x0001_0004);
-    /// assert!(t.write_fields::<DataSize0>(&[("datain_height", 4096)]).is_err());
+    /// assert!(t.write_fields(&[(DataSize0::DATAIN_HEIGHT, 4096)]).is_err());
     /// # Ok::<(), rknpu_driver::Error>(())
     /// ```
     pub fn write_fields<R: CommandRegister>(
         &mut self,
-        fields: &[(&'static str, u32)],
+        fields: &[(regs::Field<R>, u32)],
     ) -> Result<&mut TaskBuilder> {
-        let mut raw = 0u32;
-        for &(name, value) in fields {
-            let info = R::INFO.field(name).ok_or(Error::UnknownField {
-                register: R::NAME,
-                field: name,
-            })?;
-            raw = info.insert(raw, value).ok_or(Error::FieldOverflow {
-                register: R::NAME,
-                field: info.name,
-                value: value.into(),
-                max: info.max(),
-            })?;
-        }
-        Ok(self.write(R::from_raw(raw)))
+        let reg = fields
+            .iter()
+            .try_fold(R::from_raw(0), |r, &(f, v)| f.set(r, v))?;
+        Ok(self.write(reg))
+    }
+
+    /// Appends a write of element `index` of a register array (e.g.
+    /// [`regs::cna::DCOMP_AMOUNT`]); an index past the array is an error.
+    pub fn write_at<R: CommandRegister, const N: usize>(
+        &mut self,
+        array: &regs::RegArray<R, N>,
+        index: usize,
+        value: R,
+    ) -> Result<&mut TaskBuilder> {
+        let info = array.info(index).ok_or_else(|| Error::Unsupported {
+            what: "register array write",
+            why: format!("index {index} of a {N}-register array"),
+        })?;
+        self.entries
+            .push(RegCmd::new(R::TARGET, value.raw(), info.offset));
+        Ok(self)
     }
 
     /// Appends a write of a DMA address register. A fixed address is checked against the

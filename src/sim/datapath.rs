@@ -2,12 +2,12 @@
 //! the write DMA. Registers are decoded before this point ([`super::config`]); nothing
 //! here looks at a register.
 
-use super::config::{
-    Alu, Cube, DPrec, EwOp, EwSrc, Feature, Main, OutCvt, Prec, Stage, Task, Weights,
-};
+use super::config::{Alu, Cube, EwOp, EwSrc, Feature, Main, OutCvt, Stage, Task, Weights};
 use super::error::{At, SimError};
 use super::memory::Memory;
 use crate::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::regs::{Register, cna};
+use crate::task::Precision;
 
 /// Results one task may produce: the model keeps them all in memory at once (2 GiB of i64).
 const MAX_RESULTS: u64 = 1 << 28;
@@ -29,7 +29,7 @@ pub(super) fn execute(
     if results > MAX_RESULTS {
         return Err(SimError::Unsupported {
             at,
-            register: "DPU.DATA_CUBE_CHANNEL",
+            register: crate::regs::dpu::DataCubeChannel::NAME,
             field: "channel",
             value: t.out.c as u64 - 1,
             why: format!(
@@ -106,8 +106,8 @@ fn conv(mem: &Memory, f: &Feature, w: &Weights, at: At) -> Result<(Values, u64),
     let c = f.c as usize;
     let n = w.n as usize;
     let macs = pixels as u64 * n as u64 * c as u64;
-    let feature_reg = "CNA.FEATURE_DATA_ADDR";
-    let weight_reg = "CNA.DCOMP_ADDR0";
+    let feature_reg = cna::FeatureDataAddr::NAME;
+    let weight_reg = cna::DcompAddr0::NAME;
     let wbytes = n * c * w.prec.bits() as usize / 8;
     let wdata = run(mem, w.base as i64, wbytes, at, "CNA", weight_reg)?;
     let epa = f.prec.atom_elems() as usize;
@@ -132,9 +132,9 @@ fn conv(mem: &Memory, f: &Feature, w: &Weights, at: At) -> Result<(Values, u64),
     };
 
     let values = match f.prec {
-        Prec::Int8 | Prec::Int4 => {
+        Precision::Int8 | Precision::Int4 => {
             let mut a = vec![0i16; pixels * c];
-            let int4 = f.prec == Prec::Int4;
+            let int4 = f.prec == Precision::Int4;
             each_atom(&mut |p, ch, atom| {
                 let dst = &mut a[p * c + ch..];
                 if int4 {
@@ -175,7 +175,7 @@ fn conv(mem: &Memory, f: &Feature, w: &Weights, at: At) -> Result<(Values, u64),
             }
             Values::Int(acc)
         }
-        Prec::Int16 => {
+        Precision::Int16 => {
             let mut a = vec![0i32; pixels * c];
             each_atom(&mut |p, ch, atom| {
                 for e in 0..8 {
@@ -201,8 +201,13 @@ fn conv(mem: &Memory, f: &Feature, w: &Weights, at: At) -> Result<(Values, u64),
             }
             Values::Int(acc)
         }
-        Prec::Fp16 | Prec::Bf16 => {
-            let conv = if f.prec == Prec::Fp16 {
+        Precision::Int32 | Precision::Fp32 => {
+            return Err(SimError::Setup {
+                why: format!("{} is no CNA input precision", f.prec),
+            });
+        }
+        Precision::Fp16 | Precision::Bf16 => {
+            let conv = if f.prec == Precision::Fp16 {
                 f16_to_f32
             } else {
                 bf16_to_f32
@@ -322,14 +327,14 @@ fn read_cube(mem: &Memory, cube: &Cube, at: At) -> Result<Values, SimError> {
                     let i = x * 16 + e * size;
                     let k = p * c + c1 * epa + e;
                     match cube.prec {
-                        DPrec::Int8 => ints[k] = bytes[i] as i8 as i64,
-                        DPrec::Int16 => ints[k] = le16(bytes, i) as i16 as i64,
-                        DPrec::Int32 => ints[k] = le32(bytes, i) as i32 as i64,
-                        DPrec::Fp16 => floats[k] = f16_to_f32(le16(bytes, i)),
-                        DPrec::Bf16 => floats[k] = bf16_to_f32(le16(bytes, i)),
-                        DPrec::Fp32 => floats[k] = f32::from_bits(le32(bytes, i)),
+                        Precision::Int8 => ints[k] = bytes[i] as i8 as i64,
+                        Precision::Int16 => ints[k] = le16(bytes, i) as i16 as i64,
+                        Precision::Int32 => ints[k] = le32(bytes, i) as i32 as i64,
+                        Precision::Fp16 => floats[k] = f16_to_f32(le16(bytes, i)),
+                        Precision::Bf16 => floats[k] = bf16_to_f32(le16(bytes, i)),
+                        Precision::Fp32 => floats[k] = f32::from_bits(le32(bytes, i)),
                         // Rejected by the configuration check.
-                        DPrec::Int4 => {}
+                        Precision::Int4 => {}
                     }
                 }
             }
@@ -388,11 +393,11 @@ fn stage_int(s: &Stage, mut x: i64) -> i64 {
     x
 }
 
-fn saturate(x: i64, prec: DPrec) -> i64 {
+fn saturate(x: i64, prec: Precision) -> i64 {
     match prec {
-        DPrec::Int8 => x.clamp(i8::MIN as i64, i8::MAX as i64),
-        DPrec::Int16 => x.clamp(i16::MIN as i64, i16::MAX as i64),
-        DPrec::Int4 => x.clamp(-8, 7),
+        Precision::Int8 => x.clamp(i8::MIN as i64, i8::MAX as i64),
+        Precision::Int16 => x.clamp(i16::MIN as i64, i16::MAX as i64),
+        Precision::Int4 => x.clamp(-8, 7),
         _ => x.clamp(i32::MIN as i64, i32::MAX as i64),
     }
 }
@@ -505,15 +510,15 @@ fn write_cube(mem: &mut Memory, cube: &Cube, values: &Values, at: At) -> Result<
                     let i = x * 16 + e * size;
                     let dst = &mut buf[i..i + size];
                     match (values, cube.prec) {
-                        (Values::Int(v), DPrec::Int8) => dst[0] = v[k] as i8 as u8,
-                        (Values::Int(v), DPrec::Int16) => {
+                        (Values::Int(v), Precision::Int8) => dst[0] = v[k] as i8 as u8,
+                        (Values::Int(v), Precision::Int16) => {
                             dst.copy_from_slice(&(v[k] as i16).to_le_bytes())
                         }
                         (Values::Int(v), _) => dst.copy_from_slice(&(v[k] as i32).to_le_bytes()),
-                        (Values::Float(v), DPrec::Fp16) => {
+                        (Values::Float(v), Precision::Fp16) => {
                             dst.copy_from_slice(&f32_to_f16(v[k]).to_le_bytes())
                         }
-                        (Values::Float(v), DPrec::Bf16) => {
+                        (Values::Float(v), Precision::Bf16) => {
                             dst.copy_from_slice(&f32_to_bf16(v[k]).to_le_bytes())
                         }
                         (Values::Float(v), _) => dst.copy_from_slice(&v[k].to_bits().to_le_bytes()),

@@ -183,8 +183,6 @@ pub enum LintKind {
     /// A task relies on register values written by an earlier task (ping-pong state leak;
     /// matmul-recipe.md section 7, quirks 1-2).
     StaleRegisters,
-    /// CBUF split outside the board-validated envelope (quirk 3: ≥ 2 weight banks).
-    CbufSplit,
     /// int8 K tile in (3072, 4096) with more than 4 rows (quirk 4).
     Int8KTile,
     /// fp16/bf16 FEATURE_GRAINS below rows + 1 (quirk 5).
@@ -214,7 +212,6 @@ impl LintKind {
             LintKind::ChainAmount => "chain-amount",
             LintKind::TaskCount => "task-count",
             LintKind::StaleRegisters => "stale-registers",
-            LintKind::CbufSplit => "cbuf-split",
             LintKind::Int8KTile => "int8-k-tile",
             LintKind::FeatureGrains => "feature-grains",
             LintKind::OutputOverlap => "output-overlap",

@@ -1,8 +1,9 @@
 //! Static checks of one task for known hazards (matmul-recipe.md section 7).
 
-use super::config::{DPrec, EwSrc, Main, Prec, Task};
+use super::config::{EwSrc, Main, Task};
 use super::error::{At, Lint, LintKind};
 use super::reg_name;
+use crate::task::Precision;
 
 fn lint(out: &mut Vec<Lint>, at: At, kind: LintKind, message: String) {
     out.push(Lint { at, kind, message });
@@ -64,7 +65,7 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
             ),
         );
     }
-    if matches!(t.proc, DPrec::Fp16 | DPrec::Bf16) && o.c > 4096 {
+    if matches!(t.proc, Precision::Fp16 | Precision::Bf16) && o.c > 4096 {
         lint(
             out,
             at,
@@ -75,7 +76,7 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
             ),
         );
     }
-    if matches!(o.prec, DPrec::Fp16 | DPrec::Bf16) && o.h > 1 {
+    if matches!(o.prec, Precision::Fp16 | Precision::Bf16) && o.h > 1 {
         let surfaces = o.c as u64 / epa;
         if o.surf / 16 < o.w as u64 * o.h as u64 && o.line / 16 > surfaces * (o.surf / 16).max(1) {
             lint(
@@ -100,19 +101,8 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
         );
     }
     if let Main::Conv { feature, .. } = &t.main {
-        if t.weight_banks < 2 {
-            lint(
-                out,
-                at,
-                LintKind::CbufSplit,
-                format!(
-                    "CNA.CBUF_CON0 gives {} data and {} weight bank(s); board-validated programs keep at least 2 weight banks",
-                    t.data_banks, t.weight_banks
-                ),
-            );
-        }
         let pixels = feature.w as u64 * feature.h as u64;
-        if feature.prec == Prec::Int8 && feature.c > 3072 && feature.c < 4096 && pixels > 4 {
+        if feature.prec == Precision::Int8 && feature.c > 3072 && feature.c < 4096 && pixels > 4 {
             lint(
                 out,
                 at,
@@ -134,7 +124,7 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
                 ),
             );
         }
-        if feature.prec == Prec::Int4 && feature.c > 480 {
+        if feature.prec == Precision::Int4 && feature.c > 480 {
             lint(
                 out,
                 at,

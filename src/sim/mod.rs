@@ -38,6 +38,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod check_dpu;
 mod config;
 mod datapath;
 mod error;
@@ -59,11 +60,11 @@ pub const CORES: usize = 3;
 /// Tasks one kick can count (12-bit PC TASK_NUMBER).
 pub const MAX_TASKS: u32 = 4095;
 
-/// CBUF banks per core.
-pub const CBUF_BANKS: u32 = 12;
+/// CBUF banks per core (the one definition is [`crate::task::cbuf`]).
+pub const CBUF_BANKS: u32 = crate::task::cbuf::BANKS;
 
 /// Bytes per CBUF bank.
-pub const CBUF_BANK_BYTES: u64 = 32 * 1024;
+pub const CBUF_BANK_BYTES: u64 = crate::task::cbuf::BANK_BYTES;
 
 /// Interrupt bits (PC INTERRUPT_* registers, register-map.md section 5.2).
 pub mod irq {

@@ -4,7 +4,7 @@ use super::config::{self, View};
 use super::error::{At, Lint, LintKind, SimError};
 use super::{CoreRun, Kick, MAX_TASKS, Simulator, Stall, block_name, datapath, irq, lint};
 use crate::regcmd::{BlockMask, RegCmd, TAIL_ENTRIES};
-use crate::regs::{self, Block};
+use crate::regs::{self, Block, Register, cna, core, pc};
 
 /// A chain followed without TASK_NUMBER stops here: a longer one is a cycle.
 const CHAIN_LIMIT: usize = 1 << 16;
@@ -93,7 +93,7 @@ fn fetch_and_apply(
                 }
             }
             regs::TARGET_OP_ENABLE => {
-                if e.offset() != 0x0008 {
+                if e.offset() != pc::OperationEnable::OFFSET {
                     return Err(bad(format!(
                         "op-enable entry at offset {:#06x}, not 0x0008",
                         e.offset()
@@ -124,8 +124,8 @@ fn fetch_and_apply(
                 }
                 if block == Block::Pc {
                     match e.offset() {
-                        0x0010 => f.next_addr = e.value(),
-                        0x0014 => f.next_amount = e.value(),
+                        o if o == pc::BaseAddress::OFFSET => f.next_addr = e.value(),
+                        o if o == pc::RegisterAmounts::OFFSET => f.next_amount = e.value(),
                         o => {
                             return Err(bad(format!(
                                 "{} written through regcmd; only the chain registers 0x0010 and 0x0014 are",
@@ -191,7 +191,10 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
     }
     // The kernel's kick: CNA and CORE S_POINTER = 0xE with the core index in bits 29:28.
     for g in 0..2 {
-        for off in [0x1004usize, 0x3004] {
+        for off in [
+            cna::SPointer::OFFSET as usize,
+            core::SPointer::OFFSET as usize,
+        ] {
             sim.cores[core].groups[g][off / 4] = 0xE | ((core as u32) << 28);
         }
     }
@@ -210,6 +213,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
     let mut amount = first_amount as u32;
     let mut last_enable = 0;
     let mut task = 0usize;
+    let mut cbuf = config::CbufState::default();
     loop {
         let at = At { core, task };
         sim.serial += 1;
@@ -244,14 +248,17 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
             at,
             stale: Vec::new(),
         };
-        let t = config::task(&mut view, BlockMask(enable))?;
+        let t = config::task(&mut view, BlockMask(enable), task == 0, &mut cbuf)?;
         let stale = std::mem::take(&mut view.stale);
         let never: Vec<u16> = stale
             .iter()
             .copied()
             .filter(|&o| c.written[group][o as usize / 4] == 0)
             .collect();
-        for reg in [0x1004usize, 0x3004] {
+        for reg in [
+            cna::SPointer::OFFSET as usize,
+            core::SPointer::OFFSET as usize,
+        ] {
             let idx = (c.groups[group][reg / 4] >> 28) & 3;
             if enable & 0x05 != 0 && idx as usize != core {
                 out.lints.push(Lint {
@@ -323,7 +330,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
         if f.next_addr % 16 != 0 {
             return Err(SimError::Inconsistent {
                 at,
-                register: "PC.BASE_ADDRESS",
+                register: pc::BaseAddress::NAME,
                 field: "pc_source_addr",
                 value: f.next_addr as u64,
                 why: "the chain address must be 16-byte aligned (the PC keeps bits 31:4)".into(),
@@ -332,7 +339,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
         if f.next_amount > u16::MAX as u32 {
             return Err(SimError::Unsupported {
                 at,
-                register: "PC.REGISTER_AMOUNTS",
+                register: pc::RegisterAmounts::NAME,
                 field: "unk_17_16",
                 value: (f.next_amount >> 16) as u64,
                 why: "the bits above the 16-bit amount have no known meaning".into(),
@@ -406,7 +413,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
                 format!(
                     "int_mask {:#x} names bits {early:#x} of blocks that finish before the last stage ({}, {last_pair:#x}): the job can complete early",
                     kick.int_mask,
-                    block_name(if last_pair == irq::DPU { 0x4000 } else { 0x6000 })
+                    block_name(if last_pair == irq::DPU { crate::regs::dpu::SStatus::OFFSET } else { crate::regs::ppu::SStatus::OFFSET })
                 )
             } else {
                 format!(

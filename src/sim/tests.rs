@@ -4,6 +4,7 @@
 use super::*;
 use crate::kernels::single::{self, Dtype, Layout, SingleMatmul, add_task};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, ProgramBuilder, RegCmd, words_to_le_bytes};
+use crate::regs::{Field, Register, cna, core, dpu};
 
 const BASE: u64 = 0x1000_0000;
 
@@ -51,9 +52,9 @@ impl Setup {
         self
     }
 
-    /// Changes one field of the entries that write `offset`.
-    fn field(self, offset: u16, name: &str, value: u32) -> Setup {
-        let info = regs::lookup(offset).unwrap().field(name).unwrap();
+    /// Changes one field of the entries that write its register.
+    fn field<R: Register>(self, f: Field<R>, value: u32) -> Setup {
+        let (offset, info) = (R::OFFSET, f.info());
         let old = self
             .words
             .iter()
@@ -160,23 +161,51 @@ fn dma_outside_memory_names_block_and_register() {
 
 #[test]
 fn unsupported_field_values_are_named() {
-    let cases: [(u16, &str, u32, &str); 6] = [
-        (0x100C, "conv_mode", 3, "CNA.CONV_CON1"),
-        (0x100C, "in_precision", 7, "CNA.CONV_CON1"),
-        (0x1100, "decomp_control", 1, "CNA.DCOMP_CTRL"),
-        (0x1038, "weight_width", 3, "CNA.WEIGHT_SIZE2"),
-        (0x4070, "ew_lut_bypass", 0, "DPU.EW_CFG"),
-        (0x4088, "minus_exp", 1, "DPU.OUT_CVT_SHIFT"),
-    ];
-    for (offset, field, value, register) in cases {
+    type Case = (fn(Setup) -> Setup, &'static str, &'static str, u32);
+    let cases: [Case; 6] = [
+        (
+            |s| s.field(cna::ConvCon1::CONV_MODE, 3),
+            "CNA.CONV_CON1",
+            "conv_mode",
+            3,
+        ),
+        (
+            |s| s.field(cna::ConvCon1::IN_PRECISION, 7),
+            "CNA.CONV_CON1",
+            "in_precision",
+            7,
+        ),
+        (
+            |s| s.field(cna::DcompCtrl::DECOMP_CONTROL, 1),
+            "CNA.DCOMP_CTRL",
+            "decomp_control",
+            1,
+        ),
+        (
+            |s| s.field(cna::WeightSize2::WEIGHT_WIDTH, 3),
+            "CNA.WEIGHT_SIZE2",
+            "weight_width",
+            3,
+        ),
         // The EW stage is bypassed in the base program; enable it to reach the LUT check.
-        let s = Setup::int8(4, 64, 32).field(offset, field, value);
-        let s = if register == "DPU.EW_CFG" {
-            s.field(0x4070, "ew_bypass", 0)
-        } else {
-            s
-        };
-        match s.run() {
+        (
+            |s| {
+                s.field(dpu::EwCfg::EW_LUT_BYPASS, 0)
+                    .field(dpu::EwCfg::EW_BYPASS, 0)
+            },
+            "DPU.EW_CFG",
+            "ew_lut_bypass",
+            0,
+        ),
+        (
+            |s| s.field(dpu::OutCvtShift::MINUS_EXP, 1),
+            "DPU.OUT_CVT_SHIFT",
+            "minus_exp",
+            1,
+        ),
+    ];
+    for (change, register, field, value) in cases {
+        match change(Setup::int8(4, 64, 32)).run() {
             Err(SimError::Unsupported {
                 register: r,
                 field: f,
@@ -210,15 +239,41 @@ fn unsupported_field_values_are_named() {
 
 #[test]
 fn inconsistent_sizes_are_named() {
-    let cases: [(u16, &str, u32, &str); 5] = [
-        (0x1084, "dma_height", 3, "CNA.FC_DATA_SIZE0"),
-        (0x1030, "weight_bytes", 100, "CNA.WEIGHT_SIZE0"),
-        (0x3018, "dataout_channel", 7, "CORE.DATAOUT_SIZE_1"),
-        (0x4034, "height", 9, "DPU.DATA_CUBE_HEIGHT"),
-        (0x1044, "data_entries", 0, "CNA.CBUF_CON1"),
+    type Case = (fn(Setup) -> Setup, &'static str, &'static str, u32);
+    let cases: [Case; 5] = [
+        (
+            |s| s.field(cna::FcDataSize0::DMA_HEIGHT, 3),
+            "CNA.FC_DATA_SIZE0",
+            "dma_height",
+            3,
+        ),
+        (
+            |s| s.field(cna::WeightSize0::WEIGHT_BYTES, 100),
+            "CNA.WEIGHT_SIZE0",
+            "weight_bytes",
+            100,
+        ),
+        (
+            |s| s.field(core::DataoutSize1::DATAOUT_CHANNEL, 7),
+            "CORE.DATAOUT_SIZE_1",
+            "dataout_channel",
+            7,
+        ),
+        (
+            |s| s.field(dpu::WdmaSize1::HEIGHT_WDMA, 9),
+            "DPU.WDMA_SIZE_1",
+            "height_wdma",
+            9,
+        ),
+        (
+            |s| s.field(cna::CbufCon1::DATA_ENTRIES, 0),
+            "CNA.CBUF_CON1",
+            "data_entries",
+            0,
+        ),
     ];
-    for (offset, field, value, register) in cases {
-        match Setup::int8(4, 64, 32).field(offset, field, value).run() {
+    for (change, register, field, value) in cases {
+        match change(Setup::int8(4, 64, 32)).run() {
             Err(SimError::Inconsistent {
                 register: r,
                 field: f,
@@ -599,17 +654,27 @@ fn stale_registers_are_linted() {
 #[test]
 fn matmul_quirks_are_linted() {
     // Quirk 3: one weight bank.
-    assert!(lints_of(Setup::int8(4, 64, 32).patch(0x1040, 0x1B)).contains(&LintKind::CbufSplit));
+    // Fewer than 2 weight banks: no validated program does it (an error, not a lint).
+    assert!(matches!(
+        Setup::int8(4, 64, 32).patch(0x1040, 0x1B).run(),
+        Err(SimError::Unsupported {
+            field: "weight_bank",
+            value: 1,
+            ..
+        })
+    ));
     // Quirk 4: int8 K tile of 3200 with 8 rows.
     assert!(lints_of(Setup::int8(8, 3200, 32)).contains(&LintKind::Int8KTile));
     assert!(!lints_of(Setup::int8(4, 3200, 32)).contains(&LintKind::Int8KTile));
     // Quirk 5: fp16 grains below rows + 1.
     let fp16 = Setup::new(SingleMatmul::new(8, 64, 32, Dtype::Fp16));
-    assert!(lints_of(fp16.field(0x1010, "feature_grains", 2)).contains(&LintKind::FeatureGrains));
+    assert!(
+        lints_of(fp16.field(cna::ConvCon2::FEATURE_GRAINS, 2)).contains(&LintKind::FeatureGrains)
+    );
     // Quirk 6: a clamped notch makes rows overlap.
     let s = Setup::int8(8, 64, 1024)
-        .field(0x4038, "notch_addr_0", 103)
-        .field(0x4038, "notch_addr_1", 103);
+        .field(dpu::DataCubeNotchAddr::NOTCH_ADDR_0, 103)
+        .field(dpu::DataCubeNotchAddr::NOTCH_ADDR_1, 103);
     assert!(lints_of(s).contains(&LintKind::OutputOverlap));
     // Quirk 7: a 16-bit float task wider than 4096 channels.
     let wide = Setup::new(SingleMatmul::new(1, 32, 4128, Dtype::Fp16));
@@ -621,19 +686,19 @@ fn matmul_quirks_are_linted() {
     // Quirk 15: fp16 ADD with the operand converter bypassed (and the operand is dropped).
     let mut add = SingleMatmul::new(4, 64, 32, Dtype::Fp16);
     add.post.add = true;
-    let s = Setup::new(add).field(0x4070, "ew_op_cvt_bypass", 1);
+    let s = Setup::new(add).field(dpu::EwCfg::EW_OP_CVT_BYPASS, 1);
     assert!(lints_of(s).contains(&LintKind::Fp16EwAddDropped));
     // Quirk 16: fp16 output scattered into rows wider than the task's channels.
     let mut f16 = SingleMatmul::new(4, 64, 32, Dtype::Fp16);
     f16.out = single::OutType::Fp16;
     let s = Setup::new(f16)
-        .field(0x4038, "notch_addr_0", 7)
-        .field(0x4038, "notch_addr_1", 7);
+        .field(dpu::DataCubeNotchAddr::NOTCH_ADDR_0, 7)
+        .field(dpu::DataCubeNotchAddr::NOTCH_ADDR_1, 7);
     assert!(lints_of(s).contains(&LintKind::Fp16NTileScatter));
     // Group line fetch with a line stride no validated program uses.
     let s = Setup::int8(4, 64, 32)
-        .field(0x100C, "group_line_off", 0)
-        .field(0x107C, "line_stride", 16);
+        .field(cna::ConvCon1::GROUP_LINE_OFF, 0)
+        .field(cna::DmaCon1::LINE_STRIDE, 16);
     assert!(lints_of(s).contains(&LintKind::UnverifiedGeometry));
     // S_POINTER naming another core.
     let mut s = Setup::int8(4, 64, 32);
@@ -645,7 +710,7 @@ fn matmul_quirks_are_linted() {
 fn fp16_add_without_operand_converter_drops_the_operand() {
     let mut add = SingleMatmul::new(1, 32, 32, Dtype::Fp16);
     add.post.add = true;
-    let s = Setup::new(add).field(0x4070, "ew_op_cvt_bypass", 1);
+    let s = Setup::new(add).field(dpu::EwCfg::EW_OP_CVT_BYPASS, 1);
     let mut sim = s.sim();
     sim.memory_mut().unmap(at(single::E));
     sim.memory_mut()

@@ -1,0 +1,478 @@
+//! The DPU half of the simulator's checks: output cube, stages, EW operand, output
+//! converter, and the values every board-validated program agrees on.
+
+use super::config::{
+    Cube, Ew, EwOp, EwSrc, Main, OutCvt, Stage, Task, addr, inconsistent, unsupported,
+};
+use super::error::{At, SimError};
+use crate::regs::{Register, dpu, dpu_rdma};
+use crate::task::{self, DpuInput, EwSrc as TEwSrc, Precision};
+
+/// Checks the DPU's registers against the main data and builds the executed task.
+pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<Task, SimError> {
+    let (cw, ch, cc) = d.cube;
+    if d.orig_channels != cc {
+        return Err(unsupported(
+            at,
+            dpu::DataCubeChannel::ORIG_CHANNEL,
+            d.orig_channels - 1,
+            format!(
+                "differs from channel {} (padding channels are not modelled)",
+                cc - 1
+            ),
+        ));
+    }
+    let (mw, mh, mc) = match &main {
+        Main::Conv { feature, weights } => (feature.w, feature.h, weights.n),
+        Main::Flying(c) => (c.w, c.h, c.c),
+    };
+    if cw != mw {
+        return Err(inconsistent(
+            at,
+            dpu::DataCubeWidth::WIDTH,
+            cw - 1,
+            format!("the DPU's input is {mw} wide"),
+        ));
+    }
+    if ch != mh {
+        return Err(inconsistent(
+            at,
+            dpu::DataCubeHeight::HEIGHT,
+            ch - 1,
+            format!("the DPU's input is {mh} high"),
+        ));
+    }
+    if cc != mc {
+        return Err(inconsistent(
+            at,
+            dpu::DataCubeChannel::CHANNEL,
+            cc - 1,
+            format!("the DPU's input has {mc} channels"),
+        ));
+    }
+    let dst = addr(d.out.addr);
+    if !dst.is_multiple_of(16) {
+        return Err(inconsistent(
+            at,
+            dpu::DstBaseAddr::DST_BASE_ADDR,
+            dst,
+            "the write DMA needs 16-byte alignment",
+        ));
+    }
+    let out_prec = d.out.precision;
+    let (line, surf) = d.out_strides();
+    let out = Cube {
+        base: dst,
+        w: cw,
+        h: ch,
+        c: cc,
+        prec: out_prec,
+        line,
+        surf,
+        register: dpu::DstBaseAddr::NAME,
+        block: "DPU",
+    };
+    if cc % out.atom_elems() != 0 {
+        return Err(unsupported(
+            at,
+            dpu::DataCubeChannel::CHANNEL,
+            cc - 1,
+            format!("{cc} channels do not fill whole 16-byte atoms of {out_prec}"),
+        ));
+    }
+    if surf == 0 && cc > out.atom_elems() {
+        return Err(inconsistent(
+            at,
+            dpu::DstSurfStride::DST_SURF_STRIDE,
+            0,
+            "several surfaces need a stride",
+        ));
+    }
+    let proc = d.precision;
+    use Precision::*;
+    let ok = match proc {
+        Int8 => matches!(out_prec, Int8 | Int32 | Fp32),
+        Int4 => matches!(out_prec, Int16),
+        Int16 => matches!(out_prec, Int32),
+        Fp16 => matches!(out_prec, Fp16 | Fp32),
+        Bf16 => matches!(out_prec, Bf16 | Fp32),
+        Int32 => matches!(out_prec, Int32 | Fp32),
+        Fp32 => matches!(out_prec, Fp32),
+    };
+    if !ok {
+        return Err(unsupported(
+            at,
+            dpu::DataFormat::OUT_PRECISION,
+            out_prec.code(),
+            format!("{out_prec} output from {proc} processing is not modelled"),
+        ));
+    }
+    validated_layout(d, at)?;
+    let float = proc.is_float();
+    let bs = stage(&d.bs, float, at, false)?;
+    let bn = stage(&d.bn, float, at, true)?;
+    let ew = match &d.ew {
+        Some(e) => Some(ew_stage(t, e, &out, proc, at)?),
+        None => None,
+    };
+    let c = &d.out_cvt;
+    if c.shift > 63 {
+        return Err(unsupported(
+            at,
+            dpu::OutCvtShift::OUT_CVT_SHIFT,
+            c.shift,
+            "shifts above 63",
+        ));
+    }
+    let out_cvt = OutCvt {
+        offset: i64::from(c.offset),
+        scale: i64::from(c.scale),
+        shift: c.shift,
+        add_first: c.add_first,
+        half_up: c.round_half_up,
+    };
+    if (float || out_prec.is_float()) && !out_cvt.is_identity() {
+        return Err(unsupported(
+            at,
+            dpu::OutCvtScale::OUT_CVT_SCALE,
+            c.scale,
+            "float paths are modelled with the identity converter only (scale 1, offset 0, shift 0)",
+        ));
+    }
+    if c.fp32_to_fp16 && out_prec != Fp16 {
+        return Err(inconsistent(
+            at,
+            dpu::OutCvtScale::FP32TOFP16_EN,
+            1,
+            format!("the output precision is {out_prec}"),
+        ));
+    }
+    if !d.ow.od_bypass && (d.ow.ow_op != 0 || d.ow.ow_src != 0) {
+        return Err(unsupported(
+            at,
+            dpu::BsOwOp::OW_OP,
+            d.ow.ow_op,
+            "the CPEND (zero-point) adder is modelled only bypassed or adding 0",
+        ));
+    }
+    let (data_banks, weight_banks, grains, glo, line_field) = match &t.cna {
+        Some(cna) => (
+            cna.cbuf.data_banks,
+            cna.cbuf.weight_banks,
+            cna.feature.grains,
+            cna.feature.group_line_off,
+            cna.feature.line_stride,
+        ),
+        None => (0, 0, 0, false, 0),
+    };
+    Ok(Task {
+        enable: t.enable(),
+        main,
+        proc,
+        bs,
+        bn,
+        ew,
+        out_cvt,
+        out,
+        data_banks,
+        weight_banks,
+        grains,
+        group_line_off: glo,
+        line_stride_field: line_field,
+    })
+}
+
+/// SIZE_E and SURFACE_ADD: the values of matmul-recipe.md §10 for convolution tasks, 0
+/// and free for DPU-only (flying) tasks.
+fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
+    let size_e = d.ow.size_e;
+    if size_e[1] != size_e[0] || size_e[2] != size_e[0] {
+        return Err(unsupported(
+            at,
+            dpu::BsOwCfg::SIZE_E_1,
+            size_e[1],
+            format!(
+                "differs from size_e_0 {} (every validated program writes three equal values)",
+                size_e[0]
+            ),
+        ));
+    }
+    let (input, out) = (d.precision, d.out.precision);
+    let want = match d.input {
+        DpuInput::Flying => Some(0),
+        DpuInput::Core => task::Dpu::validated_size_e(input, out),
+    };
+    if want != Some(size_e[0]) {
+        return Err(unsupported(
+            at,
+            dpu::BsOwCfg::SIZE_E_0,
+            size_e[0],
+            match want {
+                Some(w) => format!("{input} to {out} programs validated on boards write {w}"),
+                None => format!("no validated program writes {input} to {out}"),
+            },
+        ));
+    }
+    if d.input == DpuInput::Core
+        && let Some(ratio) = task::Dpu::validated_surface_ratio(input, out)
+        && d.out.surface_add != ratio * d.out.surf_stride
+    {
+        return Err(unsupported(
+            at,
+            dpu::SurfaceAdd::SURF_ADD,
+            d.out.surface_add,
+            format!(
+                "{input} to {out} programs validated on boards write {ratio} x DST_SURF_STRIDE ({})",
+                ratio * d.out.surf_stride
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The BS or BN stage, register operands only.
+fn stage(s: &task::Stage, float: bool, at: At, bn: bool) -> Result<Option<Stage>, SimError> {
+    use dpu::{BnCfg, BnMulCfg, BsCfg, BsMulCfg};
+    if s.bypass {
+        return Ok(None);
+    }
+    if float {
+        return Err(if bn {
+            unsupported(
+                at,
+                BnCfg::BN_BYPASS,
+                0,
+                "BS/BN stages are modelled on integer paths only",
+            )
+        } else {
+            unsupported(
+                at,
+                BsCfg::BS_BYPASS,
+                0,
+                "BS/BN stages are modelled on integer paths only",
+            )
+        });
+    }
+    let alu = match s.alu {
+        None => None,
+        Some(a) => {
+            if a.from_memory {
+                let why = "operands read from memory (BRDMA/NRDMA) are not modelled";
+                return Err(if bn {
+                    unsupported(at, BnCfg::BN_ALU_SRC, 1, why)
+                } else {
+                    unsupported(at, BsCfg::BS_ALU_SRC, 1, why)
+                });
+            }
+            if !matches!(a.op, task::AluOp::Add | task::AluOp::Minus) {
+                let why = "the TRM names 2 (add) and 4 (minus) only";
+                let code = a.op.code();
+                return Err(if bn {
+                    unsupported(at, BnCfg::BN_ALU_ALGO, code, why)
+                } else {
+                    unsupported(at, BsCfg::BS_ALU_ALGO, code, why)
+                });
+            }
+            Some((a.op, i64::from(a.operand)))
+        }
+    };
+    let mul = match s.mul {
+        None => None,
+        Some(m) => {
+            if m.from_memory || m.shift_from_memory {
+                let why = "operands and shifts read from memory are not modelled";
+                return Err(match (bn, m.from_memory) {
+                    (true, true) => unsupported(at, BnMulCfg::BN_MUL_SRC, 1, why),
+                    (true, false) => unsupported(at, BnMulCfg::BN_TRUNCATE_SRC, 1, why),
+                    (false, true) => unsupported(at, BsMulCfg::BS_MUL_SRC, 1, why),
+                    (false, false) => unsupported(at, BsMulCfg::BS_TRUNCATE_SRC, 1, why),
+                });
+            }
+            Some((i64::from(m.operand), m.shift, m.shift_neg, m.prelu))
+        }
+    };
+    Ok(Some(Stage {
+        alu,
+        mul,
+        relu: s.relu,
+        relux: s.relux.map(i64::from),
+    }))
+}
+
+/// The EW stage and its ERDMA operand.
+fn ew_stage(
+    t: &task::Task,
+    e: &task::Ew,
+    out: &Cube,
+    proc: Precision,
+    at: At,
+) -> Result<Ew, SimError> {
+    use dpu::{EwCfg, EwCvtScaleValue};
+    let float = proc.is_float();
+    let op = match e.op {
+        None => None,
+        Some(task::EwOp::Mul(t, tn)) => {
+            if float && (t != 0 || tn != 0) {
+                return Err(unsupported(
+                    at,
+                    EwCvtScaleValue::EW_TRUNCATE,
+                    t,
+                    "float multiply has no shift",
+                ));
+            }
+            Some(EwOp::Mul(t, tn))
+        }
+        Some(task::EwOp::Alu(a)) => Some(EwOp::Alu(a)),
+    };
+    let cvt = match e.cvt {
+        None => None,
+        Some(c) => {
+            if float && (c.offset != 0 || c.scale != 1 || c.shift != 0) {
+                return Err(unsupported(
+                    at,
+                    EwCvtScaleValue::EW_OP_CVT_SCALE,
+                    c.scale as u16 as u32,
+                    "float operand conversion is modelled as the identity only",
+                ));
+            }
+            Some((
+                i64::from(c.offset),
+                i64::from(c.scale),
+                c.shift,
+                c.add_first,
+            ))
+        }
+    };
+    let src = match e.src {
+        TEwSrc::Memory => EwSrc::Memory(erdma_cube(t, e, out, float, at)?),
+        TEwSrc::Register => {
+            if float {
+                return Err(unsupported(
+                    at,
+                    EwCfg::EW_OP_SRC,
+                    0,
+                    "float register operands are not modelled",
+                ));
+            }
+            EwSrc::Register(e.values[0])
+        }
+    };
+    if e.relux.is_some() && float {
+        return Err(unsupported(
+            at,
+            EwCfg::EW_RELUX_EN,
+            1,
+            "ReLUX is modelled on integer paths only",
+        ));
+    }
+    let dropped =
+        proc == Precision::Fp16 && matches!(op, Some(EwOp::Alu(task::AluOp::Add))) && cvt.is_none();
+    Ok(Ew {
+        src,
+        cvt,
+        op,
+        relu: e.relu,
+        relux: e.relux.map(i64::from),
+        dropped,
+    })
+}
+
+/// The ERDMA operand: one element per output element, in an NC1HWC2 cube.
+fn erdma_cube(
+    t: &task::Task,
+    e: &task::Ew,
+    out: &Cube,
+    float: bool,
+    at: At,
+) -> Result<Cube, SimError> {
+    use dpu_rdma::RdmaErdmaCfg;
+    let Some(rdma) = &t.dpu_rdma else {
+        // The DPU waits for an operand nobody fetches: the task stalls (pc.rs) before
+        // this cube is read.
+        let prec = if float {
+            Precision::Fp32
+        } else {
+            Precision::Int32
+        };
+        return Ok(super::config::unfetched(
+            out.w,
+            out.h,
+            out.c,
+            prec,
+            dpu_rdma::RdmaEwBaseAddr::NAME,
+        ));
+    };
+    let Some(er) = &rdma.erdma else {
+        return Err(unsupported(
+            at,
+            RdmaErdmaCfg::ERDMA_DISABLE,
+            1,
+            "the EW operand comes from ERDMA (the model needs 0)",
+        ));
+    };
+    if er.data_mode != 1 {
+        return Err(unsupported(
+            at,
+            RdmaErdmaCfg::ERDMA_DATA_MODE,
+            er.data_mode,
+            "per-pixel operands are modelled (the model needs 1)",
+        ));
+    }
+    if e.data_size != er.data_size {
+        return Err(inconsistent(
+            at,
+            dpu::EwCfg::EDATA_SIZE,
+            e.data_size,
+            format!("DPU_RDMA.ERDMA_CFG says size code {}", er.data_size),
+        ));
+    }
+    if e.data_mode != 1 {
+        return Err(unsupported(
+            at,
+            dpu::EwCfg::EW_DATA_MODE,
+            e.data_mode,
+            "per-pixel operands (1) are modelled",
+        ));
+    }
+    let prec = er.precision(float).ok_or_else(|| {
+        unsupported(
+            at,
+            RdmaErdmaCfg::ERDMA_DATA_SIZE,
+            er.data_size,
+            "16- and 32-bit operands are modelled",
+        )
+    })?;
+    let (w, h, c) = rdma.cube;
+    if (w, h, c) != (out.w, out.h, out.c) {
+        return Err(inconsistent(
+            at,
+            dpu_rdma::RdmaDataCubeWidth::WIDTH,
+            w - 1,
+            format!(
+                "DPU_RDMA cube {w}x{h}x{c} differs from the DPU cube {}x{}x{}",
+                out.w, out.h, out.c
+            ),
+        ));
+    }
+    let (line, surf) = rdma.erdma_strides(er);
+    let cube = Cube {
+        base: addr(er.addr),
+        w,
+        h,
+        c,
+        prec,
+        line,
+        surf,
+        register: dpu_rdma::RdmaEwBaseAddr::NAME,
+        block: "DPU_RDMA",
+    };
+    if c % cube.atom_elems() != 0 {
+        return Err(unsupported(
+            at,
+            RdmaErdmaCfg::ERDMA_DATA_SIZE,
+            er.data_size,
+            "the operand channels must fill whole atoms",
+        ));
+    }
+    Ok(cube)
+}

@@ -1,0 +1,423 @@
+//! CNA: the feature and weight loader, the CBUF split and the convolution geometry.
+//!
+//! The model covers what the board-validated matmul programs use (matmul-recipe.md §5):
+//! a 1×1, stride-1, unpadded direct convolution of a feature cube in NC1HWC2 layout with
+//! weights in 1024-byte atoms, the input converter bypassed, no decompression.
+
+use super::read::{Decoded, Reader};
+use super::{Access, DmaRange, Precision, cbuf, fixed};
+use crate::error::Result;
+use crate::regcmd::{DmaAddr, TaskBuilder};
+use crate::regs::{Block, Register, cna};
+
+/// The feature (activation) cube the CNA reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Feature {
+    /// `FEATURE_DATA_ADDR`.
+    pub addr: DmaAddr,
+    /// Width in pixels (`DATA_SIZE0`, repeated in `FC_DATA_SIZE0`).
+    pub width: u32,
+    /// Height in lines.
+    pub height: u32,
+    /// Channels, a multiple of 32 (`DATA_SIZE1`, repeated in `FC_DATA_SIZE1`).
+    pub channels: u32,
+    /// Channels that hold data (`DATAIN_CHANNEL_REAL` + 1).
+    pub channels_real: u32,
+    /// `DMA_CON1.LINE_STRIDE`, in the units [`Feature::group_line_off`] selects.
+    pub line_stride: u32,
+    /// `DMA_CON2.SURF_STRIDE`, a signed 28-bit correction (docs/simulator.md).
+    pub surf_stride: i32,
+    /// `CONV_CON1.GROUP_LINE_OFF`: lines are fetched one at a time, strides in atoms.
+    pub group_line_off: bool,
+    /// `CONV_CON2.FEATURE_GRAINS`: lines the CNA fetches ahead.
+    pub grains: u32,
+}
+
+impl Feature {
+    /// Bytes between lines and between surfaces (docs/simulator.md, "Feature
+    /// addressing"). They may be zero or negative: the simulator refuses such a cube when
+    /// it has several lines or surfaces.
+    pub fn strides(&self) -> (i64, i64) {
+        let w = i64::from(self.width);
+        let surf = i64::from(self.surf_stride);
+        let (line, surf) = if self.group_line_off {
+            (i64::from(self.line_stride), w + surf)
+        } else {
+            (i64::from(self.line_stride) / 4, 4 * w + surf)
+        };
+        (line * 16, surf * 16)
+    }
+
+    /// Bytes of one line of the cube in the CBUF (`W × C` elements).
+    pub fn row_bytes(&self, precision: Precision) -> u64 {
+        u64::from(self.width) * u64::from(self.channels) * u64::from(precision.bits()) / 8
+    }
+
+    /// Bytes of the whole cube as the CBUF holds it.
+    pub fn cube_bytes(&self, precision: Precision) -> u64 {
+        self.row_bytes(precision) * u64::from(self.height)
+    }
+}
+
+/// The weights the CNA reads: kernels of 1×1×C in 1024-byte atoms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Weights {
+    /// `DCOMP_ADDR0`.
+    pub addr: DmaAddr,
+    /// `WEIGHT_SIZE2.WEIGHT_KERNELS` (output channels).
+    pub kernels: u32,
+}
+
+/// The convolution's output geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Conv {
+    /// `DATA_SIZE2.DATAOUT_WIDTH`.
+    pub out_width: u32,
+    /// `DATA_SIZE3.DATAOUT_ATOMICS`: output pixels (width × height).
+    pub out_atomics: u32,
+    /// `CONV_CON3` x and y strides.
+    pub stride: (u32, u32),
+}
+
+/// The CBUF split and reuse bits (`CBUF_CON0`, `CBUF_CON1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cbuf {
+    /// Banks holding the feature cube.
+    pub data_banks: u32,
+    /// Banks holding weights.
+    pub weight_banks: u32,
+    /// `FC_DATA_BANK` (every validated program writes 0).
+    pub fc_data_banks: u32,
+    /// Keep the previous task's feature data.
+    pub data_reuse: bool,
+    /// Keep the previous task's weights.
+    pub weight_reuse: bool,
+    /// `CBUF_CON1.DATA_ENTRIES`: 64-byte CBUF entries per feature line.
+    pub data_entries: u32,
+}
+
+impl Cbuf {
+    /// Bytes the data banks hold.
+    pub fn data_bytes(&self) -> u64 {
+        u64::from(self.data_banks) * cbuf::BANK_BYTES
+    }
+
+    /// Bytes the weight banks hold.
+    pub fn weight_bytes(&self) -> u64 {
+        u64::from(self.weight_banks) * cbuf::BANK_BYTES
+    }
+}
+
+/// The CNA input converter (`CVT_CON0`..`CVT_CON4`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InputCvt {
+    /// `CVT_BYPASS`.
+    pub bypass: bool,
+    /// `CVT_TYPE`.
+    pub cvt_type: bool,
+    /// `DATA_SIGN`: integer input is signed.
+    pub signed: bool,
+    /// `CVT_SCALE0..3`.
+    pub scales: [u32; 4],
+}
+
+impl InputCvt {
+    /// The converter as every validated program sets it: bypassed, scales 1.
+    pub const fn bypassed(signed: bool) -> InputCvt {
+        InputCvt {
+            bypass: true,
+            cvt_type: true,
+            signed,
+            scales: [1; 4],
+        }
+    }
+}
+
+/// The CNA's part of a convolution task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cna {
+    /// Input and processing precision (`CONV_CON1`; they must agree).
+    pub precision: Precision,
+    /// The feature cube.
+    pub feature: Feature,
+    /// The weights.
+    pub weights: Weights,
+    /// Output geometry.
+    pub conv: Conv,
+    /// CBUF split.
+    pub cbuf: Cbuf,
+    /// Input converter.
+    pub cvt: InputCvt,
+    /// `DMA_CON0` burst lengths for feature and weight reads.
+    pub burst: (u32, u32),
+}
+
+impl Cna {
+    /// Bytes of one kernel.
+    pub fn kernel_bytes(&self) -> u64 {
+        u64::from(self.feature.channels) * u64::from(self.precision.bits()) / 8
+    }
+
+    fn cbuf0(&self) -> Result<cna::CbufCon0> {
+        let c = &self.cbuf;
+        let r = cna::CbufCon0::new();
+        let r = cna::CbufCon0::DATA_BANK.set(r, c.data_banks)?;
+        let r = cna::CbufCon0::WEIGHT_BANK.set(r, c.weight_banks)?;
+        let r = cna::CbufCon0::FC_DATA_BANK.set(r, c.fc_data_banks)?;
+        let r = cna::CbufCon0::DATA_REUSE.set(r, c.data_reuse.into())?;
+        cna::CbufCon0::WEIGHT_REUSE.set(r, c.weight_reuse.into())
+    }
+
+    fn con1(&self) -> Result<cna::ConvCon1> {
+        let p = self.precision.code();
+        let r = cna::ConvCon1::IN_PRECISION.set(cna::ConvCon1::new(), p)?;
+        let r = cna::ConvCon1::PROC_PRECISION.set(r, p)?;
+        cna::ConvCon1::GROUP_LINE_OFF.set(r, self.feature.group_line_off.into())
+    }
+
+    /// The vendor bodies' preamble: CBUF split, decompression off, precisions.
+    pub(super) fn emit_preamble(&self, t: &mut TaskBuilder) -> Result<()> {
+        t.write(self.cbuf0()?)
+            .write(cna::DcompRegnum::new())
+            .write(cna::DcompCtrl::new())
+            .write(self.con1()?);
+        Ok(())
+    }
+
+    /// The CNA registers in ascending offsets (every one written, zeros included).
+    pub(super) fn emit(&self, t: &mut TaskBuilder) -> Result<()> {
+        use cna::*;
+        let f = &self.feature;
+        let bits = self.precision.bits();
+        let kernel_bytes = f.channels * bits / 8;
+        t.write(self.con1()?)
+            .write_fields(&[(ConvCon2::FEATURE_GRAINS, f.grains)])?
+            .write_fields(&[
+                (ConvCon3::CONV_X_STRIDE, self.conv.stride.0),
+                (ConvCon3::CONV_Y_STRIDE, self.conv.stride.1),
+            ])?
+            .write_fields(&[
+                (DataSize0::DATAIN_WIDTH, f.width),
+                (DataSize0::DATAIN_HEIGHT, f.height),
+            ])?
+            .write_fields(&[
+                (DataSize1::DATAIN_CHANNEL, f.channels),
+                (
+                    DataSize1::DATAIN_CHANNEL_REAL,
+                    f.channels_real.wrapping_sub(1),
+                ),
+            ])?
+            .write_fields(&[(DataSize2::DATAOUT_WIDTH, self.conv.out_width)])?
+            .write_fields(&[(DataSize3::DATAOUT_ATOMICS, self.conv.out_atomics)])?
+            .write_fields(&[(
+                WeightSize0::WEIGHT_BYTES,
+                self.weights.kernels.wrapping_mul(kernel_bytes),
+            )])?
+            .write_fields(&[(WeightSize1::WEIGHT_BYTES_PER_KERNEL, kernel_bytes)])?
+            .write_fields(&[
+                (WeightSize2::WEIGHT_KERNELS, self.weights.kernels),
+                (WeightSize2::WEIGHT_HEIGHT, 1),
+                (WeightSize2::WEIGHT_WIDTH, 1),
+            ])?
+            .write(self.cbuf0()?)
+            .write_fields(&[(CbufCon1::DATA_ENTRIES, self.cbuf.data_entries)])?
+            .write_fields(&[
+                (CvtCon0::CVT_BYPASS, self.cvt.bypass.into()),
+                (CvtCon0::CVT_TYPE, self.cvt.cvt_type.into()),
+                (CvtCon0::DATA_SIGN, self.cvt.signed.into()),
+            ])?
+            .write_fields(&[(CvtCon1::CVT_SCALE0, self.cvt.scales[0])])?
+            .write_fields(&[(CvtCon2::CVT_SCALE1, self.cvt.scales[1])])?
+            .write_fields(&[(CvtCon3::CVT_SCALE2, self.cvt.scales[2])])?
+            .write_fields(&[(CvtCon4::CVT_SCALE3, self.cvt.scales[3])])?
+            .write(FcCon0::new())
+            .write(FcCon1::new())
+            .write(PadCon0::new())
+            .write_addr::<FeatureDataAddr>(f.addr)?
+            .write(FcCon2::new())
+            .write_fields(&[
+                (DmaCon0::DATA_BURST_LEN, self.burst.0),
+                (DmaCon0::WEIGHT_BURST_LEN, self.burst.1),
+            ])?
+            .write_fields(&[(DmaCon1::LINE_STRIDE, f.line_stride)])?
+            .write_fields(&[(DmaCon2::SURF_STRIDE, (f.surf_stride as u32) & 0x0FFF_FFFF)])?
+            .write_fields(&[
+                (FcDataSize0::DMA_WIDTH, f.width),
+                (FcDataSize0::DMA_HEIGHT, f.height),
+            ])?
+            .write_fields(&[(FcDataSize1::DMA_CHANNEL, f.channels)])?
+            .write(DcompCtrl::new())
+            .write(DcompRegnum::new())
+            .write_addr::<DcompAddr0>(self.weights.addr)?;
+        for i in 0..DCOMP_AMOUNT.len() {
+            t.write_at(&DCOMP_AMOUNT, i, DcompAmount::new())?;
+        }
+        t.write(CvtCon5::new()).write(PadCon1::new());
+        Ok(())
+    }
+
+    /// Reads the CNA registers.
+    pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<Cna> {
+        use super::read::DecodeError as E;
+        use cna::*;
+        r.expect(
+            ConvCon1::CONV_MODE,
+            0,
+            "only direct convolution is modelled",
+        )?;
+        r.expect(ConvCon1::ARGB_IN, 0, "image input is not modelled")?;
+        r.expect(ConvCon1::DECONV, 0, "deconvolution is not modelled")?;
+        r.expect(
+            ConvCon1::NONALIGN_DMA,
+            0,
+            "non-aligned feature DMA is not modelled",
+        )?;
+        let in_code = r.get(ConvCon1::IN_PRECISION);
+        let precision = Precision::from_code(in_code)
+            .filter(|p| p.is_conv_input())
+            .ok_or_else(|| {
+                E::unsupported(
+                    ConvCon1::IN_PRECISION,
+                    in_code,
+                    "int8, int16, fp16, bf16 and int4 are modelled",
+                )
+            })?;
+        r.agree(ConvCon1::PROC_PRECISION, in_code, || {
+            format!("differs from in_precision {in_code} (input conversion is not modelled)")
+        })?;
+        let kw = r.get(WeightSize2::WEIGHT_WIDTH);
+        if kw != 1 {
+            return Err(E::unsupported(
+                WeightSize2::WEIGHT_WIDTH,
+                kw,
+                "only 1x1 kernels are modelled",
+            ));
+        }
+        r.expect(
+            WeightSize2::WEIGHT_HEIGHT,
+            1,
+            "only 1x1 kernels are modelled",
+        )?;
+
+        let width = r.get(DataSize0::DATAIN_WIDTH);
+        let height = r.get(DataSize0::DATAIN_HEIGHT);
+        let channels = r.get(DataSize1::DATAIN_CHANNEL);
+        let channels_real = r.get(DataSize1::DATAIN_CHANNEL_REAL) + 1;
+        r.agree(FcDataSize0::DMA_WIDTH, width, || {
+            format!("DATA_SIZE0 width is {width}")
+        })?;
+        r.agree(FcDataSize0::DMA_HEIGHT, height, || {
+            format!("DATA_SIZE0 height is {height}")
+        })?;
+        r.agree(FcDataSize1::DMA_CHANNEL, channels, || {
+            format!("DATA_SIZE1 channel is {channels}")
+        })?;
+        let feature = Feature {
+            addr: DmaAddr::Fixed(r.get(FeatureDataAddr::FEATURE_BASE_ADDR)),
+            width,
+            height,
+            channels,
+            channels_real,
+            line_stride: r.get(DmaCon1::LINE_STRIDE),
+            surf_stride: r.signed(DmaCon2::SURF_STRIDE) as i32,
+            group_line_off: r.flag(ConvCon1::GROUP_LINE_OFF),
+            grains: r.get(ConvCon2::FEATURE_GRAINS),
+        };
+        let kernels = r.get(WeightSize2::WEIGHT_KERNELS);
+        let kernel_bytes = u64::from(channels) * u64::from(precision.bits()) / 8;
+        let bpk = r.get(WeightSize1::WEIGHT_BYTES_PER_KERNEL);
+        if u64::from(bpk) != kernel_bytes {
+            return Err(E::inconsistent(
+                WeightSize1::WEIGHT_BYTES_PER_KERNEL,
+                bpk,
+                format!(
+                    "a 1x1 kernel of {channels} {precision} channels holds {kernel_bytes} bytes"
+                ),
+            ));
+        }
+        let total = r.get(WeightSize0::WEIGHT_BYTES);
+        if u64::from(total) != kernel_bytes * u64::from(kernels) {
+            return Err(E::inconsistent(
+                WeightSize0::WEIGHT_BYTES,
+                total,
+                format!(
+                    "{kernels} kernels of {kernel_bytes} bytes hold {}",
+                    kernel_bytes * u64::from(kernels)
+                ),
+            ));
+        }
+        let scales = [
+            r.get(CvtCon1::CVT_SCALE0),
+            r.get(CvtCon2::CVT_SCALE1),
+            r.get(CvtCon3::CVT_SCALE2),
+            r.get(CvtCon4::CVT_SCALE3),
+        ];
+        Ok(Cna {
+            precision,
+            feature,
+            weights: Weights {
+                addr: DmaAddr::Fixed(r.get(DcompAddr0::DECOMPRESS_ADDR0)),
+                kernels,
+            },
+            conv: Conv {
+                out_width: r.get(DataSize2::DATAOUT_WIDTH),
+                out_atomics: r.get(DataSize3::DATAOUT_ATOMICS),
+                stride: (
+                    r.get(ConvCon3::CONV_X_STRIDE),
+                    r.get(ConvCon3::CONV_Y_STRIDE),
+                ),
+            },
+            cbuf: Cbuf {
+                data_banks: r.get(CbufCon0::DATA_BANK),
+                weight_banks: r.get(CbufCon0::WEIGHT_BANK),
+                fc_data_banks: r.get(CbufCon0::FC_DATA_BANK),
+                data_reuse: r.flag(CbufCon0::DATA_REUSE),
+                weight_reuse: r.flag(CbufCon0::WEIGHT_REUSE),
+                data_entries: r.get(CbufCon1::DATA_ENTRIES),
+            },
+            cvt: InputCvt {
+                bypass: r.flag(CvtCon0::CVT_BYPASS),
+                cvt_type: r.flag(CvtCon0::CVT_TYPE),
+                signed: r.flag(CvtCon0::DATA_SIGN),
+                scales,
+            },
+            burst: (
+                r.get(DmaCon0::DATA_BURST_LEN),
+                r.get(DmaCon0::WEIGHT_BURST_LEN),
+            ),
+        })
+    }
+
+    /// The feature and weight reads.
+    pub(super) fn dma(&self, out: &mut Vec<DmaRange>) {
+        let f = &self.feature;
+        if let Some(base) = fixed(f.addr) {
+            // Lines and surfaces may step backwards (negative strides): the range runs
+            // from the lowest atom read to one past the highest.
+            let (line, surf) = f.strides();
+            let surfaces = i64::from(f.channels.div_ceil(self.precision.atom_elems()).max(1));
+            let lines = i64::from(f.height.max(1));
+            let (s, l) = ((surfaces - 1) * surf, (lines - 1) * line);
+            let lo = s.min(0) + l.min(0);
+            let hi = s.max(0) + l.max(0) + i64::from(f.width) * 16;
+            out.push(DmaRange {
+                block: Block::Cna,
+                register: cna::FeatureDataAddr::NAME,
+                what: "feature",
+                start: base.saturating_add_signed(lo),
+                len: (hi - lo) as u64,
+                access: Access::Read,
+            });
+        }
+        if let Some(start) = fixed(self.weights.addr) {
+            out.push(DmaRange {
+                block: Block::Cna,
+                register: cna::DcompAddr0::NAME,
+                what: "weights",
+                start,
+                len: self.kernel_bytes() * u64::from(self.weights.kernels),
+                access: Access::Read,
+            });
+        }
+    }
+}

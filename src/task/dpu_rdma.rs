@@ -1,0 +1,280 @@
+//! DPU_RDMA: the DPU's read DMA — MRDMA (the main data in flying mode) and ERDMA (the EW
+//! operand). The BS/BN operand reads (BRDMA, NRDMA) are not modelled: their registers
+//! must hold zeros.
+
+use super::dpu::{cube_extent, decode_pointer};
+use super::read::{DecodeError as E, Decoded, Reader};
+use super::{Access, DmaRange, Dpu, Precision, fixed};
+use crate::error::Result;
+use crate::regcmd::{DmaAddr, TaskBuilder};
+use crate::regs::{Block, Register, dpu_rdma};
+
+/// MRDMA: the main input cube read from memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Mrdma {
+    /// `RDMA_SRC_BASE_ADDR`.
+    pub addr: DmaAddr,
+    /// `SRC_DMA_CFG.LINE_NOTCH_ADDR`: atoms between one line's end and the next.
+    pub line_notch: u32,
+    /// `RDMA_SURF_NOTCH`: atoms between one surface's end and the next.
+    pub surf_notch: u32,
+}
+
+/// ERDMA: the EW operand, laid out like the DPU's cube.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Erdma {
+    /// `RDMA_EW_BASE_ADDR`.
+    pub addr: DmaAddr,
+    /// `ERDMA_DATA_SIZE`: element size code (2: 16-bit, 3: 32-bit).
+    pub data_size: u32,
+    /// `ERDMA_DATA_MODE`: 1 = one operand per element.
+    pub data_mode: u32,
+    /// `RDMA_EW_SURF_STRIDE` in 16-byte units.
+    pub surf_stride: u32,
+    /// `DATA_CUBE_HEIGHT.EW_LINE_NOTCH_ADDR`.
+    pub line_notch: u32,
+}
+
+impl Erdma {
+    /// The operand's element type for a DPU processing integers or floats.
+    pub fn precision(&self, float: bool) -> Option<Precision> {
+        Some(match (self.data_size, float) {
+            (2, false) => Precision::Int16,
+            (3, false) => Precision::Int32,
+            (2, true) => Precision::Fp16,
+            (3, true) => Precision::Fp32,
+            _ => return None,
+        })
+    }
+}
+
+/// The DPU_RDMA configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DpuRdma {
+    /// `S_POINTER` ping-pong.
+    pub ping_pong: bool,
+    /// Cube width, height and channels (`RDMA_DATA_CUBE_*`, stored plus one).
+    pub cube: (u32, u32, u32),
+    /// `FEATURE_MODE_CFG` input and processing precision (they must agree).
+    pub precision: Precision,
+    /// `FEATURE_MODE_CFG.FLYING_MODE`.
+    pub flying: bool,
+    /// `FEATURE_MODE_CFG.BURST_LEN`.
+    pub burst_len: u32,
+    /// The main-data read, `None` when `MRDMA_DISABLE` is set.
+    pub mrdma: Option<Mrdma>,
+    /// The EW operand read, `None` when `ERDMA_DISABLE` is set.
+    pub erdma: Option<Erdma>,
+    /// `RDMA_WEIGHT`: arbiter weights of the M, B, N and E reads.
+    pub arbiter: [u32; 4],
+}
+
+impl DpuRdma {
+    /// `S_POINTER` with ping-pong on (or nothing when off).
+    pub(super) fn emit_pointer(&self, t: &mut TaskBuilder) -> Result<()> {
+        if self.ping_pong {
+            use dpu_rdma::SPointer as P;
+            let r = P::POINTER_PP_EN.set(P::new(), 1)?;
+            let r = P::EXECUTER_PP_EN.set(r, 1)?;
+            t.write(P::POINTER_PP_MODE.set(r, 1)?);
+        }
+        Ok(())
+    }
+
+    /// The DPU_RDMA registers in ascending offsets.
+    pub(super) fn emit(&self, t: &mut TaskBuilder) -> Result<()> {
+        use dpu_rdma::*;
+        let (w, h, c) = self.cube;
+        let e = self.erdma;
+        let m = self.mrdma;
+        t.write_fields(&[(RdmaDataCubeWidth::WIDTH, w.wrapping_sub(1))])?
+            .write_fields(&[
+                (RdmaDataCubeHeight::HEIGHT, h.wrapping_sub(1)),
+                (
+                    RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR,
+                    e.map_or(0, |e| e.line_notch),
+                ),
+            ])?
+            .write_fields(&[(RdmaDataCubeChannel::CHANNEL, c.wrapping_sub(1))])?;
+        match m {
+            Some(m) => t.write_addr::<RdmaSrcBaseAddr>(m.addr)?,
+            None => t.write(RdmaSrcBaseAddr::new()),
+        };
+        t.write(RdmaBrdmaCfg::new())
+            .write(RdmaBsBaseAddr::new())
+            .write(RdmaNrdmaCfg::new())
+            .write(RdmaBnBaseAddr::new())
+            .write_fields(&[
+                (RdmaErdmaCfg::ERDMA_DISABLE, u32::from(e.is_none())),
+                (RdmaErdmaCfg::ERDMA_DATA_SIZE, e.map_or(0, |e| e.data_size)),
+                (RdmaErdmaCfg::ERDMA_DATA_MODE, e.map_or(0, |e| e.data_mode)),
+            ])?;
+        match e {
+            Some(e) => t.write_addr::<RdmaEwBaseAddr>(e.addr)?,
+            None => t.write(RdmaEwBaseAddr::new()),
+        };
+        t.write_fields(&[(
+            RdmaEwSurfStride::EW_SURF_STRIDE,
+            e.map_or(0, |e| e.surf_stride),
+        )])?
+        .write_fields(&[
+            (RdmaFeatureModeCfg::FLYING_MODE, u32::from(self.flying)),
+            (RdmaFeatureModeCfg::MRDMA_DISABLE, u32::from(m.is_none())),
+            (RdmaFeatureModeCfg::PROC_PRECISION, self.precision.code()),
+            (RdmaFeatureModeCfg::IN_PRECISION, self.precision.code()),
+            (RdmaFeatureModeCfg::BURST_LEN, self.burst_len),
+        ])?
+        .write_fields(&[(
+            RdmaSrcDmaCfg::LINE_NOTCH_ADDR,
+            m.map_or(0, |m| m.line_notch),
+        )])?
+        .write_fields(&[(
+            RdmaSurfNotch::SURF_NOTCH_ADDR,
+            m.map_or(0, |m| m.surf_notch),
+        )])?
+        .write(RdmaPadCfg::new())
+        .write_fields(&[
+            (RdmaWeight::M_WEIGHT, self.arbiter[0]),
+            (RdmaWeight::B_WEIGHT, self.arbiter[1]),
+            (RdmaWeight::N_WEIGHT, self.arbiter[2]),
+            (RdmaWeight::E_WEIGHT, self.arbiter[3]),
+        ])?
+        .write(RdmaEwSurfNotch::new());
+        Ok(())
+    }
+
+    /// Reads the DPU_RDMA registers.
+    pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<DpuRdma> {
+        use dpu_rdma::*;
+        r.expect(
+            RdmaFeatureModeCfg::CONV_MODE,
+            0,
+            "only direct mode is modelled",
+        )?;
+        r.expect(
+            RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN,
+            0,
+            "input widening is not modelled",
+        )?;
+        r.expect(
+            RdmaFeatureModeCfg::COMB_USE,
+            0,
+            "combined RDMA use is not modelled",
+        )?;
+        r.expect(RdmaSrcDmaCfg::UNPOOLING_EN, 0, "un-pooling is not modelled")?;
+        let ping_pong = decode_pointer(
+            r,
+            [
+                SPointer::POINTER_PP_EN,
+                SPointer::EXECUTER_PP_EN,
+                SPointer::POINTER_PP_MODE,
+            ],
+        )?;
+        let code = r.get(RdmaFeatureModeCfg::PROC_PRECISION);
+        let precision = Precision::from_code(code).ok_or_else(|| {
+            E::unsupported(
+                RdmaFeatureModeCfg::PROC_PRECISION,
+                code,
+                "reserved precision code",
+            )
+        })?;
+        r.agree(RdmaFeatureModeCfg::IN_PRECISION, code, || {
+            format!("differs from proc_precision {code}")
+        })?;
+        let mrdma = if r.flag(RdmaFeatureModeCfg::MRDMA_DISABLE) {
+            None
+        } else {
+            Some(Mrdma {
+                addr: DmaAddr::Fixed(r.get(RdmaSrcBaseAddr::SRC_BASE_ADDR)),
+                line_notch: r.get(RdmaSrcDmaCfg::LINE_NOTCH_ADDR),
+                surf_notch: r.get(RdmaSurfNotch::SURF_NOTCH_ADDR),
+            })
+        };
+        let erdma = if r.flag(RdmaErdmaCfg::ERDMA_DISABLE) {
+            None
+        } else {
+            r.expect(
+                RdmaErdmaCfg::ERDMA_SURF_MODE,
+                0,
+                "two-surface operands are not modelled",
+            )?;
+            r.expect(
+                RdmaErdmaCfg::ERDMA_NONALIGN,
+                0,
+                "non-aligned operands are not modelled",
+            )?;
+            Some(Erdma {
+                addr: DmaAddr::Fixed(r.get(RdmaEwBaseAddr::EW_BASE_ADDR)),
+                data_size: r.get(RdmaErdmaCfg::ERDMA_DATA_SIZE),
+                data_mode: r.get(RdmaErdmaCfg::ERDMA_DATA_MODE),
+                surf_stride: r.get(RdmaEwSurfStride::EW_SURF_STRIDE),
+                line_notch: r.get(RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR),
+            })
+        };
+        Ok(DpuRdma {
+            ping_pong,
+            cube: (
+                r.get(RdmaDataCubeWidth::WIDTH) + 1,
+                r.get(RdmaDataCubeHeight::HEIGHT) + 1,
+                r.get(RdmaDataCubeChannel::CHANNEL) + 1,
+            ),
+            precision,
+            flying: r.flag(RdmaFeatureModeCfg::FLYING_MODE),
+            burst_len: r.get(RdmaFeatureModeCfg::BURST_LEN),
+            mrdma,
+            erdma,
+            arbiter: [
+                r.get(RdmaWeight::M_WEIGHT),
+                r.get(RdmaWeight::B_WEIGHT),
+                r.get(RdmaWeight::N_WEIGHT),
+                r.get(RdmaWeight::E_WEIGHT),
+            ],
+        })
+    }
+
+    /// Bytes between lines and between surfaces of the MRDMA cube.
+    pub fn mrdma_strides(&self, m: &Mrdma) -> (u64, u64) {
+        let (w, h, _) = self.cube;
+        let line = (u64::from(w) + u64::from(m.line_notch)) * 16;
+        (line, line * u64::from(h) + u64::from(m.surf_notch) * 16)
+    }
+
+    /// Bytes between lines and between surfaces of the ERDMA operand.
+    pub fn erdma_strides(&self, e: &Erdma) -> (u64, u64) {
+        let line = (u64::from(self.cube.0) + u64::from(e.line_notch)) * 16;
+        (line, u64::from(e.surf_stride) * 16)
+    }
+
+    /// The MRDMA and ERDMA reads.
+    pub(super) fn dma(&self, dpu: Option<&Dpu>, out: &mut Vec<DmaRange>) {
+        let (w, h, c) = self.cube;
+        if let Some(m) = &self.mrdma
+            && let Some(start) = fixed(m.addr)
+        {
+            let (line, surf) = self.mrdma_strides(m);
+            out.push(DmaRange {
+                block: Block::DpuRdma,
+                register: dpu_rdma::RdmaSrcBaseAddr::NAME,
+                what: "main input",
+                start,
+                len: cube_extent(w, h, c, self.precision, line, surf),
+                access: Access::Read,
+            });
+        }
+        if let Some(e) = &self.erdma
+            && let Some(start) = fixed(e.addr)
+        {
+            let float = dpu.map_or(self.precision.is_float(), |d| d.precision.is_float());
+            let p = e.precision(float).unwrap_or(Precision::Int32);
+            let (line, surf) = self.erdma_strides(e);
+            out.push(DmaRange {
+                block: Block::DpuRdma,
+                register: dpu_rdma::RdmaEwBaseAddr::NAME,
+                what: "EW operand",
+                start,
+                len: cube_extent(w, h, c, p, line, surf),
+                access: Access::Read,
+            });
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! Round trips of every block (`decode(emit(x)) == x`), the sweep over fields the model
+//! does not represent, and the DMA ranges of a task.
+
+use super::*;
+use crate::kernels::single::{Dtype, Layout, OutType, PostOps, SingleMatmul};
+use crate::regcmd::{DmaAddr, TaskBuilder};
+use crate::regs::{Field, Register, cna, core as core_regs, dpu, dpu_rdma};
+use proptest::prelude::*;
+
+/// The register file a task's list leaves behind.
+fn snapshot(task: &Task) -> Snapshot {
+    let mut t = TaskBuilder::new();
+    task.emit(&mut t)
+        .expect("the generated value fits its fields");
+    Snapshot::from_writes(t.entries().iter().map(|e| (e.offset(), e.value())))
+}
+
+fn round_trip(task: &Task) -> std::result::Result<Task, DecodeError> {
+    Task::decode(&mut snapshot(task), task.enable())
+}
+
+fn max<R: Register>(f: Field<R>) -> u32 {
+    f.max()
+}
+
+fn upto<R: Register>(f: Field<R>) -> std::ops::RangeInclusive<u32> {
+    0..=max(f)
+}
+
+fn addr() -> impl Strategy<Value = DmaAddr> {
+    (0u32..=u32::MAX / 16).prop_map(|a| DmaAddr::Fixed(a * 16))
+}
+
+fn conv_precision() -> impl Strategy<Value = Precision> {
+    prop::sample::select(vec![
+        Precision::Int8,
+        Precision::Int16,
+        Precision::Fp16,
+        Precision::Bf16,
+        Precision::Int4,
+    ])
+}
+
+fn any_precision() -> impl Strategy<Value = Precision> {
+    prop::sample::select(Precision::ALL.to_vec())
+}
+
+prop_compose! {
+    fn feature()(
+        addr in addr(),
+        width in upto(cna::DataSize0::DATAIN_WIDTH),
+        height in upto(cna::DataSize0::DATAIN_HEIGHT),
+        channels in 0u32..=8192,
+        channels_real in 1u32..=8192,
+        line_stride in upto(cna::DmaCon1::LINE_STRIDE),
+        surf_stride in -(1i32 << 27)..(1i32 << 27),
+        group_line_off in any::<bool>(),
+        grains in upto(cna::ConvCon2::FEATURE_GRAINS),
+    ) -> Feature {
+        Feature { addr, width, height, channels, channels_real, line_stride, surf_stride, group_line_off, grains }
+    }
+}
+
+prop_compose! {
+    fn cna_block()(
+        precision in conv_precision(),
+        feature in feature(),
+        waddr in addr(),
+        kernels in upto(cna::WeightSize2::WEIGHT_KERNELS),
+        out_width in upto(cna::DataSize2::DATAOUT_WIDTH),
+        out_atomics in upto(cna::DataSize3::DATAOUT_ATOMICS),
+        stride in (upto(cna::ConvCon3::CONV_X_STRIDE), upto(cna::ConvCon3::CONV_Y_STRIDE)),
+        banks in (upto(cna::CbufCon0::DATA_BANK), upto(cna::CbufCon0::WEIGHT_BANK), upto(cna::CbufCon0::FC_DATA_BANK)),
+        reuse in (any::<bool>(), any::<bool>()),
+        data_entries in upto(cna::CbufCon1::DATA_ENTRIES),
+        cvt in (any::<bool>(), any::<bool>(), any::<bool>()),
+        scales in prop::array::uniform4(upto(cna::CvtCon1::CVT_SCALE0)),
+        burst in (upto(cna::DmaCon0::DATA_BURST_LEN), upto(cna::DmaCon0::WEIGHT_BURST_LEN)),
+    ) -> Cna {
+        Cna {
+            precision,
+            feature,
+            weights: Weights { addr: waddr, kernels },
+            conv: Conv { out_width, out_atomics, stride },
+            cbuf: Cbuf {
+                data_banks: banks.0,
+                weight_banks: banks.1,
+                fc_data_banks: banks.2,
+                data_reuse: reuse.0,
+                weight_reuse: reuse.1,
+                data_entries,
+            },
+            cvt: InputCvt { bypass: cvt.0, cvt_type: cvt.1, signed: cvt.2, scales },
+            burst,
+        }
+    }
+}
+
+fn alu_op() -> impl Strategy<Value = AluOp> {
+    prop::sample::select(vec![AluOp::Max, AluOp::Min, AluOp::Add, AluOp::Minus])
+}
+
+prop_compose! {
+    fn stage()(
+        bypass in any::<bool>(),
+        alu in prop::option::of((alu_op(), any::<i32>(), any::<bool>())),
+        mul in prop::option::of((any::<i16>(), upto(dpu::BsMulCfg::BS_MUL_SHIFT_VALUE), upto(dpu::DataFormat::BS_MUL_SHIFT_VALUE_NEG), any::<bool>(), any::<bool>(), any::<bool>())),
+        relu in any::<bool>(),
+        relux in prop::option::of(any::<i32>()),
+    ) -> Stage {
+        Stage {
+            bypass,
+            alu: alu.map(|(op, operand, from_memory)| Alu { op, operand, from_memory }),
+            mul: mul.map(|(operand, shift, shift_neg, prelu, from_memory, shift_from_memory)| Mul {
+                operand, shift, shift_neg, prelu, from_memory, shift_from_memory,
+            }),
+            relu,
+            relux,
+        }
+    }
+}
+
+fn ew_op() -> impl Strategy<Value = EwOp> {
+    prop_oneof![
+        alu_op().prop_map(EwOp::Alu),
+        (
+            upto(dpu::EwCvtScaleValue::EW_TRUNCATE),
+            upto(dpu::DataFormat::EW_TRUNCATE_NEG)
+        )
+            .prop_map(|(t, n)| EwOp::Mul(t, n)),
+    ]
+}
+
+prop_compose! {
+    fn ew()(
+        op in prop::option::of(ew_op()),
+        memory in any::<bool>(),
+        cvt in prop::option::of((any::<i32>(), any::<i16>(), upto(dpu::EwCvtScaleValue::EW_OP_CVT_SHIFT), any::<bool>())),
+        relu in any::<bool>(),
+        relux in prop::option::of(any::<i32>()),
+        data_size in upto(dpu::EwCfg::EDATA_SIZE),
+        data_mode in upto(dpu::EwCfg::EW_DATA_MODE),
+        values in prop::array::uniform8(any::<u32>()),
+    ) -> Ew {
+        Ew {
+            op,
+            src: if memory { EwSrc::Memory } else { EwSrc::Register },
+            cvt: cvt.map(|(offset, scale, shift, add_first)| OpCvt { offset, scale, shift, add_first }),
+            relu,
+            relux,
+            data_size,
+            data_mode,
+            values,
+        }
+    }
+}
+
+prop_compose! {
+    fn dpu_block()(
+        ping_pong in any::<bool>(),
+        flying in any::<bool>(),
+        burst_len in upto(dpu::FeatureModeCfg::BURST_LEN),
+        precision in any_precision(),
+        out_precision in any_precision(),
+        w in 1..=max(dpu::DataCubeWidth::WIDTH).min(max(dpu::WdmaSize1::WIDTH_WDMA)) + 1,
+        h in 1..=max(dpu::DataCubeHeight::HEIGHT).min(max(dpu::WdmaSize1::HEIGHT_WDMA)) + 1,
+        c in 1..=max(dpu::DataCubeChannel::CHANNEL).min(max(dpu::WdmaSize0::CHANNEL_WDMA)) + 1,
+        orig in 1..=max(dpu::DataCubeChannel::ORIG_CHANNEL) + 1,
+        bs in stage(),
+        bn in stage(),
+        ew in prop::option::of(ew()),
+        ow in (any::<bool>(), prop::array::uniform3(upto(dpu::BsOwCfg::SIZE_E_0)), upto(dpu::BsOwCfg::OW_SRC), upto(dpu::BsOwOp::OW_OP)),
+        cvt in (any::<i32>(), upto(dpu::OutCvtScale::OUT_CVT_SCALE), upto(dpu::OutCvtShift::OUT_CVT_SHIFT), any::<bool>(), any::<bool>(), any::<bool>()),
+        out in (addr(), upto(dpu::DstSurfStride::DST_SURF_STRIDE), upto(dpu::DataCubeNotchAddr::NOTCH_ADDR_0), upto(dpu::SurfaceAdd::SURF_ADD)),
+    ) -> Dpu {
+        Dpu {
+            ping_pong,
+            input: if flying { DpuInput::Flying } else { DpuInput::Core },
+            burst_len,
+            precision,
+            cube: (w, h, c),
+            orig_channels: orig,
+            bs,
+            bn,
+            ew,
+            ow: OwCfg { od_bypass: ow.0, size_e: ow.1, ow_src: ow.2, ow_op: ow.3 },
+            out_cvt: OutCvt {
+                offset: cvt.0,
+                scale: cvt.1,
+                shift: cvt.2,
+                add_first: cvt.3,
+                round_half_up: cvt.4,
+                fp32_to_fp16: cvt.5,
+            },
+            out: Output {
+                addr: out.0,
+                precision: out_precision,
+                surf_stride: out.1,
+                notch: out.2,
+                surface_add: out.3,
+            },
+        }
+    }
+}
+
+prop_compose! {
+    fn rdma_block()(
+        ping_pong in any::<bool>(),
+        w in 1..=max(dpu_rdma::RdmaDataCubeWidth::WIDTH) + 1,
+        h in 1..=max(dpu_rdma::RdmaDataCubeHeight::HEIGHT) + 1,
+        c in 1..=max(dpu_rdma::RdmaDataCubeChannel::CHANNEL) + 1,
+        precision in any_precision(),
+        flying in any::<bool>(),
+        burst_len in upto(dpu_rdma::RdmaFeatureModeCfg::BURST_LEN),
+        mrdma in prop::option::of((addr(), upto(dpu_rdma::RdmaSrcDmaCfg::LINE_NOTCH_ADDR), upto(dpu_rdma::RdmaSurfNotch::SURF_NOTCH_ADDR))),
+        erdma in prop::option::of((addr(), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_SIZE), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_MODE), upto(dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE), upto(dpu_rdma::RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR))),
+        arbiter in prop::array::uniform4(upto(dpu_rdma::RdmaWeight::M_WEIGHT)),
+    ) -> DpuRdma {
+        DpuRdma {
+            ping_pong,
+            cube: (w, h, c),
+            precision,
+            flying,
+            burst_len,
+            mrdma: mrdma.map(|(addr, line_notch, surf_notch)| Mrdma { addr, line_notch, surf_notch }),
+            erdma: erdma.map(|(addr, data_size, data_mode, surf_stride, line_notch)| Erdma {
+                addr, data_size, data_mode, surf_stride, line_notch,
+            }),
+            arbiter,
+        }
+    }
+}
+
+prop_compose! {
+    fn core_block()(
+        precision in conv_precision(),
+        qd_en in any::<bool>(),
+        w in 1..=max(core_regs::DataoutSize0::DATAOUT_WIDTH) + 1,
+        h in 1..=max(core_regs::DataoutSize0::DATAOUT_HEIGHT) + 1,
+        c in 1..=max(core_regs::DataoutSize1::DATAOUT_CHANNEL) + 1,
+    ) -> Core {
+        Core { precision, qd_en, out: (w, h, c) }
+    }
+}
+
+fn only(cna: Option<Cna>, core: Option<Core>, dpu: Option<Dpu>, dpu_rdma: Option<DpuRdma>) -> Task {
+    Task {
+        cna,
+        core,
+        dpu,
+        dpu_rdma,
+    }
+}
+
+/// CNA values whose derived registers (weight bytes) fit their fields.
+fn fits(c: &Cna) -> bool {
+    let kernel = u64::from(c.feature.channels) * u64::from(c.precision.bits()) / 8;
+    kernel <= u64::from(max(cna::WeightSize1::WEIGHT_BYTES_PER_KERNEL))
+        && kernel * u64::from(c.weights.kernels) <= u64::from(max(cna::WeightSize0::WEIGHT_BYTES))
+        && c.feature.channels <= max(cna::DataSize1::DATAIN_CHANNEL)
+        && c.feature.channels_real - 1 <= max(cna::DataSize1::DATAIN_CHANNEL_REAL)
+        && c.feature.width <= max(cna::FcDataSize0::DMA_WIDTH)
+        && c.feature.height <= max(cna::FcDataSize0::DMA_HEIGHT)
+        && c.feature.channels <= max(cna::FcDataSize1::DMA_CHANNEL)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn cna_round_trips(c in cna_block().prop_filter("derived sizes fit", fits)) {
+        let t = only(Some(c), None, None, None);
+        prop_assert_eq!(round_trip(&t), Ok(t));
+    }
+
+    #[test]
+    fn core_round_trips(c in core_block()) {
+        let t = only(None, Some(c), None, None);
+        prop_assert_eq!(round_trip(&t), Ok(t));
+    }
+
+    #[test]
+    fn dpu_round_trips(d in dpu_block()) {
+        let t = only(None, None, Some(d), None);
+        prop_assert_eq!(round_trip(&t), Ok(t));
+    }
+
+    #[test]
+    fn dpu_rdma_round_trips(r in rdma_block()) {
+        let t = only(None, None, None, Some(r));
+        prop_assert_eq!(round_trip(&t), Ok(t));
+    }
+
+    #[test]
+    fn generated_matmul_tasks_round_trip(
+        m in 1u32..=64, k in 1u32..=512, n in 1u32..=256,
+        dtype in prop::sample::select(vec![Dtype::Int8, Dtype::Int4, Dtype::Int16, Dtype::Fp16, Dtype::Bf16]),
+        native in any::<bool>(), add in any::<bool>(),
+    ) {
+        let mut mm = SingleMatmul::new(m, k, n, dtype);
+        if native {
+            mm.a_layout = Layout::Native;
+            mm.c_layout = Layout::Native;
+        }
+        mm.post = PostOps { add, ..PostOps::default() };
+        let fixed = |a: u32| DmaAddr::Fixed(a);
+        let t = mm.task_at(fixed(0x10_0000), fixed(0x20_0000), fixed(0x30_0000), fixed(0x40_0000)).unwrap();
+        prop_assert_eq!(round_trip(&t), Ok(t));
+    }
+}
+
+#[test]
+fn a_field_the_model_does_not_represent_is_named() {
+    let t = SingleMatmul::new(4, 64, 32, Dtype::Int8)
+        .task_at(
+            DmaAddr::Fixed(0x1000),
+            DmaAddr::Fixed(0x2000),
+            DmaAddr::Fixed(0x3000),
+            DmaAddr::Fixed(0x4000),
+        )
+        .unwrap();
+    let mut regs = snapshot(&t);
+    // CNA.FC_CON0.fc_skip_en: zero skipping, which no decoder reads.
+    let v = cna::FcCon0::FC_SKIP_EN.set(cna::FcCon0::new(), 1).unwrap();
+    regs.set(cna::FcCon0::OFFSET, v.raw());
+    let e = Task::decode(&mut regs, t.enable()).unwrap_err();
+    assert_eq!(
+        (e.register, e.field, e.value),
+        ("CNA.FC_CON0", "fc_skip_en", 1)
+    );
+    // A reserved bit of a written register.
+    let mut regs = snapshot(&t);
+    let reserved = !dpu::DataCubeWidth::INFO.known_mask();
+    regs.set(
+        dpu::DataCubeWidth::OFFSET,
+        reserved & reserved.wrapping_neg(),
+    );
+    let e = Task::decode(&mut regs, t.enable()).unwrap_err();
+    assert_eq!(
+        (e.register, e.field),
+        ("DPU.DATA_CUBE_WIDTH", "reserved bits")
+    );
+}
+
+#[test]
+fn pooling_blocks_are_refused_by_name() {
+    let e = Task::decode(&mut Snapshot::default(), crate::regcmd::BlockMask(0x60)).unwrap_err();
+    assert_eq!(e.field, "op_en");
+    assert!(e.why.contains("PPU"), "{e}");
+}
+
+#[test]
+fn dma_ranges_cover_what_the_layouts_say() {
+    // 4 x 64 int8, plain: A is 4 lines of 64 bytes, B 32 kernels x 64 bytes, C int32.
+    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    let t = mm
+        .task_at(
+            DmaAddr::Fixed(0x1000),
+            DmaAddr::Fixed(0x2000),
+            DmaAddr::Fixed(0x3000),
+            DmaAddr::Fixed(0x4000),
+        )
+        .unwrap();
+    let r = t.dma();
+    let find = |what| r.iter().find(|d| d.what == what).copied().unwrap();
+    let a = find("feature");
+    assert_eq!(
+        (a.start, a.len, a.access),
+        (0x1000, mm.a_bytes() as u64, Access::Read)
+    );
+    let b = find("weights");
+    assert_eq!((b.start, b.len), (0x2000, mm.b_bytes() as u64));
+    let c = find("output");
+    assert_eq!(
+        (c.start, c.len, c.access),
+        (0x3000, mm.c_bytes() as u64, Access::Write)
+    );
+    assert_eq!(r.len(), 3);
+
+    // With the element-wise operand: E has C's shape with 32-bit elements.
+    let mut mm = SingleMatmul::new(8, 32, 64, Dtype::Fp16);
+    mm.out = OutType::Fp32;
+    mm.post.add = true;
+    let t = mm
+        .task_at(
+            DmaAddr::Fixed(0x1000),
+            DmaAddr::Fixed(0x2000),
+            DmaAddr::Fixed(0x3000),
+            DmaAddr::Fixed(0x4000),
+        )
+        .unwrap();
+    let e = t
+        .dma()
+        .into_iter()
+        .find(|d| d.what == "EW operand")
+        .unwrap();
+    assert_eq!((e.start, e.len), (0x4000, mm.e_bytes() as u64));
+}
+
+#[test]
+fn precision_codes_are_the_generated_value_set() {
+    use crate::regs::values::Precision as P;
+    for p in [
+        Precision::Int8,
+        Precision::Int16,
+        Precision::Fp16,
+        Precision::Bf16,
+        Precision::Int4,
+    ] {
+        let name = P::SET.name_of(p.code()).map(str::to_lowercase);
+        assert_eq!(name.as_deref(), Some(p.name()));
+    }
+    for p in Precision::ALL {
+        assert_eq!(Precision::from_code(p.code()), Some(p));
+    }
+    assert_eq!(Precision::from_code(7), None);
+}
