@@ -20,6 +20,7 @@
 //! * [`device`] — open the NPU (vendor `rknpu`, `rocket`, or the emulated kernel),
 //!   allocate buffers, submit jobs and wait for them (docs/device.md); run planned
 //!   matmuls on resident weight banks ([`device::matmul`]);
+//! * [`verify`] — every DMA range of a program inside the buffers of its job;
 //! * [`trace`] — the trace file format (docs/trace-format.md): reading and writing.
 //!
 //! Layers import only downward (`regs` ← `regcmd` ← `kernels`, `sim`); see
@@ -49,7 +50,7 @@ pub mod sim;
 pub mod sys;
 pub mod task;
 pub mod trace;
-
+pub mod verify;
 
 pub use error::{Error, Result};
 
