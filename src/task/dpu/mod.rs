@@ -4,6 +4,13 @@
 //! Sub-units the program bypasses are `None`; their parameter registers must then hold
 //! zeros (the identity scale where the vendor bodies write 1), which decoding checks.
 
+mod ew;
+mod stage;
+
+pub use ew::{Ew, EwOp, EwSrc, OpCvt};
+use stage::StageRegs;
+pub use stage::{Alu, AluOp, Mul, Stage};
+
 use super::read::{DecodeError as E, Decoded, Reader};
 use super::{Access, DmaRange, Precision, fixed};
 use crate::error::Result;
@@ -17,149 +24,6 @@ pub enum DpuInput {
     Core,
     /// DPU_RDMA's MRDMA reads it from memory (flying mode).
     Flying,
-}
-
-/// An ALU operation of the BS, BN and EW stages (TRM codes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AluOp {
-    /// Maximum (code 0).
-    Max,
-    /// Minimum (code 1).
-    Min,
-    /// Addition (code 2).
-    Add,
-    /// Subtraction (code 4).
-    Minus,
-}
-
-impl AluOp {
-    /// The register code.
-    pub const fn code(self) -> u32 {
-        match self {
-            AluOp::Max => 0,
-            AluOp::Min => 1,
-            AluOp::Add => 2,
-            AluOp::Minus => 4,
-        }
-    }
-
-    /// The operation of a code.
-    pub const fn from_code(code: u32) -> Option<AluOp> {
-        Some(match code {
-            0 => AluOp::Max,
-            1 => AluOp::Min,
-            2 => AluOp::Add,
-            4 => AluOp::Minus,
-            _ => return None,
-        })
-    }
-}
-
-/// The ALU of a BS or BN stage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Alu {
-    /// The operation (the BS/BN ALUs take add and minus).
-    pub op: AluOp,
-    /// The register operand.
-    pub operand: i32,
-    /// `ALU_SRC`: the operand comes per channel from memory (BRDMA/NRDMA).
-    pub from_memory: bool,
-}
-
-/// The multiplier of a BS or BN stage: `(x × operand) >> shift`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Mul {
-    /// The register operand.
-    pub operand: i16,
-    /// Right shift for values ≥ 0.
-    pub shift: u32,
-    /// Right shift for values < 0 (`DATA_FORMAT`).
-    pub shift_neg: u32,
-    /// PReLU: multiply negative values only.
-    pub prelu: bool,
-    /// `MUL_SRC`: the operand comes from memory.
-    pub from_memory: bool,
-    /// `TRUNCATE_SRC`: the shift comes from memory.
-    pub shift_from_memory: bool,
-}
-
-/// A BS or BN stage: ALU → multiplier → ReLU / ReLUX.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Stage {
-    /// The whole stage is bypassed.
-    pub bypass: bool,
-    /// The ALU, `None` when bypassed.
-    pub alu: Option<Alu>,
-    /// The multiplier, `None` when bypassed.
-    pub mul: Option<Mul>,
-    /// ReLU (clamp below at 0).
-    pub relu: bool,
-    /// ReLUX: clamp above at this value.
-    pub relux: Option<i32>,
-}
-
-impl Stage {
-    /// A bypassed stage with every unit bypassed.
-    pub const BYPASSED: Stage = Stage {
-        bypass: true,
-        alu: None,
-        mul: None,
-        relu: false,
-        relux: None,
-    };
-}
-
-/// The EW operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EwOp {
-    /// An ALU operation.
-    Alu(AluOp),
-    /// Multiply, then shift right by the first value (≥ 0) or the second (< 0).
-    Mul(u32, u32),
-}
-
-/// The EW operand's source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EwSrc {
-    /// `EW_OP_VALUE0` (the registers `EW_OP_VALUE1..7` are carried in [`Ew::values`]).
-    Register,
-    /// ERDMA, one element per output element.
-    Memory,
-}
-
-/// The EW operand converter: `((x × scale) + offset) >> shift` (or `((x + offset) × scale)
-/// >> shift` with `add_first`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct OpCvt {
-    /// Offset.
-    pub offset: i32,
-    /// Scale.
-    pub scale: i16,
-    /// Right shift.
-    pub shift: u32,
-    /// Add before multiplying.
-    pub add_first: bool,
-}
-
-/// The EW stage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Ew {
-    /// The operation, `None` when `EW_OP_BYPASS` is set.
-    pub op: Option<EwOp>,
-    /// The operand's source.
-    pub src: EwSrc,
-    /// The operand converter, `None` when bypassed.
-    pub cvt: Option<OpCvt>,
-    /// ReLU.
-    pub relu: bool,
-    /// ReLUX: clamp above at this value.
-    pub relux: Option<i32>,
-    /// `EDATA_SIZE`: the operand's element size code (2: 16-bit, 3: 32-bit).
-    pub data_size: u32,
-    /// `EW_DATA_MODE`: 1 = one operand per element.
-    pub data_mode: u32,
-    /// `EW_OP_VALUE0..7`.
-    pub values: [u32; 8],
 }
 
 /// The output converter `((x × scale) + offset) >> shift`.
@@ -253,11 +117,11 @@ pub struct Dpu {
     pub out: Output,
 }
 
-fn bit(b: bool) -> u32 {
+pub(super) fn bit(b: bool) -> u32 {
     b.into()
 }
 
-fn set<R: Register>(r: R, fields: &[(Field<R>, u32)]) -> Result<R> {
+pub(super) fn set<R: Register>(r: R, fields: &[(Field<R>, u32)]) -> Result<R> {
     fields.iter().try_fold(r, |r, &(f, v)| f.set(r, v))
 }
 
@@ -303,34 +167,6 @@ impl Dpu {
         Ok(())
     }
 
-    fn emit_stage(t: &mut TaskBuilder, s: &Stage, regs: StageRegs) -> Result<()> {
-        let alu = s.alu.unwrap_or(Alu {
-            op: AluOp::Max,
-            operand: 0,
-            from_memory: false,
-        });
-        let cfg = set(
-            regs.cfg_new(),
-            &[
-                (regs.bypass, bit(s.bypass)),
-                (regs.alu_bypass, bit(s.alu.is_none())),
-                (regs.mul_bypass, bit(s.mul.is_none())),
-                (regs.mul_prelu, bit(s.mul.is_some_and(|m| m.prelu))),
-                (regs.relu_bypass, bit(!s.relu)),
-                (regs.relux_en, bit(s.relux.is_some())),
-                (regs.alu_src, bit(alu.from_memory)),
-                (regs.alu_algo, alu.op.code()),
-            ],
-        )?;
-        regs.write(
-            t,
-            cfg,
-            alu.operand as u32,
-            s.mul,
-            s.relux.unwrap_or(0) as u32,
-        )
-    }
-
     /// The DPU registers in ascending offsets (every one written, zeros included).
     pub(super) fn emit(&self, t: &mut TaskBuilder) -> Result<()> {
         use dpu::*;
@@ -373,7 +209,7 @@ impl Dpu {
                 self.orig_channels.wrapping_sub(1),
             ),
         ])?;
-        Self::emit_stage(t, &self.bs, StageRegs::BS)?;
+        stage::emit(t, &self.bs, StageRegs::BS)?;
         let ow = &self.ow;
         t.write_fields(&[
             (BsOwCfg::OD_BYPASS, bit(ow.od_bypass)),
@@ -388,8 +224,8 @@ impl Dpu {
             (WdmaSize1::WIDTH_WDMA, w.wrapping_sub(1)),
             (WdmaSize1::HEIGHT_WDMA, h.wrapping_sub(1)),
         ])?;
-        Self::emit_stage(t, &self.bn, StageRegs::BN)?;
-        self.emit_ew(t)?;
+        stage::emit(t, &self.bn, StageRegs::BN)?;
+        ew::emit(t, self.ew)?;
         let cvt = &self.out_cvt;
         t.write_fields(&[(OutCvtOffset::OUT_CVT_OFFSET, cvt.offset as u32)])?
             .write_fields(&[
@@ -419,65 +255,6 @@ impl Dpu {
             .write(LutLeSlopeShift::new())
             .write(LutLoSlopeScale::new())
             .write(LutLoSlopeShift::new());
-        Ok(())
-    }
-
-    fn emit_ew(&self, t: &mut TaskBuilder) -> Result<()> {
-        use dpu::*;
-        let e = self.ew;
-        let op = e.and_then(|e| e.op);
-        let cvt = e.and_then(|e| e.cvt);
-        let (algo, op_type) = match op {
-            Some(EwOp::Alu(a)) => (a.code(), 0),
-            Some(EwOp::Mul(..)) => (0, 1),
-            None => (0, 0),
-        };
-        t.write_fields(&[
-            (EwCfg::EW_BYPASS, bit(e.is_none())),
-            (EwCfg::EW_OP_BYPASS, bit(op.is_none())),
-            (EwCfg::EW_OP_TYPE, op_type),
-            (
-                EwCfg::EW_OP_SRC,
-                bit(e.is_some_and(|e| e.src == EwSrc::Memory)),
-            ),
-            (EwCfg::EW_LUT_BYPASS, 1),
-            (EwCfg::EW_OP_CVT_BYPASS, bit(cvt.is_none())),
-            (EwCfg::EW_RELU_BYPASS, bit(e.is_none_or(|e| !e.relu))),
-            (
-                EwCfg::EW_RELUX_EN,
-                bit(e.is_some_and(|e| e.relux.is_some())),
-            ),
-            (EwCfg::EW_ALU_ALGO, algo),
-            (EwCfg::EDATA_SIZE, e.map_or(0, |e| e.data_size)),
-            (EwCfg::EW_DATA_MODE, e.map_or(0, |e| e.data_mode)),
-            (EwCfg::EW_CVT_TYPE, bit(cvt.is_some_and(|c| c.add_first))),
-        ])?;
-        let cvt_or_identity = cvt.unwrap_or(OpCvt {
-            offset: 0,
-            scale: 1,
-            shift: 0,
-            add_first: false,
-        });
-        let trunc = match op {
-            Some(EwOp::Mul(t, _)) => t,
-            _ => 0,
-        };
-        t.write_fields(&[(
-            EwCvtOffsetValue::EW_OP_CVT_OFFSET,
-            cvt_or_identity.offset as u32,
-        )])?
-        .write_fields(&[
-            (
-                EwCvtScaleValue::EW_OP_CVT_SCALE,
-                cvt_or_identity.scale as u16 as u32,
-            ),
-            (EwCvtScaleValue::EW_OP_CVT_SHIFT, cvt_or_identity.shift),
-            (EwCvtScaleValue::EW_TRUNCATE, trunc),
-        ])?
-        .write_fields(&[(
-            EwReluxCmpValue::EW_RELUX_CMP_DAT,
-            e.and_then(|e| e.relux).unwrap_or(0) as u32,
-        )])?;
         Ok(())
     }
 
@@ -586,9 +363,9 @@ impl Dpu {
             0,
             "exponent adjustment is not modelled",
         )?;
-        let bs = decode_stage(r, StageRegs::BS)?;
-        let bn = decode_stage(r, StageRegs::BN)?;
-        let ew = decode_ew(r)?;
+        let bs = stage::decode(r, StageRegs::BS)?;
+        let bn = stage::decode(r, StageRegs::BN)?;
+        let ew = ew::decode(r)?;
         Ok(Dpu {
             ping_pong,
             input: if r.flag(FeatureModeCfg::FLYING_MODE) {
@@ -677,246 +454,4 @@ pub(super) fn decode_pointer<R: Register>(
             "ping-pong pointer, executer and pointer mode are set together or not at all",
         )),
     }
-}
-
-/// The registers of the BS or BN stage.
-#[derive(Clone, Copy)]
-struct StageRegs {
-    bypass: Field<dpu::BsCfg>,
-    alu_bypass: Field<dpu::BsCfg>,
-    mul_bypass: Field<dpu::BsCfg>,
-    mul_prelu: Field<dpu::BsCfg>,
-    relu_bypass: Field<dpu::BsCfg>,
-    relux_en: Field<dpu::BsCfg>,
-    alu_src: Field<dpu::BsCfg>,
-    alu_algo: Field<dpu::BsCfg>,
-    bn: bool,
-}
-
-impl StageRegs {
-    const BS: StageRegs = StageRegs {
-        bypass: dpu::BsCfg::BS_BYPASS,
-        alu_bypass: dpu::BsCfg::BS_ALU_BYPASS,
-        mul_bypass: dpu::BsCfg::BS_MUL_BYPASS,
-        mul_prelu: dpu::BsCfg::BS_MUL_PRELU,
-        relu_bypass: dpu::BsCfg::BS_RELU_BYPASS,
-        relux_en: dpu::BsCfg::BS_RELUX_EN,
-        alu_src: dpu::BsCfg::BS_ALU_SRC,
-        alu_algo: dpu::BsCfg::BS_ALU_ALGO,
-        bn: false,
-    };
-    /// BN_CFG has BS_CFG's layout: the BS field constants address it, re-based below.
-    const BN: StageRegs = StageRegs {
-        bn: true,
-        ..StageRegs::BS
-    };
-
-    fn cfg_new(self) -> dpu::BsCfg {
-        dpu::BsCfg::new()
-    }
-
-    /// Writes CFG (as BS_CFG or BN_CFG), ALU, MUL and RELUX registers.
-    fn write(
-        self,
-        t: &mut TaskBuilder,
-        cfg: dpu::BsCfg,
-        alu_operand: u32,
-        mul: Option<Mul>,
-        relux: u32,
-    ) -> Result<()> {
-        let m = mul.unwrap_or(Mul {
-            operand: 0,
-            shift: 0,
-            shift_neg: 0,
-            prelu: false,
-            from_memory: false,
-            shift_from_memory: false,
-        });
-        if self.bn {
-            use dpu::{BnAluCfg, BnCfg, BnMulCfg, BnReluxCmpValue};
-            t.write(BnCfg::from_raw(cfg.raw()))
-                .write_fields(&[(BnAluCfg::BN_ALU_OPERAND, alu_operand)])?
-                .write_fields(&[
-                    (BnMulCfg::BN_MUL_SRC, bit(m.from_memory)),
-                    (BnMulCfg::BN_TRUNCATE_SRC, bit(m.shift_from_memory)),
-                    (BnMulCfg::BN_MUL_SHIFT_VALUE, m.shift),
-                    (BnMulCfg::BN_MUL_OPERAND, m.operand as u16 as u32),
-                ])?
-                .write_fields(&[(BnReluxCmpValue::BN_RELUX_CMP_DAT, relux)])?;
-        } else {
-            use dpu::{BsAluCfg, BsMulCfg, BsReluxCmpValue};
-            t.write(cfg)
-                .write_fields(&[(BsAluCfg::BS_ALU_OPERAND, alu_operand)])?
-                .write_fields(&[
-                    (BsMulCfg::BS_MUL_SRC, bit(m.from_memory)),
-                    (BsMulCfg::BS_TRUNCATE_SRC, bit(m.shift_from_memory)),
-                    (BsMulCfg::BS_MUL_SHIFT_VALUE, m.shift),
-                    (BsMulCfg::BS_MUL_OPERAND, m.operand as u16 as u32),
-                ])?
-                .write_fields(&[(BsReluxCmpValue::BS_RELUX_CMP_DAT, relux)])?;
-        }
-        Ok(())
-    }
-}
-
-/// Reads the BS or BN stage.
-fn decode_stage(r: &mut Reader<'_>, regs: StageRegs) -> Decoded<Stage> {
-    use dpu::*;
-    // The BN registers share the BS layout; read each through its own constants.
-    macro_rules! pick {
-        ($bs:expr, $bn:expr) => {
-            if regs.bn { r.get($bn) } else { r.get($bs) }
-        };
-    }
-    let bypass = pick!(BsCfg::BS_BYPASS, BnCfg::BN_BYPASS) == 1;
-    let alu_bypass = pick!(BsCfg::BS_ALU_BYPASS, BnCfg::BN_ALU_BYPASS) == 1;
-    let mul_bypass = pick!(BsCfg::BS_MUL_BYPASS, BnCfg::BN_MUL_BYPASS) == 1;
-    let relu = pick!(BsCfg::BS_RELU_BYPASS, BnCfg::BN_RELU_BYPASS) == 0;
-    let relux_en = pick!(BsCfg::BS_RELUX_EN, BnCfg::BN_RELUX_EN) == 1;
-    let alu = if alu_bypass {
-        None
-    } else {
-        let code = pick!(BsCfg::BS_ALU_ALGO, BnCfg::BN_ALU_ALGO);
-        let op = AluOp::from_code(code).ok_or_else(|| {
-            if regs.bn {
-                E::unsupported(BnCfg::BN_ALU_ALGO, code, "reserved ALU code")
-            } else {
-                E::unsupported(BsCfg::BS_ALU_ALGO, code, "reserved ALU code")
-            }
-        })?;
-        Some(Alu {
-            op,
-            operand: pick!(BsAluCfg::BS_ALU_OPERAND, BnAluCfg::BN_ALU_OPERAND) as i32,
-            from_memory: pick!(BsCfg::BS_ALU_SRC, BnCfg::BN_ALU_SRC) == 1,
-        })
-    };
-    let mul = if mul_bypass {
-        None
-    } else {
-        Some(Mul {
-            operand: pick!(BsMulCfg::BS_MUL_OPERAND, BnMulCfg::BN_MUL_OPERAND) as u16 as i16,
-            shift: pick!(BsMulCfg::BS_MUL_SHIFT_VALUE, BnMulCfg::BN_MUL_SHIFT_VALUE),
-            shift_neg: pick!(
-                DataFormat::BS_MUL_SHIFT_VALUE_NEG,
-                DataFormat::BN_MUL_SHIFT_VALUE_NEG
-            ),
-            prelu: pick!(BsCfg::BS_MUL_PRELU, BnCfg::BN_MUL_PRELU) == 1,
-            from_memory: pick!(BsMulCfg::BS_MUL_SRC, BnMulCfg::BN_MUL_SRC) == 1,
-            shift_from_memory: pick!(BsMulCfg::BS_TRUNCATE_SRC, BnMulCfg::BN_TRUNCATE_SRC) == 1,
-        })
-    };
-    let relux = relux_en.then(|| {
-        pick!(
-            BsReluxCmpValue::BS_RELUX_CMP_DAT,
-            BnReluxCmpValue::BN_RELUX_CMP_DAT
-        ) as i32
-    });
-    Ok(Stage {
-        bypass,
-        alu,
-        mul,
-        relu,
-        relux,
-    })
-}
-
-/// Reads the EW stage.
-fn decode_ew(r: &mut Reader<'_>) -> Decoded<Option<Ew>> {
-    use dpu::*;
-    let bypass = r.flag(EwCfg::EW_BYPASS);
-    r.expect(
-        EwCfg::EW_BINARY_EN,
-        0,
-        "min/max binary mode is not modelled",
-    )?;
-    r.expect(EwCfg::EW_EQUAL_EN, 0, "min/max equal mode is not modelled")?;
-    r.expect(EwCfg::EW_MUL_PRELU, 0, "EW PReLU is not modelled")?;
-    let op_bypass = r.flag(EwCfg::EW_OP_BYPASS);
-    let op = if op_bypass {
-        None
-    } else if r.flag(EwCfg::EW_OP_TYPE) {
-        Some(EwOp::Mul(
-            r.get(EwCvtScaleValue::EW_TRUNCATE),
-            r.get(DataFormat::EW_TRUNCATE_NEG),
-        ))
-    } else {
-        let code = r.get(EwCfg::EW_ALU_ALGO);
-        Some(EwOp::Alu(AluOp::from_code(code).ok_or_else(|| {
-            E::unsupported(
-                EwCfg::EW_ALU_ALGO,
-                code,
-                "max, min, add and minus are modelled",
-            )
-        })?))
-    };
-    let offset = r.get(EwCvtOffsetValue::EW_OP_CVT_OFFSET) as i32;
-    let scale = r.get(EwCvtScaleValue::EW_OP_CVT_SCALE) as u16 as i16;
-    let shift = r.get(EwCvtScaleValue::EW_OP_CVT_SHIFT);
-    let cvt = if r.flag(EwCfg::EW_OP_CVT_BYPASS) {
-        if offset != 0 || !(0..=1).contains(&scale) || shift != 0 {
-            return Err(E::unsupported(
-                EwCvtScaleValue::EW_OP_CVT_SCALE,
-                scale as u16 as u32,
-                "the operand converter is bypassed but its offset, scale or shift is set",
-            ));
-        }
-        None
-    } else {
-        Some(OpCvt {
-            offset,
-            scale,
-            shift,
-            add_first: r.flag(EwCfg::EW_CVT_TYPE),
-        })
-    };
-    r.expect(EwCfg::EW_LUT_BYPASS, 1, "the LUT is not modelled")?;
-    let values = [
-        r.get(EwOpValue0::EW_OPERAND_0),
-        r.get(EwOpValue1::EW_OPERAND_1),
-        r.get(EwOpValue2::EW_OPERAND_2),
-        r.get(EwOpValue3::EW_OPERAND_3),
-        r.get(EwOpValue4::EW_OPERAND_4),
-        r.get(EwOpValue5::EW_OPERAND_5),
-        r.get(EwOpValue6::EW_OPERAND_6),
-        r.get(EwOpValue7::EW_OPERAND_7),
-    ];
-    let relu = !r.flag(EwCfg::EW_RELU_BYPASS);
-    let relux = r
-        .flag(EwCfg::EW_RELUX_EN)
-        .then(|| r.get(EwReluxCmpValue::EW_RELUX_CMP_DAT) as i32);
-    let ew = Ew {
-        op,
-        src: if r.flag(EwCfg::EW_OP_SRC) {
-            EwSrc::Memory
-        } else {
-            EwSrc::Register
-        },
-        cvt,
-        relu,
-        relux,
-        data_size: r.get(EwCfg::EDATA_SIZE),
-        data_mode: r.get(EwCfg::EW_DATA_MODE),
-        values,
-    };
-    if bypass {
-        let canonical = Ew {
-            op: None,
-            src: EwSrc::Register,
-            cvt: None,
-            relu: false,
-            relux: None,
-            data_size: 0,
-            data_mode: 0,
-            values: [0; 8],
-        };
-        if ew != canonical {
-            return Err(E::unsupported(
-                EwCfg::EW_BYPASS,
-                1,
-                "the EW stage is bypassed but its units are configured",
-            ));
-        }
-        return Ok(None);
-    }
-    Ok(Some(ew))
 }
