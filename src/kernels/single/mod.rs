@@ -32,12 +32,16 @@
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
 
+mod add;
+mod pack;
+
+pub use add::{add_task, add_task_model};
+
 use crate::error::{Error, Result};
-use crate::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder, TaskBuilder};
 use crate::task::{
     self, Alu, AluOp, Cbuf, Cna, Conv, Core, Dpu, DpuInput, DpuRdma, Erdma, Ew, EwOp, EwSrc,
-    Feature, InputCvt, Mrdma, Mul, OpCvt, OutCvt, Output, OwCfg, Precision, Stage, Task, Weights,
+    Feature, InputCvt, Mul, OpCvt, OutCvt, Output, OwCfg, Precision, Stage, Task, Weights,
 };
 
 /// The buffer holding the program.
@@ -214,22 +218,6 @@ pub struct PostOps {
     pub add: bool,
     /// Output converter `((x × scale) + offset) >> shift`, integer outputs only.
     pub out_cvt: Option<(i32, u16, u16)>,
-}
-
-/// The two inputs of a matmul.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Operand {
-    A,
-    B,
-}
-
-impl Operand {
-    fn name(self) -> &'static str {
-        match self {
-            Operand::A => "A",
-            Operand::B => "B",
-        }
-    }
 }
 
 /// One matmul task and its packers.
@@ -421,13 +409,45 @@ impl SingleMatmul {
     }
 
     /// The task model reading A, B (and E) and writing C at the given addresses
-    /// (matmul-recipe.md section 5; the values of §10 that every board-validated program
-    /// uses).
+    /// (matmul-recipe.md section 5, with the values of §10 that every board-validated
+    /// program uses).
     pub fn task_at(&self, a: DmaAddr, b: DmaAddr, c: DmaAddr, e: DmaAddr) -> Result<Task> {
         self.check()?;
+        let (w, h) = self.feature_dims();
+        let p = self.dtype.precision();
+        Ok(Task {
+            cna: Some(self.cna_task(a, b)),
+            core: Some(Core {
+                precision: p,
+                qd_en: !p.is_float(),
+                out: (w, h, self.padded_n()),
+            }),
+            dpu: Some(self.dpu_task(c)),
+            dpu_rdma: self.rdma_task(e),
+        })
+    }
+
+    /// Width and height of the feature cube: `(1, M)` for a plain A, `(M, 1)` for a
+    /// native one.
+    fn feature_dims(&self) -> (u32, u32) {
+        match self.a_layout {
+            Layout::Native => (self.m, 1),
+            Layout::Plain => (1, self.m),
+        }
+    }
+
+    /// C's surface stride (16-byte units) and line notch (atoms).
+    fn c_surfaces(&self) -> (u32, u32) {
+        match self.c_layout {
+            Layout::Plain => (1, self.padded_n() / self.out.atom_elems() - 1),
+            Layout::Native => (self.m, 0),
+        }
+    }
+
+    /// The CNA side: feature cube, weights, CBUF split.
+    fn cna_task(&self, a: DmaAddr, b: DmaAddr) -> Cna {
         let (m, ai, ao) = (self.m, self.padded_k(), self.padded_n());
         let p = self.dtype.precision();
-        let out = self.out.precision();
         let native_a = self.a_layout == Layout::Native;
         let (w, h) = if native_a { (m, 1) } else { (1, m) };
         let db = self.data_banks();
@@ -444,7 +464,7 @@ impl SingleMatmul {
         } else {
             (ai * p.bits() / 128, 0)
         };
-        let cna = Cna {
+        Cna {
             precision: p,
             feature: Feature {
                 addr: a,
@@ -476,18 +496,16 @@ impl SingleMatmul {
             },
             cvt: InputCvt::bypassed(true),
             burst: (15, 15),
-        };
-        let core = Core {
-            precision: p,
-            qd_en: !p.is_float(),
-            out: (w, h, ao),
-        };
-        let epa = self.out.atom_elems();
-        // Surfaces of the output, in 16-byte units.
-        let (dst_surf, notch) = match self.c_layout {
-            Layout::Plain => (1, ao / epa - 1),
-            Layout::Native => (m, 0),
-        };
+        }
+    }
+
+    /// The DPU side: stages, output conversion and the written cube of C.
+    fn dpu_task(&self, c: DmaAddr) -> Dpu {
+        let ao = self.padded_n();
+        let p = self.dtype.precision();
+        let out = self.out.precision();
+        let (w, h) = self.feature_dims();
+        let (dst_surf, notch) = self.c_surfaces();
         let ratio = task::Dpu::validated_surface_ratio(p, out).unwrap_or(8);
         let post = self.post;
         let bs = if post.bias.is_none() && post.scale.is_none() && !post.relu && post.clip.is_none()
@@ -533,7 +551,7 @@ impl SingleMatmul {
         });
         let (cvt_offset, cvt_scale, cvt_shift) = post.out_cvt.unwrap_or((0, 1, 0));
         let size_e = task::Dpu::validated_size_e(p, out).unwrap_or(7);
-        let dpu = Dpu {
+        Dpu {
             ping_pong: true,
             input: DpuInput::Core,
             burst_len: 15,
@@ -564,10 +582,19 @@ impl SingleMatmul {
                 notch,
                 surface_add: ratio * dst_surf,
             },
-        };
+        }
+    }
+
+    /// DPU_RDMA for [`PostOps::add`]: the operand E through ERDMA, laid out like C; MRDMA
+    /// off (the main data comes from the CORE).
+    fn rdma_task(&self, e: DmaAddr) -> Option<DpuRdma> {
+        let (w, h) = self.feature_dims();
+        let (dst_surf, notch) = self.c_surfaces();
+        let p = self.dtype.precision();
+        let ao = self.padded_n();
         // DPU_RDMA: the operand E through ERDMA, laid out like C; MRDMA off (the main data
         // comes from the CORE).
-        let dpu_rdma = post.add.then(|| DpuRdma {
+        self.post.add.then(|| DpuRdma {
             ping_pong: true,
             cube: (w, h, ao),
             precision: if p.is_float() {
@@ -586,12 +613,6 @@ impl SingleMatmul {
                 line_notch: notch,
             }),
             arbiter: RDMA_ARBITER,
-        });
-        Ok(Task {
-            cna: Some(cna),
-            core: Some(core),
-            dpu: Some(dpu),
-            dpu_rdma,
         })
     }
 
@@ -610,343 +631,7 @@ impl SingleMatmul {
         p.push_task(self.body()?, self.enable());
         p.build()
     }
-
-    fn check_len(&self, what: &'static str, got: usize, want: usize) -> Result<()> {
-        if got != want {
-            return Err(unsupported(format!(
-                "{what} has {got} elements, the shape needs {want}"
-            )));
-        }
-        Ok(())
-    }
-
-    /// Byte offset of element `(m, k)` of A (for int4: of the byte holding it).
-    pub fn a_offset(&self, m: u32, k: u32) -> usize {
-        let (m, k) = (m as usize, k as usize);
-        let bits = self.dtype.bits() as usize;
-        let elem = match self.a_layout {
-            Layout::Plain => m * self.padded_k() as usize + k,
-            Layout::Native => {
-                let e = self.dtype.atom_elems() as usize;
-                ((k / e) * self.m as usize + m) * e + k % e
-            }
-        };
-        elem * bits / 8
-    }
-
-    /// Byte offset of element `(k, n)` of B (for int4: of the byte holding it).
-    pub fn b_offset(&self, k: u32, n: u32) -> usize {
-        let (k, n) = (k as usize, n as usize);
-        let g = self.dtype.kernels_per_atom() as usize;
-        let bytes_row = 32 * self.dtype.bits() as usize / 8;
-        let kb = self.padded_k() as usize / 32;
-        ((n / g) * kb + k / 32) * 1024
-            + (n % g) * bytes_row
-            + (k % 32) * self.dtype.bits() as usize / 8
-    }
-
-    /// Byte offset of element `(m, n)` of C (and of E).
-    pub fn c_offset(&self, m: u32, n: u32) -> usize {
-        let (m, n) = (m as usize, n as usize);
-        let elem = match self.c_layout {
-            Layout::Plain => m * self.padded_n() as usize + n,
-            Layout::Native => {
-                let e = self.out.atom_elems() as usize;
-                ((n / e) * self.m as usize + m) * e + n % e
-            }
-        };
-        elem * self.out.bytes() as usize
-    }
-
-    fn put(&self, buf: &mut [u8], off: usize, index: u32, v: i32) {
-        match self.dtype {
-            Dtype::Int4 => {
-                let nib = (v as u8) & 0xF;
-                buf[off] = if index.is_multiple_of(2) {
-                    (buf[off] & 0x0F) | (nib << 4)
-                } else {
-                    (buf[off] & 0xF0) | nib
-                };
-            }
-            Dtype::Int8 => buf[off] = v as i8 as u8,
-            _ => buf[off..off + 2].copy_from_slice(&(v as i16).to_le_bytes()),
-        }
-    }
-
-    fn check_int(&self, what: &'static str, values: &[i32]) -> Result<()> {
-        if self.dtype.is_float() {
-            return Err(unsupported(format!(
-                "{what}: integer values for a {:?} matmul",
-                self.dtype
-            )));
-        }
-        let (lo, hi) = self.dtype.int_range();
-        if let Some(v) = values.iter().find(|v| !(lo..=hi).contains(*v)) {
-            return Err(unsupported(format!(
-                "{what}: {v} is outside the {:?} range {lo}..={hi}",
-                self.dtype
-            )));
-        }
-        Ok(())
-    }
-
-    fn float_bits(&self, v: f32) -> i32 {
-        match self.dtype {
-            Dtype::Fp16 => f32_to_f16(v) as i16 as i32,
-            _ => f32_to_bf16(v) as i16 as i32,
-        }
-    }
-
-    /// Packs A (row-major M×K integers) into the task's layout.
-    pub fn pack_a_int(&self, a: &[i32]) -> Result<Vec<u8>> {
-        self.pack_int(Operand::A, a)
-    }
-
-    /// Packs A (row-major M×K) into the task's layout, rounding to fp16/bf16.
-    pub fn pack_a_f32(&self, a: &[f32]) -> Result<Vec<u8>> {
-        self.pack_f32(Operand::A, a)
-    }
-
-    /// Packs B (row-major K×N integers) into the weight-atom layout.
-    pub fn pack_b_int(&self, b: &[i32]) -> Result<Vec<u8>> {
-        self.pack_int(Operand::B, b)
-    }
-
-    /// Packs B (row-major K×N) into the weight-atom layout, rounding to fp16/bf16.
-    pub fn pack_b_f32(&self, b: &[f32]) -> Result<Vec<u8>> {
-        self.pack_f32(Operand::B, b)
-    }
-
-    /// Rows and columns of a row-major operand.
-    fn dims(&self, op: Operand) -> (u32, u32) {
-        match op {
-            Operand::A => (self.m, self.k),
-            Operand::B => (self.k, self.n),
-        }
-    }
-
-    fn pack_int(&self, op: Operand, values: &[i32]) -> Result<Vec<u8>> {
-        let (rows, cols) = self.dims(op);
-        self.check_len(op.name(), values.len(), (rows * cols) as usize)?;
-        self.check_int(op.name(), values)?;
-        Ok(self.pack_with(op, |i| values[i]))
-    }
-
-    fn pack_f32(&self, op: Operand, values: &[f32]) -> Result<Vec<u8>> {
-        let (rows, cols) = self.dims(op);
-        self.check_len(op.name(), values.len(), (rows * cols) as usize)?;
-        if !self.dtype.is_float() {
-            return Err(unsupported(format!(
-                "{}: float values for a {:?} matmul",
-                op.name(),
-                self.dtype
-            )));
-        }
-        Ok(self.pack_with(op, |i| self.float_bits(values[i])))
-    }
-
-    /// Lays out a row-major operand; `value(i)` is its i-th element's bits.
-    fn pack_with(&self, op: Operand, value: impl Fn(usize) -> i32) -> Vec<u8> {
-        let (rows, cols) = self.dims(op);
-        let mut buf = vec![
-            0u8;
-            if op == Operand::A {
-                self.a_bytes()
-            } else {
-                self.b_bytes()
-            }
-        ];
-        for r in 0..rows {
-            for c in 0..cols {
-                // The K index decides the nibble of int4 values.
-                let (offset, k) = match op {
-                    Operand::A => (self.a_offset(r, c), c),
-                    Operand::B => (self.b_offset(r, c), r),
-                };
-                self.put(&mut buf, offset, k, value((r * cols + c) as usize));
-            }
-        }
-        buf
-    }
-
-    /// Packs E (row-major M×N, int32) into C's layout, for [`PostOps::add`].
-    pub fn pack_e_int(&self, e: &[i32]) -> Result<Vec<u8>> {
-        self.check_len("E", e.len(), (self.m * self.n) as usize)?;
-        Ok(self.pack_e_with(|v: usize| e[v].to_le_bytes()))
-    }
-
-    /// Packs E (row-major M×N, fp32) into C's layout, for [`PostOps::add`].
-    pub fn pack_e_f32(&self, e: &[f32]) -> Result<Vec<u8>> {
-        self.check_len("E", e.len(), (self.m * self.n) as usize)?;
-        Ok(self.pack_e_with(|v: usize| e[v].to_bits().to_le_bytes()))
-    }
-
-    fn pack_e_with(&self, value: impl Fn(usize) -> [u8; 4]) -> Vec<u8> {
-        // E always has 32-bit elements; lay it out as if C were 32-bit.
-        let e = SingleMatmul {
-            out: if self.dtype.is_float() {
-                OutType::Fp32
-            } else {
-                OutType::Int32
-            },
-            ..*self
-        };
-        let mut buf = vec![0u8; e.c_bytes()];
-        for m in 0..self.m {
-            for n in 0..self.n {
-                let o = e.c_offset(m, n);
-                buf[o..o + 4].copy_from_slice(&value((m * self.n + n) as usize));
-            }
-        }
-        buf
-    }
-
-    /// Bytes of E.
-    pub fn e_bytes(&self) -> usize {
-        self.m as usize * self.padded_n() as usize * 4
-    }
-
-    /// Reads C (integer outputs) back as row-major M×N.
-    pub fn unpack_c_int(&self, c: &[u8]) -> Result<Vec<i64>> {
-        if self.out.is_float() {
-            return Err(unsupported(format!(
-                "C: integer read of a {:?} output",
-                self.out
-            )));
-        }
-        self.unpack_c(c, |e| match self.out {
-            OutType::Int8 => e[0] as i8 as i64,
-            OutType::Int16 => i16::from_le_bytes([e[0], e[1]]) as i64,
-            _ => i32::from_le_bytes([e[0], e[1], e[2], e[3]]) as i64,
-        })
-    }
-
-    /// Reads C (float outputs) back as row-major M×N.
-    pub fn unpack_c_f32(&self, c: &[u8]) -> Result<Vec<f32>> {
-        if !self.out.is_float() {
-            return Err(unsupported(format!(
-                "C: float read of a {:?} output",
-                self.out
-            )));
-        }
-        self.unpack_c(c, |e| match self.out {
-            OutType::Fp16 => f16_to_f32(u16::from_le_bytes([e[0], e[1]])),
-            OutType::Bf16 => bf16_to_f32(u16::from_le_bytes([e[0], e[1]])),
-            _ => f32::from_bits(u32::from_le_bytes([e[0], e[1], e[2], e[3]])),
-        })
-    }
-
-    /// Every element of C in row-major order, each read by `read` from its bytes.
-    fn unpack_c<T>(&self, c: &[u8], read: impl Fn(&[u8]) -> T) -> Result<Vec<T>> {
-        self.check_len("C bytes", c.len(), self.c_bytes())?;
-        let size = self.out.bytes() as usize;
-        let mut out = Vec::with_capacity((self.m * self.n) as usize);
-        for m in 0..self.m {
-            for n in 0..self.n {
-                let o = self.c_offset(m, n);
-                out.push(read(&c[o..o + size]));
-            }
-        }
-        Ok(out)
-    }
 }
 
 /// DPU_RDMA arbiter weights: 1 for each read engine, as every known program writes.
 const RDMA_ARBITER: [u32; 4] = [1, 1, 1, 1];
-
-/// The DPU-only task that adds two int32 partial results in the native layout
-/// `[channels/4][rows][4]` — the split-K accumulate of matmul-recipe.md 5.7: MRDMA reads
-/// `acc`, ERDMA reads `partial`, the EW ALU adds, the write DMA stores to `out`. Limits are
-/// the board-validated ones (rows ≤ 128, channels ≤ 1024, channels a multiple of 4).
-pub fn add_task(
-    rows: u32,
-    channels: u32,
-    acc: DmaAddr,
-    partial: DmaAddr,
-    out: DmaAddr,
-) -> Result<TaskBuilder> {
-    let task = add_task_model(rows, channels, acc, partial, out)?;
-    let mut t = TaskBuilder::with_capacity(80);
-    task.emit(&mut t)?;
-    Ok(t)
-}
-
-/// The task model of [`add_task`].
-pub fn add_task_model(
-    rows: u32,
-    channels: u32,
-    acc: DmaAddr,
-    partial: DmaAddr,
-    out: DmaAddr,
-) -> Result<Task> {
-    if rows == 0 || rows > 128 || channels == 0 || channels > 1024 || !channels.is_multiple_of(4) {
-        return Err(Error::Unsupported {
-            what: "split-K add task",
-            why: format!(
-                "{rows} rows x {channels} channels; the recipe covers 1..=128 rows and 4..=1024 channels in steps of 4"
-            ),
-        });
-    }
-    let stride = rows; // 16-byte units: one surface is `rows` atoms.
-    let cube = (rows, 1, channels);
-    let dpu = Dpu {
-        ping_pong: true,
-        input: DpuInput::Flying,
-        burst_len: 15,
-        precision: Precision::Int32,
-        cube,
-        orig_channels: channels,
-        bs: Stage::BYPASSED,
-        bn: Stage::BYPASSED,
-        ew: Some(Ew {
-            op: Some(EwOp::Alu(AluOp::Add)),
-            src: EwSrc::Memory,
-            cvt: None,
-            relu: false,
-            relux: None,
-            data_size: 3,
-            data_mode: 1,
-            values: [0; 8],
-        }),
-        ow: OwCfg {
-            od_bypass: true,
-            size_e: [0; 3],
-            ow_src: 0,
-            ow_op: 0,
-        },
-        out_cvt: OutCvt::IDENTITY,
-        out: Output {
-            addr: out,
-            precision: Precision::Int32,
-            surf_stride: stride,
-            notch: 0,
-            surface_add: stride,
-        },
-    };
-    let dpu_rdma = DpuRdma {
-        ping_pong: true,
-        cube,
-        precision: Precision::Int32,
-        flying: true,
-        burst_len: 15,
-        mrdma: Some(Mrdma {
-            addr: acc,
-            line_notch: 0,
-            surf_notch: 0,
-        }),
-        erdma: Some(Erdma {
-            addr: partial,
-            data_size: 3,
-            data_mode: 1,
-            surf_stride: stride,
-            line_notch: 0,
-        }),
-        arbiter: RDMA_ARBITER,
-    };
-    Ok(Task {
-        cna: None,
-        core: None,
-        dpu: Some(dpu),
-        dpu_rdma: Some(dpu_rdma),
-    })
-}

@@ -1,0 +1,106 @@
+//! The DPU-only split-K add task.
+
+use super::RDMA_ARBITER;
+use crate::error::{Error, Result};
+use crate::regcmd::{DmaAddr, TaskBuilder};
+use crate::task::{
+    AluOp, Dpu, DpuInput, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, OutCvt, Output, OwCfg, Precision,
+    Stage, Task,
+};
+
+/// The DPU-only task that adds two int32 partial results in the native layout
+/// `[channels/4][rows][4]` — the split-K accumulate of matmul-recipe.md 5.7: MRDMA reads
+/// `acc`, ERDMA reads `partial`, the EW ALU adds, the write DMA stores to `out`. Limits are
+/// the board-validated ones (rows ≤ 128, channels ≤ 1024, channels a multiple of 4).
+pub fn add_task(
+    rows: u32,
+    channels: u32,
+    acc: DmaAddr,
+    partial: DmaAddr,
+    out: DmaAddr,
+) -> Result<TaskBuilder> {
+    let task = add_task_model(rows, channels, acc, partial, out)?;
+    let mut t = TaskBuilder::with_capacity(80);
+    task.emit(&mut t)?;
+    Ok(t)
+}
+
+/// The task model of [`add_task`].
+pub fn add_task_model(
+    rows: u32,
+    channels: u32,
+    acc: DmaAddr,
+    partial: DmaAddr,
+    out: DmaAddr,
+) -> Result<Task> {
+    if rows == 0 || rows > 128 || channels == 0 || channels > 1024 || !channels.is_multiple_of(4) {
+        return Err(Error::Unsupported {
+            what: "split-K add task",
+            why: format!(
+                "{rows} rows x {channels} channels; the recipe covers 1..=128 rows and 4..=1024 channels in steps of 4"
+            ),
+        });
+    }
+    let stride = rows; // 16-byte units: one surface is `rows` atoms.
+    let cube = (rows, 1, channels);
+    let dpu = Dpu {
+        ping_pong: true,
+        input: DpuInput::Flying,
+        burst_len: 15,
+        precision: Precision::Int32,
+        cube,
+        orig_channels: channels,
+        bs: Stage::BYPASSED,
+        bn: Stage::BYPASSED,
+        ew: Some(Ew {
+            op: Some(EwOp::Alu(AluOp::Add)),
+            src: EwSrc::Memory,
+            cvt: None,
+            relu: false,
+            relux: None,
+            data_size: 3,
+            data_mode: 1,
+            values: [0; 8],
+        }),
+        ow: OwCfg {
+            od_bypass: true,
+            size_e: [0; 3],
+            ow_src: 0,
+            ow_op: 0,
+        },
+        out_cvt: OutCvt::IDENTITY,
+        out: Output {
+            addr: out,
+            precision: Precision::Int32,
+            surf_stride: stride,
+            notch: 0,
+            surface_add: stride,
+        },
+    };
+    let dpu_rdma = DpuRdma {
+        ping_pong: true,
+        cube,
+        precision: Precision::Int32,
+        flying: true,
+        burst_len: 15,
+        mrdma: Some(Mrdma {
+            addr: acc,
+            line_notch: 0,
+            surf_notch: 0,
+        }),
+        erdma: Some(Erdma {
+            addr: partial,
+            data_size: 3,
+            data_mode: 1,
+            surf_stride: stride,
+            line_notch: 0,
+        }),
+        arbiter: RDMA_ARBITER,
+    };
+    Ok(Task {
+        cna: None,
+        core: None,
+        dpu: Some(dpu),
+        dpu_rdma: Some(dpu_rdma),
+    })
+}
