@@ -1,10 +1,9 @@
 //! The DPU half of the simulator's checks: output cube, stages, EW operand, output
 //! converter, and the values every board-validated program agrees on.
 
-use super::config::{
-    Cube, Ew, EwOp, EwSrc, Main, OutCvt, Stage, Task, addr, inconsistent, unsupported,
-};
+use super::config::{addr, inconsistent, unsupported};
 use super::error::{At, SimError};
+use super::exec::{Cube, Ew, EwOp, EwSrc, Main, OutCvt, Stage, Task};
 use crate::regs::{Register, dpu, dpu_rdma};
 use crate::task::{self, DpuInput, EwSrc as TEwSrc, Precision};
 

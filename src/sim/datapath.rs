@@ -2,8 +2,8 @@
 //! the write DMA. Registers are decoded before this point ([`super::config`]); nothing
 //! here looks at a register.
 
-use super::config::{Alu, Cube, EwOp, EwSrc, Feature, Main, OutCvt, Stage, Task, Weights};
 use super::error::{At, SimError};
+use super::exec::{Alu, Cube, EwOp, EwSrc, Feature, Main, OutCvt, Stage, Task, Weights};
 use super::memory::Memory;
 use crate::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::regs::{Register, cna};

@@ -1,7 +1,7 @@
 //! Static checks of one task for known hazards (matmul-recipe.md section 7).
 
-use super::config::{EwSrc, Main, Task};
 use super::error::{At, Lint, LintKind};
+use super::exec::{EwSrc, Main, Task};
 use super::reg_name;
 use crate::task::Precision;
 

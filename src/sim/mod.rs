@@ -42,6 +42,7 @@ mod check_dpu;
 mod config;
 mod datapath;
 mod error;
+mod exec;
 mod lint;
 mod memory;
 mod pc;

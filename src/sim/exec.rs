@@ -1,0 +1,140 @@
+//! The checked description of one task that the data path executes: addresses resolved,
+//! strides in bytes, every value the checks of [`super::config`] let through.
+
+use crate::task::{AluOp, Precision};
+
+/// The CNA feature (activation) read: an NC1HWC2 cube with 16-byte atoms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Feature {
+    pub base: u32,
+    pub w: u32,
+    pub h: u32,
+    /// Channels (padded; a multiple of 32).
+    pub c: u32,
+    pub prec: Precision,
+    /// Bytes between lines (y).
+    pub line: i64,
+    /// Bytes between surfaces (groups of `atom_elems` channels).
+    pub surf: i64,
+}
+
+/// The CNA weight read: N kernels of 1×1×C in 1024-byte atoms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Weights {
+    pub base: u32,
+    pub n: u32,
+    pub c: u32,
+    pub prec: Precision,
+}
+
+/// A cube the DPU or DPU_RDMA reads or writes: NC1HWC2 with 16-byte atoms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Cube {
+    pub base: u32,
+    pub w: u32,
+    pub h: u32,
+    pub c: u32,
+    pub prec: Precision,
+    /// Bytes between lines.
+    pub line: u64,
+    /// Bytes between surfaces.
+    pub surf: u64,
+    /// The register the base address came from (for DMA errors).
+    pub register: &'static str,
+    /// The block whose DMA moves it.
+    pub block: &'static str,
+}
+
+impl Cube {
+    pub(super) fn atom_elems(&self) -> u32 {
+        16 / self.prec.bytes()
+    }
+}
+
+/// The main data of the DPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Main {
+    /// CNA → CORE convolution (a matmul is a 1×1 convolution).
+    Conv { feature: Feature, weights: Weights },
+    /// Flying mode: DPU_RDMA's MRDMA reads the main data from memory.
+    Flying(Cube),
+}
+
+/// An ALU operation of the BS/BN/EW stages.
+pub(super) type Alu = AluOp;
+
+/// The BS or BN stage: ALU → multiplier → ReLU / ReLUX, register operands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Stage {
+    pub alu: Option<(Alu, i64)>,
+    /// Multiplier operand, shift for values ≥ 0, shift for values < 0, PReLU.
+    pub mul: Option<(i64, u32, u32, bool)>,
+    pub relu: bool,
+    pub relux: Option<i64>,
+}
+
+/// The EW operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum EwOp {
+    Alu(Alu),
+    /// Multiply, then shift right (for values ≥ 0, < 0).
+    Mul(u32, u32),
+}
+
+/// The EW operand's source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum EwSrc {
+    Register(u32),
+    Memory(Cube),
+}
+
+/// The EW stage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Ew {
+    pub src: EwSrc,
+    /// Operand converter: offset, scale, shift, add-first.
+    pub cvt: Option<(i64, i64, u32, bool)>,
+    pub op: Option<EwOp>,
+    pub relu: bool,
+    pub relux: Option<i64>,
+    /// fp16 ADD with the converter bypassed: the hardware drops the operand (quirk 15).
+    pub dropped: bool,
+}
+
+/// The output converter: `((x × scale) + offset) >> shift` or `((x + offset) × scale) >> shift`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct OutCvt {
+    pub offset: i64,
+    pub scale: i64,
+    pub shift: u32,
+    pub add_first: bool,
+    pub half_up: bool,
+}
+
+impl OutCvt {
+    pub(super) fn is_identity(&self) -> bool {
+        self.offset == 0 && self.scale == 1 && self.shift == 0
+    }
+}
+
+/// One task, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Task {
+    pub enable: crate::regcmd::BlockMask,
+    pub main: Main,
+    /// The DPU's processing precision (the CORE's for convolutions).
+    pub proc: Precision,
+    pub bs: Option<Stage>,
+    pub bn: Option<Stage>,
+    pub ew: Option<Ew>,
+    pub out_cvt: OutCvt,
+    pub out: Cube,
+    /// CBUF banks given to data and weights.
+    pub data_banks: u32,
+    pub weight_banks: u32,
+    /// FEATURE_GRAINS, for the lint of quirk 5.
+    pub grains: u32,
+    /// CNA GROUP_LINE_OFF and the raw stride field, for the geometry lint.
+    pub group_line_off: bool,
+    pub line_stride_field: u32,
+}

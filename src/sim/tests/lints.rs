@@ -1,0 +1,193 @@
+//! Every lint of a known hazard.
+
+use super::*;
+
+fn lints_of(s: Setup) -> Vec<LintKind> {
+    lint_kinds(&s.run().unwrap())
+}
+
+#[test]
+fn early_and_half_interrupt_masks_are_linted() {
+    let s = Setup::int8(4, 64, 32);
+    let r = s
+        .sim()
+        .kick(&Kick {
+            int_mask: 0x3,
+            ..s.kick()
+        })
+        .unwrap();
+    assert!(lint_kinds(&r).contains(&LintKind::EarlyIntMask));
+    assert!(
+        r.completed,
+        "the CNA pair fires: the job would complete early"
+    );
+    let r = s
+        .sim()
+        .kick(&Kick {
+            int_mask: 0x100,
+            ..s.kick()
+        })
+        .unwrap();
+    assert!(lint_kinds(&r).contains(&LintKind::EarlyIntMask));
+    let r = s
+        .sim()
+        .kick(&Kick {
+            int_mask: 0xC00,
+            ..s.kick()
+        })
+        .unwrap();
+    assert!(!r.completed, "no PPU ran");
+}
+
+#[test]
+fn chain_amount_and_task_count_are_linted() {
+    // 4096 chained add tasks: one more than TASK_NUMBER counts.
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    let r = |b: u32| DmaAddr::reloc(BufferId(b), 0);
+    for _ in 0..4096 {
+        p.push_task(
+            add_task(1, 4, r(1), r(2), r(3)).unwrap(),
+            BlockMask::ELEMENTWISE,
+        );
+    }
+    let program = p.build().unwrap();
+    let mut words = program.bind(addr).unwrap();
+    // Break the first chain amount.
+    let i = words
+        .iter()
+        .position(|w| w.target() == 0x0101 && w.offset() == 0x14)
+        .unwrap();
+    words[i] = words[i].with_value(words[i].value() + 1);
+    let mut sim = Simulator::new();
+    let m = sim.memory_mut();
+    m.map(at(single::REGCMD), words_to_le_bytes(&words))
+        .unwrap();
+    for b in 1..=3 {
+        m.map_zeroed(at(BufferId(b)), 16).unwrap();
+    }
+    let run = sim
+        .kick(&Kick::new(
+            at(single::REGCMD),
+            program.tasks()[0].regcfg_amount() as u32,
+        ))
+        .unwrap();
+    assert_eq!(run.tasks_run, 4096);
+    let kinds = lint_kinds(&run);
+    assert!(kinds.contains(&LintKind::ChainAmount));
+    assert!(kinds.contains(&LintKind::TaskCount));
+    let chain = run
+        .lints
+        .iter()
+        .find(|l| l.kind == LintKind::ChainAmount)
+        .unwrap();
+    assert_eq!(chain.at.task, 0);
+}
+
+#[test]
+fn stale_registers_are_linted() {
+    // A second task that writes only its addresses relies on the first task's group...
+    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    let mut short = crate::regcmd::TaskBuilder::new();
+    short
+        .write_addr::<regs::dpu::DstBaseAddr>(DmaAddr::reloc(single::C, 0))
+        .unwrap();
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    p.push_task(mm.body().unwrap(), BlockMask::CONV);
+    p.push_task(mm.body().unwrap(), BlockMask::CONV);
+    p.push_task(short, BlockMask::CONV);
+    let program = p.build().unwrap();
+    let s = Setup {
+        mm,
+        words: program.bind(addr).unwrap(),
+        body: program.tasks()[0].regcfg_amount() as u32,
+    };
+    let run = s.run().unwrap();
+    assert_eq!(run.tasks_run, 3);
+    let stale: Vec<_> = run
+        .lints
+        .iter()
+        .filter(|l| l.kind == LintKind::StaleRegisters)
+        .collect();
+    assert_eq!(stale.len(), 1, "{:?}", run.lints);
+    assert_eq!(stale[0].at.task, 2);
+    assert!(
+        stale[0].message.contains("CNA.CONV_CON1"),
+        "{}",
+        stale[0].message
+    );
+}
+
+#[test]
+fn matmul_quirks_are_linted() {
+    // Quirk 3: one weight bank.
+    // Fewer than 2 weight banks: no validated program does it (an error, not a lint).
+    assert!(matches!(
+        Setup::int8(4, 64, 32).patch(0x1040, 0x1B).run(),
+        Err(SimError::Unsupported {
+            field: "weight_bank",
+            value: 1,
+            ..
+        })
+    ));
+    // Quirk 4: int8 K tile of 3200 with 8 rows.
+    assert!(lints_of(Setup::int8(8, 3200, 32)).contains(&LintKind::Int8KTile));
+    assert!(!lints_of(Setup::int8(4, 3200, 32)).contains(&LintKind::Int8KTile));
+    // Quirk 5: fp16 grains below rows + 1.
+    let fp16 = Setup::new(SingleMatmul::new(8, 64, 32, Dtype::Fp16));
+    assert!(
+        lints_of(fp16.field(cna::ConvCon2::FEATURE_GRAINS, 2)).contains(&LintKind::FeatureGrains)
+    );
+    // Quirk 6: a clamped notch makes rows overlap.
+    let s = Setup::int8(8, 64, 1024)
+        .field(dpu::DataCubeNotchAddr::NOTCH_ADDR_0, 103)
+        .field(dpu::DataCubeNotchAddr::NOTCH_ADDR_1, 103);
+    assert!(lints_of(s).contains(&LintKind::OutputOverlap));
+    // Quirk 7: a 16-bit float task wider than 4096 channels.
+    let wide = Setup::new(SingleMatmul::new(1, 32, 4128, Dtype::Fp16));
+    assert!(lints_of(wide).contains(&LintKind::WideFp16));
+    // Quirk 13: int4 over more than 480 channels.
+    let mut i4 = SingleMatmul::new(2, 512, 64, Dtype::Int4);
+    i4.c_layout = Layout::Native;
+    assert!(lints_of(Setup::new(i4)).contains(&LintKind::Int4Saturation));
+    // Quirk 15: fp16 ADD with the operand converter bypassed (and the operand is dropped).
+    let mut add = SingleMatmul::new(4, 64, 32, Dtype::Fp16);
+    add.post.add = true;
+    let s = Setup::new(add).field(dpu::EwCfg::EW_OP_CVT_BYPASS, 1);
+    assert!(lints_of(s).contains(&LintKind::Fp16EwAddDropped));
+    // Quirk 16: fp16 output scattered into rows wider than the task's channels.
+    let mut f16 = SingleMatmul::new(4, 64, 32, Dtype::Fp16);
+    f16.out = single::OutType::Fp16;
+    let s = Setup::new(f16)
+        .field(dpu::DataCubeNotchAddr::NOTCH_ADDR_0, 7)
+        .field(dpu::DataCubeNotchAddr::NOTCH_ADDR_1, 7);
+    assert!(lints_of(s).contains(&LintKind::Fp16NTileScatter));
+    // Group line fetch with a line stride no validated program uses.
+    let s = Setup::int8(4, 64, 32)
+        .field(cna::ConvCon1::GROUP_LINE_OFF, 0)
+        .field(cna::DmaCon1::LINE_STRIDE, 16);
+    assert!(lints_of(s).contains(&LintKind::UnverifiedGeometry));
+    // S_POINTER naming another core.
+    let mut s = Setup::int8(4, 64, 32);
+    s.words[1] = RegCmd::new(0x0201, 0x1000_000E, 0x1004);
+    assert!(lints_of(s).contains(&LintKind::CoreIndex));
+}
+
+#[test]
+fn fp16_add_without_operand_converter_drops_the_operand() {
+    let mut add = SingleMatmul::new(1, 32, 32, Dtype::Fp16);
+    add.post.add = true;
+    let s = Setup::new(add).field(dpu::EwCfg::EW_OP_CVT_BYPASS, 1);
+    let mut sim = s.sim();
+    sim.memory_mut().unmap(at(single::E));
+    sim.memory_mut()
+        .map(at(single::E), add.pack_e_f32(&[5.0; 32]).unwrap())
+        .unwrap();
+    sim.kick(&s.kick()).unwrap();
+    let c = add
+        .unpack_c_f32(&sim.memory().read_vec(at(single::C), add.c_bytes()).unwrap())
+        .unwrap();
+    assert!(
+        c.iter().all(|&v| v == 0.0),
+        "A and B are zero and E is dropped: {c:?}"
+    );
+}
