@@ -422,7 +422,11 @@ fn erdma_cube(
             at,
             dpu::EwCfg::EDATA_SIZE,
             e.data_size,
-            format!("DPU_RDMA.ERDMA_CFG says size code {}", er.data_size),
+            format!(
+                "{:?} says size code {}",
+                RdmaErdmaCfg::ERDMA_DATA_SIZE,
+                er.data_size
+            ),
         ));
     }
     if e.data_mode != 1 {

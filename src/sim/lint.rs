@@ -3,6 +3,7 @@
 use super::error::{At, Lint, LintKind};
 use super::exec::{EwSrc, Main, Task};
 use super::reg_name;
+use crate::regs::cna;
 use crate::task::Precision;
 
 fn lint(out: &mut Vec<Lint>, at: At, kind: LintKind, message: String) {
@@ -119,8 +120,10 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
                 at,
                 LintKind::FeatureGrains,
                 format!(
-                    "CNA.CONV_CON2.feature_grains = {} for {} rows; values below rows + 1 corrupted some large-K fp16 results",
-                    t.grains, feature.h
+                    "{:?} = {} for {} rows; values below rows + 1 corrupted some large-K fp16 results",
+                    cna::ConvCon2::FEATURE_GRAINS,
+                    t.grains,
+                    feature.h
                 ),
             );
         }
@@ -141,8 +144,11 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
                 at,
                 LintKind::UnverifiedGeometry,
                 format!(
-                    "CNA.DMA_CON1.line_stride = {} with group line fetch on and {} lines of width {}: no board-validated program uses a line stride other than 4 x width here",
-                    t.line_stride_field, feature.h, feature.w
+                    "{:?} = {} with group line fetch on and {} lines of width {}: no board-validated program uses a line stride other than 4 x width here",
+                    cna::DmaCon1::LINE_STRIDE,
+                    t.line_stride_field,
+                    feature.h,
+                    feature.w
                 ),
             );
         }

@@ -5,6 +5,7 @@ use super::error::{At, Lint, LintKind, SimError};
 use super::{CoreRun, Kick, MAX_TASKS, Simulator, Stall, block_name, datapath, irq, lint};
 use crate::regcmd::{BlockMask, RegCmd, TAIL_ENTRIES};
 use crate::regs::{self, Block, Register, cna, core, pc};
+use crate::task::read::{GroupControl, group_control};
 
 /// A chain followed without TASK_NUMBER stops here: a longer one is a cycle.
 const CHAIN_LIMIT: usize = 1 << 16;
@@ -135,7 +136,10 @@ fn fetch_and_apply(
                     }
                     continue;
                 }
-                if info.name == "S_STATUS" || info.name == "OPERATION_ENABLE" {
+                if matches!(
+                    group_control(info.offset),
+                    Some(GroupControl::Status | GroupControl::Enable)
+                ) {
                     return Err(bad(format!(
                         "{} is not written by programs (status, or started by the op-enable entry)",
                         info.full_name

@@ -35,7 +35,7 @@ mod cna;
 mod core;
 mod dpu;
 mod dpu_rdma;
-mod read;
+pub(crate) mod read;
 #[cfg(test)]
 mod tests;
 

@@ -1,7 +1,10 @@
 //! Reading a task's registers field by field, and the sweep that makes sure every field
 //! of a started block has been read.
 
-use crate::regs::{Access as FieldAccess, Block, Field, REGISTERS, Register};
+use crate::regs::{
+    Access as FieldAccess, Block, Field, REGISTERS, Register, cna, core, dpu, dpu_rdma, ppu,
+    ppu_rdma,
+};
 use std::fmt;
 
 /// A core's register file as a task decoder sees it: the value each register holds when
@@ -138,6 +141,55 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
+/// The group-control registers of a block (S_STATUS, S_POINTER, OPERATION_ENABLE): the
+/// PC and the op-enable entry drive them, they are no task configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GroupControl {
+    /// `S_STATUS` (read-only).
+    Status,
+    /// `S_POINTER` (ping-pong).
+    Pointer,
+    /// `OPERATION_ENABLE` (set by the op-enable entry).
+    Enable,
+}
+
+/// Which group-control register `offset` is, if any.
+pub(crate) fn group_control(offset: u16) -> Option<GroupControl> {
+    const STATUS: [u16; 6] = [
+        cna::SStatus::OFFSET,
+        core::SStatus::OFFSET,
+        dpu::SStatus::OFFSET,
+        dpu_rdma::SStatus::OFFSET,
+        ppu::SStatus::OFFSET,
+        ppu_rdma::SStatus::OFFSET,
+    ];
+    const POINTER: [u16; 6] = [
+        cna::SPointer::OFFSET,
+        core::SPointer::OFFSET,
+        dpu::SPointer::OFFSET,
+        dpu_rdma::SPointer::OFFSET,
+        ppu::SPointer::OFFSET,
+        ppu_rdma::SPointer::OFFSET,
+    ];
+    const ENABLE: [u16; 6] = [
+        cna::OperationEnable::OFFSET,
+        core::OperationEnable::OFFSET,
+        dpu::OperationEnable::OFFSET,
+        dpu_rdma::OperationEnable::OFFSET,
+        ppu::OperationEnable::OFFSET,
+        ppu_rdma::OperationEnable::OFFSET,
+    ];
+    if STATUS.contains(&offset) {
+        Some(GroupControl::Status)
+    } else if POINTER.contains(&offset) {
+        Some(GroupControl::Pointer)
+    } else if ENABLE.contains(&offset) {
+        Some(GroupControl::Enable)
+    } else {
+        None
+    }
+}
+
 /// Result of a decoder.
 pub type Decoded<T> = std::result::Result<T, DecodeError>;
 
@@ -214,7 +266,7 @@ impl<'a> Reader<'a> {
             if !blocks.contains(&info.block) || info.offset as usize >= 0x8000 {
                 continue;
             }
-            if matches!(info.name, "S_STATUS" | "S_POINTER" | "OPERATION_ENABLE") {
+            if group_control(info.offset).is_some() {
                 continue;
             }
             let read = self.read[info.offset as usize / 4];
