@@ -9,84 +9,8 @@ use crate::task::{self, DpuInput, EwSrc as TEwSrc, Precision};
 
 /// Checks the DPU's registers against the main data and builds the executed task.
 pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<Task, SimError> {
-    let (cw, ch, cc) = d.cube;
-    if d.orig_channels != cc {
-        return Err(unsupported(
-            at,
-            dpu::DataCubeChannel::ORIG_CHANNEL,
-            d.orig_channels - 1,
-            format!(
-                "differs from channel {} (padding channels are not modelled)",
-                cc - 1
-            ),
-        ));
-    }
-    let (mw, mh, mc) = match &main {
-        Main::Conv { feature, weights } => (feature.w, feature.h, weights.n),
-        Main::Flying(c) => (c.w, c.h, c.c),
-    };
-    if cw != mw {
-        return Err(inconsistent(
-            at,
-            dpu::DataCubeWidth::WIDTH,
-            cw - 1,
-            format!("the DPU's input is {mw} wide"),
-        ));
-    }
-    if ch != mh {
-        return Err(inconsistent(
-            at,
-            dpu::DataCubeHeight::HEIGHT,
-            ch - 1,
-            format!("the DPU's input is {mh} high"),
-        ));
-    }
-    if cc != mc {
-        return Err(inconsistent(
-            at,
-            dpu::DataCubeChannel::CHANNEL,
-            cc - 1,
-            format!("the DPU's input has {mc} channels"),
-        ));
-    }
-    let dst = addr(d.out.addr);
-    if !dst.is_multiple_of(16) {
-        return Err(inconsistent(
-            at,
-            dpu::DstBaseAddr::DST_BASE_ADDR,
-            dst,
-            "the write DMA needs 16-byte alignment",
-        ));
-    }
-    let out_prec = d.out.precision;
-    let (line, surf) = d.out_strides();
-    let out = Cube {
-        base: dst,
-        w: cw,
-        h: ch,
-        c: cc,
-        prec: out_prec,
-        line,
-        surf,
-        register: dpu::DstBaseAddr::NAME,
-        block: "DPU",
-    };
-    if cc % out.atom_elems() != 0 {
-        return Err(unsupported(
-            at,
-            dpu::DataCubeChannel::CHANNEL,
-            cc - 1,
-            format!("{cc} channels do not fill whole 16-byte atoms of {out_prec}"),
-        ));
-    }
-    if surf == 0 && cc > out.atom_elems() {
-        return Err(inconsistent(
-            at,
-            dpu::DstSurfStride::DST_SURF_STRIDE,
-            0,
-            "several surfaces need a stride",
-        ));
-    }
+    let out = out_cube(d, &main, at)?;
+    let out_prec = out.prec;
     let proc = d.precision;
     use Precision::*;
     let ok = match proc {
@@ -179,6 +103,89 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         group_line_off: glo,
         line_stride_field: line_field,
     })
+}
+
+/// The written cube: its size must be the main data's.
+fn out_cube(d: &task::Dpu, main: &Main, at: At) -> Result<Cube, SimError> {
+    let (cw, ch, cc) = d.cube;
+    if d.orig_channels != cc {
+        return Err(unsupported(
+            at,
+            dpu::DataCubeChannel::ORIG_CHANNEL,
+            d.orig_channels - 1,
+            format!(
+                "differs from channel {} (padding channels are not modelled)",
+                cc - 1
+            ),
+        ));
+    }
+    let (mw, mh, mc) = match main {
+        Main::Conv { feature, weights } => (feature.w, feature.h, weights.n),
+        Main::Flying(c) => (c.w, c.h, c.c),
+    };
+    if cw != mw {
+        return Err(inconsistent(
+            at,
+            dpu::DataCubeWidth::WIDTH,
+            cw - 1,
+            format!("the DPU's input is {mw} wide"),
+        ));
+    }
+    if ch != mh {
+        return Err(inconsistent(
+            at,
+            dpu::DataCubeHeight::HEIGHT,
+            ch - 1,
+            format!("the DPU's input is {mh} high"),
+        ));
+    }
+    if cc != mc {
+        return Err(inconsistent(
+            at,
+            dpu::DataCubeChannel::CHANNEL,
+            cc - 1,
+            format!("the DPU's input has {mc} channels"),
+        ));
+    }
+    let dst = addr(d.out.addr);
+    if !dst.is_multiple_of(16) {
+        return Err(inconsistent(
+            at,
+            dpu::DstBaseAddr::DST_BASE_ADDR,
+            dst,
+            "the write DMA needs 16-byte alignment",
+        ));
+    }
+    let out_prec = d.out.precision;
+    let (line, surf) = d.out_strides();
+    let out = Cube {
+        base: dst,
+        w: cw,
+        h: ch,
+        c: cc,
+        prec: out_prec,
+        line,
+        surf,
+        register: dpu::DstBaseAddr::NAME,
+        block: "DPU",
+    };
+    if cc % out.atom_elems() != 0 {
+        return Err(unsupported(
+            at,
+            dpu::DataCubeChannel::CHANNEL,
+            cc - 1,
+            format!("{cc} channels do not fill whole 16-byte atoms of {out_prec}"),
+        ));
+    }
+    if surf == 0 && cc > out.atom_elems() {
+        return Err(inconsistent(
+            at,
+            dpu::DstSurfStride::DST_SURF_STRIDE,
+            0,
+            "several surfaces need a stride",
+        ));
+    }
+    Ok(out)
 }
 
 /// SIZE_E and SURFACE_ADD: the values of matmul-recipe.md §10 for convolution tasks, 0

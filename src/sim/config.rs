@@ -208,57 +208,7 @@ fn conv_main(
             format!("differs from datain_channel {c} - 1 (channel padding is not modelled)"),
         ));
     }
-    let (sx, sy) = cna.conv.stride;
-    if sx != 1 {
-        return Err(unsupported(
-            at,
-            cna::ConvCon3::CONV_X_STRIDE,
-            sx,
-            "only stride 1 is modelled",
-        ));
-    }
-    if sy != 1 {
-        return Err(unsupported(
-            at,
-            cna::ConvCon3::CONV_Y_STRIDE,
-            sy,
-            "only stride 1 is modelled",
-        ));
-    }
-    if cna.conv.out_width != w {
-        return Err(inconsistent(
-            at,
-            cna::DataSize2::DATAOUT_WIDTH,
-            cna.conv.out_width,
-            format!("a 1x1 stride-1 unpadded convolution of width {w} gives width {w}"),
-        ));
-    }
-    let pixels = u64::from(w) * u64::from(h);
-    if u64::from(cna.conv.out_atomics) != pixels {
-        return Err(inconsistent(
-            at,
-            cna::DataSize3::DATAOUT_ATOMICS,
-            cna.conv.out_atomics,
-            format!("the output has {w} x {h} = {pixels} pixels"),
-        ));
-    }
-    let (cw, ch, cc) = core.out;
-    if cw != w {
-        return Err(inconsistent(
-            at,
-            core::DataoutSize0::DATAOUT_WIDTH,
-            cw - 1,
-            format!("the output is {w} wide"),
-        ));
-    }
-    if ch != h {
-        return Err(inconsistent(
-            at,
-            core::DataoutSize0::DATAOUT_HEIGHT,
-            ch - 1,
-            format!("the output is {h} high"),
-        ));
-    }
+    check_output_geometry(cna, core, at)?;
     if !cna.cvt.bypass {
         return Err(unsupported(
             at,
@@ -287,6 +237,7 @@ fn conv_main(
             ),
         ));
     }
+    let cc = core.out.2;
     if cc != kernels {
         return Err(inconsistent(
             at,
@@ -349,6 +300,65 @@ fn conv_main(
             prec,
         },
     })
+}
+
+/// A 1×1, stride-1, unpadded convolution: the output is the feature cube's size, and the
+/// CORE agrees.
+fn check_output_geometry(cna: &task::Cna, core: &task::Core, at: At) -> Result<(), SimError> {
+    let f = &cna.feature;
+    let (w, h) = (f.width, f.height);
+    let (sx, sy) = cna.conv.stride;
+    if sx != 1 {
+        return Err(unsupported(
+            at,
+            cna::ConvCon3::CONV_X_STRIDE,
+            sx,
+            "only stride 1 is modelled",
+        ));
+    }
+    if sy != 1 {
+        return Err(unsupported(
+            at,
+            cna::ConvCon3::CONV_Y_STRIDE,
+            sy,
+            "only stride 1 is modelled",
+        ));
+    }
+    if cna.conv.out_width != w {
+        return Err(inconsistent(
+            at,
+            cna::DataSize2::DATAOUT_WIDTH,
+            cna.conv.out_width,
+            format!("a 1x1 stride-1 unpadded convolution of width {w} gives width {w}"),
+        ));
+    }
+    let pixels = u64::from(w) * u64::from(h);
+    if u64::from(cna.conv.out_atomics) != pixels {
+        return Err(inconsistent(
+            at,
+            cna::DataSize3::DATAOUT_ATOMICS,
+            cna.conv.out_atomics,
+            format!("the output has {w} x {h} = {pixels} pixels"),
+        ));
+    }
+    let (cw, ch, _) = core.out;
+    if cw != w {
+        return Err(inconsistent(
+            at,
+            core::DataoutSize0::DATAOUT_WIDTH,
+            cw - 1,
+            format!("the output is {w} wide"),
+        ));
+    }
+    if ch != h {
+        return Err(inconsistent(
+            at,
+            core::DataoutSize0::DATAOUT_HEIGHT,
+            ch - 1,
+            format!("the output is {h} high"),
+        ));
+    }
+    Ok(())
 }
 
 /// The CBUF split, reuse bits and entries (matmul-recipe.md §4.2, §10, §11).

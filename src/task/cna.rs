@@ -299,30 +299,8 @@ impl Cna {
             "only 1x1 kernels are modelled",
         )?;
 
-        let width = r.get(DataSize0::DATAIN_WIDTH);
-        let height = r.get(DataSize0::DATAIN_HEIGHT);
-        let channels = r.get(DataSize1::DATAIN_CHANNEL);
-        let channels_real = r.get(DataSize1::DATAIN_CHANNEL_REAL) + 1;
-        r.agree(FcDataSize0::DMA_WIDTH, width, || {
-            format!("DATA_SIZE0 width is {width}")
-        })?;
-        r.agree(FcDataSize0::DMA_HEIGHT, height, || {
-            format!("DATA_SIZE0 height is {height}")
-        })?;
-        r.agree(FcDataSize1::DMA_CHANNEL, channels, || {
-            format!("DATA_SIZE1 channel is {channels}")
-        })?;
-        let feature = Feature {
-            addr: DmaAddr::Fixed(r.get(FeatureDataAddr::FEATURE_BASE_ADDR)),
-            width,
-            height,
-            channels,
-            channels_real,
-            line_stride: r.get(DmaCon1::LINE_STRIDE),
-            surf_stride: r.signed(DmaCon2::SURF_STRIDE) as i32,
-            group_line_off: r.flag(ConvCon1::GROUP_LINE_OFF),
-            grains: r.get(ConvCon2::FEATURE_GRAINS),
-        };
+        let feature = decode_feature(r)?;
+        let channels = feature.channels;
         let kernels = r.get(WeightSize2::WEIGHT_KERNELS);
         let kernel_bytes = u64::from(channels) * u64::from(precision.bits()) / 8;
         let bpk = r.get(WeightSize1::WEIGHT_BYTES_PER_KERNEL);
@@ -420,4 +398,33 @@ impl Cna {
             });
         }
     }
+}
+
+/// The feature cube's registers; the sizes that `FC_DATA_SIZE*` repeat must agree.
+fn decode_feature(r: &mut Reader<'_>) -> Decoded<Feature> {
+    use cna::*;
+    let width = r.get(DataSize0::DATAIN_WIDTH);
+    let height = r.get(DataSize0::DATAIN_HEIGHT);
+    let channels = r.get(DataSize1::DATAIN_CHANNEL);
+    let channels_real = r.get(DataSize1::DATAIN_CHANNEL_REAL) + 1;
+    r.agree(FcDataSize0::DMA_WIDTH, width, || {
+        format!("DATA_SIZE0 width is {width}")
+    })?;
+    r.agree(FcDataSize0::DMA_HEIGHT, height, || {
+        format!("DATA_SIZE0 height is {height}")
+    })?;
+    r.agree(FcDataSize1::DMA_CHANNEL, channels, || {
+        format!("DATA_SIZE1 channel is {channels}")
+    })?;
+    Ok(Feature {
+        addr: DmaAddr::Fixed(r.get(FeatureDataAddr::FEATURE_BASE_ADDR)),
+        width,
+        height,
+        channels,
+        channels_real,
+        line_stride: r.get(DmaCon1::LINE_STRIDE),
+        surf_stride: r.signed(DmaCon2::SURF_STRIDE) as i32,
+        group_line_off: r.flag(ConvCon1::GROUP_LINE_OFF),
+        grains: r.get(ConvCon2::FEATURE_GRAINS),
+    })
 }

@@ -324,38 +324,7 @@ impl Dpu {
         r.agree(DataFormat::IN_PRECISION, proc_code, || {
             format!("differs from proc_precision {proc_code}")
         })?;
-        let w = r.get(DataCubeWidth::WIDTH) + 1;
-        let h = r.get(DataCubeHeight::HEIGHT) + 1;
-        r.expect(
-            DataCubeHeight::MINMAX_CTL,
-            0,
-            "min/max statistics are not modelled",
-        )?;
-        let c = r.get(DataCubeChannel::CHANNEL) + 1;
-        r.agree(WdmaSize0::CHANNEL_WDMA, c - 1, || {
-            format!("the cube has {c} channels")
-        })?;
-        r.expect(
-            WdmaSize0::SIZE_C_WDMA,
-            0,
-            "write-DMA size_c is not modelled",
-        )?;
-        r.expect(WdmaSize0::TP_PRECISION, 0, "transpose is not modelled")?;
-        r.agree(WdmaSize1::WIDTH_WDMA, w - 1, || {
-            format!("the cube is {w} wide")
-        })?;
-        r.agree(WdmaSize1::HEIGHT_WDMA, h - 1, || {
-            format!("the cube is {h} high")
-        })?;
-        let notch = r.get(DataCubeNotchAddr::NOTCH_ADDR_0);
-        let notch1 = r.get(DataCubeNotchAddr::NOTCH_ADDR_1);
-        if notch1 != notch {
-            return Err(E::unsupported(
-                DataCubeNotchAddr::NOTCH_ADDR_1,
-                notch1,
-                format!("differs from notch_addr_0 {notch} (per-line notches are not modelled)"),
-            ));
-        }
+        let ((w, h, c), notch) = decode_cube(r)?;
         r.expect(BsOwCfg::TP_ORG_EN, 0, "transpose is not modelled")?;
         r.expect(BsOwCfg::RGP_CNTER, 0, "output regroup is not modelled")?;
         r.expect(
@@ -430,6 +399,44 @@ impl Dpu {
             access: Access::Write,
         });
     }
+}
+
+/// The cube's size, which the write DMA's size registers repeat, and its line notch.
+fn decode_cube(r: &mut Reader<'_>) -> Decoded<((u32, u32, u32), u32)> {
+    use dpu::*;
+    let w = r.get(DataCubeWidth::WIDTH) + 1;
+    let h = r.get(DataCubeHeight::HEIGHT) + 1;
+    r.expect(
+        DataCubeHeight::MINMAX_CTL,
+        0,
+        "min/max statistics are not modelled",
+    )?;
+    let c = r.get(DataCubeChannel::CHANNEL) + 1;
+    r.agree(WdmaSize0::CHANNEL_WDMA, c - 1, || {
+        format!("the cube has {c} channels")
+    })?;
+    r.expect(
+        WdmaSize0::SIZE_C_WDMA,
+        0,
+        "write-DMA size_c is not modelled",
+    )?;
+    r.expect(WdmaSize0::TP_PRECISION, 0, "transpose is not modelled")?;
+    r.agree(WdmaSize1::WIDTH_WDMA, w - 1, || {
+        format!("the cube is {w} wide")
+    })?;
+    r.agree(WdmaSize1::HEIGHT_WDMA, h - 1, || {
+        format!("the cube is {h} high")
+    })?;
+    let notch = r.get(DataCubeNotchAddr::NOTCH_ADDR_0);
+    let notch1 = r.get(DataCubeNotchAddr::NOTCH_ADDR_1);
+    if notch1 != notch {
+        return Err(E::unsupported(
+            DataCubeNotchAddr::NOTCH_ADDR_1,
+            notch1,
+            format!("differs from notch_addr_0 {notch} (per-line notches are not modelled)"),
+        ));
+    }
+    Ok(((w, h, c), notch))
 }
 
 /// Bytes from a cube's base to one past its last byte: `surfaces` of `h` lines of `w`
