@@ -4,7 +4,7 @@ use super::config::{self, View};
 use super::error::{At, Lint, LintKind, SimError};
 use super::{CoreRun, Kick, MAX_TASKS, Simulator, Stall, block_name, datapath, irq, lint};
 use crate::regcmd::{BlockMask, RegCmd, TAIL_ENTRIES};
-use crate::regs::{self, Block, Register, cna, core, pc};
+use crate::regs::{self, Block, Register, cna, core, dpu, pc, ppu};
 use crate::task::read::{GroupControl, group_control};
 
 /// A chain followed without TASK_NUMBER stops here: a longer one is a cycle.
@@ -165,44 +165,14 @@ fn list_len(sim: &Simulator, addr: u32) -> Option<usize> {
 }
 
 pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError> {
+    let first_amount = check_kick(sim, kick)?;
     let core = kick.core;
-    if core >= sim.cores.len() {
-        return Err(setup(format!(
-            "core index {core} (the RK3588 has cores 0..=2)"
-        )));
-    }
-    if !kick.regcmd_addr.is_multiple_of(16) {
-        return Err(setup(format!(
-            "regcmd address {:#x} is not 16-byte aligned (PC_DATA_ADDR keeps bits 31:4)",
-            kick.regcmd_addr
-        )));
-    }
-    match kick.task_number {
-        Some(0) => return Err(setup("TASK_NUMBER 0: the kernels refuse empty jobs")),
-        Some(n) if n > MAX_TASKS => {
-            return Err(setup(format!(
-                "TASK_NUMBER {n} does not fit 12 bits (at most {MAX_TASKS})"
-            )));
-        }
-        _ => {}
-    }
-    let first_amount = (kick.regcfg_amount as usize + TAIL_ENTRIES).div_ceil(2) - 1;
-    if first_amount > u16::MAX as usize {
-        return Err(setup(format!(
-            "regcfg_amount {} gives a fetch amount above 16 bits",
-            kick.regcfg_amount
-        )));
-    }
     // The kernel's kick: CNA and CORE S_POINTER = 0xE with the core index in bits 29:28.
     for g in 0..2 {
-        for off in [
-            cna::SPointer::OFFSET as usize,
-            core::SPointer::OFFSET as usize,
-        ] {
-            sim.cores[core].groups[g][off / 4] = 0xE | ((core as u32) << 28);
+        for off in [cna::SPointer::OFFSET, core::SPointer::OFFSET] {
+            sim.cores[core].groups[g][off as usize / 4] = 0xE | ((core as u32) << 28);
         }
     }
-
     let mut out = CoreRun {
         core,
         tasks_run: 0,
@@ -214,7 +184,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
         stall: None,
     };
     let mut addr = kick.regcmd_addr;
-    let mut amount = first_amount as u32;
+    let mut amount = first_amount;
     let mut last_enable = 0;
     let mut task = 0usize;
     let mut cbuf = config::CbufState::default();
@@ -242,158 +212,222 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
             });
             break;
         }
-
-        // Check and run the task.
-        let c = &sim.cores[core];
-        let mut view = View {
-            vals: &c.groups[group],
-            written: &c.written[group],
-            serial,
-            at,
-            stale: Vec::new(),
-        };
-        let t = config::task(&mut view, BlockMask(enable), task == 0, &mut cbuf)?;
-        let stale = std::mem::take(&mut view.stale);
-        let never: Vec<u16> = stale
-            .iter()
-            .copied()
-            .filter(|&o| c.written[group][o as usize / 4] == 0)
-            .collect();
-        for reg in [
-            cna::SPointer::OFFSET as usize,
-            core::SPointer::OFFSET as usize,
-        ] {
-            let idx = (c.groups[group][reg / 4] >> 28) & 3;
-            if enable & 0x05 != 0 && idx as usize != core {
-                out.lints.push(Lint {
-                    at,
-                    kind: LintKind::CoreIndex,
-                    message: format!(
-                        "{} names core {idx} in bits 29:28 but the program runs on core {core}",
-                        super::reg_name(reg as u16)
-                    ),
-                });
-            }
-        }
-        lint::stale(&stale, &never, at, &mut out.lints);
-        lint::task(&t, at, &mut out.lints);
-        if lint::needs_rdma(&t) && enable & 0x10 == 0 {
-            out.stall = Some(Stall {
-                at,
-                why:
-                    "the DPU waits for data from DPU_RDMA, which the op-enable entry does not start"
-                        .into(),
-            });
+        let ran = run_task(sim, at, group, serial, enable, &mut cbuf, &mut out)?;
+        if !ran {
             break;
-        }
-        let read_err = sim.faults.dma_read_error == Some(at);
-        let write_err = sim.faults.dma_write_error == Some(at);
-        out.macs += datapath::execute(&mut sim.memory, &t, at, !(read_err || write_err))?;
-
-        // Interrupt status: every started block reports done for this task's group.
-        let g = group as u32;
-        if enable & 0x01 != 0 {
-            out.raw_status |= (irq::CNA_FEATURE | irq::CNA_WEIGHT | irq::CNA_CSC) & (0x15 << g);
-        }
-        if enable & 0x04 != 0 {
-            out.raw_status |= irq::CORE & (0x40 << g);
-        }
-        if enable & 0x08 != 0 {
-            out.raw_status |= irq::DPU & (0x100 << g);
-        }
-        if read_err {
-            out.raw_status |= irq::DMA_READ_ERROR;
-        }
-        if write_err {
-            out.raw_status |= irq::DMA_WRITE_ERROR;
         }
         sim.cores[core].parity ^= 1;
         task += 1;
         out.tasks_run = task as u32;
-
-        // Follow the chain.
-        let done = match kick.task_number {
-            Some(n) => task == n as usize,
-            None => f.next_addr == 0,
-        };
-        if done {
-            break;
+        match next_link(sim, kick, at, task, &f, &mut out)? {
+            Some((a, n)) => (addr, amount) = (a, n),
+            None => break,
         }
-        let next_at = At { core, task };
-        if f.next_addr == 0 {
-            out.stall = Some(Stall {
-                at: next_at,
-                why: format!(
-                    "TASK_NUMBER is {} but task {} has no chain address",
-                    kick.task_number.unwrap_or(0),
-                    task - 1
-                ),
-            });
-            break;
-        }
-        if f.next_addr % 16 != 0 {
-            return Err(SimError::Inconsistent {
-                at,
-                register: pc::BaseAddress::NAME,
-                field: "pc_source_addr",
-                value: f.next_addr as u64,
-                why: "the chain address must be 16-byte aligned (the PC keeps bits 31:4)".into(),
-            });
-        }
-        if f.next_amount > u16::MAX as u32 {
-            return Err(SimError::Unsupported {
-                at,
-                register: pc::RegisterAmounts::NAME,
-                field: "unk_17_16",
-                value: (f.next_amount >> 16) as u64,
-                why: "the bits above the 16-bit amount have no known meaning".into(),
-            });
-        }
-        match list_len(sim, f.next_addr) {
-            Some(len) => {
-                let want = len.div_ceil(2) as u32 - 1;
-                if want != f.next_amount {
-                    out.lints.push(Lint {
-                        at,
-                        kind: LintKind::ChainAmount,
-                        message: format!(
-                            "chain amount {} but the next list at {:#x} ends its op-enable at entry {}, which needs {want}",
-                            f.next_amount,
-                            f.next_addr,
-                            len - 1
-                        ),
-                    });
-                }
-            }
-            None => out.lints.push(Lint {
-                at,
-                kind: LintKind::ChainAmount,
-                message: format!(
-                    "no op-enable entry follows the chain address {:#x}",
-                    f.next_addr
-                ),
-            }),
-        }
-        if kick.task_number.is_none() && task == MAX_TASKS as usize {
-            out.lints.push(Lint {
-                at: next_at,
-                kind: LintKind::TaskCount,
-                message: format!(
-                    "the chain runs past {MAX_TASKS} tasks, more than TASK_NUMBER can count"
-                ),
-            });
-        }
-        if task >= CHAIN_LIMIT {
-            out.stall = Some(Stall {
-                at: next_at,
-                why: format!("the chain runs past {CHAIN_LIMIT} tasks (a cycle?)"),
-            });
-            break;
-        }
-        addr = f.next_addr;
-        amount = f.next_amount;
     }
+    finish(&mut out, kick, last_enable);
+    Ok(out)
+}
 
+/// Checks a kick's own values; returns the first fetch amount.
+fn check_kick(sim: &Simulator, kick: &Kick) -> Result<u32, SimError> {
+    let core = kick.core;
+    if core >= sim.cores.len() {
+        return Err(setup(format!(
+            "core index {core} (the RK3588 has cores 0..=2)"
+        )));
+    }
+    if !kick.regcmd_addr.is_multiple_of(16) {
+        return Err(setup(format!(
+            "regcmd address {:#x} is not 16-byte aligned (PC_DATA_ADDR keeps bits 31:4)",
+            kick.regcmd_addr
+        )));
+    }
+    match kick.task_number {
+        Some(0) => return Err(setup("TASK_NUMBER 0: the kernels refuse empty jobs")),
+        Some(n) if n > MAX_TASKS => {
+            return Err(setup(format!(
+                "TASK_NUMBER {n} does not fit 12 bits (at most {MAX_TASKS})"
+            )));
+        }
+        _ => {}
+    }
+    let first_amount = (kick.regcfg_amount as usize + TAIL_ENTRIES).div_ceil(2) - 1;
+    u16::try_from(first_amount).map(u32::from).map_err(|_| {
+        setup(format!(
+            "regcfg_amount {} gives a fetch amount above 16 bits",
+            kick.regcfg_amount
+        ))
+    })
+}
+
+/// Decodes, checks, lints and executes the task whose op-enable entry just arrived, and
+/// sets its interrupt bits. Returns `false` when the task stalls.
+fn run_task(
+    sim: &mut Simulator,
+    at: At,
+    group: usize,
+    serial: u64,
+    enable: u32,
+    cbuf: &mut config::CbufState,
+    out: &mut CoreRun,
+) -> Result<bool, SimError> {
+    let core = at.core;
+    let c = &sim.cores[core];
+    let mut view = View {
+        vals: &c.groups[group],
+        written: &c.written[group],
+        serial,
+        at,
+        stale: Vec::new(),
+    };
+    let t = config::task(&mut view, BlockMask(enable), at.task == 0, cbuf)?;
+    let stale = std::mem::take(&mut view.stale);
+    let never: Vec<u16> = stale
+        .iter()
+        .copied()
+        .filter(|&o| c.written[group][o as usize / 4] == 0)
+        .collect();
+    for reg in [cna::SPointer::OFFSET, core::SPointer::OFFSET] {
+        let idx = (c.groups[group][reg as usize / 4] >> 28) & 3;
+        if enable & 0x05 != 0 && idx as usize != core {
+            out.lints.push(Lint {
+                at,
+                kind: LintKind::CoreIndex,
+                message: format!(
+                    "{} names core {idx} in bits 29:28 but the program runs on core {core}",
+                    super::reg_name(reg)
+                ),
+            });
+        }
+    }
+    lint::stale(&stale, &never, at, &mut out.lints);
+    lint::task(&t, at, &mut out.lints);
+    if lint::needs_rdma(&t) && enable & 0x10 == 0 {
+        out.stall = Some(Stall {
+            at,
+            why: "the DPU waits for data from DPU_RDMA, which the op-enable entry does not start"
+                .into(),
+        });
+        return Ok(false);
+    }
+    let read_err = sim.faults.dma_read_error == Some(at);
+    let write_err = sim.faults.dma_write_error == Some(at);
+    out.macs += datapath::execute(&mut sim.memory, &t, at, !(read_err || write_err))?;
+
+    // Interrupt status: every started block reports done for this task's group.
+    let g = group as u32;
+    if enable & 0x01 != 0 {
+        out.raw_status |= (irq::CNA_FEATURE | irq::CNA_WEIGHT | irq::CNA_CSC) & (0x15 << g);
+    }
+    if enable & 0x04 != 0 {
+        out.raw_status |= irq::CORE & (0x40 << g);
+    }
+    if enable & 0x08 != 0 {
+        out.raw_status |= irq::DPU & (0x100 << g);
+    }
+    if read_err {
+        out.raw_status |= irq::DMA_READ_ERROR;
+    }
+    if write_err {
+        out.raw_status |= irq::DMA_WRITE_ERROR;
+    }
+    Ok(true)
+}
+
+/// After `task` tasks: the next list's address and amount, or `None` when the run ends
+/// (done, or a stall recorded in `out`).
+fn next_link(
+    sim: &Simulator,
+    kick: &Kick,
+    at: At,
+    task: usize,
+    f: &Fetched,
+    out: &mut CoreRun,
+) -> Result<Option<(u32, u32)>, SimError> {
+    let done = match kick.task_number {
+        Some(n) => task == n as usize,
+        None => f.next_addr == 0,
+    };
+    if done {
+        return Ok(None);
+    }
+    let next_at = At {
+        core: at.core,
+        task,
+    };
+    if f.next_addr == 0 {
+        out.stall = Some(Stall {
+            at: next_at,
+            why: format!(
+                "TASK_NUMBER is {} but task {} has no chain address",
+                kick.task_number.unwrap_or(0),
+                task - 1
+            ),
+        });
+        return Ok(None);
+    }
+    if !f.next_addr.is_multiple_of(16) {
+        return Err(SimError::Inconsistent {
+            at,
+            register: pc::BaseAddress::NAME,
+            field: pc::BaseAddress::PC_SOURCE_ADDR.name(),
+            value: f.next_addr as u64,
+            why: "the chain address must be 16-byte aligned (the PC keeps bits 31:4)".into(),
+        });
+    }
+    if f.next_amount > u16::MAX as u32 {
+        return Err(SimError::Unsupported {
+            at,
+            register: pc::RegisterAmounts::NAME,
+            field: pc::RegisterAmounts::UNK_17_16.name(),
+            value: (f.next_amount >> 16) as u64,
+            why: "the bits above the 16-bit amount have no known meaning".into(),
+        });
+    }
+    let message = match list_len(sim, f.next_addr) {
+        Some(len) => {
+            let want = len.div_ceil(2) as u32 - 1;
+            (want != f.next_amount).then(|| format!(
+                "chain amount {} but the next list at {:#x} ends its op-enable at entry {}, which needs {want}",
+                f.next_amount,
+                f.next_addr,
+                len - 1
+            ))
+        }
+        None => Some(format!(
+            "no op-enable entry follows the chain address {:#x}",
+            f.next_addr
+        )),
+    };
+    if let Some(message) = message {
+        out.lints.push(Lint {
+            at,
+            kind: LintKind::ChainAmount,
+            message,
+        });
+    }
+    if kick.task_number.is_none() && task == MAX_TASKS as usize {
+        out.lints.push(Lint {
+            at: next_at,
+            kind: LintKind::TaskCount,
+            message: format!(
+                "the chain runs past {MAX_TASKS} tasks, more than TASK_NUMBER can count"
+            ),
+        });
+    }
+    if task >= CHAIN_LIMIT {
+        out.stall = Some(Stall {
+            at: next_at,
+            why: format!("the chain runs past {CHAIN_LIMIT} tasks (a cycle?)"),
+        });
+        return Ok(None);
+    }
+    Ok(Some((f.next_addr, f.next_amount)))
+}
+
+/// Interrupt status and completion as the vendor kernel judges them, and the lint of an
+/// interrupt mask that names an early block.
+fn finish(out: &mut CoreRun, kick: &Kick, last_enable: u32) {
     out.int_status = out.raw_status & kick.int_mask;
     out.completed = out.stall.is_none() && irq::vendor_accepts(out.int_status, kick.int_mask);
     let last_pair = if last_enable & 0x20 != 0 {
@@ -407,8 +441,13 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
     let half = kick.int_mask & last_pair;
     if early != 0 || (half != 0 && half != last_pair) {
         let at = At {
-            core,
+            core: out.core,
             task: out.tasks_run.saturating_sub(1) as usize,
+        };
+        let last_block = if last_pair == irq::DPU {
+            dpu::SStatus::OFFSET
+        } else {
+            ppu::SStatus::OFFSET
         };
         out.lints.push(Lint {
             at,
@@ -417,7 +456,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
                 format!(
                     "int_mask {:#x} names bits {early:#x} of blocks that finish before the last stage ({}, {last_pair:#x}): the job can complete early",
                     kick.int_mask,
-                    block_name(if last_pair == irq::DPU { crate::regs::dpu::SStatus::OFFSET } else { crate::regs::ppu::SStatus::OFFSET })
+                    block_name(last_block)
                 )
             } else {
                 format!(
@@ -427,5 +466,4 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
             },
         });
     }
-    Ok(out)
 }
