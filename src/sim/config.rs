@@ -248,32 +248,7 @@ fn conv_main(
     }
     check_cbuf(cna, at, first, cbuf_state)?;
 
-    // Feature strides (docs/simulator.md, "Feature addressing").
-    if !f.group_line_off && h > 1 && !f.line_stride.is_multiple_of(4) {
-        return Err(unsupported(
-            at,
-            cna::DmaCon1::LINE_STRIDE,
-            f.line_stride,
-            "with group line fetch on (GROUP_LINE_OFF 0) the line stride counts 4-byte units and must be a multiple of 4",
-        ));
-    }
-    let (line, surf) = f.strides();
-    if c > prec.atom_elems() && surf <= 0 {
-        return Err(inconsistent(
-            at,
-            cna::DmaCon2::SURF_STRIDE,
-            (f.surf_stride as u32) & 0x0FFF_FFFF,
-            format!("gives a surface stride of {} atoms", surf / 16),
-        ));
-    }
-    if h > 1 && line <= 0 {
-        return Err(inconsistent(
-            at,
-            cna::DmaCon1::LINE_STRIDE,
-            f.line_stride,
-            "gives a zero line stride for several lines",
-        ));
-    }
+    let (line, surf) = feature_strides(f, prec, at)?;
     let wbase = addr(cna.weights.addr);
     if !wbase.is_multiple_of(16) {
         return Err(inconsistent(
@@ -300,6 +275,38 @@ fn conv_main(
             prec,
         },
     })
+}
+
+/// Line and surface strides in bytes (docs/simulator.md, "Feature addressing"), positive
+/// where the cube has several lines or surfaces.
+fn feature_strides(f: &task::Feature, prec: Precision, at: At) -> Result<(i64, i64), SimError> {
+    let (h, c) = (f.height, f.channels);
+    if !f.group_line_off && h > 1 && !f.line_stride.is_multiple_of(4) {
+        return Err(unsupported(
+            at,
+            cna::DmaCon1::LINE_STRIDE,
+            f.line_stride,
+            "with group line fetch on (GROUP_LINE_OFF 0) the line stride counts 4-byte units and must be a multiple of 4",
+        ));
+    }
+    let (line, surf) = f.strides();
+    if c > prec.atom_elems() && surf <= 0 {
+        return Err(inconsistent(
+            at,
+            cna::DmaCon2::SURF_STRIDE,
+            (f.surf_stride as u32) & 0x0FFF_FFFF,
+            format!("gives a surface stride of {} atoms", surf / 16),
+        ));
+    }
+    if h > 1 && line <= 0 {
+        return Err(inconsistent(
+            at,
+            cna::DmaCon1::LINE_STRIDE,
+            f.line_stride,
+            "gives a zero line stride for several lines",
+        ));
+    }
+    Ok((line, surf))
 }
 
 /// A 1×1, stride-1, unpadded convolution: the output is the feature cube's size, and the
