@@ -36,10 +36,23 @@ pub fn fixture_address(buffer: BufferId) -> Option<u64> {
         .map(|(_, a)| u64::from(*a))
 }
 
+/// The shape: M × K × N.
+const M: u16 = 4;
+const K: u16 = 32;
+const N: u16 = 32;
+
 /// The task body: the 104 register writes of register-map.md section 8, rows 0-103.
 pub fn body() -> Result<TaskBuilder> {
-    let (m, k, n) = (4u16, 32u16, 32u16);
     let mut t = TaskBuilder::with_capacity(104);
+    cna_part(&mut t)?;
+    core_part(&mut t);
+    dpu_part(&mut t)?;
+    Ok(t)
+}
+
+/// The DPU ping-pong pointer, then the CNA rows.
+fn cna_part(t: &mut TaskBuilder) -> Result<()> {
+    let (m, k, n) = (M, K, N);
     t.write(
         dpu::SPointer::new()
             .with_pointer_pp_en(true)
@@ -122,12 +135,23 @@ pub fn body() -> Result<TaskBuilder> {
         .write(cna::CvtCon5::new())
         .write(cna::PadCon1::new());
     // CORE: int8, output cube M × 1 × N (minus one each), full int32, undocumented 0x3030.
+    Ok(())
+}
+
+/// The CORE rows.
+fn core_part(t: &mut TaskBuilder) {
+    let (m, n) = (M, N);
     t.write(core::MiscCfg::new())
         .write(core::DataoutSize0::new().with_dataout_height(m - 1))
         .write(core::DataoutSize1::new().with_dataout_channel(n - 1))
         .write(core::ClipTruncate::new())
         .write(core::Unk3030::new());
     // DPU: int32 to memory, every stage bypassed.
+}
+
+/// The DPU rows.
+fn dpu_part(t: &mut TaskBuilder) -> Result<()> {
+    let (m, n) = (M, N);
     t.write(
         dpu::FeatureModeCfg::new()
             .with_burst_len(BurstLen::BURST16)
@@ -209,7 +233,7 @@ pub fn body() -> Result<TaskBuilder> {
         .write(dpu::LutLeSlopeShift::new())
         .write(dpu::LutLoSlopeScale::new())
         .write(dpu::LutLoSlopeShift::new());
-    Ok(t)
+    Ok(())
 }
 
 /// The whole program: one task started with CNA + CORE + DPU, completing on the DPU

@@ -415,3 +415,22 @@ fn precision_codes_are_the_generated_value_set() {
     }
     assert_eq!(Precision::from_code(7), None);
 }
+
+#[test]
+fn the_reference_worked_example_decodes_into_the_model() {
+    use crate::kernels::worked_example;
+    let body = worked_example::body().unwrap();
+    let mut regs = Snapshot::from_writes(body.entries().iter().map(|e| (e.offset(), e.value())));
+    let t = Task::decode(&mut regs, crate::regcmd::BlockMask::CONV).unwrap();
+    let cna = t.cna.unwrap();
+    assert_eq!(cna.precision, Precision::Int8);
+    assert_eq!(
+        (cna.feature.width, cna.feature.height, cna.feature.channels),
+        (1, 4, 32)
+    );
+    assert_eq!(cna.weights.kernels, 32);
+    let dpu = t.dpu.unwrap();
+    assert_eq!(dpu.out.precision, Precision::Int32);
+    assert_eq!(dpu.cube, (1, 4, 32));
+    assert!(dpu.ew.is_none() && dpu.bs.bypass && dpu.bn.bypass);
+}
