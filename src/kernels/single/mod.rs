@@ -417,9 +417,11 @@ impl SingleMatmul {
         let p = self.dtype.precision();
         Ok(Task {
             cna: Some(self.cna_task(a, b)),
+            // QD_EN set for every precision, as the vendor runtime's programs do
+            // (docs/conformance.md).
             core: Some(Core {
                 precision: p,
-                qd_en: !p.is_float(),
+                qd_en: true,
                 out: (w, h, self.padded_n()),
             }),
             dpu: Some(self.dpu_task(c)),
@@ -561,8 +563,10 @@ impl SingleMatmul {
             bs,
             bn: Stage::BYPASSED,
             ew,
+            // The vendor's int8 programs clear OD_BYPASS (the CPEND adder adds 0); every
+            // other validated program sets it (docs/conformance.md).
             ow: OwCfg {
-                od_bypass: true,
+                od_bypass: p != Precision::Int8,
                 size_e: [size_e; 3],
                 ow_src: 0,
                 ow_op: 0,
