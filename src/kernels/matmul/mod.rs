@@ -41,7 +41,7 @@ pub const B: BufferId = BufferId(2);
 /// Partial result blocks.
 pub const C: BufferId = BufferId(3);
 
-const BANK: u64 = 32 * 1024;
+const BANK: u64 = crate::task::cbuf::BANK_BYTES;
 
 /// Tasks one submission counts per core (12-bit TASK_NUMBER).
 pub const MAX_TASKS: usize = 4095;
@@ -163,6 +163,114 @@ fn partial_type(dtype: Dtype) -> OutType {
     }
 }
 
+/// K waves of at most 4096 channels (480 for int4, so int16 sums cannot saturate),
+/// avoiding int8 K tiles in (3072, 4096) for more than 4 rows (matmul-recipe.md quirk 4).
+fn k_waves(k: u32, m: u32, dtype: Dtype) -> Vec<Wave> {
+    let k_max = match dtype {
+        Dtype::Int4 => 480,
+        _ => 4096,
+    };
+    let mut count = k.div_ceil(k_max);
+    loop {
+        let kw = k.div_ceil(count).next_multiple_of(32).min(k);
+        let kw_pad = kw.next_multiple_of(32);
+        if dtype == Dtype::Int8 && m > 4 && kw_pad > 3072 && kw_pad < 4096 {
+            count += 1;
+            continue;
+        }
+        let mut v = Vec::new();
+        let mut k0 = 0;
+        while k0 < k {
+            let w = kw.min(k - k0);
+            v.push(Wave {
+                k0,
+                kw: w,
+                ai: w.next_multiple_of(32),
+            });
+            k0 += w;
+        }
+        return v;
+    }
+}
+
+/// The tasks of a plan, dealt to cores.
+struct Tiles {
+    tasks: Vec<TaskTile>,
+    per_core: Vec<usize>,
+    a_bytes: u64,
+    c_bytes: u64,
+}
+
+/// Deals column tiles to cores (contiguous ranges, the remainder to the first cores); each
+/// column tile runs every wave and M tile. A blocks are laid out per wave and M tile, C
+/// blocks in task order.
+fn deal_tiles(
+    waves: &[Wave],
+    (m, m_tile): (u32, u32),
+    (n_pad, n_tile): (u32, u32),
+    cores: u32,
+    part: OutType,
+    bits: u64,
+) -> Result<Tiles> {
+    let n_groups = n_pad.div_ceil(n_tile);
+    let mut tasks = Vec::new();
+    let mut per_core = Vec::new();
+    let (mut a_bytes, mut c_bytes) = (0u64, 0u64);
+    let mut a_offsets = Vec::new();
+    for w in waves {
+        let mut row = Vec::new();
+        let mut m0 = 0;
+        while m0 < m {
+            let rows = m_tile.min(m - m0);
+            row.push(a_bytes);
+            a_bytes += rows as u64 * w.ai as u64 * bits / 8;
+            m0 += rows;
+        }
+        a_offsets.push(row);
+    }
+    let mut g = 0;
+    for core in 0..cores {
+        let groups = n_groups / cores + u32::from(core < n_groups % cores);
+        let before = tasks.len();
+        for _ in 0..groups {
+            let n0 = g * n_tile;
+            let nt = n_tile.min(n_pad - n0);
+            for (wi, offsets) in a_offsets.iter().enumerate() {
+                let mut m0 = 0;
+                for &a_offset in offsets {
+                    let rows = m_tile.min(m - m0);
+                    tasks.push(TaskTile {
+                        core,
+                        wave: wi as u32,
+                        m0,
+                        rows,
+                        n0,
+                        nt,
+                        a_offset,
+                        c_offset: c_bytes,
+                    });
+                    c_bytes += rows as u64 * nt as u64 * part.bytes() as u64;
+                    m0 += rows;
+                }
+            }
+            g += 1;
+        }
+        let count = tasks.len() - before;
+        if count > MAX_TASKS {
+            return Err(unsupported(format!(
+                "core {core} would run {count} tasks; one submission counts at most 4095"
+            )));
+        }
+        per_core.push(count);
+    }
+    Ok(Tiles {
+        tasks,
+        per_core,
+        a_bytes,
+        c_bytes,
+    })
+}
+
 impl Plan {
     /// Plans `spec`, or says why it cannot be run.
     pub fn new(spec: MatmulSpec) -> Result<Plan> {
@@ -192,32 +300,7 @@ impl Plan {
             )));
         }
         let bits = dtype.bits() as u64;
-        // K waves.
-        let k_max = match dtype {
-            Dtype::Int4 => 480,
-            _ => 4096,
-        };
-        let mut count = k.div_ceil(k_max);
-        let waves = loop {
-            let kw = k.div_ceil(count).next_multiple_of(32).min(k);
-            let kw_pad = kw.next_multiple_of(32);
-            if dtype == Dtype::Int8 && m > 4 && kw_pad > 3072 && kw_pad < 4096 {
-                count += 1;
-                continue;
-            }
-            let mut v = Vec::new();
-            let mut k0 = 0;
-            while k0 < k {
-                let w = kw.min(k - k0);
-                v.push(Wave {
-                    k0,
-                    kw: w,
-                    ai: w.next_multiple_of(32),
-                });
-                k0 += w;
-            }
-            break v;
-        };
+        let waves = k_waves(k, m, dtype);
         let ai_max = waves.iter().map(|w| w.ai).max().unwrap_or(32) as u64;
         // M tiles: the data banks left next to one 32-kernel weight group (at least 2).
         let group = dtype.kernels_per_atom().max(32) as u64;
@@ -248,61 +331,15 @@ impl Plan {
                 "N = {n} gives {n_groups} column tile(s) of {granule}, fewer than {cores} cores"
             )));
         }
-        // Deal column tiles to cores: contiguous ranges, the remainder to the first cores.
-        let part = partial_type(dtype);
-        let mut tasks = Vec::new();
-        let mut per_core = Vec::new();
-        let (mut a_bytes, mut c_bytes) = (0u64, 0u64);
-        let mut a_offsets = Vec::new();
-        for w in &waves {
-            let mut row = Vec::new();
-            let mut m0 = 0;
-            while m0 < m {
-                let rows = m_tile.min(m - m0);
-                row.push(a_bytes);
-                a_bytes += rows as u64 * w.ai as u64 * bits / 8;
-                m0 += rows;
-            }
-            a_offsets.push(row);
-        }
-        let mut g = 0;
-        for core in 0..cores {
-            let groups = n_groups / cores + u32::from(core < n_groups % cores);
-            let before = tasks.len();
-            for _ in 0..groups {
-                let n0 = g * n_tile;
-                let nt = n_tile.min(n_pad - n0);
-                for (wi, w) in waves.iter().enumerate() {
-                    let mut m0 = 0;
-                    let mut mi = 0;
-                    while m0 < m {
-                        let rows = m_tile.min(m - m0);
-                        tasks.push(TaskTile {
-                            core,
-                            wave: wi as u32,
-                            m0,
-                            rows,
-                            n0,
-                            nt,
-                            a_offset: a_offsets[wi][mi],
-                            c_offset: c_bytes,
-                        });
-                        c_bytes += rows as u64 * nt as u64 * part.bytes() as u64;
-                        m0 += rows;
-                        mi += 1;
-                    }
-                    let _ = w;
-                }
-                g += 1;
-            }
-            let count = tasks.len() - before;
-            if count > MAX_TASKS {
-                return Err(unsupported(format!(
-                    "core {core} would run {count} tasks; one submission counts at most 4095"
-                )));
-            }
-            per_core.push(count);
-        }
+        let t = deal_tiles(
+            &waves,
+            (m, m_tile),
+            (n_pad, n_tile),
+            cores,
+            partial_type(dtype),
+            bits,
+        )?;
+        let (tasks, per_core, a_bytes, c_bytes) = (t.tasks, t.per_core, t.a_bytes, t.c_bytes);
         let mut b_offsets = Vec::new();
         let mut b_bytes = 0u64;
         for w in &waves {
