@@ -355,63 +355,14 @@ impl Decoded {
 
     fn entry_line(&self, out: &mut String, e: &Entry, width: usize, base: Option<u32>) {
         let _ = write!(out, "{:0w$}  ", e.index, w = width);
+        entry_body(out, e);
+        self.entry_notes(out, e, base);
+        out.push('\n');
+    }
+
+    /// The `  # ...` notes of an entry: tail role, chain target, raw, relocation.
+    fn entry_notes(&self, out: &mut String, e: &Entry, base: Option<u32>) {
         let w = e.word;
-        match e.kind {
-            EntryKind::Nop => {
-                out.push_str("NOP");
-                if w.0 != 0 {
-                    let _ = write!(out, " ({:#018x})", w.0);
-                }
-            }
-            EntryKind::Marker => {
-                out.push_str("MARKER");
-                if w.0 != RegCmd::MARKER.0 {
-                    let _ = write!(out, " value={:#010x} offset={:#06x}", w.value(), w.offset());
-                }
-            }
-            EntryKind::OpEnable => {
-                let _ = write!(
-                    out,
-                    "OP_ENABLE = {:#010x} {{ {} }}",
-                    w.value(),
-                    BlockMask(w.value())
-                );
-            }
-            EntryKind::UnknownTarget => {
-                let _ = write!(
-                    out,
-                    "UNKNOWN target={:#06x} offset={:#06x} value={:#010x}",
-                    w.target(),
-                    w.offset(),
-                    w.value()
-                );
-            }
-            EntryKind::UnknownRegister(b) => {
-                let _ = write!(
-                    out,
-                    "{}.UNKNOWN offset={:#06x} value={:#010x}",
-                    b.name(),
-                    w.offset(),
-                    w.value()
-                );
-            }
-            EntryKind::Write(info) => {
-                let _ = write!(out, "{} = {:#010x} {{ ", info.full_name, w.value());
-                for (k, f) in e.fields().iter().enumerate() {
-                    if k > 0 {
-                        out.push_str(", ");
-                    }
-                    out.push_str(f.info.name);
-                    out.push_str(": ");
-                    format_field(out, f);
-                }
-                let reserved = e.reserved_bits();
-                if reserved != 0 {
-                    let _ = write!(out, ", !reserved: {reserved:#010x}");
-                }
-                out.push_str(" }");
-            }
-        }
         let mut notes: Vec<String> = Vec::new();
         if let Some(role) = e.role {
             let mut note = match role {
@@ -465,7 +416,6 @@ impl Decoded {
         if !notes.is_empty() {
             let _ = write!(out, "  # {}", notes.join("; "));
         }
-        out.push('\n');
     }
 
     /// The same content as JSON: `{"entries": [...], "tasks": [...], "summary": {...}}`.
@@ -570,5 +520,66 @@ impl Decoded {
             self.unknown()
         );
         out
+    }
+}
+
+/// An entry's text before its notes: what it is and, for a write, every field.
+fn entry_body(out: &mut String, e: &Entry) {
+    let w = e.word;
+    match e.kind {
+        EntryKind::Nop => {
+            out.push_str("NOP");
+            if w.0 != 0 {
+                let _ = write!(out, " ({:#018x})", w.0);
+            }
+        }
+        EntryKind::Marker => {
+            out.push_str("MARKER");
+            if w.0 != RegCmd::MARKER.0 {
+                let _ = write!(out, " value={:#010x} offset={:#06x}", w.value(), w.offset());
+            }
+        }
+        EntryKind::OpEnable => {
+            let _ = write!(
+                out,
+                "OP_ENABLE = {:#010x} {{ {} }}",
+                w.value(),
+                BlockMask(w.value())
+            );
+        }
+        EntryKind::UnknownTarget => {
+            let _ = write!(
+                out,
+                "UNKNOWN target={:#06x} offset={:#06x} value={:#010x}",
+                w.target(),
+                w.offset(),
+                w.value()
+            );
+        }
+        EntryKind::UnknownRegister(b) => {
+            let _ = write!(
+                out,
+                "{}.UNKNOWN offset={:#06x} value={:#010x}",
+                b.name(),
+                w.offset(),
+                w.value()
+            );
+        }
+        EntryKind::Write(info) => {
+            let _ = write!(out, "{} = {:#010x} {{ ", info.full_name, w.value());
+            for (k, f) in e.fields().iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(f.info.name);
+                out.push_str(": ");
+                format_field(out, f);
+            }
+            let reserved = e.reserved_bits();
+            if reserved != 0 {
+                let _ = write!(out, ", !reserved: {reserved:#010x}");
+            }
+            out.push_str(" }");
+        }
     }
 }
