@@ -12,6 +12,8 @@
 //!   for every precision, and matmul plans of any shape with their packers;
 //! * [`sim`] — a strict functional simulator that executes programs against a memory
 //!   image, so programs can be tested without a board (docs/simulator.md);
+//! * [`submit`] — the vocabulary every layer describes submissions in: task descriptors,
+//!   core masks and ranges, interrupt bits;
 //! * [`float`] — fp16/bf16 conversions shared by packers and simulator;
 //! * [`sys`] — the kernels' structures and request codes, and the one seam every request
 //!   goes through (the only module where the `unsafe_code` lint is allowed);
@@ -44,6 +46,7 @@ pub mod kernels;
 pub mod regcmd;
 pub mod regs;
 pub mod sim;
+pub mod submit;
 pub mod sys;
 pub mod trace;
 

@@ -15,7 +15,7 @@ use rknpu_driver::device::emu::{EmuKernel, Flavour};
 use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
-use rknpu_driver::sim::irq;
+use rknpu_driver::submit::irq;
 use rknpu_driver::trace::{
     Chunk, Contents, MemorySink, ReplayOptions, Trace, dump, import_capture, replay_check,
     replay_hw, replay_model, replay_model_with,

@@ -12,7 +12,8 @@
 //! stale data here as it would on a board. docs/hw-testing.md lists the behaviours.
 
 use crate::regcmd::TAIL_ENTRIES;
-use crate::sim::{Faults, Kick, RangeTask, Simulator};
+use crate::sim::{Faults, Kick, Simulator};
+use crate::submit::{self, TaskDesc, irq};
 use crate::sys::uapi::{self, *};
 use crate::sys::{DmaMem, Errno, Fd, Ioctl, Kernel, Mapping, VendorOp};
 use std::collections::HashMap;
@@ -605,7 +606,7 @@ impl EmuKernel {
                 .and_then(|b| RknpuTask::read_from_bytes(b).ok())
         };
         // Which cores run which task ranges (kernel-interfaces.md 3.5).
-        let slots = super::CoreMask::from_bits(sub.core_mask).map_or(&[][..], |m| m.started());
+        let slots = submit::started_cores(sub.core_mask).unwrap_or(&[]);
         let timeout = Duration::from_millis(sub.timeout as u64);
         let nonblock = sub.flags & job::NONBLOCK != 0;
         if slots.is_empty() {
@@ -643,10 +644,11 @@ impl EmuKernel {
             }
             let base = range.task_start as usize;
             let run = s.sim.run_range(core, range.task_number, |i| {
-                read_task(base + i as usize).map(|t| RangeTask {
-                    regcmd_addr: t.regcmd_addr as u32,
+                read_task(base + i as usize).map(|t| TaskDesc {
+                    offset: t.regcmd_addr as u32,
                     regcfg_amount: t.regcfg_amount,
                     int_mask: t.int_mask,
+                    enable: t.enable_mask,
                 })
             });
             macs += run.macs;
@@ -833,10 +835,10 @@ fn rocket_submit(
             regcmd_addr: t.regcmd,
             regcfg_amount: t.regcmd_count.saturating_sub(TAIL_ENTRIES as u32),
             task_number: Some(1),
-            int_mask: crate::sim::irq::DPU,
+            int_mask: irq::DPU,
         };
         match s.sim.kick(&kick) {
-            Ok(run) if run.raw_status & crate::sim::irq::DPU != 0 && run.stall.is_none() => {}
+            Ok(run) if run.raw_status & irq::DPU != 0 && run.stall.is_none() => {}
             Ok(run) => {
                 s.log.push(format!(
                     "NPU job timed out (raw status {:#x}{})",

@@ -1,7 +1,8 @@
 //! Jobs: tasks in a regcmd buffer, the cores that run them, submission and completion.
 
 use super::{Bo, BoFlags, Device, DeviceError, Interface, Result};
-use crate::regcmd::{Program, TAIL_ENTRIES};
+use crate::regcmd::Program;
+use crate::submit::{self, TaskDesc};
 use crate::sys::uapi::*;
 use crate::sys::{Errno, Fd, Ioctl, VendorOp};
 use crate::trace::{DoneRecord, SubmitRecord, TaskRecord};
@@ -77,47 +78,11 @@ impl CoreMask {
     }
 
     /// The cores the vendor kernel starts and the `subcore_task` slot each reads, in
-    /// core order (kernel-interfaces.md 3.5, quirk 8). For `Auto` the kernel picks one
-    /// core, which reads the slot of its index; the emulated kernel and trace replay take
-    /// core 0.
+    /// core order ([`submit::started_cores`]). For `Auto` the kernel picks one core, which
+    /// reads the slot of its index; the emulated kernel and trace replay take core 0.
     pub fn started(self) -> &'static [(usize, usize)] {
-        match self {
-            CoreMask::Auto | CoreMask::Core0 => &[(0, 0)],
-            CoreMask::Core1 => &[(1, 1)],
-            CoreMask::Core2 => &[(2, 2)],
-            CoreMask::Cores01 => &[(0, 0), (1, 1)],
-            CoreMask::All => &[(0, 2), (1, 3), (2, 4)],
-        }
-    }
-}
-
-/// One task of a job: where its list is in the regcmd buffer and how the kernel must
-/// describe it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TaskDesc {
-    /// Byte offset of the task's list in the regcmd buffer (16-byte aligned).
-    pub offset: u32,
-    /// Body entries, tail excluded (vendor `regcfg_amount`).
-    pub regcfg_amount: u32,
-    /// Completion interrupt bits (0x300 for a DPU-last task).
-    pub int_mask: u32,
-    /// The op-enable mask.
-    pub enable: u32,
-}
-
-impl TaskDesc {
-    /// The tasks of a built program, as a kernel driver must describe them.
-    pub fn of_program(program: &Program) -> Vec<TaskDesc> {
-        program
-            .tasks()
-            .iter()
-            .map(|t| TaskDesc {
-                offset: t.byte_offset() as u32,
-                regcfg_amount: t.regcfg_amount() as u32,
-                int_mask: t.int_mask,
-                enable: t.enable.0,
-            })
-            .collect()
+        // Every mask this type can hold starts a core.
+        submit::started_cores(self.bits()).unwrap_or(&[])
     }
 }
 
@@ -140,10 +105,10 @@ impl<'a> Job<'a> {
     /// The tasks of a built program whose regcmd buffer is `regcmd`, on one core
     /// (automatic), with a 500 ms timeout (matmul-recipe.md quirk 23).
     pub fn from_program(regcmd: &'a Bo<'a>, program: &Program) -> Job<'a> {
-        Job::new(regcmd, TaskDesc::of_program(program))
+        Job::new(regcmd, program.tasks().to_vec())
     }
 
-    /// A job of explicit tasks.
+    /// A job of explicit tasks, each `offset` inside `regcmd`.
     pub fn new(regcmd: &'a Bo<'a>, tasks: Vec<TaskDesc>) -> Job<'a> {
         let n = tasks.len();
         Job {
@@ -215,12 +180,11 @@ impl<'a> Job<'a> {
             return invalid("a core with no task".into());
         }
         for t in &self.tasks {
-            let end = t.offset as u64 + (t.regcfg_amount as u64 + TAIL_ENTRIES as u64) * 8;
-            if t.offset % 16 != 0 || end > self.regcmd.size() as u64 {
+            if t.offset % 16 != 0 || t.end() > self.regcmd.size() as u64 {
                 return invalid(format!(
                     "task list at offset {:#x} of {} entries does not fit the {}-byte regcmd buffer 16-byte aligned",
                     t.offset,
-                    t.regcfg_amount as usize + TAIL_ENTRIES,
+                    t.list_bytes() / 8,
                     self.regcmd.size()
                 ));
             }
@@ -413,15 +377,7 @@ impl Device {
         let n = job.tasks.len() as u32;
         let ranges = match job.cores {
             CoreMask::Auto => vec![(0, n)],
-            _ => job
-                .split
-                .iter()
-                .scan(0u32, |start, &k| {
-                    let range = (*start, k as u32);
-                    *start += k as u32;
-                    Some(range)
-                })
-                .collect(),
+            _ => submit::ranges(&job.split),
         };
         let record = SubmitRecord {
             flags: match self.info.interface {
@@ -505,7 +461,7 @@ impl Device {
             let task = RknpuTask {
                 enable_mask: t.enable,
                 int_mask: t.int_mask,
-                int_clear: 0x1_FFFF,
+                int_clear: submit::irq::CLEAR_ALL,
                 regcfg_amount: t.regcfg_amount,
                 regcmd_addr: job.regcmd.dma_addr() as u64 + t.offset as u64,
                 ..RknpuTask::default()
@@ -523,7 +479,6 @@ impl Device {
             fence_fd: -1,
             ..RknpuSubmit::default()
         };
-        let mut start = 0u32;
         match job.cores {
             // Whichever core the kernel picks finds the whole job in its slot.
             CoreMask::Auto => {
@@ -535,12 +490,14 @@ impl Device {
                 }
             }
             _ => {
-                for (&(_, slot), &n) in job.cores.started().iter().zip(&job.split) {
+                let ranges = submit::ranges(&job.split);
+                for (&(_, slot), (task_start, task_number)) in
+                    job.cores.started().iter().zip(ranges)
+                {
                     sub.subcore_task[slot] = RknpuSubcoreTask {
-                        task_start: start,
-                        task_number: n as u32,
+                        task_start,
+                        task_number,
                     };
-                    start += n as u32;
                 }
             }
         }
@@ -583,7 +540,7 @@ impl Device {
             .iter()
             .map(|t| DrmRocketTask {
                 regcmd: job.regcmd.dma_addr() + t.offset,
-                regcmd_count: t.regcfg_amount + TAIL_ENTRIES as u32,
+                regcmd_count: t.regcmd_count(),
             })
             .collect();
         let ins: Vec<u32> = std::iter::once(job.regcmd)

@@ -38,7 +38,7 @@ mod job;
 pub mod matmul;
 
 pub use error::DeviceError;
-pub use job::{CoreMask, Job, JobResult, Pending, TaskDesc};
+pub use job::{CoreMask, Job, JobResult, Pending};
 
 use crate::sys::uapi::{self, *};
 use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, RealKernel, VendorOp};

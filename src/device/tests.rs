@@ -4,6 +4,7 @@
 
 use super::emu::{EmuKernel, Flavour, node_path};
 use super::*;
+use crate::submit::TaskDesc;
 use crate::sys::uapi::{
     DrmRocketCreateBo, DrmRocketJob, DrmRocketPrepBo, DrmRocketTask, RknpuTask,
 };

@@ -28,7 +28,7 @@ impl Setup {
         Setup {
             mm,
             words: program.bind(addr).unwrap(),
-            body: program.tasks()[0].regcfg_amount() as u32,
+            body: program.tasks()[0].regcfg_amount,
         }
     }
 
@@ -412,7 +412,7 @@ fn a_dpu_task_without_its_read_dma_stalls_and_lints() {
     let run = sim
         .kick(&Kick::new(
             at(single::REGCMD),
-            program.tasks()[0].regcfg_amount() as u32,
+            program.tasks()[0].regcfg_amount,
         ))
         .unwrap();
     assert!(!run.completed && run.stall.is_some());
@@ -547,7 +547,7 @@ fn chain_amount_and_task_count_are_linted() {
     let run = sim
         .kick(&Kick::new(
             at(single::REGCMD),
-            program.tasks()[0].regcfg_amount() as u32,
+            program.tasks()[0].regcfg_amount,
         ))
         .unwrap();
     assert_eq!(run.tasks_run, 4096);
@@ -578,7 +578,7 @@ fn stale_registers_are_linted() {
     let s = Setup {
         mm,
         words: program.bind(addr).unwrap(),
-        body: program.tasks()[0].regcfg_amount() as u32,
+        body: program.tasks()[0].regcfg_amount,
     };
     let run = s.run().unwrap();
     assert_eq!(run.tasks_run, 3);

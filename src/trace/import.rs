@@ -5,7 +5,7 @@
 use super::record::relocations;
 use super::{Chunk, Contents, Header, Trace, TraceTask};
 use crate::regcmd::{self, BlockMask, RegCmd, TAIL_ENTRIES};
-use crate::sim::irq;
+use crate::submit::irq;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};

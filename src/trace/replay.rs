@@ -5,9 +5,10 @@
 //! submissions run, and completions and outputs are compared with the recording.
 
 use super::{Chunk, Contents, Trace, TraceTask, fnv1a64, seeded_bytes};
-use crate::device::{Bo, BoFlags, CoreMask, Device, DeviceError, Job, TaskDesc};
+use crate::device::{Bo, BoFlags, CoreMask, Device, DeviceError, Job};
 use crate::regcmd::{self, EntryKind, RegCmd, TAIL_ENTRIES};
-use crate::sim::{RangeTask, Simulator, irq};
+use crate::sim::Simulator;
+use crate::submit::{TaskDesc, irq};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -220,10 +221,11 @@ impl Target for Model {
             let run = self.sim.run_range(core, count, |i| {
                 let at = base + i as usize;
                 let t = r.tasks.get(at)?;
-                Some(RangeTask {
-                    regcmd_addr: r.addrs[at],
+                Some(TaskDesc {
+                    offset: r.addrs[at],
                     regcfg_amount: t.regcfg_amount,
                     int_mask: t.int_mask,
+                    enable: t.enable,
                 })
             });
             out.lints.extend(run.lints.iter().map(|l| l.to_string()));

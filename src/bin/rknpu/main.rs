@@ -166,7 +166,7 @@ fn cmd_sim(args: &[String]) -> Result<(), Failure> {
     let mut core = 0usize;
     let mut loads = Vec::new();
     let mut dumps = Vec::new();
-    let mut int_mask = rknpu_driver::sim::irq::DPU;
+    let mut int_mask = rknpu_driver::submit::irq::DPU;
     let mut it = args[1..].iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
