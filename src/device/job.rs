@@ -2,10 +2,10 @@
 
 use super::{Bo, BoFlags, Device, DeviceError, Interface, Result};
 use crate::regcmd::Program;
-use crate::submit::{self, TaskDesc};
+use crate::submit::{self, BufferTask, TaskDesc};
 use crate::sys::uapi::*;
 use crate::sys::{Errno, Fd, Ioctl, VendorOp};
-use crate::trace::{DoneRecord, SubmitRecord, TaskRecord};
+use crate::trace::{DoneRecord, SubmitRecord};
 use std::time::{Duration, Instant};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -390,12 +390,9 @@ impl Device {
             tasks: job
                 .tasks
                 .iter()
-                .map(|t| TaskRecord {
-                    regcmd_handle: job.regcmd.handle(),
-                    offset: t.offset,
-                    regcfg_amount: t.regcfg_amount,
-                    int_mask: t.int_mask,
-                    enable: t.enable,
+                .map(|&task| BufferTask {
+                    buffer: job.regcmd.handle(),
+                    task,
                 })
                 .collect(),
             writes: job.writes.iter().map(|b| b.handle()).collect(),

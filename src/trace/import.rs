@@ -3,9 +3,9 @@
 //! files, buffers named by address, and a `meta.json`).
 
 use super::record::relocations;
-use super::{Chunk, Contents, Header, Trace, TraceTask};
+use super::{Chunk, Contents, Header, Trace};
 use crate::regcmd::{self, BlockMask, RegCmd, TAIL_ENTRIES};
-use crate::submit::irq;
+use crate::submit::{BufferTask, TaskDesc, irq};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -120,12 +120,14 @@ pub fn import_raw(
         core_mask: 1,
         timeout_ms: 500,
         ranges: vec![(0, 1)],
-        tasks: vec![TraceTask {
-            regcmd_buffer: 0,
-            offset: 0,
-            regcfg_amount: task_words,
-            int_mask,
-            enable: 0,
+        tasks: vec![BufferTask {
+            buffer: 0,
+            task: TaskDesc {
+                offset: 0,
+                regcfg_amount: task_words,
+                int_mask,
+                enable: 0,
+            },
         }],
     });
     chunks.extend(outputs);
@@ -299,17 +301,19 @@ pub fn import_capture(dir: &Path) -> Result<Trace, ImportError> {
                 (LOOSE, addr)
             }
         };
-        tasks.push(TraceTask {
-            regcmd_buffer: buffer,
-            offset,
-            regcfg_amount: amount,
-            int_mask,
-            enable,
+        tasks.push(BufferTask {
+            buffer,
+            task: TaskDesc {
+                offset,
+                regcfg_amount: amount,
+                int_mask,
+                enable,
+            },
         });
     }
     let mut regcmd_ids: Vec<u32> = tasks
         .iter()
-        .map(|t| t.regcmd_buffer)
+        .map(|t| t.buffer)
         .filter(|&b| b != LOOSE)
         .collect();
     // Loose lists within 64 KiB of each other share a page-aligned buffer.
@@ -331,10 +335,10 @@ pub fn import_capture(dir: &Path) -> Result<Trace, ImportError> {
         let id = bufs.len() as u32;
         for t in tasks
             .iter_mut()
-            .filter(|t| t.regcmd_buffer == LOOSE && t.offset >= base && (t.offset as u64) < end)
+            .filter(|t| t.buffer == LOOSE && t.task.offset >= base && (t.task.offset as u64) < end)
         {
-            t.regcmd_buffer = id;
-            t.offset -= base;
+            t.buffer = id;
+            t.task.offset -= base;
         }
         bufs.push(Placed {
             id,

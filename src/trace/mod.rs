@@ -20,12 +20,13 @@ mod record;
 mod replay;
 
 pub use import::{ImportError, import_capture, import_raw};
-pub use record::{DoneRecord, MemorySink, Recorder, SubmitRecord, TaskRecord};
+pub use record::{DoneRecord, MemorySink, Recorder, SubmitRecord};
 pub use replay::{
     MAX_REPLAY_BYTES, Mode, ReplayOptions, ReplayReport, Tolerance, assert_replays, dump, replay,
     replay_check, replay_hw, replay_hw_with, replay_model, replay_model_with,
 };
 
+use crate::submit::{BufferTask, TaskDesc};
 use std::fmt;
 
 /// The file's first eight bytes.
@@ -76,21 +77,6 @@ pub enum Contents {
         /// Generator seed, 0 when none.
         seed: u64,
     },
-}
-
-/// One task of a submission.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TraceTask {
-    /// The buffer holding the task's list.
-    pub regcmd_buffer: u32,
-    /// Byte offset of the list.
-    pub offset: u32,
-    /// Body entries, tail excluded.
-    pub regcfg_amount: u32,
-    /// Completion interrupt mask.
-    pub int_mask: u32,
-    /// Op-enable mask.
-    pub enable: u32,
 }
 
 /// One chunk.
@@ -151,8 +137,8 @@ pub enum Chunk {
         timeout_ms: u32,
         /// Per-core task ranges `(start, count)`.
         ranges: Vec<(u32, u32)>,
-        /// Tasks.
-        tasks: Vec<TraceTask>,
+        /// Tasks, each with the id of the buffer holding its list.
+        tasks: Vec<BufferTask>,
     },
     /// `DONE`: how a submission completed.
     Done {
@@ -307,11 +293,11 @@ impl Chunk {
                 }
                 p.u32(tasks.len() as u32);
                 for t in tasks {
-                    p.u32(t.regcmd_buffer);
-                    p.u32(t.offset);
-                    p.u32(t.regcfg_amount);
-                    p.u32(t.int_mask);
-                    p.u32(t.enable);
+                    p.u32(t.buffer);
+                    p.u32(t.task.offset);
+                    p.u32(t.task.regcfg_amount);
+                    p.u32(t.task.int_mask);
+                    p.u32(t.task.enable);
                 }
                 b"SUBM"
             }
@@ -584,12 +570,14 @@ impl Trace {
                     let n = p.count(n, 20, "tasks")?;
                     let mut tasks = Vec::with_capacity(n);
                     for _ in 0..n {
-                        tasks.push(TraceTask {
-                            regcmd_buffer: p.u32("task buffer")?,
-                            offset: p.u32("task offset")?,
-                            regcfg_amount: p.u32("task regcfg_amount")?,
-                            int_mask: p.u32("task int_mask")?,
-                            enable: p.u32("task enable")?,
+                        tasks.push(BufferTask {
+                            buffer: p.u32("task buffer")?,
+                            task: TaskDesc {
+                                offset: p.u32("task offset")?,
+                                regcfg_amount: p.u32("task regcfg_amount")?,
+                                int_mask: p.u32("task int_mask")?,
+                                enable: p.u32("task enable")?,
+                            },
                         });
                     }
                     Chunk::Submit {

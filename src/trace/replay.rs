@@ -4,11 +4,11 @@
 //! them, contents are written in file order, relocations are patched for the placement,
 //! submissions run, and completions and outputs are compared with the recording.
 
-use super::{Chunk, Contents, Trace, TraceTask, fnv1a64, seeded_bytes};
+use super::{Chunk, Contents, Trace, fnv1a64, seeded_bytes};
 use crate::device::{Bo, BoFlags, CoreMask, Device, DeviceError, Job};
-use crate::regcmd::{self, EntryKind, RegCmd, TAIL_ENTRIES};
+use crate::regcmd::{self, EntryKind, RegCmd};
 use crate::sim::Simulator;
-use crate::submit::{TaskDesc, irq};
+use crate::submit::{BufferTask, TaskDesc, irq};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -105,7 +105,7 @@ struct Run<'a> {
     core_mask: u32,
     timeout_ms: u32,
     ranges: &'a [(u32, u32)],
-    tasks: &'a [TraceTask],
+    tasks: &'a [BufferTask],
     /// The placed address of each task's list.
     addrs: Vec<u32>,
 }
@@ -223,9 +223,7 @@ impl Target for Model {
                 let t = r.tasks.get(at)?;
                 Some(TaskDesc {
                     offset: r.addrs[at],
-                    regcfg_amount: t.regcfg_amount,
-                    int_mask: t.int_mask,
-                    enable: t.enable,
+                    ..t.task
                 })
             });
             out.lints.extend(run.lints.iter().map(|l| l.to_string()));
@@ -295,10 +293,7 @@ impl Target for Hw<'_> {
         let Some(first) = r.tasks.first() else {
             return Err(format!("submit {}: no task", r.id));
         };
-        if r.tasks
-            .iter()
-            .any(|t| t.regcmd_buffer != first.regcmd_buffer)
-        {
+        if r.tasks.iter().any(|t| t.buffer != first.buffer) {
             return Err(format!(
                 "submit {}: tasks in several regcmd buffers; a job has one",
                 r.id
@@ -306,18 +301,9 @@ impl Target for Hw<'_> {
         }
         let regcmd = self
             .bos
-            .get(&first.regcmd_buffer)
-            .ok_or(format!("no buffer {}", first.regcmd_buffer))?;
-        let tasks = r
-            .tasks
-            .iter()
-            .map(|t| TaskDesc {
-                offset: t.offset,
-                regcfg_amount: t.regcfg_amount,
-                int_mask: t.int_mask,
-                enable: t.enable,
-            })
-            .collect();
+            .get(&first.buffer)
+            .ok_or(format!("no buffer {}", first.buffer))?;
+        let tasks = r.tasks.iter().map(|t| t.task).collect();
         let mask = CoreMask::from_bits(r.core_mask).map_err(|e| e.to_string())?;
         let split: Vec<usize> = match mask {
             CoreMask::Auto => vec![r.tasks.len()],
@@ -327,7 +313,7 @@ impl Target for Hw<'_> {
             .on_cores(mask, &split)
             .timeout(Duration::from_millis(r.timeout_ms.max(1) as u64));
         for (id, bo) in &self.bos {
-            if *id != first.regcmd_buffer {
+            if *id != first.buffer {
                 job = job.writes(bo);
             }
         }
@@ -476,7 +462,7 @@ fn replay_on(t: &Trace, target: &mut dyn Target, tol: Tolerance, runs: bool) -> 
     let mut bufs: BTreeMap<u32, (u32, u32, u64)> = BTreeMap::new();
     let mut total = 0u64;
     let mut outcomes: BTreeMap<u32, Outcome> = BTreeMap::new();
-    let mut submits: BTreeMap<u32, &[TraceTask]> = BTreeMap::new();
+    let mut submits: BTreeMap<u32, &[BufferTask]> = BTreeMap::new();
     for c in &t.chunks {
         match c {
             Chunk::Buffer {
@@ -693,7 +679,7 @@ fn plan(
     id: u32,
     core_mask: u32,
     ranges: &[(u32, u32)],
-    tasks: &[TraceTask],
+    tasks: &[BufferTask],
     bufs: &BTreeMap<u32, (u32, u32, u64)>,
 ) -> Result<Vec<u32>, String> {
     if CoreMask::from_bits(core_mask).is_err() {
@@ -725,25 +711,24 @@ fn plan(
         .iter()
         .enumerate()
         .map(|(i, t)| {
-            let &(_, placed, size) = bufs.get(&t.regcmd_buffer).ok_or(format!(
-                "submit {id} task {i}: no buffer {}",
-                t.regcmd_buffer
-            ))?;
-            let end = t.offset as u64 + (t.regcfg_amount as u64 + TAIL_ENTRIES as u64) * 8;
+            let &(_, placed, size) = bufs
+                .get(&t.buffer)
+                .ok_or(format!("submit {id} task {i}: no buffer {}", t.buffer))?;
+            let end = t.task.end();
             if end > size {
                 return Err(format!(
                     "submit {id} task {i}: its list ends at +{end:#x}, past its {size}-byte buffer"
                 ));
             }
-            Ok(placed.wrapping_add(t.offset))
+            Ok(placed.wrapping_add(t.task.offset))
         })
         .collect()
 }
 
 /// A task's list (body and tail) as the target holds it now.
-fn task_words(target: &mut dyn Target, t: &TraceTask) -> Result<Vec<RegCmd>, String> {
-    let len = (t.regcfg_amount as usize + TAIL_ENTRIES) * 8;
-    let b = target.read(t.regcmd_buffer, t.offset as u64, len)?;
+fn task_words(target: &mut dyn Target, t: &BufferTask) -> Result<Vec<RegCmd>, String> {
+    let len = t.task.list_bytes() as usize;
+    let b = target.read(t.buffer, t.task.offset as u64, len)?;
     regcmd::words_from_le_bytes(&b).map_err(|e| e.to_string())
 }
 
@@ -783,9 +768,9 @@ fn check_tasks(target: &mut dyn Target, r: &Run<'_>, rep: &mut ReplayReport) {
             continue;
         };
         match span.enable {
-            Some(m) if t.enable != 0 && m.0 != t.enable => rep.mismatches.push(format!(
+            Some(m) if t.task.enable != 0 && m.0 != t.task.enable => rep.mismatches.push(format!(
                 "{at}: op-enable {:#x} in the list, {:#x} in the task",
-                m.0, t.enable
+                m.0, t.task.enable
             )),
             None => rep
                 .mismatches
@@ -820,7 +805,7 @@ enum OutKind {
 fn output_kind(
     target: &mut dyn Target,
     bufs: &BTreeMap<u32, (u32, u32, u64)>,
-    tasks: &[TraceTask],
+    tasks: &[BufferTask],
     buffer: u32,
 ) -> OutKind {
     let Some(&(_, placed, size)) = bufs.get(&buffer) else {
@@ -995,11 +980,11 @@ pub fn dump(t: &Trace) -> String {
                     let _ = writeln!(
                         s,
                         "  task {i}: buffer {} + {:#x}, {} body entries, int_mask {:#x}, enable {:#x}",
-                        task.regcmd_buffer,
-                        task.offset,
-                        task.regcfg_amount,
-                        task.int_mask,
-                        task.enable
+                        task.buffer,
+                        task.task.offset,
+                        task.task.regcfg_amount,
+                        task.task.int_mask,
+                        task.task.enable
                     );
                     match recorded_words(&data, task) {
                         Some(w) => {
@@ -1038,17 +1023,11 @@ pub fn dump(t: &Trace) -> String {
 }
 
 /// A task's list from the latest recorded contents that hold all of it.
-fn recorded_words(
-    data: &BTreeMap<u32, Vec<(u64, &[u8])>>,
-    task: &TraceTask,
-) -> Option<Vec<RegCmd>> {
-    let len = (task.regcfg_amount as usize + TAIL_ENTRIES) * 8;
-    data.get(&task.regcmd_buffer)?
-        .iter()
-        .rev()
-        .find_map(|&(offset, b)| {
-            let start = usize::try_from((task.offset as u64).checked_sub(offset)?).ok()?;
-            let bytes = b.get(start..start.checked_add(len)?)?;
-            regcmd::words_from_le_bytes(bytes).ok()
-        })
+fn recorded_words(data: &BTreeMap<u32, Vec<(u64, &[u8])>>, t: &BufferTask) -> Option<Vec<RegCmd>> {
+    let len = t.task.list_bytes() as usize;
+    data.get(&t.buffer)?.iter().rev().find_map(|&(offset, b)| {
+        let start = usize::try_from((t.task.offset as u64).checked_sub(offset)?).ok()?;
+        let bytes = b.get(start..start.checked_add(len)?)?;
+        regcmd::words_from_le_bytes(bytes).ok()
+    })
 }

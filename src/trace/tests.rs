@@ -43,12 +43,14 @@ fn sample() -> Trace {
                 timeout_ms: 500,
                 ranges: vec![(0, 1), (1, 1), (2, 1)],
                 tasks: vec![
-                    TraceTask {
-                        regcmd_buffer: 0,
-                        offset: 0,
-                        regcfg_amount: 108,
-                        int_mask: 0x300,
-                        enable: 0xD,
+                    BufferTask {
+                        buffer: 0,
+                        task: TaskDesc {
+                            offset: 0,
+                            regcfg_amount: 108,
+                            int_mask: 0x300,
+                            enable: 0xD,
+                        },
                     };
                     3
                 ],
