@@ -20,7 +20,9 @@
 //! * [`device`] — open the NPU (vendor `rknpu`, `rocket`, or the emulated kernel),
 //!   allocate buffers, submit jobs and wait for them (docs/device.md); run planned
 //!   matmuls on resident weight banks ([`device::matmul`]);
-//! * [`trace`] — the trace file format (docs/trace-format.md): reading and writing.
+//! * [`trace`] — the trace file format (docs/trace-format.md): reading, writing,
+//!   recording, import and the text dump;
+//! * [`replay`] — replaying traces: the static check, on the simulator, on a device.
 //!
 //! Layers import only downward (`regs` ← `regcmd` ← `kernels`, `sim`); see
 //! `docs/architecture.md`. The crate denies the `unsafe_code` lint; only `src/sys/` opts
@@ -45,6 +47,7 @@ pub mod float;
 pub mod kernels;
 pub mod regcmd;
 pub mod regs;
+pub mod replay;
 pub mod sim;
 pub mod submit;
 pub mod sys;

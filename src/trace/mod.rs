@@ -1,6 +1,10 @@
 //! Traces: a versioned, chunked, little-endian record of what a program asked of the NPU
 //! (docs/trace-format.md is the specification). This module reads and writes the
-//! format; a reader never panics and never allocates more than its input holds.
+//! format, records devices ([`Recorder`], which [`crate::device`] calls), builds traces
+//! from other tools' files ([`import_raw`], [`import_capture`]) and prints them
+//! ([`dump`]); a reader never panics and never allocates more than its input holds.
+//! Replaying a trace is [`crate::replay`]'s: this module imports only `regs`, `regcmd`
+//! and `submit`, so that the device can call the recorder without an import cycle.
 //!
 //! ```
 //! use rknpu_driver::trace::{Chunk, Header, Trace};
@@ -15,16 +19,13 @@
 //! # Ok::<(), rknpu_driver::trace::TraceError>(())
 //! ```
 
+mod dump;
 mod import;
 mod record;
-mod replay;
 
+pub use dump::dump;
 pub use import::{ImportError, import_capture, import_raw};
 pub use record::{DoneRecord, MemorySink, Recorder, SubmitRecord};
-pub use replay::{
-    MAX_REPLAY_BYTES, Mode, ReplayOptions, ReplayReport, Tolerance, assert_replays, dump, replay,
-    replay_check, replay_hw, replay_hw_with, replay_model, replay_model_with,
-};
 
 use crate::submit::{BufferTask, TaskDesc};
 use std::fmt;
@@ -633,4 +634,4 @@ fn show(kind: &[u8; 4]) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

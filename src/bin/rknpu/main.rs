@@ -548,6 +548,7 @@ fn cmd_bench(args: &[String]) -> Result<(), Failure> {
 }
 
 fn cmd_trace(args: &[String]) -> Result<(), Failure> {
+    use rknpu_driver::replay::{self, Mode, ReplayOptions};
     use rknpu_driver::trace::{self, Trace};
     let read = |path: &str| std::fs::read(path).map_err(|e| Failure(1, format!("{path}: {e}")));
     let load = |path: &str| -> Result<Trace, Failure> {
@@ -580,19 +581,19 @@ fn cmd_trace(args: &[String]) -> Result<(), Failure> {
                 }
             }
             let mode = match mode {
-                "check" => trace::Mode::Check,
-                "model" => trace::Mode::Model,
-                "hw" => trace::Mode::Hw,
+                "check" => Mode::Check,
+                "model" => Mode::Model,
+                "hw" => Mode::Hw,
                 m => {
                     return Err(usage(format!("trace replay: mode {m}: check, model or hw")));
                 }
             };
             let t = load(file)?;
-            let mut options = trace::ReplayOptions::for_trace(&t);
+            let mut options = ReplayOptions::for_trace(&t);
             if let Some(u) = ulps {
                 options.tolerance.float_ulps = u;
             }
-            let r = trace::replay(&t, mode, &options).map_err(|e| Failure(1, e.to_string()))?;
+            let r = replay::replay(&t, mode, &options).map_err(|e| Failure(1, e.to_string()))?;
             outln!(
                 "{} submission(s), {} task(s) checked, {} recorded completion(s) and output(s) compared",
                 r.submits,
