@@ -109,7 +109,7 @@ pub fn dump(t: &Trace) -> String {
             Chunk::Unknown { kind, len } => writeln!(
                 s,
                 "unknown chunk {}: {len} bytes skipped",
-                super::show(kind)
+                super::read::show(kind)
             ),
         };
     }

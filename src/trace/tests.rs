@@ -3,6 +3,7 @@
 //! never allocate more than the input holds.
 
 use super::*;
+use crate::submit::TaskDesc;
 use proptest::prelude::*;
 
 fn sample() -> Trace {
