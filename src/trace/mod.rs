@@ -2,7 +2,7 @@
 //! (docs/trace-format.md is the specification). This module reads and writes the
 //! format, records devices ([`Recorder`], which [`crate::device`] calls), builds traces
 //! from other tools' files ([`import_raw`], [`import_capture`]) and prints them
-//! ([`dump`]); a reader never panics and never allocates more than its input holds.
+//! ([`dump()`]); a reader never panics and never allocates more than its input holds.
 //! Replaying a trace is [`crate::replay`]'s: this module imports only `regs`, `regcmd`
 //! and `submit`, so that the device can call the recorder without an import cycle.
 //!
