@@ -112,7 +112,6 @@ impl Chunk {
                 b"NOTE"
             }
             // Unknown chunks carry no payload of their own: they are not written back.
-            // Unknown chunks carry no payload of their own: they are not written back.
             Chunk::Unknown { .. } => return,
         };
         w.chunk(kind, p);
