@@ -113,7 +113,7 @@ fn bench_shape(
     mem.map(A_ADDR, ab).expect("A maps");
     mem.map(B_ADDR, bb).expect("B maps");
     mem.map_zeroed(C_ADDR, full.c_bytes()).expect("C maps");
-    let kick = Kick::new(REGCMD_ADDR, prog.tasks()[0].regcfg_amount() as u32);
+    let kick = Kick::new(REGCMD_ADDR, prog.tasks()[0].regcfg_amount);
 
     // One checked run of each, outside the timing.
     let run = sim.kick(&kick).expect("simulated kick runs");

@@ -46,7 +46,8 @@ use rknpu_driver::device::Device;
 use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
-use rknpu_driver::trace::{Chunk, MemorySink, Trace, replay_model};
+use rknpu_driver::replay::replay_model;
+use rknpu_driver::trace::{Chunk, MemorySink, Trace};
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -10,7 +10,7 @@
 //! says what was looked for: none passes vacuously. docs/hw-testing.md says what each
 //! test proves.
 
-use rknpu_driver::device::{Bo, BoFlags, CoreMask, Device, DeviceError, Interface, Job, TaskDesc};
+use rknpu_driver::device::{Bo, BoFlags, CoreMask, Device, DeviceError, Interface, Job};
 use rknpu_driver::kernels::single::{self, Dtype, SingleMatmul};
 use rknpu_driver::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder, words_to_le_bytes};
 use rknpu_driver::sim::{At, Faults};
@@ -280,7 +280,7 @@ fn a_job_that_never_completes_times_out_and_the_device_recovers() {
         program.byte_len(),
     );
     let mut task = Job::from_program(&regcmd, &program).writes(&c_bo);
-    let tasks = TaskDesc::of_program(&program);
+    let tasks = program.tasks().to_vec();
     match (d.emulator(), d.info().interface) {
         (Some(emu), _) => emu.inject(Faults {
             hang: Some(At { core: 0, task: 0 }),

@@ -7,9 +7,8 @@
 use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
-use rknpu_driver::trace::{
-    Chunk, Contents, MemorySink, Recorder, Trace, replay_check, replay_hw, replay_model,
-};
+use rknpu_driver::replay::{replay_check, replay_hw, replay_model};
+use rknpu_driver::trace::{Chunk, Contents, MemorySink, Recorder, Trace};
 
 /// Records one matmul of `spec` on the device under test (outputs as digests when
 /// `redact`), keeps the file, and returns the trace.

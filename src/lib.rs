@@ -14,6 +14,8 @@
 //!   image, so programs can be tested without a board (docs/simulator.md);
 //! * [`task`] — the typed task model, one file per block: what kernels emit, what the
 //!   simulator executes and what the verifier checks;
+//! * [`submit`] — the vocabulary every layer describes submissions in: task descriptors,
+//!   core masks and ranges, interrupt bits;
 //! * [`float`] — fp16/bf16 conversions shared by packers and simulator;
 //! * [`sys`] — the kernels' structures and request codes, and the one seam every request
 //!   goes through (the only module where the `unsafe_code` lint is allowed);
@@ -21,7 +23,9 @@
 //!   allocate buffers, submit jobs and wait for them (docs/device.md); run planned
 //!   matmuls on resident weight banks ([`device::matmul`]);
 //! * [`verify`] — every DMA range of a program inside the buffers of its job;
-//! * [`trace`] — the trace file format (docs/trace-format.md): reading and writing.
+//! * [`trace`] — the trace file format (docs/trace-format.md): reading, writing,
+//!   recording, import and the text dump;
+//! * [`replay`] — replaying traces: the static check, on the simulator, on a device.
 //!
 //! Layers import only downward (`regs` ← `regcmd` ← `kernels`, `sim`); see
 //! `docs/architecture.md`. The crate denies the `unsafe_code` lint; only `src/sys/` opts
@@ -46,7 +50,9 @@ pub mod float;
 pub mod kernels;
 pub mod regcmd;
 pub mod regs;
+pub mod replay;
 pub mod sim;
+pub mod submit;
 pub mod sys;
 pub mod task;
 pub mod trace;

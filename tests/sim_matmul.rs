@@ -42,10 +42,7 @@ fn run(mm: &SingleMatmul, a: Vec<u8>, b: Vec<u8>, e: Option<Vec<u8>>) -> (CoreRu
     if let Some(e) = e {
         mem.map(a32(single::E), e).unwrap();
     }
-    let kick = Kick::new(
-        a32(single::REGCMD),
-        program.tasks()[0].regcfg_amount() as u32,
-    );
+    let kick = Kick::new(a32(single::REGCMD), program.tasks()[0].regcfg_amount);
     let r = sim.kick(&kick).unwrap();
     assert!(r.completed, "{r:?}");
     assert_eq!(r.tasks_run, 1);
@@ -458,10 +455,7 @@ fn split_k_waves_chained_with_an_add_task() {
     let run = sim
         .kick(&Kick {
             task_number: Some(3),
-            ..Kick::new(
-                at(single::REGCMD),
-                program.tasks()[0].regcfg_amount() as u32,
-            )
+            ..Kick::new(at(single::REGCMD), program.tasks()[0].regcfg_amount)
         })
         .unwrap();
     assert!(run.completed && run.tasks_run == 3, "{run:?}");
@@ -504,7 +498,7 @@ fn three_cores_split_n() {
         mem.map_zeroed(base + 0x300_0000, mm.c_bytes()).unwrap();
         kicks.push(Kick {
             core: core as usize,
-            ..Kick::new(base, program.tasks()[0].regcfg_amount() as u32)
+            ..Kick::new(base, program.tasks()[0].regcfg_amount)
         });
         expected.push((mm, base + 0x300_0000, int_reference(&mm, &a, &b, &[])));
     }
@@ -556,10 +550,7 @@ fn worked_example_gives_the_product() {
     mem.map(at(we::WEIGHTS), b_bytes).unwrap();
     mem.map_zeroed(at(we::OUTPUT), 512).unwrap();
     let run = sim
-        .kick(&Kick::new(
-            at(we::REGCMD),
-            program.tasks()[0].regcfg_amount() as u32,
-        ))
+        .kick(&Kick::new(at(we::REGCMD), program.tasks()[0].regcfg_amount))
         .unwrap();
     assert!(run.completed);
     assert!(run.lints.is_empty(), "{:?}", run.lints);

@@ -15,11 +15,11 @@ use rknpu_driver::device::emu::{EmuKernel, Flavour};
 use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
-use rknpu_driver::sim::irq;
-use rknpu_driver::trace::{
-    Chunk, Contents, MemorySink, ReplayOptions, Trace, dump, import_capture, replay_check,
-    replay_hw, replay_model, replay_model_with,
+use rknpu_driver::replay::{
+    ReplayOptions, replay_check, replay_hw, replay_model, replay_model_with,
 };
+use rknpu_driver::submit::irq;
+use rknpu_driver::trace::{Chunk, Contents, MemorySink, Trace, dump, import_capture};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -1,10 +1,11 @@
 //! Fuzzes the trace reader: arbitrary bytes either fail to parse with a typed error or
 //! give a trace that survives a write/read round trip (unknown chunks, which are not
-//! written back, excepted), that `trace::dump` prints and `trace::replay_check` checks
+//! written back, excepted), that `trace::dump` prints and `replay::replay_check` checks
 //! without panicking.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use rknpu_driver::replay;
 use rknpu_driver::trace::{self, Chunk, Trace};
 
 fuzz_target!(|data: &[u8]| {
@@ -31,5 +32,5 @@ fuzz_target!(|data: &[u8]| {
     let _ = trace::dump(&t);
     // Check mode walks every chunk as a replay does (placing, writing, relocating,
     // decoding) without running anything; a replay maps at most MAX_REPLAY_BYTES.
-    let _ = trace::replay_check(&t);
+    let _ = replay::replay_check(&t);
 });

@@ -1,20 +1,12 @@
 //! Jobs: tasks in a regcmd buffer, the cores that run them, submission and completion.
+//! What is checked and recorded is the same on every interface; submitting and waiting
+//! are the backend's.
 
-use super::{Bo, BoFlags, Device, DeviceError, Interface, Result};
-use crate::regcmd::{Program, TAIL_ENTRIES};
-use crate::sys::uapi::*;
-use crate::sys::{Errno, Fd, Ioctl, VendorOp};
-use crate::trace::{DoneRecord, SubmitRecord, TaskRecord};
+use super::backend::InFlight;
+use super::{Bo, Device, DeviceError, Result};
+use crate::regcmd::Program;
+use crate::submit::{self, TaskDesc};
 use std::time::{Duration, Instant};
-use zerocopy::{FromBytes, IntoBytes};
-
-/// An absolute CLOCK_MONOTONIC time `d` from now, in ns (rocket PREP_BO deadlines).
-pub(super) fn deadline_ns(d: Duration) -> i64 {
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec())
-        .unwrap_or(0);
-    now.saturating_add(d.as_nanos().min(i64::MAX as u128) as i64)
-}
 
 /// Which cores run a job (vendor `core_mask`, kernel-interfaces.md 3.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,47 +69,11 @@ impl CoreMask {
     }
 
     /// The cores the vendor kernel starts and the `subcore_task` slot each reads, in
-    /// core order (kernel-interfaces.md 3.5, quirk 8). For `Auto` the kernel picks one
-    /// core, which reads the slot of its index; the emulated kernel and trace replay take
-    /// core 0.
+    /// core order ([`submit::started_cores`]). For `Auto` the kernel picks one core, which
+    /// reads the slot of its index; the emulated kernel and trace replay take core 0.
     pub fn started(self) -> &'static [(usize, usize)] {
-        match self {
-            CoreMask::Auto | CoreMask::Core0 => &[(0, 0)],
-            CoreMask::Core1 => &[(1, 1)],
-            CoreMask::Core2 => &[(2, 2)],
-            CoreMask::Cores01 => &[(0, 0), (1, 1)],
-            CoreMask::All => &[(0, 2), (1, 3), (2, 4)],
-        }
-    }
-}
-
-/// One task of a job: where its list is in the regcmd buffer and how the kernel must
-/// describe it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TaskDesc {
-    /// Byte offset of the task's list in the regcmd buffer (16-byte aligned).
-    pub offset: u32,
-    /// Body entries, tail excluded (vendor `regcfg_amount`).
-    pub regcfg_amount: u32,
-    /// Completion interrupt bits (0x300 for a DPU-last task).
-    pub int_mask: u32,
-    /// The op-enable mask.
-    pub enable: u32,
-}
-
-impl TaskDesc {
-    /// The tasks of a built program, as a kernel driver must describe them.
-    pub fn of_program(program: &Program) -> Vec<TaskDesc> {
-        program
-            .tasks()
-            .iter()
-            .map(|t| TaskDesc {
-                offset: t.byte_offset() as u32,
-                regcfg_amount: t.regcfg_amount() as u32,
-                int_mask: t.int_mask,
-                enable: t.enable.0,
-            })
-            .collect()
+        // Every mask this type can hold starts a core.
+        submit::started_cores(self.bits()).unwrap_or(&[])
     }
 }
 
@@ -126,24 +82,25 @@ impl TaskDesc {
 /// is done.
 #[derive(Debug)]
 pub struct Job<'a> {
-    regcmd: &'a Bo<'a>,
-    tasks: Vec<TaskDesc>,
-    cores: CoreMask,
-    split: Vec<usize>,
-    timeout: Duration,
-    reads: Vec<&'a Bo<'a>>,
-    writes: Vec<&'a Bo<'a>>,
-    iommu_domain: u8,
+    pub(super) regcmd: &'a Bo<'a>,
+    pub(super) tasks: Vec<TaskDesc>,
+    pub(super) cores: CoreMask,
+    /// Tasks per started core, in core order.
+    pub(super) split: Vec<usize>,
+    pub(super) timeout: Duration,
+    pub(super) reads: Vec<&'a Bo<'a>>,
+    pub(super) writes: Vec<&'a Bo<'a>>,
+    pub(super) iommu_domain: u8,
 }
 
 impl<'a> Job<'a> {
     /// The tasks of a built program whose regcmd buffer is `regcmd`, on one core
     /// (automatic), with a 500 ms timeout (matmul-recipe.md quirk 23).
     pub fn from_program(regcmd: &'a Bo<'a>, program: &Program) -> Job<'a> {
-        Job::new(regcmd, TaskDesc::of_program(program))
+        Job::new(regcmd, program.tasks().to_vec())
     }
 
-    /// A job of explicit tasks.
+    /// A job of explicit tasks, each `offset` inside `regcmd`.
     pub fn new(regcmd: &'a Bo<'a>, tasks: Vec<TaskDesc>) -> Job<'a> {
         let n = tasks.len();
         Job {
@@ -215,27 +172,16 @@ impl<'a> Job<'a> {
             return invalid("a core with no task".into());
         }
         for t in &self.tasks {
-            let end = t.offset as u64 + (t.regcfg_amount as u64 + TAIL_ENTRIES as u64) * 8;
-            if t.offset % 16 != 0 || end > self.regcmd.size() as u64 {
+            if t.offset % 16 != 0 || t.end() > self.regcmd.size() as u64 {
                 return invalid(format!(
                     "task list at offset {:#x} of {} entries does not fit the {}-byte regcmd buffer 16-byte aligned",
                     t.offset,
-                    t.regcfg_amount as usize + TAIL_ENTRIES,
+                    t.list_bytes() / 8,
                     self.regcmd.size()
                 ));
             }
         }
-        if dev.info.interface == Interface::Rocket {
-            if self.cores != CoreMask::Auto {
-                return Err(DeviceError::Unsupported {
-                    what: "core selection: the rocket driver schedules jobs on cores itself".into(),
-                });
-            }
-            if self.writes.is_empty() {
-                return invalid("rocket signals completion only through written buffers: name one with Job::writes".into());
-            }
-        }
-        Ok(())
+        dev.backend.check(self)
     }
 }
 
@@ -257,86 +203,31 @@ pub struct JobResult {
 pub struct Pending<'a> {
     dev: &'a Device,
     job: Job<'a>,
-    kind: PendingKind<'a>,
+    /// What the backend needs to wait for it.
+    flight: InFlight<'a>,
     /// The submission's id in the trace being recorded.
     trace: Option<u32>,
-}
-
-#[derive(Debug)]
-enum PendingKind<'a> {
-    Vendor { fence: Option<Fd>, tasks: Bo<'a> },
-    Rocket,
 }
 
 impl Pending<'_> {
     /// Waits until `deadline` for the job. A job still running then is a
     /// [`DeviceError::Timeout`] (counters unknown: 0).
     pub fn wait(mut self, deadline: Instant) -> Result<JobResult> {
-        let r = self.wait_inner(deadline);
+        let r = self
+            .dev
+            .backend
+            .wait(self.dev, &self.job, &mut self.flight, deadline);
         self.dev.trace_done(self.trace, &self.job, &r);
         r
-    }
-
-    fn wait_inner(&mut self, deadline: Instant) -> Result<JobResult> {
-        match &mut self.kind {
-            PendingKind::Vendor { fence, tasks } => {
-                let Some(fd) = fence.take() else {
-                    return Err(DeviceError::Unsupported {
-                        what: "waiting: the kernel returned no fence".into(),
-                    });
-                };
-                let mut ready = false;
-                while !ready {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    ready = self
-                        .dev
-                        .kernel
-                        .poll(fd, left)
-                        .map_err(|errno| DeviceError::Ioctl { op: "poll", errno })?;
-                    if !ready && Instant::now() >= deadline {
-                        break;
-                    }
-                }
-                self.dev.kernel.close(fd);
-                if !ready {
-                    return Err(DeviceError::Timeout {
-                        task_counter: 0,
-                        int_status: 0,
-                    });
-                }
-                Ok(JobResult {
-                    task_counter: self.job.tasks.len() as u32,
-                    int_status: task_statuses(tasks, self.job.tasks.len())?,
-                    hw_elapsed: None,
-                })
-            }
-            PendingKind::Rocket => self.dev.rocket_wait(&self.job, deadline),
-        }
     }
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        if let PendingKind::Vendor {
-            fence: Some(fd), ..
-        } = self.kind
-        {
-            self.dev.kernel.close(fd);
+        if let Some(fd) = self.flight.fence.take() {
+            self.dev.port.close(fd);
         }
     }
-}
-
-/// The `int_status` words of a task array.
-fn task_statuses(tasks: &mut Bo<'_>, n: usize) -> Result<Vec<u32>> {
-    let bytes = tasks.read_all()?;
-    Ok((0..n)
-        .map(|i| {
-            bytes
-                .get(i * 40..i * 40 + 40)
-                .and_then(|b| RknpuTask::read_from_bytes(b).ok())
-                .map_or(0, |t| t.int_status)
-        })
-        .collect())
 }
 
 impl Device {
@@ -344,38 +235,9 @@ impl Device {
     pub fn submit(&self, job: &Job<'_>) -> Result<JobResult> {
         job.check(self)?;
         let trace = self.trace_submit(job, false);
-        let r = self.submit_blocking(job);
+        let r = self.backend.run(self, job);
         self.trace_done(trace, job, &r);
         r
-    }
-
-    fn submit_blocking(&self, job: &Job<'_>) -> Result<JobResult> {
-        match self.info.interface {
-            Interface::Vendor => {
-                let (mut sub, mut tasks) = self.vendor_submit_args(job, false)?;
-                let r = self.vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT");
-                let statuses = task_statuses(&mut tasks, job.tasks.len())?;
-                match r {
-                    Ok(_) => Ok(JobResult {
-                        task_counter: sub.task_counter,
-                        int_status: statuses,
-                        hw_elapsed: Some(Duration::from_nanos(sub.hw_elapse_time.max(0) as u64)),
-                    }),
-                    Err(DeviceError::Ioctl {
-                        errno: Errno::ETIMEDOUT,
-                        ..
-                    }) => Err(DeviceError::Timeout {
-                        task_counter: sub.task_counter,
-                        int_status: statuses.last().copied().unwrap_or(0),
-                    }),
-                    Err(e) => Err(e),
-                }
-            }
-            Interface::Rocket => {
-                self.rocket_submit(job)?;
-                self.rocket_wait(job, Instant::now() + job.timeout)
-            }
-        }
     }
 
     /// Submits `job` and returns at once; [`Pending::wait`] waits for it (vendor: on the
@@ -384,229 +246,12 @@ impl Device {
     pub fn submit_nonblocking<'a>(&'a self, job: Job<'a>) -> Result<Pending<'a>> {
         job.check(self)?;
         let trace = self.trace_submit(&job, true);
-        let kind = match self.info.interface {
-            Interface::Vendor => {
-                let (mut sub, tasks) = self.vendor_submit_args(&job, true)?;
-                self.vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT")?;
-                PendingKind::Vendor {
-                    fence: (sub.fence_fd >= 0).then_some(Fd(sub.fence_fd)),
-                    tasks,
-                }
-            }
-            Interface::Rocket => {
-                self.rocket_submit(&job)?;
-                PendingKind::Rocket
-            }
-        };
+        let flight = self.backend.start(self, &job)?;
         Ok(Pending {
             dev: self,
             job,
-            kind,
+            flight,
             trace,
         })
-    }
-
-    /// Records a submission in the trace being recorded, if any; its trace id.
-    fn trace_submit(&self, job: &Job<'_>, nonblocking: bool) -> Option<u32> {
-        let mut guard = self.recording();
-        let r = guard.as_mut()?;
-        let n = job.tasks.len() as u32;
-        let ranges = match job.cores {
-            CoreMask::Auto => vec![(0, n)],
-            _ => job
-                .split
-                .iter()
-                .scan(0u32, |start, &k| {
-                    let range = (*start, k as u32);
-                    *start += k as u32;
-                    Some(range)
-                })
-                .collect(),
-        };
-        let record = SubmitRecord {
-            flags: match self.info.interface {
-                Interface::Vendor => mem_flags(nonblocking),
-                Interface::Rocket => 0,
-            },
-            core_mask: job.cores.bits(),
-            timeout_ms: job.timeout.as_millis().min(u32::MAX as u128) as u32,
-            ranges,
-            tasks: job
-                .tasks
-                .iter()
-                .map(|t| TaskRecord {
-                    regcmd_handle: job.regcmd.handle(),
-                    offset: t.offset,
-                    regcfg_amount: t.regcfg_amount,
-                    int_mask: t.int_mask,
-                    enable: t.enable,
-                })
-                .collect(),
-            writes: job.writes.iter().map(|b| b.handle()).collect(),
-        };
-        Some(r.submit(&record, &mut |h| self.trace_contents(h, false)))
-    }
-
-    /// Records how a traced submission ended and what it left in the buffers.
-    pub(super) fn trace_done(&self, id: Option<u32>, job: &Job<'_>, r: &Result<JobResult>) {
-        let Some(id) = id else { return };
-        let mut guard = self.recording();
-        let Some(rec) = guard.as_mut() else { return };
-        let n = job.tasks.len();
-        let done = match r {
-            Ok(j) => DoneRecord {
-                ok: true,
-                errno: 0,
-                task_counter: j.task_counter,
-                elapsed_ns: j.hw_elapsed.map_or(0, |d| d.as_nanos() as u64),
-                statuses: j.int_status.clone(),
-            },
-            Err(e) => {
-                let mut statuses = vec![0; n];
-                let (errno, task_counter) = match e {
-                    DeviceError::Timeout {
-                        task_counter,
-                        int_status,
-                    } => {
-                        if let Some(last) = statuses.last_mut() {
-                            *last = *int_status;
-                        }
-                        (Errno::ETIMEDOUT as i32, *task_counter)
-                    }
-                    DeviceError::Ioctl { errno, .. } => (*errno as i32, 0),
-                    _ => (-1, 0),
-                };
-                DoneRecord {
-                    ok: false,
-                    errno,
-                    task_counter,
-                    elapsed_ns: 0,
-                    statuses,
-                }
-            }
-        };
-        let writes: Vec<u32> = job.writes.iter().map(|b| b.handle()).collect();
-        rec.done(id, &done, &writes, &mut |h| self.trace_contents(h, true));
-    }
-
-    /// The task array and the submit structure of a vendor job.
-    fn vendor_submit_args(
-        &self,
-        job: &Job<'_>,
-        nonblocking: bool,
-    ) -> Result<(RknpuSubmit, Bo<'_>)> {
-        let flags = BoFlags {
-            kernel_mapping: true,
-            ..BoFlags::default()
-        };
-        let mut tasks = self.alloc_with(job.tasks.len() * 40, flags, false)?;
-        let mut bytes = Vec::with_capacity(job.tasks.len() * 40);
-        for t in &job.tasks {
-            let task = RknpuTask {
-                enable_mask: t.enable,
-                int_mask: t.int_mask,
-                int_clear: 0x1_FFFF,
-                regcfg_amount: t.regcfg_amount,
-                regcmd_addr: job.regcmd.dma_addr() as u64 + t.offset as u64,
-                ..RknpuTask::default()
-            };
-            bytes.extend_from_slice(task.as_bytes());
-        }
-        tasks.write(0, &bytes)?;
-        let mut sub = RknpuSubmit {
-            flags: mem_flags(nonblocking),
-            timeout: job.timeout.as_millis().min(u32::MAX as u128) as u32,
-            task_number: job.tasks.len() as u32,
-            task_obj_addr: tasks.obj_addr,
-            iommu_domain_id: job.iommu_domain as u32,
-            core_mask: job.cores.bits(),
-            fence_fd: -1,
-            ..RknpuSubmit::default()
-        };
-        let mut start = 0u32;
-        match job.cores {
-            // Whichever core the kernel picks finds the whole job in its slot.
-            CoreMask::Auto => {
-                for slot in 0..3 {
-                    sub.subcore_task[slot] = RknpuSubcoreTask {
-                        task_start: 0,
-                        task_number: job.tasks.len() as u32,
-                    };
-                }
-            }
-            _ => {
-                for (&(_, slot), &n) in job.cores.started().iter().zip(&job.split) {
-                    sub.subcore_task[slot] = RknpuSubcoreTask {
-                        task_start: start,
-                        task_number: n as u32,
-                    };
-                    start += n as u32;
-                }
-            }
-        }
-        Ok((sub, tasks))
-    }
-
-    /// Waits on every buffer a rocket job writes (PREP_BO with the absolute deadline).
-    fn rocket_wait(&self, job: &Job<'_>, deadline: Instant) -> Result<JobResult> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        for bo in &job.writes {
-            let mut p = DrmRocketPrepBo {
-                handle: bo.handle,
-                reserved: 0,
-                timeout_ns: deadline_ns(left),
-            };
-            match self.ioctl(&mut Ioctl::RocketPrepBo(&mut p)) {
-                Ok(_) => {}
-                Err(DeviceError::Ioctl {
-                    errno: Errno::ETIMEDOUT | Errno::EBUSY,
-                    ..
-                }) => {
-                    return Err(DeviceError::Timeout {
-                        task_counter: 0,
-                        int_status: 0,
-                    });
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(JobResult {
-            task_counter: job.tasks.len() as u32,
-            int_status: vec![0; job.tasks.len()],
-            hw_elapsed: None,
-        })
-    }
-
-    fn rocket_submit(&self, job: &Job<'_>) -> Result<()> {
-        let tasks: Vec<DrmRocketTask> = job
-            .tasks
-            .iter()
-            .map(|t| DrmRocketTask {
-                regcmd: job.regcmd.dma_addr() + t.offset,
-                regcmd_count: t.regcfg_amount + TAIL_ENTRIES as u32,
-            })
-            .collect();
-        let ins: Vec<u32> = std::iter::once(job.regcmd)
-            .chain(job.reads.iter().copied())
-            .map(Bo::handle)
-            .collect();
-        let outs: Vec<u32> = job.writes.iter().map(|b| b.handle()).collect();
-        let mut j = DrmRocketJob::default();
-        self.ioctl(&mut Ioctl::RocketSubmit {
-            job: &mut j,
-            tasks: &tasks,
-            in_handles: &ins,
-            out_handles: &outs,
-        })
-        .map(|_| ())
-    }
-}
-
-fn mem_flags(nonblocking: bool) -> u32 {
-    let base = job::PC | job::PINGPONG;
-    if nonblocking {
-        base | job::NONBLOCK | job::FENCE_OUT
-    } else {
-        base
     }
 }

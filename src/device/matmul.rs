@@ -17,7 +17,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::{Bo, BoFlags, CoreMask, Device, DeviceError, Interface, Job, JobResult};
+use super::{Bo, BoFlags, CoreMask, Device, DeviceError, Job, JobResult};
 use crate::kernels::matmul::{self, Plan, pack};
 use crate::kernels::single::Dtype;
 use crate::regcmd::{BufferId, Program, words_to_le_bytes};
@@ -192,10 +192,11 @@ impl<'d, 'w> Matmul<'d, 'w> {
 
     fn submit(&mut self) -> Result<Vec<u8>, DeviceError> {
         let t0 = Instant::now();
-        let mask = match (self.dev.info().interface, self.plan.per_core.len()) {
-            // The rocket scheduler places jobs itself.
-            (Interface::Rocket, _) | (_, 1) => CoreMask::Auto,
-            (_, 2) => CoreMask::Cores01,
+        let mask = match self.plan.per_core.len() {
+            // A driver that places jobs on cores itself (rocket) is given none.
+            _ if self.dev.backend.picks_cores() => CoreMask::Auto,
+            1 => CoreMask::Auto,
+            2 => CoreMask::Cores01,
             _ => CoreMask::All,
         };
         let split = if mask == CoreMask::Auto {

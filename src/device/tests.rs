@@ -4,9 +4,8 @@
 
 use super::emu::{EmuKernel, Flavour, node_path};
 use super::*;
-use crate::sys::uapi::{
-    DrmRocketCreateBo, DrmRocketJob, DrmRocketPrepBo, DrmRocketTask, RknpuTask,
-};
+use crate::submit::TaskDesc;
+use crate::sys::uapi::*;
 use crate::sys::{Errno, Fd, Ioctl, Kernel, VendorOp};
 use std::time::{Duration, Instant};
 use zerocopy::IntoBytes;

@@ -3,6 +3,7 @@
 use super::{BlockMask, RegCmd, TAIL_ENTRIES, TASK_ALIGN_BYTES, pc_data_amount};
 use crate::error::{Error, Result};
 use crate::regs::{self, CommandRegister, DmaAddressRegister, Register, pc};
+use crate::submit::TaskDesc;
 
 /// Identifies a buffer before it has a device address; the meaning of the number is the
 /// caller's (a kernel's buffer table, a trace's buffer ids).
@@ -171,38 +172,6 @@ impl TaskBuilder {
     }
 }
 
-/// Where one task sits in a [`Program`] and how a kernel driver must describe it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TaskInfo {
-    /// Index of the task's first entry in [`Program::words`] (a multiple of 8: 64 bytes).
-    pub first_entry: usize,
-    /// Body entries (the vendor driver's `regcfg_amount`).
-    pub body_len: usize,
-    /// The blocks its op-enable entry starts.
-    pub enable: BlockMask,
-    /// Interrupt bits that signal its completion (0 when it runs neither DPU nor PPU).
-    pub int_mask: u32,
-    /// `PC_DATA_AMOUNT` for fetching it.
-    pub pc_data_amount: u16,
-}
-
-impl TaskInfo {
-    /// Byte offset of the task list inside the regcmd buffer.
-    pub const fn byte_offset(&self) -> usize {
-        self.first_entry * 8
-    }
-
-    /// The vendor driver's `regcfg_amount`: body entries only.
-    pub const fn regcfg_amount(&self) -> usize {
-        self.body_len
-    }
-
-    /// The rocket driver's `regcmd_count`: body plus tail.
-    pub const fn regcmd_count(&self) -> usize {
-        self.body_len + TAIL_ENTRIES
-    }
-}
-
 /// Chains task bodies into one program in one regcmd buffer.
 #[derive(Clone, Debug)]
 pub struct ProgramBuilder {
@@ -265,7 +234,8 @@ impl ProgramBuilder {
         let mut tasks = Vec::with_capacity(self.tasks.len());
         for (i, (body, enable)) in self.tasks.iter().enumerate() {
             let first = words.len();
-            let amount = pc_data_amount(body.len())?;
+            // A body the PC cannot fetch in one go is an error here, not at submission.
+            pc_data_amount(body.len())?;
             words.extend_from_slice(&body.entries);
             relocs.extend(
                 body.relocs
@@ -310,12 +280,12 @@ impl ProgramBuilder {
                 first + (body.len() + TAIL_ENTRIES).next_multiple_of(align),
                 RegCmd::NOP,
             );
-            tasks.push(TaskInfo {
-                first_entry: first,
-                body_len: body.len(),
-                enable: *enable,
+            // Both fit: the program's byte size was checked against u32 above.
+            tasks.push(TaskDesc {
+                offset: (first * 8) as u32,
+                regcfg_amount: body.len() as u32,
                 int_mask: enable.completion_int_mask().unwrap_or(0),
-                pc_data_amount: amount,
+                enable: enable.0,
             });
         }
         debug_assert_eq!(words.len(), total);
@@ -335,7 +305,7 @@ impl ProgramBuilder {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Program {
     words: Vec<RegCmd>,
-    tasks: Vec<TaskInfo>,
+    tasks: Vec<TaskDesc>,
     relocs: Vec<Relocation>,
     raw: Vec<usize>,
     regcmd_buffer: BufferId,
@@ -347,8 +317,9 @@ impl Program {
         &self.words
     }
 
-    /// The tasks, in chain order.
-    pub fn tasks(&self) -> &[TaskInfo] {
+    /// The tasks, in chain order, as a kernel driver must describe them: each `offset` is
+    /// the task list's byte offset in the program's regcmd buffer (a multiple of 64).
+    pub fn tasks(&self) -> &[TaskDesc] {
         &self.tasks
     }
 
@@ -428,8 +399,16 @@ impl Program {
     }
 }
 
-/// Checks at compile time that the PC registers the tails use are regcmd-addressable.
+/// Checks at compile time that the PC registers the tails use are regcmd-addressable,
+/// and that the submission vocabulary counts the same tail.
 const _: () = {
+    let bare = TaskDesc {
+        offset: 0,
+        regcfg_amount: 0,
+        int_mask: 0,
+        enable: 0,
+    };
+    assert!(bare.regcmd_count() as usize == super::TAIL_ENTRIES);
     assert!(<pc::BaseAddress as CommandRegister>::TARGET == 0x0101);
     assert!(<pc::RegisterAmounts as Register>::OFFSET == 0x0014);
     assert!(regs::TARGET_MARKER == 0x0041);

@@ -15,9 +15,7 @@
 mod builder;
 mod decode;
 
-pub use builder::{
-    BufferId, DmaAddr, Program, ProgramBuilder, Reloc, Relocation, TaskBuilder, TaskInfo,
-};
+pub use builder::{BufferId, DmaAddr, Program, ProgramBuilder, Reloc, Relocation, TaskBuilder};
 pub use decode::{Decoded, Entry, EntryKind, FieldValue, TailRole, TaskSpan, decode, decode_bytes};
 
 use crate::error::{Error, Result};

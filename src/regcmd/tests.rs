@@ -139,10 +139,10 @@ fn worked_example_equals_the_reference_table() {
     let t = program.tasks()[0];
     assert_eq!(
         (
-            t.regcfg_amount(),
+            t.regcfg_amount,
             t.regcmd_count(),
             t.int_mask,
-            t.pc_data_amount
+            pc_data_amount(t.regcfg_amount as usize).unwrap()
         ),
         (104, 108, 0x300, 53)
     );
@@ -164,7 +164,7 @@ fn chained_tasks_point_at_each_other() {
         .push_task(small_body(10), BlockMask::DPU | BlockMask::DPU_RDMA)
         .push_task(small_body(1), BlockMask::PPU | BlockMask::PPU_RDMA);
     let program = p.build().unwrap();
-    let starts: Vec<usize> = program.tasks().iter().map(|t| t.first_entry).collect();
+    let starts: Vec<u32> = program.tasks().iter().map(|t| t.offset / 8).collect();
     assert_eq!(starts, vec![0, 8, 24], "3+4 -> 8 words, 10+4 -> 16 words");
     assert_eq!(program.words().len(), 32);
     let masks: Vec<u32> = program.tasks().iter().map(|t| t.int_mask).collect();

@@ -9,7 +9,8 @@
 //! the task, register, field and value; nothing is guessed. docs/simulator.md lists what
 //! is modelled, with what fidelity, and what is not.
 //!
-//! The simulator is pure: it imports only [`crate::regs`] and [`crate::regcmd`].
+//! The simulator is pure: it imports only [`crate::regs`], [`crate::regcmd`],
+//! [`crate::submit`] and [`crate::float`].
 //!
 //! ```
 //! use rknpu_driver::kernels::worked_example;
@@ -26,7 +27,7 @@
 //! let weights: Vec<u8> = (0..32u8).flat_map(|n| [n; 32]).collect();
 //! sim.memory_mut().map(addr(worked_example::WEIGHTS), weights)?;
 //! sim.memory_mut().map_zeroed(addr(worked_example::OUTPUT), 4 * 32 * 4)?;
-//! let run = sim.kick(&Kick::new(addr(worked_example::REGCMD), program.tasks()[0].regcfg_amount() as u32))?;
+//! let run = sim.kick(&Kick::new(addr(worked_example::REGCMD), program.tasks()[0].regcfg_amount))?;
 //! assert!(run.completed);
 //! // C[m][n] = sum_k 1 * n = 32 n, written as int32 [N/4][M][4].
 //! let out = sim.memory().read_vec(addr(worked_example::OUTPUT), 512).unwrap();
@@ -54,6 +55,9 @@ pub use error::{At, Lint, LintKind, SimError};
 pub use memory::{Memory, Region};
 
 use crate::regs::{self, Block, REGISTERS};
+// The interrupt bits are the submission vocabulary's; `pc` and the tests use them as
+// `super::irq`.
+use crate::submit::{TaskDesc, irq};
 
 /// Number of NPU cores on the RK3588.
 pub const CORES: usize = 3;
@@ -66,42 +70,6 @@ pub const CBUF_BANKS: u32 = crate::task::cbuf::BANKS;
 
 /// Bytes per CBUF bank.
 pub const CBUF_BANK_BYTES: u64 = crate::task::cbuf::BANK_BYTES;
-
-/// Interrupt bits (PC INTERRUPT_* registers, register-map.md section 5.2).
-pub mod irq {
-    /// CNA feature group 0 / 1 done.
-    pub const CNA_FEATURE: u32 = 0x3;
-    /// CNA weight group 0 / 1 done.
-    pub const CNA_WEIGHT: u32 = 0xC;
-    /// CNA CSC group 0 / 1 done.
-    pub const CNA_CSC: u32 = 0x30;
-    /// CORE group 0 / 1 done.
-    pub const CORE: u32 = 0xC0;
-    /// DPU group 0 / 1 done: the completion pair of conv, matmul and element-wise jobs.
-    pub const DPU: u32 = 0x300;
-    /// PPU group 0 / 1 done.
-    pub const PPU: u32 = 0xC00;
-    /// DMA read error.
-    pub const DMA_READ_ERROR: u32 = 0x1000;
-    /// DMA write error.
-    pub const DMA_WRITE_ERROR: u32 = 0x2000;
-    /// The value the kernels write to clear every bit.
-    pub const CLEAR_ALL: u32 = 0x1_FFFF;
-
-    /// The vendor kernel's "fuzzed" status: every pair with any bit set widened to both.
-    pub fn fuzz(status: u32) -> u32 {
-        [0x3, 0xC, 0x30, 0xC0, 0x300, 0xC00]
-            .iter()
-            .filter(|&&pair| status & pair != 0)
-            .fold(0, |acc, pair| acc | pair)
-    }
-
-    /// Whether the vendor kernel accepts `status` (INT_STATUS, already masked) as the
-    /// completion of a job whose last task has `int_mask` (kernel-interfaces.md 3.6).
-    pub fn vendor_accepts(status: u32, int_mask: u32) -> bool {
-        fuzz(status) == int_mask
-    }
-}
 
 /// One kick of one core: what the kernel programs before OPERATION_ENABLE
 /// (kernel-interfaces.md 3.3).
@@ -299,17 +267,6 @@ impl Simulator {
     }
 }
 
-/// A task of a core's range, as the kernel's task descriptor gives it to the PC.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RangeTask {
-    /// Device address of the task's list.
-    pub regcmd_addr: u32,
-    /// Body entries, tail excluded.
-    pub regcfg_amount: u32,
-    /// Completion interrupt mask.
-    pub int_mask: u32,
-}
-
 /// How one core ran its range of a job ([`Simulator::run_range`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RangeRun {
@@ -329,12 +286,13 @@ impl Simulator {
     /// Runs `count` tasks on `core` as the vendor kernel does (kernel-interfaces.md 3.5):
     /// kicks of at most [`MAX_TASKS`] tasks, each at its first task's list and with its
     /// last task's interrupt mask, until every task ran or one did not complete.
-    /// `task(i)` describes the range's `i`-th task (`None`: the range has no such task).
+    /// `task(i)` describes the range's `i`-th task, its `offset` being the list's device
+    /// address (`None`: the range has no such task); its enable mask is not used.
     pub fn run_range(
         &mut self,
         core: usize,
         count: u32,
-        task: impl Fn(u32) -> Option<RangeTask>,
+        task: impl Fn(u32) -> Option<TaskDesc>,
     ) -> RangeRun {
         let mut out = RangeRun::default();
         while out.done < count {
@@ -349,7 +307,7 @@ impl Simulator {
             };
             let kick = Kick {
                 core,
-                regcmd_addr: first.regcmd_addr,
+                regcmd_addr: first.offset,
                 regcfg_amount: first.regcfg_amount,
                 task_number: Some(n),
                 int_mask: last.int_mask,

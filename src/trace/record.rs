@@ -3,28 +3,14 @@
 //! [`crate::device::Device::start_recording`] and `RKNPU_TRACE`); it works the same over
 //! every backend because it sees buffers, contents and submissions, not ioctls.
 
-use super::{Chunk, Contents, Header, TraceTask, fnv1a64};
+use super::{Chunk, Contents, Header, fnv1a64};
 use crate::regcmd::{self, EntryKind, RegCmd};
+use crate::submit::BufferTask;
 use std::collections::BTreeMap;
 use std::io::Write;
 
 /// The PC register that holds a chained task's list address (register-map.md §4.4).
 const PC_BASE_ADDRESS: u16 = 0x0010;
-
-/// One task of a submission, as the device describes it to the recorder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TaskRecord {
-    /// GEM handle of the buffer holding the list.
-    pub regcmd_handle: u32,
-    /// Byte offset of the list.
-    pub offset: u32,
-    /// Body entries, tail excluded.
-    pub regcfg_amount: u32,
-    /// Completion interrupt mask.
-    pub int_mask: u32,
-    /// Op-enable mask.
-    pub enable: u32,
-}
 
 /// A submission, as the device describes it to the recorder.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,8 +23,8 @@ pub struct SubmitRecord {
     pub timeout_ms: u32,
     /// Per-core task ranges `(start, count)`, in core order.
     pub ranges: Vec<(u32, u32)>,
-    /// The tasks.
-    pub tasks: Vec<TaskRecord>,
+    /// The tasks, each `buffer` the GEM handle of the buffer holding its list.
+    pub tasks: Vec<BufferTask>,
     /// Handles of the buffers the job declares it writes.
     pub writes: Vec<u32>,
 }
@@ -223,7 +209,7 @@ impl Recorder {
     ) -> u32 {
         let id = self.next_submit;
         self.next_submit += 1;
-        let regcmd_handles: Vec<u32> = s.tasks.iter().map(|t| t.regcmd_handle).collect();
+        let regcmd_handles: Vec<u32> = s.tasks.iter().map(|t| t.buffer).collect();
         for handle in self.handles() {
             let Some(bytes) = contents(handle) else {
                 continue;
@@ -255,12 +241,9 @@ impl Recorder {
         let tasks = s
             .tasks
             .iter()
-            .map(|t| TraceTask {
-                regcmd_buffer: self.bufs.get(&t.regcmd_handle).map_or(u32::MAX, |b| b.id),
-                offset: t.offset,
-                regcfg_amount: t.regcfg_amount,
-                int_mask: t.int_mask,
-                enable: t.enable,
+            .map(|t| BufferTask {
+                buffer: self.bufs.get(&t.buffer).map_or(u32::MAX, |b| b.id),
+                task: t.task,
             })
             .collect();
         self.emit(&Chunk::Submit {

@@ -68,7 +68,7 @@ fn chain_amount_and_task_count_are_linted() {
     let run = sim
         .kick(&Kick::new(
             at(single::REGCMD),
-            program.tasks()[0].regcfg_amount() as u32,
+            program.tasks()[0].regcfg_amount,
         ))
         .unwrap();
     assert_eq!(run.tasks_run, 4096);
@@ -99,7 +99,7 @@ fn stale_registers_are_linted() {
     let s = Setup {
         mm,
         words: program.bind(addr).unwrap(),
-        body: program.tasks()[0].regcfg_amount() as u32,
+        body: program.tasks()[0].regcfg_amount,
     };
     let run = s.run().unwrap();
     assert_eq!(run.tasks_run, 3);

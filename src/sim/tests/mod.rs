@@ -29,7 +29,7 @@ impl Setup {
         Setup {
             mm,
             words: program.bind(addr).unwrap(),
-            body: program.tasks()[0].regcfg_amount() as u32,
+            body: program.tasks()[0].regcfg_amount,
         }
     }
 
@@ -179,7 +179,7 @@ fn a_dpu_task_without_its_read_dma_stalls_and_lints() {
     let run = sim
         .kick(&Kick::new(
             at(single::REGCMD),
-            program.tasks()[0].regcfg_amount() as u32,
+            program.tasks()[0].regcfg_amount,
         ))
         .unwrap();
     assert!(!run.completed && run.stall.is_some());

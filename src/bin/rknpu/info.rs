@@ -1,0 +1,40 @@
+//! `rknpu info`: the NPU this machine has, or the emulated one `RKNPU_DEVICE` selects.
+
+use crate::{Failure, usage};
+
+/// Prints the device's interface, node, driver, cores, IOMMU state and clock.
+pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
+    if let Some(a) = args.first() {
+        return Err(usage(format!("info: unexpected argument {a}")));
+    }
+    let dev = rknpu_driver::device::Device::open().map_err(|e| Failure(1, e.to_string()))?;
+    let i = dev.info();
+    outln!(
+        "interface: {}",
+        match i.interface {
+            rknpu_driver::device::Interface::Vendor => "vendor rknpu",
+            rknpu_driver::device::Interface::Rocket => "rocket",
+        }
+    );
+    outln!(
+        "node: {}{}",
+        i.node,
+        if i.emulated { " (emulated)" } else { "" }
+    );
+    outln!(
+        "driver: {} {}.{}.{}",
+        i.driver,
+        i.version.0,
+        i.version.1,
+        i.version.2
+    );
+    if !i.date.is_empty() {
+        outln!("date: {}", i.date);
+    }
+    outln!("cores: {}", i.cores);
+    outln!("iommu: {}", if i.iommu { "enabled" } else { "disabled" });
+    if let Some(f) = i.freq_hz {
+        outln!("clock: {} MHz", f / 1_000_000);
+    }
+    Ok(())
+}

@@ -1,0 +1,252 @@
+//! `rknpu matmul`: seeded random matrices multiplied on the NPU (or the emulated kernel)
+//! and checked against the CPU.
+
+use crate::{Failure, Rng, parse_u32, usage};
+use rknpu_driver::device::Device;
+use rknpu_driver::device::matmul::{Matmul, Timings, WeightBank};
+use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
+use rknpu_driver::kernels::single::Dtype;
+use std::time::{Duration, Instant};
+
+/// What `matmul` was asked.
+struct MatmulArgs {
+    m: u32,
+    k: u32,
+    n: u32,
+    dtype: Dtype,
+    cores: u32,
+    device: String,
+    seed: u64,
+    trace_file: Option<String>,
+}
+
+/// How a run went: weight packing time, the executor's timings, the largest error and
+/// how far it passes the bound (positive: a mismatch).
+struct Checked {
+    t_pack_b: Duration,
+    timings: Timings,
+    err: f64,
+    bound: f64,
+}
+
+fn fail(e: &dyn std::fmt::Display) -> Failure {
+    Failure(1, e.to_string())
+}
+
+/// Plans, runs and checks one matmul, printing the plan, a time breakdown, the largest
+/// error and OK.
+pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
+    let a = parse(args)?;
+    let dev = open(&a.device)?;
+    outln!("device: {}", dev.info());
+    if let Some(path) = &a.trace_file {
+        dev.record_to_file(std::path::Path::new(path))
+            .map_err(|e| fail(&e))?;
+    }
+    let t0 = Instant::now();
+    let spec = MatmulSpec::new(a.m, a.k, a.n, a.dtype).on_cores(a.cores);
+    let plan = Plan::new(spec).map_err(|e| fail(&e))?;
+    let t_plan = t0.elapsed();
+    outln!("plan: {plan}");
+    let mut rng = Rng(a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let c = if a.dtype == Dtype::Fp16 {
+        run_f32(&dev, plan, &mut rng)?
+    } else {
+        run_int(&dev, plan, &mut rng)?
+    };
+    let timings = c.timings;
+    outln!(
+        "time: plan {:.3} ms, pack {:.3} ms (weights {:.3} ms, A {:.3} ms), submit+wait {:.3} ms, unpack {:.3} ms",
+        t_plan.as_secs_f64() * 1e3,
+        (c.t_pack_b + timings.pack).as_secs_f64() * 1e3,
+        c.t_pack_b.as_secs_f64() * 1e3,
+        timings.pack.as_secs_f64() * 1e3,
+        timings.submit_wait.as_secs_f64() * 1e3,
+        timings.unpack.as_secs_f64() * 1e3
+    );
+    if a.dtype == Dtype::Fp16 {
+        outln!(
+            "largest error: {:e} (fp32 summation bound respected: {})",
+            c.err,
+            c.bound <= 0.0
+        );
+    } else {
+        outln!("largest error: {}", c.err);
+    }
+    if c.bound > 0.0 {
+        return Err(Failure(
+            1,
+            "MISMATCH: the result differs from the CPU reference".into(),
+        ));
+    }
+    if let Some(path) = &a.trace_file {
+        dev.stop_recording().map_err(|e| fail(&e))?;
+        outln!("trace: {path}");
+    }
+    outln!("OK");
+    Ok(())
+}
+
+fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
+    let (mut m, mut k, mut n, mut dtype) = (None, None, None, None);
+    let (mut cores, mut device, mut seed) = (1u32, "auto".to_string(), 1u64);
+    let mut trace_file: Option<String> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let v = it
+            .next()
+            .ok_or_else(|| usage(format!("{a} needs a value")))?;
+        let num = |what: &str| {
+            parse_u32(v)
+                .filter(|&x| x > 0)
+                .ok_or_else(|| usage(format!("{what}: not a positive number: {v}")))
+        };
+        match a.as_str() {
+            "--m" => m = Some(num("--m")?),
+            "--k" => k = Some(num("--k")?),
+            "--n" => n = Some(num("--n")?),
+            "--dtype" => {
+                dtype = Some(match v.as_str() {
+                    "int8" => Dtype::Int8,
+                    "int4" => Dtype::Int4,
+                    "fp16" => Dtype::Fp16,
+                    _ => return Err(usage(format!("--dtype: int8, int4 or fp16, not {v}"))),
+                })
+            }
+            "--cores" => {
+                cores = match v.as_str() {
+                    "1" => 1,
+                    "2" => 2,
+                    "3" => 3,
+                    _ => return Err(usage(format!("--cores: 1, 2 or 3, not {v}"))),
+                }
+            }
+            "--device" => device = v.clone(),
+            "--trace" => trace_file = Some(v.clone()),
+            "--seed" => {
+                seed = v
+                    .parse()
+                    .map_err(|_| usage(format!("--seed: not a number: {v}")))?
+            }
+            s => return Err(usage(format!("matmul: unexpected argument {s}"))),
+        }
+    }
+    let (Some(m), Some(k), Some(n), Some(dtype)) = (m, k, n, dtype) else {
+        return Err(usage("matmul: --m, --k, --n and --dtype are required"));
+    };
+    Ok(MatmulArgs {
+        m,
+        k,
+        n,
+        dtype,
+        cores,
+        device,
+        seed,
+        trace_file,
+    })
+}
+
+/// The device `--device` names; `auto` falls back to the emulated kernel when no NPU
+/// is found.
+fn open(device: &str) -> Result<Device, Failure> {
+    Ok(match device {
+        "auto" => match Device::open() {
+            Ok(d) => d,
+            Err(rknpu_driver::device::DeviceError::NotFound { .. }) => {
+                outln!("no NPU found: running on the emulated kernel (RKNPU_DEVICE=emu)");
+                Device::open_spec("emu").map_err(|e| fail(&e))?
+            }
+            Err(e) => return Err(fail(&e)),
+        },
+        spec => Device::open_spec(spec).map_err(|e| fail(&e))?,
+    })
+}
+
+/// fp16 operands, checked against an fp64 product: fp32 summation in any order keeps
+/// |error| <= (K + 1) 2^-24 sum |a b|.
+fn run_f32(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> {
+    use rknpu_driver::float::{f16_to_f32, f32_to_f16};
+    let (mu, ku, nu) = (
+        plan.spec.m as usize,
+        plan.spec.k as usize,
+        plan.spec.n as usize,
+    );
+    let q = |v: f32| f16_to_f32(f32_to_f16(v));
+    let a: Vec<f32> = (0..mu * ku).map(|_| q(rng.unit())).collect();
+    let b: Vec<f32> = (0..ku * nu).map(|_| q(rng.unit())).collect();
+    let t = Instant::now();
+    let bank = WeightBank::new_f32(dev, &plan, &b).map_err(|e| fail(&e))?;
+    let t_pack_b = t.elapsed();
+    let mut mm = Matmul::new(dev, plan, &bank).map_err(|e| fail(&e))?;
+    let c = mm.run_f32(&a).map_err(|e| fail(&e))?;
+    let (mut worst, mut bound) = (0f64, 0f64);
+    let mut row = vec![0f64; nu];
+    let mut mag = vec![0f64; nu];
+    for i in 0..mu {
+        row.fill(0.0);
+        mag.fill(0.0);
+        for kk in 0..ku {
+            let x = a[i * ku + kk] as f64;
+            for j in 0..nu {
+                let p = x * b[kk * nu + j] as f64;
+                row[j] += p;
+                mag[j] += p.abs();
+            }
+        }
+        for j in 0..nu {
+            let e = (c[i * nu + j] as f64 - row[j]).abs();
+            let tol = (ku as f64 + 1.0) * 2f64.powi(-24) * mag[j];
+            worst = worst.max(e);
+            bound = bound.max(e - tol);
+        }
+    }
+    Ok(Checked {
+        t_pack_b,
+        timings: mm.timings,
+        err: worst,
+        bound,
+    })
+}
+
+/// int8 or int4 operands, checked exactly.
+fn run_int(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> {
+    let (mu, ku, nu) = (
+        plan.spec.m as usize,
+        plan.spec.k as usize,
+        plan.spec.n as usize,
+    );
+    let (lo, hi) = if plan.spec.dtype == Dtype::Int4 {
+        (-8, 7)
+    } else {
+        (-128, 127)
+    };
+    let a: Vec<i32> = (0..mu * ku).map(|_| rng.int(lo, hi)).collect();
+    let b: Vec<i32> = (0..ku * nu).map(|_| rng.int(lo, hi)).collect();
+    let t = Instant::now();
+    let bank = WeightBank::new_int(dev, &plan, &b).map_err(|e| fail(&e))?;
+    let t_pack_b = t.elapsed();
+    let mut mm = Matmul::new(dev, plan, &bank).map_err(|e| fail(&e))?;
+    let c = mm.run_int(&a).map_err(|e| fail(&e))?;
+    let mut reference = vec![0i64; mu * nu];
+    for i in 0..mu {
+        let r = &mut reference[i * nu..(i + 1) * nu];
+        for kk in 0..ku {
+            let x = a[i * ku + kk] as i64;
+            for (o, &y) in r.iter_mut().zip(&b[kk * nu..(kk + 1) * nu]) {
+                *o += x * y as i64;
+            }
+        }
+    }
+    let worst = c
+        .iter()
+        .zip(&reference)
+        .map(|(x, y)| (x - y).abs())
+        .max()
+        .unwrap_or(0) as f64;
+    Ok(Checked {
+        t_pack_b,
+        timings: mm.timings,
+        err: worst,
+        bound: worst,
+    })
+}

@@ -1,0 +1,164 @@
+//! What differs between the kernel interfaces, behind one private trait: [`Backend`],
+//! implemented for the vendor `rknpu` driver (`vendor.rs`) and for `rocket`
+//! (`rocket.rs`). A device picks its backend once, by the driver name DRM_VERSION
+//! reports, and from then on every operation that depends on the interface — buffers,
+//! syncs, submission, completion, reset — asks it, never the interface enum.
+
+use super::{Bo, BoMeta, Device, DeviceError, DeviceInfo, DmaBuf, Interface, Job, JobResult};
+use super::{BoFlags, Result};
+use crate::sys::uapi::{RknpuAction, VendorNode};
+use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, VendorOp};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The seam and the descriptor every request of a device goes through; the descriptor
+/// is closed when the port is dropped.
+#[derive(Debug)]
+pub(super) struct Port {
+    pub(super) kernel: Arc<dyn Kernel>,
+    pub(super) fd: Fd,
+}
+
+fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
+    move |errno| DeviceError::Ioctl { op, errno }
+}
+
+impl Port {
+    /// A generic request (DRM, rocket), its errors named after the request.
+    pub(super) fn ioctl(&self, req: &mut Ioctl<'_>) -> Result<i32> {
+        let name = req.name();
+        self.kernel.ioctl(self.fd, req).map_err(ioctl_err(name))
+    }
+
+    /// A vendor request on the DRM node, its errors named `name`.
+    pub(super) fn vendor(&self, op: VendorOp<'_>, name: &'static str) -> Result<i32> {
+        self.kernel
+            .ioctl(self.fd, &mut Ioctl::Vendor(VendorNode::Drm, op))
+            .map_err(ioctl_err(name))
+    }
+
+    /// A vendor `RKNPU_ACTION`: its value out.
+    pub(super) fn action(&self, code: u32, value: u32) -> Result<u32> {
+        let mut a = RknpuAction { flags: code, value };
+        self.vendor(VendorOp::Action(&mut a), "RKNPU_ACTION")?;
+        Ok(a.value)
+    }
+
+    /// Maps `len` bytes at the driver's mmap `offset`.
+    pub(super) fn mmap(&self, len: usize, offset: u64) -> Result<Mapping> {
+        self.kernel
+            .mmap(self.fd, len, offset)
+            .map_err(ioctl_err("mmap"))
+    }
+
+    /// Waits up to `timeout` for `fd` (a fence) to be readable.
+    pub(super) fn poll(&self, fd: Fd, timeout: Duration) -> Result<bool> {
+        self.kernel.poll(fd, timeout).map_err(ioctl_err("poll"))
+    }
+
+    /// Closes a descriptor the kernel handed out (a fence, a dma-buf).
+    pub(super) fn close(&self, fd: Fd) {
+        self.kernel.close(fd);
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        self.kernel.close(self.fd);
+    }
+}
+
+/// What a job submitted without waiting keeps until it is waited for: the vendor
+/// driver's fence and task array; nothing on rocket, which signals through the buffers
+/// the job writes.
+#[derive(Debug, Default)]
+pub(super) struct InFlight<'a> {
+    /// The out-fence, closed when waited for or dropped.
+    pub(super) fence: Option<Fd>,
+    /// The task array the kernel writes each task's interrupt status into.
+    pub(super) tasks: Option<Bo<'a>>,
+}
+
+/// One kernel interface's way of doing what a [`Device`] offers.
+pub(super) trait Backend: std::fmt::Debug + Send + Sync {
+    /// Which interface this is.
+    fn interface(&self) -> Interface;
+
+    /// Completes `info` after DRM_VERSION named the driver (its version, IOMMU state,
+    /// clock), refusing versions whose layout the library does not speak.
+    fn identify(&self, port: &Port, info: &mut DeviceInfo) -> Result<()>;
+
+    /// The allocation flags as the driver takes them (what a trace records).
+    fn alloc_bits(&self, dev: &Device, flags: &BoFlags) -> u32;
+
+    /// Creates a buffer object of at least `size` (non-zero) bytes and tracks it;
+    /// `traced` says whether a trace records it.
+    fn alloc<'d>(
+        &self,
+        dev: &'d Device,
+        size: usize,
+        flags: BoFlags,
+        traced: bool,
+    ) -> Result<Bo<'d>>;
+
+    /// Makes a buffer object of a dma-buf and tracks it.
+    fn import<'d>(&self, dev: &'d Device, dmabuf: &DmaBuf<'_>) -> Result<Bo<'d>>;
+
+    /// Exports buffer `handle` as a dma-buf: its descriptor.
+    fn export(&self, dev: &Device, handle: u32) -> Result<Fd>;
+
+    /// Frees buffer `handle`.
+    fn free(&self, dev: &Device, handle: u32, m: &BoMeta) -> Result<()>;
+
+    /// Ownership transition device → CPU: invalidate CPU caches.
+    fn to_cpu(&self, dev: &Device, handle: u32, m: &BoMeta) -> Result<()>;
+
+    /// Ownership transition CPU → device: clean CPU caches.
+    fn to_device(&self, dev: &Device, handle: u32, m: &BoMeta) -> Result<()>;
+
+    /// Soft-resets every core.
+    fn reset(&self, dev: &Device) -> Result<()>;
+
+    /// Whether the driver places jobs on cores itself, so that a job names no core.
+    fn picks_cores(&self) -> bool;
+
+    /// Refuses what this interface cannot run, before asking the kernel (the checks
+    /// every interface shares are done already).
+    fn check(&self, job: &Job<'_>) -> Result<()>;
+
+    /// The submit flags a trace records for a job.
+    fn submit_flags(&self, nonblocking: bool) -> u32;
+
+    /// Submits `job` and blocks until it completes or times out.
+    fn run(&self, dev: &Device, job: &Job<'_>) -> Result<JobResult>;
+
+    /// Submits `job` and returns at once with what waiting for it needs.
+    fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight<'a>>;
+
+    /// Waits until `deadline` for a job [`Backend::start`] submitted.
+    fn wait(
+        &self,
+        dev: &Device,
+        job: &Job<'_>,
+        flight: &mut InFlight<'_>,
+        deadline: Instant,
+    ) -> Result<JobResult>;
+}
+
+/// The backend of the driver DRM_VERSION names, or `None` for a driver that is not an
+/// NPU driver the library knows.
+pub(super) fn for_driver(name: &str) -> Option<Box<dyn Backend>> {
+    match name {
+        "rknpu" => Some(Box::new(super::vendor::Vendor)),
+        "rocket" => Some(Box::new(super::rocket::Rocket)),
+        _ => None,
+    }
+}
+
+/// An absolute CLOCK_MONOTONIC time `d` from now, in ns (rocket PREP_BO deadlines).
+pub(super) fn deadline_ns(d: Duration) -> i64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec())
+        .unwrap_or(0);
+    now.saturating_add(d.as_nanos().min(i64::MAX as u128) as i64)
+}

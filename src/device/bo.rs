@@ -1,0 +1,262 @@
+//! Buffer objects: allocation and import, CPU mappings with ownership transitions,
+//! dma-buf export. What the driver is asked is the backend's; what the device keeps of a
+//! buffer (for traces) is here.
+
+use super::{Device, DeviceError, Result};
+use crate::sys::{Fd, Mapping};
+use std::sync::atomic::Ordering;
+
+/// What the device keeps of a live buffer (to sync, free and read it for a trace).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct BoMeta {
+    pub(super) size: usize,
+    pub(super) dma: u32,
+    pub(super) obj_addr: u64,
+    pub(super) mmap_offset: u64,
+    pub(super) cacheable: bool,
+    /// Whether a trace records it (not the internal task arrays or imported buffers).
+    pub(super) traced: bool,
+    /// The CPU may have written it since a trace last read it (mapped, or exported as a
+    /// dma-buf that anyone may write at any time): only such buffers are read before a
+    /// submission.
+    pub(super) cpu_written: bool,
+    /// Exported as a dma-buf.
+    pub(super) exported: bool,
+}
+
+/// How a buffer is allocated. The default is what the reference recommends for buffers
+/// the CPU touches: non-contiguous, cacheable, with explicit syncs (matmul-recipe.md 1.3,
+/// kernel-interfaces.md P6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BoFlags {
+    /// One physically contiguous block (CMA) instead of IOMMU-mapped pages.
+    pub contiguous: bool,
+    /// A cacheable CPU mapping (syncs copy between CPU caches and memory).
+    pub cacheable: bool,
+    /// A kernel mapping (vendor: required for task arrays; the device adds it there).
+    pub kernel_mapping: bool,
+    /// The vendor driver's IOMMU domain (0..15; 0.9.6 and later).
+    pub iommu_domain: u8,
+}
+
+impl Default for BoFlags {
+    fn default() -> Self {
+        BoFlags {
+            contiguous: false,
+            cacheable: true,
+            kernel_mapping: false,
+            iommu_domain: 0,
+        }
+    }
+}
+
+impl Device {
+    /// Allocates a buffer object of at least `size` bytes.
+    pub fn alloc(&self, size: usize, flags: BoFlags) -> Result<Bo<'_>> {
+        let bo = self.alloc_with(size, flags, true)?;
+        if let Some(r) = self.recording().as_mut() {
+            let bits = self.backend.alloc_bits(self, &flags);
+            r.buffer_created(bo.handle, bits, bo.size as u64, bo.dma);
+        }
+        Ok(bo)
+    }
+
+    /// Allocates a buffer; `traced` says whether a trace records it.
+    pub(super) fn alloc_with(&self, size: usize, flags: BoFlags, traced: bool) -> Result<Bo<'_>> {
+        if size == 0 {
+            return Err(DeviceError::InvalidArgument {
+                what: "a buffer of 0 bytes".into(),
+            });
+        }
+        self.backend.alloc(self, size, flags, traced)
+    }
+
+    /// Imports a dma-buf (vendor DRM flavour only): PRIME_FD_TO_HANDLE, then MEM_CREATE
+    /// with that handle for the object's address. Imported objects cannot be mapped
+    /// through the driver (map the dma-buf itself) and are not cacheable; they serve as
+    /// NPU operands.
+    pub fn import_dmabuf(&self, dmabuf: &DmaBuf<'_>) -> Result<Bo<'_>> {
+        self.backend.import(self, dmabuf)
+    }
+}
+
+/// A buffer object: NPU-visible memory at a 32-bit device address, freed on drop.
+#[derive(Debug)]
+pub struct Bo<'d> {
+    pub(super) dev: &'d Device,
+    pub(super) handle: u32,
+    pub(super) size: usize,
+    pub(super) dma: u32,
+    /// The vendor driver's kernel address of the object (0 on rocket).
+    pub(super) obj_addr: u64,
+    pub(super) mmap_offset: u64,
+    pub(super) cacheable: bool,
+}
+
+impl<'d> Bo<'d> {
+    /// What the device keeps of the buffer; `traced` says whether a trace records it.
+    pub(super) fn meta(&self, traced: bool) -> BoMeta {
+        BoMeta {
+            size: self.size,
+            dma: self.dma,
+            obj_addr: self.obj_addr,
+            mmap_offset: self.mmap_offset,
+            cacheable: self.cacheable,
+            traced,
+            cpu_written: false,
+            exported: false,
+        }
+    }
+
+    /// The device address the NPU uses.
+    pub fn dma_addr(&self) -> u32 {
+        self.dma
+    }
+
+    /// Bytes (page-rounded).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The GEM handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The device it belongs to.
+    pub fn device(&self) -> &'d Device {
+        self.dev
+    }
+
+    /// Makes the buffer CPU-owned and maps it. While the returned map lives the buffer
+    /// cannot be submitted (it borrows the buffer exclusively); dropping it hands the
+    /// buffer back to the device (cleaning CPU caches).
+    pub fn map(&mut self) -> Result<CpuMap<'_, 'd>> {
+        let mapping = self.cpu_mapping()?;
+        self.dev.note_cpu_write(self.handle);
+        self.dev.live_maps.fetch_add(1, Ordering::SeqCst);
+        Ok(CpuMap {
+            bo: self,
+            mapping: Some(mapping),
+        })
+    }
+
+    fn to_cpu(&self) -> Result<()> {
+        self.dev
+            .backend
+            .to_cpu(self.dev, self.handle, &self.meta(false))
+    }
+
+    fn to_device(&self) -> Result<()> {
+        self.dev
+            .backend
+            .to_device(self.dev, self.handle, &self.meta(false))
+    }
+
+    /// Copies `data` in at `offset` (map, copy, hand back to the device).
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
+        let end = offset.checked_add(data.len()).filter(|&e| e <= self.size);
+        let end = end.ok_or_else(|| DeviceError::InvalidArgument {
+            what: format!(
+                "{} bytes at offset {offset} of a {}-byte buffer",
+                data.len(),
+                self.size
+            ),
+        })?;
+        let mut m = self.map()?;
+        m[offset..end].copy_from_slice(data);
+        m.finish()
+    }
+
+    /// Copies the whole buffer out.
+    pub fn read_all(&mut self) -> Result<Vec<u8>> {
+        Ok(self.cpu_mapping()?.as_slice().to_vec())
+    }
+
+    /// Makes the buffer CPU-owned and maps all of it.
+    fn cpu_mapping(&mut self) -> Result<Mapping> {
+        self.to_cpu()?;
+        self.dev.port.mmap(self.size, self.mmap_offset)
+    }
+
+    /// Exports the buffer as a dma-buf (vendor DRM flavour only).
+    pub fn export_dmabuf(&self) -> Result<DmaBuf<'d>> {
+        let fd = self.dev.backend.export(self.dev, self.handle)?;
+        if let Some(m) = self.dev.handles().get_mut(&self.handle) {
+            m.exported = true;
+        }
+        Ok(DmaBuf { dev: self.dev, fd })
+    }
+}
+
+impl Drop for Bo<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .dev
+            .backend
+            .free(self.dev, self.handle, &self.meta(false));
+        self.dev.untrack(self.handle);
+    }
+}
+
+/// An exported dma-buf, closed on drop.
+#[derive(Debug)]
+pub struct DmaBuf<'d> {
+    dev: &'d Device,
+    fd: Fd,
+}
+
+impl DmaBuf<'_> {
+    /// The descriptor's number, to pass to another API while this value lives.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.0
+    }
+}
+
+impl Drop for DmaBuf<'_> {
+    fn drop(&mut self) {
+        self.dev.port.close(self.fd);
+    }
+}
+
+/// A CPU mapping of a buffer, borrowed from it; the buffer is CPU-owned while it lives.
+#[derive(Debug)]
+pub struct CpuMap<'b, 'd> {
+    bo: &'b mut Bo<'d>,
+    mapping: Option<Mapping>,
+}
+
+impl CpuMap<'_, '_> {
+    /// Unmaps and hands the buffer back to the device, reporting a failed cache clean
+    /// (dropping the map does the same but cannot report).
+    pub fn finish(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if self.mapping.take().is_some() {
+            self.bo.dev.live_maps.fetch_sub(1, Ordering::SeqCst);
+            return self.bo.to_device();
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for CpuMap<'_, '_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.mapping.as_ref().map_or(&[], |m| m.as_slice())
+    }
+}
+
+impl std::ops::DerefMut for CpuMap<'_, '_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.mapping.as_mut().map_or(&mut [], |m| m.as_mut_slice())
+    }
+}
+
+impl Drop for CpuMap<'_, '_> {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}

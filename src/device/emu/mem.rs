@@ -1,0 +1,145 @@
+//! The emulated kernel's memory: buffer objects with a CPU view and a device view, the
+//! lookups every request makes, and the copies into and out of the simulator around a
+//! job.
+
+use super::{File, State};
+use crate::sim::Simulator;
+use crate::sys::{DmaMem, Errno, Fd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// A buffer object.
+#[derive(Debug)]
+pub(super) struct EmuBo {
+    /// Bytes (page-rounded).
+    pub(super) size: u64,
+    /// The driver's allocation flags.
+    pub(super) flags: u32,
+    /// Device address.
+    pub(super) dma: u32,
+    /// Vendor: the kernel address requests name it by.
+    pub(super) obj_addr: u64,
+    /// Where a CPU mapping of it starts.
+    pub(super) mmap_offset: u64,
+    /// What CPU mappings show.
+    pub(super) cpu: Arc<DmaMem>,
+    /// What the NPU reads and writes, for cacheable buffers (otherwise `cpu`).
+    pub(super) dev: Option<Vec<u8>>,
+    /// Rocket: when the last job writing it finishes.
+    pub(super) busy_until: Option<Instant>,
+}
+
+impl EmuBo {
+    /// What the NPU sees; `None` for an uncached buffer the CPU has mapped right now
+    /// (the emulation copies a buffer only while it is unmapped).
+    pub(super) fn device_bytes(&self) -> Option<Vec<u8>> {
+        match &self.dev {
+            Some(d) => Some(d.clone()),
+            None => self.cpu.to_vec(),
+        }
+    }
+
+    pub(super) fn set_device_bytes(&mut self, bytes: &[u8]) -> bool {
+        match &mut self.dev {
+            Some(d) => {
+                d.copy_from_slice(bytes);
+                true
+            }
+            None => self.cpu.write(0, bytes),
+        }
+    }
+
+    /// Cache maintenance of a byte range; `EBUSY` while the buffer is mapped (the
+    /// emulation's one restriction: it copies only unmapped buffers).
+    pub(super) fn sync(&mut self, to_device: bool, offset: u64, size: u64) -> Result<(), Errno> {
+        let Some(dev) = &mut self.dev else {
+            return Ok(());
+        };
+        let start = offset.min(self.size) as usize;
+        let end = offset.saturating_add(size).min(self.size) as usize;
+        let ok = if to_device {
+            self.cpu.read(start, &mut dev[start..end])
+        } else {
+            self.cpu.write(start, &dev[start..end])
+        };
+        if ok { Ok(()) } else { Err(Errno::EBUSY) }
+    }
+}
+
+pub(super) fn bo_of(s: &State, fd: Fd, handle: u32) -> Result<Arc<Mutex<EmuBo>>, Errno> {
+    match s.files.get(&fd.0) {
+        Some(File::Device { handles, .. }) => handles.get(&handle).cloned().ok_or(Errno::ENOENT),
+        _ => Err(Errno::EBADF),
+    }
+}
+
+/// The object a vendor request names by its kernel address. A fabricated address is
+/// refused with `EFAULT` and logged: the real driver dereferences it (a kernel oops).
+pub(super) fn object(
+    s: &mut State,
+    obj_addr: u64,
+    request: &str,
+) -> Result<Arc<Mutex<EmuBo>>, Errno> {
+    let found = s.objects.get(&obj_addr).cloned();
+    found.ok_or_else(|| {
+        s.log.push(format!(
+            "{request} with obj_addr {obj_addr:#x}, which is no object: the real driver dereferences it (a kernel oops)"
+        ));
+        Errno::EFAULT
+    })
+}
+
+/// Drops the kernel's object entry of `bo` once no fd holds a handle to it.
+pub(super) fn release(s: &mut State, bo: &Arc<Mutex<EmuBo>>) {
+    let held = s.files.values().any(|f| match f {
+        File::Device { handles, .. } => handles.values().any(|b| Arc::ptr_eq(b, bo)),
+        File::DmaBuf(b) => Arc::ptr_eq(b, bo),
+        File::Fence { .. } => false,
+    });
+    if !held {
+        let obj = lock_bo(bo).obj_addr;
+        s.objects.remove(&obj);
+    }
+}
+
+pub(super) fn lock_bo(bo: &Mutex<EmuBo>) -> MutexGuard<'_, EmuBo> {
+    bo.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Places every object's device view in the simulator's memory. An uncached buffer the
+/// CPU has mapped at this moment is left out (and logged): a program that reads it stops
+/// with a DMA error naming its address.
+pub(super) fn load_memory(
+    sim: &mut Simulator,
+    objects: &[Arc<Mutex<EmuBo>>],
+    log: &mut Vec<String>,
+) {
+    let mem = sim.memory_mut();
+    let addrs: Vec<u32> = mem.regions().iter().map(|r| r.addr).collect();
+    for a in addrs {
+        mem.unmap(a);
+    }
+    for bo in objects {
+        let b = lock_bo(bo);
+        match b.device_bytes() {
+            // Objects never overlap: the allocators hand out disjoint ranges.
+            Some(bytes) => {
+                let _ = mem.map(b.dma, bytes);
+            }
+            None => log.push(format!(
+                "buffer at {:#x} is mapped by the CPU during a job; the emulation leaves it out",
+                b.dma
+            )),
+        }
+    }
+}
+
+/// Copies what the NPU wrote back into the objects' device views.
+pub(super) fn store_memory(sim: &mut Simulator, objects: &[Arc<Mutex<EmuBo>>]) {
+    for bo in objects {
+        let mut b = lock_bo(bo);
+        if let Some(region) = sim.memory_mut().unmap(b.dma) {
+            b.set_device_bytes(&region.bytes);
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! The vendor `rknpu` driver (DRM flavour, 0.9.6 and later 0.9.x): MEM_CREATE / MEM_MAP
+//! / MEM_SYNC / MEM_DESTROY buffers, task arrays in a kernel-mapped buffer, per-core
+//! `subcore_task` ranges, blocking submission or an out-fence (kernel-interfaces.md 3).
+
+use super::backend::{Backend, InFlight, Port};
+use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo, DmaBuf};
+use super::{Interface, Job, JobResult, Result};
+use crate::submit::{self, irq};
+use crate::sys::uapi::{self, *};
+use crate::sys::{Errno, Fd, Ioctl, VendorOp};
+use std::time::{Duration, Instant};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// Bytes of one `rknpu_task` in a task array.
+const TASK_BYTES: usize = std::mem::size_of::<RknpuTask>();
+
+/// The vendor driver.
+#[derive(Debug)]
+pub(super) struct Vendor;
+
+impl BoFlags {
+    /// `RKNPU_MEM_*` bits for a driver version.
+    pub(super) fn vendor_bits(&self, version: (u32, u32, u32)) -> u32 {
+        let mut f = mem::IOMMU;
+        if !self.contiguous {
+            f |= mem::NON_CONTIGUOUS;
+            // The driver's own IOVA allocator avoids leaking the shared window (0.9.7+).
+            if version >= (0, 9, 7) {
+                f |= mem::IOMMU_LIMIT_IOVA_ALIGNMENT;
+            }
+        }
+        if self.cacheable {
+            f |= mem::CACHEABLE;
+        }
+        if self.kernel_mapping {
+            f |= mem::KERNEL_MAPPING;
+        }
+        f
+    }
+}
+
+impl Backend for Vendor {
+    fn interface(&self) -> Interface {
+        Interface::Vendor
+    }
+
+    fn identify(&self, port: &Port, info: &mut DeviceInfo) -> Result<()> {
+        let code = port.action(uapi::action::GET_DRV_VERSION, 0)?;
+        if !(906..1000).contains(&code) {
+            return Err(DeviceError::UnsupportedDriver {
+                driver: "rknpu".into(),
+                version: format!("{}.{}.{}", code / 10000, code / 100 % 100, code % 100),
+                why: "the library speaks the 0.9.6 and later 0.9.x layouts (48-byte MEM_CREATE, IOMMU domains); older drivers use a 40-byte MEM_CREATE".into(),
+            });
+        }
+        info.version = (code / 10000, code / 100 % 100, code % 100);
+        info.iommu = port.action(uapi::action::GET_IOMMU_EN, 0)? == 1;
+        info.freq_hz = port.action(uapi::action::GET_FREQ, 0).ok();
+        Ok(())
+    }
+
+    fn alloc_bits(&self, dev: &Device, flags: &BoFlags) -> u32 {
+        flags.vendor_bits(dev.info.version)
+    }
+
+    fn alloc<'d>(
+        &self,
+        dev: &'d Device,
+        size: usize,
+        flags: BoFlags,
+        traced: bool,
+    ) -> Result<Bo<'d>> {
+        let mut c = RknpuMemCreate {
+            flags: flags.vendor_bits(dev.info.version),
+            size: size as u64,
+            iommu_domain_id: flags.iommu_domain as i32,
+            ..RknpuMemCreate::default()
+        };
+        dev.port
+            .vendor(VendorOp::MemCreate(&mut c), "RKNPU_MEM_CREATE")?;
+        // From here the object exists: the Bo frees it on every path.
+        let mut bo = Bo {
+            dev,
+            handle: c.handle,
+            size: c.size as usize,
+            dma: c.dma_addr as u32,
+            obj_addr: c.obj_addr,
+            mmap_offset: 0,
+            cacheable: flags.cacheable,
+        };
+        dev.track(c.handle, bo.meta(traced));
+        if c.dma_addr + c.size > 1 << 32 {
+            return Err(DeviceError::Unsupported {
+                what: format!(
+                    "buffer at {:#x}+{:#x} lies above the NPU's 32-bit address space",
+                    c.dma_addr, c.size
+                ),
+            });
+        }
+        let mut m = RknpuMemMap {
+            handle: c.handle,
+            ..RknpuMemMap::default()
+        };
+        dev.port.vendor(VendorOp::MemMap(&mut m), "RKNPU_MEM_MAP")?;
+        bo.mmap_offset = m.offset;
+        // Again, now with the offset a trace maps it at.
+        dev.track(bo.handle, bo.meta(traced));
+        Ok(bo)
+    }
+
+    /// PRIME_FD_TO_HANDLE, then MEM_CREATE with that handle for the object's address.
+    fn import<'d>(&self, dev: &'d Device, dmabuf: &DmaBuf<'_>) -> Result<Bo<'d>> {
+        let mut p = DrmPrimeHandle {
+            handle: 0,
+            flags: 0,
+            fd: dmabuf.raw_fd(),
+        };
+        dev.port.ioctl(&mut Ioctl::PrimeFdToHandle(&mut p))?;
+        if dev.is_tracked(p.handle) {
+            // DRM gives a buffer of this fd back under its existing handle; a second Bo
+            // would free it twice.
+            return Err(DeviceError::InvalidArgument {
+                what: format!(
+                    "the dma-buf is this device's own buffer (handle {}): use that buffer",
+                    p.handle
+                ),
+            });
+        }
+        let mut c = RknpuMemCreate {
+            handle: p.handle,
+            ..RknpuMemCreate::default()
+        };
+        dev.port
+            .vendor(VendorOp::MemCreate(&mut c), "RKNPU_MEM_CREATE")?;
+        let bo = Bo {
+            dev,
+            handle: c.handle,
+            size: c.size as usize,
+            dma: c.dma_addr as u32,
+            obj_addr: c.obj_addr,
+            mmap_offset: u64::MAX,
+            cacheable: false,
+        };
+        // Imported memory cannot be mapped through the driver: traces do not record it.
+        dev.track(c.handle, bo.meta(false));
+        Ok(bo)
+    }
+
+    fn export(&self, dev: &Device, handle: u32) -> Result<Fd> {
+        let mut p = DrmPrimeHandle {
+            handle,
+            flags: 0o2_000_002, // DRM_CLOEXEC | DRM_RDWR
+            fd: -1,
+        };
+        dev.port.ioctl(&mut Ioctl::PrimeHandleToFd(&mut p))?;
+        Ok(Fd(p.fd))
+    }
+
+    fn free(&self, dev: &Device, handle: u32, m: &BoMeta) -> Result<()> {
+        let mut d = RknpuMemDestroy {
+            handle,
+            reserved: 0,
+            obj_addr: m.obj_addr,
+        };
+        dev.port
+            .vendor(VendorOp::MemDestroy(&mut d), "RKNPU_MEM_DESTROY")
+            .map(|_| ())
+    }
+
+    /// MEM_SYNC FROM_DEVICE (uncached buffers need none).
+    fn to_cpu(&self, dev: &Device, _handle: u32, m: &BoMeta) -> Result<()> {
+        sync(dev, m, mem::SYNC_FROM_DEVICE)
+    }
+
+    /// MEM_SYNC TO_DEVICE (uncached buffers need none).
+    fn to_device(&self, dev: &Device, _handle: u32, m: &BoMeta) -> Result<()> {
+        sync(dev, m, mem::SYNC_TO_DEVICE)
+    }
+
+    fn reset(&self, dev: &Device) -> Result<()> {
+        dev.port.action(uapi::action::ACT_RESET, 0).map(|_| ())
+    }
+
+    fn picks_cores(&self) -> bool {
+        false
+    }
+
+    fn check(&self, _job: &Job<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    fn submit_flags(&self, nonblocking: bool) -> u32 {
+        let base = job::PC | job::PINGPONG;
+        if nonblocking {
+            base | job::NONBLOCK | job::FENCE_OUT
+        } else {
+            base
+        }
+    }
+
+    fn run(&self, dev: &Device, job: &Job<'_>) -> Result<JobResult> {
+        let (mut sub, mut tasks) = self.submit_args(dev, job, false)?;
+        let r = dev.port.vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT");
+        let statuses = task_statuses(&mut tasks, job.tasks.len())?;
+        match r {
+            Ok(_) => Ok(JobResult {
+                task_counter: sub.task_counter,
+                int_status: statuses,
+                hw_elapsed: Some(Duration::from_nanos(sub.hw_elapse_time.max(0) as u64)),
+            }),
+            Err(DeviceError::Ioctl {
+                errno: Errno::ETIMEDOUT,
+                ..
+            }) => Err(DeviceError::Timeout {
+                task_counter: sub.task_counter,
+                int_status: statuses.last().copied().unwrap_or(0),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A non-blocking submission with an out-fence (`CONFIG_ROCKCHIP_RKNPU_FENCE`).
+    fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight<'a>> {
+        let (mut sub, tasks) = self.submit_args(dev, job, true)?;
+        dev.port
+            .vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT")?;
+        Ok(InFlight {
+            fence: (sub.fence_fd >= 0).then_some(Fd(sub.fence_fd)),
+            tasks: Some(tasks),
+        })
+    }
+
+    /// Polls the fence until `deadline`, then reads the statuses from the task array.
+    fn wait(
+        &self,
+        dev: &Device,
+        job: &Job<'_>,
+        flight: &mut InFlight<'_>,
+        deadline: Instant,
+    ) -> Result<JobResult> {
+        let Some(fd) = flight.fence.take() else {
+            return Err(DeviceError::Unsupported {
+                what: "waiting: the kernel returned no fence".into(),
+            });
+        };
+        let mut ready = false;
+        while !ready {
+            let left = deadline.saturating_duration_since(Instant::now());
+            ready = dev.port.poll(fd, left)?;
+            if !ready && Instant::now() >= deadline {
+                break;
+            }
+        }
+        dev.port.close(fd);
+        if !ready {
+            return Err(DeviceError::Timeout {
+                task_counter: 0,
+                int_status: 0,
+            });
+        }
+        Ok(JobResult {
+            task_counter: job.tasks.len() as u32,
+            int_status: match flight.tasks.as_mut() {
+                Some(tasks) => task_statuses(tasks, job.tasks.len())?,
+                None => vec![0; job.tasks.len()],
+            },
+            hw_elapsed: None,
+        })
+    }
+}
+
+impl Vendor {
+    /// The task array and the submit structure of a job.
+    fn submit_args<'d>(
+        &self,
+        dev: &'d Device,
+        job: &Job<'_>,
+        nonblocking: bool,
+    ) -> Result<(RknpuSubmit, Bo<'d>)> {
+        let flags = BoFlags {
+            kernel_mapping: true,
+            ..BoFlags::default()
+        };
+        let mut tasks = dev.alloc_with(job.tasks.len() * TASK_BYTES, flags, false)?;
+        let mut bytes = Vec::with_capacity(job.tasks.len() * TASK_BYTES);
+        for t in &job.tasks {
+            let task = RknpuTask {
+                enable_mask: t.enable,
+                int_mask: t.int_mask,
+                int_clear: irq::CLEAR_ALL,
+                regcfg_amount: t.regcfg_amount,
+                regcmd_addr: job.regcmd.dma_addr() as u64 + t.offset as u64,
+                ..RknpuTask::default()
+            };
+            bytes.extend_from_slice(task.as_bytes());
+        }
+        tasks.write(0, &bytes)?;
+        let mut sub = RknpuSubmit {
+            flags: self.submit_flags(nonblocking),
+            timeout: job.timeout.as_millis().min(u32::MAX as u128) as u32,
+            task_number: job.tasks.len() as u32,
+            task_obj_addr: tasks.obj_addr,
+            iommu_domain_id: job.iommu_domain as u32,
+            core_mask: job.cores.bits(),
+            fence_fd: -1,
+            ..RknpuSubmit::default()
+        };
+        match job.cores {
+            // Whichever core the kernel picks finds the whole job in its slot.
+            CoreMask::Auto => {
+                for slot in 0..3 {
+                    sub.subcore_task[slot] = RknpuSubcoreTask {
+                        task_start: 0,
+                        task_number: job.tasks.len() as u32,
+                    };
+                }
+            }
+            _ => {
+                let ranges = submit::ranges(&job.split);
+                for (&(_, slot), (task_start, task_number)) in
+                    job.cores.started().iter().zip(ranges)
+                {
+                    sub.subcore_task[slot] = RknpuSubcoreTask {
+                        task_start,
+                        task_number,
+                    };
+                }
+            }
+        }
+        Ok((sub, tasks))
+    }
+}
+
+/// MEM_SYNC of a whole buffer in direction `dir`; nothing for an uncached one.
+fn sync(dev: &Device, m: &BoMeta, dir: u32) -> Result<()> {
+    if !m.cacheable {
+        return Ok(());
+    }
+    let mut y = RknpuMemSync {
+        flags: dir,
+        obj_addr: m.obj_addr,
+        offset: 0,
+        size: m.size as u64,
+        ..RknpuMemSync::default()
+    };
+    dev.port
+        .vendor(VendorOp::MemSync(&mut y), "RKNPU_MEM_SYNC")
+        .map(|_| ())
+}
+
+/// The `int_status` words of a task array.
+fn task_statuses(tasks: &mut Bo<'_>, n: usize) -> Result<Vec<u32>> {
+    let bytes = tasks.read_all()?;
+    Ok((0..n)
+        .map(|i| {
+            bytes
+                .get(i * TASK_BYTES..(i + 1) * TASK_BYTES)
+                .and_then(|b| RknpuTask::read_from_bytes(b).ok())
+                .map_or(0, |t| t.int_status)
+        })
+        .collect())
+}

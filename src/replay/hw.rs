@@ -1,0 +1,113 @@
+//! The hw target: a device. Buffers are allocated anew and the regcmd relocated into
+//! them; each submission is one job.
+
+use super::target::{Outcome, Run, Target};
+use crate::device::{Bo, BoFlags, CoreMask, Device, DeviceError, Job};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A device: buffers are allocated anew and the regcmd relocated into them.
+pub(super) struct Hw<'d> {
+    dev: &'d Device,
+    bos: BTreeMap<u32, Bo<'d>>,
+}
+
+impl<'d> Hw<'d> {
+    /// Replays on `dev`, with no buffer yet.
+    pub(super) fn new(dev: &'d Device) -> Hw<'d> {
+        Hw {
+            dev,
+            bos: BTreeMap::new(),
+        }
+    }
+
+    fn bo(&mut self, id: u32) -> Result<&mut Bo<'d>, String> {
+        self.bos.get_mut(&id).ok_or(format!("no buffer {id}"))
+    }
+}
+
+impl Target for Hw<'_> {
+    fn place(&mut self, id: u32, size: u64, _addr: u32) -> Result<u32, String> {
+        let size = usize::try_from(size).map_err(|_| format!("buffer {id}: {size} bytes"))?;
+        let bo = self
+            .dev
+            .alloc(size, BoFlags::default())
+            .map_err(|e| format!("buffer {id}: {e}"))?;
+        let a = bo.dma_addr();
+        self.bos.insert(id, bo);
+        Ok(a)
+    }
+    fn write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<(), String> {
+        let offset = usize::try_from(offset).map_err(|_| format!("offset {offset}"))?;
+        self.bo(id)?
+            .write(offset, bytes)
+            .map_err(|e| format!("buffer {id}: {e}"))
+    }
+    fn read(&mut self, id: u32, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+        let all = self
+            .bo(id)?
+            .read_all()
+            .map_err(|e| format!("buffer {id}: {e}"))?;
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        all.get(start..start.saturating_add(len))
+            .map(<[u8]>::to_vec)
+            .ok_or(format!(
+                "{len} bytes at +{offset:#x} do not fit buffer {id}"
+            ))
+    }
+    fn run(&mut self, r: &Run<'_>) -> Result<Option<Outcome>, String> {
+        let Some(first) = r.tasks.first() else {
+            return Err(format!("submit {}: no task", r.id));
+        };
+        if r.tasks.iter().any(|t| t.buffer != first.buffer) {
+            return Err(format!(
+                "submit {}: tasks in several regcmd buffers; a job has one",
+                r.id
+            ));
+        }
+        let regcmd = self
+            .bos
+            .get(&first.buffer)
+            .ok_or(format!("no buffer {}", first.buffer))?;
+        let tasks = r.tasks.iter().map(|t| t.task).collect();
+        let mask = CoreMask::from_bits(r.core_mask).map_err(|e| e.to_string())?;
+        let split: Vec<usize> = match mask {
+            CoreMask::Auto => vec![r.tasks.len()],
+            _ => r.ranges.iter().map(|&(_, n)| n as usize).collect(),
+        };
+        let mut job = Job::new(regcmd, tasks)
+            .on_cores(mask, &split)
+            .timeout(Duration::from_millis(r.timeout_ms.max(1) as u64));
+        for (id, bo) in &self.bos {
+            if *id != first.buffer {
+                job = job.writes(bo);
+            }
+        }
+        Ok(Some(match self.dev.submit(&job) {
+            Ok(j) => Outcome {
+                ok: true,
+                task_counter: j.task_counter,
+                statuses: j.int_status,
+                lints: Vec::new(),
+                why: None,
+            },
+            Err(DeviceError::Timeout {
+                task_counter,
+                int_status,
+            }) => {
+                let mut statuses = vec![0; r.tasks.len()];
+                if let Some(l) = statuses.last_mut() {
+                    *l = int_status;
+                }
+                Outcome {
+                    ok: false,
+                    task_counter,
+                    statuses,
+                    lints: Vec::new(),
+                    why: Some("the job timed out".into()),
+                }
+            }
+            Err(e) => return Err(format!("submit {}: {e}", r.id)),
+        }))
+    }
+}

@@ -1,0 +1,182 @@
+//! Replaying traces (docs/trace-format.md): check (static), model (the simulator) and hw
+//! (a device).
+//!
+//! One walk over the chunks serves every mode (`walk.rs`): buffers are placed where the
+//! target puts them, contents are written in file order, relocations are patched for the
+//! placement, submissions run, and completions and outputs are compared with the
+//! recording. A target is where the walk places buffers and runs submissions: plain
+//! memory for check mode (`target.rs`), the simulator (`model.rs`), a device (`hw.rs`).
+//!
+//! Replay sits above `trace`, `sim` and `device` and imports all three; `trace` itself
+//! imports none of them, so the device can call its recorder without a cycle.
+
+mod check;
+mod compare;
+mod hw;
+mod model;
+mod target;
+mod walk;
+
+use crate::device::{Device, DeviceError};
+use crate::trace::Trace;
+use hw::Hw;
+use model::Model;
+use target::Plain;
+use walk::replay_on;
+
+/// The most buffer bytes a replay maps (a trace declares sizes; this bounds what a
+/// hostile or mistaken one can make a replay allocate).
+pub const MAX_REPLAY_BYTES: u64 = 1 << 30;
+
+/// Where a replay runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Decode and check every task and relocation; nothing runs.
+    Check,
+    /// Run on the simulator and compare completions and outputs.
+    Model,
+    /// Run on a device and compare completions and outputs.
+    Hw,
+}
+
+/// How outputs are compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tolerance {
+    /// Floating-point outputs (fp16, bf16, fp32, found from the DPU task that writes the
+    /// buffer) may differ by this many units in the last place; integers and other
+    /// bytes compare exactly.
+    pub float_ulps: u32,
+}
+
+impl Tolerance {
+    /// The tolerance for `t`: exact for a trace recorded on the emulated kernel (the same
+    /// simulator made it), 2 ULP for one recorded on a board, whose accumulation order
+    /// the simulator does not reproduce bit for bit.
+    pub fn for_trace(t: &Trace) -> Tolerance {
+        Tolerance {
+            float_ulps: if t.header.emulated { 0 } else { 2 },
+        }
+    }
+}
+
+/// How a replay places buffers and compares outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// How outputs are compared.
+    pub tolerance: Tolerance,
+    /// Model mode: every buffer is placed this many bytes (wrapping) from its recorded
+    /// address, so that only the trace's relocations can make the program find its data.
+    pub shift: u32,
+}
+
+impl ReplayOptions {
+    /// The defaults for `t`: [`Tolerance::for_trace`], buffers where they were recorded.
+    pub fn for_trace(t: &Trace) -> ReplayOptions {
+        ReplayOptions {
+            tolerance: Tolerance::for_trace(t),
+            shift: 0,
+        }
+    }
+}
+
+/// What replaying a trace found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Submissions replayed (run, or checked in check mode).
+    pub submits: usize,
+    /// Tasks decoded and checked.
+    pub tasks: usize,
+    /// Recorded outputs and completions compared.
+    pub compared: usize,
+    /// Where the replay differs from the recording, or why it could not be replayed
+    /// (empty on a match).
+    pub mismatches: Vec<String>,
+    /// Warnings: the simulator's lints, and what check mode finds suspicious but legal.
+    pub lints: Vec<String>,
+}
+
+impl ReplayReport {
+    /// Whether everything compared matched.
+    pub fn is_match(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+}
+
+/// Replays a trace on the simulator ("model" mode): places every buffer at its recorded
+/// address, writes contents in file order, runs each submission as the vendor kernel
+/// would kick it, and compares each recorded completion and output (see [`Tolerance`]).
+///
+/// ```
+/// use rknpu_driver::{replay::replay_model, trace::Trace};
+///
+/// let bytes = std::fs::read("fixtures/traces/int8-64x256x128.rknputrace")?;
+/// let report = replay_model(&Trace::from_bytes(&bytes)?);
+/// assert!(report.is_match(), "{:?}", report.mismatches);
+/// assert!(report.compared > 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn replay_model(t: &Trace) -> ReplayReport {
+    replay_model_with(t, &ReplayOptions::for_trace(t))
+}
+
+/// [`replay_model`] with options: another tolerance, or every buffer moved.
+///
+/// ```
+/// use rknpu_driver::replay::{ReplayOptions, replay_model_with};
+/// use rknpu_driver::trace::Trace;
+///
+/// let t = Trace::from_bytes(&std::fs::read("fixtures/traces/int8-64x256x128.rknputrace")?)?;
+/// // 256 MiB lower: only the trace's relocations can make the program find its data.
+/// let moved = ReplayOptions { shift: 0xF000_0000, ..ReplayOptions::for_trace(&t) };
+/// assert!(replay_model_with(&t, &moved).is_match());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn replay_model_with(t: &Trace, opts: &ReplayOptions) -> ReplayReport {
+    replay_on(t, &mut Model::new(opts.shift), opts.tolerance, true)
+}
+
+/// Checks a trace without running it ("check" mode): every buffer and content fits,
+/// every task's list decodes with no unknown register (set reserved bits are warnings in
+/// [`ReplayReport::lints`]), its op-enable entry matches the task's enable mask, chained
+/// tasks point at the next task of their range, and every relocated word holds the
+/// recorded address it names.
+pub fn replay_check(t: &Trace) -> ReplayReport {
+    replay_on(t, &mut Plain::default(), Tolerance::for_trace(t), false)
+}
+
+/// Replays a trace on a device ("hw" mode): allocates every buffer anew, writes the
+/// contents, patches the relocations for the new addresses, submits and compares.
+pub fn replay_hw(t: &Trace, dev: &Device) -> ReplayReport {
+    replay_hw_with(t, dev, &ReplayOptions::for_trace(t))
+}
+
+/// [`replay_hw`] with another tolerance (the device places the buffers: `shift` does not
+/// apply).
+pub fn replay_hw_with(t: &Trace, dev: &Device, opts: &ReplayOptions) -> ReplayReport {
+    replay_on(t, &mut Hw::new(dev), opts.tolerance, true)
+}
+
+/// Replays `t` in `mode` (hw mode on `Device::open()`).
+pub fn replay(t: &Trace, mode: Mode, opts: &ReplayOptions) -> Result<ReplayReport, DeviceError> {
+    Ok(match mode {
+        Mode::Check => replay_check(t),
+        Mode::Model => replay_model_with(t, opts),
+        Mode::Hw => replay_hw_with(t, &Device::open()?, opts),
+    })
+}
+
+/// Replays the trace file at `path` on the simulator and panics with the report unless
+/// it matches: the one-line check for a user's CI.
+///
+/// ```
+/// rknpu_driver::replay::assert_replays("fixtures/traces/int8-64x256x128.rknputrace");
+/// ```
+pub fn assert_replays(path: &str) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let t = Trace::from_bytes(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let r = replay_model(&t);
+    assert!(r.is_match(), "{path} does not replay: {:#?}", r.mismatches);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,86 @@
+//! What the walk needs of a target, and the simplest one: plain memory (check mode).
+
+use crate::submit::BufferTask;
+use std::collections::BTreeMap;
+
+/// What a submission did on a target.
+pub(super) struct Outcome {
+    /// Whether every task completed.
+    pub ok: bool,
+    /// The task counter the kernel would report.
+    pub task_counter: u32,
+    /// Per task, the interrupt status written back.
+    pub statuses: Vec<u32>,
+    /// The simulator's lints.
+    pub lints: Vec<String>,
+    /// Why it did not complete.
+    pub why: Option<String>,
+}
+
+/// A submission as a target runs it: tasks with the placed address of their lists.
+pub(super) struct Run<'a> {
+    /// Submission id.
+    pub id: u32,
+    /// Vendor core mask.
+    pub core_mask: u32,
+    /// Timeout in milliseconds.
+    pub timeout_ms: u32,
+    /// Per-core task ranges `(start, count)`.
+    pub ranges: &'a [(u32, u32)],
+    /// The tasks, offsets in their recorded buffers.
+    pub tasks: &'a [BufferTask],
+    /// The placed address of each task's list.
+    pub addrs: Vec<u32>,
+}
+
+/// Where a replay places buffers and runs submissions.
+pub(super) trait Target {
+    /// Places buffer `id` of `size` bytes recorded at `addr`; returns where it is now.
+    fn place(&mut self, id: u32, size: u64, addr: u32) -> Result<u32, String>;
+    /// Writes `bytes` at `offset` of buffer `id`.
+    fn write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<(), String>;
+    /// Reads `len` bytes at `offset` of buffer `id`.
+    fn read(&mut self, id: u32, offset: u64, len: usize) -> Result<Vec<u8>, String>;
+    /// Runs a submission; `None` where the target does not execute (check mode).
+    fn run(&mut self, r: &Run<'_>) -> Result<Option<Outcome>, String>;
+}
+
+/// Buffers in plain memory: the check target.
+#[derive(Default)]
+pub(super) struct Plain {
+    bufs: BTreeMap<u32, Vec<u8>>,
+}
+
+impl Plain {
+    fn slice(&mut self, id: u32, offset: u64, len: usize) -> Result<&mut [u8], String> {
+        let b = self
+            .bufs
+            .get_mut(&id)
+            .ok_or_else(|| format!("buffer {id} was never created"))?;
+        let size = b.len();
+        let start = usize::try_from(offset).ok().filter(|&o| o <= size);
+        start
+            .and_then(|s| Some(s..s.checked_add(len).filter(|&e| e <= size)?))
+            .map(|r| &mut b[r])
+            .ok_or_else(|| {
+                format!("{len} bytes at +{offset:#x} do not fit buffer {id} ({size} bytes)")
+            })
+    }
+}
+
+impl Target for Plain {
+    fn place(&mut self, id: u32, size: u64, addr: u32) -> Result<u32, String> {
+        self.bufs.insert(id, vec![0; size as usize]);
+        Ok(addr)
+    }
+    fn write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<(), String> {
+        self.slice(id, offset, bytes.len())?.copy_from_slice(bytes);
+        Ok(())
+    }
+    fn read(&mut self, id: u32, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+        Ok(self.slice(id, offset, len)?.to_vec())
+    }
+    fn run(&mut self, _: &Run<'_>) -> Result<Option<Outcome>, String> {
+        Ok(None)
+    }
+}

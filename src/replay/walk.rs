@@ -1,0 +1,350 @@
+//! The one walk over a trace's chunks behind every mode.
+
+use super::check::check_tasks;
+use super::compare::{compare, output_kind};
+use super::model::cores_of;
+use super::target::{Outcome, Run, Target};
+use super::{MAX_REPLAY_BYTES, ReplayReport, Tolerance};
+use crate::regcmd::RegCmd;
+use crate::submit::{BufferTask, irq, started_cores};
+use crate::trace::{Chunk, Contents, Trace, fnv1a64, seeded_bytes};
+use std::collections::BTreeMap;
+
+/// Where a buffer was recorded and where the target placed it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Placed {
+    /// The recorded device address.
+    pub recorded: u32,
+    /// Where the target put it.
+    pub at: u32,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// Replays `t` on `target`; `runs` says whether the target executes, so that recorded
+/// completions and outputs can be compared.
+pub(super) fn replay_on(
+    t: &Trace,
+    target: &mut dyn Target,
+    tol: Tolerance,
+    runs: bool,
+) -> ReplayReport {
+    let mut w = Walk {
+        target,
+        tol,
+        rep: ReplayReport::default(),
+        bufs: BTreeMap::new(),
+        total: 0,
+        outcomes: BTreeMap::new(),
+        submits: BTreeMap::new(),
+    };
+    for c in &t.chunks {
+        match c {
+            Chunk::Buffer {
+                id, size, dma_addr, ..
+            } => w.buffer(*id, *size, *dma_addr),
+            Chunk::Data {
+                id,
+                offset,
+                contents,
+            } => {
+                let written = resolve(contents).and_then(|b| w.target.write(*id, *offset, &b));
+                if let Err(e) = written {
+                    w.bad(format!("contents of buffer {id}: {e}"));
+                }
+            }
+            Chunk::Reloc {
+                buffer,
+                entry,
+                target: to,
+                offset,
+            } => {
+                if let Err(e) = relocate(w.target, &w.bufs, *buffer, *entry, *to, *offset) {
+                    w.bad(format!("reloc buffer {buffer} entry {entry}: {e}"));
+                }
+            }
+            Chunk::Submit {
+                id,
+                core_mask,
+                timeout_ms,
+                ranges,
+                tasks,
+                ..
+            } => w.submit(*id, *core_mask, *timeout_ms, ranges, tasks),
+            Chunk::Done {
+                id,
+                ok,
+                task_counter,
+                statuses,
+                ..
+            } if runs => w.done(*id, *ok, *task_counter, statuses),
+            Chunk::Output {
+                id,
+                submit,
+                offset,
+                contents,
+            } if runs => w.output(*id, *submit, *offset, contents),
+            _ => {}
+        }
+    }
+    w.unrecorded_failures(t);
+    w.rep
+}
+
+/// The walk's state between chunks.
+struct Walk<'t, 'a> {
+    target: &'a mut dyn Target,
+    tol: Tolerance,
+    rep: ReplayReport,
+    bufs: BTreeMap<u32, Placed>,
+    /// Bytes of every buffer created so far.
+    total: u64,
+    outcomes: BTreeMap<u32, Outcome>,
+    /// Each submission's tasks, to find what writes an output.
+    submits: BTreeMap<u32, &'t [BufferTask]>,
+}
+
+impl<'t> Walk<'t, '_> {
+    fn bad(&mut self, m: String) {
+        self.rep.mismatches.push(m);
+    }
+
+    /// `BUFC`: places the buffer, unless it cannot be.
+    fn buffer(&mut self, id: u32, size: u64, dma_addr: u32) {
+        self.total = self.total.saturating_add(size);
+        if self.bufs.contains_key(&id) {
+            self.bad(format!("buffer {id} is created twice"));
+        } else if (dma_addr as u64)
+            .checked_add(size)
+            .is_none_or(|end| end > 1 << 32)
+        {
+            self.bad(format!(
+                "buffer {id}: {size} bytes at {dma_addr:#x} pass the 32-bit address space"
+            ));
+        } else if self.total > MAX_REPLAY_BYTES {
+            self.bad(format!(
+                "buffer {id}: the trace's buffers pass the replay limit of {MAX_REPLAY_BYTES} bytes"
+            ));
+        } else {
+            match self.target.place(id, size, dma_addr) {
+                Ok(at) => {
+                    let placed = Placed {
+                        recorded: dma_addr,
+                        at,
+                        size,
+                    };
+                    self.bufs.insert(id, placed);
+                }
+                Err(e) => self.bad(e),
+            }
+        }
+    }
+
+    /// `SUBM`: checks the submission's shape and its task lists, then runs it.
+    fn submit(
+        &mut self,
+        id: u32,
+        core_mask: u32,
+        timeout_ms: u32,
+        ranges: &'t [(u32, u32)],
+        tasks: &'t [BufferTask],
+    ) {
+        self.rep.submits += 1;
+        self.submits.insert(id, tasks);
+        let run = match plan(id, core_mask, ranges, tasks, &self.bufs) {
+            Ok(addrs) => Run {
+                id,
+                core_mask,
+                timeout_ms,
+                ranges,
+                tasks,
+                addrs,
+            },
+            Err(e) => return self.bad(e),
+        };
+        self.rep.tasks += tasks.len();
+        check_tasks(self.target, &run, &mut self.rep);
+        match self.target.run(&run) {
+            Ok(Some(o)) => {
+                let lints = o.lints.iter().map(|l| format!("submit {id}: {l}"));
+                self.rep.lints.extend(lints);
+                self.outcomes.insert(id, o);
+            }
+            Ok(None) => {}
+            Err(e) => self.bad(e),
+        }
+    }
+
+    /// `DONE`: compares the recorded completion with the replayed one.
+    fn done(&mut self, id: u32, ok: bool, task_counter: u32, statuses: &[u32]) {
+        let Some(o) = self.outcomes.get(&id) else {
+            return self.bad(format!("done {id}: the submission did not run"));
+        };
+        self.rep.compared += 1;
+        let mut found = Vec::new();
+        if o.ok != ok {
+            let why = o.why.as_deref().unwrap_or("it completed");
+            found.push(format!(
+                "submit {id}: recorded {}, replayed {} ({why})",
+                if ok { "completed" } else { "failed" },
+                if o.ok { "completed" } else { "failed" }
+            ));
+        } else if o.task_counter != task_counter {
+            found.push(format!(
+                "submit {id}: task counter {} recorded, {} replayed",
+                task_counter, o.task_counter
+            ));
+        }
+        // A core's ping-pong group depends on what it ran before, so the status bit
+        // within each pair does too: compare as the vendor kernel reads them.
+        for (i, (&want, &got)) in statuses.iter().zip(&o.statuses).enumerate() {
+            if want != 0 && got != 0 && irq::fuzz(want) != irq::fuzz(got) {
+                found.push(format!(
+                    "submit {id} task {i}: interrupt status {want:#x} recorded, {got:#x} replayed"
+                ));
+            }
+        }
+        self.rep.mismatches.extend(found);
+    }
+
+    /// `OUTD`: compares a recorded output with what the buffer holds now.
+    fn output(&mut self, id: u32, submit: u32, offset: u64, contents: &Contents) {
+        self.rep.compared += 1;
+        let len = match contents {
+            Contents::Bytes(b) => b.len(),
+            Contents::Digest { len, .. } => *len as usize,
+        };
+        let got = match self.target.read(id, offset, len) {
+            Ok(g) => g,
+            Err(e) => return self.bad(format!("output of buffer {id}: {e}")),
+        };
+        let tasks = self.submits.get(&submit).copied().unwrap_or(&[]);
+        let kind = output_kind(self.target, &self.bufs, tasks, id);
+        if let Some(m) = compare(&got, contents, kind, self.tol) {
+            self.bad(format!(
+                "buffer {id} after submit {submit}, at +{offset:#x}: {m}"
+            ));
+        }
+    }
+
+    /// A run that failed where the trace recorded no completion: nothing to compare, but
+    /// worth saying.
+    fn unrecorded_failures(&mut self, t: &Trace) {
+        for (id, o) in &self.outcomes {
+            let recorded = t
+                .chunks
+                .iter()
+                .any(|c| matches!(c, Chunk::Done { id: d, .. } if d == id));
+            if !o.ok && !recorded {
+                self.rep.lints.push(format!(
+                    "submit {id} does not complete here ({}); the trace records no completion to compare",
+                    o.why.as_deref().unwrap_or("no reason given")
+                ));
+            }
+        }
+    }
+}
+
+/// The bytes that contents stand for: themselves, or the seeded stream checked against
+/// its digest.
+fn resolve(c: &Contents) -> Result<Vec<u8>, String> {
+    match c {
+        Contents::Bytes(b) => Ok(b.clone()),
+        Contents::Digest { seed: 0, len, .. } => Err(format!(
+            "{len} bytes are redacted without a seed: the replay cannot know them"
+        )),
+        Contents::Digest { len, digest, seed } => {
+            let n = usize::try_from(*len)
+                .ok()
+                .filter(|&n| n as u64 <= MAX_REPLAY_BYTES)
+                .ok_or(format!("{len} redacted bytes: more than a replay maps"))?;
+            let b = seeded_bytes(*seed, n);
+            if fnv1a64(&b) != *digest {
+                return Err(format!(
+                    "seed {seed} does not give the recorded digest {digest:#018x}"
+                ));
+            }
+            Ok(b)
+        }
+    }
+}
+
+/// Patches one relocated word for the placement, after checking it holds the recorded
+/// address it names.
+fn relocate(
+    target: &mut dyn Target,
+    bufs: &BTreeMap<u32, Placed>,
+    buffer: u32,
+    entry: u64,
+    to: u32,
+    offset: u32,
+) -> Result<(), String> {
+    let p = *bufs.get(&to).ok_or(format!("no buffer {to}"))?;
+    if offset as u64 >= p.size.max(1) {
+        return Err(format!("offset {offset:#x} is outside buffer {to}"));
+    }
+    let at = entry.checked_mul(8).ok_or("entry out of range")?;
+    let b = target.read(buffer, at, 8)?;
+    let w = RegCmd(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+    let want = p.recorded.wrapping_add(offset);
+    if w.value() != want {
+        return Err(format!(
+            "holds {:#010x}, but buffer {to} + {offset:#x} was recorded at {want:#010x}",
+            w.value()
+        ));
+    }
+    let patched = w.with_value(p.at.wrapping_add(offset));
+    target.write(buffer, at, &patched.0.to_le_bytes())
+}
+
+/// The placed address of every task's list, after checking the submission's shape.
+fn plan(
+    id: u32,
+    core_mask: u32,
+    ranges: &[(u32, u32)],
+    tasks: &[BufferTask],
+    bufs: &BTreeMap<u32, Placed>,
+) -> Result<Vec<u32>, String> {
+    if started_cores(core_mask).is_none() {
+        return Err(format!(
+            "submit {id}: core mask {core_mask:#x} starts no core"
+        ));
+    }
+    let cores = cores_of(core_mask).count();
+    if ranges.len() != cores {
+        return Err(format!(
+            "submit {id}: {} task range(s) for core mask {core_mask:#x} ({cores} core(s))",
+            ranges.len()
+        ));
+    }
+    let mut next = 0u64;
+    for &(s, n) in ranges {
+        if n == 0 || s as u64 != next || s as u64 + n as u64 > tasks.len() as u64 {
+            return Err(format!(
+                "submit {id}: range {s}+{n} is not the next run of its {} tasks",
+                tasks.len()
+            ));
+        }
+        next = s as u64 + n as u64;
+    }
+    if next != tasks.len() as u64 {
+        return Err(format!("submit {id}: its ranges leave tasks out"));
+    }
+    tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let p = bufs
+                .get(&t.buffer)
+                .ok_or(format!("submit {id} task {i}: no buffer {}", t.buffer))?;
+            let end = t.task.end();
+            if end > p.size {
+                return Err(format!(
+                    "submit {id} task {i}: its list ends at +{end:#x}, past its {}-byte buffer",
+                    p.size
+                ));
+            }
+            Ok(p.at.wrapping_add(t.task.offset))
+        })
+        .collect()
+}

@@ -1,0 +1,174 @@
+//! The vocabulary of submission: what a kernel driver is told about one task, which cores
+//! run which tasks, and the interrupt bits that say a task is done.
+//!
+//! Every layer that describes a submission speaks it: the program builder reports its
+//! tasks as [`TaskDesc`]s ([`crate::regcmd::Program::tasks`]), a device job is made of
+//! them, the simulator runs a core's range of them, and a trace records them with the
+//! buffer that holds each list ([`BufferTask`]). The module is a leaf: it imports nothing
+//! from the crate, so any layer may import it.
+//!
+//! ```
+//! use rknpu_driver::submit::{TaskDesc, irq, started_cores};
+//!
+//! let t = TaskDesc { offset: 0x40, regcfg_amount: 104, int_mask: irq::DPU, enable: 0xD };
+//! assert_eq!((t.regcmd_count(), t.end()), (108, 0x40 + 108 * 8));
+//! // Mask 7 starts cores 0, 1 and 2, which read subcore_task slots 2, 3 and 4.
+//! assert_eq!(started_cores(7), Some(&[(0, 2), (1, 3), (2, 4)][..]));
+//! assert_eq!(started_cores(5), None);
+//! ```
+
+/// Entries in the tail that ends every task list: next address, next amount, marker,
+/// op-enable (register-map.md section 4.4). `regcmd::TAIL_ENTRIES` is the public name;
+/// this module imports nothing, and the builder checks at compile time that they agree.
+const TAIL_ENTRIES: u32 = 4;
+
+/// One task as a kernel driver is told about it: where its list is, how long its body
+/// is, which interrupt bits end it and which blocks it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TaskDesc {
+    /// Where the task's list starts: a byte offset in the buffer that holds it (16-byte
+    /// aligned). Where no buffer is named — the simulator's one address space, a kernel's
+    /// task array — the buffer is the whole 32-bit address space and this is the list's
+    /// device address.
+    pub offset: u32,
+    /// Body entries, tail excluded (the vendor driver's `regcfg_amount`).
+    pub regcfg_amount: u32,
+    /// Interrupt bits that signal the task's completion ([`irq::DPU`] for a DPU-last
+    /// task, [`irq::PPU`] for a PPU-last one; 0 when it runs neither).
+    pub int_mask: u32,
+    /// The blocks its op-enable entry starts (the GLOBAL `OPERATION_ENABLE` layout; 0
+    /// when not known).
+    pub enable: u32,
+}
+
+impl TaskDesc {
+    /// The rocket driver's `regcmd_count`: body plus tail.
+    pub const fn regcmd_count(&self) -> u32 {
+        self.regcfg_amount.saturating_add(TAIL_ENTRIES)
+    }
+
+    /// Bytes of the whole list, body and tail.
+    pub const fn list_bytes(&self) -> u64 {
+        (self.regcfg_amount as u64 + TAIL_ENTRIES as u64) * 8
+    }
+
+    /// The offset just past the list.
+    pub const fn end(&self) -> u64 {
+        self.offset as u64 + self.list_bytes()
+    }
+}
+
+/// A task together with the buffer that holds its list, where a record names buffers: a
+/// trace's buffer id in a trace (`trace::Chunk::Submit`), a GEM handle in what a device
+/// tells its recorder (`trace::SubmitRecord`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufferTask {
+    /// The buffer holding the list.
+    pub buffer: u32,
+    /// The task, its `offset` inside that buffer.
+    pub task: TaskDesc,
+}
+
+/// The cores the vendor kernel starts for `core_mask` and the `subcore_task` slot each
+/// reads, as `(core, slot)` in core order (kernel-interfaces.md 3.5, quirk 8). For mask 0
+/// the kernel picks one core, which reads the slot of its index; the emulated kernel and
+/// trace replay take core 0. `None` for the masks that start no core: 5 and 6, which the
+/// kernel accepts and never starts, and those above 7, which name no core.
+pub const fn started_cores(core_mask: u32) -> Option<&'static [(usize, usize)]> {
+    match core_mask {
+        0 | 1 => Some(&[(0, 0)]),
+        2 => Some(&[(1, 1)]),
+        4 => Some(&[(2, 2)]),
+        3 => Some(&[(0, 0), (1, 1)]),
+        7 => Some(&[(0, 2), (1, 3), (2, 4)]),
+        _ => None,
+    }
+}
+
+/// Per-core task counts as the consecutive `(start, count)` ranges they make, in core
+/// order: the ranges a trace records and the vendor `subcore_task` values.
+pub fn ranges(per_core: &[usize]) -> Vec<(u32, u32)> {
+    per_core
+        .iter()
+        .scan(0u32, |start, &n| {
+            let range = (*start, n as u32);
+            *start += n as u32;
+            Some(range)
+        })
+        .collect()
+}
+
+/// Interrupt bits (PC INTERRUPT_* registers, register-map.md section 5.2).
+pub mod irq {
+    /// CNA feature group 0 / 1 done.
+    pub const CNA_FEATURE: u32 = 0x3;
+    /// CNA weight group 0 / 1 done.
+    pub const CNA_WEIGHT: u32 = 0xC;
+    /// CNA CSC group 0 / 1 done.
+    pub const CNA_CSC: u32 = 0x30;
+    /// CORE group 0 / 1 done.
+    pub const CORE: u32 = 0xC0;
+    /// DPU group 0 / 1 done: the completion pair of conv, matmul and element-wise jobs.
+    pub const DPU: u32 = 0x300;
+    /// PPU group 0 / 1 done.
+    pub const PPU: u32 = 0xC00;
+    /// DMA read error.
+    pub const DMA_READ_ERROR: u32 = 0x1000;
+    /// DMA write error.
+    pub const DMA_WRITE_ERROR: u32 = 0x2000;
+    /// The value the kernels write to clear every bit.
+    pub const CLEAR_ALL: u32 = 0x1_FFFF;
+
+    /// The vendor kernel's "fuzzed" status: every pair with any bit set widened to both.
+    pub fn fuzz(status: u32) -> u32 {
+        [0x3, 0xC, 0x30, 0xC0, 0x300, 0xC00]
+            .iter()
+            .filter(|&&pair| status & pair != 0)
+            .fold(0, |acc, pair| acc | pair)
+    }
+
+    /// Whether the vendor kernel accepts `status` (INT_STATUS, already masked) as the
+    /// completion of a job whose last task has `int_mask` (kernel-interfaces.md 3.6).
+    pub fn vendor_accepts(status: u32, int_mask: u32) -> bool {
+        fuzz(status) == int_mask
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_follow_each_other() {
+        assert_eq!(ranges(&[3]), vec![(0, 3)]);
+        assert_eq!(ranges(&[2, 1, 4]), vec![(0, 2), (2, 1), (3, 4)]);
+        assert!(ranges(&[]).is_empty());
+    }
+
+    #[test]
+    fn every_mask_that_starts_a_core_reads_distinct_slots() {
+        for mask in 0..16 {
+            match started_cores(mask) {
+                Some(s) => {
+                    assert!(matches!(mask, 0..=4 | 7), "{mask}");
+                    let slots: std::collections::BTreeSet<_> = s.iter().map(|c| c.1).collect();
+                    assert_eq!(slots.len(), s.len());
+                }
+                None => assert!(matches!(mask, 5 | 6 | 8..), "{mask}"),
+            }
+        }
+    }
+
+    #[test]
+    fn list_lengths_count_the_tail() {
+        let t = TaskDesc {
+            offset: 16,
+            regcfg_amount: u32::MAX,
+            int_mask: 0,
+            enable: 0,
+        };
+        assert_eq!(t.regcmd_count(), u32::MAX);
+        assert_eq!(t.list_bytes(), (u32::MAX as u64 + 4) * 8);
+        assert_eq!(t.end(), 16 + t.list_bytes());
+    }
+}

@@ -1,0 +1,256 @@
+//! Reading the format: every length checked before use, every malformed input a
+//! [`TraceError`] naming the byte offset.
+
+use super::{Chunk, Contents, Header, MAGIC, Trace, TraceError, VERSION};
+use crate::submit::{BufferTask, TaskDesc};
+
+/// A bounds-checked cursor over one payload.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    base: u64,
+}
+
+impl<'a> Reader<'a> {
+    fn err(&self, what: impl Into<String>) -> TraceError {
+        TraceError {
+            offset: self.base + self.at as u64,
+            what: what.into(),
+        }
+    }
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], TraceError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or_else(|| {
+            self.err(format!(
+                "{what}: needs {n} bytes, {} remain",
+                self.bytes.len() - self.at
+            ))
+        })?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8, TraceError> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u16(&mut self, what: &str) -> Result<u16, TraceError> {
+        Ok(u16::from_le_bytes(
+            self.take(2, what)?.try_into().unwrap_or_default(),
+        ))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, TraceError> {
+        Ok(u32::from_le_bytes(
+            self.take(4, what)?.try_into().unwrap_or_default(),
+        ))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, TraceError> {
+        Ok(u64::from_le_bytes(
+            self.take(8, what)?.try_into().unwrap_or_default(),
+        ))
+    }
+    fn str(&mut self, what: &str) -> Result<String, TraceError> {
+        let n = self.u32(what)? as usize;
+        let b = self.take(n, what)?;
+        String::from_utf8(b.to_vec()).map_err(|_| self.err(format!("{what}: not UTF-8")))
+    }
+    fn contents(&mut self) -> Result<Contents, TraceError> {
+        Ok(match self.u8("contents kind")? {
+            0 => {
+                let n = self.u64("length")?;
+                let n = self.count(n, 1, "contents")?;
+                Contents::Bytes(self.take(n, "contents")?.to_vec())
+            }
+            1 => Contents::Digest {
+                len: self.u64("length")?,
+                digest: self.u64("digest")?,
+                seed: self.u64("seed")?,
+            },
+            k => return Err(self.err(format!("contents kind {k} (0 bytes, 1 digest)"))),
+        })
+    }
+    /// A count of items of `size` bytes each, checked against what remains.
+    fn count(&mut self, n: u64, size: usize, what: &str) -> Result<usize, TraceError> {
+        let left = (self.bytes.len() - self.at) as u64;
+        if n.saturating_mul(size as u64) > left {
+            return Err(self.err(format!(
+                "{what}: {n} items of {size} bytes, {left} bytes remain"
+            )));
+        }
+        Ok(n as usize)
+    }
+}
+
+impl Trace {
+    /// Reads a trace. Every length is checked before use; unknown chunk types are kept as
+    /// [`Chunk::Unknown`] and skipped.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Trace, TraceError> {
+        let mut file = Reader {
+            bytes,
+            at: 0,
+            base: 0,
+        };
+        if file.take(8, "magic")? != MAGIC {
+            return Err(TraceError {
+                offset: 0,
+                what: "not a trace (no RKNPUTRC magic)".into(),
+            });
+        }
+        let mut header = None;
+        let mut chunks = Vec::new();
+        while file.at < bytes.len() {
+            let start = file.at;
+            let kind: [u8; 4] = file.take(4, "chunk type")?.try_into().unwrap_or_default();
+            let len = file.u64("chunk length")?;
+            let left = (bytes.len() - file.at) as u64;
+            if len > left {
+                return Err(file.err(format!(
+                    "chunk {} of {len} bytes: truncated ({left} remain)",
+                    show(&kind)
+                )));
+            }
+            let payload = file.take(len as usize, "chunk payload")?;
+            let mut p = Reader {
+                bytes: payload,
+                at: 0,
+                base: file.at as u64 - len,
+            };
+            if header.is_none() {
+                if &kind != b"HEAD" {
+                    return Err(TraceError {
+                        offset: start as u64,
+                        what: format!("the first chunk is {}, not HEAD", show(&kind)),
+                    });
+                }
+                header = Some(read_header(&mut p)?);
+                continue;
+            }
+            chunks.push(read_chunk(kind, len, &mut p)?);
+        }
+        let header = header.ok_or(TraceError {
+            offset: bytes.len() as u64,
+            what: "no HEAD chunk".into(),
+        })?;
+        Ok(Trace { header, chunks })
+    }
+}
+
+/// The `HEAD` payload.
+fn read_header(p: &mut Reader<'_>) -> Result<Header, TraceError> {
+    let version = p.u16("version")?;
+    if version != VERSION {
+        return Err(p.err(format!(
+            "format version {version}; this reader knows {VERSION}"
+        )));
+    }
+    Ok(Header {
+        version,
+        soc: p.str("soc")?,
+        interface: p.u8("interface")?,
+        driver: p.str("driver")?,
+        emulated: p.u8("emulated")? != 0,
+    })
+}
+
+/// Any chunk after `HEAD`; a type this reader does not know is [`Chunk::Unknown`].
+fn read_chunk(kind: [u8; 4], len: u64, p: &mut Reader<'_>) -> Result<Chunk, TraceError> {
+    Ok(match &kind {
+        b"BUFC" => Chunk::Buffer {
+            id: p.u32("id")?,
+            flags: p.u32("flags")?,
+            size: p.u64("size")?,
+            dma_addr: p.u32("dma_addr")?,
+        },
+        b"BUFD" => Chunk::Data {
+            id: p.u32("id")?,
+            offset: p.u64("offset")?,
+            contents: p.contents()?,
+        },
+        b"OUTD" => Chunk::Output {
+            id: p.u32("id")?,
+            submit: p.u32("submit")?,
+            offset: p.u64("offset")?,
+            contents: p.contents()?,
+        },
+        b"RELO" => Chunk::Reloc {
+            buffer: p.u32("buffer")?,
+            entry: p.u64("entry")?,
+            target: p.u32("target")?,
+            offset: p.u32("offset")?,
+        },
+        b"SUBM" => read_submit(p)?,
+        b"DONE" => read_done(p)?,
+        b"NOTE" => Chunk::Note(p.str("note")?),
+        _ => Chunk::Unknown { kind, len },
+    })
+}
+
+/// The `SUBM` payload.
+fn read_submit(p: &mut Reader<'_>) -> Result<Chunk, TraceError> {
+    let (id, flags, core_mask, timeout_ms) = (
+        p.u32("id")?,
+        p.u32("flags")?,
+        p.u32("core_mask")?,
+        p.u32("timeout")?,
+    );
+    let n = p.u32("ranges")? as u64;
+    let n = p.count(n, 8, "ranges")?;
+    let mut ranges = Vec::with_capacity(n);
+    for _ in 0..n {
+        ranges.push((p.u32("range start")?, p.u32("range count")?));
+    }
+    let n = p.u32("tasks")? as u64;
+    let n = p.count(n, 20, "tasks")?;
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        tasks.push(BufferTask {
+            buffer: p.u32("task buffer")?,
+            task: TaskDesc {
+                offset: p.u32("task offset")?,
+                regcfg_amount: p.u32("task regcfg_amount")?,
+                int_mask: p.u32("task int_mask")?,
+                enable: p.u32("task enable")?,
+            },
+        });
+    }
+    Ok(Chunk::Submit {
+        id,
+        flags,
+        core_mask,
+        timeout_ms,
+        ranges,
+        tasks,
+    })
+}
+
+/// The `DONE` payload.
+fn read_done(p: &mut Reader<'_>) -> Result<Chunk, TraceError> {
+    let (id, ok, errno) = (p.u32("id")?, p.u8("ok")? != 0, p.u32("errno")? as i32);
+    let (task_counter, elapsed_ns) = (p.u32("task_counter")?, p.u64("elapsed_ns")?);
+    let n = p.u32("statuses")? as u64;
+    let n = p.count(n, 4, "statuses")?;
+    let mut statuses = Vec::with_capacity(n);
+    for _ in 0..n {
+        statuses.push(p.u32("status")?);
+    }
+    Ok(Chunk::Done {
+        id,
+        ok,
+        errno,
+        task_counter,
+        elapsed_ns,
+        statuses,
+    })
+}
+
+/// A chunk type for messages.
+pub(super) fn show(kind: &[u8; 4]) -> String {
+    kind.iter()
+        .map(|&b| {
+            if b.is_ascii_graphic() {
+                (b as char).to_string()
+            } else {
+                format!("\\x{b:02x}")
+            }
+        })
+        .collect()
+}
