@@ -6,22 +6,15 @@ use super::check::task_words;
 use super::target::Target;
 use super::walk::Placed;
 use crate::regcmd::{self, EntryKind};
+use crate::regs::{Register, dpu};
 use crate::submit::BufferTask;
+use crate::task::Precision;
 use crate::trace::{Contents, fnv1a64};
 use std::collections::BTreeMap;
 
-/// What a buffer's outputs are, from the DPU task that writes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum OutKind {
-    /// Bytes, compared exactly (integers, or no DPU task writes the buffer).
-    Bytes,
-    /// fp16 elements.
-    F16,
-    /// bf16 elements.
-    Bf16,
-    /// fp32 elements.
-    F32,
-}
+/// What a buffer's outputs are: the output precision of the DPU task that writes it, or
+/// `None` when no DPU task does (bytes, compared exactly).
+pub(super) type OutKind = Option<Precision>;
 
 /// What `buffer`'s outputs are: the precision of the last of `tasks` whose DPU writes
 /// into it.
@@ -35,9 +28,9 @@ pub(super) fn output_kind(
         at: placed, size, ..
     }) = bufs.get(&buffer)
     else {
-        return OutKind::Bytes;
+        return None;
     };
-    let mut kind = OutKind::Bytes;
+    let mut kind = None;
     for t in tasks {
         let Ok(words) = task_words(target, t) else {
             continue;
@@ -47,22 +40,16 @@ pub(super) fn output_kind(
         for e in regcmd::decode(&words).entries {
             if let EntryKind::Write(info) = e.kind {
                 let v = e.word.value();
-                match info.full_name {
-                    "DPU.DST_BASE_ADDR" => {
-                        writes_here = v >= placed && (v - placed) as u64 <= size;
-                    }
-                    "DPU.DATA_FORMAT" => precision = Some(v >> 29),
-                    _ => {}
+                if info.offset == dpu::DstBaseAddr::OFFSET {
+                    let dst = dpu::DstBaseAddr::DST_BASE_ADDR.extract(v);
+                    writes_here = dst >= placed && (dst - placed) as u64 <= size;
+                } else if info.offset == dpu::DataFormat::OFFSET {
+                    precision = Precision::from_code(dpu::DataFormat::OUT_PRECISION.extract(v));
                 }
             }
         }
         if writes_here {
-            kind = match precision {
-                Some(2) => OutKind::F16,
-                Some(3) => OutKind::Bf16,
-                Some(5) => OutKind::F32,
-                _ => OutKind::Bytes,
-            };
+            kind = precision.filter(|p| p.is_float());
         }
     }
     kind
@@ -90,8 +77,7 @@ pub(super) fn compare(
         }
     };
     let width = match kind {
-        OutKind::F16 | OutKind::Bf16 if tol.float_ulps > 0 => 2,
-        OutKind::F32 if tol.float_ulps > 0 => 4,
+        Some(p) if p.is_float() && tol.float_ulps > 0 => p.bytes() as usize,
         _ => 0,
     };
     if width == 0 {
