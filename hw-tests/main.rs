@@ -279,7 +279,10 @@ fn a_job_that_never_completes_times_out_and_the_device_recovers() {
         &[&a_bo, &b_bo, &c_bo, &c_bo],
         program.byte_len(),
     );
-    let mut task = Job::from_program(&regcmd, &program).writes(&c_bo);
+    let mut task = Job::from_program(&regcmd, &program)
+        .reads(&a_bo)
+        .reads(&b_bo)
+        .writes(&c_bo);
     let tasks = program.tasks().to_vec();
     match (d.emulator(), d.info().interface) {
         (Some(emu), _) => emu.inject(Faults {
@@ -291,12 +294,13 @@ fn a_job_that_never_completes_times_out_and_the_device_recovers() {
         (None, Interface::Vendor) => {
             let mut t = tasks.clone();
             t[0].int_mask = 0xC00;
-            task = Job::new(&regcmd, t).writes(&c_bo);
+            task = Job::new(&regcmd, t).reads(&a_bo).reads(&b_bo).writes(&c_bo);
         }
         (None, Interface::Rocket) => {
             let mut t = tasks.clone();
             t[0].regcfg_amount = 8;
-            task = Job::new(&regcmd, t).writes(&c_bo);
+            // A list cut short on purpose: the verifier would refuse it unread.
+            task = Job::new(&regcmd, t).writes(&c_bo).unverified();
         }
     }
     let started = Instant::now();
@@ -327,6 +331,8 @@ fn a_job_that_never_completes_times_out_and_the_device_recovers() {
     }
     // After the reset the device runs jobs again.
     let job = Job::new(&regcmd, tasks)
+        .reads(&a_bo)
+        .reads(&b_bo)
         .writes(&c_bo)
         .timeout(Duration::from_secs(2));
     assert_eq!(d.submit(&job).unwrap().task_counter, 1);

@@ -122,6 +122,33 @@ pub enum VerifyError {
     NoTask,
 }
 
+impl VerifyError {
+    /// The same error with its task index moved by `by` (for a chain that starts at
+    /// task `by` of a job).
+    pub fn shift_task(self, by: usize) -> VerifyError {
+        match self {
+            VerifyError::Decode { task, error } => VerifyError::Decode {
+                task: task + by,
+                error,
+            },
+            VerifyError::Outside { task, range } => VerifyError::Outside {
+                task: task + by,
+                range,
+            },
+            VerifyError::Access {
+                task,
+                range,
+                buffer,
+            } => VerifyError::Access {
+                task: task + by,
+                range,
+                buffer,
+            },
+            VerifyError::NoTask => VerifyError::NoTask,
+        }
+    }
+}
+
 impl fmt::Display for VerifyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -173,6 +173,19 @@ impl<'d> Bo<'d> {
         Ok(self.cpu_mapping()?.as_slice().to_vec())
     }
 
+    /// Copies the whole buffer out and hands it back to the device, through a shared
+    /// borrow: what a job's checks read of a buffer the job borrows.
+    pub(super) fn peek(&self) -> Result<Vec<u8>> {
+        self.to_cpu()?;
+        let bytes = self
+            .dev
+            .port
+            .mmap(self.size, self.mmap_offset)
+            .map(|m| m.as_slice().to_vec());
+        self.to_device()?;
+        bytes
+    }
+
     /// Makes the buffer CPU-owned and maps all of it.
     fn cpu_mapping(&mut self) -> Result<Mapping> {
         self.to_cpu()?;

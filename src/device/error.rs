@@ -61,6 +61,12 @@ pub enum DeviceError {
         /// The last task's interrupt status, where the kernel reports it (0 otherwise).
         int_status: u32,
     },
+    /// The pre-submit verifier found a DMA range of the job outside its buffers, or a
+    /// task it cannot read ([`crate::verify`]); nothing was submitted.
+    Verify {
+        /// Which task (its index in the job), register and range.
+        error: crate::verify::VerifyError,
+    },
     /// A trace could not be written.
     Trace {
         /// What went wrong, with the file where there is one.
@@ -84,6 +90,10 @@ impl fmt::Display for DeviceError {
             }
             DeviceError::Unsupported { what } => write!(f, "not supported: {what}"),
             DeviceError::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+            DeviceError::Verify { error } => write!(
+                f,
+                "the job was not submitted: {error} (Job::unverified skips this check)"
+            ),
             DeviceError::CoreMask { mask } => write!(
                 f,
                 "core mask {mask:#x}: the vendor kernel accepts masks 5 and 6 but never starts them; use 1, 2, 4, 3, 7 or automatic"

@@ -4,8 +4,9 @@
 
 use super::backend::InFlight;
 use super::{Bo, Device, DeviceError, Result};
-use crate::regcmd::Program;
+use crate::regcmd::{Program, words_from_le_bytes};
 use crate::submit::{self, TaskDesc};
+use crate::verify::{self, BufferAccess, JobBuffer};
 use std::time::{Duration, Instant};
 
 /// Which cores run a job (vendor `core_mask`, kernel-interfaces.md 3.5).
@@ -91,6 +92,8 @@ pub struct Job<'a> {
     pub(super) reads: Vec<&'a Bo<'a>>,
     pub(super) writes: Vec<&'a Bo<'a>>,
     pub(super) iommu_domain: u8,
+    /// Whether submission runs the pre-submit verifier.
+    pub(super) verify: bool,
 }
 
 impl<'a> Job<'a> {
@@ -112,7 +115,20 @@ impl<'a> Job<'a> {
             reads: Vec::new(),
             writes: Vec::new(),
             iommu_domain: 0,
+            verify: true,
         }
+    }
+
+    /// Submits without the pre-submit verifier. By default every DMA range of every task
+    /// must lie inside the regcmd buffer or a buffer given to [`Job::reads`] /
+    /// [`Job::writes`], with that access ([`crate::verify`]); the kernel drivers check
+    /// nothing of the kind, so a stray address corrupts whatever memory it names. Skip it
+    /// only for programs the verifier cannot read (operations the task model does not
+    /// describe yet) or when the cost of reading the regcmd buffer per submission
+    /// matters and the program was verified before.
+    pub fn unverified(mut self) -> Job<'a> {
+        self.verify = false;
+        self
     }
 
     /// The vendor IOMMU domain to run in (0.9.6+): the one its buffers were allocated in.
@@ -181,7 +197,40 @@ impl<'a> Job<'a> {
                 ));
             }
         }
-        dev.backend.check(self)
+        dev.backend.check(self)?;
+        if self.verify {
+            self.verify_ranges()?;
+        }
+        Ok(())
+    }
+
+    /// The pre-submit verifier: each core's chain of tasks, read from the regcmd buffer,
+    /// against the job's buffers.
+    fn verify_ranges(&self) -> Result<()> {
+        let bytes = self.regcmd.peek()?;
+        let buffer =
+            |b: &Bo<'_>, access| JobBuffer::new(u64::from(b.dma_addr()), b.size() as u64, access);
+        let mut buffers = vec![buffer(self.regcmd, BufferAccess::Read)];
+        buffers.extend(self.reads.iter().map(|b| buffer(b, BufferAccess::Read)));
+        buffers.extend(self.writes.iter().map(|b| buffer(b, BufferAccess::Write)));
+        let mut first = 0;
+        for &n in &self.split {
+            let mut words = Vec::new();
+            for t in &self.tasks[first..first + n] {
+                // check() has placed every list inside the buffer.
+                let list = &bytes[t.offset as usize..t.end() as usize];
+                words.extend(words_from_le_bytes(list).map_err(|e| {
+                    DeviceError::InvalidArgument {
+                        what: format!("task list at {:#x}: {e}", t.offset),
+                    }
+                })?);
+            }
+            verify::check_words(&words, &buffers).map_err(|e| DeviceError::Verify {
+                error: e.shift_task(first),
+            })?;
+            first += n;
+        }
+        Ok(())
     }
 }
 

@@ -443,3 +443,78 @@ fn jobs_are_checked_before_they_reach_the_kernel() {
         "rocket needs an output: {err}"
     );
 }
+
+/// An int8 matmul program in a regcmd buffer of `d`, with C bound to `c_addr`.
+fn stray_program<'d>(d: &'d Device, a: &Bo<'d>, b: &Bo<'d>, c_addr: u32) -> Bo<'d> {
+    use crate::kernels::single::{Dtype, SingleMatmul};
+    use crate::regcmd::words_to_le_bytes;
+    let program = SingleMatmul::new(4, 64, 32, Dtype::Int8).program().unwrap();
+    let mut regcmd = d.alloc(4096, BoFlags::default()).unwrap();
+    let base = regcmd.dma_addr();
+    let words = program
+        .bind(|id| {
+            Some(u64::from(match id.0 {
+                0 => base,
+                1 => a.dma_addr(),
+                2 => b.dma_addr(),
+                _ => c_addr,
+            }))
+        })
+        .unwrap();
+    regcmd.write(0, &words_to_le_bytes(&words)).unwrap();
+    regcmd
+}
+
+#[test]
+fn the_verifier_not_the_kernel_catches_a_stray_address() {
+    use crate::kernels::single::{Dtype, SingleMatmul};
+    use crate::verify::VerifyError;
+    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    for spec in ["emu", "emu:rocket"] {
+        let d = Device::open_spec(spec).unwrap();
+        let mut a = d.alloc(mm.a_bytes(), BoFlags::default()).unwrap();
+        a.write(0, &vec![1; mm.a_bytes()]).unwrap();
+        let b = d.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
+        let c = d.alloc(mm.c_bytes(), BoFlags::default()).unwrap();
+        // C bound onto A: the program writes into a buffer the job only reads.
+        let regcmd = stray_program(&d, &a, &b, a.dma_addr());
+        let program = mm.program().unwrap();
+        let job = || {
+            Job::from_program(&regcmd, &program)
+                .reads(&a)
+                .reads(&b)
+                .writes(&c)
+        };
+        match d.submit(&job()) {
+            Err(DeviceError::Verify {
+                error: VerifyError::Access { task: 0, range, .. },
+            }) => assert_eq!(range.register, "DPU.DST_BASE_ADDR", "{spec}"),
+            other => panic!("{spec}: {other:?}"),
+        }
+        // The emulated kernel, like the drivers, runs it: A is overwritten.
+        d.submit(&job().unverified()).unwrap();
+        let mut a = a;
+        assert_ne!(a.read_all().unwrap(), vec![1; mm.a_bytes()], "{spec}");
+
+        // C at an address in none of the (few-KiB) buffers.
+        let stray = 0x4000_0000;
+        for bo in [&a, &b, &c, &regcmd] {
+            let at = u64::from(bo.dma_addr());
+            assert!(!(at..at + bo.size() as u64).contains(&stray), "{spec}");
+        }
+        let regcmd = stray_program(&d, &a, &b, stray as u32);
+        let job = Job::from_program(&regcmd, &program)
+            .reads(&a)
+            .reads(&b)
+            .writes(&c);
+        assert!(
+            matches!(
+                d.submit(&job),
+                Err(DeviceError::Verify {
+                    error: VerifyError::Outside { task: 0, .. }
+                })
+            ),
+            "{spec}"
+        );
+    }
+}

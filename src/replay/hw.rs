@@ -78,9 +78,11 @@ impl Target for Hw<'_> {
         let mut job = Job::new(regcmd, tasks)
             .on_cores(mask, &split)
             .timeout(Duration::from_millis(r.timeout_ms.max(1) as u64));
+        // A trace does not say which buffers a program reads and which it writes: every
+        // buffer is given both, and the verifier still checks every range lies in one.
         for (id, bo) in &self.bos {
             if *id != first.buffer {
-                job = job.writes(bo);
+                job = job.reads(bo).writes(bo);
             }
         }
         Ok(Some(match self.dev.submit(&job) {
