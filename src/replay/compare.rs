@@ -24,12 +24,9 @@ pub(super) fn output_kind(
     tasks: &[BufferTask],
     buffer: u32,
 ) -> OutKind {
-    let Some(&Placed {
+    let &Placed {
         at: placed, size, ..
-    }) = bufs.get(&buffer)
-    else {
-        return None;
-    };
+    } = bufs.get(&buffer)?;
     let mut kind = None;
     for t in tasks {
         let Ok(words) = task_words(target, t) else {
