@@ -31,7 +31,8 @@
 //! regcmd.write(0, &rknpu_driver::regcmd::words_to_le_bytes(&words))?;
 //! a.write(0, &mm.pack_a_int(&vec![1; 4 * 64])?)?;
 //! b.write(0, &mm.pack_b_int(&vec![2; 64 * 32])?)?;
-//! let result = dev.submit(&Job::from_program(&regcmd, &program).writes(&c))?;
+//! let job = Job::from_program(&regcmd, &program).reads(&a).reads(&b).writes(&c);
+//! let result = dev.submit(&job)?;   // every DMA range verified against a, b, c first
 //! assert_eq!(result.task_counter, 1);
 //! let out = mm.unpack_c_int(&c.read_all()?[..mm.c_bytes()])?;
 //! assert!(out.iter().all(|&v| v == 128));

@@ -110,6 +110,15 @@ pub(super) fn check(
     cbuf: &mut CbufState,
 ) -> Result<Task, SimError> {
     let enable = t.enable();
+    if t.ppu.is_some() || t.ppu_rdma.is_some() {
+        return Err(err(
+            at,
+            DecodeError::enable_error(
+                enable.0,
+                "PPU and PPU_RDMA (pooling) decode into the task model but are not executed by the simulator",
+            ),
+        ));
+    }
     let Some(dpu) = &t.dpu else {
         return Err(err(
             at,

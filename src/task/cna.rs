@@ -334,7 +334,7 @@ impl Cna {
             precision,
             feature,
             weights: Weights {
-                addr: DmaAddr::Fixed(r.get(DcompAddr0::DECOMPRESS_ADDR0)),
+                addr: DmaAddr::Fixed(r.address::<DcompAddr0>()),
                 kernels,
             },
             conv: Conv {
@@ -417,7 +417,7 @@ fn decode_feature(r: &mut Reader<'_>) -> Decoded<Feature> {
         format!("DATA_SIZE1 channel is {channels}")
     })?;
     Ok(Feature {
-        addr: DmaAddr::Fixed(r.get(FeatureDataAddr::FEATURE_BASE_ADDR)),
+        addr: DmaAddr::Fixed(r.address::<FeatureDataAddr>()),
         width,
         height,
         channels,

@@ -185,7 +185,7 @@ impl DpuRdma {
             None
         } else {
             Some(Mrdma {
-                addr: DmaAddr::Fixed(r.get(RdmaSrcBaseAddr::SRC_BASE_ADDR)),
+                addr: DmaAddr::Fixed(r.address::<RdmaSrcBaseAddr>()),
                 line_notch: r.get(RdmaSrcDmaCfg::LINE_NOTCH_ADDR),
                 surf_notch: r.get(RdmaSurfNotch::SURF_NOTCH_ADDR),
             })
@@ -204,7 +204,7 @@ impl DpuRdma {
                 "non-aligned operands are not modelled",
             )?;
             Some(Erdma {
-                addr: DmaAddr::Fixed(r.get(RdmaEwBaseAddr::EW_BASE_ADDR)),
+                addr: DmaAddr::Fixed(r.address::<RdmaEwBaseAddr>()),
                 data_size: r.get(RdmaErdmaCfg::ERDMA_DATA_SIZE),
                 data_mode: r.get(RdmaErdmaCfg::ERDMA_DATA_MODE),
                 surf_stride: r.get(RdmaEwSurfStride::EW_SURF_STRIDE),

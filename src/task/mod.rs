@@ -35,6 +35,8 @@ mod cna;
 mod core;
 mod dpu;
 mod dpu_rdma;
+mod ppu;
+mod ppu_rdma;
 pub(crate) mod read;
 #[cfg(test)]
 mod tests;
@@ -45,6 +47,8 @@ pub use dpu::{
     Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, Mul, OpCvt, OutCvt, Output, OwCfg, Stage,
 };
 pub use dpu_rdma::{DpuRdma, Erdma, Mrdma};
+pub use ppu::{PoolMethod, Ppu};
+pub use ppu_rdma::PpuRdma;
 pub use read::{DecodeError, DecodeErrorKind, RegisterFile, Snapshot};
 
 use crate::error::Result;
@@ -239,6 +243,10 @@ pub struct Task {
     pub dpu: Option<Dpu>,
     /// The DPU's read DMA: the main data in flying mode and the EW operand.
     pub dpu_rdma: Option<DpuRdma>,
+    /// The pooling unit.
+    pub ppu: Option<Ppu>,
+    /// The pooling unit's read DMA.
+    pub ppu_rdma: Option<PpuRdma>,
 }
 
 impl Task {
@@ -257,6 +265,12 @@ impl Task {
         if self.dpu_rdma.is_some() {
             m |= BlockMask::DPU_RDMA.0;
         }
+        if self.ppu.is_some() {
+            m |= BlockMask::PPU.0;
+        }
+        if self.ppu_rdma.is_some() {
+            m |= BlockMask::PPU_RDMA.0;
+        }
         BlockMask(m)
     }
 
@@ -273,6 +287,12 @@ impl Task {
         if let Some(rdma) = &self.dpu_rdma {
             rdma.emit_pointer(t)?;
         }
+        if let Some(ppu) = &self.ppu {
+            ppu.emit_pointer(t)?;
+        }
+        if let Some(rdma) = &self.ppu_rdma {
+            rdma.emit_pointer(t)?;
+        }
         if let Some(cna) = &self.cna {
             cna.emit(t)?;
         }
@@ -283,6 +303,12 @@ impl Task {
             dpu.emit(t)?;
         }
         if let Some(rdma) = &self.dpu_rdma {
+            rdma.emit(t)?;
+        }
+        if let Some(ppu) = &self.ppu {
+            ppu.emit(t)?;
+        }
+        if let Some(rdma) = &self.ppu_rdma {
             rdma.emit(t)?;
         }
         Ok(())
@@ -309,12 +335,6 @@ impl Task {
                 format!("bits {:#x} name no block", enable.0 & !known),
             ));
         }
-        if bit(BlockMask::PPU) || bit(BlockMask::PPU_RDMA) {
-            return Err(DecodeError::enable_error(
-                enable.0,
-                "PPU and PPU_RDMA (pooling) are not in the task model yet",
-            ));
-        }
         // Each block's own checks come before the DPU's: what a block cannot do is the
         // better report than the DPU's disagreement with it.
         let cna = bit(BlockMask::CNA)
@@ -329,11 +349,19 @@ impl Task {
         let dpu = bit(BlockMask::DPU)
             .then(|| Dpu::decode(&mut r))
             .transpose()?;
+        let ppu_rdma = bit(BlockMask::PPU_RDMA)
+            .then(|| PpuRdma::decode(&mut r))
+            .transpose()?;
+        let ppu = bit(BlockMask::PPU)
+            .then(|| Ppu::decode(&mut r))
+            .transpose()?;
         let task = Task {
             cna,
             core,
             dpu,
             dpu_rdma,
+            ppu,
+            ppu_rdma,
         };
         let mut blocks = Vec::new();
         for (block, mask) in BlockMask::BLOCKS {
@@ -358,6 +386,12 @@ impl Task {
         }
         if let Some(rdma) = &self.dpu_rdma {
             rdma.dma(self.dpu.as_ref(), &mut out);
+        }
+        if let Some(rdma) = &self.ppu_rdma {
+            rdma.dma(&mut out);
+        }
+        if let Some(ppu) = &self.ppu {
+            ppu.dma(&mut out);
         }
         out
     }

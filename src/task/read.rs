@@ -216,6 +216,16 @@ impl<'a> Reader<'a> {
         f.extract(self.regs.value(R::OFFSET))
     }
 
+    /// The address a DMA address register holds (its whole value: some keep the address
+    /// in a field that starts above bit 0).
+    pub(crate) fn address<R: Register>(&mut self) -> u32 {
+        let i = R::OFFSET as usize / 4;
+        if let Some(m) = self.read.get_mut(i) {
+            *m |= R::INFO.known_mask();
+        }
+        self.regs.value(R::OFFSET) & R::INFO.known_mask()
+    }
+
     /// A one-bit field.
     pub(crate) fn flag<R: Register>(&mut self, f: Field<R>) -> bool {
         self.get(f) != 0

@@ -4,7 +4,7 @@
 use super::*;
 use crate::kernels::single::{Dtype, Layout, OutType, PostOps, SingleMatmul};
 use crate::regcmd::{DmaAddr, TaskBuilder};
-use crate::regs::{Field, Register, cna, core as core_regs, dpu, dpu_rdma};
+use crate::regs::{Field, Register, cna, core as core_regs, dpu, dpu_rdma, ppu, ppu_rdma};
 use proptest::prelude::*;
 
 /// The register file a task's list leaves behind.
@@ -249,6 +249,56 @@ fn only(cna: Option<Cna>, core: Option<Core>, dpu: Option<Dpu>, dpu_rdma: Option
         core,
         dpu,
         dpu_rdma,
+        ppu: None,
+        ppu_rdma: None,
+    }
+}
+
+fn pool_method() -> impl Strategy<Value = PoolMethod> {
+    prop::sample::select(vec![PoolMethod::Average, PoolMethod::Max, PoolMethod::Min])
+}
+
+/// Sizes stored minus one in three fields.
+fn dims3<R1: Register, R2: Register, R3: Register>(
+    a: Field<R1>,
+    b: Field<R2>,
+    c: Field<R3>,
+) -> impl Strategy<Value = (u32, u32, u32)> {
+    (1..=max(a) + 1, 1..=max(b) + 1, 1..=max(c) + 1)
+}
+
+prop_compose! {
+    fn ppu_block()(
+        ping_pong in any::<bool>(),
+        cube_in in dims3(ppu::DataCubeInWidth::CUBE_IN_WIDTH, ppu::DataCubeInHeight::CUBE_IN_HEIGHT, ppu::DataCubeInChannel::CUBE_IN_CHANNEL),
+        cube_out in dims3(ppu::DataCubeOutWidth::CUBE_OUT_WIDTH, ppu::DataCubeOutHeight::CUBE_OUT_HEIGHT, ppu::DataCubeOutChannel::CUBE_OUT_CHANNEL),
+        method in pool_method(),
+        from_memory in any::<bool>(),
+        kernel in (1..=max(ppu::PoolingKernelCfg::KERNEL_WIDTH) + 1, 1..=max(ppu::PoolingKernelCfg::KERNEL_HEIGHT) + 1),
+        stride in (1..=max(ppu::PoolingKernelCfg::KERNEL_STRIDE_WIDTH) + 1, 1..=max(ppu::PoolingKernelCfg::KERNEL_STRIDE_HEIGHT) + 1),
+        recip in (upto(ppu::RecipKernelWidth::RECIP_KERNEL_WIDTH), upto(ppu::RecipKernelHeight::RECIP_KERNEL_HEIGHT)),
+        padding in prop::array::uniform4(upto(ppu::PoolingPaddingCfg::PAD_LEFT)),
+        pad_values in (upto(ppu::PaddingValue1Cfg::PAD_VALUE_0), upto(ppu::PaddingValue2Cfg::PAD_VALUE_1)),
+        out in addr(),
+        surf_stride in upto(ppu::DstSurfStride::DST_SURF_STRIDE),
+        precision in any_precision(),
+        index_add in upto(ppu::DataFormat::INDEX_ADD),
+        burst_len in upto(ppu::MiscCtrl::BURST_LEN),
+    ) -> Ppu {
+        Ppu { ping_pong, cube_in, cube_out, method, from_memory, kernel, stride, recip, padding, pad_values, out, surf_stride, precision, index_add, burst_len }
+    }
+}
+
+prop_compose! {
+    fn ppu_rdma_block()(
+        ping_pong in any::<bool>(),
+        cube_in in dims3(ppu_rdma::RdmaCubeInWidth::CUBE_IN_WIDTH, ppu_rdma::RdmaCubeInHeight::CUBE_IN_HEIGHT, ppu_rdma::RdmaCubeInChannel::CUBE_IN_CHANNEL),
+        size_code in upto(ppu_rdma::RdmaDataFormat::IN_PRECISION),
+        src in addr(),
+        line_stride in upto(ppu_rdma::RdmaSrcLineStride::SRC_LINE_STRIDE),
+        surf_stride in upto(ppu_rdma::RdmaSrcSurfStride::SRC_SURF_STRIDE),
+    ) -> PpuRdma {
+        PpuRdma { ping_pong, cube_in, size_code, src, line_stride, surf_stride }
     }
 }
 
@@ -288,6 +338,12 @@ proptest! {
     #[test]
     fn dpu_rdma_round_trips(r in rdma_block()) {
         let t = only(None, None, None, Some(r));
+        prop_assert_eq!(round_trip(&t), Ok(t));
+    }
+
+    #[test]
+    fn ppu_round_trips(p in ppu_block(), r in ppu_rdma_block()) {
+        let t = Task { ppu: Some(p), ppu_rdma: Some(r), ..only(None, None, None, None) };
         prop_assert_eq!(round_trip(&t), Ok(t));
     }
 
@@ -343,10 +399,17 @@ fn a_field_the_model_does_not_represent_is_named() {
 }
 
 #[test]
-fn pooling_blocks_are_refused_by_name() {
-    let e = Task::decode(&mut Snapshot::default(), crate::regcmd::BlockMask(0x60)).unwrap_err();
-    assert_eq!(e.field, "op_en");
-    assert!(e.why.contains("PPU"), "{e}");
+fn a_reserved_pooling_method_is_named() {
+    let mut regs = Snapshot::default();
+    let v = ppu::OperationModeCfg::POOLING_METHOD
+        .set(ppu::OperationModeCfg::new(), 3)
+        .unwrap();
+    regs.set(ppu::OperationModeCfg::OFFSET, v.raw());
+    let e = Task::decode(&mut regs, crate::regcmd::BlockMask(0x60)).unwrap_err();
+    assert_eq!(
+        (e.register, e.field, e.value),
+        ("PPU.OPERATION_MODE_CFG", "pooling_method", 3)
+    );
 }
 
 #[test]

@@ -102,5 +102,7 @@ pub fn add_task_model(
         core: None,
         dpu: Some(dpu),
         dpu_rdma: Some(dpu_rdma),
+        ppu: None,
+        ppu_rdma: None,
     })
 }

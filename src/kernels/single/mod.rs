@@ -426,6 +426,8 @@ impl SingleMatmul {
             }),
             dpu: Some(self.dpu_task(c)),
             dpu_rdma: self.rdma_task(e),
+            ppu: None,
+            ppu_rdma: None,
         })
     }
 

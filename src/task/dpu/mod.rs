@@ -368,7 +368,7 @@ impl Dpu {
                 fp32_to_fp16: r.flag(OutCvtScale::FP32TOFP16_EN),
             },
             out: Output {
-                addr: DmaAddr::Fixed(r.get(DstBaseAddr::DST_BASE_ADDR)),
+                addr: DmaAddr::Fixed(r.address::<DstBaseAddr>()),
                 precision: out_precision,
                 surf_stride: r.get(DstSurfStride::DST_SURF_STRIDE),
                 notch,
