@@ -2,7 +2,8 @@
 //! operand). The BS/BN operand reads (BRDMA, NRDMA) are not modelled: their registers
 //! must hold zeros.
 
-use super::dpu::{cube_extent, decode_pointer};
+use super::dpu::cube_extent;
+use super::pointer;
 use super::read::{DecodeError as E, Decoded, Reader};
 use super::{Access, DmaRange, Dpu, Precision, fixed};
 use crate::error::Result;
@@ -70,17 +71,6 @@ pub struct DpuRdma {
 }
 
 impl DpuRdma {
-    /// `S_POINTER` with ping-pong on (or nothing when off).
-    pub(super) fn emit_pointer(&self, t: &mut TaskBuilder) -> Result<()> {
-        if self.ping_pong {
-            use dpu_rdma::SPointer as P;
-            let r = P::POINTER_PP_EN.set(P::new(), 1)?;
-            let r = P::EXECUTER_PP_EN.set(r, 1)?;
-            t.write(P::POINTER_PP_MODE.set(r, 1)?);
-        }
-        Ok(())
-    }
-
     /// The DPU_RDMA registers in ascending offsets.
     pub(super) fn emit(&self, t: &mut TaskBuilder) -> Result<()> {
         use dpu_rdma::*;
@@ -162,14 +152,7 @@ impl DpuRdma {
             "combined RDMA use is not modelled",
         )?;
         r.expect(RdmaSrcDmaCfg::UNPOOLING_EN, 0, "un-pooling is not modelled")?;
-        let ping_pong = decode_pointer(
-            r,
-            [
-                SPointer::POINTER_PP_EN,
-                SPointer::EXECUTER_PP_EN,
-                SPointer::POINTER_PP_MODE,
-            ],
-        )?;
+        let ping_pong = pointer::decode::<SPointer>(r)?;
         let code = r.get(RdmaFeatureModeCfg::PROC_PRECISION);
         let precision = Precision::from_code(code).ok_or_else(|| {
             E::unsupported(

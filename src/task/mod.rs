@@ -35,6 +35,7 @@ mod cna;
 mod core;
 mod dpu;
 mod dpu_rdma;
+mod pointer;
 mod ppu;
 mod ppu_rdma;
 pub(crate) mod read;
@@ -281,18 +282,11 @@ impl Task {
         if let Some(cna) = &self.cna {
             cna.emit_preamble(t)?;
         }
-        if let Some(dpu) = &self.dpu {
-            dpu.emit_pointer(t)?;
-        }
-        if let Some(rdma) = &self.dpu_rdma {
-            rdma.emit_pointer(t)?;
-        }
-        if let Some(ppu) = &self.ppu {
-            ppu.emit_pointer(t)?;
-        }
-        if let Some(rdma) = &self.ppu_rdma {
-            rdma.emit_pointer(t)?;
-        }
+        use crate::regs::{dpu, dpu_rdma, ppu, ppu_rdma};
+        pointer::emit::<dpu::SPointer>(t, self.dpu.is_some_and(|b| b.ping_pong))?;
+        pointer::emit::<dpu_rdma::SPointer>(t, self.dpu_rdma.is_some_and(|b| b.ping_pong))?;
+        pointer::emit::<ppu::SPointer>(t, self.ppu.is_some_and(|b| b.ping_pong))?;
+        pointer::emit::<ppu_rdma::SPointer>(t, self.ppu_rdma.is_some_and(|b| b.ping_pong))?;
         if let Some(cna) = &self.cna {
             cna.emit(t)?;
         }

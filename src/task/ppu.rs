@@ -2,7 +2,7 @@
 //! field by field and can be built; the simulator does not execute them yet and refuses
 //! them by name.
 
-use super::dpu::decode_pointer;
+use super::pointer;
 use super::read::{DecodeError as E, Decoded, Reader};
 use super::{Access, DmaRange, Precision, fixed};
 use crate::error::Result;
@@ -77,17 +77,6 @@ pub struct Ppu {
 }
 
 impl Ppu {
-    /// `S_POINTER` with ping-pong on (or nothing when off).
-    pub(super) fn emit_pointer(&self, t: &mut TaskBuilder) -> Result<()> {
-        if self.ping_pong {
-            use ppu::SPointer as P;
-            let r = P::POINTER_PP_EN.set(P::new(), 1)?;
-            let r = P::EXECUTER_PP_EN.set(r, 1)?;
-            t.write(P::POINTER_PP_MODE.set(r, 1)?);
-        }
-        Ok(())
-    }
-
     /// The PPU registers in ascending offsets.
     pub(super) fn emit(&self, t: &mut TaskBuilder) -> Result<()> {
         use ppu::*;
@@ -149,14 +138,7 @@ impl Ppu {
             0,
             "serial surface output is not modelled",
         )?;
-        let ping_pong = decode_pointer(
-            r,
-            [
-                SPointer::POINTER_PP_EN,
-                SPointer::EXECUTER_PP_EN,
-                SPointer::POINTER_PP_MODE,
-            ],
-        )?;
+        let ping_pong = pointer::decode::<SPointer>(r)?;
         let code = r.get(OperationModeCfg::POOLING_METHOD);
         let method = PoolMethod::from_code(code).ok_or_else(|| {
             E::unsupported(OperationModeCfg::POOLING_METHOD, code, "code 3 is reserved")

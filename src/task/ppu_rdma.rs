@@ -1,6 +1,6 @@
 //! PPU_RDMA: the pooling unit's read DMA (the input cube, from memory).
 
-use super::dpu::decode_pointer;
+use super::pointer;
 use super::read::{Decoded, Reader};
 use super::{Access, DmaRange, fixed};
 use crate::error::Result;
@@ -26,17 +26,6 @@ pub struct PpuRdma {
 }
 
 impl PpuRdma {
-    /// `S_POINTER` with ping-pong on (or nothing when off).
-    pub(super) fn emit_pointer(&self, t: &mut TaskBuilder) -> Result<()> {
-        if self.ping_pong {
-            use ppu_rdma::SPointer as P;
-            let r = P::POINTER_PP_EN.set(P::new(), 1)?;
-            let r = P::EXECUTER_PP_EN.set(r, 1)?;
-            t.write(P::POINTER_PP_MODE.set(r, 1)?);
-        }
-        Ok(())
-    }
-
     /// The PPU_RDMA registers in ascending offsets.
     pub(super) fn emit(&self, t: &mut TaskBuilder) -> Result<()> {
         use ppu_rdma::*;
@@ -54,14 +43,7 @@ impl PpuRdma {
     /// Reads the PPU_RDMA registers.
     pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<PpuRdma> {
         use ppu_rdma::*;
-        let ping_pong = decode_pointer(
-            r,
-            [
-                SPointer::POINTER_PP_EN,
-                SPointer::EXECUTER_PP_EN,
-                SPointer::POINTER_PP_MODE,
-            ],
-        )?;
+        let ping_pong = pointer::decode::<SPointer>(r)?;
         Ok(PpuRdma {
             ping_pong,
             cube_in: (

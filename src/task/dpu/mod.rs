@@ -11,6 +11,7 @@ pub use ew::{Ew, EwOp, EwSrc, OpCvt};
 use stage::StageRegs;
 pub use stage::{Alu, AluOp, Mul, Stage};
 
+use super::pointer;
 use super::read::{DecodeError as E, Decoded, Reader};
 use super::{Access, DmaRange, Precision, fixed};
 use crate::error::Result;
@@ -151,22 +152,6 @@ impl Dpu {
         })
     }
 
-    /// `S_POINTER` with ping-pong on (or nothing when off).
-    pub(super) fn emit_pointer(&self, t: &mut TaskBuilder) -> Result<()> {
-        if self.ping_pong {
-            use dpu::SPointer as P;
-            t.write(set(
-                P::new(),
-                &[
-                    (P::POINTER_PP_EN, 1),
-                    (P::EXECUTER_PP_EN, 1),
-                    (P::POINTER_PP_MODE, 1),
-                ],
-            )?);
-        }
-        Ok(())
-    }
-
     /// The DPU registers in ascending offsets (every one written, zeros included).
     pub(super) fn emit(&self, t: &mut TaskBuilder) -> Result<()> {
         use dpu::*;
@@ -297,14 +282,7 @@ impl Dpu {
             0,
             "serial surface output is not modelled",
         )?;
-        let ping_pong = decode_pointer(
-            r,
-            [
-                SPointer::POINTER_PP_EN,
-                SPointer::EXECUTER_PP_EN,
-                SPointer::POINTER_PP_MODE,
-            ],
-        )?;
+        let ping_pong = pointer::decode::<SPointer>(r)?;
         let out_code = r.get(DataFormat::OUT_PRECISION);
         let out_precision = Precision::from_code(out_code).ok_or_else(|| {
             E::unsupported(
@@ -444,21 +422,4 @@ fn decode_cube(r: &mut Reader<'_>) -> Decoded<((u32, u32, u32), u32)> {
 pub(crate) fn cube_extent(w: u32, h: u32, c: u32, p: Precision, line: u64, surf: u64) -> u64 {
     let surfaces = u64::from(c.div_ceil(16 / p.bytes()));
     surfaces.saturating_sub(1) * surf + u64::from(h.saturating_sub(1)) * line + u64::from(w) * 16
-}
-
-/// A block's `S_POINTER` ping-pong bits: all set (true) or all clear (false).
-pub(super) fn decode_pointer<R: Register>(
-    r: &mut Reader<'_>,
-    bits: [Field<R>; 3],
-) -> Decoded<bool> {
-    let v = bits.map(|f| r.get(f));
-    match v {
-        [1, 1, 1] => Ok(true),
-        [0, 0, 0] => Ok(false),
-        _ => Err(E::unsupported(
-            bits[0],
-            v[0],
-            "ping-pong pointer, executer and pointer mode are set together or not at all",
-        )),
-    }
 }
