@@ -2,6 +2,7 @@
 //! and the packers put bytes where the layout formulas of section 3 say.
 
 use super::*;
+use crate::float::f16_to_f32;
 
 fn plan(m: u32, k: u32, n: u32, dtype: Dtype, cores: u32) -> Plan {
     Plan::new(MatmulSpec::new(m, k, n, dtype).on_cores(cores)).unwrap()
