@@ -1,9 +1,9 @@
 //! The host's side of a plan: the general packers of A and B (any values, checked) and
 //! the reduction of the partial results the tasks write into row-major results.
 
-use super::{Plan, partial_type, unsupported};
+use super::{Plan, unsupported};
 use crate::error::Result;
-use crate::float::{f16_to_f32, f32_to_f16};
+use crate::float::f16_to_f32;
 use crate::kernels::single::{OutType, SingleMatmul};
 
 impl Plan {
@@ -69,7 +69,7 @@ impl Plan {
         self.check_c(c)?;
         let n = self.spec.n as usize;
         let mut acc = vec![0i32; self.spec.m as usize * n];
-        let int16 = partial_type(self.spec.dtype) == OutType::Int16;
+        let int16 = self.c_type() == OutType::Int16;
         self.for_each_partial(c, |m, col, e| {
             let v = if int16 {
                 i16::from_le_bytes([e[0], e[1]]) as i64
@@ -88,7 +88,8 @@ impl Plan {
             .collect())
     }
 
-    /// Sums fp32 partial blocks in f64 and rounds once to the spec's output (fp32 or fp16).
+    /// Sums fp32 partial blocks in f64 and rounds once to fp32; an fp16 result (one wave,
+    /// converted by the DPU) is read as the NPU wrote it, widened to f32 exactly.
     pub fn reduce_f32(&self, c: &[u8]) -> Result<Vec<f32>> {
         if !self.spec.dtype.is_float() {
             return Err(unsupported("float reduction of an integer matmul".into()));
@@ -96,16 +97,15 @@ impl Plan {
         self.check_c(c)?;
         let n = self.spec.n as usize;
         let mut acc = vec![0f64; self.spec.m as usize * n];
+        let fp16 = self.c_type() == OutType::Fp16;
         self.for_each_partial(c, |m, col, e| {
-            acc[m * n + col] += f32::from_le_bytes([e[0], e[1], e[2], e[3]]) as f64
+            acc[m * n + col] += if fp16 {
+                f16_to_f32(u16::from_le_bytes([e[0], e[1]])) as f64
+            } else {
+                f32::from_le_bytes([e[0], e[1], e[2], e[3]]) as f64
+            }
         });
-        Ok(acc
-            .into_iter()
-            .map(|v| match self.spec.out {
-                OutType::Fp16 => f16_to_f32(f32_to_f16(v as f32)),
-                _ => v as f32,
-            })
-            .collect())
+        Ok(acc.into_iter().map(|v| v as f32).collect())
     }
 
     fn check_c(&self, c: &[u8]) -> Result<()> {
@@ -122,7 +122,7 @@ impl Plan {
     /// Visits every partial `(row, column, element bytes)` inside the real N columns;
     /// blocks are `[nt/E][rows][E]` of the plan's partial type.
     fn for_each_partial(&self, c: &[u8], mut f: impl FnMut(usize, usize, &[u8])) {
-        let part = partial_type(self.spec.dtype);
+        let part = self.c_type();
         let (size, epa) = (part.bytes() as usize, part.atom_elems() as usize);
         for t in &self.tasks {
             let base = t.c_offset as usize;

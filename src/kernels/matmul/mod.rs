@@ -10,7 +10,8 @@
 //!   more than 4 rows (matmul-recipe.md quirk 4), fp16 ≤ 4096, int4 ≤ 480 so the int16
 //!   sums cannot saturate (quirk 13). Partial results are summed on the host: int32 sums
 //!   modulo 2³² (bit-identical to one accumulation), int16 partials widened to int32,
-//!   fp32 partials in f64 and rounded once.
+//!   fp32 partials in f64 and rounded once. An fp16 result is the DPU's own fp32 → fp16
+//!   conversion (the tasks write fp16), so it needs K within one wave.
 //! * **N tiles** of at most 3072 (int8) or 4096 (int4, fp16: quirk 7) columns, a multiple
 //!   of 32 (int4: 64), and at least as many tiles as cores.
 //! * **M tiles** of as many rows as the CBUF data banks hold next to one 32-kernel weight
@@ -68,7 +69,8 @@ pub struct MatmulSpec {
     pub n: u32,
     /// Input type: int8, int4 or fp16.
     pub dtype: Dtype,
-    /// Result type: int32 (int8, int4), int16 (int4), fp32 or fp16 (fp16).
+    /// Result type: int32 (int8, int4), int16 (int4), fp32 or fp16 (fp16; K within one
+    /// wave, see [`Plan::c_type`]).
     pub out: OutType,
     /// Cores, 1..=3.
     pub cores: u32,
@@ -158,9 +160,10 @@ pub struct Plan {
     pub c_bytes: u64,
 }
 
-/// The partial-result type of a wave.
-fn partial_type(dtype: Dtype) -> OutType {
-    match dtype {
+/// The type the tasks of a plan with `waves` K waves write into C (see [`Plan::c_type`]).
+fn written_type(spec: &MatmulSpec, waves: usize) -> OutType {
+    match spec.dtype {
+        Dtype::Fp16 if spec.out == OutType::Fp16 && waves == 1 => OutType::Fp16,
         Dtype::Int4 => OutType::Int16,
         Dtype::Fp16 | Dtype::Bf16 => OutType::Fp32,
         _ => OutType::Int32,
@@ -305,6 +308,15 @@ impl Plan {
         }
         let bits = dtype.bits() as u64;
         let waves = k_waves(k, m, dtype);
+        if out == OutType::Fp16 && waves.len() > 1 {
+            // The DPU converts one task's fp32 sums; partials of several waves would be
+            // summed and rounded on the host instead, which is not the NPU's fp16.
+            return Err(unsupported(format!(
+                "fp16 output needs K within one wave (at most {} channels): K = {k} takes {} waves, whose fp32 partials are summed on the host",
+                waves[0].kw,
+                waves.len()
+            )));
+        }
         let ai_max = waves.iter().map(|w| w.ai).max().unwrap_or(32) as u64;
         // M tiles: the data banks left next to one 32-kernel weight group (at least 2).
         let group = dtype.kernels_per_atom().max(32) as u64;
@@ -340,7 +352,7 @@ impl Plan {
             (m, m_tile),
             (n_pad, n_tile),
             cores,
-            partial_type(dtype),
+            written_type(&spec, waves.len()),
             bits,
         )?;
         let (tasks, per_core, a_bytes, c_bytes) = (t.tasks, t.per_core, t.a_bytes, t.c_bytes);
@@ -379,6 +391,14 @@ impl Plan {
         })
     }
 
+    /// The element type every task writes into the C buffer: int16 for int4, fp32 for
+    /// fp16 and int32 for int8 partials, which the host sums over K waves — except an
+    /// fp16 result, which the DPU converts itself (`OutType::Fp16` in each task; the plan
+    /// has one wave).
+    pub fn c_type(&self) -> OutType {
+        written_type(&self.spec, self.waves.len())
+    }
+
     /// The task of `t` as a one-task matmul.
     pub fn task_matmul(&self, t: &TaskTile) -> SingleMatmul {
         let w = self.waves[t.wave as usize];
@@ -390,7 +410,7 @@ impl Plan {
                 Layout::Plain
             },
             c_layout: Layout::Native,
-            out: partial_type(self.spec.dtype),
+            out: self.c_type(),
             ..SingleMatmul::new(t.rows, w.kw, t.nt, self.spec.dtype)
         }
     }
