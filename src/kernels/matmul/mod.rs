@@ -131,6 +131,20 @@ pub struct TaskTile {
     pub c_offset: u64,
 }
 
+/// A buffer a plan's program names: which, what it holds, how long it is, and whether the
+/// tasks write it (the NPU only reads the others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PlanBuffer {
+    /// The relocation target ([`REGCMD`], [`A`], [`B`] or [`C`]).
+    pub id: BufferId,
+    /// `regcmd`, `A`, `weights` or `C`.
+    pub name: &'static str,
+    /// Bytes.
+    pub len: u64,
+    /// Whether the tasks write it.
+    pub written: bool,
+}
+
 /// A plan: how a matmul is cut into tasks. A plain value: print it, compare it, test it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Plan {
@@ -413,6 +427,24 @@ impl Plan {
             out: self.c_type(),
             ..SingleMatmul::new(t.rows, w.kw, t.nt, self.spec.dtype)
         }
+    }
+
+    /// The buffers `program` (this plan's [`Plan::program`]) names, in id order: the
+    /// program itself, packed A, the weight bank and C. A job lists them all; the
+    /// verifier checks the tasks' DMA ranges against them.
+    pub fn buffers(&self, program: &Program) -> [PlanBuffer; 4] {
+        let b = |id, name, len, written| PlanBuffer {
+            id,
+            name,
+            len,
+            written,
+        };
+        [
+            b(REGCMD, "regcmd", program.byte_len() as u64, false),
+            b(A, "A", self.a_bytes, false),
+            b(B, "weights", self.b_bytes, false),
+            b(C, "C", self.c_bytes, true),
+        ]
     }
 
     /// The program: every task, one chain per core, DMA addresses relocated to [`A`],
