@@ -189,13 +189,55 @@ fn matmul_refuses_result_types_its_precision_does_not_offer() {
         );
     }
     // fp16 results are the NPU's conversion: K beyond one wave is a refused plan.
+    for extra in [
+        &["--device", "emu"][..],
+        &["--emit", "/nonexistent/never-written"],
+    ] {
+        let mut args = vec![
+            "matmul", "--m", "2", "--k", "5000", "--n", "32", "--dtype", "fp16", "--out", "fp16",
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("fp16 output needs K within one wave"), "{err}");
+    }
+}
+
+#[test]
+fn emit_runs_nothing_and_refuses_run_options() {
+    for extra in [
+        ["--device", "emu"],
+        ["--seed", "3"],
+        ["--trace", "t.rknputrace"],
+    ] {
+        let mut args = vec![
+            "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8", "--emit", "p.bin",
+        ];
+        args.extend_from_slice(&extra);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--emit builds the program"),
+            "{extra:?}"
+        );
+    }
+    // An unwritable file is bad input, after the plan.
     let o = run(&[
-        "matmul", "--m", "2", "--k", "5000", "--n", "32", "--dtype", "fp16", "--out", "fp16",
-        "--device", "emu",
+        "matmul",
+        "--m",
+        "2",
+        "--k",
+        "64",
+        "--n",
+        "32",
+        "--dtype",
+        "int8",
+        "--emit",
+        "/nonexistent/dir/p.bin",
     ]);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("fp16 output needs K within one wave"), "{err}");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/dir/p.bin"));
 }
 
 #[test]

@@ -27,10 +27,12 @@ macro_rules! outln {
 
 mod bench;
 mod decode;
+mod emit;
 mod info;
 mod matmul;
 mod sim;
 mod trace;
+mod verify;
 
 const USAGE: &str = "\
 usage: rknpu <command> [options]
@@ -57,6 +59,18 @@ commands:
         fp16 (fp16; written by the NPU, K within one wave). --trace records the run to
         FILE (docs/trace-format.md); so does RKNPU_TRACE=FILE for any program using the
         library.
+  matmul --m M --k K --n N --dtype ... [--out ...] [--cores C] --emit FILE
+        Write the plan's program without running it (no device is opened): little-endian
+        u64 words bound at 0x10000000, A, weights and C at 0x20000000, 0x30000000 and
+        0x40000000; print each buffer's id, address, length and access, and the
+        `rknpu verify` command that checks them.
+  verify --regcmd PROG.bin [--regcmd-addr ADDR] [--task-words N] --buffer ADDR:LEN:r|w|rw ...
+        Check that every DMA range of every task of the program lies inside a listed
+        buffer that allows its access (r, w or rw); print each task's ranges. The program
+        sits at ADDR (default 0x10000000) and its own buffer is listed as readable unless
+        a --buffer covers it. --task-words N: only the first N words are the program.
+        Exit 0 when every range passes, 1 when one does not (named) or a task does not
+        decode, 2 on usage errors (options, an unreadable or ragged file).
   bench pack
         Packing throughput against memcpy of the same bytes, measured in the same run:
         int8 weight packing from K x N and from N x K, int4 weight packing (4096x4096),
@@ -144,6 +158,7 @@ fn main() -> ExitCode {
         Some("matmul") => matmul::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("trace") => trace::run(&args[1..]),
+        Some("verify") => verify::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") => {
             outln!("{USAGE}");
             Ok(())

@@ -14,6 +14,7 @@ struct MatmulArgs {
     device: String,
     seed: u64,
     trace_file: Option<String>,
+    emit: Option<String>,
 }
 
 /// How a run went: weight packing time, the executor's timings, the largest error and
@@ -33,6 +34,9 @@ fn fail(e: &dyn std::fmt::Display) -> Failure {
 /// error and OK.
 pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     let a = parse(args)?;
+    if let Some(file) = &a.emit {
+        return crate::emit::matmul(a.spec, file);
+    }
     let dev = open(&a.device)?;
     outln!("device: {}", dev.info());
     if let Some(path) = &a.trace_file {
@@ -91,7 +95,7 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
     let (mut m, mut k, mut n, mut dtype) = (None, None, None, None);
     let mut cores = 1u32;
     let (mut device, mut seed, mut out) = (None, None, None);
-    let mut trace_file = None;
+    let (mut trace_file, mut emit) = (None, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it
@@ -125,6 +129,7 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
             }
             "--device" => device = Some(v.clone()),
             "--trace" => trace_file = Some(v.clone()),
+            "--emit" => emit = Some(v.clone()),
             "--seed" => {
                 seed = Some(
                     v.parse()
@@ -137,6 +142,11 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
     let (Some(m), Some(k), Some(n), Some(dtype)) = (m, k, n, dtype) else {
         return Err(usage("matmul: --m, --k, --n and --dtype are required"));
     };
+    if emit.is_some() && (device.is_some() || seed.is_some() || trace_file.is_some()) {
+        return Err(usage(
+            "matmul: --emit builds the program without running it; --device, --seed and --trace apply to a run",
+        ));
+    }
     Ok(MatmulArgs {
         spec: MatmulSpec {
             out: out_type(dtype, out)?,
@@ -146,6 +156,7 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
         device: device.unwrap_or_else(|| "auto".into()),
         seed: seed.unwrap_or(1),
         trace_file,
+        emit,
     })
 }
 
