@@ -12,7 +12,7 @@ fn run(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn out(o: &Output) -> String {
+fn out_text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -56,7 +56,7 @@ fn matmul_checks_each_precision_on_the_emulated_kernels() {
         let mut all = vec!["matmul"];
         all.extend_from_slice(args);
         let o = run(&all);
-        let text = out(&o);
+        let text = out_text(&o);
         assert_eq!(
             o.status.code(),
             Some(0),
@@ -86,7 +86,7 @@ fn matmul_without_an_npu_says_so_and_runs_emulated() {
         "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8",
     ]);
     assert_eq!(o.status.code(), Some(0));
-    let text = out(&o);
+    let text = out_text(&o);
     assert!(
         text.starts_with("no NPU found: running on the emulated kernel"),
         "{text}"
@@ -122,11 +122,129 @@ fn matmul_usage_and_plan_errors() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("cores"));
 }
 
+/// `--out` on the emulated kernel: every result type a precision offers is checked against
+/// the CPU (integers exactly, int16 saturated; fp16 within the fp32 summation bound plus
+/// the fp16 rounding of the sum, docs/cli.md).
+#[test]
+fn matmul_result_types_on_the_emulated_kernel() {
+    for (dtype, out, cores, k) in [
+        ("int8", "int32", "1", "100"),
+        ("int4", "int32", "2", "700"),
+        ("int4", "int16", "1", "300"),
+        ("int4", "int16", "2", "1000"),
+        ("fp16", "fp32", "1", "5000"),
+        ("fp16", "fp16", "1", "300"),
+        ("fp16", "fp16", "3", "4096"),
+    ] {
+        let args = [
+            "matmul", "--m", "9", "--k", k, "--n", "100", "--dtype", dtype, "--out", out,
+            "--cores", cores, "--device", "emu",
+        ];
+        let o = run(&args);
+        let text = out_text(&o);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let plan = text.lines().find(|l| l.starts_with("plan: ")).unwrap();
+        let want = match out {
+            "int32" => "-> Int32",
+            "int16" => "-> Int16",
+            "fp32" => "-> Fp32",
+            _ => "-> Fp16",
+        };
+        assert!(plan.contains(want), "{plan}");
+        if out == "fp16" {
+            assert!(
+                text.contains("(fp32 summation and fp16 rounding bound respected: true)"),
+                "{text}"
+            );
+        }
+        assert_eq!(text.lines().last(), Some("OK"), "{text}");
+    }
+}
+
+#[test]
+fn matmul_refuses_result_types_its_precision_does_not_offer() {
+    for (dtype, out) in [
+        ("int8", "int16"),
+        ("int8", "fp32"),
+        ("int4", "fp16"),
+        ("fp16", "int32"),
+        ("fp16", "int16"),
+        ("int8", "int8"),
+        ("fp16", "bf16"),
+    ] {
+        let o = run(&[
+            "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", dtype, "--out", out,
+            "--device", "emu",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(2), "{dtype} -> {out}: {err}");
+        assert!(
+            err.lines().next().unwrap().starts_with("rknpu: --out"),
+            "{err}"
+        );
+    }
+    // fp16 results are the NPU's conversion: K beyond one wave is a refused plan.
+    for extra in [
+        &["--device", "emu"][..],
+        &["--emit", "/nonexistent/never-written"],
+    ] {
+        let mut args = vec![
+            "matmul", "--m", "2", "--k", "5000", "--n", "32", "--dtype", "fp16", "--out", "fp16",
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("fp16 output needs K within one wave"), "{err}");
+    }
+}
+
+#[test]
+fn emit_runs_nothing_and_refuses_run_options() {
+    for extra in [
+        ["--device", "emu"],
+        ["--seed", "3"],
+        ["--trace", "t.rknputrace"],
+    ] {
+        let mut args = vec![
+            "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8", "--emit", "p.bin",
+        ];
+        args.extend_from_slice(&extra);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--emit builds the program"),
+            "{extra:?}"
+        );
+    }
+    // An unwritable file is bad input, after the plan.
+    let o = run(&[
+        "matmul",
+        "--m",
+        "2",
+        "--k",
+        "64",
+        "--n",
+        "32",
+        "--dtype",
+        "int8",
+        "--emit",
+        "/nonexistent/dir/p.bin",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/dir/p.bin"));
+}
+
 #[test]
 fn bench_pack_prints_one_line_per_packer_with_its_memcpy_baseline() {
     let o = run(&["bench", "pack"]);
     assert_eq!(o.status.code(), Some(0));
-    let text = out(&o);
+    let text = out_text(&o);
     let names = [
         "int8 weight packing (K x N)",
         "int8 weight packing (N x K)",

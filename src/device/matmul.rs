@@ -195,7 +195,9 @@ impl<'d, 'w> Matmul<'d, 'w> {
         let mask = match self.plan.per_core.len() {
             // A driver that places jobs on cores itself (rocket) is given none.
             _ if self.dev.backend.picks_cores() => CoreMask::Auto,
-            1 => CoreMask::Auto,
+            // Core 0 named explicitly, as every board-validated vendor submit of a one-core
+            // job does (mask 1; matmul-recipe.md §10), rather than the kernel's auto pick.
+            1 => CoreMask::Core0,
             2 => CoreMask::Cores01,
             _ => CoreMask::All,
         };

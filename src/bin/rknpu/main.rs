@@ -27,10 +27,12 @@ macro_rules! outln {
 
 mod bench;
 mod decode;
+mod emit;
 mod info;
 mod matmul;
 mod sim;
 mod trace;
+mod verify;
 
 const USAGE: &str = "\
 usage: rknpu <command> [options]
@@ -49,12 +51,26 @@ commands:
         to a file after the run (a region that is not loaded is created zeroed).
         --int-mask is the completion mask (default 0x300). Prints the tasks run, the
         interrupt status and every lint; exit 0 when the program completed.
-  matmul --m M --k K --n N --dtype int8|int4|fp16 [--cores 1|2|3] [--device auto|emu|PATH]
-         [--seed S] [--trace FILE]
+  matmul --m M --k K --n N --dtype int8|int4|fp16 [--out int32|int16|fp32|fp16]
+         [--cores 1|2|3] [--device auto|emu|PATH] [--seed S] [--trace FILE]
         Multiply seeded random matrices on the NPU (or, with no NPU, the emulated kernel),
         check against a CPU reference, print the plan, a time breakdown, the largest
-        error and OK. --trace records the run to FILE (docs/trace-format.md); so does
-        RKNPU_TRACE=FILE for any program using the library.
+        error and OK. --out is the result type: int32 (int8, int4), int16 (int4), fp32 or
+        fp16 (fp16; written by the NPU, K within one wave). --trace records the run to
+        FILE (docs/trace-format.md); so does RKNPU_TRACE=FILE for any program using the
+        library.
+  matmul --m M --k K --n N --dtype ... [--out ...] [--cores C] --emit FILE
+        Write the plan's program without running it (no device is opened): little-endian
+        u64 words bound at 0x10000000, A, weights and C at 0x20000000, 0x30000000 and
+        0x40000000; print each buffer's id, address, length and access, and the
+        `rknpu verify` command that checks them.
+  verify --regcmd PROG.bin [--regcmd-addr ADDR] [--task-words N] --buffer ADDR:LEN:r|w|rw ...
+        Check that every DMA range of every task of the program lies inside a listed
+        buffer that allows its access (r, w or rw); print each task's ranges. The program
+        sits at ADDR (default 0x10000000) and its own buffer is listed as readable unless
+        a --buffer covers it. --task-words N: only the first N words are the program.
+        Exit 0 when every range passes, 1 when one does not (named) or a task does not
+        decode, 2 on usage errors (options, an unreadable or ragged file).
   bench pack
         Packing throughput against memcpy of the same bytes, measured in the same run:
         int8 weight packing from K x N and from N x K, int4 weight packing (4096x4096),
@@ -87,8 +103,13 @@ fn usage(msg: impl Into<String>) -> Failure {
 }
 
 fn parse_u32(s: &str) -> Option<u32> {
+    parse_u64(s).and_then(|v| u32::try_from(v).ok())
+}
+
+/// A decimal or `0x` hexadecimal number.
+fn parse_u64(s: &str) -> Option<u64> {
     match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
         None => s.parse().ok(),
     }
 }
@@ -137,6 +158,7 @@ fn main() -> ExitCode {
         Some("matmul") => matmul::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("trace") => trace::run(&args[1..]),
+        Some("verify") => verify::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") => {
             outln!("{USAGE}");
             Ok(())

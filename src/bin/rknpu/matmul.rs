@@ -5,19 +5,16 @@ use crate::{Failure, Rng, parse_u32, usage};
 use rknpu_driver::device::Device;
 use rknpu_driver::device::matmul::{Matmul, Timings, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
-use rknpu_driver::kernels::single::Dtype;
+use rknpu_driver::kernels::single::{Dtype, OutType};
 use std::time::{Duration, Instant};
 
 /// What `matmul` was asked.
 struct MatmulArgs {
-    m: u32,
-    k: u32,
-    n: u32,
-    dtype: Dtype,
-    cores: u32,
+    spec: MatmulSpec,
     device: String,
     seed: u64,
     trace_file: Option<String>,
+    emit: Option<String>,
 }
 
 /// How a run went: weight packing time, the executor's timings, the largest error and
@@ -37,6 +34,9 @@ fn fail(e: &dyn std::fmt::Display) -> Failure {
 /// error and OK.
 pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     let a = parse(args)?;
+    if let Some(file) = &a.emit {
+        return crate::emit::matmul(a.spec, file);
+    }
     let dev = open(&a.device)?;
     outln!("device: {}", dev.info());
     if let Some(path) = &a.trace_file {
@@ -44,12 +44,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
             .map_err(|e| fail(&e))?;
     }
     let t0 = Instant::now();
-    let spec = MatmulSpec::new(a.m, a.k, a.n, a.dtype).on_cores(a.cores);
-    let plan = Plan::new(spec).map_err(|e| fail(&e))?;
+    let plan = Plan::new(a.spec).map_err(|e| fail(&e))?;
     let t_plan = t0.elapsed();
     outln!("plan: {plan}");
     let mut rng = Rng(a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let c = if a.dtype == Dtype::Fp16 {
+    let c = if a.spec.dtype == Dtype::Fp16 {
         run_f32(&dev, plan, &mut rng)?
     } else {
         run_int(&dev, plan, &mut rng)?
@@ -64,10 +63,15 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
         timings.submit_wait.as_secs_f64() * 1e3,
         timings.unpack.as_secs_f64() * 1e3
     );
-    if a.dtype == Dtype::Fp16 {
+    if a.spec.dtype == Dtype::Fp16 {
         outln!(
-            "largest error: {:e} (fp32 summation bound respected: {})",
+            "largest error: {:e} (fp32 summation{} bound respected: {})",
             c.err,
+            if a.spec.out == OutType::Fp16 {
+                " and fp16 rounding"
+            } else {
+                ""
+            },
             c.bound <= 0.0
         );
     } else {
@@ -89,8 +93,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
 
 fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
     let (mut m, mut k, mut n, mut dtype) = (None, None, None, None);
-    let (mut cores, mut device, mut seed) = (1u32, "auto".to_string(), 1u64);
-    let mut trace_file: Option<String> = None;
+    let mut cores = 1u32;
+    let (mut device, mut seed, mut out) = (None, None, None);
+    let (mut trace_file, mut emit) = (None, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it
@@ -113,6 +118,7 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
                     _ => return Err(usage(format!("--dtype: int8, int4 or fp16, not {v}"))),
                 })
             }
+            "--out" => out = Some(v.as_str()),
             "--cores" => {
                 cores = match v.as_str() {
                     "1" => 1,
@@ -121,12 +127,14 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
                     _ => return Err(usage(format!("--cores: 1, 2 or 3, not {v}"))),
                 }
             }
-            "--device" => device = v.clone(),
+            "--device" => device = Some(v.clone()),
             "--trace" => trace_file = Some(v.clone()),
+            "--emit" => emit = Some(v.clone()),
             "--seed" => {
-                seed = v
-                    .parse()
-                    .map_err(|_| usage(format!("--seed: not a number: {v}")))?
+                seed = Some(
+                    v.parse()
+                        .map_err(|_| usage(format!("--seed: not a number: {v}")))?,
+                )
             }
             s => return Err(usage(format!("matmul: unexpected argument {s}"))),
         }
@@ -134,16 +142,54 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
     let (Some(m), Some(k), Some(n), Some(dtype)) = (m, k, n, dtype) else {
         return Err(usage("matmul: --m, --k, --n and --dtype are required"));
     };
+    if emit.is_some() && (device.is_some() || seed.is_some() || trace_file.is_some()) {
+        return Err(usage(
+            "matmul: --emit builds the program without running it; --device, --seed and --trace apply to a run",
+        ));
+    }
     Ok(MatmulArgs {
-        m,
-        k,
-        n,
-        dtype,
-        cores,
-        device,
-        seed,
+        spec: MatmulSpec {
+            out: out_type(dtype, out)?,
+            ..MatmulSpec::new(m, k, n, dtype)
+        }
+        .on_cores(cores),
+        device: device.unwrap_or_else(|| "auto".into()),
+        seed: seed.unwrap_or(1),
         trace_file,
+        emit,
     })
+}
+
+/// The result type `--out` names, where the input precision offers it; by default the
+/// widest (int32, or fp32 for fp16).
+fn out_type(dtype: Dtype, out: Option<&str>) -> Result<OutType, Failure> {
+    let (input, offered): (&str, &[(&str, OutType)]) = match dtype {
+        Dtype::Int8 => ("int8", &[("int32", OutType::Int32)]),
+        Dtype::Int4 => (
+            "int4",
+            &[("int32", OutType::Int32), ("int16", OutType::Int16)],
+        ),
+        _ => ("fp16", &[("fp32", OutType::Fp32), ("fp16", OutType::Fp16)]),
+    };
+    let Some(name) = out else {
+        return Ok(offered[0].1);
+    };
+    if !matches!(name, "int32" | "int16" | "fp32" | "fp16") {
+        return Err(usage(format!(
+            "--out: int32, int16, fp32 or fp16, not {name}"
+        )));
+    }
+    let names: Vec<&str> = offered.iter().map(|o| o.0).collect();
+    offered
+        .iter()
+        .find(|o| o.0 == name)
+        .map(|o| o.1)
+        .ok_or_else(|| {
+            usage(format!(
+                "--out {name}: {input} input gives {}",
+                names.join(" or ")
+            ))
+        })
 }
 
 /// The device `--device` names; `auto` falls back to the emulated kernel when no NPU
@@ -163,8 +209,11 @@ fn open(device: &str) -> Result<Device, Failure> {
 }
 
 /// fp16 operands, checked against an fp64 product: fp32 summation in any order keeps
-/// |error| <= (K + 1) 2^-24 sum |a b|.
+/// |error| <= E = (K + 1) 2^-24 sum |a b|. An fp16 result is that sum rounded to nearest
+/// fp16 by the DPU, which adds at most half an fp16 ulp of it: 2^-11 (|exact| + E) for
+/// normal values, 2^-25 below them.
 fn run_f32(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> {
+    let fp16_out = plan.spec.out == OutType::Fp16;
     use rknpu_driver::float::{f16_to_f32, f32_to_f16};
     let (mu, ku, nu) = (
         plan.spec.m as usize,
@@ -195,7 +244,10 @@ fn run_f32(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
         }
         for j in 0..nu {
             let e = (c[i * nu + j] as f64 - row[j]).abs();
-            let tol = (ku as f64 + 1.0) * 2f64.powi(-24) * mag[j];
+            let mut tol = (ku as f64 + 1.0) * 2f64.powi(-24) * mag[j];
+            if fp16_out {
+                tol += (row[j].abs() + tol) * 2f64.powi(-11) + 2f64.powi(-25);
+            }
             worst = worst.max(e);
             bound = bound.max(e - tol);
         }
@@ -208,8 +260,9 @@ fn run_f32(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
     })
 }
 
-/// int8 or int4 operands, checked exactly.
+/// int8 or int4 operands, checked exactly; an int16 result is the sum saturated to int16.
 fn run_int(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> {
+    let int16 = plan.spec.out == OutType::Int16;
     let (mu, ku, nu) = (
         plan.spec.m as usize,
         plan.spec.k as usize,
@@ -234,6 +287,11 @@ fn run_int(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
             let x = a[i * ku + kk] as i64;
             for (o, &y) in r.iter_mut().zip(&b[kk * nu..(kk + 1) * nu]) {
                 *o += x * y as i64;
+            }
+        }
+        if int16 {
+            for o in r {
+                *o = (*o).clamp(i16::MIN.into(), i16::MAX.into());
             }
         }
     }

@@ -10,7 +10,8 @@
 //!   more than 4 rows (matmul-recipe.md quirk 4), fp16 ≤ 4096, int4 ≤ 480 so the int16
 //!   sums cannot saturate (quirk 13). Partial results are summed on the host: int32 sums
 //!   modulo 2³² (bit-identical to one accumulation), int16 partials widened to int32,
-//!   fp32 partials in f64 and rounded once.
+//!   fp32 partials in f64 and rounded once. An fp16 result is the DPU's own fp32 → fp16
+//!   conversion (the tasks write fp16), so it needs K within one wave.
 //! * **N tiles** of at most 3072 (int8) or 4096 (int4, fp16: quirk 7) columns, a multiple
 //!   of 32 (int4: 64), and at least as many tiles as cores.
 //! * **M tiles** of as many rows as the CBUF data banks hold next to one 32-kernel weight
@@ -24,11 +25,15 @@
 //! `[nt/E][rows][E]`: no task scatters into a shared row (quirks 6 and 16 cannot arise).
 //! docs/matmul.md has the details and figures.
 
+mod host;
 pub mod pack;
+
+pub use host::{
+    dequantize, pack_weights_f32, pack_weights_f32_nk, pack_weights_int, pack_weights_int_nk,
+};
 
 use super::single::{Dtype, Layout, OutType, SingleMatmul};
 use crate::error::{Error, Result};
-use crate::float::{f16_to_f32, f32_to_f16};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder};
 use std::fmt;
 
@@ -64,7 +69,8 @@ pub struct MatmulSpec {
     pub n: u32,
     /// Input type: int8, int4 or fp16.
     pub dtype: Dtype,
-    /// Result type: int32 (int8, int4), int16 (int4), fp32 or fp16 (fp16).
+    /// Result type: int32 (int8, int4), int16 (int4), fp32 or fp16 (fp16; K within one
+    /// wave, see [`Plan::c_type`]).
     pub out: OutType,
     /// Cores, 1..=3.
     pub cores: u32,
@@ -125,6 +131,20 @@ pub struct TaskTile {
     pub c_offset: u64,
 }
 
+/// A buffer a plan's program names: which, what it holds, how long it is, and whether the
+/// tasks write it (the NPU only reads the others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PlanBuffer {
+    /// The relocation target ([`REGCMD`], [`A`], [`B`] or [`C`]).
+    pub id: BufferId,
+    /// `regcmd`, `A`, `weights` or `C`.
+    pub name: &'static str,
+    /// Bytes.
+    pub len: u64,
+    /// Whether the tasks write it.
+    pub written: bool,
+}
+
 /// A plan: how a matmul is cut into tasks. A plain value: print it, compare it, test it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Plan {
@@ -154,9 +174,10 @@ pub struct Plan {
     pub c_bytes: u64,
 }
 
-/// The partial-result type of a wave.
-fn partial_type(dtype: Dtype) -> OutType {
-    match dtype {
+/// The type the tasks of a plan with `waves` K waves write into C (see [`Plan::c_type`]).
+fn written_type(spec: &MatmulSpec, waves: usize) -> OutType {
+    match spec.dtype {
+        Dtype::Fp16 if spec.out == OutType::Fp16 && waves == 1 => OutType::Fp16,
         Dtype::Int4 => OutType::Int16,
         Dtype::Fp16 | Dtype::Bf16 => OutType::Fp32,
         _ => OutType::Int32,
@@ -301,6 +322,15 @@ impl Plan {
         }
         let bits = dtype.bits() as u64;
         let waves = k_waves(k, m, dtype);
+        if out == OutType::Fp16 && waves.len() > 1 {
+            // The DPU converts one task's fp32 sums; partials of several waves would be
+            // summed and rounded on the host instead, which is not the NPU's fp16.
+            return Err(unsupported(format!(
+                "fp16 output needs K within one wave (at most {} channels): K = {k} takes {} waves, whose fp32 partials are summed on the host",
+                waves[0].kw,
+                waves.len()
+            )));
+        }
         let ai_max = waves.iter().map(|w| w.ai).max().unwrap_or(32) as u64;
         // M tiles: the data banks left next to one 32-kernel weight group (at least 2).
         let group = dtype.kernels_per_atom().max(32) as u64;
@@ -336,7 +366,7 @@ impl Plan {
             (m, m_tile),
             (n_pad, n_tile),
             cores,
-            partial_type(dtype),
+            written_type(&spec, waves.len()),
             bits,
         )?;
         let (tasks, per_core, a_bytes, c_bytes) = (t.tasks, t.per_core, t.a_bytes, t.c_bytes);
@@ -375,6 +405,14 @@ impl Plan {
         })
     }
 
+    /// The element type every task writes into the C buffer: int16 for int4, fp32 for
+    /// fp16 and int32 for int8 partials, which the host sums over K waves — except an
+    /// fp16 result, which the DPU converts itself (`OutType::Fp16` in each task; the plan
+    /// has one wave).
+    pub fn c_type(&self) -> OutType {
+        written_type(&self.spec, self.waves.len())
+    }
+
     /// The task of `t` as a one-task matmul.
     pub fn task_matmul(&self, t: &TaskTile) -> SingleMatmul {
         let w = self.waves[t.wave as usize];
@@ -386,9 +424,27 @@ impl Plan {
                 Layout::Plain
             },
             c_layout: Layout::Native,
-            out: partial_type(self.spec.dtype),
+            out: self.c_type(),
             ..SingleMatmul::new(t.rows, w.kw, t.nt, self.spec.dtype)
         }
+    }
+
+    /// The buffers `program` (this plan's [`Plan::program`]) names, in id order: the
+    /// program itself, packed A, the weight bank and C. A job lists them all; the
+    /// verifier checks the tasks' DMA ranges against them.
+    pub fn buffers(&self, program: &Program) -> [PlanBuffer; 4] {
+        let b = |id, name, len, written| PlanBuffer {
+            id,
+            name,
+            len,
+            written,
+        };
+        [
+            b(REGCMD, "regcmd", program.byte_len() as u64, false),
+            b(A, "A", self.a_bytes, false),
+            b(B, "weights", self.b_bytes, false),
+            b(C, "C", self.c_bytes, true),
+        ]
     }
 
     /// The program: every task, one chain per core, DMA addresses relocated to [`A`],
@@ -414,136 +470,6 @@ impl Plan {
             i += count;
         }
         p.build()
-    }
-
-    /// Packs A (row-major M×K integers) into the A buffer.
-    pub fn pack_a_int(&self, a: &[i32]) -> Result<Vec<u8>> {
-        self.pack_a(
-            a.len(),
-            |m, k| a[m * self.spec.k as usize + k],
-            |mm, vals| mm.pack_a_int(vals),
-        )
-    }
-
-    /// Packs A (row-major M×K) into the A buffer, rounding to fp16.
-    pub fn pack_a_f32(&self, a: &[f32]) -> Result<Vec<u8>> {
-        self.pack_a(
-            a.len(),
-            |m, k| a[m * self.spec.k as usize + k],
-            |mm, vals| mm.pack_a_f32(vals),
-        )
-    }
-
-    fn pack_a<T: Copy>(
-        &self,
-        len: usize,
-        get: impl Fn(usize, usize) -> T,
-        pack: impl Fn(&SingleMatmul, &[T]) -> Result<Vec<u8>>,
-    ) -> Result<Vec<u8>> {
-        let (m, k) = (self.spec.m as usize, self.spec.k as usize);
-        if len != m * k {
-            return Err(unsupported(format!(
-                "A has {len} elements, the shape needs {}",
-                m * k
-            )));
-        }
-        let mut out = vec![0u8; self.a_bytes as usize];
-        // One block per (wave, M tile): the tasks of the first column tile name them all.
-        let mut seen = std::collections::HashSet::new();
-        for t in &self.tasks {
-            if !seen.insert(t.a_offset) {
-                continue;
-            }
-            let w = self.waves[t.wave as usize];
-            let mm = self.task_matmul(t);
-            let mut vals = Vec::with_capacity(t.rows as usize * w.kw as usize);
-            for r in 0..t.rows as usize {
-                for c in 0..w.kw as usize {
-                    vals.push(get(t.m0 as usize + r, w.k0 as usize + c));
-                }
-            }
-            let block = pack(&mm, &vals)?;
-            out[t.a_offset as usize..t.a_offset as usize + block.len()].copy_from_slice(&block);
-        }
-        Ok(out)
-    }
-
-    /// Sums the partial blocks of the C buffer into row-major M×N integers: int32
-    /// partials modulo 2³², int16 partials widened; the result's type is the spec's
-    /// (an int16 result saturates).
-    pub fn reduce_int(&self, c: &[u8]) -> Result<Vec<i64>> {
-        if self.spec.dtype.is_float() {
-            return Err(unsupported("integer reduction of a float matmul".into()));
-        }
-        self.check_c(c)?;
-        let n = self.spec.n as usize;
-        let mut acc = vec![0i32; self.spec.m as usize * n];
-        let int16 = partial_type(self.spec.dtype) == OutType::Int16;
-        self.for_each_partial(c, |m, col, e| {
-            let v = if int16 {
-                i16::from_le_bytes([e[0], e[1]]) as i64
-            } else {
-                i32::from_le_bytes([e[0], e[1], e[2], e[3]]) as i64
-            };
-            let a = &mut acc[m * n + col];
-            *a = a.wrapping_add(v as i32);
-        });
-        Ok(acc
-            .into_iter()
-            .map(|v| match self.spec.out {
-                OutType::Int16 => (v as i64).clamp(i16::MIN as i64, i16::MAX as i64),
-                _ => v as i64,
-            })
-            .collect())
-    }
-
-    /// Sums fp32 partial blocks in f64 and rounds once to the spec's output (fp32 or fp16).
-    pub fn reduce_f32(&self, c: &[u8]) -> Result<Vec<f32>> {
-        if !self.spec.dtype.is_float() {
-            return Err(unsupported("float reduction of an integer matmul".into()));
-        }
-        self.check_c(c)?;
-        let n = self.spec.n as usize;
-        let mut acc = vec![0f64; self.spec.m as usize * n];
-        self.for_each_partial(c, |m, col, e| {
-            acc[m * n + col] += f32::from_le_bytes([e[0], e[1], e[2], e[3]]) as f64
-        });
-        Ok(acc
-            .into_iter()
-            .map(|v| match self.spec.out {
-                OutType::Fp16 => f16_to_f32(f32_to_f16(v as f32)),
-                _ => v as f32,
-            })
-            .collect())
-    }
-
-    fn check_c(&self, c: &[u8]) -> Result<()> {
-        if (c.len() as u64) < self.c_bytes {
-            return Err(unsupported(format!(
-                "C has {} bytes, the plan writes {}",
-                c.len(),
-                self.c_bytes
-            )));
-        }
-        Ok(())
-    }
-
-    /// Visits every integer partial `(row, column, value)` inside the real N columns.
-    /// Visits every partial `(row, column, element bytes)` inside the real N columns;
-    /// blocks are `[nt/E][rows][E]` of the plan's partial type.
-    fn for_each_partial(&self, c: &[u8], mut f: impl FnMut(usize, usize, &[u8])) {
-        let part = partial_type(self.spec.dtype);
-        let (size, epa) = (part.bytes() as usize, part.atom_elems() as usize);
-        for t in &self.tasks {
-            let base = t.c_offset as usize;
-            let cols = (self.spec.n.saturating_sub(t.n0)).min(t.nt) as usize;
-            for r in 0..t.rows as usize {
-                for j in 0..cols {
-                    let o = base + ((j / epa) * t.rows as usize + r) * 16 + (j % epa) * size;
-                    f(t.m0 as usize + r, t.n0 as usize + j, &c[o..o + size]);
-                }
-            }
-        }
     }
 }
 
@@ -572,111 +498,6 @@ impl fmt::Display for Plan {
             self.c_bytes
         )
     }
-}
-
-/// Packs B for a plan: each wave's rows `k0 .. k0 + kw` over the padded N in the weight
-/// atom layout, waves back to back (the weight bank's bytes).
-pub fn pack_weights_int(plan: &Plan, b: &[i32]) -> Result<Vec<u8>> {
-    pack_weights(
-        plan,
-        b.len(),
-        |mm, vals| mm.pack_b_int(vals),
-        |k, n| b[k * plan.spec.n as usize + n],
-        0,
-    )
-}
-
-/// Packs B (row-major K×N) for a plan, rounding to fp16.
-pub fn pack_weights_f32(plan: &Plan, b: &[f32]) -> Result<Vec<u8>> {
-    pack_weights(
-        plan,
-        b.len(),
-        |mm, vals| mm.pack_b_f32(vals),
-        |k, n| b[k * plan.spec.n as usize + n],
-        0.0,
-    )
-}
-
-/// Packs integer B given as N×K (each output's K weights contiguous, the layout of an
-/// `[out_features][in_features]` matrix).
-pub fn pack_weights_int_nk(plan: &Plan, bt: &[i32]) -> Result<Vec<u8>> {
-    let k = plan.spec.k as usize;
-    pack_weights(
-        plan,
-        bt.len(),
-        |mm, vals| mm.pack_b_int(vals),
-        |kk, n| bt[n * k + kk],
-        0,
-    )
-}
-
-/// Packs B given as N×K, rounding to fp16.
-pub fn pack_weights_f32_nk(plan: &Plan, bt: &[f32]) -> Result<Vec<u8>> {
-    let k = plan.spec.k as usize;
-    pack_weights(
-        plan,
-        bt.len(),
-        |mm, vals| mm.pack_b_f32(vals),
-        |kk, n| bt[n * k + kk],
-        0.0,
-    )
-}
-
-/// Applies per-token (row) and per-channel (column) scales on the host to an integer
-/// product, as quantised LLM layers do: `C'[m][n] = C[m][n] · row[m] · col[n]` (an empty
-/// slice means scale 1). The scales must cover every row and column.
-pub fn dequantize(c: &[i64], m: usize, n: usize, row: &[f32], col: &[f32]) -> Result<Vec<f32>> {
-    if c.len() != m * n
-        || !(row.is_empty() || row.len() == m)
-        || !(col.is_empty() || col.len() == n)
-    {
-        return Err(unsupported(format!(
-            "{} results of {m}x{n} with {} row and {} column scales",
-            c.len(),
-            row.len(),
-            col.len()
-        )));
-    }
-    Ok(c.iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            let r = row.get(i / n).copied().unwrap_or(1.0);
-            let s = col.get(i % n).copied().unwrap_or(1.0);
-            (v as f64 * r as f64 * s as f64) as f32
-        })
-        .collect())
-}
-
-fn pack_weights<T: Copy>(
-    plan: &Plan,
-    len: usize,
-    pack: impl Fn(&SingleMatmul, &[T]) -> Result<Vec<u8>>,
-    get: impl Fn(usize, usize) -> T,
-    zero: T,
-) -> Result<Vec<u8>> {
-    let s = &plan.spec;
-    if len != (s.k * s.n) as usize {
-        return Err(unsupported(format!(
-            "B has {len} elements, the shape needs {}",
-            s.k * s.n
-        )));
-    }
-    let mut out = Vec::with_capacity(plan.b_bytes as usize);
-    for w in &plan.waves {
-        let mm = SingleMatmul::new(1, w.kw, plan.n_pad, s.dtype);
-        let mut vals = Vec::with_capacity(w.kw as usize * plan.n_pad as usize);
-        for k in 0..w.kw as usize {
-            for n in 0..plan.n_pad as usize {
-                vals.push(if n < s.n as usize {
-                    get(w.k0 as usize + k, n)
-                } else {
-                    zero
-                });
-            }
-        }
-        out.extend_from_slice(&pack(&mm, &vals)?);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

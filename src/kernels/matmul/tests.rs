@@ -2,6 +2,7 @@
 //! and the packers put bytes where the layout formulas of section 3 say.
 
 use super::*;
+use crate::float::f16_to_f32;
 
 fn plan(m: u32, k: u32, n: u32, dtype: Dtype, cores: u32) -> Plan {
     Plan::new(MatmulSpec::new(m, k, n, dtype).on_cores(cores)).unwrap()
@@ -248,6 +249,43 @@ fn reduction_sums_waves_modulo_2_32() {
     assert_eq!(r[0], (i32::MAX.wrapping_add(i32::MAX)) as i64);
     assert!(p.reduce_int(&c[..4]).is_err());
     assert!(p.reduce_f32(&c).is_err());
+}
+
+#[test]
+fn fp16_results_are_written_by_the_dpu_within_one_wave() {
+    let spec = |k| MatmulSpec {
+        out: OutType::Fp16,
+        ..MatmulSpec::new(5, k, 40, Dtype::Fp16).on_cores(2)
+    };
+    let p = Plan::new(spec(300)).unwrap();
+    assert_eq!(p.waves.len(), 1);
+    assert_eq!(p.c_type(), OutType::Fp16);
+    for mm in each_task(&p) {
+        assert_eq!(mm.out, OutType::Fp16);
+        let dpu = mm.task().unwrap().dpu.unwrap();
+        assert!(dpu.out_cvt.fp32_to_fp16);
+        assert_eq!(dpu.out.precision, crate::task::Precision::Fp16);
+    }
+    let written: u64 = p.tasks.iter().map(|t| (t.rows * t.nt * 2) as u64).sum();
+    assert_eq!(p.c_bytes, written);
+    // The host reads the halves as written: C[0][0] in the first atom, C[0][9] in the
+    // second (8 halves per atom), nothing rounded again.
+    let mut c = vec![0u8; p.c_bytes as usize];
+    let t = &p.tasks[0];
+    let at = |col: usize| t.c_offset as usize + (col / 8 * t.rows as usize) * 16 + col % 8 * 2;
+    c[at(0)..at(0) + 2].copy_from_slice(&0x3c01u16.to_le_bytes()); // 1 + 2^-10
+    c[at(9)..at(9) + 2].copy_from_slice(&0xc000u16.to_le_bytes()); // -2
+    let r = p.reduce_f32(&c).unwrap();
+    assert_eq!((r[0], r[9], r[1]), (1.0 + 2f32.powi(-10), -2.0, 0.0));
+    // K beyond one wave: the partials would be summed and rounded on the host.
+    let e = Plan::new(spec(5000)).unwrap_err();
+    assert!(
+        matches!(&e, Error::Unsupported { why, .. } if why.contains("one wave")),
+        "{e}"
+    );
+    // fp32 results of several waves stay the host's sum.
+    let p = Plan::new(MatmulSpec::new(5, 5000, 40, Dtype::Fp16)).unwrap();
+    assert_eq!((p.waves.len(), p.c_type()), (2, OutType::Fp32));
 }
 
 #[test]

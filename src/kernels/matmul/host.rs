@@ -1,0 +1,243 @@
+//! The host's side of a plan: the general packers of A and B (any values, checked) and
+//! the reduction of the partial results the tasks write into row-major results.
+
+use super::{Plan, unsupported};
+use crate::error::Result;
+use crate::float::f16_to_f32;
+use crate::kernels::single::{OutType, SingleMatmul};
+
+impl Plan {
+    /// Packs A (row-major M×K integers) into the A buffer.
+    pub fn pack_a_int(&self, a: &[i32]) -> Result<Vec<u8>> {
+        self.pack_a(
+            a.len(),
+            |m, k| a[m * self.spec.k as usize + k],
+            |mm, vals| mm.pack_a_int(vals),
+        )
+    }
+
+    /// Packs A (row-major M×K) into the A buffer, rounding to fp16.
+    pub fn pack_a_f32(&self, a: &[f32]) -> Result<Vec<u8>> {
+        self.pack_a(
+            a.len(),
+            |m, k| a[m * self.spec.k as usize + k],
+            |mm, vals| mm.pack_a_f32(vals),
+        )
+    }
+
+    fn pack_a<T: Copy>(
+        &self,
+        len: usize,
+        get: impl Fn(usize, usize) -> T,
+        pack: impl Fn(&SingleMatmul, &[T]) -> Result<Vec<u8>>,
+    ) -> Result<Vec<u8>> {
+        let (m, k) = (self.spec.m as usize, self.spec.k as usize);
+        if len != m * k {
+            return Err(unsupported(format!(
+                "A has {len} elements, the shape needs {}",
+                m * k
+            )));
+        }
+        let mut out = vec![0u8; self.a_bytes as usize];
+        // One block per (wave, M tile): the tasks of the first column tile name them all.
+        let mut seen = std::collections::HashSet::new();
+        for t in &self.tasks {
+            if !seen.insert(t.a_offset) {
+                continue;
+            }
+            let w = self.waves[t.wave as usize];
+            let mm = self.task_matmul(t);
+            let mut vals = Vec::with_capacity(t.rows as usize * w.kw as usize);
+            for r in 0..t.rows as usize {
+                for c in 0..w.kw as usize {
+                    vals.push(get(t.m0 as usize + r, w.k0 as usize + c));
+                }
+            }
+            let block = pack(&mm, &vals)?;
+            out[t.a_offset as usize..t.a_offset as usize + block.len()].copy_from_slice(&block);
+        }
+        Ok(out)
+    }
+
+    /// Sums the partial blocks of the C buffer into row-major M×N integers: int32
+    /// partials modulo 2³², int16 partials widened; the result's type is the spec's
+    /// (an int16 result saturates).
+    pub fn reduce_int(&self, c: &[u8]) -> Result<Vec<i64>> {
+        if self.spec.dtype.is_float() {
+            return Err(unsupported("integer reduction of a float matmul".into()));
+        }
+        self.check_c(c)?;
+        let n = self.spec.n as usize;
+        let mut acc = vec![0i32; self.spec.m as usize * n];
+        let int16 = self.c_type() == OutType::Int16;
+        self.for_each_partial(c, |m, col, e| {
+            let v = if int16 {
+                i16::from_le_bytes([e[0], e[1]]) as i64
+            } else {
+                i32::from_le_bytes([e[0], e[1], e[2], e[3]]) as i64
+            };
+            let a = &mut acc[m * n + col];
+            *a = a.wrapping_add(v as i32);
+        });
+        Ok(acc
+            .into_iter()
+            .map(|v| match self.spec.out {
+                OutType::Int16 => (v as i64).clamp(i16::MIN as i64, i16::MAX as i64),
+                _ => v as i64,
+            })
+            .collect())
+    }
+
+    /// Sums fp32 partial blocks in f64 and rounds once to fp32; an fp16 result (one wave,
+    /// converted by the DPU) is read as the NPU wrote it, widened to f32 exactly.
+    pub fn reduce_f32(&self, c: &[u8]) -> Result<Vec<f32>> {
+        if !self.spec.dtype.is_float() {
+            return Err(unsupported("float reduction of an integer matmul".into()));
+        }
+        self.check_c(c)?;
+        let n = self.spec.n as usize;
+        let mut acc = vec![0f64; self.spec.m as usize * n];
+        let fp16 = self.c_type() == OutType::Fp16;
+        self.for_each_partial(c, |m, col, e| {
+            acc[m * n + col] += if fp16 {
+                f16_to_f32(u16::from_le_bytes([e[0], e[1]])) as f64
+            } else {
+                f32::from_le_bytes([e[0], e[1], e[2], e[3]]) as f64
+            }
+        });
+        Ok(acc.into_iter().map(|v| v as f32).collect())
+    }
+
+    fn check_c(&self, c: &[u8]) -> Result<()> {
+        if (c.len() as u64) < self.c_bytes {
+            return Err(unsupported(format!(
+                "C has {} bytes, the plan writes {}",
+                c.len(),
+                self.c_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Visits every partial `(row, column, element bytes)` inside the real N columns;
+    /// blocks are `[nt/E][rows][E]` of the plan's partial type.
+    fn for_each_partial(&self, c: &[u8], mut f: impl FnMut(usize, usize, &[u8])) {
+        let part = self.c_type();
+        let (size, epa) = (part.bytes() as usize, part.atom_elems() as usize);
+        for t in &self.tasks {
+            let base = t.c_offset as usize;
+            let cols = (self.spec.n.saturating_sub(t.n0)).min(t.nt) as usize;
+            for r in 0..t.rows as usize {
+                for j in 0..cols {
+                    let o = base + ((j / epa) * t.rows as usize + r) * 16 + (j % epa) * size;
+                    f(t.m0 as usize + r, t.n0 as usize + j, &c[o..o + size]);
+                }
+            }
+        }
+    }
+}
+
+/// Packs B for a plan: each wave's rows `k0 .. k0 + kw` over the padded N in the weight
+/// atom layout, waves back to back (the weight bank's bytes).
+pub fn pack_weights_int(plan: &Plan, b: &[i32]) -> Result<Vec<u8>> {
+    pack_weights(
+        plan,
+        b.len(),
+        |mm, vals| mm.pack_b_int(vals),
+        |k, n| b[k * plan.spec.n as usize + n],
+        0,
+    )
+}
+
+/// Packs B (row-major K×N) for a plan, rounding to fp16.
+pub fn pack_weights_f32(plan: &Plan, b: &[f32]) -> Result<Vec<u8>> {
+    pack_weights(
+        plan,
+        b.len(),
+        |mm, vals| mm.pack_b_f32(vals),
+        |k, n| b[k * plan.spec.n as usize + n],
+        0.0,
+    )
+}
+
+/// Packs integer B given as N×K (each output's K weights contiguous, the layout of an
+/// `[out_features][in_features]` matrix).
+pub fn pack_weights_int_nk(plan: &Plan, bt: &[i32]) -> Result<Vec<u8>> {
+    let k = plan.spec.k as usize;
+    pack_weights(
+        plan,
+        bt.len(),
+        |mm, vals| mm.pack_b_int(vals),
+        |kk, n| bt[n * k + kk],
+        0,
+    )
+}
+
+/// Packs B given as N×K, rounding to fp16.
+pub fn pack_weights_f32_nk(plan: &Plan, bt: &[f32]) -> Result<Vec<u8>> {
+    let k = plan.spec.k as usize;
+    pack_weights(
+        plan,
+        bt.len(),
+        |mm, vals| mm.pack_b_f32(vals),
+        |kk, n| bt[n * k + kk],
+        0.0,
+    )
+}
+
+/// Applies per-token (row) and per-channel (column) scales on the host to an integer
+/// product, as quantised LLM layers do: `C'[m][n] = C[m][n] · row[m] · col[n]` (an empty
+/// slice means scale 1). The scales must cover every row and column.
+pub fn dequantize(c: &[i64], m: usize, n: usize, row: &[f32], col: &[f32]) -> Result<Vec<f32>> {
+    if c.len() != m * n
+        || !(row.is_empty() || row.len() == m)
+        || !(col.is_empty() || col.len() == n)
+    {
+        return Err(unsupported(format!(
+            "{} results of {m}x{n} with {} row and {} column scales",
+            c.len(),
+            row.len(),
+            col.len()
+        )));
+    }
+    Ok(c.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let r = row.get(i / n).copied().unwrap_or(1.0);
+            let s = col.get(i % n).copied().unwrap_or(1.0);
+            (v as f64 * r as f64 * s as f64) as f32
+        })
+        .collect())
+}
+
+fn pack_weights<T: Copy>(
+    plan: &Plan,
+    len: usize,
+    pack: impl Fn(&SingleMatmul, &[T]) -> Result<Vec<u8>>,
+    get: impl Fn(usize, usize) -> T,
+    zero: T,
+) -> Result<Vec<u8>> {
+    let s = &plan.spec;
+    if len != (s.k * s.n) as usize {
+        return Err(unsupported(format!(
+            "B has {len} elements, the shape needs {}",
+            s.k * s.n
+        )));
+    }
+    let mut out = Vec::with_capacity(plan.b_bytes as usize);
+    for w in &plan.waves {
+        let mm = SingleMatmul::new(1, w.kw, plan.n_pad, s.dtype);
+        let mut vals = Vec::with_capacity(w.kw as usize * plan.n_pad as usize);
+        for k in 0..w.kw as usize {
+            for n in 0..plan.n_pad as usize {
+                vals.push(if n < s.n as usize {
+                    get(w.k0 as usize + k, n)
+                } else {
+                    zero
+                });
+            }
+        }
+        out.extend_from_slice(&pack(&mm, &vals)?);
+    }
+    Ok(out)
+}
