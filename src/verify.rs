@@ -155,7 +155,7 @@ impl fmt::Display for VerifyError {
             VerifyError::Decode { task, error } => write!(f, "task {task}: {error}"),
             VerifyError::Outside { task, range } => write!(
                 f,
-                "task {task}: {} {} of {} bytes at {:#x}..{:#x} ({}) is outside every buffer of the job",
+                "task {task}: {} {} {} bytes at {:#x}..{:#x} ({}), outside every buffer of the job",
                 range.register,
                 access_name(range.access),
                 range.len,
