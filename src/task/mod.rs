@@ -5,7 +5,7 @@
 //! is the one place that knows what those registers mean:
 //!
 //! * kernels build a [`Task`] from shapes and [`Task::emit`] it into a
-//!   [`TaskBuilder`](crate::regcmd::TaskBuilder);
+//!   [`TaskBuilder`];
 //! * the simulator [`Task::decode`]s the registers a core holds when the op-enable entry
 //!   arrives and executes the values;
 //! * the verifier asks a task for the DMA ranges it reads and writes ([`Task::dma`]).

@@ -180,13 +180,13 @@ impl SingleMatmul {
         buf
     }
 
-    /// Packs E (row-major M×N, int32) into C's layout, for [`PostOps::add`].
+    /// Packs E (row-major M×N, int32) into C's layout, for [`PostOps::add`](super::PostOps::add).
     pub fn pack_e_int(&self, e: &[i32]) -> Result<Vec<u8>> {
         self.check_len("E", e.len(), (self.m * self.n) as usize)?;
         Ok(self.pack_e_with(|v: usize| e[v].to_le_bytes()))
     }
 
-    /// Packs E (row-major M×N, fp32) into C's layout, for [`PostOps::add`].
+    /// Packs E (row-major M×N, fp32) into C's layout, for [`PostOps::add`](super::PostOps::add).
     pub fn pack_e_f32(&self, e: &[f32]) -> Result<Vec<u8>> {
         self.check_len("E", e.len(), (self.m * self.n) as usize)?;
         Ok(self.pack_e_with(|v: usize| e[v].to_bits().to_le_bytes()))
