@@ -9,7 +9,14 @@ pub(super) fn render_table(m: &Model) -> String {
     );
     s.push_str("use crate::regs::values::*;\nuse crate::regs::{Access, FieldInfo, RegisterInfo, Source, SpecialTarget};\n\n");
 
-    // Block enum.
+    render_block_enum(&mut s, m);
+    render_special_targets(&mut s, m);
+    render_register_rows(&mut s, m);
+    s
+}
+
+/// The `Block` enum and its lookups.
+fn render_block_enum(s: &mut String, m: &Model) {
     s.push_str("/// A register block of one NPU core (register-map.md section 1).\n");
     s.push_str(
         "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]\npub enum Block {\n",
@@ -25,7 +32,7 @@ pub(super) fn render_table(m: &Model) -> String {
             None => " MMIO only.".into(),
         };
         doc_lines(
-            &mut s,
+            s,
             "    ",
             &format!(
                 "`{}` at `0x{:04X}`: {}{target}",
@@ -111,11 +118,13 @@ pub(super) fn render_table(m: &Model) -> String {
         );
     }
     s.push_str("        _ => None } }\n}\n\n");
+}
 
-    // Special targets.
+/// The special regcmd targets.
+fn render_special_targets(s: &mut String, m: &Model) {
     for t in &m.targets.special {
         doc_lines(
-            &mut s,
+            s,
             "",
             &format!("Regcmd target of the `{}` entry: {}", t.name, t.doc),
         );
@@ -139,8 +148,10 @@ pub(super) fn render_table(m: &Model) -> String {
         );
     }
     s.push_str("];\n\n");
+}
 
-    // Register table.
+/// The `REGISTERS` table, one row per register with its fields.
+fn render_register_rows(s: &mut String, m: &Model) {
     let total = m.register_count();
     let _ = writeln!(
         s,
@@ -191,7 +202,6 @@ pub(super) fn render_table(m: &Model) -> String {
         }
     }
     s.push_str("];\n");
-    s
 }
 
 /// The typed encode and decode closures of one register type (writable fields in table
