@@ -156,9 +156,9 @@ pub struct Options {
     pub deadline: Duration,
     /// Write a bug-report bundle into this folder (created if missing).
     pub bundle: Option<PathBuf>,
-    /// Corrupt one input of this rung after its CPU reference is computed (for buffers:
-    /// one byte between the write and the read-back): a self-test showing that the rung
-    /// catches wrong data and what it then reports.
+    /// Corrupt one input of this rung after its CPU reference is computed (A\[0\]\[0\] of
+    /// a matmul; for buffers, one byte between the write and the read-back; the probe has
+    /// none): a self-test showing that the rung catches wrong data and what it reports.
     pub corrupt: Option<Rung>,
     /// Sees each rung before and after it runs.
     pub observer: Option<Arc<dyn Observer>>,

@@ -42,7 +42,13 @@ fn fault_at(rung: Rung, faults: Faults) -> Diagnosis {
         observer: Some(Arc::new(InjectBefore(rung, faults))),
         ..options()
     };
-    stopped_at(run(&dev, &opts), rung)
+    let d = stopped_at(run(&dev, &opts), rung);
+    assert_eq!(
+        (dev.live_buffers(), dev.live_mappings()),
+        (0, 0),
+        "the failed rung freed everything"
+    );
+    d
 }
 
 /// The diagnosis of a report that must have stopped at `rung`, with every rung below it
@@ -193,6 +199,33 @@ fn the_worked_example_catches_an_npu_that_runs_nothing() {
         "{d}"
     );
     assert!(d.hint.contains("ran no program at all"), "{d}");
+}
+
+#[test]
+fn on_rocket_a_hang_is_a_timeout_without_counters_at_the_worked_example() {
+    let dev = emulator(Flavour::Rocket);
+    let opts = Options {
+        observer: Some(Arc::new(InjectBefore(
+            Rung::WorkedExample,
+            Faults {
+                hang: at(0, 0),
+                ..Faults::default()
+            },
+        ))),
+        ..options()
+    };
+    let d = stopped_at(run(&dev, &opts), Rung::WorkedExample);
+    // The rocket driver reports nothing about a job that timed out.
+    assert_eq!(
+        d.finding,
+        Finding::Device(DeviceError::Timeout {
+            task_counter: 0,
+            int_status: 0
+        }),
+        "{d}"
+    );
+    assert!(d.job.is_none());
+    assert_eq!(dev.live_buffers(), 0, "the failed rung freed its buffers");
 }
 
 /// A job that completes without writing its output (a DMA fault the vendor driver
