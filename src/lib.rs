@@ -22,6 +22,8 @@
 //! * [`device`] — open the NPU (vendor `rknpu`, `rocket`, or the emulated kernel),
 //!   allocate buffers, submit jobs and wait for them (docs/device.md); run planned
 //!   matmuls on resident weight banks ([`device::matmul`]);
+//! * [`doctor`] — the board bring-up ladder behind `rknpu doctor`: probe, buffers, then
+//!   programs from the smallest to the largest, with a diagnosis at the first failure;
 //! * [`verify`] — every DMA range of a program inside the buffers of its job;
 //! * [`trace`] — the trace file format (docs/trace-format.md): reading, writing,
 //!   recording, import and the text dump;
@@ -45,6 +47,7 @@
 #![deny(unsafe_code)]
 
 pub mod device;
+pub mod doctor;
 pub mod error;
 pub mod float;
 pub mod kernels;

@@ -27,6 +27,7 @@ macro_rules! outln {
 
 mod bench;
 mod decode;
+mod doctor;
 mod emit;
 mod info;
 mod matmul;
@@ -89,6 +90,14 @@ commands:
         RKNPU_DEVICE or probing finds, buffers relocated. --ulps sets how far fp16, bf16
         and fp32 outputs may differ (default 0 for traces from the emulated kernel, 2
         otherwise). Exit 0 on a match, 1 on a mismatch (with where), 2 on usage errors.
+  doctor [--device auto|emu|emu:rocket|emu:vendor-0.9.6|PATH] [--bundle DIR] [--timeout MS]
+        The bring-up ladder for a new board or kernel: probe the node and driver, check
+        buffers, then run programs from the worked example up to the matmul grid on 1, 2
+        and 3 cores, each job with a deadline (--timeout, default 2000 ms). One line per
+        rung (ok, skip or FAIL, with its time); it stops at the first failure with a
+        diagnosis. --bundle writes device.txt, a trace per rung and report.txt to DIR for
+        a bug report. Without --device (or with auto): RKNPU_DEVICE, else probing.
+        Exit 0 when every rung passes, 1 at the first failure, 2 on usage errors.
   info  Print the NPU this machine has (or the emulated one that RKNPU_DEVICE selects):
         interface, node, driver name and version, cores, IOMMU state.
   help  Show this text.
@@ -155,6 +164,7 @@ fn main() -> ExitCode {
         Some("decode") => decode::run(&args[1..]),
         Some("sim") => sim::run(&args[1..]),
         Some("info") => info::run(&args[1..]),
+        Some("doctor") => doctor::run(&args[1..]),
         Some("matmul") => matmul::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("trace") => trace::run(&args[1..]),
