@@ -68,7 +68,11 @@ impl Port {
 
 impl Drop for Port {
     fn drop(&mut self) {
-        if !self.keep_open.load(Ordering::SeqCst) {
+        if self.keep_open.load(Ordering::SeqCst) {
+            // The kernel owns the descriptor (RealKernel closes what it holds when it
+            // is dropped): keep it, and so the node, for the life of the process.
+            std::mem::forget(Arc::clone(&self.kernel));
+        } else {
             self.kernel.close(self.fd);
         }
     }

@@ -210,7 +210,7 @@ impl Drop for Bo<'_> {
         // Never free a buffer a job may still use: the kernel would unmap it under the
         // NPU, and hand its address to the next buffer.
         if self.dev.leak_if_held(self) {
-            self.dev.handles().remove(&self.handle);
+            self.dev.untrack(self.handle);
             return;
         }
         let _ = self

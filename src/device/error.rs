@@ -61,12 +61,15 @@ pub enum DeviceError {
         /// The errno.
         errno: Errno,
     },
-    /// The job did not complete before its deadline. The vendor driver soft-resets every
-    /// core after a timeout (kernel-interfaces.md 3.6).
+    /// The job did not complete before its deadline (rocket: or the scheduler stopped
+    /// or dropped it, which the completion sentinel shows). The vendor driver
+    /// soft-resets every core after a blocking timeout (kernel-interfaces.md 3.6).
     Timeout {
-        /// Tasks the wait core completed.
+        /// Vendor, blocking: the wait core's `PC_TASK_STATUS & 0xfff`, the tasks done in
+        /// its current kick of at most 4095 (`rknpu_job.c:246-256`); 0 for non-blocking
+        /// jobs and on rocket, which report nothing.
         task_counter: u32,
-        /// The last task's interrupt status, where the kernel reports it (0 otherwise).
+        /// The last task's interrupt status, where the kernel wrote it (0 otherwise).
         int_status: u32,
     },
     /// The pre-submit verifier found a DMA range of the job outside its buffers, or a

@@ -257,8 +257,9 @@ pub struct JobResult {
     /// Tasks completed (vendor: the wait core's counter; rocket: the job's task count,
     /// which the driver does not report).
     pub task_counter: u32,
-    /// Per task, the interrupt status the kernel wrote back (vendor: the last task of
-    /// each core's range; 0 elsewhere and on rocket).
+    /// Per task, the interrupt status the kernel wrote back: vendor, blocking: the wait
+    /// core's status in the job's last task only (`rknpu_job.c:242`, `:368`); 0 for
+    /// every other task, for non-blocking jobs and on rocket.
     pub int_status: Vec<u32>,
     /// Time from hardware commit to completion (vendor 0.9.6+).
     pub hw_elapsed: Option<Duration>,

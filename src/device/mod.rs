@@ -91,7 +91,8 @@ pub struct DeviceInfo {
     pub version: (u32, u32, u32),
     /// The driver's date string (empty when it gives none).
     pub date: String,
-    /// Cores.
+    /// Cores assumed at open: 3. No request reports them; an RK3583 (two cores) is
+    /// recognised when its driver refuses a mask naming core 2 ([`Device::cores`]).
     pub cores: u32,
     /// Whether the NPU is behind an IOMMU.
     pub iommu: bool,
