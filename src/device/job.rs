@@ -284,20 +284,20 @@ pub struct Pending<'a> {
 
 impl Pending<'_> {
     /// Waits until `deadline` for the job. A job not finished then is a
-    /// [`DeviceError::Timeout`] (counters unknown: 0); it is then waited for with a
-    /// bound, as a dropped one, and its buffers held if it may still run.
+    /// [`DeviceError::Timeout`] (counters unknown: 0). After any failed wait the job is
+    /// waited for with a bound, as a dropped one, and its buffers held if it may still
+    /// run (vendor: also when the kernel returned no fence to wait on).
     pub fn wait(mut self, deadline: Instant) -> Result<JobResult> {
         let r = self
             .dev
             .backend
             .wait(self.dev, &self.job, &mut self.flight, deadline);
         self.waited = true;
-        if matches!(r, Err(DeviceError::Timeout { .. })) {
-            self.dev.settle(
-                &self.job,
-                &mut self.flight,
-                "that timed out while waited for",
-            );
+        // Any failed wait (a timeout, no fence to wait on, a failed poll) leaves a job
+        // that may still run.
+        if r.is_err() {
+            self.dev
+                .settle(&self.job, &mut self.flight, "whose wait failed");
         }
         self.dev.trace_done(self.trace, &self.job, &r);
         r
