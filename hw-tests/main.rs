@@ -16,6 +16,7 @@ use rknpu_driver::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder, words_to_
 use rknpu_driver::sim::{At, Faults};
 use std::time::{Duration, Instant};
 
+mod behaviours;
 mod matmul;
 mod trace;
 

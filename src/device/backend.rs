@@ -9,6 +9,7 @@ use super::{BoFlags, Result};
 use crate::sys::uapi::{RknpuAction, VendorNode};
 use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, VendorOp};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// The seam and the descriptor every request of a device goes through; the descriptor
@@ -17,6 +18,9 @@ use std::time::{Duration, Instant};
 pub(super) struct Port {
     pub(super) kernel: Arc<dyn Kernel>,
     pub(super) fd: Fd,
+    /// Set when buffers were leaked on purpose: closing the node would free them under
+    /// a job that may still run, so it stays open until the process exits.
+    pub(super) keep_open: AtomicBool,
 }
 
 fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
@@ -64,19 +68,27 @@ impl Port {
 
 impl Drop for Port {
     fn drop(&mut self) {
-        self.kernel.close(self.fd);
+        if self.keep_open.load(Ordering::SeqCst) {
+            // The kernel owns the descriptor (RealKernel closes what it holds when it
+            // is dropped): keep it, and so the node, for the life of the process.
+            std::mem::forget(Arc::clone(&self.kernel));
+        } else {
+            self.kernel.close(self.fd);
+        }
     }
 }
 
 /// What a job submitted without waiting keeps until it is waited for: the vendor
-/// driver's fence and task array; nothing on rocket, which signals through the buffers
-/// the job writes.
+/// driver's fence and task array; on rocket, which signals through the buffers the job
+/// writes, the sentinel buffer whose overwriting confirms that the job completed.
 #[derive(Debug, Default)]
 pub(super) struct InFlight<'a> {
     /// The out-fence, closed when waited for or dropped.
     pub(super) fence: Option<Fd>,
     /// The task array the kernel writes each task's interrupt status into.
     pub(super) tasks: Option<Bo<'a>>,
+    /// Rocket: the buffer the job's appended last task overwrites.
+    pub(super) sentinel: Option<Bo<'a>>,
 }
 
 /// One kernel interface's way of doing what a [`Device`] offers.
@@ -126,6 +138,9 @@ pub(super) trait Backend: std::fmt::Debug + Send + Sync {
     /// every interface shares are done already).
     fn check(&self, job: &Job<'_>) -> Result<()>;
 
+    /// Refuses what this interface cannot run without blocking (after [`Backend::check`]).
+    fn check_nonblocking(&self, job: &Job<'_>) -> Result<()>;
+
     /// The submit flags a trace records for a job.
     fn submit_flags(&self, nonblocking: bool) -> u32;
 
@@ -143,6 +158,19 @@ pub(super) trait Backend: std::fmt::Debug + Send + Sync {
         flight: &mut InFlight<'_>,
         deadline: Instant,
     ) -> Result<JobResult>;
+
+    /// How long [`Backend::settle`] may wait for a job that may still run.
+    fn settle_bound(&self, job: &Job<'_>) -> Duration;
+
+    /// Waits until `deadline` for a job that timed out or was dropped: whether it
+    /// certainly no longer runs then (false when that cannot be known).
+    fn settle(
+        &self,
+        dev: &Device,
+        job: &Job<'_>,
+        flight: &mut InFlight<'_>,
+        deadline: Instant,
+    ) -> bool;
 }
 
 /// The backend of the driver DRM_VERSION names, or `None` for a driver that is not an

@@ -176,6 +176,7 @@ impl<'d> Bo<'d> {
     /// Copies the whole buffer out and hands it back to the device, through a shared
     /// borrow: what a job's checks read of a buffer the job borrows.
     pub(super) fn peek(&self) -> Result<Vec<u8>> {
+        self.dev.check_not_held(self.handle)?;
         self.to_cpu()?;
         let bytes = self
             .dev
@@ -188,6 +189,8 @@ impl<'d> Bo<'d> {
 
     /// Makes the buffer CPU-owned and maps all of it.
     fn cpu_mapping(&mut self) -> Result<Mapping> {
+        // A buffer of a job that may still run stays away from the CPU.
+        self.dev.check_not_held(self.handle)?;
         self.to_cpu()?;
         self.dev.port.mmap(self.size, self.mmap_offset)
     }
@@ -204,6 +207,12 @@ impl<'d> Bo<'d> {
 
 impl Drop for Bo<'_> {
     fn drop(&mut self) {
+        // Never free a buffer a job may still use: the kernel would unmap it under the
+        // NPU, and hand its address to the next buffer.
+        if self.dev.leak_if_held(self) {
+            self.dev.untrack(self.handle);
+            return;
+        }
         let _ = self
             .dev
             .backend

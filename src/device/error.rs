@@ -46,6 +46,14 @@ pub enum DeviceError {
         /// The mask.
         mask: u32,
     },
+    /// A core mask naming a core this NPU does not have (the RK3583 has cores 0 and 1:
+    /// its driver refuses masks above 0x3).
+    NoSuchCore {
+        /// The mask.
+        mask: u32,
+        /// The cores the NPU has.
+        cores: u32,
+    },
     /// An ioctl (or mmap, poll) failed.
     Ioctl {
         /// The request's name.
@@ -53,12 +61,15 @@ pub enum DeviceError {
         /// The errno.
         errno: Errno,
     },
-    /// The job did not complete before its deadline. The vendor driver soft-resets every
-    /// core after a timeout (kernel-interfaces.md 3.6).
+    /// The job did not complete before its deadline (rocket: or the scheduler stopped
+    /// or dropped it, which the completion sentinel shows). The vendor driver
+    /// soft-resets every core after a blocking timeout (kernel-interfaces.md 3.6).
     Timeout {
-        /// Tasks the wait core completed.
+        /// Vendor, blocking: the wait core's `PC_TASK_STATUS & 0xfff`, the tasks done in
+        /// its current kick of at most 4095 (`rknpu_job.c:246-256`); 0 for non-blocking
+        /// jobs and on rocket, which report nothing.
         task_counter: u32,
-        /// The last task's interrupt status, where the kernel reports it (0 otherwise).
+        /// The last task's interrupt status, where the kernel wrote it (0 otherwise).
         int_status: u32,
     },
     /// The pre-submit verifier found a DMA range of the job outside its buffers, or a
@@ -66,6 +77,13 @@ pub enum DeviceError {
     Verify {
         /// Which task (its index in the job), register and range.
         error: crate::verify::VerifyError,
+    },
+    /// A buffer of a job that may still run on the NPU: it was dropped or timed out and
+    /// did not finish within a bound, so the buffer is kept away from the CPU and from
+    /// reuse (see [`crate::device::Device::leaked_buffers`]).
+    StillRunning {
+        /// Which buffer, and why it is held.
+        what: String,
     },
     /// A trace could not be written.
     Trace {
@@ -98,6 +116,10 @@ impl fmt::Display for DeviceError {
                 f,
                 "core mask {mask:#x}: the vendor kernel accepts masks 5 and 6 but never starts them; use 1, 2, 4, 3, 7 or automatic"
             ),
+            DeviceError::NoSuchCore { mask, cores } => write!(
+                f,
+                "core mask {mask:#x} names a core this NPU does not have: it has {cores} (an RK3583 accepts masks up to 0x3)"
+            ),
             DeviceError::Ioctl { op, errno } => {
                 write!(f, "{op} failed: {errno} ({})", errno.desc())
             }
@@ -108,6 +130,9 @@ impl fmt::Display for DeviceError {
                 f,
                 "job timed out after {task_counter} task(s), interrupt status {int_status:#x}"
             ),
+            DeviceError::StillRunning { what } => {
+                write!(f, "the NPU may still use this buffer: {what}")
+            }
             DeviceError::Trace { what } => write!(f, "recording a trace: {what}"),
         }
     }

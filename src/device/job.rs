@@ -197,11 +197,28 @@ impl<'a> Job<'a> {
                 ));
             }
         }
+        let limit = dev.core_limit.load(std::sync::atomic::Ordering::SeqCst);
+        if self.cores.bits() > limit {
+            return Err(DeviceError::NoSuchCore {
+                mask: self.cores.bits(),
+                cores: dev.cores(),
+            });
+        }
+        for bo in self.buffers() {
+            dev.check_not_held(bo.handle)?;
+        }
         dev.backend.check(self)?;
         if self.verify {
             self.verify_ranges()?;
         }
         Ok(())
+    }
+
+    /// Every buffer the job names: the regcmd buffer, those it reads, those it writes.
+    pub(super) fn buffers(&self) -> impl Iterator<Item = &Bo<'a>> {
+        std::iter::once(self.regcmd)
+            .chain(self.reads.iter().copied())
+            .chain(self.writes.iter().copied())
     }
 
     /// The pre-submit verifier: each core's chain of tasks, read from the regcmd buffer,
@@ -240,14 +257,19 @@ pub struct JobResult {
     /// Tasks completed (vendor: the wait core's counter; rocket: the job's task count,
     /// which the driver does not report).
     pub task_counter: u32,
-    /// Per task, the interrupt status the kernel wrote back (vendor: the last task of
-    /// each core's range; 0 elsewhere and on rocket).
+    /// Per task, the interrupt status the kernel wrote back: vendor, blocking: the wait
+    /// core's status in the job's last task only (`rknpu_job.c:242`, `:368`); 0 for
+    /// every other task, for non-blocking jobs and on rocket.
     pub int_status: Vec<u32>,
     /// Time from hardware commit to completion (vendor 0.9.6+).
     pub hw_elapsed: Option<Duration>,
 }
 
-/// A submitted job not yet waited for.
+/// A submitted job not yet waited for. It borrows the job's buffers, so the CPU cannot
+/// touch them while it lives. Dropping it without [`Pending::wait`] waits for the job
+/// with a bound (vendor: the job's timeout; rocket: past the scheduler's 500 ms job
+/// timeout); a job still not finished then may still run, so its buffers are held and,
+/// once dropped, leaked on purpose ([`Device::leaked_buffers`]).
 #[derive(Debug)]
 pub struct Pending<'a> {
     dev: &'a Device,
@@ -256,16 +278,27 @@ pub struct Pending<'a> {
     flight: InFlight<'a>,
     /// The submission's id in the trace being recorded.
     trace: Option<u32>,
+    /// Whether the job was waited for (and settled if it timed out).
+    waited: bool,
 }
 
 impl Pending<'_> {
-    /// Waits until `deadline` for the job. A job still running then is a
-    /// [`DeviceError::Timeout`] (counters unknown: 0).
+    /// Waits until `deadline` for the job. A job not finished then is a
+    /// [`DeviceError::Timeout`] (counters unknown: 0). After any failed wait the job is
+    /// waited for with a bound, as a dropped one, and its buffers held if it may still
+    /// run (vendor: also when the kernel returned no fence to wait on).
     pub fn wait(mut self, deadline: Instant) -> Result<JobResult> {
         let r = self
             .dev
             .backend
             .wait(self.dev, &self.job, &mut self.flight, deadline);
+        self.waited = true;
+        // Any failed wait (a timeout, no fence to wait on, a failed poll) leaves a job
+        // that may still run.
+        if r.is_err() {
+            self.dev
+                .settle(&self.job, &mut self.flight, "whose wait failed");
+        }
         self.dev.trace_done(self.trace, &self.job, &r);
         r
     }
@@ -273,6 +306,13 @@ impl Pending<'_> {
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
+        if !self.waited {
+            self.dev.settle(
+                &self.job,
+                &mut self.flight,
+                "dropped before it was waited for",
+            );
+        }
         if let Some(fd) = self.flight.fence.take() {
             self.dev.port.close(fd);
         }
@@ -294,6 +334,7 @@ impl Device {
     /// written buffers).
     pub fn submit_nonblocking<'a>(&'a self, job: Job<'a>) -> Result<Pending<'a>> {
         job.check(self)?;
+        self.backend.check_nonblocking(&job)?;
         let trace = self.trace_submit(&job, true);
         let flight = self.backend.start(self, &job)?;
         Ok(Pending {
@@ -301,6 +342,7 @@ impl Device {
             job,
             flight,
             trace,
+            waited: false,
         })
     }
 }

@@ -44,14 +44,17 @@ mod bo;
 pub mod emu;
 mod error;
 mod job;
+mod leak;
 pub mod matmul;
 mod recording;
 mod rocket;
+mod sentinel;
 mod vendor;
 
 pub use bo::{Bo, BoFlags, CpuMap, DmaBuf};
 pub use error::DeviceError;
 pub use job::{CoreMask, Job, JobResult, Pending};
+pub use leak::LeakedBuffer;
 
 use crate::sys::uapi::{self, DrmVersion, RknpuAction, VendorNode};
 use crate::sys::{Ioctl, Kernel, RealKernel, VendorOp};
@@ -60,7 +63,7 @@ use backend::{Backend, Port};
 use bo::BoMeta;
 use emu::{EmuKernel, Flavour};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// `Result` with [`DeviceError`].
@@ -88,7 +91,8 @@ pub struct DeviceInfo {
     pub version: (u32, u32, u32),
     /// The driver's date string (empty when it gives none).
     pub date: String,
-    /// Cores.
+    /// Cores assumed at open: 3. No request reports them; an RK3583 (two cores) is
+    /// recognised when its driver refuses a mask naming core 2 ([`Device::cores`]).
     pub cores: u32,
     /// Whether the NPU is behind an IOMMU.
     pub iommu: bool,
@@ -135,6 +139,11 @@ pub struct Device {
     handles: Mutex<HashMap<u32, BoMeta>>,
     /// The trace being recorded, if any.
     recorder: Mutex<Option<Recorder>>,
+    /// Buffers of jobs that may still run, and those leaked because of them.
+    quarantine: Mutex<leak::Quarantine>,
+    /// The highest core mask the driver accepts: 7 on the RK3588, 3 once an RK3583 has
+    /// refused a mask naming core 2.
+    core_limit: AtomicU32,
 }
 
 impl Device {
@@ -213,7 +222,11 @@ impl Device {
             errno,
         })?;
         // From here the port closes the node on every path.
-        let port = Port { kernel, fd };
+        let port = Port {
+            kernel,
+            fd,
+            keep_open: AtomicBool::new(false),
+        };
         let (backend, info) = identify(&port, node)?;
         let dev = Device {
             port,
@@ -223,6 +236,8 @@ impl Device {
             live_maps: Arc::new(AtomicUsize::new(0)),
             handles: Default::default(),
             recorder: Default::default(),
+            quarantine: Default::default(),
+            core_limit: AtomicU32::new(7),
         };
         if let Some(path) = std::env::var_os("RKNPU_TRACE").filter(|p| !p.is_empty()) {
             dev.record_to_file(&recording::trace_path(std::path::Path::new(&path)))?;
@@ -249,6 +264,22 @@ impl Device {
     /// CPU mappings of this device's buffers not yet unmapped.
     pub fn live_mappings(&self) -> usize {
         self.live_maps.load(Ordering::SeqCst)
+    }
+
+    /// NPU cores as far as the library knows: 3 (RK3588) until the driver refuses a
+    /// core mask naming core 2, which only the RK3583's (two cores, `core_mask` limit
+    /// 0x3) does; from then on 2, and masks naming core 2 are refused before the kernel.
+    pub fn cores(&self) -> u32 {
+        if self.core_limit.load(Ordering::SeqCst) >= 7 {
+            3
+        } else {
+            2
+        }
+    }
+
+    /// Records that the driver accepts core masks up to `limit` only.
+    fn learn_core_limit(&self, limit: u32) {
+        self.core_limit.store(limit, Ordering::SeqCst);
     }
 
     /// Soft-resets every core (vendor `RKNPU_ACT_RESET`). The rocket driver resets a
@@ -308,27 +339,11 @@ fn identify(port: &Port, node: &str) -> Result<(Box<dyn Backend>, DeviceInfo)> {
             desc: &mut desc,
         },
     );
-    if let Err(errno) = r {
-        // Not a DRM node. The vendor's misc flavour (/dev/rknpu) answers RKNPU_ACTION
-        // with its own request codes: recognise it, and refuse it by name.
-        let mut a = RknpuAction {
-            flags: uapi::action::GET_DRV_VERSION,
-            value: 0,
-        };
-        let misc = port.kernel.ioctl(
-            port.fd,
-            &mut Ioctl::Vendor(VendorNode::Misc, VendorOp::Action(&mut a)),
-        );
-        return Err(match misc {
-            Ok(_) => DeviceError::UnsupportedDriver {
-                driver: "rknpu (misc node, DMA-heap build)".into(),
-                version: format!("{}.{}.{}", a.value / 10000, a.value / 100 % 100, a.value % 100),
-                why: "this flavour allocates from a DMA heap whose addresses are only meaningful without an IOMMU; use a kernel built with CONFIG_ROCKCHIP_RKNPU_DRM_GEM or the rocket driver".into(),
-            },
-            Err(_) => DeviceError::Unsupported {
-                what: format!("{}: not a DRM node (DRM_IOCTL_VERSION: {errno}) and not the vendor misc node", info.node),
-            },
-        });
+    // The vendor misc node (/dev/rknpu) dispatches on the request number alone
+    // (rknpu_drv.c:596): DRM_IOCTL_VERSION (nr 0) runs RKNPU_ACTION GET_HW_VERSION there
+    // and succeeds without writing a name. A DRM driver always names itself.
+    if r.is_err() || name.iter().all(|&b| b == 0) {
+        return Err(not_drm(port, &info.node, r.err()));
     }
     let text = |b: &[u8], len: u64| {
         String::from_utf8_lossy(&b[..(len as usize).min(b.len())]).into_owned()
@@ -353,14 +368,51 @@ fn identify(port: &Port, node: &str) -> Result<(Box<dyn Backend>, DeviceInfo)> {
     Ok((backend, info))
 }
 
+/// The error for a node that is not a DRM node (`errno` from DRM_IOCTL_VERSION, or none
+/// when it succeeded without naming a driver): the vendor misc node, recognised by its
+/// own RKNPU_ACTION and refused by name, or something else.
+fn not_drm(port: &Port, node: &str, errno: Option<crate::sys::Errno>) -> DeviceError {
+    let mut a = RknpuAction {
+        flags: uapi::action::GET_DRV_VERSION,
+        value: 0,
+    };
+    let misc = port.kernel.ioctl(
+        port.fd,
+        &mut Ioctl::Vendor(VendorNode::Misc, VendorOp::Action(&mut a)),
+    );
+    match misc {
+        Ok(_) => DeviceError::UnsupportedDriver {
+            driver: "rknpu (misc node, DMA-heap build)".into(),
+            version: format!("{}.{}.{}", a.value / 10000, a.value / 100 % 100, a.value % 100),
+            why: "this flavour allocates from a DMA heap whose addresses are only meaningful without an IOMMU; use a kernel built with CONFIG_ROCKCHIP_RKNPU_DRM_GEM or the rocket driver".into(),
+        },
+        Err(_) => DeviceError::Unsupported {
+            what: match errno {
+                Some(e) => format!("{node}: not a DRM node (DRM_IOCTL_VERSION: {e}) and not the vendor misc node"),
+                None => format!("{node}: DRM_IOCTL_VERSION named no driver, and the node is not the vendor misc node"),
+            },
+        },
+    }
+}
+
 impl Drop for Device {
     fn drop(&mut self) {
         if let Err(e) = self.stop_recording() {
             eprintln!("rknpu-driver: the trace is incomplete: {e}");
         }
+        let leaked = self.leaked_buffers().len();
+        if leaked > 0 {
+            // Closing the node frees every object it holds, under the NPU.
+            eprintln!(
+                "rknpu-driver: {leaked} buffer(s) leaked for jobs that may still run; the device node stays open"
+            );
+            self.port.keep_open.store(true, Ordering::SeqCst);
+        }
         // The port closes the node after this, when the fields are dropped.
     }
 }
 
+#[cfg(test)]
+mod behaviour_tests;
 #[cfg(test)]
 mod tests;

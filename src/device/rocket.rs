@@ -3,6 +3,7 @@
 //! itself, completion signalled through the buffers a job writes (kernel-interfaces.md 4).
 
 use super::backend::{Backend, InFlight, Port, deadline_ns};
+use super::sentinel;
 use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo, DmaBuf};
 use super::{Interface, Job, JobResult, Result};
 use crate::sys::uapi::*;
@@ -123,31 +124,102 @@ impl Backend for Rocket {
         0
     }
 
+    /// Nothing more: the driver places every job itself.
+    fn check_nonblocking(&self, _job: &Job<'_>) -> Result<()> {
+        Ok(())
+    }
+
     fn run(&self, dev: &Device, job: &Job<'_>) -> Result<JobResult> {
-        submit(dev, job)?;
-        wait(dev, job, Instant::now() + job.timeout)
+        let mut flight = submit(dev, job)?;
+        let r = wait(dev, job, &mut flight, Instant::now() + job.timeout);
+        if r.is_err() {
+            // A deadline inside the scheduler's 500 ms leaves the job running.
+            dev.settle(job, &mut flight, "whose wait failed");
+        }
+        r
     }
 
     fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight<'a>> {
-        submit(dev, job)?;
-        Ok(InFlight::default())
+        submit(dev, job)
     }
 
     fn wait(
         &self,
         dev: &Device,
         job: &Job<'_>,
-        _flight: &mut InFlight<'_>,
+        flight: &mut InFlight<'_>,
         deadline: Instant,
     ) -> Result<JobResult> {
-        wait(dev, job, deadline)
+        wait(dev, job, flight, deadline)
+    }
+
+    /// The scheduler's job timeout (500 ms) and a margin: by then a hung job has been
+    /// stopped and its fences signalled.
+    fn settle_bound(&self, _job: &Job<'_>) -> Duration {
+        super::emu::ROCKET_JOB_TIMEOUT + Duration::from_millis(500)
+    }
+
+    /// PREP_BO on every written buffer: once all return, the job's fences are signalled
+    /// and it no longer runs (whether or not it completed).
+    fn settle(
+        &self,
+        dev: &Device,
+        job: &Job<'_>,
+        flight: &mut InFlight<'_>,
+        deadline: Instant,
+    ) -> bool {
+        let left = deadline.saturating_duration_since(Instant::now());
+        written(job, flight).all(|handle| prep(dev, handle, left).is_ok())
     }
 }
 
-/// One SUBMIT of one job: its tasks, the buffers it reads (the regcmd buffer first) and
-/// those it writes.
-fn submit(dev: &Device, job: &Job<'_>) -> Result<()> {
-    let tasks: Vec<DrmRocketTask> = job
+/// The handles of the buffers a job writes, its sentinel last.
+fn written<'b>(job: &'b Job<'_>, flight: &'b InFlight<'_>) -> impl Iterator<Item = u32> + 'b {
+    job.writes
+        .iter()
+        .copied()
+        .chain(flight.sentinel.iter())
+        .map(Bo::handle)
+}
+
+/// PREP_BO with a deadline `left` from now.
+fn prep(dev: &Device, handle: u32, left: Duration) -> Result<i32> {
+    let mut p = DrmRocketPrepBo {
+        handle,
+        reserved: 0,
+        timeout_ns: deadline_ns(left),
+    };
+    dev.port.ioctl(&mut Ioctl::RocketPrepBo(&mut p))
+}
+
+/// The job's input and output handle lists, each buffer once: the driver drops a job
+/// that lists a BO twice, in either list, and still returns success
+/// (`drm_gem_lock_reservations` → -EALREADY, ignored by `rocket_ioctl_submit`). A
+/// buffer both read and written is listed as an output, whose fence covers both.
+fn bo_lists(job: &Job<'_>, sentinel: &Bo<'_>) -> (Vec<u32>, Vec<u32>) {
+    let mut outs: Vec<u32> = Vec::new();
+    for h in job.writes.iter().map(|b| b.handle).chain([sentinel.handle]) {
+        if !outs.contains(&h) {
+            outs.push(h);
+        }
+    }
+    let mut ins: Vec<u32> = Vec::new();
+    for h in std::iter::once(job.regcmd)
+        .chain(job.reads.iter().copied())
+        .map(Bo::handle)
+    {
+        if !outs.contains(&h) && !ins.contains(&h) {
+            ins.push(h);
+        }
+    }
+    (ins, outs)
+}
+
+/// One SUBMIT of one job: its tasks and then the completion sentinel's, the buffers it
+/// reads (the regcmd buffer first) and those it writes, each once.
+fn submit<'d>(dev: &'d Device, job: &Job<'_>) -> Result<InFlight<'d>> {
+    let sentinel = sentinel::make(dev)?;
+    let mut tasks: Vec<DrmRocketTask> = job
         .tasks
         .iter()
         .map(|t| DrmRocketTask {
@@ -155,44 +227,51 @@ fn submit(dev: &Device, job: &Job<'_>) -> Result<()> {
             regcmd_count: t.regcmd_count(),
         })
         .collect();
-    let ins: Vec<u32> = std::iter::once(job.regcmd)
-        .chain(job.reads.iter().copied())
-        .map(Bo::handle)
-        .collect();
-    let outs: Vec<u32> = job.writes.iter().map(|b| b.handle()).collect();
+    tasks.extend(sentinel::tasks(&sentinel)?);
+    let (ins, outs) = bo_lists(job, &sentinel);
     let mut j = DrmRocketJob::default();
-    dev.port
-        .ioctl(&mut Ioctl::RocketSubmit {
-            job: &mut j,
-            tasks: &tasks,
-            in_handles: &ins,
-            out_handles: &outs,
-        })
-        .map(|_| ())
+    dev.port.ioctl(&mut Ioctl::RocketSubmit {
+        job: &mut j,
+        tasks: &tasks,
+        in_handles: &ins,
+        out_handles: &outs,
+    })?;
+    Ok(InFlight {
+        fence: None,
+        tasks: None,
+        sentinel: Some(sentinel),
+    })
 }
 
-/// Waits on every buffer the job writes (PREP_BO with the absolute deadline).
-fn wait(dev: &Device, job: &Job<'_>, deadline: Instant) -> Result<JobResult> {
+/// Waits on every buffer the job writes (PREP_BO with the absolute deadline), then
+/// confirms completion by the sentinel: PREP_BO also succeeds for a job the scheduler
+/// stopped after its timeout, and for one the driver dropped.
+fn wait(
+    dev: &Device,
+    job: &Job<'_>,
+    flight: &mut InFlight<'_>,
+    deadline: Instant,
+) -> Result<JobResult> {
+    let timeout = DeviceError::Timeout {
+        task_counter: 0,
+        int_status: 0,
+    };
     let left = deadline.saturating_duration_since(Instant::now());
-    for bo in &job.writes {
-        let mut p = DrmRocketPrepBo {
-            handle: bo.handle,
-            reserved: 0,
-            timeout_ns: deadline_ns(left),
-        };
-        match dev.port.ioctl(&mut Ioctl::RocketPrepBo(&mut p)) {
+    let handles: Vec<u32> = written(job, flight).collect();
+    for handle in handles {
+        match prep(dev, handle, left) {
             Ok(_) => {}
             Err(DeviceError::Ioctl {
                 errno: Errno::ETIMEDOUT | Errno::EBUSY,
                 ..
-            }) => {
-                return Err(DeviceError::Timeout {
-                    task_counter: 0,
-                    int_status: 0,
-                });
-            }
+            }) => return Err(timeout),
             Err(e) => return Err(e),
         }
+    }
+    if let Some(s) = flight.sentinel.as_mut()
+        && !sentinel::overwritten(s)?
+    {
+        return Err(timeout);
     }
     Ok(JobResult {
         task_counter: job.tasks.len() as u32,

@@ -61,7 +61,8 @@ fn vendor_memory_requests_are_checked_like_the_driver() {
     };
     assert_eq!(
         v(&k, fd, VendorOp::MemDestroy(&mut d)).unwrap_err(),
-        Errno::ENOENT
+        Errno::EINVAL,
+        "rknpu_gem.c:935"
     );
     // MEM_SYNC: needs a cacheable object, refuses obj_addr 0, and a fabricated address
     // (which the real driver would dereference) is logged and refused.

@@ -25,12 +25,21 @@ impl BoFlags {
         if !self.contiguous {
             f |= mem::NON_CONTIGUOUS;
             // The driver's own IOVA allocator avoids leaking the shared window (0.9.7+).
-            if version >= (0, 9, 7) {
+            // It maps without the DMA API's cache clean (rknpu_iommu.c:222-283), so the
+            // device cleans such a buffer once at creation, which MEM_SYNC allows for
+            // cacheable buffers only.
+            if version >= (0, 9, 7) && self.cacheable {
                 f |= mem::IOMMU_LIMIT_IOVA_ALIGNMENT;
             }
         }
         if self.cacheable {
             f |= mem::CACHEABLE;
+        } else {
+            // Without CACHEABLE or WRITE_COMBINE a non-contiguous buffer is mapped
+            // pgprot_noncached, Device-nGnRnE memory on arm64, where the unaligned
+            // accesses of memcpy fault (rknpu_gem.c:1353-1362); write-combined memory
+            // is Normal non-cacheable and takes any access.
+            f |= mem::WRITE_COMBINE;
         }
         if self.kernel_mapping {
             f |= mem::KERNEL_MAPPING;
@@ -105,6 +114,11 @@ impl Backend for Vendor {
         bo.mmap_offset = m.offset;
         // Again, now with the offset a trace maps it at.
         dev.track(bo.handle, bo.meta(traced));
+        if c.flags & mem::IOMMU_LIMIT_IOVA_ALIGNMENT != 0 {
+            // Clean the dirty lines of the page zeroing before the NPU writes the
+            // buffer, or their eviction would overwrite its output.
+            sync(dev, &bo.meta(false), mem::SYNC_TO_DEVICE)?;
+        }
         Ok(bo)
     }
 
@@ -189,6 +203,23 @@ impl Backend for Vendor {
         Ok(())
     }
 
+    /// A non-blocking job on an explicit core mask is refused: the driver never times
+    /// non-blocking jobs out (rknpu_job.c:823-830), and its timeout-clean path kills a
+    /// running job on the named core and queues a cleanup work that only non-blocking
+    /// jobs initialise (rknpu_job.c:171, :699-735: a blocking victim oopses the
+    /// kernel). The automatic mask never takes that path.
+    fn check_nonblocking(&self, job: &Job<'_>) -> Result<()> {
+        if job.cores == CoreMask::Auto {
+            return Ok(());
+        }
+        Err(DeviceError::Unsupported {
+            what: format!(
+                "non-blocking submission on core mask {:#x}: the vendor driver's timeout clean-up of explicitly placed non-blocking jobs can crash the kernel on another process's blocking job; submit with the automatic mask, or block",
+                job.cores.bits()
+            ),
+        })
+    }
+
     fn submit_flags(&self, nonblocking: bool) -> u32 {
         let base = job::PC | job::PINGPONG;
         if nonblocking {
@@ -199,10 +230,24 @@ impl Backend for Vendor {
     }
 
     fn run(&self, dev: &Device, job: &Job<'_>) -> Result<JobResult> {
-        let (mut sub, mut tasks) = self.submit_args(dev, job, false)?;
+        let (mut sub, tasks) = self.submit_args(dev, job, false)?;
+        let started = Instant::now();
         let r = dev.port.vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT");
-        let statuses = task_statuses(&mut tasks, job.tasks.len())?;
+        let statuses = task_statuses(&tasks, job.tasks.len())?;
         match r {
+            // A mask naming core 2 refused at once: the driver's `core_mask` limit is
+            // below 4, which is the RK3583's 0x3 (rknpu_drv.c:204-223). (Masks it
+            // accepts and cannot start fail only after the timeout.)
+            Err(DeviceError::Ioctl {
+                errno: Errno::EINVAL,
+                ..
+            }) if job.cores.bits() & 4 != 0 && started.elapsed() < job.timeout => {
+                dev.learn_core_limit(3);
+                Err(DeviceError::NoSuchCore {
+                    mask: job.cores.bits(),
+                    cores: 2,
+                })
+            }
             Ok(_) => Ok(JobResult {
                 task_counter: sub.task_counter,
                 int_status: statuses,
@@ -227,6 +272,7 @@ impl Backend for Vendor {
         Ok(InFlight {
             fence: (sub.fence_fd >= 0).then_some(Fd(sub.fence_fd)),
             tasks: Some(tasks),
+            sentinel: None,
         })
     }
 
@@ -243,29 +289,46 @@ impl Backend for Vendor {
                 what: "waiting: the kernel returned no fence".into(),
             });
         };
-        let mut ready = false;
-        while !ready {
-            let left = deadline.saturating_duration_since(Instant::now());
-            ready = dev.port.poll(fd, left)?;
-            if !ready && Instant::now() >= deadline {
-                break;
-            }
-        }
-        dev.port.close(fd);
-        if !ready {
+        let ready = poll_until(dev, fd, deadline);
+        if !matches!(ready, Ok(true)) {
+            // Kept: a settling wait polls it again, and dropping the job closes it.
+            flight.fence = Some(fd);
+            ready?;
             return Err(DeviceError::Timeout {
                 task_counter: 0,
                 int_status: 0,
             });
         }
+        dev.port.close(fd);
+        // The kernel writes no status back for non-blocking jobs (only its blocking
+        // wait does): these are zeros unless the task array says otherwise.
         Ok(JobResult {
             task_counter: job.tasks.len() as u32,
-            int_status: match flight.tasks.as_mut() {
+            int_status: match flight.tasks.as_ref() {
                 Some(tasks) => task_statuses(tasks, job.tasks.len())?,
                 None => vec![0; job.tasks.len()],
             },
             hw_elapsed: None,
         })
+    }
+
+    fn settle_bound(&self, job: &Job<'_>) -> Duration {
+        super::leak::vendor_bound(job.timeout)
+    }
+
+    /// Polls the job's fence until `deadline`; without a fence nothing proves the job
+    /// finished.
+    fn settle(
+        &self,
+        dev: &Device,
+        _job: &Job<'_>,
+        flight: &mut InFlight<'_>,
+        deadline: Instant,
+    ) -> bool {
+        match flight.fence {
+            Some(fd) => matches!(poll_until(dev, fd, deadline), Ok(true)),
+            None => false,
+        }
     }
 }
 
@@ -348,9 +411,30 @@ fn sync(dev: &Device, m: &BoMeta, dir: u32) -> Result<()> {
         .map(|_| ())
 }
 
-/// The `int_status` words of a task array.
-fn task_statuses(tasks: &mut Bo<'_>, n: usize) -> Result<Vec<u32>> {
-    let bytes = tasks.read_all()?;
+/// Polls fence `fd` until it is signalled or `deadline` passes.
+fn poll_until(dev: &Device, fd: Fd, deadline: Instant) -> Result<bool> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if dev.port.poll(fd, left)? {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+    }
+}
+
+/// The `int_status` words of a task array. The kernel writes them through its cacheable
+/// mapping (rknpu_gem.c:77-80), so they sit in the CPU's cache: they are read through
+/// the (cacheable, coherent) CPU mapping without a FROM_DEVICE sync, which would
+/// invalidate them away.
+fn task_statuses(tasks: &Bo<'_>, n: usize) -> Result<Vec<u32>> {
+    let bytes = tasks
+        .dev
+        .port
+        .mmap(tasks.size, tasks.mmap_offset)?
+        .as_slice()
+        .to_vec();
     Ok((0..n)
         .map(|i| {
             bytes

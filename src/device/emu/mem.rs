@@ -27,6 +27,10 @@ pub(super) struct EmuBo {
     pub(super) dev: Option<Vec<u8>>,
     /// Rocket: when the last job writing it finishes.
     pub(super) busy_until: Option<Instant>,
+    /// Vendor bit 10: the CPU cache still holds dirty lines of the page zeroing, which
+    /// a sync (clean or invalidate) resolves and which are otherwise evicted over what
+    /// the NPU wrote.
+    pub(super) dirty: bool,
 }
 
 impl EmuBo {
@@ -55,6 +59,7 @@ impl EmuBo {
         let Some(dev) = &mut self.dev else {
             return Ok(());
         };
+        self.dirty = false;
         let start = offset.min(self.size) as usize;
         let end = offset.saturating_add(size).min(self.size) as usize;
         let ok = if to_device {
@@ -94,11 +99,17 @@ pub(super) fn release(s: &mut State, bo: &Arc<Mutex<EmuBo>>) {
     let held = s.files.values().any(|f| match f {
         File::Device { handles, .. } => handles.values().any(|b| Arc::ptr_eq(b, bo)),
         File::DmaBuf(b) => Arc::ptr_eq(b, bo),
-        File::Fence { .. } => false,
+        File::Fence { .. } | File::Misc => false,
     });
     if !held {
-        let obj = lock_bo(bo).obj_addr;
-        s.objects.remove(&obj);
+        let (obj, dma, size) = {
+            let b = lock_bo(bo);
+            (b.obj_addr, b.dma, b.size)
+        };
+        // Vendor: the domain hands the range out again.
+        if s.objects.remove(&obj).is_some() {
+            s.vendor_iova.free(u64::from(dma), size);
+        }
     }
 }
 
@@ -134,12 +145,27 @@ pub(super) fn load_memory(
     }
 }
 
-/// Copies what the NPU wrote back into the objects' device views.
-pub(super) fn store_memory(sim: &mut Simulator, objects: &[Arc<Mutex<EmuBo>>]) {
+/// Copies what the NPU wrote back into the objects' device views. An object whose CPU
+/// cache lines are still dirty from its zeroing (vendor bit 10, never synced) then has
+/// them evicted over the NPU's output, as happens on a board sooner or later.
+pub(super) fn store_memory(
+    sim: &mut Simulator,
+    objects: &[Arc<Mutex<EmuBo>>],
+    log: &mut Vec<String>,
+) {
     for bo in objects {
         let mut b = lock_bo(bo);
         if let Some(region) = sim.memory_mut().unmap(b.dma) {
             b.set_device_bytes(&region.bytes);
+        }
+        if b.dirty {
+            b.dirty = false;
+            let zeros = vec![0u8; b.size as usize];
+            b.set_device_bytes(&zeros);
+            log.push(format!(
+                "buffer at {:#x}: dirty cache lines of its zeroing evicted over the NPU's writes (bit 10 without a clean)",
+                b.dma
+            ));
         }
     }
 }

@@ -11,6 +11,7 @@
 //! PREP_BO/FINI_BO (rocket) copy between them, so a program that forgets a sync reads
 //! stale data here as it would on a board. docs/hw-testing.md lists the behaviours.
 
+mod iova;
 mod mem;
 mod rocket;
 mod vendor;
@@ -18,6 +19,7 @@ mod vendor;
 use crate::sim::{Faults, Simulator};
 use crate::sys::uapi;
 use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping};
+use iova::Iova;
 use mem::{EmuBo, bo_of, lock_bo, release};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -45,14 +47,19 @@ pub const ROCKET_JOB_TIMEOUT: Duration = Duration::from_millis(500);
 
 const PAGE: u64 = 4096;
 
+/// The vendor driver's misc node (the DMA-heap flavour).
+pub const MISC_NODE: &str = "/dev/rknpu";
+
 #[derive(Debug)]
 enum File {
     Device {
         handles: HashMap<u32, Arc<Mutex<EmuBo>>>,
         next_handle: u32,
-        /// Rocket: the next free IOVA of this fd's private space.
-        next_iova: u64,
+        /// Rocket: this fd's private address space.
+        iova: Iova,
     },
+    /// The vendor misc node (`/dev/rknpu`), which dispatches on the request number only.
+    Misc,
     /// A sync_file: signalled, or never (a job that did not complete).
     Fence { signalled: bool },
     /// An exported dma-buf of a buffer.
@@ -66,8 +73,13 @@ struct State {
     /// Vendor: objects by `obj_addr` (one IOMMU domain for every fd).
     objects: HashMap<u64, Arc<Mutex<EmuBo>>>,
     next_obj: u64,
-    /// Vendor: IOVAs are handed out top-down from 4 GiB.
-    vendor_iova_top: u64,
+    /// Vendor: IOVAs are handed out top-down from 4 GiB, freed ranges first.
+    vendor_iova: Iova,
+    /// Vendor: cores held for good by a non-blocking job that never completed (the
+    /// driver never times such jobs out, and a soft reset does not clear them).
+    occupied: [bool; 3],
+    /// Vendor: the highest `core_mask` SUBMIT accepts (0x7 RK3588, 0x3 RK3583).
+    core_limit: u32,
     sim: Simulator,
     faults: Faults,
     log: Vec<String>,
@@ -101,13 +113,23 @@ impl EmuKernel {
                 next_fd: 1000,
                 objects: HashMap::new(),
                 next_obj: 0xFFFF_FF80_1000_0000,
-                vendor_iova_top: 1 << 32,
+                vendor_iova: Iova::top_down(),
+                occupied: [false; 3],
+                core_limit: 7,
                 sim: Simulator::new(),
                 faults: Faults::default(),
                 log: Vec::new(),
                 wait: None,
             }),
         }
+    }
+
+    /// A vendor kernel playing `flavour` on the RK3583, whose fuses leave two cores:
+    /// SUBMIT refuses `core_mask` values above 0x3 with `EINVAL` (`rknpu_drv.c:204-223`).
+    pub fn rk3583(flavour: Flavour) -> EmuKernel {
+        let k = EmuKernel::new(flavour);
+        k.lock().core_limit = 0x3;
+        k
     }
 
     /// The process-wide kernel of `flavour`: like a real driver, one per machine, whatever
@@ -150,7 +172,7 @@ impl EmuKernel {
             match f {
                 File::Device { handles, .. } => seen.extend(handles.values().map(Arc::as_ptr)),
                 File::DmaBuf(bo) => seen.push(Arc::as_ptr(bo)),
-                File::Fence { .. } => {}
+                File::Fence { .. } | File::Misc => {}
             }
         }
         seen.sort();
@@ -162,27 +184,29 @@ impl EmuKernel {
         match self.flavour {
             Flavour::Vendor098 => (0, 9, 8, "rknpu", "20240828", "RKNPU driver"),
             Flavour::Vendor096 => (0, 9, 6, "rknpu", "20240322", "RKNPU driver"),
-            Flavour::Rocket => (0, 0, 0, "rocket", "", "rocket DRM"),
+            // Linux 6.14 and later report the date "0".
+            Flavour::Rocket => (0, 0, 0, "rocket", "0", "rocket DRM"),
         }
     }
 }
 
 impl Kernel for EmuKernel {
     fn open(&self, path: &str) -> Result<Fd, Errno> {
-        if path != node_path(self.flavour) {
-            return Err(Errno::ENOENT);
-        }
-        let mut s = self.lock();
-        let fd = s.next_fd;
-        s.next_fd += 1;
-        s.files.insert(
-            fd,
+        let file = if path == node_path(self.flavour) {
             File::Device {
                 handles: HashMap::new(),
                 next_handle: 1,
-                next_iova: 0,
-            },
-        );
+                iova: Iova::bottom_up(),
+            }
+        } else if path == MISC_NODE && self.flavour.is_vendor() {
+            File::Misc
+        } else {
+            return Err(Errno::ENOENT);
+        };
+        let mut s = self.lock();
+        let fd = s.next_fd;
+        s.next_fd += 1;
+        s.files.insert(fd, file);
         Ok(Fd(fd))
     }
 
@@ -201,8 +225,10 @@ impl Kernel for EmuKernel {
 
     fn ioctl(&self, fd: Fd, req: &mut Ioctl<'_>) -> Result<i32, Errno> {
         let mut s = self.lock();
-        if !matches!(s.files.get(&fd.0), Some(File::Device { .. })) {
-            return Err(Errno::EBADF);
+        match s.files.get(&fd.0) {
+            Some(File::Device { .. }) => {}
+            Some(File::Misc) => return self.misc(&mut s, req),
+            _ => return Err(Errno::EBADF),
         }
         match req {
             Ioctl::DrmVersion {
@@ -227,10 +253,15 @@ impl Kernel for EmuKernel {
                 Ok(0)
             }
             Ioctl::GemClose(c) => {
-                let Some(File::Device { handles, .. }) = s.files.get_mut(&fd.0) else {
+                let Some(File::Device { handles, iova, .. }) = s.files.get_mut(&fd.0) else {
                     return Err(Errno::EBADF);
                 };
                 let bo = handles.remove(&c.handle).ok_or(Errno::EINVAL)?;
+                if self.flavour == Flavour::Rocket {
+                    // drm_mm hands the range out again once the object is gone.
+                    let b = lock_bo(&bo);
+                    iova.free(u64::from(b.dma), b.size);
+                }
                 release(&mut s, &bo);
                 Ok(0)
             }
@@ -310,7 +341,7 @@ impl Kernel for EmuKernel {
     }
 
     fn mmap(&self, fd: Fd, len: usize, offset: u64) -> Result<Mapping, Errno> {
-        let s = self.lock();
+        let mut s = self.lock();
         let bo = match s.files.get(&fd.0) {
             Some(File::Device { handles, .. }) => handles
                 .values()
@@ -323,6 +354,17 @@ impl Kernel for EmuKernel {
         let bo = lock_bo(&bo);
         if len as u64 > bo.size || len == 0 {
             return Err(Errno::EINVAL);
+        }
+        let f = bo.flags;
+        if self.flavour.is_vendor()
+            && f & uapi::mem::NON_CONTIGUOUS != 0
+            && f & (uapi::mem::CACHEABLE | uapi::mem::WRITE_COMBINE) == 0
+        {
+            // rknpu_gem.c:1353-1362: pgprot_noncached, Device-nGnRnE on arm64.
+            s.log.push(format!(
+                "buffer at {:#x} mapped as device memory (no CACHEABLE or WRITE_COMBINE): an unaligned CPU access faults with SIGBUS",
+                bo.dma
+            ));
         }
         // One CPU mapping of a buffer at a time (the emulation's restriction).
         bo.cpu.map(len).ok_or(Errno::EBUSY)

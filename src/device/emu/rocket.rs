@@ -30,19 +30,16 @@ pub(super) fn rocket_create(
     let Some(File::Device {
         handles,
         next_handle,
-        next_iova,
+        iova,
     }) = s.files.get_mut(&fd.0)
     else {
         return Err(Errno::EBADF);
     };
     let size = (c.size as u64).div_ceil(PAGE) * PAGE;
-    if *next_iova + size > 1 << 32 {
-        return Err(Errno::ENOMEM);
-    }
+    // drm_mm: a freed range first, else the lowest free address.
+    let dma = iova.alloc(size).ok_or(Errno::ENOMEM)?;
     let handle = *next_handle;
     *next_handle += 1;
-    let dma = *next_iova;
-    *next_iova += size;
     // shmem pages: zeroed, cached CPU mapping, cleaned to the device at creation.
     handles.insert(
         handle,
@@ -55,6 +52,7 @@ pub(super) fn rocket_create(
             cpu: Arc::new(DmaMem::zeroed(size as usize)),
             dev: Some(vec![0u8; size as usize]),
             busy_until: None,
+            dirty: false,
         })),
     );
     c.handle = handle;
@@ -79,9 +77,17 @@ pub(super) fn rocket_submit(
             .push("rocket: job with no task or an empty task dropped".into());
         return;
     }
-    let mut bos = Vec::new();
+    let mut bos: Vec<Arc<Mutex<EmuBo>>> = Vec::new();
     for h in in_handles.iter().chain(out_handles) {
         match bo_of(s, fd, *h) {
+            // The same BO twice: drm_gem_lock_reservations returns -EALREADY, and
+            // rocket_ioctl_submit drops the job and still returns 0 (no fence).
+            Ok(b) if bos.iter().any(|x| Arc::ptr_eq(x, &b)) => {
+                s.log.push(format!(
+                    "rocket: job listing handle {h} twice dropped (-EALREADY from drm_gem_lock_reservations)"
+                ));
+                return;
+            }
             Ok(b) => bos.push(b),
             Err(_) => {
                 s.log
@@ -128,7 +134,7 @@ pub(super) fn rocket_submit(
         }
     }
     if ok {
-        store_memory(&mut s.sim, &objects);
+        store_memory(&mut s.sim, &objects, &mut s.log);
     } else {
         // The scheduler resets the core after its 500 ms job timeout; outputs are not
         // written and PREP_BO waits until then.
@@ -164,7 +170,8 @@ pub(super) fn rocket_prep_bo(
     if let Some(until) = busy {
         let now = Instant::now();
         if until > now {
-            if p.timeout_ns == 0 {
+            // A deadline already past (or 0) converts to 0 jiffies: -EBUSY.
+            if p.timeout_ns <= monotonic_ns() {
                 return Err(Errno::EBUSY);
             }
             let left = Duration::from_nanos((p.timeout_ns - monotonic_ns()).max(0) as u64);

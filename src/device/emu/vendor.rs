@@ -4,9 +4,10 @@
 
 use super::mem::{EmuBo, bo_of, load_memory, lock_bo, object, release, store_memory};
 use super::{EmuKernel, File, Flavour, PAGE, State};
+use crate::sim::MAX_TASKS;
 use crate::submit::{self, TaskDesc};
 use crate::sys::uapi::*;
-use crate::sys::{DmaMem, Errno, Fd, VendorOp};
+use crate::sys::{DmaMem, Errno, Fd, Ioctl, VendorOp};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use zerocopy::FromBytes;
@@ -27,7 +28,7 @@ impl EmuKernel {
     ) -> Result<i32, Errno> {
         match op {
             VendorOp::Action(a) => self.action(s, a),
-            VendorOp::MemCreate(c) => mem_create(s, fd, c),
+            VendorOp::MemCreate(c) => mem_create(s, fd, c, self.flavour),
             VendorOp::MemMap(m) => {
                 let bo = bo_of(s, fd, m.handle)?;
                 m.offset = lock_bo(&bo).mmap_offset;
@@ -37,12 +38,36 @@ impl EmuKernel {
                 let Some(File::Device { handles, .. }) = s.files.get_mut(&fd.0) else {
                     return Err(Errno::EBADF);
                 };
-                let bo = handles.remove(&d.handle).ok_or(Errno::ENOENT)?;
+                // An unknown handle is EINVAL (rknpu_gem.c:935).
+                let bo = handles.remove(&d.handle).ok_or(Errno::EINVAL)?;
                 release(s, &bo);
                 Ok(0)
             }
             VendorOp::MemSync(y) => mem_sync(s, y),
             VendorOp::Submit(sub) => self.vendor_submit(s, sub),
+        }
+    }
+
+    /// A request on the misc node `/dev/rknpu`. Its ioctl handler dispatches on
+    /// `_IOC_NR` alone (`rknpu_drv.c:596`), so DRM_IOCTL_VERSION (nr 0) runs
+    /// RKNPU_ACTION on the first 8 bytes of `drm_version`: `version_major` is read as
+    /// the action (0, GET_HW_VERSION) and the result lands in `version_minor`; the name,
+    /// date and description are never written. Of the driver's own requests the
+    /// emulation answers RKNPU_ACTION only.
+    pub(super) fn misc(&self, s: &mut State, req: &mut Ioctl<'_>) -> Result<i32, Errno> {
+        match req {
+            Ioctl::DrmVersion { version, .. } => {
+                let mut a = RknpuAction {
+                    flags: version.version_major as u32,
+                    value: version.version_minor as u32,
+                };
+                self.action(s, &mut a)?;
+                version.version_major = a.flags as i32;
+                version.version_minor = a.value as i32;
+                Ok(0)
+            }
+            Ioctl::Vendor(VendorNode::Misc, VendorOp::Action(a)) => self.action(s, a),
+            _ => Err(Errno::EINVAL),
         }
     }
 
@@ -72,10 +97,18 @@ impl EmuKernel {
         Ok(0)
     }
     /// SUBMIT: checks the request as the driver does, runs each started core's range on
-    /// the simulator, writes the interrupt statuses back, and completes, times out or
+    /// the simulator, writes the interrupt status back, and completes, times out or
     /// hands out a fence.
     fn vendor_submit(&self, s: &mut State, sub: &mut RknpuSubmit) -> Result<i32, Errno> {
         if sub.flags & job::PC == 0 || sub.task_number == 0 || sub.core_mask > 7 {
+            return Err(Errno::EINVAL);
+        }
+        if sub.core_mask > s.core_limit {
+            // `core_mask <= config->core_mask` (rknpu_drv.c:204-223): 0x3 on the RK3583.
+            s.log.push(format!(
+                "core_mask {:#x} above this NPU's {:#x}: EINVAL",
+                sub.core_mask, s.core_limit
+            ));
             return Err(Errno::EINVAL);
         }
         if sub.flags & (job::FENCE_IN) != 0 {
@@ -94,8 +127,7 @@ impl EmuKernel {
             s.log.push("SUBMIT while the task array is mapped by the CPU (the emulation copies only unmapped buffers)".into());
             return Err(Errno::EBUSY);
         };
-        // Which cores run which task ranges (kernel-interfaces.md 3.5).
-        let slots = submit::started_cores(sub.core_mask).unwrap_or(&[]);
+        let slots = started(s, sub.core_mask);
         let timeout = Duration::from_millis(sub.timeout as u64);
         let nonblock = sub.flags & job::NONBLOCK != 0;
         if slots.is_empty() {
@@ -104,23 +136,29 @@ impl EmuKernel {
                 "core_mask {:#x}: no case commits it; the job never starts",
                 sub.core_mask
             ));
-            if nonblock {
-                return self.fence_out(s, sub, false);
-            }
-            s.wait = Some(timeout);
-            return Err(Errno::EINVAL);
+            return self.never_committed(s, sub, nonblock, timeout);
+        }
+        if let Some(&(core, _)) = slots.iter().find(|&&(c, _)| s.occupied[c]) {
+            s.log.push(format!(
+                "core {core} still runs a non-blocking job that never completed: this job is never committed"
+            ));
+            // The wait gives up after three timeouts (kernel-interfaces.md 3.6).
+            return self.never_committed(s, sub, nonblock, timeout * 3);
         }
         let started = Instant::now();
-        let run = run_cores(s, sub, slots, &tasks_bytes);
-        // The kernel writes the status through its own mapping of the task array.
-        for (at, status) in run.status_writes {
-            let mut b = lock_bo(&task_bo);
-            b.cpu.write(at, &status.to_le_bytes());
-            if let Some(dev) = &mut b.dev {
-                dev[at..at + 4].copy_from_slice(&status.to_le_bytes());
-            }
-        }
+        let run = run_cores(s, sub, &slots, &tasks_bytes);
         if run.completed {
+            if !nonblock {
+                // Only job->last_task, the last task of the last committed range, gets
+                // the wait core's status (rknpu_job.c:242, :368), through the kernel's
+                // cacheable vmap: it is in the CPU's cache, not yet in memory, so a
+                // FROM_DEVICE sync of the task array discards it.
+                let last = sub.subcore_task[slots[slots.len() - 1].1];
+                let at = (last.task_start + last.task_number - 1) as usize * TASK_BYTES;
+                lock_bo(&task_bo)
+                    .cpu
+                    .write(at + STATUS_AT, &run.wait_status.to_le_bytes());
+            }
             // Modelled elapsed time: the int8 peak of 1024 MACs per ns and core.
             let modelled = Duration::from_nanos(run.macs / 1024 / slots.len() as u64 + 10_000);
             sub.task_counter = sub.task_number;
@@ -130,17 +168,44 @@ impl EmuKernel {
             }
             return Ok(0);
         }
-        sub.task_counter = run.wait_counter;
+        s.sim.reset();
+        if nonblock {
+            // Non-blocking jobs never time out (rknpu_job.c:823-830): the cores that did
+            // not finish stay held by this job, whatever resets follow.
+            for &(core, _) in &slots {
+                if !run.finished.contains(&core) {
+                    s.occupied[core] = true;
+                    s.log.push(format!(
+                        "core {core}: a non-blocking job never completes; the core stays busy"
+                    ));
+                }
+            }
+            return self.fence_out(s, sub, false);
+        }
+        // PC_TASK_STATUS & 0xfff of the wait core (rknpu_job.c:246-256).
+        sub.task_counter = run.wait_counter & 0xfff;
         s.log.push(format!(
             "job timeout: task counter {}, int status {:#x}; soft reset of all cores",
-            run.wait_counter, run.wait_status
+            sub.task_counter, run.wait_status
         ));
-        s.sim.reset();
+        s.wait = Some(timeout);
+        Err(Errno::ETIMEDOUT)
+    }
+
+    /// A job no core commits: a never-signalled fence, or `EINVAL` once the blocking
+    /// wait of `wait` gives up.
+    fn never_committed(
+        &self,
+        s: &mut State,
+        sub: &mut RknpuSubmit,
+        nonblock: bool,
+        wait: Duration,
+    ) -> Result<i32, Errno> {
         if nonblock {
             return self.fence_out(s, sub, false);
         }
-        s.wait = Some(timeout);
-        Err(Errno::ETIMEDOUT)
+        s.wait = Some(wait);
+        Err(Errno::EINVAL)
     }
 
     fn fence_out(
@@ -159,12 +224,30 @@ impl EmuKernel {
     }
 }
 
-/// MEM_CREATE: a new object top-down from 4 GiB in the one shared domain, or the
-/// information of an existing handle (after PRIME import).
-fn mem_create(s: &mut State, fd: Fd, c: &mut RknpuMemCreate) -> Result<i32, Errno> {
-    if c.handle != 0 {
-        // An existing handle (after PRIME import): its information, no allocation.
-        let bo = bo_of(s, fd, c.handle)?;
+/// The cores a job of `mask` starts with the slot each reads: for 0 (automatic) the
+/// first core no non-blocking job holds, which reads the slot of its index.
+fn started(s: &State, mask: u32) -> Vec<(usize, usize)> {
+    if mask == 0 {
+        let cores = if s.core_limit >= 4 { 3 } else { 2 };
+        let core = (0..cores).find(|&c| !s.occupied[c]).unwrap_or(0);
+        return vec![(core, core)];
+    }
+    submit::started_cores(mask).unwrap_or(&[]).to_vec()
+}
+
+/// MEM_CREATE: a new object in the one shared domain (a freed range first, else
+/// top-down from 4 GiB), or the information of an existing handle (after PRIME
+/// import). An unknown non-zero handle allocates a new object, as the driver does
+/// (`rknpu_gem.c:883-895`).
+fn mem_create(
+    s: &mut State,
+    fd: Fd,
+    c: &mut RknpuMemCreate,
+    flavour: Flavour,
+) -> Result<i32, Errno> {
+    if c.handle != 0
+        && let Ok(bo) = bo_of(s, fd, c.handle)
+    {
         let b = lock_bo(&bo);
         c.size = b.size;
         c.obj_addr = b.obj_addr;
@@ -176,23 +259,25 @@ fn mem_create(s: &mut State, fd: Fd, c: &mut RknpuMemCreate) -> Result<i32, Errn
         return Err(Errno::EINVAL);
     }
     let size = c.size.div_ceil(PAGE) * PAGE;
-    let top = s.vendor_iova_top;
-    if size > top {
-        return Err(Errno::ENOMEM);
-    }
-    s.vendor_iova_top = top - size;
+    let dma = s.vendor_iova.alloc(size).ok_or(Errno::ENOMEM)?;
     let obj = s.next_obj;
     s.next_obj += 0x1000;
     let cacheable = c.flags & mem::CACHEABLE != 0;
+    // Bit 10 maps the pages without the DMA API's cache clean (rknpu_iommu.c:222-283):
+    // the CPU cache still holds the dirty lines of the page zeroing (0.9.7 and later).
+    let dirty = cacheable
+        && c.flags & mem::IOMMU_LIMIT_IOVA_ALIGNMENT != 0
+        && flavour != Flavour::Vendor096;
     let bo = Arc::new(Mutex::new(EmuBo {
         size,
         flags: c.flags,
-        dma: (top - size) as u32,
+        dma: dma as u32,
         obj_addr: obj,
         mmap_offset: 0,
         cpu: Arc::new(DmaMem::zeroed(size as usize)),
         dev: cacheable.then(|| vec![0u8; size as usize]),
         busy_until: None,
+        dirty,
     }));
     let Some(File::Device {
         handles,
@@ -210,7 +295,7 @@ fn mem_create(s: &mut State, fd: Fd, c: &mut RknpuMemCreate) -> Result<i32, Errn
     c.handle = handle;
     c.size = size;
     c.obj_addr = obj;
-    c.dma_addr = top - size;
+    c.dma_addr = dma;
     c.sram_size = 0;
     Ok(0)
 }
@@ -233,19 +318,17 @@ fn mem_sync(s: &mut State, y: &RknpuMemSync) -> Result<i32, Errno> {
     }
     Ok(0)
 }
-
 /// What the started cores of a job did.
 struct CoresRun {
     /// Every started core ran its whole range.
     completed: bool,
-    /// The wait core's task counter and interrupt status.
+    /// The cores that ran their whole range.
+    finished: Vec<usize>,
+    /// The wait core's task counter (within its last kick) and interrupt status.
     wait_counter: u32,
     wait_status: u32,
     /// Multiply-accumulates performed.
     macs: u64,
-    /// `(byte offset in the task array, status)` for the last task of each range that
-    /// completed.
-    status_writes: Vec<(usize, u32)>,
 }
 
 /// Runs each started core's range of `sub` on the simulator against every object's
@@ -264,10 +347,10 @@ fn run_cores(
     let objects: Vec<Arc<Mutex<EmuBo>>> = s.objects.values().cloned().collect();
     let mut out = CoresRun {
         completed: true,
+        finished: Vec::new(),
         wait_counter: 0,
         wait_status: 0,
         macs: 0,
-        status_writes: Vec::new(),
     };
     let faults = s.faults.clone();
     s.sim.set_faults(faults);
@@ -291,26 +374,27 @@ fn run_cores(
             })
         });
         out.macs += run.macs;
-        let (done, status) = (run.done, run.int_status);
-        match run.failure {
-            Some(why) => {
-                s.log.push(format!("core {core}: {why}"));
-                out.completed = false;
-            }
-            // The last task of each core's range receives its status.
-            None => out
-                .status_writes
-                .push(((base + done as usize - 1) * TASK_BYTES + STATUS_AT, status)),
+        let failed = run.failure.is_some();
+        if let Some(why) = run.failure {
+            s.log.push(format!("core {core}: {why}"));
+            out.completed = false;
+        } else {
+            out.finished.push(core);
         }
         if k == 0 {
-            // The wait core: core 0 for masks 1/3/7, 1 for 2, 2 for 4.
-            out.wait_counter = done;
-            out.wait_status = status;
+            // The wait core (core 0 for masks 1/3/7, 1 for 2, 2 for 4): its PC counts
+            // the tasks of the current kick of at most MAX_TASKS.
+            out.wait_counter = match (failed, run.done) {
+                (true, d) => d % MAX_TASKS,
+                (false, 0) => 0,
+                (false, d) => (d - 1) % MAX_TASKS + 1,
+            };
+            out.wait_status = run.int_status;
         }
         if !out.completed {
             break;
         }
     }
-    store_memory(&mut s.sim, &objects);
+    store_memory(&mut s.sim, &objects, &mut s.log);
     out
 }
