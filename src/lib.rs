@@ -16,6 +16,7 @@
 //!   simulator executes and what the verifier checks;
 //! * [`submit`] — the vocabulary every layer describes submissions in: task descriptors,
 //!   core masks and ranges, interrupt bits;
+//! * [`seeded`] — the seeded operand generator of the CLI, the doctor and the benchmarks;
 //! * [`float`] — fp16/bf16 conversions shared by packers and simulator;
 //! * [`sys`] — the kernels' structures and request codes, and the one seam every request
 //!   goes through (the only module where the `unsafe_code` lint is allowed);
@@ -54,6 +55,7 @@ pub mod kernels;
 pub mod regcmd;
 pub mod regs;
 pub mod replay;
+pub mod seeded;
 pub mod sim;
 pub mod submit;
 pub mod sys;

@@ -4,27 +4,12 @@
 use super::diagnosis::Mismatch;
 use crate::float::{f16_to_f32, f32_to_f16};
 use crate::kernels::single::Dtype;
-
-/// xorshift64*: deterministic operands, the same on every board.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn int(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + ((self.next() >> 11) % (hi - lo + 1) as u64) as i32
-    }
-}
+use crate::seeded::Rng;
 
 /// Bytes for a buffer round trip, different for each `seed`.
 pub(super) fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    (0..len).map(|_| (r.next() >> 24) as u8).collect()
+    let mut r = Rng::from_seed(seed);
+    (0..len).map(|_| (r.next_u64() >> 24) as u8).collect()
 }
 
 /// The operands of `C[M×N] = A[M×K] × B[K×N]`, row-major.
@@ -50,7 +35,7 @@ pub(super) enum Values {
 impl Operands {
     /// Seeded operands of `dtype` for an M×K by K×N product.
     pub(super) fn new(dtype: Dtype, m: u32, k: u32, n: u32, seed: u64) -> Operands {
-        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut r = Rng::from_seed(seed);
         let (la, lb) = ((m * k) as usize, (k * n) as usize);
         if dtype.is_float() {
             // Multiples of 1/32 in [-2, 2): exact in fp16, products exact in f32.

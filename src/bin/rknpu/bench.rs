@@ -1,6 +1,7 @@
 //! `rknpu bench pack`: packing throughput against memcpy of the same bytes.
 
-use crate::{Failure, Rng, usage};
+use crate::{Failure, usage};
+use rknpu_driver::seeded::Rng;
 
 /// Best time of `f` over runs filling about 0.3 s.
 fn best_of(mut f: impl FnMut()) -> f64 {
@@ -25,7 +26,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
         return Err(usage("bench: the only benchmark is `bench pack`"));
     }
     let fail = |e: rknpu_driver::Error| Failure(1, e.to_string());
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let line = |name: &str, bytes: usize, secs: f64| {
         let src = vec![1u8; bytes];
         let mut dst = vec![0u8; bytes];

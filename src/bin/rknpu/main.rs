@@ -140,24 +140,6 @@ fn first_body(words: &[regcmd::RegCmd]) -> usize {
         })
 }
 
-/// xorshift64*: the seeded data of `rknpu matmul`.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn int(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + ((self.next() >> 11) % (hi - lo + 1) as u64) as i32
-    }
-    fn unit(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {

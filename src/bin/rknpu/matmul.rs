@@ -1,11 +1,12 @@
 //! `rknpu matmul`: seeded random matrices multiplied on the NPU (or the emulated kernel)
 //! and checked against the CPU.
 
-use crate::{Failure, Rng, parse_u32, usage};
+use crate::{Failure, parse_u32, usage};
 use rknpu_driver::device::Device;
 use rknpu_driver::device::matmul::{Matmul, Timings, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
+use rknpu_driver::seeded::Rng;
 use std::time::{Duration, Instant};
 
 /// What `matmul` was asked.
@@ -47,7 +48,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     let plan = Plan::new(a.spec).map_err(|e| fail(&e))?;
     let t_plan = t0.elapsed();
     outln!("plan: {plan}");
-    let mut rng = Rng(a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::from_seed(a.seed);
     let c = if a.spec.dtype == Dtype::Fp16 {
         run_f32(&dev, plan, &mut rng)?
     } else {
