@@ -3,6 +3,7 @@
 //! [`crate::device::Device::start_recording`] and `RKNPU_TRACE`); it works the same over
 //! every backend because it sees buffers, contents and submissions, not ioctls.
 
+use super::spans::Spans;
 use super::{Chunk, Contents, Header, fnv1a64};
 use crate::regcmd::{self, EntryKind, RegCmd};
 use crate::submit::BufferTask;
@@ -320,13 +321,31 @@ impl Recorder {
 /// (and chain address) whose value falls inside one of `bufs`, given as `(id, device
 /// address, size)`.
 pub(super) fn relocations(buffer: u32, bytes: &[u8], bufs: &[(u32, u32, u64)]) -> Vec<Chunk> {
+    relocations_in(buffer, bytes, bufs, &buffer_spans(bufs))
+}
+
+/// The look-up of [`relocations_in`] over `bufs` (a buffer of size 0 holds its address).
+pub(super) fn buffer_spans(bufs: &[(u32, u32, u64)]) -> Spans {
+    Spans::new(
+        bufs.iter()
+            .map(|&(_, addr, size)| (addr as u64, addr as u64 + size.max(1))),
+    )
+}
+
+/// [`relocations`] with the look-up over `bufs` built once by the caller ([`buffer_spans`]),
+/// so that many regcmd buffers cost one sort. A value inside several buffers goes to the
+/// one [`Spans::find`] picks.
+pub(super) fn relocations_in(
+    buffer: u32,
+    bytes: &[u8],
+    bufs: &[(u32, u32, u64)],
+    spans: &Spans,
+) -> Vec<Chunk> {
     let words = regcmd::words_from_le_bytes(&bytes[..bytes.len() / 8 * 8]).unwrap_or_default();
     address_entries(&words)
         .into_iter()
         .filter_map(|(entry, value)| {
-            let &(target, addr, _) = bufs
-                .iter()
-                .find(|&&(_, addr, size)| value >= addr && ((value - addr) as u64) < size.max(1))?;
+            let (target, addr, _) = bufs[spans.find(value as u64, value as u64 + 1)?];
             Some(Chunk::Reloc {
                 buffer,
                 entry: entry as u64,
