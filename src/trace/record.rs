@@ -210,7 +210,10 @@ impl Recorder {
     ) -> u32 {
         let id = self.next_submit;
         self.next_submit += 1;
-        let regcmd_handles: Vec<u32> = s.tasks.iter().map(|t| t.buffer).collect();
+        // A set: a job of many tasks and buffers costs one look-up per buffer.
+        let regcmd_handles: std::collections::HashSet<u32> =
+            s.tasks.iter().map(|t| t.buffer).collect();
+        let mut placed = None;
         for handle in self.handles() {
             let Some(bytes) = contents(handle) else {
                 continue;
@@ -222,8 +225,13 @@ impl Recorder {
             }
             let buf_id = buf.id;
             let relocs = if regcmd_handles.contains(&handle) {
-                let placed: Vec<_> = self.bufs.values().map(|b| (b.id, b.dma, b.size)).collect();
-                relocations(buf_id, &bytes, &placed)
+                // The buffers and their look-up, built once per submission.
+                let (placed, spans) = placed.get_or_insert_with(|| {
+                    let p: Vec<_> = self.bufs.values().map(|b| (b.id, b.dma, b.size)).collect();
+                    let spans = buffer_spans(&p);
+                    (p, spans)
+                });
+                relocations_in(buf_id, &bytes, placed, spans)
             } else {
                 Vec::new()
             };
@@ -275,6 +283,7 @@ impl Recorder {
             elapsed_ns: d.elapsed_ns,
             statuses: d.statuses.clone(),
         });
+        let writes: std::collections::HashSet<u32> = writes.iter().copied().collect();
         for handle in self.handles() {
             let Some(bytes) = contents(handle) else {
                 continue;
@@ -317,13 +326,6 @@ impl Recorder {
     }
 }
 
-/// The relocations of regcmd buffer `buffer` holding `bytes`: every address register
-/// (and chain address) whose value falls inside one of `bufs`, given as `(id, device
-/// address, size)`.
-pub(super) fn relocations(buffer: u32, bytes: &[u8], bufs: &[(u32, u32, u64)]) -> Vec<Chunk> {
-    relocations_in(buffer, bytes, bufs, &buffer_spans(bufs))
-}
-
 /// The look-up of [`relocations_in`] over `bufs` (a buffer of size 0 holds its address).
 pub(super) fn buffer_spans(bufs: &[(u32, u32, u64)]) -> Spans {
     Spans::new(
@@ -332,9 +334,11 @@ pub(super) fn buffer_spans(bufs: &[(u32, u32, u64)]) -> Spans {
     )
 }
 
-/// [`relocations`] with the look-up over `bufs` built once by the caller ([`buffer_spans`]),
-/// so that many regcmd buffers cost one sort. A value inside several buffers goes to the
-/// one [`Spans::find`] picks.
+/// The relocations of regcmd buffer `buffer` holding `bytes`: every address register
+/// (and chain address) whose value falls inside one of `bufs`, given as `(id, device
+/// address, size)`, with the look-up over `bufs` built once by the caller
+/// ([`buffer_spans`]) so that many regcmd buffers cost one sort. A value inside several
+/// buffers goes to the one [`Spans::find`] picks.
 pub(super) fn relocations_in(
     buffer: u32,
     bytes: &[u8],
