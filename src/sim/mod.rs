@@ -234,9 +234,11 @@ impl Simulator {
     }
 
     /// Sets the work budget to `units` and starts counting afresh. Every kick from then on
-    /// draws on it (it is not reset per kick); a step that would exceed it is refused with
-    /// [`SimError::WorkBudget`] before any of its work is done. Units are regcmd entries
-    /// fetched or searched, multiply-accumulates, and elements the DPU reads or writes.
+    /// draws on it (it is not reset per kick). A fetch or a task that would exceed it is
+    /// refused with [`SimError::WorkBudget`] before any of its work is done; the search
+    /// for a chained list's op-enable (at most 2^17 entries) is charged when it ends.
+    /// Units are regcmd entries fetched or searched, multiply-accumulates, and elements
+    /// the DPU reads or writes.
     pub fn set_work_budget(&mut self, units: u64) {
         self.budget = units;
         self.work = 0;
