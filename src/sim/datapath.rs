@@ -9,46 +9,16 @@ use crate::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::regs::{Register, cna};
 use crate::task::Precision;
 
-/// Elements one cube of a task may have: the model holds each as an i64 or f32 at once
-/// (at most 512 MiB per cube). docs/simulator.md, "Bounds".
-pub(super) const MAX_ELEMENTS: u64 = 1 << 26;
-
-/// Elements a cube may have beyond the bytes of the memory image: a cube whose lines
-/// overlap can name more elements than memory holds, but only this many more.
-pub(super) const SMALL_CUBE: u64 = 1 << 16;
-
 /// Accumulators or DPU values, `[pixel][channel]` with pixel = y × width + x.
 enum Values {
     Int(Vec<i64>),
     Float(Vec<f32>),
 }
 
-/// The work units of a task's data path: multiply-accumulates, elements DPU_RDMA reads,
-/// and output elements (saturating; charged before anything runs).
-pub(super) fn work(t: &Task) -> u64 {
-    let elems = |c: &Cube| {
-        (c.w as u64)
-            .saturating_mul(c.h as u64)
-            .saturating_mul(c.c as u64)
-    };
-    let main = match &t.main {
-        Main::Conv { feature, weights } => (feature.w as u64)
-            .saturating_mul(feature.h as u64)
-            .saturating_mul(weights.n as u64)
-            .saturating_mul(feature.c as u64),
-        Main::Flying(cube) => elems(cube),
-    };
-    let operand = match t.ew.as_ref().map(|e| &e.src) {
-        Some(EwSrc::Memory(cube)) => elems(cube),
-        _ => 0,
-    };
-    main.saturating_add(operand).saturating_add(elems(&t.out))
-}
-
 /// Runs a checked task against memory. Returns the multiply-accumulates performed.
 ///
 /// Before allocating anything, every cube's element count is checked against
-/// [`MAX_ELEMENTS`] and the memory image, and every DMA run the task makes is checked to
+/// [`super::bounds::MAX_ELEMENTS`] and the memory image, and every DMA run the task makes is checked to
 /// lie in memory, so a giant or misplaced cube is refused without a large allocation.
 pub(super) fn execute(
     mem: &mut Memory,
@@ -56,7 +26,7 @@ pub(super) fn execute(
     at: At,
     write_output: bool,
 ) -> Result<u64, SimError> {
-    check_first(mem, t, at)?;
+    super::bounds::check_first(mem, t, at)?;
     let (main, macs) = match &t.main {
         Main::Conv { feature, weights } => conv(mem, feature, weights, at)?,
         Main::Flying(cube) => (read_cube(mem, cube, at)?, 0),
@@ -70,81 +40,6 @@ pub(super) fn execute(
         write_cube(mem, &t.out, &out, at)?;
     }
     Ok(macs)
-}
-
-/// The element counts and DMA ranges of `t`, checked before anything is allocated.
-fn check_first(mem: &Memory, t: &Task, at: At) -> Result<(), SimError> {
-    let limit = MAX_ELEMENTS.min(mem.mapped_bytes().saturating_add(SMALL_CUBE));
-    let elems = |c: &Cube| c.w as u64 * c.h as u64 * c.c as u64;
-    let mut counts = vec![(elems(&t.out), t.out.register)];
-    match &t.main {
-        Main::Conv { feature, weights } => {
-            counts.push((
-                feature.w as u64 * feature.h as u64 * weights.n as u64,
-                cna::DcompAddr0::NAME,
-            ));
-            let epa = feature.prec.atom_elems() as u64;
-            let runs = (0..feature.c as u64 / epa.max(1))
-                .flat_map(|c1| (0..feature.h as u64).map(move |y| (c1, y)));
-            for (c1, y) in runs {
-                let addr = feature.base as i64 + c1 as i64 * feature.surf + y as i64 * feature.line;
-                run(
-                    mem,
-                    addr,
-                    feature.w as usize * 16,
-                    at,
-                    "CNA",
-                    cna::FeatureDataAddr::NAME,
-                )?;
-            }
-        }
-        Main::Flying(cube) => {
-            counts.push((elems(cube), cube.register));
-            check_cube(mem, cube, at, false)?;
-        }
-    }
-    if let Some(EwSrc::Memory(cube)) = t.ew.as_ref().map(|e| &e.src) {
-        counts.push((elems(cube), cube.register));
-        check_cube(mem, cube, at, false)?;
-    }
-    if let Some(&(n, register)) = counts.iter().find(|(n, _)| *n > limit) {
-        return Err(SimError::Unsupported {
-            at,
-            register,
-            field: crate::regs::dpu::DataCubeChannel::CHANNEL.name(),
-            value: n,
-            why: format!(
-                "a cube of {n} elements; the simulator holds at most {limit} (2^26, and at most the {} bytes of the memory image + {SMALL_CUBE})",
-                mem.mapped_bytes()
-            ),
-        });
-    }
-    check_cube(mem, &t.out, at, true)
-}
-
-/// Whether every (surface, line) run of `cube` lies in one memory region.
-fn check_cube(mem: &Memory, cube: &Cube, at: At, write: bool) -> Result<(), SimError> {
-    let len = cube.w as u64 * 16;
-    let epa = cube.atom_elems().max(1) as u64;
-    for c1 in 0..cube.c as u64 / epa {
-        for y in 0..cube.h as u64 {
-            let addr = (cube.base as u64)
-                .checked_add(c1.saturating_mul(cube.surf))
-                .and_then(|a| a.checked_add(y.saturating_mul(cube.line)))
-                .filter(|&a| a < 1 << 32);
-            if addr.and_then(|a| mem.read(a, len as usize)).is_none() {
-                return Err(SimError::Dma {
-                    at,
-                    addr: addr.unwrap_or(u64::MAX),
-                    len,
-                    block: cube.block,
-                    register: cube.register,
-                    write,
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 fn dma_err(
@@ -166,7 +61,7 @@ fn dma_err(
 }
 
 /// Bytes of one (surface, line) run, bounds-checked.
-fn run<'m>(
+pub(super) fn run<'m>(
     mem: &'m Memory,
     addr: i64,
     len: usize,

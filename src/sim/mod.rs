@@ -39,6 +39,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod bounds;
 mod check_dpu;
 mod config;
 mod datapath;

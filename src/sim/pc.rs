@@ -2,7 +2,7 @@
 
 use super::config::{self, View};
 use super::error::{At, Lint, LintKind, SimError};
-use super::{CoreRun, Kick, MAX_TASKS, Simulator, Stall, block_name, datapath, irq, lint};
+use super::{CoreRun, Kick, MAX_TASKS, Simulator, Stall, block_name, bounds, datapath, irq, lint};
 use crate::regcmd::{BlockMask, RegCmd, TAIL_ENTRIES};
 use crate::regs::{self, Block, Register, cna, core, dpu, pc, ppu};
 use crate::task::read::{GroupControl, group_control};
@@ -312,7 +312,7 @@ fn run_task(
     }
     let read_err = sim.faults.dma_read_error == Some(at);
     let write_err = sim.faults.dma_write_error == Some(at);
-    sim.charge(at, super::BUDGET_TASK, datapath::work(&t))?;
+    sim.charge(at, super::BUDGET_TASK, bounds::work(&t))?;
     out.macs += datapath::execute(&mut sim.memory, &t, at, !(read_err || write_err))?;
 
     // Interrupt status: every started block reports done for this task's group.

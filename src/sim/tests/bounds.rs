@@ -68,7 +68,10 @@ fn an_output_cube_larger_than_memory_is_refused_before_allocation() {
     m.map_zeroed(at(single::B), s.mm.b_bytes()).unwrap();
     m.map_zeroed(at(single::C), 256 * 16).unwrap();
     let mapped = sim.memory().mapped_bytes();
-    assert!(mapped + datapath::SMALL_CUBE < 256 * 1024, "{mapped}");
+    assert!(
+        mapped + crate::sim::bounds::SMALL_CUBE < 256 * 1024,
+        "{mapped}"
+    );
     match sim.kick(&s.kick()) {
         Err(SimError::Unsupported { value, why, .. }) => {
             assert_eq!(value, 256 * 1024);
