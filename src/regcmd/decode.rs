@@ -294,13 +294,16 @@ impl Decoded {
         self.entries.iter().filter(|e| e.is_unknown()).count()
     }
 
-    /// The task whose list starts at device address `addr`, when the words were placed at `base`.
+    /// The task whose list starts at device address `addr`, when the words were placed at
+    /// `base`: a binary search (tasks are in order), so `to_text` stays linear.
     fn task_at(&self, base: u32, addr: u32) -> Option<usize> {
         let off = addr.checked_sub(base)? as usize;
         if !off.is_multiple_of(8) {
             return None;
         }
-        self.tasks.iter().position(|t| t.start == off / 8)
+        self.tasks
+            .binary_search_by_key(&(off / 8), |t| t.start)
+            .ok()
     }
 
     /// Stable text: a header line per task, one line per entry, and a last line

@@ -67,6 +67,10 @@ pub struct ReplayOptions {
     /// Model mode: every buffer is placed this many bytes (wrapping) from its recorded
     /// address, so that only the trace's relocations can make the program find its data.
     pub shift: u32,
+    /// Model mode: the simulator's work budget for the whole replay
+    /// ([`crate::sim::Simulator::set_work_budget`]); a submission that would exceed it
+    /// fails with the budget named. [`crate::sim::DEFAULT_WORK_BUDGET`] by default.
+    pub work_budget: u64,
 }
 
 impl ReplayOptions {
@@ -75,6 +79,7 @@ impl ReplayOptions {
         ReplayOptions {
             tolerance: Tolerance::for_trace(t),
             shift: 0,
+            work_budget: crate::sim::DEFAULT_WORK_BUDGET,
         }
     }
 }
@@ -132,7 +137,12 @@ pub fn replay_model(t: &Trace) -> ReplayReport {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn replay_model_with(t: &Trace, opts: &ReplayOptions) -> ReplayReport {
-    replay_on(t, &mut Model::new(opts.shift), opts.tolerance, true)
+    replay_on(
+        t,
+        &mut Model::new(opts.shift, opts.work_budget),
+        opts.tolerance,
+        true,
+    )
 }
 
 /// Checks a trace without running it ("check" mode): every buffer and content fits,

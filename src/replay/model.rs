@@ -23,10 +23,12 @@ pub(super) struct Model {
 
 impl Model {
     /// A fresh simulator whose buffers go `shift` bytes (wrapping) from where they were
-    /// recorded.
-    pub(super) fn new(shift: u32) -> Model {
+    /// recorded, with a work budget of `budget` units for the whole replay.
+    pub(super) fn new(shift: u32, budget: u64) -> Model {
+        let mut sim = Simulator::new();
+        sim.set_work_budget(budget);
         Model {
-            sim: Simulator::new(),
+            sim,
             at: BTreeMap::new(),
             shift,
         }

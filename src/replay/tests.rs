@@ -119,3 +119,24 @@ fn hostile_sizes_and_offsets_are_mismatches_not_overflows() {
         "the output is compared in model mode"
     );
 }
+
+#[test]
+fn a_model_replay_beyond_its_work_budget_fails_naming_the_budget() {
+    let t = worked();
+    let opts = ReplayOptions {
+        work_budget: 100,
+        ..ReplayOptions::for_trace(&t)
+    };
+    let r = replay_model_with(&t, &opts);
+    assert!(!r.is_match());
+    // The worked trace records no completion: the failure is a lint, the output a
+    // mismatch.
+    assert!(
+        r.lints
+            .iter()
+            .any(|m| m.contains("work budget of 100 units")),
+        "{:?}",
+        r.lints
+    );
+    assert!(replay_model(&t).is_match());
+}

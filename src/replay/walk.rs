@@ -230,12 +230,17 @@ impl<'t> Walk<'t, '_> {
     /// A run that failed where the trace recorded no completion: nothing to compare, but
     /// worth saying.
     fn unrecorded_failures(&mut self, t: &Trace) {
+        // One pass over the chunks, not one per submission.
+        let recorded: std::collections::HashSet<u32> = t
+            .chunks
+            .iter()
+            .filter_map(|c| match c {
+                Chunk::Done { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
         for (id, o) in &self.outcomes {
-            let recorded = t
-                .chunks
-                .iter()
-                .any(|c| matches!(c, Chunk::Done { id: d, .. } if d == id));
-            if !o.ok && !recorded {
+            if !o.ok && !recorded.contains(id) {
                 self.rep.lints.push(format!(
                     "submit {id} does not complete here ({}); the trace records no completion to compare",
                     o.why.as_deref().unwrap_or("no reason given")

@@ -17,14 +17,36 @@ pub(super) struct View<'a> {
     pub written: &'a [u64],
     pub serial: u64,
     pub at: At,
-    /// Registers read whose value comes from an earlier task's list or from reset.
+    /// Registers read whose value comes from an earlier task's list or from reset, in
+    /// the order first read.
     pub stale: Vec<u16>,
+    /// One bit per register word: already in `stale` (a constant-time membership test,
+    /// so a task reading every register costs linear time).
+    pub stale_seen: Vec<u64>,
+}
+
+impl<'a> View<'a> {
+    /// A view of one register group for the task with serial number `serial`.
+    pub fn new(vals: &'a [u32], written: &'a [u64], serial: u64, at: At) -> View<'a> {
+        View {
+            vals,
+            written,
+            serial,
+            at,
+            stale: Vec::new(),
+            stale_seen: vec![0; vals.len().div_ceil(64)],
+        }
+    }
 }
 
 impl task::RegisterFile for View<'_> {
     fn value(&mut self, offset: u16) -> u32 {
         let i = offset as usize / 4;
-        if self.written.get(i).is_some_and(|&w| w != self.serial) && !self.stale.contains(&offset) {
+        if self.written.get(i).is_some_and(|&w| w != self.serial)
+            && let Some(bits) = self.stale_seen.get_mut(i / 64)
+            && *bits & (1 << (i % 64)) == 0
+        {
+            *bits |= 1 << (i % 64);
             self.stale.push(offset);
         }
         self.vals.get(i).copied().unwrap_or(0)

@@ -9,9 +9,6 @@ use crate::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::regs::{Register, cna};
 use crate::task::Precision;
 
-/// Results one task may produce: the model keeps them all in memory at once (2 GiB of i64).
-const MAX_RESULTS: u64 = 1 << 28;
-
 /// Accumulators or DPU values, `[pixel][channel]` with pixel = y × width + x.
 enum Values {
     Int(Vec<i64>),
@@ -19,25 +16,17 @@ enum Values {
 }
 
 /// Runs a checked task against memory. Returns the multiply-accumulates performed.
+///
+/// Before allocating anything, every cube's element count is checked against
+/// [`super::bounds::MAX_ELEMENTS`] and the memory image, and every DMA run the task makes is checked to
+/// lie in memory, so a giant or misplaced cube is refused without a large allocation.
 pub(super) fn execute(
     mem: &mut Memory,
     t: &Task,
     at: At,
     write_output: bool,
 ) -> Result<u64, SimError> {
-    let results = t.out.w as u64 * t.out.h as u64 * t.out.c as u64;
-    if results > MAX_RESULTS {
-        return Err(SimError::Unsupported {
-            at,
-            register: crate::regs::dpu::DataCubeChannel::NAME,
-            field: "channel",
-            value: t.out.c as u64 - 1,
-            why: format!(
-                "{} x {} x {} results in one task; the simulator holds at most {MAX_RESULTS}",
-                t.out.w, t.out.h, t.out.c
-            ),
-        });
-    }
+    super::bounds::check_first(mem, t, at)?;
     let (main, macs) = match &t.main {
         Main::Conv { feature, weights } => conv(mem, feature, weights, at)?,
         Main::Flying(cube) => (read_cube(mem, cube, at)?, 0),
@@ -72,7 +61,7 @@ fn dma_err(
 }
 
 /// Bytes of one (surface, line) run, bounds-checked.
-fn run<'m>(
+pub(super) fn run<'m>(
     mem: &'m Memory,
     addr: i64,
     len: usize,

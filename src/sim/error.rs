@@ -17,6 +17,17 @@ impl fmt::Display for At {
     }
 }
 
+/// [`SimError::WorkBudget`]: the regcmd entries one fetch reads (one unit each).
+pub const BUDGET_FETCH: &str = "the regcmd fetch";
+
+/// [`SimError::WorkBudget`]: the search for the next list's op-enable entry behind a chain
+/// address (one unit per entry looked at).
+pub const BUDGET_SEARCH: &str = "the chain-amount check";
+
+/// [`SimError::WorkBudget`]: one task's data path (one unit per multiply-accumulate, per
+/// element read by DPU_RDMA and per output element).
+pub const BUDGET_TASK: &str = "the task's data path";
+
 /// A simulator error: the program does something the model does not understand, or
 /// something the hardware would not do. Each names where, and which register, field and
 /// value caused it.
@@ -87,6 +98,23 @@ pub enum SimError {
         /// What is wrong with it.
         why: String,
     },
+    /// The run would exceed the simulator's work budget
+    /// ([`super::Simulator::set_work_budget`], docs/simulator.md "Bounds"): a program
+    /// that loops or is too large to simulate ends here instead of running for hours.
+    /// Nothing of the refused step was done.
+    WorkBudget {
+        /// Where.
+        at: At,
+        /// What would have exceeded it: [`BUDGET_FETCH`], [`BUDGET_SEARCH`] or
+        /// [`BUDGET_TASK`].
+        what: &'static str,
+        /// The budget, in work units.
+        budget: u64,
+        /// Units used before this step.
+        used: u64,
+        /// Units the step needs.
+        needed: u64,
+    },
     /// A bad request to the simulator itself (core index, overlapping regions, a zero
     /// task count).
     Setup {
@@ -103,7 +131,8 @@ impl SimError {
             | SimError::Unsupported { at, .. }
             | SimError::Inconsistent { at, .. }
             | SimError::CbufOverflow { at, .. }
-            | SimError::BadEntry { at, .. } => Some(*at),
+            | SimError::BadEntry { at, .. }
+            | SimError::WorkBudget { at, .. } => Some(*at),
             SimError::Setup { .. } => None,
         }
     }
@@ -159,6 +188,16 @@ impl fmt::Display for SimError {
                 entry,
                 why,
             } => write!(f, "{at}: entry {entry:#018x} at {addr:#x}: {why}"),
+            SimError::WorkBudget {
+                at,
+                what,
+                budget,
+                used,
+                needed,
+            } => write!(
+                f,
+                "{at}: work budget of {budget} units exceeded: {used} used, {what} needs {needed} more"
+            ),
             SimError::Setup { why } => write!(f, "simulator setup: {why}"),
         }
     }

@@ -26,6 +26,8 @@ impl Region {
 #[derive(Clone, Debug, Default)]
 pub struct Memory {
     regions: Vec<Region>,
+    /// The bytes of every region together.
+    mapped: u64,
 }
 
 impl Memory {
@@ -70,6 +72,7 @@ impl Memory {
                 ),
             });
         }
+        self.mapped += bytes.len() as u64;
         self.regions.insert(i, Region { addr, bytes });
         Ok(())
     }
@@ -81,8 +84,10 @@ impl Memory {
 
     /// Removes and returns the region that starts at `addr`.
     pub fn unmap(&mut self, addr: u32) -> Option<Region> {
-        let i = self.regions.iter().position(|r| r.addr == addr)?;
-        Some(self.regions.remove(i))
+        let i = self.regions.binary_search_by_key(&addr, |r| r.addr).ok()?;
+        let r = self.regions.remove(i);
+        self.mapped -= r.bytes.len() as u64;
+        Some(r)
     }
 
     /// The regions, by address.
@@ -90,12 +95,18 @@ impl Memory {
         &self.regions
     }
 
-    /// The index of the region holding `[addr, addr + len)`, if one does.
+    /// The bytes of every region together.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.mapped
+    }
+
+    /// The index of the region holding `[addr, addr + len)`, if one does (none when the
+    /// end overflows).
     fn find(&self, addr: u64, len: u64) -> Option<usize> {
         let i = self.regions.partition_point(|r| (r.addr as u64) <= addr);
         let i = i.checked_sub(1)?;
         let r = &self.regions[i];
-        (addr + len <= r.end()).then_some(i)
+        (addr.checked_add(len)? <= r.end()).then_some(i)
     }
 
     /// The bytes `[addr, addr + len)`, if one region holds them all.

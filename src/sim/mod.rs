@@ -39,6 +39,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod bounds;
 mod check_dpu;
 mod config;
 mod datapath;
@@ -51,7 +52,7 @@ mod pc;
 #[cfg(test)]
 mod tests;
 
-pub use error::{At, Lint, LintKind, SimError};
+pub use error::{At, BUDGET_FETCH, BUDGET_SEARCH, BUDGET_TASK, Lint, LintKind, SimError};
 pub use memory::{Memory, Region};
 
 use crate::regs::{self, Block, REGISTERS};
@@ -70,6 +71,12 @@ pub const CBUF_BANKS: u32 = crate::task::cbuf::BANKS;
 
 /// Bytes per CBUF bank.
 pub const CBUF_BANK_BYTES: u64 = crate::task::cbuf::BANK_BYTES;
+
+/// The work a [`Simulator`] does before it stops with [`SimError::WorkBudget`], unless
+/// [`Simulator::set_work_budget`] says otherwise: 2^36 units (about 6.9 × 10^10). A unit
+/// is one regcmd entry fetched or searched, one multiply-accumulate, or one element the
+/// DPU reads from memory or writes. A 1024 × 1024 × 1024 matmul takes about 2^30.
+pub const DEFAULT_WORK_BUDGET: u64 = 1 << 36;
 
 /// One kick of one core: what the kernel programs before OPERATION_ENABLE
 /// (kernel-interfaces.md 3.3).
@@ -178,6 +185,10 @@ pub struct Simulator {
     cores: Vec<CoreState>,
     faults: Faults,
     serial: u64,
+    /// The work budget, in units ([`DEFAULT_WORK_BUDGET`]).
+    budget: u64,
+    /// Units used since the simulator was made or the budget last set.
+    work: u64,
 }
 
 impl Default for Simulator {
@@ -203,6 +214,8 @@ impl Simulator {
             cores: (0..CORES).map(|_| CoreState::new()).collect(),
             faults: Faults::default(),
             serial: 0,
+            budget: DEFAULT_WORK_BUDGET,
+            work: 0,
         }
     }
 
@@ -219,6 +232,44 @@ impl Simulator {
     /// Replaces the faults to inject.
     pub fn set_faults(&mut self, faults: Faults) {
         self.faults = faults;
+    }
+
+    /// Sets the work budget to `units` and starts counting afresh. Every kick from then on
+    /// draws on it (it is not reset per kick). A fetch or a task that would exceed it is
+    /// refused with [`SimError::WorkBudget`] before any of its work is done; the search
+    /// for a chained list's op-enable (at most 2^17 entries) is charged when it ends.
+    /// Units are regcmd entries fetched or searched, multiply-accumulates, and elements
+    /// the DPU reads or writes.
+    pub fn set_work_budget(&mut self, units: u64) {
+        self.budget = units;
+        self.work = 0;
+    }
+
+    /// The work budget in units ([`DEFAULT_WORK_BUDGET`] unless set).
+    pub fn work_budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Units of work used since the simulator was made or the budget last set.
+    pub fn work_used(&self) -> u64 {
+        self.work
+    }
+
+    /// Draws `needed` units for `what` at `at`, or refuses without drawing any.
+    fn charge(&mut self, at: At, what: &'static str, needed: u64) -> Result<(), SimError> {
+        match self.work.checked_add(needed).filter(|&w| w <= self.budget) {
+            Some(w) => {
+                self.work = w;
+                Ok(())
+            }
+            None => Err(SimError::WorkBudget {
+                at,
+                what,
+                budget: self.budget,
+                used: self.work,
+                needed,
+            }),
+        }
     }
 
     /// Resets every core's registers (the kernel's soft reset); memory is kept.

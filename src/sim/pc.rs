@@ -2,7 +2,7 @@
 
 use super::config::{self, View};
 use super::error::{At, Lint, LintKind, SimError};
-use super::{CoreRun, Kick, MAX_TASKS, Simulator, Stall, block_name, datapath, irq, lint};
+use super::{CoreRun, Kick, MAX_TASKS, Simulator, Stall, block_name, bounds, datapath, irq, lint};
 use crate::regcmd::{BlockMask, RegCmd, TAIL_ENTRIES};
 use crate::regs::{self, Block, Register, cna, core, dpu, pc, ppu};
 use crate::task::read::{GroupControl, group_control};
@@ -37,6 +37,7 @@ fn fetch_and_apply(
     chained: bool,
 ) -> Result<Fetched, SimError> {
     let n = (amount as usize + 1) * 2;
+    sim.charge(at, super::BUDGET_FETCH, n as u64)?;
     let register = if chained {
         "PC.BASE_ADDRESS (chain entry of the previous task)"
     } else {
@@ -155,13 +156,18 @@ fn fetch_and_apply(
 }
 
 /// The number of entries up to and including the first op-enable at `addr`, if one follows
-/// within what one fetch can hold.
-fn list_len(sim: &Simulator, addr: u32) -> Option<usize> {
-    (0..MAX_FETCH_ENTRIES).find_map(|i| {
+/// within what one fetch can hold. The entries looked at are charged to the work budget
+/// (after the search, which is bounded by [`MAX_FETCH_ENTRIES`]).
+fn list_len(sim: &mut Simulator, at: At, addr: u32) -> Result<Option<usize>, SimError> {
+    let mut looked = 0u64;
+    let found = (0..MAX_FETCH_ENTRIES).find_map(|i| {
+        looked += 1;
         let b = sim.memory.read(addr as u64 + 8 * i as u64, 8)?;
         let e = RegCmd(u64::from_le_bytes(b.try_into().ok()?));
         (e.target() == regs::TARGET_OP_ENABLE).then_some(i + 1)
-    })
+    });
+    sim.charge(at, super::BUDGET_SEARCH, looked)?;
+    Ok(found)
 }
 
 pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError> {
@@ -273,13 +279,7 @@ fn run_task(
 ) -> Result<bool, SimError> {
     let core = at.core;
     let c = &sim.cores[core];
-    let mut view = View {
-        vals: &c.groups[group],
-        written: &c.written[group],
-        serial,
-        at,
-        stale: Vec::new(),
-    };
+    let mut view = View::new(&c.groups[group], &c.written[group], serial, at);
     let t = config::task(&mut view, BlockMask(enable), at.task == 0, cbuf)?;
     let stale = std::mem::take(&mut view.stale);
     let never: Vec<u16> = stale
@@ -312,6 +312,7 @@ fn run_task(
     }
     let read_err = sim.faults.dma_read_error == Some(at);
     let write_err = sim.faults.dma_write_error == Some(at);
+    sim.charge(at, super::BUDGET_TASK, bounds::work(&t))?;
     out.macs += datapath::execute(&mut sim.memory, &t, at, !(read_err || write_err))?;
 
     // Interrupt status: every started block reports done for this task's group.
@@ -337,7 +338,7 @@ fn run_task(
 /// After `task` tasks: the next list's address and amount, or `None` when the run ends
 /// (done, or a stall recorded in `out`).
 fn next_link(
-    sim: &Simulator,
+    sim: &mut Simulator,
     kick: &Kick,
     at: At,
     task: usize,
@@ -384,7 +385,7 @@ fn next_link(
             why: "the bits above the 16-bit amount have no known meaning".into(),
         });
     }
-    let message = match list_len(sim, f.next_addr) {
+    let message = match list_len(sim, at, f.next_addr)? {
         Some(len) => {
             let want = len.div_ceil(2) as u32 - 1;
             (want != f.next_amount).then(|| format!(

@@ -3,6 +3,7 @@
 
 use super::import::{ImportError, Placed, buffer_chunks, int_mask_for};
 use super::json::Json;
+use super::spans::Spans;
 use super::{Chunk, Header, Trace};
 use crate::regcmd::{self, TAIL_ENTRIES};
 use crate::submit::{BufferTask, TaskDesc};
@@ -10,6 +11,11 @@ use std::path::Path;
 
 /// The buffer id of a task list not yet given a buffer.
 const LOOSE: u32 = u32::MAX;
+
+/// Most bytes the regcmd buffers gathered around loose task lists may hold together
+/// (1 GiB): lists within 64 KiB of each other share a buffer, so a capture of small
+/// lists far apart could otherwise name gigabytes of gaps. Beyond it the import fails.
+pub const MAX_GATHERED_BYTES: u64 = 1 << 30;
 
 /// One task file of a capture, with what `meta.json` says of it.
 struct TaskFile {
@@ -154,7 +160,10 @@ pub fn import_capture(dir: &Path) -> Result<Trace, ImportError> {
         .map(|t| t.buffer)
         .filter(|&b| b != LOOSE)
         .collect();
-    gather_loose(loose, &mut tasks, &mut bufs, &mut regcmd_ids);
+    gather_loose(loose, &mut tasks, &mut bufs, &mut regcmd_ids).map_err(|what| ImportError {
+        path: dir.to_path_buf(),
+        what,
+    })?;
     let runtime = meta.get("runtime");
     let driver = runtime
         .get("rknpu_driver")
@@ -209,6 +218,10 @@ fn place_tasks<'f>(
     let mut chained = Vec::new();
     let mut next_addr: Option<u32> = None;
     let mut prev_end = 0x1000_0000u32;
+    let spans = Spans::new(
+        bufs.iter()
+            .map(|b| (b.addr as u64, b.addr as u64 + b.bytes.len() as u64)),
+    );
     for (i, f) in files.iter().enumerate() {
         let words = regcmd::words_from_le_bytes(&f.words).unwrap_or_default();
         let amount = f.amount.unwrap_or((words.len() - TAIL_ENTRIES) as u32);
@@ -224,7 +237,7 @@ fn place_tasks<'f>(
             .and_then(|t| t.next_address)
             .map(|a| a & !0xf);
         chained.push(next_addr.is_some());
-        prev_end = addr.saturating_add(f.words.len() as u32);
+        prev_end = addr.saturating_add(u32::try_from(f.words.len()).unwrap_or(u32::MAX));
         let enable = f
             .enable
             .or(d.tasks.first().and_then(|t| t.enable.map(|m| m.0)))
@@ -232,9 +245,9 @@ fn place_tasks<'f>(
         let int_mask = f
             .int_mask
             .unwrap_or_else(|| int_mask_for(&words, 0, amount as usize));
-        let inside = bufs
-            .iter()
-            .find(|b| addr >= b.addr && (addr - b.addr) as usize + f.words.len() <= b.bytes.len());
+        let inside = spans
+            .find(addr as u64, addr as u64 + f.words.len() as u64)
+            .map(|k| &bufs[k]);
         let (buffer, offset) = match inside {
             Some(b) => {
                 let at = (addr - b.addr) as usize;
@@ -269,43 +282,62 @@ fn place_tasks<'f>(
 }
 
 /// Gathers the loose lists into regcmd buffers at their recorded addresses: lists within
-/// 64 KiB of each other share a page-aligned buffer. Their tasks then point into it.
+/// 64 KiB of each other share a page-aligned buffer. Their tasks then point into it. The
+/// buffers hold at most [`MAX_GATHERED_BYTES`] together (an error names the total
+/// otherwise), checked before any is allocated; the work is linear-logarithmic.
 fn gather_loose(
     mut loose: Vec<(u32, &[u8])>,
     tasks: &mut [BufferTask],
     bufs: &mut Vec<Placed>,
     regcmd_ids: &mut Vec<u32>,
-) {
+) -> Result<(), String> {
     loose.sort_by_key(|l| l.0);
-    let mut groups: Vec<(u32, u64)> = Vec::new();
-    for (addr, w) in &loose {
+    // (base, end, first list, lists), by base; groups do not overlap.
+    let mut groups: Vec<(u32, u64, usize, usize)> = Vec::new();
+    for (k, (addr, w)) in loose.iter().enumerate() {
         let end = *addr as u64 + w.len() as u64;
         match groups.last_mut() {
-            Some(g) if (*addr as u64) <= g.1 + 0x1_0000 => g.1 = g.1.max(end),
-            _ => groups.push((addr & !0xfff, end)),
+            Some(g) if (*addr as u64) <= g.1 + 0x1_0000 => {
+                g.1 = g.1.max(end);
+                g.3 += 1;
+            }
+            _ => groups.push((addr & !0xfff, end, k, 1)),
         }
     }
-    for (base, end) in groups {
-        let mut bytes = vec![0u8; (end - base as u64).next_multiple_of(4096) as usize];
-        for (addr, w) in loose.iter().filter(|l| l.0 >= base && (l.0 as u64) < end) {
-            let at = (addr - base) as usize;
+    let size = |g: &(u32, u64, usize, usize)| (g.1 - g.0 as u64).next_multiple_of(4096);
+    let total: u64 = groups.iter().map(size).sum();
+    if total > MAX_GATHERED_BYTES {
+        return Err(format!(
+            "the task lists outside every captured buffer span {total} bytes of regcmd buffers; at most {MAX_GATHERED_BYTES} are gathered"
+        ));
+    }
+    let first_id = bufs.len() as u32;
+    for (gi, g) in groups.iter().enumerate() {
+        let mut bytes = vec![0u8; size(g) as usize];
+        for (addr, w) in &loose[g.2..g.2 + g.3] {
+            let at = (addr - g.0) as usize;
             bytes[at..at + w.len()].copy_from_slice(w);
         }
-        let id = bufs.len() as u32;
-        for t in tasks
-            .iter_mut()
-            .filter(|t| t.buffer == LOOSE && t.task.offset >= base && (t.task.offset as u64) < end)
-        {
-            t.buffer = id;
-            t.task.offset -= base;
-        }
         bufs.push(Placed {
-            id,
-            addr: base,
+            id: first_id + gi as u32,
+            addr: g.0,
             bytes,
         });
-        regcmd_ids.push(id);
+        regcmd_ids.push(first_id + gi as u32);
     }
+    // Each loose task into the group holding its address (the last group starting at or
+    // before it).
+    for t in tasks.iter_mut().filter(|t| t.buffer == LOOSE) {
+        let gi = groups.partition_point(|g| g.0 <= t.task.offset);
+        if let Some(gi) = gi
+            .checked_sub(1)
+            .filter(|&gi| (t.task.offset as u64) < groups[gi].1)
+        {
+            t.buffer = first_id + gi as u32;
+            t.task.offset -= groups[gi].0;
+        }
+    }
+    Ok(())
 }
 
 /// One submission per chain: the PC stops at a tail that names no next task.
@@ -334,4 +366,54 @@ fn submissions(tasks: &[BufferTask], chained: &[bool], core_mask: u32) -> Vec<Ch
         start = end;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loose_task(addr: u32) -> BufferTask {
+        BufferTask {
+            buffer: LOOSE,
+            task: TaskDesc {
+                offset: addr,
+                regcfg_amount: 0,
+                int_mask: 0,
+                enable: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn gathering_30k_loose_lists_is_linear() {
+        // Lists 128 KiB apart: a buffer each. Every group searched every list and every
+        // task: 9 x 10^8 steps each.
+        let list = [7u8; 32];
+        let addrs: Vec<u32> = (0..30_000u32).map(|i| 0x1000 + i * 0x2_0000).collect();
+        let loose = addrs.iter().map(|&a| (a, &list[..])).collect();
+        let mut tasks: Vec<BufferTask> = addrs.iter().map(|&a| loose_task(a)).collect();
+        let (mut bufs, mut ids) = (Vec::new(), Vec::new());
+        gather_loose(loose, &mut tasks, &mut bufs, &mut ids).unwrap();
+        assert_eq!((bufs.len(), ids.len()), (30_000, 30_000));
+        assert!(
+            tasks
+                .iter()
+                .all(|t| t.buffer != LOOSE && t.task.offset == 0)
+        );
+        assert_eq!(tasks[29_999].buffer, 29_999);
+        assert_eq!(&bufs[123].bytes[..32], &list);
+    }
+
+    #[test]
+    fn loose_lists_spanning_too_much_are_refused_before_allocating() {
+        // Lists 60 KiB apart share one buffer: 20 000 of them would gather 1.2 GB of gaps.
+        let list = [7u8; 32];
+        let loose = (0..20_000u32)
+            .map(|i| (0x1000 + i * 60 * 1024, &list[..]))
+            .collect();
+        let (mut bufs, mut ids) = (Vec::new(), Vec::new());
+        let e = gather_loose(loose, &mut [], &mut bufs, &mut ids).unwrap_err();
+        assert!(e.contains(&format!("at most {MAX_GATHERED_BYTES}")), "{e}");
+        assert!(bufs.is_empty());
+    }
 }

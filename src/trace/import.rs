@@ -1,10 +1,12 @@
 //! Building traces from what other tools leave behind: raw pieces (the inputs of
 //! `rknpu sim run`) here, and the capture layout of board recordings in `capture.rs`.
 
-use super::record::relocations;
+use super::record::{buffer_spans, relocations_in};
+use super::spans::Spans;
 use super::{Chunk, Contents, Header, Trace};
 use crate::regcmd::{self, BlockMask, RegCmd, TAIL_ENTRIES};
 use crate::submit::{BufferTask, TaskDesc, irq};
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -39,6 +41,8 @@ pub(super) fn buffer_chunks(bufs: &[Placed], regcmd_ids: &[u32]) -> Vec<Chunk> {
         .iter()
         .map(|b| (b.id, b.addr, b.bytes.len() as u64))
         .collect();
+    let spans = buffer_spans(&placed);
+    let regcmd_ids: HashSet<u32> = regcmd_ids.iter().copied().collect();
     let mut chunks = Vec::new();
     for b in bufs {
         chunks.push(Chunk::Buffer {
@@ -55,7 +59,7 @@ pub(super) fn buffer_chunks(bufs: &[Placed], regcmd_ids: &[u32]) -> Vec<Chunk> {
             contents: Contents::Bytes(b.bytes.clone()),
         });
         if regcmd_ids.contains(&b.id) {
-            chunks.extend(relocations(b.id, &b.bytes, &placed));
+            chunks.extend(relocations_in(b.id, &b.bytes, &placed, &spans));
         }
     }
     chunks
@@ -82,15 +86,25 @@ pub fn import_raw(
         })
         .collect();
     let mut outputs = Vec::new();
+    // Look-ups in O(log n): the loaded buffers, then the buffers made for earlier outputs
+    // (by address).
+    let loaded = Spans::new(
+        bufs.iter()
+            .map(|b| (b.addr as u64, b.addr as u64 + b.bytes.len() as u64)),
+    );
+    let mut made: BTreeMap<u32, usize> = BTreeMap::new();
     for (addr, bytes) in expect {
-        let owner = bufs.iter().find(|b| {
-            *addr >= b.addr
-                && (*addr as u64 + bytes.len() as u64) <= b.addr as u64 + b.bytes.len() as u64
-        });
-        let (id, offset) = match owner {
-            Some(b) => (b.id, (*addr - b.addr) as u64),
+        let (lo, hi) = (*addr as u64, *addr as u64 + bytes.len() as u64);
+        let earlier = made
+            .range(..=*addr)
+            .next_back()
+            .map(|(_, &i)| i)
+            .filter(|&i| hi <= bufs[i].addr as u64 + bufs[i].bytes.len() as u64);
+        let (id, offset) = match loaded.find(lo, hi).or(earlier) {
+            Some(i) => (bufs[i].id, (*addr - bufs[i].addr) as u64),
             None => {
                 let id = bufs.len() as u32;
+                made.entry(*addr).or_insert(bufs.len());
                 bufs.push(Placed {
                     id,
                     addr: *addr,
@@ -108,7 +122,7 @@ pub fn import_raw(
     }
     let mut chunks = buffer_chunks(&bufs, &[0]);
     // Buffers that exist only to receive an output start zeroed: no contents chunk.
-    let fresh: Vec<u32> = bufs[1 + loads.len()..].iter().map(|b| b.id).collect();
+    let fresh = 1 + loads.len() as u32..;
     chunks.retain(|c| !matches!(c, Chunk::Data { id, .. } if fresh.contains(id)));
     let words = regcmd::words_from_le_bytes(&regcmd[..regcmd.len() / 8 * 8]).unwrap_or_default();
     let int_mask = int_mask_for(&words, 0, task_words as usize);

@@ -25,10 +25,11 @@ mod import;
 mod json;
 mod read;
 mod record;
+mod spans;
 mod write;
 
-pub use capture::import_capture;
-pub use dump::dump;
+pub use capture::{MAX_GATHERED_BYTES, import_capture};
+pub use dump::{DUMP_DECODE_BASE, DUMP_DECODE_PER_WORD, dump, write_dump};
 pub use import::{ImportError, import_raw};
 pub use record::{DoneRecord, MemorySink, Recorder, SubmitRecord};
 
@@ -221,5 +222,7 @@ pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
+#[cfg(test)]
+mod bounds_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -3,6 +3,7 @@
 //! [`crate::device::Device::start_recording`] and `RKNPU_TRACE`); it works the same over
 //! every backend because it sees buffers, contents and submissions, not ioctls.
 
+use super::spans::Spans;
 use super::{Chunk, Contents, Header, fnv1a64};
 use crate::regcmd::{self, EntryKind, RegCmd};
 use crate::submit::BufferTask;
@@ -209,7 +210,10 @@ impl Recorder {
     ) -> u32 {
         let id = self.next_submit;
         self.next_submit += 1;
-        let regcmd_handles: Vec<u32> = s.tasks.iter().map(|t| t.buffer).collect();
+        // A set: a job of many tasks and buffers costs one look-up per buffer.
+        let regcmd_handles: std::collections::HashSet<u32> =
+            s.tasks.iter().map(|t| t.buffer).collect();
+        let mut placed = None;
         for handle in self.handles() {
             let Some(bytes) = contents(handle) else {
                 continue;
@@ -221,8 +225,13 @@ impl Recorder {
             }
             let buf_id = buf.id;
             let relocs = if regcmd_handles.contains(&handle) {
-                let placed: Vec<_> = self.bufs.values().map(|b| (b.id, b.dma, b.size)).collect();
-                relocations(buf_id, &bytes, &placed)
+                // The buffers and their look-up, built once per submission.
+                let (placed, spans) = placed.get_or_insert_with(|| {
+                    let p: Vec<_> = self.bufs.values().map(|b| (b.id, b.dma, b.size)).collect();
+                    let spans = buffer_spans(&p);
+                    (p, spans)
+                });
+                relocations_in(buf_id, &bytes, placed, spans)
             } else {
                 Vec::new()
             };
@@ -274,6 +283,7 @@ impl Recorder {
             elapsed_ns: d.elapsed_ns,
             statuses: d.statuses.clone(),
         });
+        let writes: std::collections::HashSet<u32> = writes.iter().copied().collect();
         for handle in self.handles() {
             let Some(bytes) = contents(handle) else {
                 continue;
@@ -316,17 +326,30 @@ impl Recorder {
     }
 }
 
+/// The look-up of [`relocations_in`] over `bufs` (a buffer of size 0 holds its address).
+pub(super) fn buffer_spans(bufs: &[(u32, u32, u64)]) -> Spans {
+    Spans::new(
+        bufs.iter()
+            .map(|&(_, addr, size)| (addr as u64, addr as u64 + size.max(1))),
+    )
+}
+
 /// The relocations of regcmd buffer `buffer` holding `bytes`: every address register
 /// (and chain address) whose value falls inside one of `bufs`, given as `(id, device
-/// address, size)`.
-pub(super) fn relocations(buffer: u32, bytes: &[u8], bufs: &[(u32, u32, u64)]) -> Vec<Chunk> {
+/// address, size)`, with the look-up over `bufs` built once by the caller
+/// ([`buffer_spans`]) so that many regcmd buffers cost one sort. A value inside several
+/// buffers goes to the one [`Spans::find`] picks.
+pub(super) fn relocations_in(
+    buffer: u32,
+    bytes: &[u8],
+    bufs: &[(u32, u32, u64)],
+    spans: &Spans,
+) -> Vec<Chunk> {
     let words = regcmd::words_from_le_bytes(&bytes[..bytes.len() / 8 * 8]).unwrap_or_default();
     address_entries(&words)
         .into_iter()
         .filter_map(|(entry, value)| {
-            let &(target, addr, _) = bufs
-                .iter()
-                .find(|&&(_, addr, size)| value >= addr && ((value - addr) as u64) < size.max(1))?;
+            let (target, addr, _) = bufs[spans.find(value as u64, value as u64 + 1)?];
             Some(Chunk::Reloc {
                 buffer,
                 entry: entry as u64,

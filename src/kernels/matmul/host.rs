@@ -59,16 +59,19 @@ impl Plan {
         Ok(out)
     }
 
-    /// Sums the partial blocks of the C buffer into row-major M×N integers: int32
-    /// partials modulo 2³², int16 partials widened; the result's type is the spec's
-    /// (an int16 result saturates).
+    /// Sums the partial blocks of the C buffer into row-major M×N integers, exactly:
+    /// int32 and int16 partials are added in i64, which holds every sum a plan can make
+    /// (at most 4095 waves of values within ±2³¹). An int32 result is the exact sum even
+    /// where it leaves the int32 range (a caller that narrows must check); an int16
+    /// result (int4 with `OutType::Int16`) saturates to the int16 range, as the NPU's own
+    /// int16 output does. Nothing is wrapped.
     pub fn reduce_int(&self, c: &[u8]) -> Result<Vec<i64>> {
         if self.spec.dtype.is_float() {
             return Err(unsupported("integer reduction of a float matmul".into()));
         }
         self.check_c(c)?;
         let n = self.spec.n as usize;
-        let mut acc = vec![0i32; self.spec.m as usize * n];
+        let mut acc = vec![0i64; self.spec.m as usize * n];
         let int16 = self.c_type() == OutType::Int16;
         self.for_each_partial(c, |m, col, e| {
             let v = if int16 {
@@ -76,16 +79,14 @@ impl Plan {
             } else {
                 i32::from_le_bytes([e[0], e[1], e[2], e[3]]) as i64
             };
-            let a = &mut acc[m * n + col];
-            *a = a.wrapping_add(v as i32);
+            acc[m * n + col] += v;
         });
-        Ok(acc
-            .into_iter()
-            .map(|v| match self.spec.out {
-                OutType::Int16 => (v as i64).clamp(i16::MIN as i64, i16::MAX as i64),
-                _ => v as i64,
-            })
-            .collect())
+        if self.spec.out == OutType::Int16 {
+            for v in &mut acc {
+                *v = (*v).clamp(i16::MIN as i64, i16::MAX as i64);
+            }
+        }
+        Ok(acc)
     }
 
     /// Sums fp32 partial blocks in f64 and rounds once to fp32; an fp16 result (one wave,

@@ -8,8 +8,9 @@
 //!
 //! * **K waves** of at most `k_tile` channels: int8 ≤ 4096 and never in (3072, 4096) with
 //!   more than 4 rows (matmul-recipe.md quirk 4), fp16 ≤ 4096, int4 ≤ 480 so the int16
-//!   sums cannot saturate (quirk 13). Partial results are summed on the host: int32 sums
-//!   modulo 2³² (bit-identical to one accumulation), int16 partials widened to int32,
+//!   sums cannot saturate (quirk 13). Partial results are summed on the host, exactly:
+//!   int32 and int16 partials in i64 ([`Plan::reduce_int`]; an int16 result saturates,
+//!   [`pack::unpack_i32`] refuses a sum outside int32 instead of wrapping),
 //!   fp32 partials in f64 and rounded once. An fp16 result is the DPU's own fp32 → fp16
 //!   conversion (the tasks write fp16), so it needs K within one wave.
 //! * **N tiles** of at most 3072 (int8) or 4096 (int4, fp16: quirk 7) columns, a multiple
@@ -184,34 +185,43 @@ fn written_type(spec: &MatmulSpec, waves: usize) -> OutType {
     }
 }
 
-/// K waves of at most 4096 channels (480 for int4, so int16 sums cannot saturate),
-/// avoiding int8 K tiles in (3072, 4096) for more than 4 rows (matmul-recipe.md quirk 4).
-fn k_waves(k: u32, m: u32, dtype: Dtype) -> Vec<Wave> {
+/// The K split: how many waves, of how many channels each (the last may be shorter):
+/// at most 4096 channels (480 for int4, so int16 sums cannot saturate), avoiding int8 K
+/// tiles in (3072, 4096) for more than 4 rows (matmul-recipe.md quirk 4). Arithmetic
+/// only: nothing is allocated, so any `k` is cheap.
+fn k_split(k: u32, m: u32, dtype: Dtype) -> (u32, u32) {
     let k_max = match dtype {
         Dtype::Int4 => 480,
         _ => 4096,
     };
     let mut count = k.div_ceil(k_max);
     loop {
+        // k / count <= k_max <= 4096, so the rounding cannot overflow.
         let kw = k.div_ceil(count).next_multiple_of(32).min(k);
         let kw_pad = kw.next_multiple_of(32);
         if dtype == Dtype::Int8 && m > 4 && kw_pad > 3072 && kw_pad < 4096 {
             count += 1;
             continue;
         }
-        let mut v = Vec::new();
-        let mut k0 = 0;
-        while k0 < k {
-            let w = kw.min(k - k0);
-            v.push(Wave {
-                k0,
-                kw: w,
-                ai: w.next_multiple_of(32),
-            });
-            k0 += w;
-        }
-        return v;
+        // Waves of kw channels, the last one shorter.
+        return (k.div_ceil(kw), kw);
     }
+}
+
+/// The waves of [`k_split`]; `count` is small by then (the plan refused more tasks).
+fn k_waves(k: u32, kw: u32) -> Vec<Wave> {
+    let mut v = Vec::new();
+    let mut k0 = 0;
+    while k0 < k {
+        let w = kw.min(k - k0);
+        v.push(Wave {
+            k0,
+            kw: w,
+            ai: w.next_multiple_of(32),
+        });
+        k0 += w;
+    }
+    v
 }
 
 /// The tasks of a plan, dealt to cores.
@@ -292,8 +302,44 @@ fn deal_tiles(
     })
 }
 
+/// Refuses, before any task list or buffer is built, a plan whose busiest core would
+/// count more than [`MAX_TASKS`] tasks or whose buffers would not fit the 32-bit NPU
+/// address space: both follow from the tile counts alone (saturating, so any `u32`
+/// shape is refused without overflow).
+fn check_size(spec: &MatmulSpec, (waves, kw): (u32, u32), tiles: (u32, u32, u32)) -> Result<()> {
+    let (m_tile, n_tile, n_pad) = tiles;
+    let n_groups = n_pad.div_ceil(n_tile) as u64;
+    let per_core = n_groups
+        .div_ceil(spec.cores as u64)
+        .saturating_mul(waves as u64)
+        .saturating_mul(spec.m.div_ceil(m_tile) as u64);
+    if per_core > MAX_TASKS as u64 {
+        return Err(unsupported(format!(
+            "{}x{}x{} needs {per_core} tasks on the busiest core; one submission counts at most {MAX_TASKS}",
+            spec.m, spec.k, spec.n
+        )));
+    }
+    // Exact sizes: every wave covers all M rows and all padded N columns.
+    let full = (waves as u64 - 1) * kw.next_multiple_of(32) as u64;
+    let last = (spec.k as u64 - (waves as u64 - 1) * kw as u64).next_multiple_of(32);
+    let (sum_ai, bits) = (full + last, spec.dtype.bits() as u64);
+    let a = spec.m as u64 * sum_ai * bits / 8;
+    let b = n_pad as u64 * sum_ai * bits / 8;
+    let part = written_type(spec, waves as usize).bytes() as u64;
+    let c = waves as u64 * spec.m as u64 * n_pad as u64 * part;
+    if a + b + c > u32::MAX as u64 {
+        return Err(unsupported(format!(
+            "the buffers (A {a}, weights {b}, C {c} bytes) exceed the 4 GiB NPU address space"
+        )));
+    }
+    Ok(())
+}
+
 impl Plan {
-    /// Plans `spec`, or says why it cannot be run.
+    /// Plans `spec`, or says why it cannot be run. Shapes that would need more tasks
+    /// than one submission counts, or buffers beyond the 32-bit address space, are
+    /// refused with [`Error::Unsupported`] from arithmetic alone, before any task list
+    /// is built (so any `u32` shape is cheap to refuse).
     pub fn new(spec: MatmulSpec) -> Result<Plan> {
         let MatmulSpec {
             m,
@@ -321,17 +367,15 @@ impl Plan {
             )));
         }
         let bits = dtype.bits() as u64;
-        let waves = k_waves(k, m, dtype);
-        if out == OutType::Fp16 && waves.len() > 1 {
+        let (wave_count, kw) = k_split(k, m, dtype);
+        if out == OutType::Fp16 && wave_count > 1 {
             // The DPU converts one task's fp32 sums; partials of several waves would be
             // summed and rounded on the host instead, which is not the NPU's fp16.
             return Err(unsupported(format!(
-                "fp16 output needs K within one wave (at most {} channels): K = {k} takes {} waves, whose fp32 partials are summed on the host",
-                waves[0].kw,
-                waves.len()
+                "fp16 output needs K within one wave (at most {kw} channels): K = {k} takes {wave_count} waves, whose fp32 partials are summed on the host"
             )));
         }
-        let ai_max = waves.iter().map(|w| w.ai).max().unwrap_or(32) as u64;
+        let ai_max = kw.next_multiple_of(32) as u64;
         // M tiles: the data banks left next to one 32-kernel weight group (at least 2).
         let group = dtype.kernels_per_atom().max(32) as u64;
         let weight_banks = (group * ai_max * bits / 8).div_ceil(BANK).max(2);
@@ -350,7 +394,9 @@ impl Plan {
         let m_tile = rows_fit.min(m).max(1);
         // N tiles.
         let granule = if dtype == Dtype::Int4 { 64 } else { 32 };
-        let n_pad = n.next_multiple_of(granule);
+        let n_pad = n
+            .checked_next_multiple_of(granule)
+            .ok_or_else(|| unsupported(format!("N = {n} does not pad to {granule} in 32 bits")))?;
         let n_max = if dtype == Dtype::Int8 { 3072 } else { 4096 };
         // At least as many tiles as cores: whole granules per core, rounded down.
         let per_core_cols = (n_pad / granule / cores).max(1) * granule;
@@ -361,6 +407,8 @@ impl Plan {
                 "N = {n} gives {n_groups} column tile(s) of {granule}, fewer than {cores} cores"
             )));
         }
+        check_size(&spec, (wave_count, kw), (m_tile, n_tile, n_pad))?;
+        let waves = k_waves(k, kw);
         let t = deal_tiles(
             &waves,
             (m, m_tile),

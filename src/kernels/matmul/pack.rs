@@ -206,8 +206,10 @@ pub fn activations_i8(plan: &Plan, a: &[i8]) -> Result<Vec<u8>> {
 /// rows are that many write streams.
 const ROW_BLOCK: usize = 8;
 
-/// Reads int32 partials (int8 plans) into row-major M×N, summing waves modulo 2³². Rows
-/// are visited in blocks of 8 so that reads and writes both stream.
+/// Reads int32 partials (int8 plans) into row-major M×N, summing waves exactly. Rows
+/// are visited in blocks of 8 so that reads and writes both stream. A sum of several
+/// waves that leaves the int32 range is an error ([`Plan::reduce_int`] returns it
+/// exactly, in i64); `out` then holds a partial result. Nothing is wrapped.
 pub fn unpack_i32(plan: &Plan, c: &[u8], out: &mut [i32]) -> Result<()> {
     if plan.spec.dtype != Dtype::Int8 {
         return Err(unsupported("unpack_i32 reads int8 plans".into()));
@@ -255,7 +257,12 @@ pub fn unpack_i32(plan: &Plan, c: &[u8], out: &mut [i32]) -> Result<()> {
                         &mut out[(t.m0 as usize + r0 + r) * n + t.n0 as usize + g * 4..][..width];
                     for (d, v) in dst.iter_mut().zip(atom.chunks_exact(4)) {
                         let v = i32::from_le_bytes([v[0], v[1], v[2], v[3]]);
-                        *d = d.wrapping_add(v);
+                        *d = d.checked_add(v).ok_or_else(|| {
+                            unsupported(format!(
+                                "a sum of K waves in row {} leaves the int32 range; Plan::reduce_int returns it exactly",
+                                t.m0 as usize + r0 + r
+                            ))
+                        })?;
                     }
                 }
             }

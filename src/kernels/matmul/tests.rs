@@ -235,9 +235,9 @@ fn activations_land_in_their_task_blocks() {
 }
 
 #[test]
-fn reduction_sums_waves_modulo_2_32() {
-    // Two waves whose int32 partials overflow when added: the host sum wraps like one
-    // accumulation would.
+fn reduction_sums_waves_exactly() {
+    // Two waves whose int32 partials leave the int32 range when added: the host sum is
+    // exact in i64, and the i32 unpacker refuses instead of wrapping.
     let p = plan(1, 5000, 32, Dtype::Int8, 1);
     assert_eq!(p.waves.len(), 2);
     let mut c = vec![0u8; p.c_bytes as usize];
@@ -246,7 +246,9 @@ fn reduction_sums_waves_modulo_2_32() {
         c[o..o + 4].copy_from_slice(&i32::MAX.to_le_bytes());
     }
     let r = p.reduce_int(&c).unwrap();
-    assert_eq!(r[0], (i32::MAX.wrapping_add(i32::MAX)) as i64);
+    assert_eq!(r[0], 2 * i32::MAX as i64);
+    let mut out = vec![0i32; 32];
+    assert!(pack::unpack_i32(&p, &c, &mut out).is_err());
     assert!(p.reduce_int(&c[..4]).is_err());
     assert!(p.reduce_f32(&c).is_err());
 }
@@ -286,6 +288,36 @@ fn fp16_results_are_written_by_the_dpu_within_one_wave() {
     // fp32 results of several waves stay the host's sum.
     let p = Plan::new(MatmulSpec::new(5, 5000, 40, Dtype::Fp16)).unwrap();
     assert_eq!((p.waves.len(), p.c_type()), (2, OutType::Fp32));
+}
+
+#[test]
+fn impossible_shapes_are_refused_before_any_task_list_is_built() {
+    // Each of these would need millions of waves or tiles: refused by arithmetic alone
+    // (before, K = u32::MAX built 9 million waves, and N = u32::MAX overflowed).
+    for (m, k, n, dtype) in [
+        (1, u32::MAX, 32, Dtype::Int4),
+        (1, u32::MAX, 32, Dtype::Int8),
+        (u32::MAX, 32, 32, Dtype::Int8),
+        (1, 32, u32::MAX, Dtype::Int8),
+        (u32::MAX, u32::MAX, u32::MAX, Dtype::Fp16),
+        (4096, 4096, 4_000_000, Dtype::Int8),
+    ] {
+        match Plan::new(MatmulSpec::new(m, k, n, dtype)) {
+            Err(Error::Unsupported { why, .. }) => {
+                assert!(why.contains("tasks") || why.contains("32 bits"), "{why}")
+            }
+            other => panic!("{m}x{k}x{n}: {other:?}"),
+        }
+    }
+    // fp16 output with K beyond one wave says so without building the waves.
+    let spec = MatmulSpec {
+        out: OutType::Fp16,
+        ..MatmulSpec::new(1, u32::MAX, 32, Dtype::Fp16)
+    };
+    assert!(matches!(Plan::new(spec), Err(Error::Unsupported { .. })));
+    // The largest plans that are accepted keep within the task limit.
+    let p = plan(64, 32, 3072 * 4095, Dtype::Int8, 1);
+    assert_eq!(p.tasks.len(), 4095);
 }
 
 #[test]

@@ -120,6 +120,7 @@ fn ping_pong_groups_alternate_across_kicks_of_a_core() {
     );
 }
 
+mod bounds;
 mod errors;
 mod lints;
 
