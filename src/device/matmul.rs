@@ -219,7 +219,8 @@ impl<'d, 'w> Matmul<'d, 'w> {
         self.c.read_all()
     }
 
-    /// C = A · B for integer A (row-major M×K), as row-major M×N.
+    /// C = A · B for integer A (row-major M×K), as row-major M×N, each sum exact (i64: K
+    /// waves are never wrapped; an int16 result saturates as the NPU does).
     pub fn run_int(&mut self, a: &[i32]) -> Result<Vec<i64>, DeviceError> {
         let t0 = Instant::now();
         let len = self.plan.spec.m as usize * self.plan.spec.k as usize;
@@ -235,11 +236,12 @@ impl<'d, 'w> Matmul<'d, 'w> {
         self.timings.pack = t0.elapsed();
         let c = self.submit()?;
         let t1 = Instant::now();
-        // int8 partials are int32: the streaming unpacker sums them as reduce_int would.
-        let out = if int8 {
-            let mut out = vec![0i32; self.plan.spec.m as usize * self.plan.spec.n as usize];
-            pack::unpack_i32(&self.plan, &c, &mut out).map_err(plan_err)?;
-            out.into_iter().map(i64::from).collect()
+        // int8 partials are int32: the streaming unpacker sums them while the sum fits
+        // int32; a product beyond it (K in the hundreds of thousands) takes the exact i64
+        // reduction instead, so the result is never wrapped.
+        let mut out32 = vec![0i32; self.plan.spec.m as usize * self.plan.spec.n as usize];
+        let out = if int8 && pack::unpack_i32(&self.plan, &c, &mut out32).is_ok() {
+            out32.into_iter().map(i64::from).collect()
         } else {
             self.plan.reduce_int(&c).map_err(plan_err)?
         };
