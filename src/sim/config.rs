@@ -160,7 +160,7 @@ pub(super) fn check(
                     "the op-enable entry starts CNA and CORE, whose output the DPU would ignore",
                 ));
             }
-            conv_main(t, cna, core, at, first, cbuf)?
+            conv_main(dpu, cna, core, at, first, cbuf)?
         }
         (None, None) => {
             if dpu.input == DpuInput::Core {
@@ -171,7 +171,7 @@ pub(super) fn check(
                     "a DPU-only task must take its main data from DPU_RDMA (flying mode)",
                 ));
             }
-            Main::Flying(flying_cube(t, at)?)
+            Main::Flying(flying_cube(t, dpu, at)?)
         }
         _ => {
             return Err(err(
@@ -188,7 +188,7 @@ pub(super) fn check(
 
 /// The CNA and CORE of a convolution task.
 fn conv_main(
-    t: &task::Task,
+    dpu: &task::Dpu,
     cna: &task::Cna,
     core: &task::Core,
     at: At,
@@ -196,7 +196,6 @@ fn conv_main(
     cbuf_state: &mut CbufState,
 ) -> Result<Main, SimError> {
     let prec = cna.precision;
-    let dpu = t.dpu.as_ref().expect("checked by the caller");
     if core.precision != prec {
         return Err(inconsistent(
             at,
@@ -524,8 +523,7 @@ pub(super) fn unfetched(w: u32, h: u32, c: u32, prec: Precision, register: &'sta
 }
 
 /// The MRDMA cube of a flying-mode task.
-fn flying_cube(t: &task::Task, at: At) -> Result<Cube, SimError> {
-    let dpu = t.dpu.as_ref().expect("checked by the caller");
+fn flying_cube(t: &task::Task, dpu: &task::Dpu, at: At) -> Result<Cube, SimError> {
     let Some(rdma) = &t.dpu_rdma else {
         // The DPU waits for data nobody fetches: the task stalls (pc.rs) before this cube
         // is read.
