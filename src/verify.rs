@@ -21,7 +21,8 @@
 //! ];
 //! // C is one atom too small: the output write is named.
 //! let err = verify::check_words(&words, &buffers).unwrap_err();
-//! assert!(err.to_string().contains("DPU.DST_BASE_ADDR"), "{err}");
+//! use rknpu_driver::regs::{Register, dpu::DstBaseAddr};
+//! assert!(err.to_string().contains(DstBaseAddr::NAME), "{err}");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -266,6 +267,7 @@ pub fn check_words(
 mod tests {
     use super::*;
     use crate::kernels::single::{self, Dtype, Layout, SingleMatmul};
+    use crate::regs::{Register, cna, dpu, dpu_rdma};
 
     fn bound(mm: &SingleMatmul) -> (Vec<RegCmd>, [JobBuffer; 5]) {
         let at = |b: u32| 0x1000_0000 + 0x100_0000 * u64::from(b);
@@ -303,10 +305,10 @@ mod tests {
             assert_eq!(r.len(), 1);
             assert_eq!(r[0].ranges.len(), 3 + usize::from(add));
             for (i, reg) in [
-                (1, "CNA.FEATURE_DATA_ADDR"),
-                (2, "CNA.DCOMP_ADDR0"),
-                (3, "DPU.DST_BASE_ADDR"),
-                (4, "DPU_RDMA.RDMA_EW_BASE_ADDR"),
+                (1, cna::FeatureDataAddr::NAME),
+                (2, cna::DcompAddr0::NAME),
+                (3, dpu::DstBaseAddr::NAME),
+                (4, dpu_rdma::RdmaEwBaseAddr::NAME),
             ] {
                 if i == 4 && !add {
                     continue;

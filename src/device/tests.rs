@@ -4,6 +4,7 @@
 
 use super::emu::{EmuKernel, Flavour, node_path};
 use super::*;
+use crate::regs::{Register, dpu};
 use crate::submit::TaskDesc;
 use crate::sys::uapi::*;
 use crate::sys::{Errno, Fd, Ioctl, Kernel, VendorOp};
@@ -489,7 +490,7 @@ fn the_verifier_not_the_kernel_catches_a_stray_address() {
         match d.submit(&job()) {
             Err(DeviceError::Verify {
                 error: VerifyError::Access { task: 0, range, .. },
-            }) => assert_eq!(range.register, "DPU.DST_BASE_ADDR", "{spec}"),
+            }) => assert_eq!(range.register, dpu::DstBaseAddr::NAME, "{spec}"),
             other => panic!("{spec}: {other:?}"),
         }
         // The emulated kernel, like the drivers, runs it: A is overwritten.

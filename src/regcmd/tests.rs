@@ -215,7 +215,7 @@ fn bind_rejects_unbound_misaligned_and_overflowing_addresses() {
             0x1000
         })),
         Err(Error::Misaligned {
-            register: "DPU.DST_BASE_ADDR",
+            register: dpu::DstBaseAddr::NAME,
             addr: 0x1008,
             align: 16
         })
@@ -238,7 +238,7 @@ fn fixed_addresses_are_checked_when_written() {
         t.write_addr::<dpu::DstBaseAddr>(DmaAddr::Fixed(0x1004))
             .err(),
         Some(Error::Misaligned {
-            register: "DPU.DST_BASE_ADDR",
+            register: dpu::DstBaseAddr::NAME,
             addr: 0x1004,
             align: 16
         })

@@ -34,15 +34,12 @@ fn fetch_and_apply(
     amount: u32,
     group: usize,
     serial: u64,
-    chained: bool,
 ) -> Result<Fetched, SimError> {
     let n = (amount as usize + 1) * 2;
     sim.charge(at, super::BUDGET_FETCH, n as u64)?;
-    let register = if chained {
-        "PC.BASE_ADDRESS (chain entry of the previous task)"
-    } else {
-        "PC.BASE_ADDRESS (kick)"
-    };
+    // The address came from the previous task's chain entry, or from the kick (which
+    // writes the same register); `at` tells which.
+    let register = pc::BaseAddress::NAME;
     let bytes = sim
         .memory
         .read(addr as u64, n * 8)
@@ -199,7 +196,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
         sim.serial += 1;
         let serial = sim.serial;
         let group = sim.cores[core].parity;
-        let f = fetch_and_apply(sim, at, addr, amount, group, serial, task > 0)?;
+        let f = fetch_and_apply(sim, at, addr, amount, group, serial)?;
         let Some(enable) = f.enable else {
             out.stall = Some(Stall {
                 at,

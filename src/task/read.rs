@@ -2,7 +2,7 @@
 //! of a started block has been read.
 
 use crate::regs::{
-    Access as FieldAccess, Block, Field, REGISTERS, Register, cna, core, dpu, dpu_rdma, ppu,
+    Access as FieldAccess, Block, Field, REGISTERS, Register, cna, core, dpu, dpu_rdma, pc, ppu,
     ppu_rdma,
 };
 use std::fmt;
@@ -117,10 +117,10 @@ impl DecodeError {
     pub(crate) fn enable_error(value: u32, why: impl Into<String>) -> Self {
         DecodeError {
             kind: DecodeErrorKind::Unsupported,
-            register: "PC.OPERATION_ENABLE (0x0081 entry)",
-            field: "op_en",
+            register: pc::OperationEnable::NAME,
+            field: pc::OperationEnable::OP_EN.name(),
             value: value.into(),
-            why: why.into(),
+            why: format!("the op-enable entry (target 0x0081): {}", why.into()),
         }
     }
 }

@@ -382,7 +382,7 @@ fn a_field_the_model_does_not_represent_is_named() {
     let e = Task::decode(&mut regs, t.enable()).unwrap_err();
     assert_eq!(
         (e.register, e.field, e.value),
-        ("CNA.FC_CON0", "fc_skip_en", 1)
+        (cna::FcCon0::NAME, cna::FcCon0::FC_SKIP_EN.name(), 1)
     );
     // A reserved bit of a written register.
     let mut regs = snapshot(&t);
@@ -394,7 +394,7 @@ fn a_field_the_model_does_not_represent_is_named() {
     let e = Task::decode(&mut regs, t.enable()).unwrap_err();
     assert_eq!(
         (e.register, e.field),
-        ("DPU.DATA_CUBE_WIDTH", "reserved bits")
+        (dpu::DataCubeWidth::NAME, "reserved bits")
     );
 }
 
@@ -408,7 +408,11 @@ fn a_reserved_pooling_method_is_named() {
     let e = Task::decode(&mut regs, crate::regcmd::BlockMask(0x60)).unwrap_err();
     assert_eq!(
         (e.register, e.field, e.value),
-        ("PPU.OPERATION_MODE_CFG", "pooling_method", 3)
+        (
+            ppu::OperationModeCfg::NAME,
+            ppu::OperationModeCfg::POOLING_METHOD.name(),
+            3
+        )
     );
 }
 

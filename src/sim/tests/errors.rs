@@ -15,7 +15,10 @@ fn dma_outside_memory_names_block_and_register() {
             addr,
             ..
         }) => {
-            assert_eq!((block, register, write), ("DPU", "DPU.DST_BASE_ADDR", true));
+            assert_eq!(
+                (block, register, write),
+                ("DPU", dpu::DstBaseAddr::NAME, true)
+            );
             assert_eq!(addr, at(single::C) as u64);
         }
         other => panic!("{other:?}"),
@@ -26,7 +29,7 @@ fn dma_outside_memory_names_block_and_register() {
         sim.kick(&s.kick()),
         Err(SimError::Dma {
             block: "CNA",
-            register: "CNA.DCOMP_ADDR0",
+            register: cna::DcompAddr0::NAME,
             write: false,
             ..
         })
@@ -45,26 +48,26 @@ fn unsupported_field_values_are_named() {
     let cases: [Case; 6] = [
         (
             |s| s.field(cna::ConvCon1::CONV_MODE, 3),
-            "CNA.CONV_CON1",
-            "conv_mode",
+            cna::ConvCon1::NAME,
+            cna::ConvCon1::CONV_MODE.name(),
             3,
         ),
         (
             |s| s.field(cna::ConvCon1::IN_PRECISION, 7),
-            "CNA.CONV_CON1",
-            "in_precision",
+            cna::ConvCon1::NAME,
+            cna::ConvCon1::IN_PRECISION.name(),
             7,
         ),
         (
             |s| s.field(cna::DcompCtrl::DECOMP_CONTROL, 1),
-            "CNA.DCOMP_CTRL",
-            "decomp_control",
+            cna::DcompCtrl::NAME,
+            cna::DcompCtrl::DECOMP_CONTROL.name(),
             1,
         ),
         (
             |s| s.field(cna::WeightSize2::WEIGHT_WIDTH, 3),
-            "CNA.WEIGHT_SIZE2",
-            "weight_width",
+            cna::WeightSize2::NAME,
+            cna::WeightSize2::WEIGHT_WIDTH.name(),
             3,
         ),
         // The EW stage is bypassed in the base program; enable it to reach the LUT check.
@@ -73,14 +76,14 @@ fn unsupported_field_values_are_named() {
                 s.field(dpu::EwCfg::EW_LUT_BYPASS, 0)
                     .field(dpu::EwCfg::EW_BYPASS, 0)
             },
-            "DPU.EW_CFG",
-            "ew_lut_bypass",
+            dpu::EwCfg::NAME,
+            dpu::EwCfg::EW_LUT_BYPASS.name(),
             0,
         ),
         (
             |s| s.field(dpu::OutCvtShift::MINUS_EXP, 1),
-            "DPU.OUT_CVT_SHIFT",
-            "minus_exp",
+            dpu::OutCvtShift::NAME,
+            dpu::OutCvtShift::MINUS_EXP.name(),
             1,
         ),
     ];
@@ -110,10 +113,10 @@ fn unsupported_field_values_are_named() {
     assert!(matches!(
         s.run(),
         Err(SimError::Unsupported {
-            field: "op_en",
+            field,
             value: 0x6D,
             ..
-        })
+        }) if field == crate::regs::pc::OperationEnable::OP_EN.name()
     ));
 }
 
@@ -123,32 +126,32 @@ fn inconsistent_sizes_are_named() {
     let cases: [Case; 5] = [
         (
             |s| s.field(cna::FcDataSize0::DMA_HEIGHT, 3),
-            "CNA.FC_DATA_SIZE0",
-            "dma_height",
+            cna::FcDataSize0::NAME,
+            cna::FcDataSize0::DMA_HEIGHT.name(),
             3,
         ),
         (
             |s| s.field(cna::WeightSize0::WEIGHT_BYTES, 100),
-            "CNA.WEIGHT_SIZE0",
-            "weight_bytes",
+            cna::WeightSize0::NAME,
+            cna::WeightSize0::WEIGHT_BYTES.name(),
             100,
         ),
         (
             |s| s.field(core::DataoutSize1::DATAOUT_CHANNEL, 7),
-            "CORE.DATAOUT_SIZE_1",
-            "dataout_channel",
+            core::DataoutSize1::NAME,
+            core::DataoutSize1::DATAOUT_CHANNEL.name(),
             7,
         ),
         (
             |s| s.field(dpu::WdmaSize1::HEIGHT_WDMA, 9),
-            "DPU.WDMA_SIZE_1",
-            "height_wdma",
+            dpu::WdmaSize1::NAME,
+            dpu::WdmaSize1::HEIGHT_WDMA.name(),
             9,
         ),
         (
             |s| s.field(cna::CbufCon1::DATA_ENTRIES, 0),
-            "CNA.CBUF_CON1",
-            "data_entries",
+            cna::CbufCon1::NAME,
+            cna::CbufCon1::DATA_ENTRIES.name(),
             0,
         ),
     ];
