@@ -1,4 +1,4 @@
-//! Golden fixtures: the worked int8 example of register-map.md section 8, built with the
+//! Golden fixtures: the worked int8 example (mtx512's int8 matmul; docs/provenance.md), built with the
 //! typed builder, as bound words (`.bin`) and decoded text (`.txt`).
 //!
 //! The fixtures are reviewed text. `UPDATE_FIXTURES=1 cargo test --test golden` rewrites

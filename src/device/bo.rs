@@ -25,8 +25,8 @@ pub(super) struct BoMeta {
 }
 
 /// How a buffer is allocated. The default is what the reference recommends for buffers
-/// the CPU touches: non-contiguous, cacheable, with explicit syncs (matmul-recipe.md 1.3,
-/// kernel-interfaces.md P6).
+/// the CPU touches: non-contiguous, cacheable, with explicit syncs (the board-validated matmul programs (docs/provenance.md),
+/// the vendor and rocket driver sources (docs/provenance.md) P6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BoFlags {
     /// One physically contiguous block (CMA) instead of IOMMU-mapped pages.

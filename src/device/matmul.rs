@@ -196,7 +196,7 @@ impl<'d, 'w> Matmul<'d, 'w> {
             // A driver that places jobs on cores itself (rocket) is given none.
             _ if self.dev.backend.picks_cores() => CoreMask::Auto,
             // Core 0 named explicitly, as every board-validated vendor submit of a one-core
-            // job does (mask 1; matmul-recipe.md §10), rather than the kernel's auto pick.
+            // job does (mask 1; the board-validated matmul programs docs/provenance.md), rather than the kernel's auto pick.
             1 => CoreMask::Core0,
             2 => CoreMask::Cores01,
             _ => CoreMask::All,

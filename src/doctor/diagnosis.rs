@@ -152,7 +152,7 @@ fn hint(rung: Rung, finding: &Finding) -> String {
         Finding::Device(e) => device_hint(rung, e),
         Finding::Build(_) => format!("a library bug, not the board: {SEND}"),
         Finding::TaskCounter { .. } => format!(
-            "the kernel reported completion before every task ran: the driver's task_number / subcore_task handling differs from kernel-interfaces.md 3.5; {SEND}"
+            "the kernel reported completion before every task ran: the driver's task_number / subcore_task handling differs from the vendor and rocket driver sources (docs/provenance.md); {SEND}"
         ),
         Finding::Leak { .. } => {
             format!("a free (MEM_DESTROY / GEM_CLOSE) or an unmap did not happen: {SEND}")
@@ -187,7 +187,7 @@ fn device_hint(rung: Rung, e: &DeviceError) -> String {
         DeviceError::UnsupportedDriver { .. } => "the library speaks the vendor rknpu 0.9.6 and later 0.9.x (DRM flavour) and rocket: update the BSP kernel or switch to the mainline driver".into(),
         DeviceError::Timeout { task_counter, .. } => timeout_hint(rung, *task_counter),
         DeviceError::Ioctl { op, .. } => format!(
-            "the kernel refused {op}: compare the driver's version and build options with kernel-interfaces.md, and look in dmesg for the driver's message; {SEND}"
+            "the kernel refused {op}: compare the driver's version and build options with the vendor and rocket driver sources (docs/provenance.md), and look in dmesg for the driver's message; {SEND}"
         ),
         DeviceError::Verify { .. } => format!(
             "the pre-submit verifier refused a program the library built: a library bug, not the board; {SEND}"

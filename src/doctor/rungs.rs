@@ -212,13 +212,13 @@ fn upload_program<'d>(dev: &'d Device, program: &Program, bases: &[u32]) -> Resu
     Ok(regcmd)
 }
 
-/// The worked example of register-map.md section 8, with seeded operands in its layouts:
+/// The worked example (mtx512's int8 matmul; docs/provenance.md), with seeded operands in its layouts:
 /// A native `[K/16][M][16]`, B `[N][K]`, C native `[N/4][M][4]` int32.
 fn worked(c: &Ctx<'_>, detail: &mut String) -> Result<bool, Fail> {
     const M: usize = 4;
     const K: usize = 32;
     const N: usize = 32;
-    *detail = "register-map.md §8: int8 4x32x32, 1 task".into();
+    *detail = "the worked example (mtx512's int8 matmul): int8 4x32x32, 1 task".into();
     let expected = "C = A·B (int8 4x32x32) as the CPU computes it";
     let program = we::program().map_err(Fail::build)?;
     let mut ops = Operands::new(Dtype::Int8, M as u32, K as u32, N as u32, 8);

@@ -1,4 +1,4 @@
-//! The worked example of register-map.md section 8: the int8 matmul
+//! The worked example (mtx512's int8 matmul; docs/provenance.md): the int8 matmul
 //! `C[4×32] = A[4×32] × B[32×32]ᵀ` as a single 1×1-convolution task, built entry by
 //! entry with the typed builder.
 //!
@@ -41,7 +41,7 @@ const M: u16 = 4;
 const K: u16 = 32;
 const N: u16 = 32;
 
-/// The task body: the 104 register writes of register-map.md section 8, rows 0-103.
+/// The task body: the 104 register writes of the TRM and Mesa register database (docs/provenance.md), rows 0-103.
 pub fn body() -> Result<TaskBuilder> {
     let mut t = TaskBuilder::with_capacity(104);
     cna_part(&mut t)?;

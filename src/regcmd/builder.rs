@@ -207,7 +207,7 @@ impl ProgramBuilder {
     }
 
     /// Lays the tasks out (each on 64 bytes, zero padded), writes every tail and chains
-    /// each task to the next (register-map.md sections 4.4-4.7).
+    /// each task to the next (TRM, Mesa; docs/provenance.md).
     pub fn build(&self) -> Result<Program> {
         if self.tasks.is_empty() {
             return Err(Error::EmptyProgram);

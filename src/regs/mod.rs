@@ -146,7 +146,7 @@ pub struct FieldInfo {
     pub access: Access,
     /// Provenance tag.
     pub source: Source,
-    /// The reference tags behind it (register-map.md section 0).
+    /// The reference tags behind it (TRM, Mesa; docs/provenance.md).
     pub refs: &'static [&'static str],
     /// Named values, where the reference gives them.
     pub values: Option<&'static ValueSet>,
@@ -156,7 +156,7 @@ pub struct FieldInfo {
     pub hex: bool,
     /// One-line description.
     pub doc: &'static str,
-    /// A disagreement between sources about this field, if any (register-map.md section 7).
+    /// A disagreement between sources about this field, if any (TRM, Mesa; docs/provenance.md).
     pub discrepancy: Option<&'static str>,
 }
 

@@ -398,7 +398,7 @@ fn check_output_geometry(cna: &task::Cna, core: &task::Core, at: At) -> Result<(
     Ok(())
 }
 
-/// The CBUF split, reuse bits and entries (matmul-recipe.md §4.2, §10, §11).
+/// The CBUF split, reuse bits and entries (the board-validated matmul programs (docs/provenance.md), §11).
 fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Result<(), SimError> {
     let b = &cna.cbuf;
     let f = &cna.feature;
@@ -408,7 +408,7 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
             at,
             cna::CbufCon0::FC_DATA_BANK,
             b.fc_data_banks,
-            "every validated program writes 0; other values corrupted outputs on boards (matmul-recipe.md §11)",
+            "every validated program writes 0; other values corrupted outputs on boards (board-validated programs; docs/provenance.md)",
         ));
     }
     if b.data_banks + b.weight_banks > cbuf::BANKS {
@@ -424,7 +424,7 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
             at,
             cna::CbufCon0::WEIGHT_BANK,
             b.weight_banks,
-            "no validated matmul program keeps fewer than 2 weight banks (matmul-recipe.md §10, quirk 3)",
+            "no validated matmul program keeps fewer than 2 weight banks (the board-validated matmul programs (docs/provenance.md), quirk 3)",
         ));
     }
     let data_bytes = f.cube_bytes(prec);
@@ -437,7 +437,7 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
         });
     }
     // The weight banks hold at least one group of 32 kernels (64 for int4): the atom the
-    // CORE consumes at once (matmul-recipe.md 4.2), or all weights when there are fewer.
+    // CORE consumes at once (the board-validated matmul programs docs/provenance.md), or all weights when there are fewer.
     let kernels = cna.weights.kernels;
     let group = u64::from(prec.kernels_per_atom().max(32).min(kernels));
     let weight_need = group * cna.kernel_bytes();
@@ -450,7 +450,7 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
         });
     }
     // One feature line in 64-byte entries; int4 rounds per pixel (W × ⌈C/128⌉), as every
-    // validated int4 program does (matmul-recipe.md §10).
+    // validated int4 program does (board-validated programs; docs/provenance.md).
     let need = if prec == Precision::Int4 {
         u64::from(f.width) * u64::from(f.channels).div_ceil(128)
     } else {

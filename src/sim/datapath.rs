@@ -103,7 +103,7 @@ fn conv(mem: &Memory, f: &Feature, w: &Weights, at: At) -> Result<(Values, u64),
     let g = w.prec.kernels_per_atom() as usize;
     let row_bytes = 32 * w.prec.bits() as usize / 8;
     let kblocks = c / 32;
-    // Offset of kernel j's 32-channel block kb in the weight atoms (matmul-recipe.md 3.2).
+    // Offset of kernel j's 32-channel block kb in the weight atoms (the board-validated matmul programs docs/provenance.md).
     let woff = |j: usize, kb: usize| ((j / g) * kblocks + kb) * 1024 + (j % g) * row_bytes;
 
     // Visits every feature atom: (pixel, first channel, 16 bytes).
@@ -156,7 +156,7 @@ fn conv(mem: &Memory, f: &Feature, w: &Weights, at: At) -> Result<(Values, u64),
             }
             let mut acc = gemm_i16(&a, &b, pixels, n, c);
             if int4 {
-                // The CORE accumulates int4 products in int16 and saturates (matmul-recipe.md
+                // The CORE accumulates int4 products in int16 and saturates (the board-validated matmul programs (docs/provenance.md)
                 // 5.5, quirk 13).
                 for v in &mut acc {
                     *v = (*v).clamp(i16::MIN as i64, i16::MAX as i64);

@@ -220,7 +220,7 @@ pub enum LintKind {
     /// More tasks than the 12-bit TASK_NUMBER can count (4095).
     TaskCount,
     /// A task relies on register values written by an earlier task (ping-pong state leak;
-    /// matmul-recipe.md section 7, quirks 1-2).
+    /// the board-validated matmul programs (docs/provenance.md), quirks 1-2).
     StaleRegisters,
     /// int8 K tile in (3072, 4096) with more than 4 rows (quirk 4).
     Int8KTile,

@@ -1,4 +1,4 @@
-//! Static checks of one task for known hazards (matmul-recipe.md section 7).
+//! Static checks of one task for known hazards (board-validated programs; docs/provenance.md).
 
 use super::error::{At, Lint, LintKind};
 use super::exec::{EwSrc, Main, Task};

@@ -179,7 +179,7 @@ proptest! {
     }
 }
 
-/// The worked example of register-map.md §8 with its bundled operands and product,
+/// The worked example (mtx512's int8 matmul; docs/provenance.md) with its bundled operands and product,
 /// imported as a trace (the replay's tests use it too).
 pub(crate) fn worked() -> Trace {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/regcmd/");

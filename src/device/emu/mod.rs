@@ -42,7 +42,7 @@ impl Flavour {
     }
 }
 
-/// The rocket scheduler's job timeout (kernel-interfaces.md 4.5).
+/// The rocket scheduler's job timeout (the vendor and rocket driver sources docs/provenance.md).
 pub const ROCKET_JOB_TIMEOUT: Duration = Duration::from_millis(500);
 
 const PAGE: u64 = 4096;
@@ -212,7 +212,7 @@ impl Kernel for EmuKernel {
 
     fn close(&self, fd: Fd) {
         let mut s = self.lock();
-        // Closing the fd frees every object only it holds (kernel-interfaces.md 2.4).
+        // Closing the fd frees every object only it holds (the vendor and rocket driver sources docs/provenance.md).
         let released: Vec<Arc<Mutex<EmuBo>>> = match s.files.remove(&fd.0) {
             Some(File::Device { handles, .. }) => handles.into_values().collect(),
             Some(File::DmaBuf(bo)) => vec![bo],

@@ -1,6 +1,6 @@
 //! The emulated vendor `rknpu` driver (DRM flavour): RKNPU_ACTION, the MEM_* requests,
 //! and SUBMIT, which runs each started core's range on the simulator as the driver
-//! kicks it (kernel-interfaces.md 3).
+//! kicks it (the vendor and rocket driver sources docs/provenance.md).
 
 use super::mem::{EmuBo, bo_of, load_memory, lock_bo, object, release, store_memory};
 use super::{EmuKernel, File, Flavour, PAGE, State};
@@ -142,7 +142,7 @@ impl EmuKernel {
             s.log.push(format!(
                 "core {core} still runs a non-blocking job that never completed: this job is never committed"
             ));
-            // The wait gives up after three timeouts (kernel-interfaces.md 3.6).
+            // The wait gives up after three timeouts (the vendor and rocket driver sources docs/provenance.md).
             return self.never_committed(s, sub, nonblock, timeout * 3);
         }
         let started = Instant::now();

@@ -7,7 +7,7 @@
 //! [`SingleMatmul`] of `rows × kw × nt`:
 //!
 //! * **K waves** of at most `k_tile` channels: int8 ≤ 4096 and never in (3072, 4096) with
-//!   more than 4 rows (matmul-recipe.md quirk 4), fp16 ≤ 4096, int4 ≤ 480 so the int16
+//!   more than 4 rows (board quirk 4 (docs/matmul.md)), fp16 ≤ 4096, int4 ≤ 480 so the int16
 //!   sums cannot saturate (quirk 13). Partial results are summed on the host, exactly:
 //!   int32 and int16 partials in i64 ([`Plan::reduce_int`]; an int16 result saturates,
 //!   [`pack::unpack_i32`] refuses a sum outside int32 instead of wrapping),
@@ -187,7 +187,7 @@ fn written_type(spec: &MatmulSpec, waves: usize) -> OutType {
 
 /// The K split: how many waves, of how many channels each (the last may be shorter):
 /// at most 4096 channels (480 for int4, so int16 sums cannot saturate), avoiding int8 K
-/// tiles in (3072, 4096) for more than 4 rows (matmul-recipe.md quirk 4). Arithmetic
+/// tiles in (3072, 4096) for more than 4 rows (board quirk 4 (docs/matmul.md)). Arithmetic
 /// only: nothing is allocated, so any `k` is cheap.
 fn k_split(k: u32, m: u32, dtype: Dtype) -> (u32, u32) {
     let k_max = match dtype {

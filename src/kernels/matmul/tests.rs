@@ -1,4 +1,4 @@
-//! Plans stay clear of every documented failure boundary (matmul-recipe.md section 7),
+//! Plans stay clear of every documented failure boundary (board-validated programs; docs/provenance.md),
 //! and the packers put bytes where the layout formulas of section 3 say.
 
 use super::*;
@@ -157,7 +157,7 @@ fn chains_end_at_each_core_boundary() {
 
 #[test]
 fn weights_land_where_the_layout_formulas_say() {
-    // matmul-recipe.md 3.2: int8 ((n/32)(ai/32) + k/32)·1024 + (n%32)·32 + k%32;
+    // the board-validated matmul programs (docs/provenance.md): int8 ((n/32)(ai/32) + k/32)·1024 + (n%32)·32 + k%32;
     // fp16 (elements) ((n/16)(ai/32) + k/32)·512 + (n%16)·32 + k%32;
     // int4 (bytes) (((n/64)(pk/32) + k/32)·64 + n%64)·16 + (k%32)/2, even k high.
     let (k, n) = (70u32, 130u32);

@@ -2,9 +2,9 @@
 //! NPU's convolution path takes, with the host-side packers that lay operands out the way
 //! the task reads them.
 //!
-//! One task is one 1×1 convolution (matmul-recipe.md section 2.1): the M rows of A are
+//! One task is one 1×1 convolution (board-validated programs; docs/provenance.md): the M rows of A are
 //! pixels, K is the channel count, the N columns of B are kernels. The register values
-//! follow matmul-recipe.md section 5 (the full-body habit of section 4.6: every register of
+//! follow the board-validated matmul programs (docs/provenance.md) (the full-body habit of section 4.6: every register of
 //! every started block is written, zeros included, so nothing depends on earlier
 //! programs). The shape must fit one task: the whole A tile in the CBUF data banks and one
 //! kernel group of B in the weight banks (section 4.2). Tiling larger shapes across tasks
@@ -59,7 +59,7 @@ pub const E: BufferId = BufferId(4);
 
 const BANK: u64 = task::cbuf::BANK_BYTES;
 
-/// At most 10 data banks, so that at least 2 weight banks remain (matmul-recipe.md §10).
+/// At most 10 data banks, so that at least 2 weight banks remain (board-validated programs; docs/provenance.md).
 const MAX_DATA_BANKS: u64 = 10;
 
 /// One matmul task and its packers.
@@ -215,7 +215,7 @@ impl SingleMatmul {
     }
 
     /// CBUF data banks: the A tile, at least 1, at most 10 (at least 2 weight banks remain,
-    /// matmul-recipe.md §10).
+    /// the board-validated matmul programs docs/provenance.md).
     fn data_banks(&self) -> u32 {
         let data = self.m as u64 * self.padded_k() as u64 * self.dtype.bits() as u64 / 8;
         data.div_ceil(BANK).clamp(1, MAX_DATA_BANKS) as u32
@@ -251,7 +251,7 @@ impl SingleMatmul {
     }
 
     /// The task model reading A, B (and E) and writing C at the given addresses
-    /// (matmul-recipe.md section 5, with the values of §10 that every board-validated
+    /// (the board-validated matmul programs (docs/provenance.md), with the values of §10 that every board-validated
     /// program uses).
     pub fn task_at(&self, a: DmaAddr, b: DmaAddr, c: DmaAddr, e: DmaAddr) -> Result<Task> {
         self.check()?;

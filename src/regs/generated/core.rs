@@ -76,7 +76,7 @@ pub struct SPointer {
     pub executer: bool,
     #[bits(11)]
     __: u32,
-    /// Bits 29:28 (RW; source: mesa): Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (register-map 3.0, 7.2).
+    /// Bits 29:28 (RW; source: mesa): Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (the TRM and Mesa register database docs/provenance.md).
     #[bits(2)]
     pub unk_29_28: u8,
     #[bits(2)]
@@ -115,7 +115,7 @@ impl SPointer {
         Field::new(&super::table::REGISTERS[65].fields[5]);
     /// Bit 16 of CORE.S_POINTER: Group the datapath is using (NVDLA CONSUMER).
     pub const EXECUTER: Field<SPointer> = Field::new(&super::table::REGISTERS[65].fields[6]);
-    /// Bits 29:28 of CORE.S_POINTER: Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (register-map 3.0, 7.2).
+    /// Bits 29:28 of CORE.S_POINTER: Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (the TRM and Mesa register database docs/provenance.md).
     pub const UNK_29_28: Field<SPointer> = Field::new(&super::table::REGISTERS[65].fields[7]);
 }
 

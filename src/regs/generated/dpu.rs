@@ -330,7 +330,7 @@ impl OffsetPend {
 pub struct DstBaseAddr {
     /// Bits 31:0 (RW; source: trm): Output DMA address. TRM: bits 31:4 (16-byte aligned); XML/Mesa: 31:0; writers store the raw byte address.
     ///
-    /// Discrepancy: TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (register-map 7.1).
+    /// Discrepancy: TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (the TRM and Mesa register database docs/provenance.md).
     #[bits(32)]
     pub dst_base_addr: u32,
 }

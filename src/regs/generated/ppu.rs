@@ -728,7 +728,7 @@ impl DstSurfStride {
 pub struct DataFormat {
     /// Bits 2:0 (RW; source: trm): Processing precision.
     ///
-    /// Discrepancy: An fp16 RKNN capture writes 0 (int8) here; whether the field matters for 1x1 copy pooling is unresolved (register-map 7.3).
+    /// Discrepancy: An fp16 RKNN capture writes 0 (int8) here; whether the field matters for 1x1 copy pooling is unresolved (the TRM and Mesa register database docs/provenance.md).
     #[bits(3)]
     pub proc_precision: DpuPrecision,
     /// Bit 3 (RW; source: trm): Set when data comes from DPU and DPU itself reads from memory.

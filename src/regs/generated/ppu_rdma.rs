@@ -353,7 +353,7 @@ impl RdmaSrcSurfStride {
 pub struct RdmaDataFormat {
     /// Bits 1:0 (RW; source: trm): 0 4-bit, 1 8-bit, 2 16-bit, 3 32-bit (note: different encoding from other precision fields).
     ///
-    /// Discrepancy: An fp16 RKNN capture writes 1 ("8-bit" by the TRM); unresolved (register-map 7.3).
+    /// Discrepancy: An fp16 RKNN capture writes 1 ("8-bit" by the TRM); unresolved (the TRM and Mesa register database docs/provenance.md).
     #[bits(2)]
     pub in_precision: ElementSize,
     #[bits(30)]

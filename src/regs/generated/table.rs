@@ -4,7 +4,7 @@
 use crate::regs::values::*;
 use crate::regs::{Access, FieldInfo, RegisterInfo, Source, SpecialTarget};
 
-/// A register block of one NPU core (register-map.md section 1).
+/// A register block of one NPU core (TRM, Mesa; docs/provenance.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Block {
     /// `PC` at `0x0000`: Program controller: fetches regcmd task lists, task counter, interrupt logic. Regcmd target `0x0101` (source: capture; M, R, J).
@@ -205,7 +205,7 @@ pub static SPECIAL_TARGETS: &[SpecialTarget] = &[
         offset: 0x0000,
         doc: "Target bit 48 alone with value 0 and offset 0: written by some open encoders in the 'no next task' slot; runs as a NOP on boards.",
         source: Source::Experiment,
-        refs: &["register-map 4.3"],
+        refs: &["the TRM and Mesa register database (docs/provenance.md)"],
     },
 ];
 
@@ -231,7 +231,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             minus_one: false,
             hex: false,
             doc: "Hardware version word (read-only in practice). Drivers print VERSION + (VERSION_NUM & 0xffff). Not in TRM.",
-            discrepancy: Some("Absent from the TRM; present (RO) in Mesa XML (register-map 7.1)."),
+            discrepancy: Some(
+                "Absent from the TRM; present (RO) in Mesa XML (the TRM and Mesa register database docs/provenance.md).",
+            ),
         }],
     },
     RegisterInfo {
@@ -254,7 +256,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             minus_one: false,
             hex: false,
             doc: "Version number; low 16 bits added to VERSION by drivers. Not in TRM.",
-            discrepancy: Some("Absent from the TRM; present (RO) in Mesa XML (register-map 7.1)."),
+            discrepancy: Some(
+                "Absent from the TRM; present (RO) in Mesa XML (the TRM and Mesa register database docs/provenance.md).",
+            ),
         }],
     },
     RegisterInfo {
@@ -351,7 +355,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "Reserved by the TRM, but RKNN chain tails write 1 or 2 here (0x0001_000E, 0x0002_0035); meaning unknown (register-map 7.2).",
+                doc: "Reserved by the TRM, but RKNN chain tails write 1 or 2 here (0x0001_000E, 0x0002_0035); meaning unknown (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
         ],
@@ -376,7 +380,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 0 done (register-map 5.2).",
+                doc: "CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -389,7 +393,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 1 done (register-map 5.2).",
+                doc: "CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -402,7 +406,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 0 done (register-map 5.2).",
+                doc: "CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -415,7 +419,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 1 done (register-map 5.2).",
+                doc: "CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -428,7 +432,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 0 done (register-map 5.2).",
+                doc: "CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -441,7 +445,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 1 done (register-map 5.2).",
+                doc: "CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -454,7 +458,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 0 done (register-map 5.2).",
+                doc: "CORE group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -467,7 +471,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 1 done (register-map 5.2).",
+                doc: "CORE group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -480,7 +484,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 0 done (register-map 5.2).",
+                doc: "DPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -493,7 +497,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 1 done (register-map 5.2).",
+                doc: "DPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -506,7 +510,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 0 done (register-map 5.2).",
+                doc: "PPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -519,7 +523,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 1 done (register-map 5.2).",
+                doc: "PPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -532,7 +536,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA read error (register-map 5.2).",
+                doc: "DMA read error (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -545,7 +549,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA write error (register-map 5.2).",
+                doc: "DMA write error (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -583,7 +587,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 0 done (register-map 5.2).",
+                doc: "CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -596,7 +600,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 1 done (register-map 5.2).",
+                doc: "CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -609,7 +613,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 0 done (register-map 5.2).",
+                doc: "CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -622,7 +626,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 1 done (register-map 5.2).",
+                doc: "CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -635,7 +639,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 0 done (register-map 5.2).",
+                doc: "CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -648,7 +652,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 1 done (register-map 5.2).",
+                doc: "CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -661,7 +665,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 0 done (register-map 5.2).",
+                doc: "CORE group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -674,7 +678,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 1 done (register-map 5.2).",
+                doc: "CORE group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -687,7 +691,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 0 done (register-map 5.2).",
+                doc: "DPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -700,7 +704,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 1 done (register-map 5.2).",
+                doc: "DPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -713,7 +717,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 0 done (register-map 5.2).",
+                doc: "PPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -726,7 +730,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 1 done (register-map 5.2).",
+                doc: "PPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -739,7 +743,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA read error (register-map 5.2).",
+                doc: "DMA read error (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -752,7 +756,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA write error (register-map 5.2).",
+                doc: "DMA write error (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -790,9 +794,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 0 done (register-map 5.2).",
+                doc: "CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -805,9 +809,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 1 done (register-map 5.2).",
+                doc: "CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -820,9 +824,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 0 done (register-map 5.2).",
+                doc: "CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -835,9 +839,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 1 done (register-map 5.2).",
+                doc: "CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -850,9 +854,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 0 done (register-map 5.2).",
+                doc: "CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -865,9 +869,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 1 done (register-map 5.2).",
+                doc: "CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -880,9 +884,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 0 done (register-map 5.2).",
+                doc: "CORE group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -895,9 +899,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 1 done (register-map 5.2).",
+                doc: "CORE group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -910,9 +914,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 0 done (register-map 5.2).",
+                doc: "DPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -925,9 +929,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 1 done (register-map 5.2).",
+                doc: "DPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -940,9 +944,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 0 done (register-map 5.2).",
+                doc: "PPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -955,9 +959,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 1 done (register-map 5.2).",
+                doc: "PPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -970,9 +974,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA read error (register-map 5.2).",
+                doc: "DMA read error (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -985,9 +989,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA write error (register-map 5.2).",
+                doc: "DMA write error (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1002,7 +1006,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "Undocumented event bits: the TRM field is 16:0 (\"17 possible events\") but describes only 0-13.",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
         ],
@@ -1027,9 +1031,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 0 done (register-map 5.2).",
+                doc: "CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1042,9 +1046,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 1 done (register-map 5.2).",
+                doc: "CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1057,9 +1061,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 0 done (register-map 5.2).",
+                doc: "CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1072,9 +1076,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 1 done (register-map 5.2).",
+                doc: "CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1087,9 +1091,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 0 done (register-map 5.2).",
+                doc: "CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1102,9 +1106,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 1 done (register-map 5.2).",
+                doc: "CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1117,9 +1121,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 0 done (register-map 5.2).",
+                doc: "CORE group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1132,9 +1136,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 1 done (register-map 5.2).",
+                doc: "CORE group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1147,9 +1151,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 0 done (register-map 5.2).",
+                doc: "DPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1162,9 +1166,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 1 done (register-map 5.2).",
+                doc: "DPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1177,9 +1181,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 0 done (register-map 5.2).",
+                doc: "PPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1192,9 +1196,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 1 done (register-map 5.2).",
+                doc: "PPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1207,9 +1211,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA read error (register-map 5.2).",
+                doc: "DMA read error (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1222,9 +1226,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA write error (register-map 5.2).",
+                doc: "DMA write error (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1239,7 +1243,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "Undocumented event bits: the TRM field is 16:0 (\"17 possible events\") but describes only 0-13.",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (register-map 7.1).",
+                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
         ],
@@ -1303,7 +1307,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "Reserved by the TRM; both kernels write 1 ((0x6 | pp_en) << 12); meaning unknown (register-map 7.2).",
+                doc: "Reserved by the TRM; both kernels write 1 ((0x6 | pp_en) << 12); meaning unknown (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
         ],
@@ -1352,7 +1356,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "[11:0] current task counter; [12] first task running / fetching; [13] last task running / fetching (TRM lists bits 12/13 twice). Drivers read &0xfff.",
             discrepancy: Some(
-                "TRM lists bits 12/13 twice (running vs fetching) and marks the register RW; treated as read-only status (register-map 7.1, 7.3).",
+                "TRM lists bits 12/13 twice (running vs fetching) and marks the register RW; treated as read-only status (the TRM and Mesa register database docs/provenance.md).",
             ),
         }],
     },
@@ -1505,7 +1509,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (register-map 3.0, 7.2).",
+                doc: "Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
         ],
@@ -1710,7 +1714,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "Kernel groups minus one (int8: 32 kernels per group; int16/fp16: 16). TRM example: 256 int8 kernels -> 256/32-1 (TRM misprints the result as 15). mtx/Mesa/RKNN GEMM leave 0.",
                 discrepancy: Some(
-                    "TRM example \"256/32 - 1 = 15\" is arithmetically wrong (7); no known encoder sets the field (register-map 7.3).",
+                    "TRM example \"256/32 - 1 = 15\" is arithmetically wrong (7); no known encoder sets the field (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -1723,7 +1727,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "Reserved by the TRM; RKNN lists after the first write 0x20, 0x40 or 0x50 here (bits 29, 30, 28); meaning unknown (register-map 7.2).",
+                doc: "Reserved by the TRM; RKNN lists after the first write 0x20, 0x40 or 0x50 here (bits 29, 30, 28); meaning unknown (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
         ],
@@ -1904,7 +1908,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "Real channel count when the padded count differs. All writers store real-1 (TRM does not say minus one).",
                 discrepancy: Some(
-                    "TRM does not mention the minus one that all encoders use (register-map 7.3).",
+                    "TRM does not mention the minus one that all encoders use (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
         ],
@@ -2089,7 +2093,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "CBUF banks given to feature data (count, >=1 in practice); TRM text says 0 = bank 0 only (§7).",
                 discrepancy: Some(
-                    "TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (register-map 7.3).",
+                    "TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -2104,7 +2108,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "CBUF banks given to weights. In practice a count with DATA_BANK+WEIGHT_BANK = 12 (e.g. 0xb1, 0x2a); the TRM text describes an 8-bank numbering (see §7).",
                 discrepancy: Some(
-                    "TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (register-map 7.3).",
+                    "TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -2169,7 +2173,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "CBUF space for one feature row; TRM says 'banks', writers use ceil(row_bytes/64) (RKNN fp16 GEMM, 448 ch x 1 px -> 14). Width 13 vs 14 bits, see §7.",
             discrepancy: Some(
-                "TRM gives 12:0 (13 bits), Mesa XML 13:0; values >= 0x2000 are unverified. Unit undocumented: writers use ceil(row_bytes/64) (register-map 7.1, 7.3).",
+                "TRM gives 12:0 (13 bits), Mesa XML 13:0; values >= 0x2000 are unverified. Unit undocumented: writers use ceil(row_bytes/64) (the TRM and Mesa register database docs/provenance.md).",
             ),
         }],
     },
@@ -2658,7 +2662,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "Feature line stride ('feature width with virtual box'). Unit not documented; observed: mtx int8/fp16 GEMM 4*width, RKNN fp16 GEMM K=448 -> 0x38 (§7).",
             discrepancy: Some(
-                "Unit undocumented; encoders use different formulas (mtx 4 x width, RKNN fp16 K=448 -> 0x38, Mesa calc_line_stride/4) (register-map 7.3).",
+                "Unit undocumented; encoders use different formulas (mtx 4 x width, RKNN fp16 K=448 -> 0x38, Mesa calc_line_stride/4) (the TRM and Mesa register database docs/provenance.md).",
             ),
         }],
     },
@@ -2683,7 +2687,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "Feature surface stride ('actual surface area'); RKNN/mtx write (-3 & 0xfffffff) for h=1 inputs.",
             discrepancy: Some(
-                "Unit undocumented; RKNN and mtx write 0x0FFFFFFD for h = 1 inputs (register-map 7.3).",
+                "Unit undocumented; RKNN and mtx write 0x0FFFFFFD for h = 1 inputs (the TRM and Mesa register database docs/provenance.md).",
             ),
         }],
     },
@@ -2894,7 +2898,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: true,
             doc: "Weight base address. This is the normal weight pointer even with decompression off. TRM: bits 31:4; XML: 31:0 (§7).",
             discrepancy: Some(
-                "TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (register-map 7.1).",
+                "TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (the TRM and Mesa register database docs/provenance.md).",
             ),
         }],
     },
@@ -3461,7 +3465,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (register-map 3.0, 7.2).",
+                doc: "Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (the TRM and Mesa register database docs/provenance.md).",
                 discrepancy: None,
             },
         ],
@@ -4138,7 +4142,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: true,
             doc: "Output DMA address. TRM: bits 31:4 (16-byte aligned); XML/Mesa: 31:0; writers store the raw byte address.",
             discrepancy: Some(
-                "TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (register-map 7.1).",
+                "TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (the TRM and Mesa register database docs/provenance.md).",
             ),
         }],
     },
@@ -7646,7 +7650,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "Processing precision.",
                 discrepancy: Some(
-                    "An fp16 RKNN capture writes 0 (int8) here; whether the field matters for 1x1 copy pooling is unresolved (register-map 7.3).",
+                    "An fp16 RKNN capture writes 0 (int8) here; whether the field matters for 1x1 copy pooling is unresolved (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {
@@ -8064,7 +8068,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "0 4-bit, 1 8-bit, 2 16-bit, 3 32-bit (note: different encoding from other precision fields).",
             discrepancy: Some(
-                "An fp16 RKNN capture writes 1 (\"8-bit\" by the TRM); unresolved (register-map 7.3).",
+                "An fp16 RKNN capture writes 1 (\"8-bit\" by the TRM); unresolved (the TRM and Mesa register database docs/provenance.md).",
             ),
         }],
     },
@@ -8631,7 +8635,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "DMA idle flag (TRM marks RW).",
             discrepancy: Some(
-                "TRM marks this idle flag RW; treat as read-only status (register-map 7.1).",
+                "TRM marks this idle flag RW; treat as read-only status (the TRM and Mesa register database docs/provenance.md).",
             ),
         }],
     },
@@ -9198,7 +9202,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "DMA idle flag (TRM marks RW).",
             discrepancy: Some(
-                "TRM marks this idle flag RW; treat as read-only status (register-map 7.1).",
+                "TRM marks this idle flag RW; treat as read-only status (the TRM and Mesa register database docs/provenance.md).",
             ),
         }],
     },
@@ -9224,7 +9228,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "CNA enable. Bit 1 is reserved (RO).",
                 discrepancy: Some(
-                    "mtx512 labels bit 2 \"CNA\" and bit 3 \"DPU\"; the TRM (used here) says bit 0 CNA, bit 2 CORE, bit 3 DPU. Both give 0x0D for conv (register-map 7.3).",
+                    "mtx512 labels bit 2 \"CNA\" and bit 3 \"DPU\"; the TRM (used here) says bit 0 CNA, bit 2 CORE, bit 3 DPU. Both give 0x0D for conv (the TRM and Mesa register database docs/provenance.md).",
                 ),
             },
             FieldInfo {

@@ -17,7 +17,7 @@ pub(super) fn render_table(m: &Model) -> String {
 
 /// The `Block` enum and its lookups.
 fn render_block_enum(s: &mut String, m: &Model) {
-    s.push_str("/// A register block of one NPU core (register-map.md section 1).\n");
+    s.push_str("/// A register block of one NPU core (TRM, Mesa; docs/provenance.md).\n");
     s.push_str(
         "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]\npub enum Block {\n",
     );
