@@ -14,17 +14,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A 4×64×32 int8 matmul: its buffers, program and expected product.
-struct Mm<'d> {
-    regcmd: Bo<'d>,
-    a: Bo<'d>,
-    b: Bo<'d>,
-    c: Bo<'d>,
+struct Mm {
+    regcmd: Bo,
+    a: Bo,
+    b: Bo,
+    c: Bo,
     program: Program,
     mm: SingleMatmul,
     want: Vec<i64>,
 }
 
-fn matmul(d: &Device, seed: u32) -> Mm<'_> {
+fn matmul(d: &Device, seed: u32) -> Mm {
     let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
     let (a, b) = (values(4 * 64, seed), values(64 * 32, seed + 1));
     let a_bo = upload(d, &mm.pack_a_int(&a).unwrap());
@@ -48,7 +48,7 @@ fn matmul(d: &Device, seed: u32) -> Mm<'_> {
     }
 }
 
-impl Mm<'_> {
+impl Mm {
     fn job(&self) -> Job<'_> {
         Job::from_program(&self.regcmd, &self.program)
             .reads(&self.a)
@@ -66,7 +66,7 @@ impl Mm<'_> {
 /// A job of `m` that never completes: an injected hang on an emulated kernel; on a
 /// board a DPU task waiting for the PPU pair (vendor) or a fetch cut short before the
 /// op-enable entry (rocket), as in `a_job_that_never_completes_...`.
-fn never_completes<'m>(d: &Device, m: &'m Mm<'m>) -> Job<'m> {
+fn never_completes<'m>(d: &Device, m: &'m Mm) -> Job<'m> {
     let mut tasks = m.program.tasks().to_vec();
     match (d.emulator(), d.info().interface) {
         (Some(emu), _) => {

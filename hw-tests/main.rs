@@ -53,19 +53,14 @@ fn cpu_matmul(a: &[i32], b: &[i32], m: usize, k: usize, n: usize) -> Vec<i64> {
 }
 
 /// A buffer holding `bytes`.
-fn upload<'d>(dev: &'d Device, bytes: &[u8]) -> Bo<'d> {
+fn upload(dev: &Device, bytes: &[u8]) -> Bo {
     let mut bo = dev.alloc(bytes.len().max(1), BoFlags::default()).unwrap();
     bo.write(0, bytes).unwrap();
     bo
 }
 
 /// Binds `program` with buffer ids 0.. to `bos` and uploads it.
-fn upload_program<'d>(
-    dev: &'d Device,
-    program: &Program,
-    bos: &[&Bo<'d>],
-    regcmd_size: usize,
-) -> Bo<'d> {
+fn upload_program(dev: &Device, program: &Program, bos: &[&Bo], regcmd_size: usize) -> Bo {
     let mut regcmd = dev.alloc(regcmd_size, BoFlags::default()).unwrap();
     let base = regcmd.dma_addr();
     let words = program

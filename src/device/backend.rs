@@ -82,13 +82,13 @@ impl Drop for Port {
 /// driver's fence and task array; on rocket, which signals through the buffers the job
 /// writes, the sentinel buffer whose overwriting confirms that the job completed.
 #[derive(Debug, Default)]
-pub(super) struct InFlight<'a> {
+pub(super) struct InFlight {
     /// The out-fence, closed when waited for or dropped.
     pub(super) fence: Option<Fd>,
     /// The task array the kernel writes each task's interrupt status into.
-    pub(super) tasks: Option<Bo<'a>>,
+    pub(super) tasks: Option<Bo>,
     /// Rocket: the buffer the job's appended last task overwrites.
-    pub(super) sentinel: Option<Bo<'a>>,
+    pub(super) sentinel: Option<Bo>,
 }
 
 /// One kernel interface's way of doing what a [`Device`] offers.
@@ -105,16 +105,10 @@ pub(super) trait Backend: std::fmt::Debug + Send + Sync {
 
     /// Creates a buffer object of at least `size` (non-zero) bytes and tracks it;
     /// `traced` says whether a trace records it.
-    fn alloc<'d>(
-        &self,
-        dev: &'d Device,
-        size: usize,
-        flags: BoFlags,
-        traced: bool,
-    ) -> Result<Bo<'d>>;
+    fn alloc(&self, dev: &Device, size: usize, flags: BoFlags, traced: bool) -> Result<Bo>;
 
     /// Makes a buffer object of a dma-buf and tracks it.
-    fn import<'d>(&self, dev: &'d Device, dmabuf: &DmaBuf<'_>) -> Result<Bo<'d>>;
+    fn import(&self, dev: &Device, dmabuf: &DmaBuf) -> Result<Bo>;
 
     /// Exports buffer `handle` as a dma-buf: its descriptor.
     fn export(&self, dev: &Device, handle: u32) -> Result<Fd>;
@@ -148,14 +142,14 @@ pub(super) trait Backend: std::fmt::Debug + Send + Sync {
     fn run(&self, dev: &Device, job: &Job<'_>) -> Result<JobResult>;
 
     /// Submits `job` and returns at once with what waiting for it needs.
-    fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight<'a>>;
+    fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight>;
 
     /// Waits until `deadline` for a job [`Backend::start`] submitted.
     fn wait(
         &self,
         dev: &Device,
         job: &Job<'_>,
-        flight: &mut InFlight<'_>,
+        flight: &mut InFlight,
         deadline: Instant,
     ) -> Result<JobResult>;
 
@@ -164,13 +158,8 @@ pub(super) trait Backend: std::fmt::Debug + Send + Sync {
 
     /// Waits until `deadline` for a job that timed out or was dropped: whether it
     /// certainly no longer runs then (false when that cannot be known).
-    fn settle(
-        &self,
-        dev: &Device,
-        job: &Job<'_>,
-        flight: &mut InFlight<'_>,
-        deadline: Instant,
-    ) -> bool;
+    fn settle(&self, dev: &Device, job: &Job<'_>, flight: &mut InFlight, deadline: Instant)
+    -> bool;
 }
 
 /// The backend of the driver DRM_VERSION names, or `None` for a driver that is not an

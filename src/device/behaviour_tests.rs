@@ -18,16 +18,16 @@ fn private(flavour: Flavour) -> Device {
 
 /// An int8 matmul of ones by twos (every result 128) as `tasks` identical chained
 /// tasks, with an output buffer the CPU never touched.
-struct Mm<'d> {
-    regcmd: Bo<'d>,
-    a: Bo<'d>,
-    b: Bo<'d>,
-    c: Bo<'d>,
+struct Mm {
+    regcmd: Bo,
+    a: Bo,
+    b: Bo,
+    c: Bo,
     program: Program,
     mm: SingleMatmul,
 }
 
-fn matmul(d: &Device, tasks: usize) -> Mm<'_> {
+fn matmul(d: &Device, tasks: usize) -> Mm {
     let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
     let mut p = ProgramBuilder::new(single::REGCMD);
     for _ in 0..tasks {
@@ -61,7 +61,7 @@ fn matmul(d: &Device, tasks: usize) -> Mm<'_> {
     }
 }
 
-impl Mm<'_> {
+impl Mm {
     fn job(&self) -> Job<'_> {
         Job::from_program(&self.regcmd, &self.program)
             .reads(&self.a)
@@ -339,9 +339,10 @@ fn s8_10_error_codes_and_address_reuse() {
         timeout_ns: backend::deadline_ns(Duration::ZERO) - 1_000_000,
     };
     let r = d
+        .inner
         .port
         .kernel
-        .ioctl(d.port.fd, &mut Ioctl::RocketPrepBo(&mut p));
+        .ioctl(d.inner.port.fd, &mut Ioctl::RocketPrepBo(&mut p));
     assert_eq!(r, Err(Errno::EBUSY), "a past deadline");
     assert!(is_timeout(
         &pending.wait(Instant::now() + Duration::from_millis(900))

@@ -52,38 +52,38 @@ impl Default for BoFlags {
 
 impl Device {
     /// Allocates a buffer object of at least `size` bytes.
-    pub fn alloc(&self, size: usize, flags: BoFlags) -> Result<Bo<'_>> {
+    pub fn alloc(&self, size: usize, flags: BoFlags) -> Result<Bo> {
         let bo = self.alloc_with(size, flags, true)?;
         if let Some(r) = self.recording().as_mut() {
-            let bits = self.backend.alloc_bits(self, &flags);
+            let bits = self.inner.backend.alloc_bits(self, &flags);
             r.buffer_created(bo.handle, bits, bo.size as u64, bo.dma);
         }
         Ok(bo)
     }
 
     /// Allocates a buffer; `traced` says whether a trace records it.
-    pub(super) fn alloc_with(&self, size: usize, flags: BoFlags, traced: bool) -> Result<Bo<'_>> {
+    pub(super) fn alloc_with(&self, size: usize, flags: BoFlags, traced: bool) -> Result<Bo> {
         if size == 0 {
             return Err(DeviceError::InvalidArgument {
                 what: "a buffer of 0 bytes".into(),
             });
         }
-        self.backend.alloc(self, size, flags, traced)
+        self.inner.backend.alloc(self, size, flags, traced)
     }
 
     /// Imports a dma-buf (vendor DRM flavour only): PRIME_FD_TO_HANDLE, then MEM_CREATE
     /// with that handle for the object's address. Imported objects cannot be mapped
     /// through the driver (map the dma-buf itself) and are not cacheable; they serve as
     /// NPU operands.
-    pub fn import_dmabuf(&self, dmabuf: &DmaBuf<'_>) -> Result<Bo<'_>> {
-        self.backend.import(self, dmabuf)
+    pub fn import_dmabuf(&self, dmabuf: &DmaBuf) -> Result<Bo> {
+        self.inner.backend.import(self, dmabuf)
     }
 }
 
 /// A buffer object: NPU-visible memory at a 32-bit device address, freed on drop.
 #[derive(Debug)]
-pub struct Bo<'d> {
-    pub(super) dev: &'d Device,
+pub struct Bo {
+    pub(super) dev: Device,
     pub(super) handle: u32,
     pub(super) size: usize,
     pub(super) dma: u32,
@@ -93,7 +93,7 @@ pub struct Bo<'d> {
     pub(super) cacheable: bool,
 }
 
-impl<'d> Bo<'d> {
+impl Bo {
     /// What the device keeps of the buffer; `traced` says whether a trace records it.
     pub(super) fn meta(&self, traced: bool) -> BoMeta {
         BoMeta {
@@ -124,17 +124,17 @@ impl<'d> Bo<'d> {
     }
 
     /// The device it belongs to.
-    pub fn device(&self) -> &'d Device {
-        self.dev
+    pub fn device(&self) -> &Device {
+        &self.dev
     }
 
     /// Makes the buffer CPU-owned and maps it. While the returned map lives the buffer
     /// cannot be submitted (it borrows the buffer exclusively); dropping it hands the
     /// buffer back to the device (cleaning CPU caches).
-    pub fn map(&mut self) -> Result<CpuMap<'_, 'd>> {
+    pub fn map(&mut self) -> Result<CpuMap<'_>> {
         let mapping = self.cpu_mapping()?;
         self.dev.note_cpu_write(self.handle);
-        self.dev.live_maps.fetch_add(1, Ordering::SeqCst);
+        self.dev.inner.live_maps.fetch_add(1, Ordering::SeqCst);
         Ok(CpuMap {
             bo: self,
             mapping: Some(mapping),
@@ -143,14 +143,16 @@ impl<'d> Bo<'d> {
 
     fn to_cpu(&self) -> Result<()> {
         self.dev
+            .inner
             .backend
-            .to_cpu(self.dev, self.handle, &self.meta(false))
+            .to_cpu(&self.dev, self.handle, &self.meta(false))
     }
 
     fn to_device(&self) -> Result<()> {
         self.dev
+            .inner
             .backend
-            .to_device(self.dev, self.handle, &self.meta(false))
+            .to_device(&self.dev, self.handle, &self.meta(false))
     }
 
     /// Copies `data` in at `offset` (map, copy, hand back to the device).
@@ -180,6 +182,7 @@ impl<'d> Bo<'d> {
         self.to_cpu()?;
         let bytes = self
             .dev
+            .inner
             .port
             .mmap(self.size, self.mmap_offset)
             .map(|m| m.as_slice().to_vec());
@@ -192,20 +195,23 @@ impl<'d> Bo<'d> {
         // A buffer of a job that may still run stays away from the CPU.
         self.dev.check_not_held(self.handle)?;
         self.to_cpu()?;
-        self.dev.port.mmap(self.size, self.mmap_offset)
+        self.dev.inner.port.mmap(self.size, self.mmap_offset)
     }
 
     /// Exports the buffer as a dma-buf (vendor DRM flavour only).
-    pub fn export_dmabuf(&self) -> Result<DmaBuf<'d>> {
-        let fd = self.dev.backend.export(self.dev, self.handle)?;
+    pub fn export_dmabuf(&self) -> Result<DmaBuf> {
+        let fd = self.dev.inner.backend.export(&self.dev, self.handle)?;
         if let Some(m) = self.dev.handles().get_mut(&self.handle) {
             m.exported = true;
         }
-        Ok(DmaBuf { dev: self.dev, fd })
+        Ok(DmaBuf {
+            dev: self.dev.clone(),
+            fd,
+        })
     }
 }
 
-impl Drop for Bo<'_> {
+impl Drop for Bo {
     fn drop(&mut self) {
         // Never free a buffer a job may still use: the kernel would unmap it under the
         // NPU, and hand its address to the next buffer.
@@ -215,40 +221,41 @@ impl Drop for Bo<'_> {
         }
         let _ = self
             .dev
+            .inner
             .backend
-            .free(self.dev, self.handle, &self.meta(false));
+            .free(&self.dev, self.handle, &self.meta(false));
         self.dev.untrack(self.handle);
     }
 }
 
 /// An exported dma-buf, closed on drop.
 #[derive(Debug)]
-pub struct DmaBuf<'d> {
-    dev: &'d Device,
+pub struct DmaBuf {
+    dev: Device,
     fd: Fd,
 }
 
-impl DmaBuf<'_> {
+impl DmaBuf {
     /// The descriptor's number, to pass to another API while this value lives.
     pub fn raw_fd(&self) -> i32 {
         self.fd.0
     }
 }
 
-impl Drop for DmaBuf<'_> {
+impl Drop for DmaBuf {
     fn drop(&mut self) {
-        self.dev.port.close(self.fd);
+        self.dev.inner.port.close(self.fd);
     }
 }
 
 /// A CPU mapping of a buffer, borrowed from it; the buffer is CPU-owned while it lives.
 #[derive(Debug)]
-pub struct CpuMap<'b, 'd> {
-    bo: &'b mut Bo<'d>,
+pub struct CpuMap<'b> {
+    bo: &'b mut Bo,
     mapping: Option<Mapping>,
 }
 
-impl CpuMap<'_, '_> {
+impl CpuMap<'_> {
     /// Unmaps and hands the buffer back to the device, reporting a failed cache clean
     /// (dropping the map does the same but cannot report).
     pub fn finish(mut self) -> Result<()> {
@@ -257,27 +264,27 @@ impl CpuMap<'_, '_> {
 
     fn release(&mut self) -> Result<()> {
         if self.mapping.take().is_some() {
-            self.bo.dev.live_maps.fetch_sub(1, Ordering::SeqCst);
+            self.bo.dev.inner.live_maps.fetch_sub(1, Ordering::SeqCst);
             return self.bo.to_device();
         }
         Ok(())
     }
 }
 
-impl std::ops::Deref for CpuMap<'_, '_> {
+impl std::ops::Deref for CpuMap<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         self.mapping.as_ref().map_or(&[], |m| m.as_slice())
     }
 }
 
-impl std::ops::DerefMut for CpuMap<'_, '_> {
+impl std::ops::DerefMut for CpuMap<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
         self.mapping.as_mut().map_or(&mut [], |m| m.as_mut_slice())
     }
 }
 
-impl Drop for CpuMap<'_, '_> {
+impl Drop for CpuMap<'_> {
     fn drop(&mut self) {
         let _ = self.release();
     }

@@ -83,14 +83,14 @@ impl CoreMask {
 /// is done.
 #[derive(Debug)]
 pub struct Job<'a> {
-    pub(super) regcmd: &'a Bo<'a>,
+    pub(super) regcmd: &'a Bo,
     pub(super) tasks: Vec<TaskDesc>,
     pub(super) cores: CoreMask,
     /// Tasks per started core, in core order.
     pub(super) split: Vec<usize>,
     pub(super) timeout: Duration,
-    pub(super) reads: Vec<&'a Bo<'a>>,
-    pub(super) writes: Vec<&'a Bo<'a>>,
+    pub(super) reads: Vec<&'a Bo>,
+    pub(super) writes: Vec<&'a Bo>,
     pub(super) iommu_domain: u8,
     /// Whether submission runs the pre-submit verifier.
     pub(super) verify: bool,
@@ -99,12 +99,12 @@ pub struct Job<'a> {
 impl<'a> Job<'a> {
     /// The tasks of a built program whose regcmd buffer is `regcmd`, on one core
     /// (automatic), with a 500 ms timeout (board quirk 23 (docs/matmul.md)).
-    pub fn from_program(regcmd: &'a Bo<'a>, program: &Program) -> Job<'a> {
+    pub fn from_program(regcmd: &'a Bo, program: &Program) -> Job<'a> {
         Job::new(regcmd, program.tasks().to_vec())
     }
 
     /// A job of explicit tasks, each `offset` inside `regcmd`.
-    pub fn new(regcmd: &'a Bo<'a>, tasks: Vec<TaskDesc>) -> Job<'a> {
+    pub fn new(regcmd: &'a Bo, tasks: Vec<TaskDesc>) -> Job<'a> {
         let n = tasks.len();
         Job {
             regcmd,
@@ -152,13 +152,13 @@ impl<'a> Job<'a> {
     }
 
     /// A buffer the job reads.
-    pub fn reads(mut self, bo: &'a Bo<'a>) -> Job<'a> {
+    pub fn reads(mut self, bo: &'a Bo) -> Job<'a> {
         self.reads.push(bo);
         self
     }
 
     /// A buffer the job writes (rocket signals completion through these).
-    pub fn writes(mut self, bo: &'a Bo<'a>) -> Job<'a> {
+    pub fn writes(mut self, bo: &'a Bo) -> Job<'a> {
         self.writes.push(bo);
         self
     }
@@ -197,7 +197,10 @@ impl<'a> Job<'a> {
                 ));
             }
         }
-        let limit = dev.core_limit.load(std::sync::atomic::Ordering::SeqCst);
+        let limit = dev
+            .inner
+            .core_limit
+            .load(std::sync::atomic::Ordering::SeqCst);
         if self.cores.bits() > limit {
             return Err(DeviceError::NoSuchCore {
                 mask: self.cores.bits(),
@@ -207,7 +210,7 @@ impl<'a> Job<'a> {
         for bo in self.buffers() {
             dev.check_not_held(bo.handle)?;
         }
-        dev.backend.check(self)?;
+        dev.inner.backend.check(self)?;
         if self.verify {
             self.verify_ranges()?;
         }
@@ -215,7 +218,7 @@ impl<'a> Job<'a> {
     }
 
     /// Every buffer the job names: the regcmd buffer, those it reads, those it writes.
-    pub(super) fn buffers(&self) -> impl Iterator<Item = &Bo<'a>> {
+    pub(super) fn buffers(&self) -> impl Iterator<Item = &Bo> {
         std::iter::once(self.regcmd)
             .chain(self.reads.iter().copied())
             .chain(self.writes.iter().copied())
@@ -226,7 +229,7 @@ impl<'a> Job<'a> {
     fn verify_ranges(&self) -> Result<()> {
         let bytes = self.regcmd.peek()?;
         let buffer =
-            |b: &Bo<'_>, access| JobBuffer::new(u64::from(b.dma_addr()), b.size() as u64, access);
+            |b: &Bo, access| JobBuffer::new(u64::from(b.dma_addr()), b.size() as u64, access);
         let mut buffers = vec![buffer(self.regcmd, BufferAccess::Read)];
         buffers.extend(self.reads.iter().map(|b| buffer(b, BufferAccess::Read)));
         buffers.extend(self.writes.iter().map(|b| buffer(b, BufferAccess::Write)));
@@ -275,7 +278,7 @@ pub struct Pending<'a> {
     dev: &'a Device,
     job: Job<'a>,
     /// What the backend needs to wait for it.
-    flight: InFlight<'a>,
+    flight: InFlight,
     /// The submission's id in the trace being recorded.
     trace: Option<u32>,
     /// Whether the job was waited for (and settled if it timed out).
@@ -290,6 +293,7 @@ impl Pending<'_> {
     pub fn wait(mut self, deadline: Instant) -> Result<JobResult> {
         let r = self
             .dev
+            .inner
             .backend
             .wait(self.dev, &self.job, &mut self.flight, deadline);
         self.waited = true;
@@ -314,7 +318,7 @@ impl Drop for Pending<'_> {
             );
         }
         if let Some(fd) = self.flight.fence.take() {
-            self.dev.port.close(fd);
+            self.dev.inner.port.close(fd);
         }
     }
 }
@@ -324,7 +328,7 @@ impl Device {
     pub fn submit(&self, job: &Job<'_>) -> Result<JobResult> {
         job.check(self)?;
         let trace = self.trace_submit(job, false);
-        let r = self.backend.run(self, job);
+        let r = self.inner.backend.run(self, job);
         self.trace_done(trace, job, &r);
         r
     }
@@ -334,9 +338,9 @@ impl Device {
     /// written buffers).
     pub fn submit_nonblocking<'a>(&'a self, job: Job<'a>) -> Result<Pending<'a>> {
         job.check(self)?;
-        self.backend.check_nonblocking(&job)?;
+        self.inner.backend.check_nonblocking(&job)?;
         let trace = self.trace_submit(&job, true);
-        let flight = self.backend.start(self, &job)?;
+        let flight = self.inner.backend.start(self, &job)?;
         Ok(Pending {
             dev: self,
             job,

@@ -30,12 +30,15 @@ pub(super) struct Quarantine {
     /// Live buffers a job may still use, with the reason.
     held: HashMap<u32, String>,
     /// Buffers dropped while held, never freed.
-    leaked: Vec<LeakedBuffer>,
+    pub(super) leaked: Vec<LeakedBuffer>,
 }
 
 impl Device {
     fn quarantine(&self) -> std::sync::MutexGuard<'_, Quarantine> {
-        self.quarantine.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner
+            .quarantine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Buffers leaked on purpose because a job that may still use them did not finish
@@ -57,7 +60,7 @@ impl Device {
 
     /// Whether `bo` is held; if so it is recorded as leaked (its drop then frees
     /// nothing).
-    pub(super) fn leak_if_held(&self, bo: &Bo<'_>) -> bool {
+    pub(super) fn leak_if_held(&self, bo: &Bo) -> bool {
         let mut q = self.quarantine();
         let Some(reason) = q.held.remove(&bo.handle) else {
             return false;
@@ -76,7 +79,7 @@ impl Device {
     }
 
     /// Holds every buffer of `job` and of what its submission keeps in flight.
-    pub(super) fn hold(&self, job: &Job<'_>, flight: &InFlight<'_>, reason: &str) {
+    pub(super) fn hold(&self, job: &Job<'_>, flight: &InFlight, reason: &str) {
         let mut q = self.quarantine();
         let bos = job
             .buffers()
@@ -89,9 +92,10 @@ impl Device {
 
     /// Waits up to the backend's bound for a job that may still run; if it does not
     /// finish, holds its buffers. `why` says how the job was left.
-    pub(super) fn settle(&self, job: &Job<'_>, flight: &mut InFlight<'_>, why: &str) {
-        let bound = self.backend.settle_bound(job);
+    pub(super) fn settle(&self, job: &Job<'_>, flight: &mut InFlight, why: &str) {
+        let bound = self.inner.backend.settle_bound(job);
         if self
+            .inner
             .backend
             .settle(self, job, flight, Instant::now() + bound)
         {

@@ -47,14 +47,14 @@ fn narrow(dtype: Dtype, values: &[i32], len: usize) -> Option<Vec<i8>> {
 /// Packed weights resident in a device buffer, for one plan's waves and padding; reused
 /// across calls.
 #[derive(Debug)]
-pub struct WeightBank<'d> {
-    bo: Bo<'d>,
+pub struct WeightBank {
+    bo: Bo,
     plan: Plan,
 }
 
-impl<'d> WeightBank<'d> {
+impl WeightBank {
     /// Packs integer B (row-major K×N) for `plan` and uploads it.
-    pub fn new_int(dev: &'d Device, plan: &Plan, b: &[i32]) -> Result<WeightBank<'d>, DeviceError> {
+    pub fn new_int(dev: &Device, plan: &Plan, b: &[i32]) -> Result<WeightBank, DeviceError> {
         let len = plan.spec.k as usize * plan.spec.n as usize;
         let fast = match plan.spec.dtype {
             Dtype::Int8 => narrow(Dtype::Int8, b, len).map(|b8| pack::weights_i8_kn(plan, &b8)),
@@ -68,17 +68,13 @@ impl<'d> WeightBank<'d> {
     }
 
     /// Packs B (row-major K×N, rounded to fp16) for `plan` and uploads it.
-    pub fn new_f32(dev: &'d Device, plan: &Plan, b: &[f32]) -> Result<WeightBank<'d>, DeviceError> {
+    pub fn new_f32(dev: &Device, plan: &Plan, b: &[f32]) -> Result<WeightBank, DeviceError> {
         let bytes = matmul::pack_weights_f32(plan, b).map_err(plan_err)?;
         WeightBank::upload(dev, plan, &bytes)
     }
 
     /// Packs integer B given as N×K (an `[out][in]` weight matrix) for `plan`.
-    pub fn new_int_nk(
-        dev: &'d Device,
-        plan: &Plan,
-        bt: &[i32],
-    ) -> Result<WeightBank<'d>, DeviceError> {
+    pub fn new_int_nk(dev: &Device, plan: &Plan, bt: &[i32]) -> Result<WeightBank, DeviceError> {
         let len = plan.spec.k as usize * plan.spec.n as usize;
         let fast = (plan.spec.dtype == Dtype::Int8)
             .then(|| narrow(Dtype::Int8, bt, len))
@@ -91,16 +87,12 @@ impl<'d> WeightBank<'d> {
     }
 
     /// Packs B given as N×K (rounded to fp16) for `plan`.
-    pub fn new_f32_nk(
-        dev: &'d Device,
-        plan: &Plan,
-        bt: &[f32],
-    ) -> Result<WeightBank<'d>, DeviceError> {
+    pub fn new_f32_nk(dev: &Device, plan: &Plan, bt: &[f32]) -> Result<WeightBank, DeviceError> {
         let bytes = matmul::pack_weights_f32_nk(plan, bt).map_err(plan_err)?;
         WeightBank::upload(dev, plan, &bytes)
     }
 
-    fn upload(dev: &'d Device, plan: &Plan, bytes: &[u8]) -> Result<WeightBank<'d>, DeviceError> {
+    fn upload(dev: &Device, plan: &Plan, bytes: &[u8]) -> Result<WeightBank, DeviceError> {
         let mut bo = dev.alloc(bytes.len(), BoFlags::default())?;
         bo.write(0, bytes)?;
         Ok(WeightBank {
@@ -110,7 +102,7 @@ impl<'d> WeightBank<'d> {
     }
 
     /// The device buffer.
-    pub fn buffer(&self) -> &Bo<'d> {
+    pub fn buffer(&self) -> &Bo {
         &self.bo
     }
 }
@@ -133,10 +125,10 @@ pub struct Matmul<'d, 'w> {
     dev: &'d Device,
     plan: Plan,
     program: Program,
-    regcmd: Bo<'d>,
-    a: Bo<'d>,
-    c: Bo<'d>,
-    bank: &'w WeightBank<'d>,
+    regcmd: Bo,
+    a: Bo,
+    c: Bo,
+    bank: &'w WeightBank,
     /// Deadline per call.
     pub timeout: Duration,
     /// Timings of the last call.
@@ -150,7 +142,7 @@ impl<'d, 'w> Matmul<'d, 'w> {
     pub fn new(
         dev: &'d Device,
         plan: Plan,
-        bank: &'w WeightBank<'d>,
+        bank: &'w WeightBank,
     ) -> Result<Matmul<'d, 'w>, DeviceError> {
         if bank.plan != plan {
             return Err(DeviceError::InvalidArgument {
@@ -194,7 +186,7 @@ impl<'d, 'w> Matmul<'d, 'w> {
         let t0 = Instant::now();
         let mask = match self.plan.per_core.len() {
             // A driver that places jobs on cores itself (rocket) is given none.
-            _ if self.dev.backend.picks_cores() => CoreMask::Auto,
+            _ if self.dev.inner.backend.picks_cores() => CoreMask::Auto,
             // Core 0 named explicitly, as every board-validated vendor submit of a one-core
             // job does (mask 1; the board-validated matmul programs docs/provenance.md), rather than the kernel's auto pick.
             1 => CoreMask::Core0,

@@ -125,9 +125,17 @@ pub fn probe_candidates() -> Vec<String> {
     v
 }
 
-/// An open NPU.
-#[derive(Debug)]
+/// An open NPU: a cheap handle to a shared state (clones are the same device). Buffers,
+/// weight banks and matmuls hold a clone, so they own what they need (`'static`,
+/// `Send + Sync`); the node closes when the last of them is dropped.
+#[derive(Clone, Debug)]
 pub struct Device {
+    inner: Arc<Inner>,
+}
+
+/// What every clone of a [`Device`] shares.
+#[derive(Debug)]
+struct Inner {
     /// The seam and the open node (closed when the device is dropped).
     port: Port,
     /// The interface's behaviour, chosen once at open by the driver's name.
@@ -228,7 +236,7 @@ impl Device {
             keep_open: AtomicBool::new(false),
         };
         let (backend, info) = identify(&port, node)?;
-        let dev = Device {
+        let dev = Inner {
             port,
             backend,
             emu,
@@ -239,6 +247,9 @@ impl Device {
             quarantine: Default::default(),
             core_limit: AtomicU32::new(7),
         };
+        let dev = Device {
+            inner: Arc::new(dev),
+        };
         if let Some(path) = std::env::var_os("RKNPU_TRACE").filter(|p| !p.is_empty()) {
             dev.record_to_file(&recording::trace_path(std::path::Path::new(&path)))?;
         }
@@ -247,13 +258,13 @@ impl Device {
 
     /// What was found.
     pub fn info(&self) -> &DeviceInfo {
-        &self.info
+        &self.inner.info
     }
 
     /// The emulated kernel behind this device, if it is one (for fault injection and its
     /// log).
     pub fn emulator(&self) -> Option<&EmuKernel> {
-        self.emu.as_deref()
+        self.inner.emu.as_deref()
     }
 
     /// Buffer objects of this device not yet freed.
@@ -263,14 +274,14 @@ impl Device {
 
     /// CPU mappings of this device's buffers not yet unmapped.
     pub fn live_mappings(&self) -> usize {
-        self.live_maps.load(Ordering::SeqCst)
+        self.inner.live_maps.load(Ordering::SeqCst)
     }
 
     /// NPU cores as far as the library knows: 3 (RK3588) until the driver refuses a
     /// core mask naming core 2, which only the RK3583's (two cores, `core_mask` limit
     /// 0x3) does; from then on 2, and masks naming core 2 are refused before the kernel.
     pub fn cores(&self) -> u32 {
-        if self.core_limit.load(Ordering::SeqCst) >= 7 {
+        if self.inner.core_limit.load(Ordering::SeqCst) >= 7 {
             3
         } else {
             2
@@ -279,17 +290,17 @@ impl Device {
 
     /// Records that the driver accepts core masks up to `limit` only.
     fn learn_core_limit(&self, limit: u32) {
-        self.core_limit.store(limit, Ordering::SeqCst);
+        self.inner.core_limit.store(limit, Ordering::SeqCst);
     }
 
     /// Soft-resets every core (vendor `RKNPU_ACT_RESET`). The rocket driver resets a
     /// core itself after a job timeout and has no request for it.
     pub fn reset(&self) -> Result<()> {
-        self.backend.reset(self)
+        self.inner.backend.reset(self)
     }
 
     fn handles(&self) -> MutexGuard<'_, HashMap<u32, BoMeta>> {
-        self.handles.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.handles.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Starts tracking a buffer, or refreshes what is kept of it.
@@ -310,7 +321,10 @@ impl Device {
     }
 
     fn recording(&self) -> MutexGuard<'_, Option<Recorder>> {
-        self.recorder.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner
+            .recorder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -395,12 +409,17 @@ fn not_drm(port: &Port, node: &str, errno: Option<crate::sys::Errno>) -> DeviceE
     }
 }
 
-impl Drop for Device {
+impl Drop for Inner {
+    /// Runs when the last handle (device, buffer, bank) is gone.
     fn drop(&mut self) {
-        if let Err(e) = self.stop_recording() {
+        let recorder = self.recorder.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut r) = recorder.take()
+            && let Err(e) = r.finish()
+        {
             eprintln!("rknpu-driver: the trace is incomplete: {e}");
         }
-        let leaked = self.leaked_buffers().len();
+        let quarantine = self.quarantine.get_mut().unwrap_or_else(|e| e.into_inner());
+        let leaked = quarantine.leaked.len();
         if leaked > 0 {
             // Closing the node frees every object it holds, under the NPU.
             eprintln!(

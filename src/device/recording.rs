@@ -23,7 +23,7 @@ impl Device {
 
     /// The header a trace of this device starts with (for [`Recorder::new`]).
     pub fn trace_header(&self) -> Header {
-        let info = &self.info;
+        let info = &self.inner.info;
         let (major, minor, patch) = info.version;
         Header::new(
             "RK3588",
@@ -118,15 +118,16 @@ impl Device {
             *m
         };
         if after_job {
-            self.backend.to_cpu(self, handle, &m).ok()?;
+            self.inner.backend.to_cpu(self, handle, &m).ok()?;
         }
         let bytes = self
+            .inner
             .port
             .mmap(m.size, m.mmap_offset)
             .ok()
             .map(|map| map.as_slice().to_vec());
         if after_job {
-            let _ = self.backend.to_device(self, handle, &m);
+            let _ = self.inner.backend.to_device(self, handle, &m);
         }
         bytes
     }
@@ -141,7 +142,7 @@ impl Device {
             _ => submit::ranges(&job.split),
         };
         let record = SubmitRecord {
-            flags: self.backend.submit_flags(nonblocking),
+            flags: self.inner.backend.submit_flags(nonblocking),
             core_mask: job.cores.bits(),
             timeout_ms: job.timeout.as_millis().min(u32::MAX as u128) as u32,
             ranges,

@@ -31,13 +31,7 @@ impl Backend for Rocket {
         0
     }
 
-    fn alloc<'d>(
-        &self,
-        dev: &'d Device,
-        size: usize,
-        _flags: BoFlags,
-        traced: bool,
-    ) -> Result<Bo<'d>> {
+    fn alloc(&self, dev: &Device, size: usize, _flags: BoFlags, traced: bool) -> Result<Bo> {
         let size32 = u32::try_from(size).map_err(|_| DeviceError::InvalidArgument {
             what: format!("{size} bytes: rocket buffers are at most 4 GiB - 1"),
         })?;
@@ -45,9 +39,9 @@ impl Backend for Rocket {
             size: size32,
             ..DrmRocketCreateBo::default()
         };
-        dev.port.ioctl(&mut Ioctl::RocketCreateBo(&mut c))?;
+        dev.inner.port.ioctl(&mut Ioctl::RocketCreateBo(&mut c))?;
         let bo = Bo {
-            dev,
+            dev: dev.clone(),
             handle: c.handle,
             size: size.div_ceil(4096) * 4096,
             dma: c.dma_address as u32,
@@ -59,7 +53,7 @@ impl Backend for Rocket {
         Ok(bo)
     }
 
-    fn import<'d>(&self, _dev: &'d Device, _dmabuf: &DmaBuf<'_>) -> Result<Bo<'d>> {
+    fn import(&self, _dev: &Device, _dmabuf: &DmaBuf) -> Result<Bo> {
         Err(DeviceError::Unsupported {
             what: "dma-buf import: the rocket driver has no import path".into(),
         })
@@ -73,7 +67,10 @@ impl Backend for Rocket {
 
     fn free(&self, dev: &Device, handle: u32, _m: &BoMeta) -> Result<()> {
         let mut c = DrmGemClose { handle, pad: 0 };
-        dev.port.ioctl(&mut Ioctl::GemClose(&mut c)).map(|_| ())
+        dev.inner
+            .port
+            .ioctl(&mut Ioctl::GemClose(&mut c))
+            .map(|_| ())
     }
 
     /// PREP_BO with a 5 s deadline.
@@ -83,7 +80,10 @@ impl Backend for Rocket {
             reserved: 0,
             timeout_ns: deadline_ns(Duration::from_secs(5)),
         };
-        dev.port.ioctl(&mut Ioctl::RocketPrepBo(&mut p)).map(|_| ())
+        dev.inner
+            .port
+            .ioctl(&mut Ioctl::RocketPrepBo(&mut p))
+            .map(|_| ())
     }
 
     /// FINI_BO.
@@ -92,7 +92,10 @@ impl Backend for Rocket {
             handle,
             reserved: 0,
         };
-        dev.port.ioctl(&mut Ioctl::RocketFiniBo(&mut f)).map(|_| ())
+        dev.inner
+            .port
+            .ioctl(&mut Ioctl::RocketFiniBo(&mut f))
+            .map(|_| ())
     }
 
     fn reset(&self, _dev: &Device) -> Result<()> {
@@ -139,7 +142,7 @@ impl Backend for Rocket {
         r
     }
 
-    fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight<'a>> {
+    fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight> {
         submit(dev, job)
     }
 
@@ -147,7 +150,7 @@ impl Backend for Rocket {
         &self,
         dev: &Device,
         job: &Job<'_>,
-        flight: &mut InFlight<'_>,
+        flight: &mut InFlight,
         deadline: Instant,
     ) -> Result<JobResult> {
         wait(dev, job, flight, deadline)
@@ -165,7 +168,7 @@ impl Backend for Rocket {
         &self,
         dev: &Device,
         job: &Job<'_>,
-        flight: &mut InFlight<'_>,
+        flight: &mut InFlight,
         deadline: Instant,
     ) -> bool {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -174,7 +177,7 @@ impl Backend for Rocket {
 }
 
 /// The handles of the buffers a job writes, its sentinel last.
-fn written<'b>(job: &'b Job<'_>, flight: &'b InFlight<'_>) -> impl Iterator<Item = u32> + 'b {
+fn written<'b>(job: &'b Job<'_>, flight: &'b InFlight) -> impl Iterator<Item = u32> + 'b {
     job.writes
         .iter()
         .copied()
@@ -189,14 +192,14 @@ fn prep(dev: &Device, handle: u32, left: Duration) -> Result<i32> {
         reserved: 0,
         timeout_ns: deadline_ns(left),
     };
-    dev.port.ioctl(&mut Ioctl::RocketPrepBo(&mut p))
+    dev.inner.port.ioctl(&mut Ioctl::RocketPrepBo(&mut p))
 }
 
 /// The job's input and output handle lists, each buffer once: the driver drops a job
 /// that lists a BO twice, in either list, and still returns success
 /// (`drm_gem_lock_reservations` → -EALREADY, ignored by `rocket_ioctl_submit`). A
 /// buffer both read and written is listed as an output, whose fence covers both.
-fn bo_lists(job: &Job<'_>, sentinel: &Bo<'_>) -> (Vec<u32>, Vec<u32>) {
+fn bo_lists(job: &Job<'_>, sentinel: &Bo) -> (Vec<u32>, Vec<u32>) {
     let mut outs: Vec<u32> = Vec::new();
     for h in job.writes.iter().map(|b| b.handle).chain([sentinel.handle]) {
         if !outs.contains(&h) {
@@ -217,7 +220,7 @@ fn bo_lists(job: &Job<'_>, sentinel: &Bo<'_>) -> (Vec<u32>, Vec<u32>) {
 
 /// One SUBMIT of one job: its tasks and then the completion sentinel's, the buffers it
 /// reads (the regcmd buffer first) and those it writes, each once.
-fn submit<'d>(dev: &'d Device, job: &Job<'_>) -> Result<InFlight<'d>> {
+fn submit(dev: &Device, job: &Job<'_>) -> Result<InFlight> {
     let sentinel = sentinel::make(dev)?;
     let mut tasks: Vec<DrmRocketTask> = job
         .tasks
@@ -230,7 +233,7 @@ fn submit<'d>(dev: &'d Device, job: &Job<'_>) -> Result<InFlight<'d>> {
     tasks.extend(sentinel::tasks(&sentinel)?);
     let (ins, outs) = bo_lists(job, &sentinel);
     let mut j = DrmRocketJob::default();
-    dev.port.ioctl(&mut Ioctl::RocketSubmit {
+    dev.inner.port.ioctl(&mut Ioctl::RocketSubmit {
         job: &mut j,
         tasks: &tasks,
         in_handles: &ins,
@@ -249,7 +252,7 @@ fn submit<'d>(dev: &'d Device, job: &Job<'_>) -> Result<InFlight<'d>> {
 fn wait(
     dev: &Device,
     job: &Job<'_>,
-    flight: &mut InFlight<'_>,
+    flight: &mut InFlight,
     deadline: Instant,
 ) -> Result<JobResult> {
     let timeout = DeviceError::Timeout {

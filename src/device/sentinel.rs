@@ -62,7 +62,7 @@ fn layout() -> Result<&'static Layout> {
 
 /// A sentinel buffer for one job: the program bound to it, zero operands, the output
 /// filled with the pattern, handed to the device.
-pub(super) fn make(dev: &Device) -> Result<Bo<'_>> {
+pub(super) fn make(dev: &Device) -> Result<Bo> {
     let l = layout()?;
     let mut bo = dev.alloc_with(l.size, BoFlags::default(), false)?;
     let base = u64::from(bo.dma_addr());
@@ -90,7 +90,7 @@ pub(super) fn make(dev: &Device) -> Result<Bo<'_>> {
 }
 
 /// The sentinel's tasks, to append to a job.
-pub(super) fn tasks(bo: &Bo<'_>) -> Result<Vec<DrmRocketTask>> {
+pub(super) fn tasks(bo: &Bo) -> Result<Vec<DrmRocketTask>> {
     let l = layout()?;
     Ok(l.program
         .tasks()
@@ -103,7 +103,7 @@ pub(super) fn tasks(bo: &Bo<'_>) -> Result<Vec<DrmRocketTask>> {
 }
 
 /// Whether the sentinel task ran: its output no longer holds the pattern.
-pub(super) fn overwritten(bo: &mut Bo<'_>) -> Result<bool> {
+pub(super) fn overwritten(bo: &mut Bo) -> Result<bool> {
     let l = layout()?;
     let bytes = bo.read_all()?;
     Ok(bytes[l.c..l.c + CHECKED].iter().all(|&b| b != FILL))

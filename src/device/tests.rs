@@ -447,7 +447,7 @@ fn jobs_are_checked_before_they_reach_the_kernel() {
 }
 
 /// An int8 matmul program in a regcmd buffer of `d`, with C bound to `c_addr`.
-fn stray_program<'d>(d: &'d Device, a: &Bo<'d>, b: &Bo<'d>, c_addr: u32) -> Bo<'d> {
+fn stray_program(d: &Device, a: &Bo, b: &Bo, c_addr: u32) -> Bo {
     use crate::kernels::single::{Dtype, SingleMatmul};
     use crate::regcmd::words_to_le_bytes;
     let program = SingleMatmul::new(4, 64, 32, Dtype::Int8).program().unwrap();
@@ -519,4 +519,22 @@ fn the_verifier_not_the_kernel_catches_a_stray_address() {
             "{spec}"
         );
     }
+}
+
+/// Handles are owned and shareable: a backend keeps them in its own structs, across threads.
+#[test]
+fn handles_are_send_sync_and_static() {
+    fn owned<T: Send + Sync + 'static>() {}
+    owned::<Device>();
+    owned::<Bo>();
+    owned::<DmaBuf>();
+    let dev = Device::open_spec("emu").unwrap();
+    let bo = dev.alloc(4096, BoFlags::default()).unwrap();
+    let before = dev.live_buffers();
+    drop(dev);
+    // The buffer keeps the device open; its drop frees it.
+    assert_eq!(bo.device().live_buffers(), before);
+    let dev = bo.device().clone();
+    drop(bo);
+    assert_eq!(dev.live_buffers(), before - 1);
 }

@@ -69,27 +69,22 @@ impl Backend for Vendor {
     }
 
     fn alloc_bits(&self, dev: &Device, flags: &BoFlags) -> u32 {
-        flags.vendor_bits(dev.info.version)
+        flags.vendor_bits(dev.inner.info.version)
     }
 
-    fn alloc<'d>(
-        &self,
-        dev: &'d Device,
-        size: usize,
-        flags: BoFlags,
-        traced: bool,
-    ) -> Result<Bo<'d>> {
+    fn alloc(&self, dev: &Device, size: usize, flags: BoFlags, traced: bool) -> Result<Bo> {
         let mut c = RknpuMemCreate {
-            flags: flags.vendor_bits(dev.info.version),
+            flags: flags.vendor_bits(dev.inner.info.version),
             size: size as u64,
             iommu_domain_id: flags.iommu_domain as i32,
             ..RknpuMemCreate::default()
         };
-        dev.port
+        dev.inner
+            .port
             .vendor(VendorOp::MemCreate(&mut c), "RKNPU_MEM_CREATE")?;
         // From here the object exists: the Bo frees it on every path.
         let mut bo = Bo {
-            dev,
+            dev: dev.clone(),
             handle: c.handle,
             size: c.size as usize,
             dma: c.dma_addr as u32,
@@ -110,7 +105,9 @@ impl Backend for Vendor {
             handle: c.handle,
             ..RknpuMemMap::default()
         };
-        dev.port.vendor(VendorOp::MemMap(&mut m), "RKNPU_MEM_MAP")?;
+        dev.inner
+            .port
+            .vendor(VendorOp::MemMap(&mut m), "RKNPU_MEM_MAP")?;
         bo.mmap_offset = m.offset;
         // Again, now with the offset a trace maps it at.
         dev.track(bo.handle, bo.meta(traced));
@@ -123,13 +120,13 @@ impl Backend for Vendor {
     }
 
     /// PRIME_FD_TO_HANDLE, then MEM_CREATE with that handle for the object's address.
-    fn import<'d>(&self, dev: &'d Device, dmabuf: &DmaBuf<'_>) -> Result<Bo<'d>> {
+    fn import(&self, dev: &Device, dmabuf: &DmaBuf) -> Result<Bo> {
         let mut p = DrmPrimeHandle {
             handle: 0,
             flags: 0,
             fd: dmabuf.raw_fd(),
         };
-        dev.port.ioctl(&mut Ioctl::PrimeFdToHandle(&mut p))?;
+        dev.inner.port.ioctl(&mut Ioctl::PrimeFdToHandle(&mut p))?;
         if dev.is_tracked(p.handle) {
             // DRM gives a buffer of this fd back under its existing handle; a second Bo
             // would free it twice.
@@ -144,10 +141,11 @@ impl Backend for Vendor {
             handle: p.handle,
             ..RknpuMemCreate::default()
         };
-        dev.port
+        dev.inner
+            .port
             .vendor(VendorOp::MemCreate(&mut c), "RKNPU_MEM_CREATE")?;
         let bo = Bo {
-            dev,
+            dev: dev.clone(),
             handle: c.handle,
             size: c.size as usize,
             dma: c.dma_addr as u32,
@@ -166,7 +164,7 @@ impl Backend for Vendor {
             flags: 0o2_000_002, // DRM_CLOEXEC | DRM_RDWR
             fd: -1,
         };
-        dev.port.ioctl(&mut Ioctl::PrimeHandleToFd(&mut p))?;
+        dev.inner.port.ioctl(&mut Ioctl::PrimeHandleToFd(&mut p))?;
         Ok(Fd(p.fd))
     }
 
@@ -176,7 +174,8 @@ impl Backend for Vendor {
             reserved: 0,
             obj_addr: m.obj_addr,
         };
-        dev.port
+        dev.inner
+            .port
             .vendor(VendorOp::MemDestroy(&mut d), "RKNPU_MEM_DESTROY")
             .map(|_| ())
     }
@@ -192,7 +191,10 @@ impl Backend for Vendor {
     }
 
     fn reset(&self, dev: &Device) -> Result<()> {
-        dev.port.action(uapi::action::ACT_RESET, 0).map(|_| ())
+        dev.inner
+            .port
+            .action(uapi::action::ACT_RESET, 0)
+            .map(|_| ())
     }
 
     fn picks_cores(&self) -> bool {
@@ -232,7 +234,10 @@ impl Backend for Vendor {
     fn run(&self, dev: &Device, job: &Job<'_>) -> Result<JobResult> {
         let (mut sub, tasks) = self.submit_args(dev, job, false)?;
         let started = Instant::now();
-        let r = dev.port.vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT");
+        let r = dev
+            .inner
+            .port
+            .vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT");
         let statuses = task_statuses(&tasks, job.tasks.len())?;
         match r {
             // A mask naming core 2 refused at once: the driver's `core_mask` limit is
@@ -265,9 +270,10 @@ impl Backend for Vendor {
     }
 
     /// A non-blocking submission with an out-fence (`CONFIG_ROCKCHIP_RKNPU_FENCE`).
-    fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight<'a>> {
+    fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight> {
         let (mut sub, tasks) = self.submit_args(dev, job, true)?;
-        dev.port
+        dev.inner
+            .port
             .vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT")?;
         Ok(InFlight {
             fence: (sub.fence_fd >= 0).then_some(Fd(sub.fence_fd)),
@@ -281,7 +287,7 @@ impl Backend for Vendor {
         &self,
         dev: &Device,
         job: &Job<'_>,
-        flight: &mut InFlight<'_>,
+        flight: &mut InFlight,
         deadline: Instant,
     ) -> Result<JobResult> {
         let Some(fd) = flight.fence.take() else {
@@ -299,7 +305,7 @@ impl Backend for Vendor {
                 int_status: 0,
             });
         }
-        dev.port.close(fd);
+        dev.inner.port.close(fd);
         // The kernel writes no status back for non-blocking jobs (only its blocking
         // wait does): these are zeros unless the task array says otherwise.
         Ok(JobResult {
@@ -322,7 +328,7 @@ impl Backend for Vendor {
         &self,
         dev: &Device,
         _job: &Job<'_>,
-        flight: &mut InFlight<'_>,
+        flight: &mut InFlight,
         deadline: Instant,
     ) -> bool {
         match flight.fence {
@@ -334,12 +340,12 @@ impl Backend for Vendor {
 
 impl Vendor {
     /// The task array and the submit structure of a job.
-    fn submit_args<'d>(
+    fn submit_args(
         &self,
-        dev: &'d Device,
+        dev: &Device,
         job: &Job<'_>,
         nonblocking: bool,
-    ) -> Result<(RknpuSubmit, Bo<'d>)> {
+    ) -> Result<(RknpuSubmit, Bo)> {
         let flags = BoFlags {
             kernel_mapping: true,
             ..BoFlags::default()
@@ -406,7 +412,8 @@ fn sync(dev: &Device, m: &BoMeta, dir: u32) -> Result<()> {
         size: m.size as u64,
         ..RknpuMemSync::default()
     };
-    dev.port
+    dev.inner
+        .port
         .vendor(VendorOp::MemSync(&mut y), "RKNPU_MEM_SYNC")
         .map(|_| ())
 }
@@ -415,7 +422,7 @@ fn sync(dev: &Device, m: &BoMeta, dir: u32) -> Result<()> {
 fn poll_until(dev: &Device, fd: Fd, deadline: Instant) -> Result<bool> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        if dev.port.poll(fd, left)? {
+        if dev.inner.port.poll(fd, left)? {
             return Ok(true);
         }
         if Instant::now() >= deadline {
@@ -428,9 +435,10 @@ fn poll_until(dev: &Device, fd: Fd, deadline: Instant) -> Result<bool> {
 /// mapping (rknpu_gem.c:77-80), so they sit in the CPU's cache: they are read through
 /// the (cacheable, coherent) CPU mapping without a FROM_DEVICE sync, which would
 /// invalidate them away.
-fn task_statuses(tasks: &Bo<'_>, n: usize) -> Result<Vec<u32>> {
+fn task_statuses(tasks: &Bo, n: usize) -> Result<Vec<u32>> {
     let bytes = tasks
         .dev
+        .inner
         .port
         .mmap(tasks.size, tasks.mmap_offset)?
         .as_slice()

@@ -181,20 +181,20 @@ fn round_trip(c: &Ctx<'_>, size: usize, seed: u64) -> Result<(), Fail> {
 }
 
 /// A buffer holding `bytes`.
-pub(super) fn upload<'d>(dev: &'d Device, bytes: &[u8]) -> Result<Bo<'d>, DeviceError> {
+pub(super) fn upload(dev: &Device, bytes: &[u8]) -> Result<Bo, DeviceError> {
     let mut bo = dev.alloc(bytes.len().max(1), BoFlags::default())?;
     bo.write(0, bytes)?;
     Ok(bo)
 }
 
 /// An output buffer of `len` bytes, filled with [`FILL`].
-fn output<'d>(dev: &'d Device, len: usize) -> Result<Bo<'d>, DeviceError> {
+fn output(dev: &Device, len: usize) -> Result<Bo, DeviceError> {
     upload(dev, &vec![FILL; len.max(1)])
 }
 
 /// `program` bound with buffer 0 at its own buffer and buffer `i` at `bases[i - 1]`,
 /// uploaded.
-fn upload_program<'d>(dev: &'d Device, program: &Program, bases: &[u32]) -> Result<Bo<'d>, Fail> {
+fn upload_program(dev: &Device, program: &Program, bases: &[u32]) -> Result<Bo, Fail> {
     let expected = "the program uploaded";
     let mut regcmd = dev
         .alloc(program.byte_len(), BoFlags::default())

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// A device: buffers are allocated anew and the regcmd relocated into them.
 pub(super) struct Hw<'d> {
     dev: &'d Device,
-    bos: BTreeMap<u32, Bo<'d>>,
+    bos: BTreeMap<u32, Bo>,
 }
 
 impl<'d> Hw<'d> {
@@ -21,7 +21,7 @@ impl<'d> Hw<'d> {
         }
     }
 
-    fn bo(&mut self, id: u32) -> Result<&mut Bo<'d>, String> {
+    fn bo(&mut self, id: u32) -> Result<&mut Bo, String> {
         self.bos.get_mut(&id).ok_or(format!("no buffer {id}"))
     }
 }
