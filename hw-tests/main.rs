@@ -225,7 +225,7 @@ fn every_accepted_core_mask() {
     }
     if d.info().interface == Interface::Rocket {
         let err = run_matmul(&d, 4, 64, 32, 1, CoreMask::Core1, &[1]).unwrap_err();
-        assert!(matches!(err, DeviceError::Unsupported { .. }), "{err}");
+        assert!(matches!(err, DeviceError::NotOffered { .. }), "{err}");
     }
 }
 
@@ -355,7 +355,7 @@ fn dma_buf_export_and_import_where_the_driver_allows_them() {
         Interface::Vendor => assert!(bo.export_dmabuf().unwrap().raw_fd() >= 0),
         Interface::Rocket => assert!(matches!(
             bo.export_dmabuf(),
-            Err(DeviceError::Unsupported { .. })
+            Err(DeviceError::NotOffered { .. })
         )),
     }
 }

@@ -1,4 +1,5 @@
-//! The crate's error type.
+//! The crate's one error type, for the pure layers (registers, programs, plans) and the
+//! device alike, and the operating-system error code it carries.
 
 use std::fmt;
 
@@ -75,6 +76,118 @@ pub enum Error {
     },
     /// A program with no task.
     EmptyProgram,
+
+    /// No NPU was found.
+    NotFound {
+        /// What was looked for.
+        looked_for: String,
+        /// How to select a device.
+        hint: String,
+    },
+    /// The node could not be opened.
+    Open {
+        /// The node.
+        node: String,
+        /// Why.
+        errno: OsError,
+    },
+    /// A driver, or a driver version, whose interface the library does not speak.
+    UnsupportedDriver {
+        /// Driver name.
+        driver: String,
+        /// Its version.
+        version: String,
+        /// Why it is refused.
+        why: String,
+    },
+    /// A feature the interface does not offer (or the library does not use on it).
+    NotOffered {
+        /// What was asked for, and why not.
+        what: String,
+    },
+    /// A request the library refuses before asking the kernel.
+    InvalidArgument {
+        /// What was wrong.
+        what: String,
+    },
+    /// Core masks 5 and 6: the vendor kernel accepts them and never starts the job.
+    CoreMask {
+        /// The mask.
+        mask: u32,
+    },
+    /// A core mask naming a core this NPU does not have (the RK3583 has cores 0 and 1:
+    /// its driver refuses masks above 0x3).
+    NoSuchCore {
+        /// The mask.
+        mask: u32,
+        /// The cores the NPU has.
+        cores: u32,
+    },
+    /// An ioctl (or mmap, poll) failed.
+    Ioctl {
+        /// The request's name.
+        op: &'static str,
+        /// The errno.
+        errno: OsError,
+    },
+    /// The job did not complete before its deadline (rocket: or the scheduler stopped
+    /// or dropped it, which the completion sentinel shows). The vendor driver
+    /// soft-resets every core after a blocking timeout (the vendor and rocket driver sources docs/provenance.md).
+    Timeout {
+        /// Vendor, blocking: the wait core's `PC_TASK_STATUS & 0xfff`, the tasks done in
+        /// its current kick of at most 4095 (`rknpu_job.c:246-256`); 0 for non-blocking
+        /// jobs and on rocket, which report nothing.
+        task_counter: u32,
+        /// The last task's interrupt status, where the kernel wrote it (0 otherwise).
+        int_status: u32,
+    },
+    /// The pre-submit verifier found a DMA range of the job outside its buffers, or a
+    /// task it cannot read ([`crate::verify`]); nothing was submitted.
+    Verify {
+        /// Which task (its index in the job), register and range.
+        error: crate::verify::VerifyError,
+    },
+    /// A buffer of a job that may still run on the NPU: it was dropped or timed out and
+    /// did not finish within a bound, so the buffer is kept away from the CPU and from
+    /// reuse (see [`crate::device::Device::leaked_buffers`]).
+    StillRunning {
+        /// Which buffer, and why it is held.
+        what: String,
+    },
+    /// A trace could not be written.
+    Trace {
+        /// What went wrong, with the file where there is one.
+        what: String,
+    },
+    /// An input whose size does not match what the operation expects.
+    ShapeMismatch {
+        /// Which input, and in what unit (`A values`, `weight rows`, `scales`).
+        what: &'static str,
+        /// What the operation expects.
+        expected: u64,
+        /// What was given.
+        actual: u64,
+    },
+    /// A value outside the range its type or operation accepts.
+    OutOfRange {
+        /// Which input.
+        what: &'static str,
+        /// Its index in that input.
+        index: usize,
+        /// The value (as text: integers and floats alike, `NaN` included).
+        value: String,
+        /// The accepted range, as text (`-8..=7`, `finite`).
+        range: &'static str,
+    },
+    /// A combination of input, weight and output types that no kernel offers.
+    Precision {
+        /// Activation type.
+        input: &'static str,
+        /// Weight type.
+        weights: &'static str,
+        /// Result type.
+        output: &'static str,
+    },
 }
 
 impl fmt::Display for Error {
@@ -121,11 +234,134 @@ impl fmt::Display for Error {
                 write!(f, "{what} is {value}, above the limit of {limit}")
             }
             Error::EmptyProgram => write!(f, "program has no task"),
+            Error::NotFound { looked_for, hint } => {
+                write!(f, "no NPU found: looked for {looked_for}; {hint}")
+            }
+            Error::Open { node, errno } => write!(f, "cannot open {node}: {errno}"),
+            Error::UnsupportedDriver {
+                driver,
+                version,
+                why,
+            } => {
+                write!(f, "driver {driver} {version} is not supported: {why}")
+            }
+            Error::NotOffered { what } => write!(f, "not supported: {what}"),
+            Error::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+            Error::Verify { error } => write!(
+                f,
+                "the job was not submitted: {error} (Job::unverified skips this check)"
+            ),
+            Error::CoreMask { mask } => write!(
+                f,
+                "core mask {mask:#x}: the vendor kernel accepts masks 5 and 6 but never starts them; use 1, 2, 4, 3, 7 or automatic"
+            ),
+            Error::NoSuchCore { mask, cores } => write!(
+                f,
+                "core mask {mask:#x} names a core this NPU does not have: it has {cores} (an RK3583 accepts masks up to 0x3)"
+            ),
+            Error::Ioctl { op, errno } => {
+                write!(f, "{op} failed: {errno}")
+            }
+            Error::Timeout {
+                task_counter,
+                int_status,
+            } => write!(
+                f,
+                "job timed out after {task_counter} task(s), interrupt status {int_status:#x}"
+            ),
+            Error::StillRunning { what } => {
+                write!(f, "the NPU may still use this buffer: {what}")
+            }
+            Error::Trace { what } => write!(f, "recording a trace: {what}"),
+            Error::ShapeMismatch {
+                what,
+                expected,
+                actual,
+            } => write!(f, "{what}: expected {expected}, got {actual}"),
+            Error::OutOfRange {
+                what,
+                index,
+                value,
+                range,
+            } => write!(f, "{what}[{index}] = {value} is outside {range}"),
+            Error::Precision {
+                input,
+                weights,
+                output,
+            } => write!(
+                f,
+                "no kernel takes {input} activations with {weights} weights to {output} results"
+            ),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+impl Error {
+    /// Whether the error names an NPU driver (rather than another DRM driver).
+    pub(crate) fn is_npu(&self) -> bool {
+        matches!(self, Error::UnsupportedDriver { driver, .. } if driver.starts_with("rknpu") || driver == "rocket")
+    }
+}
+
+/// An operating-system error code (`errno`) a kernel request returned. The library's own
+/// type, so that no system-binding crate is part of the public API.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OsError(i32);
+
+impl OsError {
+    /// No such file or directory.
+    pub const ENOENT: OsError = OsError(2);
+    /// Operation not permitted.
+    pub const EPERM: OsError = OsError(1);
+    /// Bad address.
+    pub const EFAULT: OsError = OsError(14);
+    /// Permission denied.
+    pub const EACCES: OsError = OsError(13);
+    /// Device or resource busy.
+    pub const EBUSY: OsError = OsError(16);
+    /// Invalid argument.
+    pub const EINVAL: OsError = OsError(22);
+    /// Out of memory.
+    pub const ENOMEM: OsError = OsError(12);
+    /// Inappropriate ioctl for device.
+    pub const ENOTTY: OsError = OsError(25);
+    /// Timer expired.
+    pub const ETIME: OsError = OsError(62);
+    /// Connection timed out (what the drivers return for a job that did not finish).
+    pub const ETIMEDOUT: OsError = OsError(110);
+
+    /// The error of a raw `errno` value.
+    pub const fn from_raw(code: i32) -> OsError {
+        OsError(code)
+    }
+
+    /// The raw `errno` value.
+    pub const fn code(self) -> i32 {
+        self.0
+    }
+}
+
+impl From<nix::errno::Errno> for OsError {
+    fn from(e: nix::errno::Errno) -> OsError {
+        OsError(e as i32)
+    }
+}
+
+impl fmt::Debug for OsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", nix::errno::Errno::from_raw(self.0))
+    }
+}
+
+impl fmt::Display for OsError {
+    /// `EINVAL: Invalid argument`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = nix::errno::Errno::from_raw(self.0);
+        write!(f, "{e:?}: {}", e.desc())
+    }
+}
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

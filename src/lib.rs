@@ -63,7 +63,7 @@ pub mod task;
 pub mod trace;
 pub mod verify;
 
-pub use error::{Error, Result};
+pub use error::{Error, OsError, Result};
 
 /// The examples of README.md, compiled and run as doctests so that they stay true.
 #[cfg(doctest)]

@@ -24,7 +24,10 @@ pub(super) struct Port {
 }
 
 fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
-    move |errno| DeviceError::Ioctl { op, errno }
+    move |errno| DeviceError::Ioctl {
+        op,
+        errno: errno.into(),
+    }
 }
 
 impl Port {

@@ -168,7 +168,7 @@ fn s8_4_a_hung_nonblocking_vendor_job_keeps_its_core() {
         matches!(
             r,
             Err(DeviceError::Ioctl {
-                errno: Errno::EINVAL,
+                errno: crate::OsError::EINVAL,
                 ..
             })
         ),
@@ -189,7 +189,7 @@ fn s8_5_nonblocking_vendor_jobs_on_an_explicit_mask_are_refused() {
     let mm = matmul(&d, 1);
     let job = mm.job().on_cores(CoreMask::Core1, &[1]);
     match d.submit_nonblocking(job) {
-        Err(DeviceError::Unsupported { what }) => assert!(what.contains("automatic"), "{what}"),
+        Err(DeviceError::NotOffered { what }) => assert!(what.contains("automatic"), "{what}"),
         other => panic!("{other:?}"),
     }
     assert!(d.submit(&mm.job().on_cores(CoreMask::Core1, &[1])).is_ok());

@@ -227,7 +227,7 @@ impl Device {
     ) -> Result<Device> {
         let fd = kernel.open(node).map_err(|errno| DeviceError::Open {
             node: node.into(),
-            errno,
+            errno: errno.into(),
         })?;
         // From here the port closes the node on every path.
         let port = Port {
@@ -400,7 +400,7 @@ fn not_drm(port: &Port, node: &str, errno: Option<crate::sys::Errno>) -> DeviceE
             version: format!("{}.{}.{}", a.value / 10000, a.value / 100 % 100, a.value % 100),
             why: "this flavour allocates from a DMA heap whose addresses are only meaningful without an IOMMU; use a kernel built with CONFIG_ROCKCHIP_RKNPU_DRM_GEM or the rocket driver".into(),
         },
-        Err(_) => DeviceError::Unsupported {
+        Err(_) => DeviceError::NotOffered {
             what: match errno {
                 Some(e) => format!("{node}: not a DRM node (DRM_IOCTL_VERSION: {e}) and not the vendor misc node"),
                 None => format!("{node}: DRM_IOCTL_VERSION named no driver, and the node is not the vendor misc node"),

@@ -185,7 +185,7 @@ impl Device {
                         }
                         (Errno::ETIMEDOUT as i32, *task_counter)
                     }
-                    DeviceError::Ioctl { errno, .. } => (*errno as i32, 0),
+                    DeviceError::Ioctl { errno, .. } => (errno.code(), 0),
                     _ => (-1, 0),
                 };
                 DoneRecord {

@@ -6,8 +6,9 @@ use super::backend::{Backend, InFlight, Port, deadline_ns};
 use super::sentinel;
 use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo, DmaBuf};
 use super::{Interface, Job, JobResult, Result};
+use crate::OsError;
 use crate::sys::uapi::*;
-use crate::sys::{Errno, Fd, Ioctl};
+use crate::sys::{Fd, Ioctl};
 use std::time::{Duration, Instant};
 
 /// The rocket driver.
@@ -54,13 +55,13 @@ impl Backend for Rocket {
     }
 
     fn import(&self, _dev: &Device, _dmabuf: &DmaBuf) -> Result<Bo> {
-        Err(DeviceError::Unsupported {
+        Err(DeviceError::NotOffered {
             what: "dma-buf import: the rocket driver has no import path".into(),
         })
     }
 
     fn export(&self, _dev: &Device, _handle: u32) -> Result<Fd> {
-        Err(DeviceError::Unsupported {
+        Err(DeviceError::NotOffered {
             what: "dma-buf export: untested on the rocket driver".into(),
         })
     }
@@ -99,7 +100,7 @@ impl Backend for Rocket {
     }
 
     fn reset(&self, _dev: &Device) -> Result<()> {
-        Err(DeviceError::Unsupported {
+        Err(DeviceError::NotOffered {
             what: "reset: the rocket driver resets a core itself after a job timeout".into(),
         })
     }
@@ -110,7 +111,7 @@ impl Backend for Rocket {
 
     fn check(&self, job: &Job<'_>) -> Result<()> {
         if job.cores != CoreMask::Auto {
-            return Err(DeviceError::Unsupported {
+            return Err(DeviceError::NotOffered {
                 what: "core selection: the rocket driver schedules jobs on cores itself".into(),
             });
         }
@@ -265,7 +266,7 @@ fn wait(
         match prep(dev, handle, left) {
             Ok(_) => {}
             Err(DeviceError::Ioctl {
-                errno: Errno::ETIMEDOUT | Errno::EBUSY,
+                errno: OsError::ETIMEDOUT | OsError::EBUSY,
                 ..
             }) => return Err(timeout),
             Err(e) => return Err(e),

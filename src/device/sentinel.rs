@@ -55,7 +55,7 @@ fn layout() -> Result<&'static Layout> {
             })
         })
         .as_ref()
-        .ok_or_else(|| DeviceError::Unsupported {
+        .ok_or_else(|| DeviceError::NotOffered {
             what: "the rocket completion sentinel program could not be built".into(),
         })
 }

@@ -389,7 +389,7 @@ fn devices_open_by_specification() {
     assert!(matches!(
         Device::open_spec("/nonexistent/node"),
         Err(DeviceError::Open {
-            errno: Errno::ENOENT,
+            errno: crate::OsError::ENOENT,
             ..
         })
     ));

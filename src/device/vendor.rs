@@ -5,9 +5,10 @@
 use super::backend::{Backend, InFlight, Port};
 use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo, DmaBuf};
 use super::{Interface, Job, JobResult, Result};
+use crate::OsError;
 use crate::submit::{self, irq};
 use crate::sys::uapi::{self, *};
-use crate::sys::{Errno, Fd, Ioctl, VendorOp};
+use crate::sys::{Fd, Ioctl, VendorOp};
 use std::time::{Duration, Instant};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -94,7 +95,7 @@ impl Backend for Vendor {
         };
         dev.track(c.handle, bo.meta(traced));
         if c.dma_addr + c.size > 1 << 32 {
-            return Err(DeviceError::Unsupported {
+            return Err(DeviceError::NotOffered {
                 what: format!(
                     "buffer at {:#x}+{:#x} lies above the NPU's 32-bit address space",
                     c.dma_addr, c.size
@@ -214,7 +215,7 @@ impl Backend for Vendor {
         if job.cores == CoreMask::Auto {
             return Ok(());
         }
-        Err(DeviceError::Unsupported {
+        Err(DeviceError::NotOffered {
             what: format!(
                 "non-blocking submission on core mask {:#x}: the vendor driver's timeout clean-up of explicitly placed non-blocking jobs can crash the kernel on another process's blocking job; submit with the automatic mask, or block",
                 job.cores.bits()
@@ -244,7 +245,7 @@ impl Backend for Vendor {
             // below 4, which is the RK3583's 0x3 (rknpu_drv.c:204-223). (Masks it
             // accepts and cannot start fail only after the timeout.)
             Err(DeviceError::Ioctl {
-                errno: Errno::EINVAL,
+                errno: OsError::EINVAL,
                 ..
             }) if job.cores.bits() & 4 != 0 && started.elapsed() < job.timeout => {
                 dev.learn_core_limit(3);
@@ -259,7 +260,7 @@ impl Backend for Vendor {
                 hw_elapsed: Some(Duration::from_nanos(sub.hw_elapse_time.max(0) as u64)),
             }),
             Err(DeviceError::Ioctl {
-                errno: Errno::ETIMEDOUT,
+                errno: OsError::ETIMEDOUT,
                 ..
             }) => Err(DeviceError::Timeout {
                 task_counter: sub.task_counter,
@@ -291,7 +292,7 @@ impl Backend for Vendor {
         deadline: Instant,
     ) -> Result<JobResult> {
         let Some(fd) = flight.fence.take() else {
-            return Err(DeviceError::Unsupported {
+            return Err(DeviceError::NotOffered {
                 what: "waiting: the kernel returned no fence".into(),
             });
         };

@@ -143,7 +143,7 @@ fn probe_fails_on_a_node_that_does_not_open() {
     assert!(report.device.is_none());
     let d = stopped_at(report, Rung::Probe);
     assert!(
-        matches!(&d.finding, Finding::Device(DeviceError::Open { errno, .. }) if *errno == crate::sys::Errno::ENOENT),
+        matches!(&d.finding, Finding::Device(DeviceError::Open { errno, .. }) if *errno == crate::OsError::ENOENT),
         "{d}"
     );
     assert!(d.hint.contains("ls -l /dev/dri"), "{d}");
