@@ -53,8 +53,9 @@ fn main() {
                 .iter()
                 .map(|&v| v as f32 / 8.0)
                 .collect();
-            let bank = WeightBank::new_f32(&dev, &plan, &b).unwrap();
-            let mut mm = Matmul::new(&dev, plan, &bank).unwrap();
+            let bank =
+                std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
+            let mut mm = Matmul::for_plan(&bank, plan).unwrap();
             for _ in 0..10 {
                 mm.run_f32(&a).unwrap();
                 best = best.min(mm.timings.submit_wait.as_secs_f64());
@@ -67,8 +68,9 @@ fn main() {
             };
             let a = values(m * k, 1, lo, span);
             let b = values(k * n, 2, lo, span);
-            let bank = WeightBank::new_int(&dev, &plan, &b).unwrap();
-            let mut mm = Matmul::new(&dev, plan, &bank).unwrap();
+            let bank =
+                std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+            let mut mm = Matmul::for_plan(&bank, plan).unwrap();
             for _ in 0..10 {
                 mm.run_int(&a).unwrap();
                 best = best.min(mm.timings.submit_wait.as_secs_f64());

@@ -1,13 +1,13 @@
 //! Throughput of the fast packers of `kernels::matmul::pack`, each against a `memcpy`
 //! baseline measured in the same group and the same run.
 //!
-//! * `int8_weights_4096x4096`: `pack::weights_i8_kn_into(&plan, &b, &mut out)` for the
+//! * `int8_weights_4096x4096`: `pack::weights_i8_kn_into(&plan.layout, &b, &mut out)` for the
 //!   plan of `MatmulSpec::new(128, 4096, 4096, Dtype::Int8)`: B is a row-major 4096×4096
-//!   `Vec<i8>`, `out` a preallocated buffer of `plan.b_bytes` (16 MiB) that the packer
+//!   `Vec<i8>`, `out` a preallocated buffer of `plan.layout.bytes` (16 MiB) that the packer
 //!   overwrites every iteration.
 //! * `int4_weights_4096x4096`: `pack::weights_i4_kn_into` for the Int4 plan of the same
 //!   shape, B holding values in `-8..=7` (the packer's range check over all of B is inside
-//!   the timing), `out` a preallocated buffer of `plan.b_bytes` (8 MiB).
+//!   the timing), `out` a preallocated buffer of `plan.layout.bytes` (8 MiB).
 //! * `int8_activations_128x4096`: `pack::activations_i8(&plan, &a)` for the Int8 plan
 //!   above, A a row-major 128×4096 `Vec<i8>`. This packer allocates and zeroes its output
 //!   of `plan.a_bytes` (512 KiB) on every call, so that allocation is inside the timing;
@@ -131,14 +131,14 @@ fn memcpy_baseline(group: &mut BenchmarkGroup<'_, WallTime>, bytes: usize) {
 fn int8_weights(c: &mut Criterion) {
     let plan = plan(Dtype::Int8);
     let b = rng().i8s(K as usize * N as usize);
-    let mut out = vec![0u8; plan.b_bytes as usize];
-    pack::weights_i8_kn_into(&plan, &b, &mut out).expect("int8 B packs");
+    let mut out = vec![0u8; plan.layout.bytes as usize];
+    pack::weights_i8_kn_into(&plan.layout, &b, &mut out).expect("int8 B packs");
     let bytes = out.len();
 
     let mut group = group(c, "int8_weights_4096x4096", bytes, true);
     group.bench_function("weights_i8_kn_into", |bch| {
         bch.iter(|| {
-            pack::weights_i8_kn_into(black_box(&plan), black_box(&b), &mut out)
+            pack::weights_i8_kn_into(black_box(&plan.layout), black_box(&b), &mut out)
                 .expect("int8 B packs");
             black_box(&mut out);
         })
@@ -150,14 +150,14 @@ fn int8_weights(c: &mut Criterion) {
 fn int4_weights(c: &mut Criterion) {
     let plan = plan(Dtype::Int4);
     let b = rng().i4s(K as usize * N as usize);
-    let mut out = vec![0u8; plan.b_bytes as usize];
-    pack::weights_i4_kn_into(&plan, &b, &mut out).expect("int4 B packs");
+    let mut out = vec![0u8; plan.layout.bytes as usize];
+    pack::weights_i4_kn_into(&plan.layout, &b, &mut out).expect("int4 B packs");
     let bytes = out.len();
 
     let mut group = group(c, "int4_weights_4096x4096", bytes, true);
     group.bench_function("weights_i4_kn_into", |bch| {
         bch.iter(|| {
-            pack::weights_i4_kn_into(black_box(&plan), black_box(&b), &mut out)
+            pack::weights_i4_kn_into(black_box(&plan.layout), black_box(&b), &mut out)
                 .expect("int4 B packs");
             black_box(&mut out);
         })

@@ -112,8 +112,10 @@ fn fixture() -> Fixture {
     let device_c = {
         let plan = Plan::new(MatmulSpec::new(M as u32, K as u32, N as u32, Dtype::Int8))
             .expect("the shape plans");
-        let bank = WeightBank::new_int(&dev, &plan, &widen(&b)).expect("B uploads");
-        let mut mm = Matmul::new(&dev, plan, &bank).expect("the matmul binds");
+        let bank = std::sync::Arc::new(
+            WeightBank::from_int_kn(&dev, &plan.layout, &widen(&b)).expect("B uploads"),
+        );
+        let mut mm = Matmul::for_plan(&bank, plan).expect("the matmul binds");
         mm.timeout = Duration::from_secs(60);
         mm.run_int(&widen(&a)).expect("the matmul runs")
     };

@@ -27,8 +27,8 @@ fn run(spec: MatmulSpec) {
             .iter()
             .map(|&v| v as f32 / 8.0)
             .collect();
-        let bank = WeightBank::new_f32(&dev, &plan, &b).unwrap();
-        let mut mm = Matmul::new(&dev, plan, &bank).unwrap();
+        let bank = std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
+        let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         let c = mm.run_f32(&a).unwrap();
         // Multiples of 1/8 in [-1, 1): every partial sum is exact in fp32 for these K.
         let ok = (0..m).all(|i| {
@@ -48,8 +48,8 @@ fn run(spec: MatmulSpec) {
         };
         let a = values(m * k, 1, lo, span);
         let b = values(k * n, 2, lo, span);
-        let bank = WeightBank::new_int(&dev, &plan, &b).unwrap();
-        let mut mm = Matmul::new(&dev, plan, &bank).unwrap();
+        let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+        let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         let c = mm.run_int(&a).unwrap();
         let ok = (0..m).all(|i| {
             (0..n).step_by(97).all(|j| {

@@ -29,8 +29,8 @@ fn record(spec: MatmulSpec, name: &str, redact: bool) -> Trace {
             .iter()
             .map(|&v| v as f32 / 128.0)
             .collect();
-        let bank = WeightBank::new_f32(&dev, &plan, &b).unwrap();
-        Matmul::new(&dev, plan, &bank).unwrap().run_f32(&a).unwrap();
+        let bank = std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
+        Matmul::for_plan(&bank, plan).unwrap().run_f32(&a).unwrap();
     } else {
         let shrink = |v: Vec<i32>| -> Vec<i32> {
             if spec.dtype == Dtype::Int4 {
@@ -43,8 +43,8 @@ fn record(spec: MatmulSpec, name: &str, redact: bool) -> Trace {
             shrink(super::values(m * k, 3)),
             shrink(super::values(k * n, 4)),
         );
-        let bank = WeightBank::new_int(&dev, &plan, &b).unwrap();
-        let c = Matmul::new(&dev, plan, &bank).unwrap().run_int(&a).unwrap();
+        let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+        let c = Matmul::for_plan(&bank, plan).unwrap().run_int(&a).unwrap();
         let want = super::cpu_matmul(&a, &b, m as usize, k as usize, n as usize);
         assert_eq!(c, want, "{name}: the recorded run itself is wrong");
     }

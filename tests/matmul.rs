@@ -32,8 +32,8 @@ fn check(spec: MatmulSpec, seed: u64) {
         let b: Vec<f32> = (0..k * n)
             .map(|_| q(rng.int(-1000, 1000) as f32 / 1000.0))
             .collect();
-        let bank = WeightBank::new_f32(&dev, &plan, &b).unwrap();
-        let mut mm = Matmul::new(&dev, plan, &bank).unwrap();
+        let bank = std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
+        let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         let c = mm.run_f32(&a).unwrap();
         for i in 0..m {
             for j in 0..n {
@@ -62,8 +62,8 @@ fn check(spec: MatmulSpec, seed: u64) {
         };
         let a: Vec<i32> = (0..m * k).map(|_| rng.int(lo, hi)).collect();
         let b: Vec<i32> = (0..k * n).map(|_| rng.int(lo, hi)).collect();
-        let bank = WeightBank::new_int(&dev, &plan, &b).unwrap();
-        let mut mm = Matmul::new(&dev, plan, &bank).unwrap();
+        let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+        let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         let c = mm.run_int(&a).unwrap();
         // A second call reuses the plan, program and weights.
         let again = mm.run_int(&a).unwrap();
@@ -139,8 +139,8 @@ fn result_types_and_rocket() {
     let dev = Device::open_spec("emu:rocket").unwrap();
     let plan = Plan::new(MatmulSpec::new(20, 1000, 200, Dtype::Int8).on_cores(3)).unwrap();
     let b: Vec<i32> = (0..1000 * 200).map(|i| (i % 9) - 4).collect();
-    let bank = WeightBank::new_int(&dev, &plan, &b).unwrap();
-    let mut mm = Matmul::new(&dev, plan, &bank).unwrap();
+    let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+    let mut mm = Matmul::for_plan(&bank, plan).unwrap();
     let c = mm.run_int(&vec![1; 20 * 1000]).unwrap();
     for (j, &got) in c.iter().take(200).enumerate() {
         let want: i64 = (0..1000).map(|kk| ((kk * 200 + j) % 9) as i64 - 4).sum();

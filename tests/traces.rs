@@ -93,8 +93,9 @@ fn record(case: &Case) -> Vec<u8> {
         Dtype::Fp16 => {
             let a: Vec<f32> = (0..m * k).map(|_| rng.float()).collect();
             let b: Vec<f32> = (0..k * n).map(|_| rng.float()).collect();
-            let bank = WeightBank::new_f32(&dev, &plan, &b).unwrap();
-            Matmul::new(&dev, plan, &bank).unwrap().run_f32(&a).unwrap();
+            let bank =
+                std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
+            Matmul::for_plan(&bank, plan).unwrap().run_f32(&a).unwrap();
         }
         d => {
             let (lo, hi) = if d == Dtype::Int4 {
@@ -104,8 +105,9 @@ fn record(case: &Case) -> Vec<u8> {
             };
             let a: Vec<i32> = (0..m * k).map(|_| rng.int(lo, hi)).collect();
             let b: Vec<i32> = (0..k * n).map(|_| rng.int(lo, hi)).collect();
-            let bank = WeightBank::new_int(&dev, &plan, &b).unwrap();
-            Matmul::new(&dev, plan, &bank).unwrap().run_int(&a).unwrap();
+            let bank =
+                std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+            Matmul::for_plan(&bank, plan).unwrap().run_int(&a).unwrap();
         }
     }
     dev.stop_recording().unwrap();
@@ -510,8 +512,8 @@ fn contents_written_between_submissions_are_recorded_once_each() {
     let plan = Plan::new(MatmulSpec::new(16, 64, 32, Dtype::Int8)).unwrap();
     let mut rng = Rng(11);
     let b: Vec<i32> = (0..64 * 32).map(|_| rng.int(-128, 127)).collect();
-    let bank = WeightBank::new_int(&dev, &plan, &b).unwrap();
-    let mut mm = Matmul::new(&dev, plan, &bank).unwrap();
+    let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+    let mut mm = Matmul::for_plan(&bank, plan).unwrap();
     for _ in 0..2 {
         let a: Vec<i32> = (0..16 * 64).map(|_| rng.int(-128, 127)).collect();
         mm.run_int(&a).unwrap();

@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     };
     assert!(plan.per_core.iter().all(|&t| t <= MAX_TASKS));
     assert_eq!(plan.per_core.iter().sum::<usize>(), plan.tasks.len());
-    assert!(plan.a_bytes + plan.b_bytes + plan.c_bytes <= u32::MAX as u64);
+    assert!(plan.a_bytes + plan.layout.bytes + plan.c_bytes <= u32::MAX as u64);
     // Small plans also build their program.
     if plan.tasks.len() <= 16 {
         let program = plan.program().expect("a plan's program builds");

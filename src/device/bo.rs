@@ -175,6 +175,22 @@ impl Bo {
         Ok(self.cpu_mapping()?.as_slice().to_vec())
     }
 
+    /// Calls `f` on the buffer's bytes, CPU-owned for the call, through a shared borrow,
+    /// and hands the buffer back to the device: reading a job's results without a copy
+    /// while the job's other borrows live.
+    pub fn read_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        self.dev.check_not_held(self.handle)?;
+        self.to_cpu()?;
+        let r = self
+            .dev
+            .inner
+            .port
+            .mmap(self.size, self.mmap_offset)
+            .map(|m| f(m.as_slice()));
+        self.to_device()?;
+        r
+    }
+
     /// Copies the whole buffer out and hands it back to the device, through a shared
     /// borrow: what a job's checks read of a buffer the job borrows.
     pub(super) fn peek(&self) -> Result<Vec<u8>> {

@@ -188,6 +188,18 @@ impl Device {
         }
     }
 
+    /// Opens the board's NPU as [`Device::open`] does, or, when none is found (no
+    /// `RKNPU_DEVICE`, no NPU node), the emulated kernel (vendor 0.9.8): the
+    /// "board, else emulator" of examples and tools. Which one it is shows in
+    /// [`Device::info`] (`emulated`, and its `Display`). An NPU that is present but
+    /// refuses to open is an error, not a fallback.
+    pub fn open_or_emulated() -> Result<Device> {
+        match Device::open() {
+            Err(DeviceError::NotFound { .. }) => Device::open_spec("emu"),
+            r => r,
+        }
+    }
+
     /// Opens a device by specification: `emu` (vendor 0.9.8), `emu:vendor-0.9.8`,
     /// `emu:vendor-0.9.6`, `emu:rocket`, or a node path.
     pub fn open_spec(spec: &str) -> Result<Device> {

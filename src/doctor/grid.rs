@@ -88,15 +88,19 @@ fn run_plan(c: &Ctx<'_>, plan: Plan, seed: u64) -> Result<bool, Fail> {
     let dev_err = |e: DeviceError| Fail::device(expected.as_str())(e);
     let (got, job) = match &ops {
         Operands::Int { a, b, .. } => {
-            let bank = WeightBank::new_int(c.dev, &plan, b).map_err(dev_err)?;
-            let mut mm = Matmul::new(c.dev, plan, &bank).map_err(dev_err)?;
+            let bank = std::sync::Arc::new(
+                WeightBank::from_int_kn(c.dev, &plan.layout, b).map_err(dev_err)?,
+            );
+            let mut mm = Matmul::for_plan(&bank, plan).map_err(dev_err)?;
             mm.timeout = c.opts.deadline;
             let got = mm.run_int(a).map_err(dev_err)?;
             (Values::Int(got), mm.last.take())
         }
         Operands::Float { a, b } => {
-            let bank = WeightBank::new_f32(c.dev, &plan, b).map_err(dev_err)?;
-            let mut mm = Matmul::new(c.dev, plan, &bank).map_err(dev_err)?;
+            let bank = std::sync::Arc::new(
+                WeightBank::from_f32_kn(c.dev, &plan.layout, b).map_err(dev_err)?,
+            );
+            let mut mm = Matmul::for_plan(&bank, plan).map_err(dev_err)?;
             mm.timeout = c.opts.deadline;
             let got = mm.run_f32(a).map_err(dev_err)?;
             (Values::Float(got), mm.last.take())

@@ -42,22 +42,22 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     };
     let p8 = Plan::new(MatmulSpec::new(128, 4096, 4096, Dtype::Int8)).map_err(fail)?;
     let b8: Vec<i8> = (0..4096 * 4096).map(|_| rng.int(-128, 127) as i8).collect();
-    let mut bank = vec![0u8; p8.b_bytes as usize];
+    let mut bank = vec![0u8; p8.layout.bytes as usize];
     let t = best_of(|| {
-        black_box(pack::weights_i8_kn_into(&p8, black_box(&b8), &mut bank).ok());
+        black_box(pack::weights_i8_kn_into(&p8.layout, black_box(&b8), &mut bank).ok());
     });
-    line("int8 weight packing (K x N)", p8.b_bytes as usize, t);
+    line("int8 weight packing (K x N)", p8.layout.bytes as usize, t);
     let t = best_of(|| {
-        black_box(pack::weights_i8_nk_into(&p8, black_box(&b8), &mut bank).ok());
+        black_box(pack::weights_i8_nk_into(&p8.layout, black_box(&b8), &mut bank).ok());
     });
-    line("int8 weight packing (N x K)", p8.b_bytes as usize, t);
+    line("int8 weight packing (N x K)", p8.layout.bytes as usize, t);
     let p4 = Plan::new(MatmulSpec::new(128, 4096, 4096, Dtype::Int4)).map_err(fail)?;
     let b4: Vec<i8> = (0..4096 * 4096).map(|_| rng.int(-8, 7) as i8).collect();
-    let mut bank4 = vec![0u8; p4.b_bytes as usize];
+    let mut bank4 = vec![0u8; p4.layout.bytes as usize];
     let t = best_of(|| {
-        black_box(pack::weights_i4_kn_into(&p4, black_box(&b4), &mut bank4).ok());
+        black_box(pack::weights_i4_kn_into(&p4.layout, black_box(&b4), &mut bank4).ok());
     });
-    line("int4 weight packing (K x N)", p4.b_bytes as usize, t);
+    line("int4 weight packing (K x N)", p4.layout.bytes as usize, t);
     let a8: Vec<i8> = (0..128 * 4096).map(|_| rng.int(-128, 127) as i8).collect();
     let t = best_of(|| {
         black_box(pack::activations_i8(&p8, black_box(&a8)).ok());

@@ -225,9 +225,10 @@ fn run_f32(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
     let a: Vec<f32> = (0..mu * ku).map(|_| q(rng.unit())).collect();
     let b: Vec<f32> = (0..ku * nu).map(|_| q(rng.unit())).collect();
     let t = Instant::now();
-    let bank = WeightBank::new_f32(dev, &plan, &b).map_err(|e| fail(&e))?;
+    let bank =
+        std::sync::Arc::new(WeightBank::from_f32_kn(dev, &plan.layout, &b).map_err(|e| fail(&e))?);
     let t_pack_b = t.elapsed();
-    let mut mm = Matmul::new(dev, plan, &bank).map_err(|e| fail(&e))?;
+    let mut mm = Matmul::for_plan(&bank, plan).map_err(|e| fail(&e))?;
     let c = mm.run_f32(&a).map_err(|e| fail(&e))?;
     let (mut worst, mut bound) = (0f64, 0f64);
     let mut row = vec![0f64; nu];
@@ -277,9 +278,10 @@ fn run_int(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
     let a: Vec<i32> = (0..mu * ku).map(|_| rng.int(lo, hi)).collect();
     let b: Vec<i32> = (0..ku * nu).map(|_| rng.int(lo, hi)).collect();
     let t = Instant::now();
-    let bank = WeightBank::new_int(dev, &plan, &b).map_err(|e| fail(&e))?;
+    let bank =
+        std::sync::Arc::new(WeightBank::from_int_kn(dev, &plan.layout, &b).map_err(|e| fail(&e))?);
     let t_pack_b = t.elapsed();
-    let mut mm = Matmul::new(dev, plan, &bank).map_err(|e| fail(&e))?;
+    let mut mm = Matmul::for_plan(&bank, plan).map_err(|e| fail(&e))?;
     let c = mm.run_int(&a).map_err(|e| fail(&e))?;
     let mut reference = vec![0i64; mu * nu];
     for i in 0..mu {

@@ -1,8 +1,8 @@
 //! The host's side of a plan: the general packers of A and B (any values, checked) and
 //! the reduction of the partial results the tasks write into row-major results.
 
-use super::{Plan, unsupported};
-use crate::error::Result;
+use super::{Plan, WeightLayout, unsupported};
+use crate::error::{Error, Result};
 use crate::float::f16_to_f32;
 use crate::kernels::single::{OutType, SingleMatmul};
 
@@ -45,7 +45,7 @@ impl Plan {
             if !seen.insert(t.a_offset) {
                 continue;
             }
-            let w = self.waves[t.wave as usize];
+            let w = self.layout.waves[t.wave as usize];
             let mm = self.task_matmul(t);
             let mut vals = Vec::with_capacity(t.rows as usize * w.kw as usize);
             for r in 0..t.rows as usize {
@@ -140,33 +140,33 @@ impl Plan {
 
 /// Packs B for a plan: each wave's rows `k0 .. k0 + kw` over the padded N in the weight
 /// atom layout, waves back to back (the weight bank's bytes).
-pub fn pack_weights_int(plan: &Plan, b: &[i32]) -> Result<Vec<u8>> {
+pub fn pack_weights_int(layout: &WeightLayout, b: &[i32]) -> Result<Vec<u8>> {
     pack_weights(
-        plan,
+        layout,
         b.len(),
         |mm, vals| mm.pack_b_int(vals),
-        |k, n| b[k * plan.spec.n as usize + n],
+        |k, n| b[k * layout.n as usize + n],
         0,
     )
 }
 
 /// Packs B (row-major K×N) for a plan, rounding to fp16.
-pub fn pack_weights_f32(plan: &Plan, b: &[f32]) -> Result<Vec<u8>> {
+pub fn pack_weights_f32(layout: &WeightLayout, b: &[f32]) -> Result<Vec<u8>> {
     pack_weights(
-        plan,
+        layout,
         b.len(),
         |mm, vals| mm.pack_b_f32(vals),
-        |k, n| b[k * plan.spec.n as usize + n],
+        |k, n| b[k * layout.n as usize + n],
         0.0,
     )
 }
 
 /// Packs integer B given as N×K (each output's K weights contiguous, the layout of an
 /// `[out_features][in_features]` matrix).
-pub fn pack_weights_int_nk(plan: &Plan, bt: &[i32]) -> Result<Vec<u8>> {
-    let k = plan.spec.k as usize;
+pub fn pack_weights_int_nk(layout: &WeightLayout, bt: &[i32]) -> Result<Vec<u8>> {
+    let k = layout.k as usize;
     pack_weights(
-        plan,
+        layout,
         bt.len(),
         |mm, vals| mm.pack_b_int(vals),
         |kk, n| bt[n * k + kk],
@@ -175,10 +175,10 @@ pub fn pack_weights_int_nk(plan: &Plan, bt: &[i32]) -> Result<Vec<u8>> {
 }
 
 /// Packs B given as N×K, rounding to fp16.
-pub fn pack_weights_f32_nk(plan: &Plan, bt: &[f32]) -> Result<Vec<u8>> {
-    let k = plan.spec.k as usize;
+pub fn pack_weights_f32_nk(layout: &WeightLayout, bt: &[f32]) -> Result<Vec<u8>> {
+    let k = layout.k as usize;
     pack_weights(
-        plan,
+        layout,
         bt.len(),
         |mm, vals| mm.pack_b_f32(vals),
         |kk, n| bt[n * k + kk],
@@ -212,26 +212,27 @@ pub fn dequantize(c: &[i64], m: usize, n: usize, row: &[f32], col: &[f32]) -> Re
 }
 
 fn pack_weights<T: Copy>(
-    plan: &Plan,
+    layout: &WeightLayout,
     len: usize,
     pack: impl Fn(&SingleMatmul, &[T]) -> Result<Vec<u8>>,
     get: impl Fn(usize, usize) -> T,
     zero: T,
 ) -> Result<Vec<u8>> {
-    let s = &plan.spec;
-    if len != (s.k * s.n) as usize {
-        return Err(unsupported(format!(
-            "B has {len} elements, the shape needs {}",
-            s.k * s.n
-        )));
+    let want = layout.k as usize * layout.n as usize;
+    if len != want {
+        return Err(Error::ShapeMismatch {
+            what: "weight values",
+            expected: want as u64,
+            actual: len as u64,
+        });
     }
-    let mut out = Vec::with_capacity(plan.b_bytes as usize);
-    for w in &plan.waves {
-        let mm = SingleMatmul::new(1, w.kw, plan.n_pad, s.dtype);
-        let mut vals = Vec::with_capacity(w.kw as usize * plan.n_pad as usize);
+    let mut out = Vec::with_capacity(layout.bytes as usize);
+    for w in &layout.waves {
+        let mm = SingleMatmul::new(1, w.kw, layout.n_pad, layout.dtype);
+        let mut vals = Vec::with_capacity(w.kw as usize * layout.n_pad as usize);
         for k in 0..w.kw as usize {
-            for n in 0..plan.n_pad as usize {
-                vals.push(if n < s.n as usize {
+            for n in 0..layout.n_pad as usize {
+                vals.push(if n < layout.n as usize {
                     get(w.k0 as usize + k, n)
                 } else {
                     zero

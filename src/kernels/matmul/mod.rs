@@ -28,6 +28,7 @@
 
 mod host;
 pub mod pack;
+pub mod quant;
 
 pub use host::{
     dequantize, pack_weights_f32, pack_weights_f32_nk, pack_weights_int, pack_weights_int_nk,
@@ -146,31 +147,121 @@ pub struct PlanBuffer {
     pub written: bool,
 }
 
+/// How a weight bank is laid out: K cut into waves (each wave's channels padded to 32),
+/// N padded to the tile granule, waves back to back. Any plan against the bank follows
+/// it; the plan chooses M tiles, N tiles and cores per call. A plain value.
+///
+/// Within a wave, weights are stored in 1024-byte atoms: for int8 and fp16 32 kernels
+/// (columns) × 32 channels (int8: 16 for fp16), for int4 64 kernels × 32 channels, the
+/// atoms of a column group contiguous over the wave's channels; so every column tile of
+/// the wave is one contiguous run of bytes whatever its width.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WeightLayout {
+    /// Rows of B (input features).
+    pub k: u32,
+    /// Columns of B (output features).
+    pub n: u32,
+    /// Weight type.
+    pub dtype: Dtype,
+    /// K waves.
+    pub waves: Vec<Wave>,
+    /// N padded to the tile granule (32; int4: 64).
+    pub n_pad: u32,
+    /// Byte offset of each wave in the bank.
+    pub b_offsets: Vec<u64>,
+    /// Bytes of the bank.
+    pub bytes: u64,
+    /// The most rows a plan may have against this layout: `None` for any M; `Some(4)`
+    /// for the int8 layout whose waves lie in (3072, 4096) channels, which boards
+    /// compute correctly for at most 4 rows only (quirk 4).
+    pub max_rows: Option<u32>,
+}
+
+impl WeightLayout {
+    /// The layout any M runs against: waves of at most 4096 channels (int4: 480, so int16
+    /// sums cannot saturate), int8 waves never in (3072, 4096).
+    pub fn new(k: u32, n: u32, dtype: Dtype) -> Result<WeightLayout> {
+        WeightLayout::for_max_rows(k, n, dtype, u32::MAX)
+    }
+
+    /// The layout for plans of at most `max_rows` rows: the same as [`WeightLayout::new`]
+    /// except that int8 with `max_rows <= 4` may take one wave of up to 4096 channels
+    /// where `new` takes two (a single-token layout: fewer tasks, but refused for more
+    /// rows).
+    pub fn for_max_rows(k: u32, n: u32, dtype: Dtype, max_rows: u32) -> Result<WeightLayout> {
+        if k == 0 || n == 0 {
+            return Err(unsupported(format!("empty weights {k}x{n}")));
+        }
+        if !matches!(dtype, Dtype::Int8 | Dtype::Int4 | Dtype::Fp16) {
+            return Err(unsupported(format!("{dtype:?} weights are not offered")));
+        }
+        let granule = if dtype == Dtype::Int4 { 64 } else { 32 };
+        let n_pad = n
+            .checked_next_multiple_of(granule)
+            .ok_or_else(|| unsupported(format!("N = {n} does not pad to {granule} in 32 bits")))?;
+        let (count, kw) = k_split(k, max_rows.max(1), dtype);
+        // Every column tile runs every wave: more waves than one submission counts
+        // cannot be planned (and would be a huge list to build).
+        if count as usize > MAX_TASKS {
+            return Err(unsupported(format!(
+                "K = {k} takes {count} waves of {kw}; one submission counts at most {MAX_TASKS} tasks"
+            )));
+        }
+        let bits = dtype.bits() as u64;
+        let full = (count as u64 - 1) * kw.next_multiple_of(32) as u64;
+        let last = (k as u64 - (count as u64 - 1) * kw as u64).next_multiple_of(32);
+        let bytes = n_pad as u64 * (full + last) * bits / 8;
+        if bytes > u32::MAX as u64 {
+            return Err(unsupported(format!(
+                "the weights ({bytes} bytes) exceed the 4 GiB NPU address space"
+            )));
+        }
+        let waves = k_waves(k, kw);
+        let mut b_offsets = Vec::with_capacity(waves.len());
+        let mut at = 0u64;
+        for w in &waves {
+            b_offsets.push(at);
+            at += n_pad as u64 * w.ai as u64 * bits / 8;
+        }
+        let in_gap = |w: &Wave| w.ai > 3072 && w.ai < 4096;
+        let max_rows = (dtype == Dtype::Int8 && waves.iter().any(in_gap)).then_some(4);
+        Ok(WeightLayout {
+            k,
+            n,
+            dtype,
+            waves,
+            n_pad,
+            b_offsets,
+            bytes: at,
+            max_rows,
+        })
+    }
+
+    /// The widest wave, in channels.
+    pub fn k_tile(&self) -> u32 {
+        self.waves.iter().map(|w| w.kw).max().unwrap_or(0)
+    }
+}
+
 /// A plan: how a matmul is cut into tasks. A plain value: print it, compare it, test it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Plan {
     /// What it computes.
     pub spec: MatmulSpec,
-    /// K waves.
-    pub waves: Vec<Wave>,
+    /// The weight bank's layout it follows.
+    pub layout: WeightLayout,
     /// Rows per M tile (the last may be shorter).
     pub m_tile: u32,
-    /// Columns per N tile (the last may be shorter), a multiple of 32 (int4: 64).
+    /// Columns of the widest N tile, a multiple of 32 (int4: 64).
     pub n_tile: u32,
-    /// N padded to the tile granule.
-    pub n_pad: u32,
     /// The tasks, grouped by core in core order.
     pub tasks: Vec<TaskTile>,
     /// Tasks per core (one entry per core used).
     pub per_core: Vec<usize>,
     /// Most CBUF data banks a task uses.
     pub data_banks: u32,
-    /// Byte offset of each wave's part of the weight bank.
-    pub b_offsets: Vec<u64>,
-    /// Bytes of the A buffer, the weight bank and the C buffer.
+    /// Bytes of the A buffer.
     pub a_bytes: u64,
-    /// Bytes of the weight bank.
-    pub b_bytes: u64,
     /// Bytes of the C buffer.
     pub c_bytes: u64,
 }
@@ -208,7 +299,7 @@ fn k_split(k: u32, m: u32, dtype: Dtype) -> (u32, u32) {
     }
 }
 
-/// The waves of [`k_split`]; `count` is small by then (the plan refused more tasks).
+/// The waves of [`k_split`]; `count` is small by then (the layout refused more).
 fn k_waves(k: u32, kw: u32) -> Vec<Wave> {
     let mut v = Vec::new();
     let mut k0 = 0;
@@ -224,136 +315,183 @@ fn k_waves(k: u32, kw: u32) -> Vec<Wave> {
     v
 }
 
+/// `total` items cut into `parts` contiguous runs as even as can be (the first runs one
+/// longer): the run lengths.
+fn even(total: u32, parts: u32) -> impl Iterator<Item = u32> {
+    (0..parts).map(move |i| total / parts + u32::from(i < total % parts))
+}
+
+/// How the work is spread over cores: each core runs a contiguous range of column
+/// granules over a contiguous range of M tiles.
+struct Split {
+    /// Per core: (first granule, granules, first M tile, M tiles).
+    cores: Vec<(u32, u32, u32, u32)>,
+}
+
+/// Cores split N (even runs of granules: 4096 columns on 3 cores are 1376, 1376 and
+/// 1344) when there are at least as many granules as cores; otherwise M tiles, when
+/// that keeps more cores busy; `cores` is a maximum, never a reason to refuse.
+fn split_cores(granules: u32, m_tiles: u32, cores: u32) -> Split {
+    let by_n = cores.min(granules);
+    let by_m = cores.min(m_tiles);
+    let mut v = Vec::new();
+    if by_n >= by_m {
+        let mut g0 = 0;
+        for g in even(granules, by_n) {
+            v.push((g0, g, 0, m_tiles));
+            g0 += g;
+        }
+    } else {
+        let mut t0 = 0;
+        for t in even(m_tiles, by_m) {
+            v.push((0, granules, t0, t));
+            t0 += t;
+        }
+    }
+    Split { cores: v }
+}
+
 /// The tasks of a plan, dealt to cores.
 struct Tiles {
     tasks: Vec<TaskTile>,
     per_core: Vec<usize>,
-    a_bytes: u64,
+    n_tile: u32,
     c_bytes: u64,
 }
 
-/// Deals column tiles to cores (contiguous ranges, the remainder to the first cores); each
-/// column tile runs every wave and M tile. A blocks are laid out per wave and M tile, C
-/// blocks in task order.
+/// Deals the work to cores: each core's column range is cut into tiles of at most
+/// `n_max` columns (even runs of granules), and each column tile runs every wave over
+/// the core's M tiles. `a_offsets[wave][m tile]` locate the A blocks; C blocks are laid
+/// out in task order.
 fn deal_tiles(
-    waves: &[Wave],
-    (m, m_tile): (u32, u32),
-    (n_pad, n_tile): (u32, u32),
-    cores: u32,
+    layout: &WeightLayout,
+    m_rows: &[(u32, u32)],
+    a_offsets: &[Vec<u64>],
+    (split, n_max, granule): (&Split, u32, u32),
     part: OutType,
-    bits: u64,
 ) -> Result<Tiles> {
-    let n_groups = n_pad.div_ceil(n_tile);
     let mut tasks = Vec::new();
     let mut per_core = Vec::new();
-    let (mut a_bytes, mut c_bytes) = (0u64, 0u64);
-    let mut a_offsets = Vec::new();
-    for w in waves {
-        let mut row = Vec::new();
-        let mut m0 = 0;
-        while m0 < m {
-            let rows = m_tile.min(m - m0);
-            row.push(a_bytes);
-            a_bytes += rows as u64 * w.ai as u64 * bits / 8;
-            m0 += rows;
-        }
-        a_offsets.push(row);
-    }
-    let mut g = 0;
-    for core in 0..cores {
-        let groups = n_groups / cores + u32::from(core < n_groups % cores);
+    let (mut c_bytes, mut n_tile) = (0u64, 0u32);
+    let granules_max = n_max / granule;
+    for (core, &(g0, gs, t0, ts)) in split.cores.iter().enumerate() {
         let before = tasks.len();
-        for _ in 0..groups {
-            let n0 = g * n_tile;
-            let nt = n_tile.min(n_pad - n0);
+        let mut g = g0;
+        for tile in even(gs, gs.div_ceil(granules_max)) {
+            let (n0, nt) = (g * granule, tile * granule);
+            n_tile = n_tile.max(nt);
             for (wi, offsets) in a_offsets.iter().enumerate() {
-                let mut m0 = 0;
-                for &a_offset in offsets {
-                    let rows = m_tile.min(m - m0);
+                for mt in t0..t0 + ts {
+                    let (m0, rows) = m_rows[mt as usize];
                     tasks.push(TaskTile {
-                        core,
+                        core: core as u32,
                         wave: wi as u32,
                         m0,
                         rows,
                         n0,
                         nt,
-                        a_offset,
+                        a_offset: offsets[mt as usize],
                         c_offset: c_bytes,
                     });
                     c_bytes += rows as u64 * nt as u64 * part.bytes() as u64;
-                    m0 += rows;
                 }
             }
-            g += 1;
+            g += tile;
         }
         let count = tasks.len() - before;
         if count > MAX_TASKS {
             return Err(unsupported(format!(
-                "core {core} would run {count} tasks; one submission counts at most 4095"
+                "core {core} would run {count} tasks; one submission counts at most {MAX_TASKS}"
             )));
         }
         per_core.push(count);
     }
+    debug_assert!(layout.n_pad >= n_tile);
     Ok(Tiles {
         tasks,
         per_core,
-        a_bytes,
+        n_tile,
         c_bytes,
     })
 }
 
-/// Refuses, before any task list or buffer is built, a plan whose busiest core would
-/// count more than [`MAX_TASKS`] tasks or whose buffers would not fit the 32-bit NPU
-/// address space: both follow from the tile counts alone (saturating, so any `u32`
-/// shape is refused without overflow).
-fn check_size(spec: &MatmulSpec, (waves, kw): (u32, u32), tiles: (u32, u32, u32)) -> Result<()> {
-    let (m_tile, n_tile, n_pad) = tiles;
-    let n_groups = n_pad.div_ceil(n_tile) as u64;
-    let per_core = n_groups
-        .div_ceil(spec.cores as u64)
-        .saturating_mul(waves as u64)
-        .saturating_mul(spec.m.div_ceil(m_tile) as u64);
-    if per_core > MAX_TASKS as u64 {
+/// Refuses, before any task list is built, a plan whose busiest core would count more
+/// than [`MAX_TASKS`] tasks or whose buffers would not fit the 32-bit NPU address
+/// space: both follow from the tile counts alone (saturating, so any `u32` shape is
+/// refused without overflow).
+fn check_size(
+    spec: &MatmulSpec,
+    layout: &WeightLayout,
+    split: &Split,
+    (m_tiles, granules_max): (u32, u32),
+) -> Result<()> {
+    let waves = layout.waves.len() as u64;
+    let busiest = split
+        .cores
+        .iter()
+        .map(|&(_, gs, _, ts)| gs.div_ceil(granules_max) as u64 * waves * ts as u64)
+        .max()
+        .unwrap_or(0);
+    if busiest > MAX_TASKS as u64 {
         return Err(unsupported(format!(
-            "{}x{}x{} needs {per_core} tasks on the busiest core; one submission counts at most {MAX_TASKS}",
+            "{}x{}x{} needs {busiest} tasks on the busiest core ({m_tiles} M tile(s)); one submission counts at most {MAX_TASKS}",
             spec.m, spec.k, spec.n
         )));
     }
-    // Exact sizes: every wave covers all M rows and all padded N columns.
-    let full = (waves as u64 - 1) * kw.next_multiple_of(32) as u64;
-    let last = (spec.k as u64 - (waves as u64 - 1) * kw as u64).next_multiple_of(32);
-    let (sum_ai, bits) = (full + last, spec.dtype.bits() as u64);
-    let a = spec.m as u64 * sum_ai * bits / 8;
-    let b = n_pad as u64 * sum_ai * bits / 8;
-    let part = written_type(spec, waves as usize).bytes() as u64;
-    let c = waves as u64 * spec.m as u64 * n_pad as u64 * part;
-    if a + b + c > u32::MAX as u64 {
+    let sum_ai: u64 = layout.waves.iter().map(|w| w.ai as u64).sum();
+    let a = spec.m as u64 * sum_ai * spec.dtype.bits() as u64 / 8;
+    let part = written_type(spec, layout.waves.len()).bytes() as u64;
+    let c = waves * spec.m as u64 * layout.n_pad as u64 * part;
+    if a + layout.bytes + c > u32::MAX as u64 {
         return Err(unsupported(format!(
-            "the buffers (A {a}, weights {b}, C {c} bytes) exceed the 4 GiB NPU address space"
+            "the buffers (A {a}, weights {}, C {c} bytes) exceed the 4 GiB NPU address space",
+            layout.bytes
         )));
     }
     Ok(())
 }
 
 impl Plan {
-    /// Plans `spec`, or says why it cannot be run. Shapes that would need more tasks
-    /// than one submission counts, or buffers beyond the 32-bit address space, are
-    /// refused with [`Error::Unsupported`] from arithmetic alone, before any task list
-    /// is built (so any `u32` shape is cheap to refuse).
+    /// Plans `spec`, or says why it cannot be run, against the layout
+    /// [`WeightLayout::for_max_rows`] gives for its M. Shapes that would need more
+    /// tasks than one submission counts, or buffers beyond the 32-bit address space,
+    /// are refused with [`Error::Unsupported`] from arithmetic alone, before any task
+    /// list is built (so any `u32` shape is cheap to refuse).
     pub fn new(spec: MatmulSpec) -> Result<Plan> {
-        let MatmulSpec {
+        if spec.m == 0 {
+            return Err(unsupported(format!(
+                "empty shape {}x{}x{}",
+                spec.m, spec.k, spec.n
+            )));
+        }
+        let layout = WeightLayout::for_max_rows(spec.k, spec.n, spec.dtype, spec.m)?;
+        Plan::for_layout(&layout, spec.m, spec.out, spec.cores)
+    }
+
+    /// Plans `m` rows against a weight bank of `layout`, on at most `cores` cores,
+    /// writing `out`. The layout is taken as given: only M tiles, N tiles and cores are
+    /// chosen, so a plan for another M costs microseconds, not a repack.
+    pub fn for_layout(layout: &WeightLayout, m: u32, out: OutType, cores: u32) -> Result<Plan> {
+        let (k, n, dtype) = (layout.k, layout.n, layout.dtype);
+        let spec = MatmulSpec {
             m,
             k,
             n,
             dtype,
             out,
             cores,
-        } = spec;
-        if m == 0 || k == 0 || n == 0 {
+        };
+        if m == 0 {
             return Err(unsupported(format!("empty shape {m}x{k}x{n}")));
         }
         if !(1..=3).contains(&cores) {
             return Err(unsupported(format!("{cores} cores: the RK3588 has 1 to 3")));
+        }
+        if let Some(max) = layout.max_rows.filter(|&max| m > max) {
+            return Err(unsupported(format!(
+                "{m} rows against a single-token layout (int8 waves of {} channels are computed correctly for at most {max} rows); use WeightLayout::new",
+                layout.k_tile()
+            )));
         }
         let ok_out = match dtype {
             Dtype::Int8 => out == OutType::Int32,
@@ -362,20 +500,24 @@ impl Plan {
             _ => false,
         };
         if !ok_out {
-            return Err(unsupported(format!(
-                "{dtype:?} x {dtype:?} -> {out:?} is not offered"
-            )));
+            return Err(Error::Precision {
+                input: dtype.name(),
+                weights: dtype.name(),
+                output: out.name(),
+            });
         }
-        let bits = dtype.bits() as u64;
-        let (wave_count, kw) = k_split(k, m, dtype);
-        if out == OutType::Fp16 && wave_count > 1 {
+        let waves = &layout.waves;
+        if out == OutType::Fp16 && waves.len() > 1 {
             // The DPU converts one task's fp32 sums; partials of several waves would be
             // summed and rounded on the host instead, which is not the NPU's fp16.
             return Err(unsupported(format!(
-                "fp16 output needs K within one wave (at most {kw} channels): K = {k} takes {wave_count} waves, whose fp32 partials are summed on the host"
+                "fp16 output needs K within one wave (at most {} channels): K = {k} takes {} waves, whose fp32 partials are summed on the host",
+                layout.k_tile(),
+                waves.len()
             )));
         }
-        let ai_max = kw.next_multiple_of(32) as u64;
+        let bits = dtype.bits() as u64;
+        let ai_max = waves.iter().map(|w| w.ai).max().unwrap_or(32) as u64;
         // M tiles: the data banks left next to one 32-kernel weight group (at least 2).
         let group = dtype.kernels_per_atom().max(32) as u64;
         let weight_banks = (group * ai_max * bits / 8).div_ceil(BANK).max(2);
@@ -390,41 +532,44 @@ impl Plan {
             _ => 12 - weight_banks,
         };
         let row_bytes = ai_max * bits / 8;
-        let rows_fit = (data_banks * BANK / row_bytes).min(128) as u32;
-        let m_tile = rows_fit.min(m).max(1);
-        // N tiles.
+        let rows_fit = (data_banks * BANK / row_bytes).clamp(1, 128) as u32;
+        // Even M tiles: as few as fit, as equal as can be.
+        let m_tiles = m.div_ceil(rows_fit);
+        let m_tile = m.div_ceil(m_tiles);
         let granule = if dtype == Dtype::Int4 { 64 } else { 32 };
-        let n_pad = n
-            .checked_next_multiple_of(granule)
-            .ok_or_else(|| unsupported(format!("N = {n} does not pad to {granule} in 32 bits")))?;
         let n_max = if dtype == Dtype::Int8 { 3072 } else { 4096 };
-        // At least as many tiles as cores: whole granules per core, rounded down.
-        let per_core_cols = (n_pad / granule / cores).max(1) * granule;
-        let n_tile = n_max.min(n_pad).min(per_core_cols);
-        let n_groups = n_pad.div_ceil(n_tile);
-        if n_groups < cores {
-            return Err(unsupported(format!(
-                "N = {n} gives {n_groups} column tile(s) of {granule}, fewer than {cores} cores"
-            )));
+        let split = split_cores(layout.n_pad / granule, m_tiles, cores);
+        check_size(&spec, layout, &split, (m_tiles, n_max / granule))?;
+        // A blocks: one per wave and M tile.
+        let mut m_rows = Vec::with_capacity(m_tiles as usize);
+        let mut m0 = 0;
+        for rows in even(m, m_tiles) {
+            m_rows.push((m0, rows));
+            m0 += rows;
         }
-        check_size(&spec, (wave_count, kw), (m_tile, n_tile, n_pad))?;
-        let waves = k_waves(k, kw);
+        let mut a_bytes = 0u64;
+        let a_offsets: Vec<Vec<u64>> = waves
+            .iter()
+            .map(|w| {
+                m_rows
+                    .iter()
+                    .map(|&(_, rows)| {
+                        let at = a_bytes;
+                        a_bytes += rows as u64 * w.ai as u64 * bits / 8;
+                        at
+                    })
+                    .collect()
+            })
+            .collect();
         let t = deal_tiles(
-            &waves,
-            (m, m_tile),
-            (n_pad, n_tile),
-            cores,
+            layout,
+            &m_rows,
+            &a_offsets,
+            (&split, n_max, granule),
             written_type(&spec, waves.len()),
-            bits,
         )?;
-        let (tasks, per_core, a_bytes, c_bytes) = (t.tasks, t.per_core, t.a_bytes, t.c_bytes);
-        let mut b_offsets = Vec::new();
-        let mut b_bytes = 0u64;
-        for w in &waves {
-            b_offsets.push(b_bytes);
-            b_bytes += n_pad as u64 * w.ai as u64 * bits / 8;
-        }
-        let data_banks_used = tasks
+        let data_banks_used = t
+            .tasks
             .iter()
             .map(|t| {
                 ((t.rows as u64 * waves[t.wave as usize].ai as u64 * bits / 8).div_ceil(BANK))
@@ -432,25 +577,27 @@ impl Plan {
             })
             .max()
             .unwrap_or(1);
-        if a_bytes + b_bytes + c_bytes > u32::MAX as u64 {
+        if a_bytes + layout.bytes + t.c_bytes > u32::MAX as u64 {
             return Err(unsupported(
                 "the buffers exceed the 4 GiB NPU address space".into(),
             ));
         }
         Ok(Plan {
             spec,
-            waves,
+            layout: layout.clone(),
             m_tile,
-            n_tile,
-            n_pad,
-            tasks,
-            per_core,
+            n_tile: t.n_tile,
+            tasks: t.tasks,
+            per_core: t.per_core,
             data_banks: data_banks_used,
-            b_offsets,
             a_bytes,
-            b_bytes,
-            c_bytes,
+            c_bytes: t.c_bytes,
         })
+    }
+
+    /// Cores the plan runs on.
+    pub fn cores_used(&self) -> u32 {
+        self.per_core.len() as u32
     }
 
     /// The element type every task writes into the C buffer: int16 for int4, fp32 for
@@ -458,12 +605,12 @@ impl Plan {
     /// fp16 result, which the DPU converts itself (`OutType::Fp16` in each task; the plan
     /// has one wave).
     pub fn c_type(&self) -> OutType {
-        written_type(&self.spec, self.waves.len())
+        written_type(&self.spec, self.layout.waves.len())
     }
 
     /// The task of `t` as a one-task matmul.
     pub fn task_matmul(&self, t: &TaskTile) -> SingleMatmul {
-        let w = self.waves[t.wave as usize];
+        let w = self.layout.waves[t.wave as usize];
         let native_a = self.spec.dtype == Dtype::Int4;
         SingleMatmul {
             a_layout: if native_a {
@@ -490,7 +637,7 @@ impl Plan {
         [
             b(REGCMD, "regcmd", program.byte_len() as u64, false),
             b(A, "A", self.a_bytes, false),
-            b(B, "weights", self.b_bytes, false),
+            b(B, "weights", self.layout.bytes, false),
             b(C, "C", self.c_bytes, true),
         ]
     }
@@ -499,25 +646,39 @@ impl Plan {
     /// [`B`] and [`C`]. Deterministic.
     pub fn program(&self) -> Result<Program> {
         let mut p = ProgramBuilder::new(REGCMD);
-        let mut i = 0;
-        for &count in &self.per_core {
-            for t in &self.tasks[i..i + count] {
-                let mm = self.task_matmul(t);
-                let w = self.waves[t.wave as usize];
-                let b_off = self.b_offsets[t.wave as usize]
-                    + t.n0 as u64 * w.ai as u64 * self.spec.dtype.bits() as u64 / 8;
-                let body = mm.body_at(
-                    DmaAddr::reloc(A, t.a_offset as u32),
-                    DmaAddr::reloc(B, b_off as u32),
-                    DmaAddr::reloc(C, t.c_offset as u32),
-                    DmaAddr::reloc(C, 0),
-                )?;
-                p.push_task(body, BlockMask::CONV);
-            }
+        for core in 0..self.per_core.len() {
+            self.push_core(&mut p, core, [A, B, C])?;
             p.end_chain();
-            i += count;
         }
         p.build()
+    }
+
+    /// Appends the tasks of `core` (an index into [`Plan::per_core`]) to `p`, their DMA
+    /// addresses relocated to the buffers `ids` name (A, weights, C): how several plans
+    /// share one program, each core's chain running one plan's tasks after another's.
+    /// The caller ends the chain.
+    pub fn push_core(
+        &self,
+        p: &mut ProgramBuilder,
+        core: usize,
+        [a, b, c]: [BufferId; 3],
+    ) -> Result<()> {
+        let first: usize = self.per_core.iter().take(core).sum();
+        let count = self.per_core.get(core).copied().unwrap_or(0);
+        for t in &self.tasks[first..first + count] {
+            let mm = self.task_matmul(t);
+            let w = self.layout.waves[t.wave as usize];
+            let b_off = self.layout.b_offsets[t.wave as usize]
+                + t.n0 as u64 * w.ai as u64 * self.spec.dtype.bits() as u64 / 8;
+            let body = mm.body_at(
+                DmaAddr::reloc(a, t.a_offset as u32),
+                DmaAddr::reloc(b, b_off as u32),
+                DmaAddr::reloc(c, t.c_offset as u32),
+                DmaAddr::reloc(c, 0),
+            )?;
+            p.push_task(body, BlockMask::CONV);
+        }
+        Ok(())
     }
 }
 
@@ -526,14 +687,14 @@ impl fmt::Display for Plan {
         let s = &self.spec;
         write!(
             f,
-            "{}x{}x{} {:?} -> {:?}: {} K wave(s) of <= {} channels, M tiles of {} rows, N tiles of {} columns; {} task(s) on {} core(s) {:?}; <= {} data + {} weight CBUF banks; A {} B, weights {} B, partials {} B",
+            "{}x{}x{} {:?} -> {:?}: {} K wave(s) of <= {} channels, M tiles of {} rows, N tiles of <= {} columns; {} task(s) on {} core(s) {:?}; <= {} data + {} weight CBUF banks; A {} B, weights {} B, partials {} B",
             s.m,
             s.k,
             s.n,
             s.dtype,
             s.out,
-            self.waves.len(),
-            self.waves.iter().map(|w| w.kw).max().unwrap_or(0),
+            self.layout.waves.len(),
+            self.layout.waves.iter().map(|w| w.kw).max().unwrap_or(0),
             self.m_tile,
             self.n_tile,
             self.tasks.len(),
@@ -542,7 +703,7 @@ impl fmt::Display for Plan {
             self.data_banks,
             12 - self.data_banks,
             self.a_bytes,
-            self.b_bytes,
+            self.layout.bytes,
             self.c_bytes
         )
     }

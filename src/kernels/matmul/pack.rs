@@ -2,39 +2,39 @@
 //! int32 results. They produce the same bytes as the general packers of the plan (tested);
 //! these are the ones to use per call, and the ones `rknpu bench pack` measures.
 
-use super::{Plan, unsupported};
-use crate::error::Result;
+use super::{Plan, WeightLayout, unsupported};
+use crate::error::{Error, Result};
 use crate::kernels::single::Dtype;
 use zerocopy::IntoBytes;
 
 /// Whether the plan's weight bank has padding (N to the tile granule, K to 32).
-fn padded(plan: &Plan) -> bool {
-    plan.n_pad != plan.spec.n || plan.waves.iter().any(|w| w.kw != w.ai)
+fn padded(layout: &WeightLayout) -> bool {
+    layout.n_pad != layout.n || layout.waves.iter().any(|w| w.kw != w.ai)
 }
 
-/// Packs int8 B from row-major K×N into the weight bank of `plan`: one 32×32 transpose
+/// Packs int8 B from row-major K×N into the weight bank of `layout`: one 32×32 transpose
 /// per atom, through a tile that stays in L1.
-pub fn weights_i8_kn(plan: &Plan, b: &[i8]) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; plan.b_bytes as usize];
-    weights_i8_kn_into(plan, b, &mut out)?;
+pub fn weights_i8_kn(layout: &WeightLayout, b: &[i8]) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; layout.bytes as usize];
+    weights_i8_kn_into(layout, b, &mut out)?;
     Ok(out)
 }
 
-/// Packs int8 B (row-major K×N) into `out`, which holds `plan.b_bytes` bytes (a buffer reused across
+/// Packs int8 B (row-major K×N) into `out`, which holds `layout.bytes` bytes (a buffer reused across
 /// calls, or a device mapping); every byte is written.
-pub fn weights_i8_kn_into(plan: &Plan, b: &[i8], out: &mut [u8]) -> Result<()> {
-    if out.len() as u64 != plan.b_bytes {
+pub fn weights_i8_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Result<()> {
+    if out.len() as u64 != layout.bytes {
         return Err(unsupported(format!(
             "{} bytes for a {}-byte weight bank",
             out.len(),
-            plan.b_bytes
+            layout.bytes
         )));
     }
-    check(plan, Dtype::Int8, b.len())?;
-    let n = plan.spec.n as usize;
-    let n_pad = plan.n_pad as usize;
+    check(layout, Dtype::Int8, b.len())?;
+    let n = layout.n as usize;
+    let n_pad = layout.n_pad as usize;
     let bytes_b = b.as_bytes();
-    for (w, &base) in plan.waves.iter().zip(&plan.b_offsets) {
+    for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
         let kb_count = w.ai as usize / 32;
         for kb in 0..kb_count {
             let k_rows = (w.kw as usize).saturating_sub(kb * 32).min(32);
@@ -75,32 +75,32 @@ pub fn weights_i8_kn_into(plan: &Plan, b: &[i8], out: &mut [u8]) -> Result<()> {
 }
 
 /// Packs int8 B given as N×K (each kernel's channels contiguous, the layout of a
-/// `[out_features][in_features]` weight matrix) into the weight bank of `plan`.
-pub fn weights_i8_nk(plan: &Plan, bt: &[i8]) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; plan.b_bytes as usize];
-    weights_i8_nk_into(plan, bt, &mut out)?;
+/// `[out_features][in_features]` weight matrix) into the weight bank of `layout`.
+pub fn weights_i8_nk(layout: &WeightLayout, bt: &[i8]) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; layout.bytes as usize];
+    weights_i8_nk_into(layout, bt, &mut out)?;
     Ok(out)
 }
 
-/// Packs int8 B given as N×K into `out` (`plan.b_bytes` bytes); every byte is written.
+/// Packs int8 B given as N×K into `out` (`layout.bytes` bytes); every byte is written.
 /// Each kernel's channels are contiguous in both layouts, so this is a copy of 32-byte
 /// runs.
-pub fn weights_i8_nk_into(plan: &Plan, bt: &[i8], out: &mut [u8]) -> Result<()> {
-    check(plan, Dtype::Int8, bt.len())?;
-    if out.len() as u64 != plan.b_bytes {
+pub fn weights_i8_nk_into(layout: &WeightLayout, bt: &[i8], out: &mut [u8]) -> Result<()> {
+    check(layout, Dtype::Int8, bt.len())?;
+    if out.len() as u64 != layout.bytes {
         return Err(unsupported(format!(
             "{} bytes for a {}-byte weight bank",
             out.len(),
-            plan.b_bytes
+            layout.bytes
         )));
     }
-    if padded(plan) {
+    if padded(layout) {
         out.fill(0);
     }
-    let k_all = plan.spec.k as usize;
+    let k_all = layout.k as usize;
     let bt = bt.as_bytes();
-    let n = plan.spec.n as usize;
-    for (w, &base) in plan.waves.iter().zip(&plan.b_offsets) {
+    let n = layout.n as usize;
+    for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
         let kb_count = w.ai as usize / 32;
         // Atom by atom, so the writes stream; the 32 kernels are 32 read streams.
         for g in 0..n.div_ceil(32) {
@@ -118,31 +118,31 @@ pub fn weights_i8_nk_into(plan: &Plan, bt: &[i8], out: &mut [u8]) -> Result<()> 
     Ok(())
 }
 
-/// Packs int4 B (values −8..=7, row-major K×N) into the weight bank of `plan`: 64 kernels
+/// Packs int4 B (values −8..=7, row-major K×N) into the weight bank of `layout`: 64 kernels
 /// of 32 channels per 1024-byte atom, the even channel in the high nibble.
-pub fn weights_i4_kn(plan: &Plan, b: &[i8]) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; plan.b_bytes as usize];
-    weights_i4_kn_into(plan, b, &mut out)?;
+pub fn weights_i4_kn(layout: &WeightLayout, b: &[i8]) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; layout.bytes as usize];
+    weights_i4_kn_into(layout, b, &mut out)?;
     Ok(out)
 }
 
-/// Packs int4 B (row-major K×N) into `out`, which holds `plan.b_bytes` bytes (a buffer reused across
+/// Packs int4 B (row-major K×N) into `out`, which holds `layout.bytes` bytes (a buffer reused across
 /// calls, or a device mapping); every byte is written.
-pub fn weights_i4_kn_into(plan: &Plan, b: &[i8], out: &mut [u8]) -> Result<()> {
-    if out.len() as u64 != plan.b_bytes {
+pub fn weights_i4_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Result<()> {
+    if out.len() as u64 != layout.bytes {
         return Err(unsupported(format!(
             "{} bytes for a {}-byte weight bank",
             out.len(),
-            plan.b_bytes
+            layout.bytes
         )));
     }
-    check(plan, Dtype::Int4, b.len())?;
+    check(layout, Dtype::Int4, b.len())?;
     if let Some(v) = b.iter().find(|v| !(-8..=7).contains(*v)) {
         return Err(unsupported(format!("int4 weight {v} is outside -8..=7")));
     }
-    let n = plan.spec.n as usize;
-    let n_pad = plan.n_pad as usize;
-    for (w, &base) in plan.waves.iter().zip(&plan.b_offsets) {
+    let n = layout.n as usize;
+    let n_pad = layout.n_pad as usize;
+    for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
         let kb_count = w.ai as usize / 32;
         for kb in 0..kb_count {
             let k_rows = (w.kw as usize).saturating_sub(kb * 32).min(32);
@@ -171,6 +171,160 @@ pub fn weights_i4_kn_into(plan: &Plan, b: &[i8], out: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// Packs fp16 B given as N×K bits (each kernel's channels contiguous, the layout of an
+/// `[out_features][in_features]` matrix) into `out` (`layout.bytes` bytes): a copy of
+/// 64-byte runs, 16 kernels of 32 channels per atom. Every byte is written.
+pub fn weights_f16_nk_into(layout: &WeightLayout, bt: &[u16], out: &mut [u8]) -> Result<()> {
+    check(layout, Dtype::Fp16, bt.len())?;
+    check_out(layout, out)?;
+    if padded(layout) {
+        out.fill(0);
+    }
+    let (k_all, n) = (layout.k as usize, layout.n as usize);
+    let bt = bt.as_bytes();
+    for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+        let kb_count = w.ai as usize / 32;
+        for g in 0..n.div_ceil(16) {
+            for kb in 0..kb_count {
+                let k0 = w.k0 as usize + kb * 32;
+                let len = (w.kw as usize - kb * 32).min(32) * 2;
+                let atom = base as usize + (g * kb_count + kb) * 1024;
+                for nn in 0..(n - g * 16).min(16) {
+                    let src = ((g * 16 + nn) * k_all + k0) * 2;
+                    out[atom + nn * 64..atom + nn * 64 + len].copy_from_slice(&bt[src..src + len]);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Packs int4 B given as packed nibbles, N rows of K/2 bytes (K even), channel `2i` in
+/// the low nibble and `2i + 1` in the high nibble of byte `i` (two's complement; the
+/// order of [`super::quant::pack_nibbles`]), into `out` (`layout.bytes` bytes). The NPU
+/// keeps the even channel in the high nibble, so each 16-byte run (one kernel's 32
+/// channels) is copied with its nibbles swapped. Every byte is written.
+pub fn weights_i4_packed_nk_into(layout: &WeightLayout, w: &[u8], out: &mut [u8]) -> Result<()> {
+    if layout.dtype != Dtype::Int4 {
+        return Err(unsupported(format!(
+            "an int4 packer for a {:?} layout",
+            layout.dtype
+        )));
+    }
+    if !layout.k.is_multiple_of(2) {
+        return Err(unsupported(format!(
+            "packed int4 rows need an even K, not {}",
+            layout.k
+        )));
+    }
+    let row = layout.k as usize / 2;
+    let want = row * layout.n as usize;
+    if w.len() != want {
+        return Err(Error::ShapeMismatch {
+            what: "packed int4 weight bytes",
+            expected: want as u64,
+            actual: w.len() as u64,
+        });
+    }
+    check_out(layout, out)?;
+    if padded(layout) {
+        out.fill(0);
+    }
+    let n = layout.n as usize;
+    for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+        let kb_count = wave.ai as usize / 32;
+        for g in 0..n.div_ceil(64) {
+            for kb in 0..kb_count {
+                // Waves start at multiples of 32 and K is even, so every run is whole
+                // bytes of this wave's channels.
+                let k0 = wave.k0 as usize + kb * 32;
+                let len = (wave.kw as usize - kb * 32).min(32) / 2;
+                let atom = base as usize + (g * kb_count + kb) * 1024;
+                for nn in 0..(n - g * 64).min(64) {
+                    let src = &w[(g * 64 + nn) * row + k0 / 2..][..len];
+                    let dst = &mut out[atom + nn * 16..atom + nn * 16 + len];
+                    for (d, &b) in dst.iter_mut().zip(src) {
+                        *d = b.rotate_left(4);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Packs int8 B given as N×K into `out` for an int8 layout, or int4 values (−8..=7, one
+/// per byte) given as N×K into `out` for an int4 layout.
+pub fn weights_nk_into(layout: &WeightLayout, bt: &[i8], out: &mut [u8]) -> Result<()> {
+    match layout.dtype {
+        Dtype::Int8 => weights_i8_nk_into(layout, bt, out),
+        Dtype::Int4 => {
+            if let Some(i) = bt.iter().position(|v| !(-8..=7).contains(v)) {
+                return Err(Error::OutOfRange {
+                    what: "int4 weights",
+                    index: i,
+                    value: bt[i].to_string(),
+                    range: "-8..=7",
+                });
+            }
+            if layout.k.is_multiple_of(2) {
+                let packed = super::quant::pack_nibbles(bt)?;
+                weights_i4_packed_nk_into(layout, &packed, out)
+            } else {
+                // An odd K: through the general packer (rows are not whole bytes).
+                let wide: Vec<i32> = bt.iter().map(|&v| v as i32).collect();
+                let bytes = super::pack_weights_int_nk(layout, &wide)?;
+                check_out(layout, out)?;
+                out.copy_from_slice(&bytes);
+                Ok(())
+            }
+        }
+        d => Err(unsupported(format!("8-bit weights for a {d:?} layout"))),
+    }
+}
+
+fn check_out(layout: &WeightLayout, out: &[u8]) -> Result<()> {
+    if out.len() as u64 != layout.bytes {
+        return Err(Error::ShapeMismatch {
+            what: "weight bank bytes",
+            expected: layout.bytes,
+            actual: out.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Each output channel's sum of the weights of a packed int4 bank (`layout.bytes`
+/// bytes): what the W4A8 decomposition adds back (padding is zero and adds nothing).
+pub fn i4_column_sums(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<i64>> {
+    if layout.dtype != Dtype::Int4 {
+        return Err(unsupported(format!(
+            "int4 column sums of a {:?} layout",
+            layout.dtype
+        )));
+    }
+    check_out(layout, bank)?;
+    let table: [i16; 256] = std::array::from_fn(|b| {
+        let b = b as u8;
+        (((b << 4) as i8 >> 4) + ((b as i8) >> 4)) as i16
+    });
+    let n = layout.n as usize;
+    let mut sums = vec![0i64; n];
+    for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+        let kb_count = wave.ai as usize / 32;
+        for g in 0..n.div_ceil(64) {
+            for kb in 0..kb_count {
+                let atom = base as usize + (g * kb_count + kb) * 1024;
+                for nn in 0..(n - g * 64).min(64) {
+                    let run = &bank[atom + nn * 16..atom + nn * 16 + 16];
+                    sums[g * 64 + nn] += run.iter().map(|&b| table[b as usize] as i64).sum::<i64>();
+                }
+            }
+        }
+    }
+    Ok(sums)
+}
+
 /// Packs int8 A (row-major M×K) into the A buffer of `plan`.
 pub fn activations_i8(plan: &Plan, a: &[i8]) -> Result<Vec<u8>> {
     if plan.spec.dtype != Dtype::Int8 {
@@ -190,7 +344,7 @@ pub fn activations_i8(plan: &Plan, a: &[i8]) -> Result<Vec<u8>> {
         if !done.insert(t.a_offset) {
             continue;
         }
-        let w = plan.waves[t.wave as usize];
+        let w = plan.layout.waves[t.wave as usize];
         for r in 0..t.rows as usize {
             let src = &a[(t.m0 as usize + r) * k_all + w.k0 as usize..][..w.kw as usize];
             let at = t.a_offset as usize + r * w.ai as usize;
@@ -224,7 +378,7 @@ pub fn unpack_i32(plan: &Plan, c: &[u8], out: &mut [i32]) -> Result<()> {
     }
     // One wave writes every result once, a copy of 16-byte atoms (the NPU's int32 is
     // little-endian, as every host this library runs on); more waves add up.
-    if plan.waves.len() == 1 && cfg!(target_endian = "little") {
+    if plan.layout.waves.len() == 1 && cfg!(target_endian = "little") {
         let bytes = out.as_mut_bytes();
         for t in &plan.tasks {
             let cols = (plan.spec.n - t.n0).min(t.nt) as usize;
@@ -292,18 +446,20 @@ fn transpose8(mut r: [u64; 8]) -> [u64; 8] {
     r
 }
 
-fn check(plan: &Plan, dtype: Dtype, len: usize) -> Result<()> {
-    if plan.spec.dtype != dtype {
+fn check(layout: &WeightLayout, dtype: Dtype, len: usize) -> Result<()> {
+    if layout.dtype != dtype {
         return Err(unsupported(format!(
-            "a {dtype:?} packer for a {:?} plan",
-            plan.spec.dtype
+            "a {dtype:?} packer for a {:?} layout",
+            layout.dtype
         )));
     }
-    let want = plan.spec.k as usize * plan.spec.n as usize;
+    let want = layout.k as usize * layout.n as usize;
     if len != want {
-        return Err(unsupported(format!(
-            "B has {len} elements, the shape needs {want}"
-        )));
+        return Err(Error::ShapeMismatch {
+            what: "weight values",
+            expected: want as u64,
+            actual: len as u64,
+        });
     }
     Ok(())
 }

@@ -21,22 +21,22 @@ fn each_task(p: &Plan) -> impl Iterator<Item = SingleMatmul> + '_ {
 fn k_tiles_avoid_the_3840_failure_for_more_than_4_rows() {
     for k in [3100, 3500, 3840, 4000, 4095] {
         let p = plan(8, k, 64, Dtype::Int8, 1);
-        for w in &p.waves {
+        for w in &p.layout.waves {
             assert!(!(w.ai > 3072 && w.ai < 4096), "K {k}: a wave of {}", w.ai);
         }
-        assert_eq!(p.waves.iter().map(|w| w.kw).sum::<u32>(), k);
+        assert_eq!(p.layout.waves.iter().map(|w| w.kw).sum::<u32>(), k);
     }
     // With at most 4 rows the interval is allowed (quirk 4 concerns M > 4).
-    assert_eq!(plan(4, 3840, 64, Dtype::Int8, 1).waves.len(), 1);
-    assert_eq!(plan(8, 4096, 64, Dtype::Int8, 1).waves.len(), 1);
+    assert_eq!(plan(4, 3840, 64, Dtype::Int8, 1).layout.waves.len(), 1);
+    assert_eq!(plan(8, 4096, 64, Dtype::Int8, 1).layout.waves.len(), 1);
 }
 
 #[test]
 fn int4_waves_keep_int16_sums_from_saturating() {
     for k in [32, 480, 481, 2048, 5000] {
         let p = plan(3, k, 64, Dtype::Int4, 1);
-        assert!(p.waves.iter().all(|w| w.kw <= 480), "K {k}");
-        assert_eq!(p.waves.iter().map(|w| w.kw).sum::<u32>(), k);
+        assert!(p.layout.waves.iter().all(|w| w.kw <= 480), "K {k}");
+        assert_eq!(p.layout.waves.iter().map(|w| w.kw).sum::<u32>(), k);
     }
 }
 
@@ -115,7 +115,7 @@ fn task_counts_and_cores() {
         assert!(p.tasks[range].iter().all(|t| t.core == c as u32));
     }
     // Columns are covered exactly once per wave and row tile.
-    let mut cover = vec![0u32; p.n_pad as usize];
+    let mut cover = vec![0u32; p.layout.n_pad as usize];
     for t in p.tasks.iter().filter(|t| t.wave == 0 && t.m0 == 0) {
         for c in t.n0..t.n0 + t.nt {
             cover[c as usize] += 1;
@@ -130,10 +130,36 @@ fn task_counts_and_cores() {
         err.as_deref().is_some_and(|e| e.contains("4095")),
         "{err:?}"
     );
-    // Fewer column tiles than cores: refused.
-    assert!(Plan::new(MatmulSpec::new(4, 64, 32, Dtype::Int8).on_cores(2)).is_err());
+    // Cores are a maximum: fewer column tiles than cores use fewer cores, or split M.
+    assert_eq!(plan(4, 64, 32, Dtype::Int8, 2).cores_used(), 1);
+    assert_eq!(plan(4, 64, 64, Dtype::Int8, 3).cores_used(), 2);
+    let by_m = plan(300, 64, 32, Dtype::Int8, 3);
+    assert_eq!(by_m.cores_used(), 3);
+    assert!(by_m.tasks.iter().all(|t| t.n0 == 0 && t.nt == 32));
+    let mut rows = vec![0u32; 300];
+    for t in &by_m.tasks {
+        for r in t.m0..t.m0 + t.rows {
+            rows[r as usize] += 1;
+        }
+    }
+    assert!(rows.iter().all(|&r| r == 1), "each row once");
     assert!(Plan::new(MatmulSpec::new(4, 64, 64, Dtype::Int8).on_cores(4)).is_err());
     assert!(Plan::new(MatmulSpec::new(0, 64, 64, Dtype::Int8)).is_err());
+    // Columns split evenly: 4096 on 3 cores are 1376, 1376 and 1344.
+    let even = plan(1, 4096, 4096, Dtype::Int8, 3);
+    let cols: Vec<u32> = (0..3)
+        .map(|c| {
+            even.tasks
+                .iter()
+                .filter(|t| t.core == c)
+                .map(|t| t.nt)
+                .sum()
+        })
+        .collect();
+    assert_eq!(cols, [1376, 1376, 1344]);
+    // M tiles are even too: 100 rows of K 4096 are two tiles of 50.
+    let m100 = plan(100, 4096, 64, Dtype::Int8, 1);
+    assert_eq!(m100.m_tile, 50);
 }
 
 #[test]
@@ -163,7 +189,7 @@ fn weights_land_where_the_layout_formulas_say() {
     let (k, n) = (70u32, 130u32);
     let b: Vec<i32> = (0..k * n).map(|i| (i % 13) as i32 - 6).collect();
     let p8 = plan(1, k, n, Dtype::Int8, 1);
-    let bytes = pack_weights_int(&p8, &b).unwrap();
+    let bytes = pack_weights_int(&p8.layout, &b).unwrap();
     let ai = 96usize;
     for kk in 0..k as usize {
         for nn in 0..n as usize {
@@ -172,7 +198,7 @@ fn weights_land_where_the_layout_formulas_say() {
         }
     }
     let p4 = plan(1, k, n, Dtype::Int4, 1);
-    let bytes = pack_weights_int(&p4, &b).unwrap();
+    let bytes = pack_weights_int(&p4.layout, &b).unwrap();
     for kk in 0..k as usize {
         for nn in 0..n as usize {
             let o = (((nn / 64) * (ai / 32) + kk / 32) * 64 + nn % 64) * 16 + (kk % 32) / 2;
@@ -186,7 +212,7 @@ fn weights_land_where_the_layout_formulas_say() {
     }
     let bf: Vec<f32> = b.iter().map(|&v| v as f32 * 0.5).collect();
     let p16 = plan(1, k, n, Dtype::Fp16, 1);
-    let bytes = pack_weights_f32(&p16, &bf).unwrap();
+    let bytes = pack_weights_f32(&p16.layout, &bf).unwrap();
     for kk in 0..k as usize {
         for nn in 0..n as usize {
             let e = ((nn / 16) * (ai / 32) + kk / 32) * 512 + (nn % 16) * 32 + kk % 32;
@@ -204,7 +230,7 @@ fn activations_land_in_their_task_blocks() {
     let p = plan(m, k, 64, Dtype::Int4, 1);
     let bytes = p.pack_a_int(&a).unwrap();
     for t in p.tasks.iter().filter(|t| t.n0 == 0) {
-        let w = p.waves[t.wave as usize];
+        let w = p.layout.waves[t.wave as usize];
         for r in 0..t.rows as usize {
             for c in 0..w.kw as usize {
                 let o = t.a_offset as usize + ((c / 32) * t.rows as usize + r) * 16 + (c % 32) / 2;
@@ -221,7 +247,7 @@ fn activations_land_in_their_task_blocks() {
     let p = plan(m, k, 64, Dtype::Int8, 1);
     let bytes = p.pack_a_int(&a).unwrap();
     for t in p.tasks.iter().filter(|t| t.n0 == 0) {
-        let w = p.waves[t.wave as usize];
+        let w = p.layout.waves[t.wave as usize];
         for r in 0..t.rows as usize {
             let row = t.a_offset as usize + r * w.ai as usize;
             for c in 0..w.kw as usize {
@@ -239,7 +265,7 @@ fn reduction_sums_waves_exactly() {
     // Two waves whose int32 partials leave the int32 range when added: the host sum is
     // exact in i64, and the i32 unpacker refuses instead of wrapping.
     let p = plan(1, 5000, 32, Dtype::Int8, 1);
-    assert_eq!(p.waves.len(), 2);
+    assert_eq!(p.layout.waves.len(), 2);
     let mut c = vec![0u8; p.c_bytes as usize];
     for t in &p.tasks {
         let o = t.c_offset as usize; // row 0, column 0
@@ -260,7 +286,7 @@ fn fp16_results_are_written_by_the_dpu_within_one_wave() {
         ..MatmulSpec::new(5, k, 40, Dtype::Fp16).on_cores(2)
     };
     let p = Plan::new(spec(300)).unwrap();
-    assert_eq!(p.waves.len(), 1);
+    assert_eq!(p.layout.waves.len(), 1);
     assert_eq!(p.c_type(), OutType::Fp16);
     for mm in each_task(&p) {
         assert_eq!(mm.out, OutType::Fp16);
@@ -287,7 +313,7 @@ fn fp16_results_are_written_by_the_dpu_within_one_wave() {
     );
     // fp32 results of several waves stay the host's sum.
     let p = Plan::new(MatmulSpec::new(5, 5000, 40, Dtype::Fp16)).unwrap();
-    assert_eq!((p.waves.len(), p.c_type()), (2, OutType::Fp32));
+    assert_eq!((p.layout.waves.len(), p.c_type()), (2, OutType::Fp32));
 }
 
 #[test]
@@ -304,7 +330,10 @@ fn impossible_shapes_are_refused_before_any_task_list_is_built() {
     ] {
         match Plan::new(MatmulSpec::new(m, k, n, dtype)) {
             Err(Error::Unsupported { why, .. }) => {
-                assert!(why.contains("tasks") || why.contains("32 bits"), "{why}")
+                assert!(
+                    why.contains("tasks") || why.contains("32 bits") || why.contains("4 GiB"),
+                    "{why}"
+                )
             }
             other => panic!("{m}x{k}x{n}: {other:?}"),
         }
@@ -345,15 +374,15 @@ mod fast_packers {
             let p = plan(m, k, n, Dtype::Int8, 1);
             let b = vals((k * n) as usize, -128, 256);
             let b32: Vec<i32> = b.iter().map(|&v| v as i32).collect();
-            let general = pack_weights_int(&p, &b32).unwrap();
-            prop_assert_eq!(&pack::weights_i8_kn(&p, &b).unwrap(), &general);
+            let general = pack_weights_int(&p.layout, &b32).unwrap();
+            prop_assert_eq!(&pack::weights_i8_kn(&p.layout, &b).unwrap(), &general);
             let mut bt = vec![0i8; b.len()];
             for kk in 0..k as usize {
                 for nn in 0..n as usize {
                     bt[nn * k as usize + kk] = b[kk * n as usize + nn];
                 }
             }
-            prop_assert_eq!(&pack::weights_i8_nk(&p, &bt).unwrap(), &general);
+            prop_assert_eq!(&pack::weights_i8_nk(&p.layout, &bt).unwrap(), &general);
             let a = vals((m * k) as usize, -128, 256);
             let a32: Vec<i32> = a.iter().map(|&v| v as i32).collect();
             prop_assert_eq!(pack::activations_i8(&p, &a).unwrap(), p.pack_a_int(&a32).unwrap());
@@ -366,7 +395,7 @@ mod fast_packers {
             let p4 = plan(m, k, n, Dtype::Int4, 1);
             let b4 = vals((k * n) as usize, -8, 16);
             let b4_32: Vec<i32> = b4.iter().map(|&v| v as i32).collect();
-            prop_assert_eq!(pack::weights_i4_kn(&p4, &b4).unwrap(), pack_weights_int(&p4, &b4_32).unwrap());
+            prop_assert_eq!(pack::weights_i4_kn(&p4.layout, &b4).unwrap(), pack_weights_int(&p4.layout, &b4_32).unwrap());
         }
     }
 }
@@ -384,8 +413,8 @@ fn weights_from_n_by_k_equal_weights_from_k_by_n() {
         }
         let p = plan(3, k, n, dtype, 1);
         assert_eq!(
-            pack_weights_int_nk(&p, &bt).unwrap(),
-            pack_weights_int(&p, &b).unwrap()
+            pack_weights_int_nk(&p.layout, &bt).unwrap(),
+            pack_weights_int(&p.layout, &b).unwrap()
         );
     }
     let b: Vec<f32> = (0..k * n).map(|i| (i % 9) as f32 * 0.25).collect();
@@ -397,8 +426,8 @@ fn weights_from_n_by_k_equal_weights_from_k_by_n() {
     }
     let p = plan(3, k, n, Dtype::Fp16, 1);
     assert_eq!(
-        pack_weights_f32_nk(&p, &bt).unwrap(),
-        pack_weights_f32(&p, &b).unwrap()
+        pack_weights_f32_nk(&p.layout, &bt).unwrap(),
+        pack_weights_f32(&p.layout, &b).unwrap()
     );
 }
 

@@ -68,6 +68,17 @@ impl Dtype {
         }
     }
 
+    /// The lower-case name (`int8`, `fp16`), as the CLI spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::Int8 => "int8",
+            Dtype::Int4 => "int4",
+            Dtype::Int16 => "int16",
+            Dtype::Fp16 => "fp16",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+
     /// The output the hardware natively gives for this input.
     pub const fn default_out(self) -> OutType {
         match self {
@@ -125,6 +136,18 @@ impl OutType {
     /// Elements per 16-byte atom.
     pub const fn atom_elems(self) -> u32 {
         16 / self.bytes()
+    }
+
+    /// The lower-case name (`int32`, `fp32`), as the CLI spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OutType::Int8 => "int8",
+            OutType::Int16 => "int16",
+            OutType::Int32 => "int32",
+            OutType::Fp16 => "fp16",
+            OutType::Bf16 => "bf16",
+            OutType::Fp32 => "fp32",
+        }
     }
 
     /// Whether the type is floating point.

@@ -1,0 +1,282 @@
+//! Weight banks: weights packed once, in the layout of their [`WeightLayout`], resident in
+//! a device buffer, with the per-output-channel scales of a quantised layer.
+
+use super::super::{Bo, BoFlags, Device};
+use crate::error::{Error, Result};
+use crate::kernels::matmul::{self, WeightLayout, pack, quant};
+use crate::kernels::single::Dtype;
+use half::f16;
+
+/// Packed weights resident on the NPU, keyed by their layout: any M runs against them
+/// ([`super::Matmul::new`]). Owns its buffer (and a handle to the device): `'static`,
+/// `Send + Sync`, freed on drop; share it between matmuls with an `Arc`.
+///
+/// ```
+/// use rknpu_driver::device::Device;
+/// use rknpu_driver::device::matmul::{Matmul, WeightBank};
+/// use std::sync::Arc;
+///
+/// let dev = Device::open_spec("emu")?;
+/// // 64 output channels of 96 inputs, `[out][in]` as a model stores them.
+/// let w: Vec<i8> = (0..64 * 96).map(|i| (i % 11) as i8 - 5).collect();
+/// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 64, 96, &w)?);
+/// for m in [1, 7, 40] {
+///     let mut mm = Matmul::new(&bank, m)?; // the same bank for every M
+///     let y = mm.run_i8(&vec![1; m as usize * 96])?;
+///     assert_eq!(y[0], w[..96].iter().map(|&v| v as i32).sum::<i32>());
+/// }
+/// # Ok::<(), rknpu_driver::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct WeightBank {
+    pub(super) bo: Bo,
+    pub(super) layout: WeightLayout,
+    /// Per-output-channel scales (quantised banks), `n` of them.
+    pub(super) scales: Option<Vec<f32>>,
+    /// Int4 banks: each output channel's sum of weights (the W4A8 correction).
+    pub(super) col_sums: Vec<i64>,
+}
+
+fn layout(k: u32, n: u32, dtype: Dtype) -> Result<WeightLayout> {
+    WeightLayout::new(k, n, dtype)
+}
+
+fn dims(n: u32, k: u32) -> Result<usize> {
+    (n as usize)
+        .checked_mul(k as usize)
+        .ok_or(Error::ShapeMismatch {
+            what: "weight values (n × k overflows)",
+            expected: u64::MAX,
+            actual: 0,
+        })
+}
+
+fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected != actual {
+        return Err(Error::ShapeMismatch {
+            what,
+            expected: expected as u64,
+            actual: actual as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Each output channel's sum of int4 weights given as `n` rows of `k` values.
+fn sums_nk(w: &[i8], k: usize) -> Vec<i64> {
+    w.chunks_exact(k.max(1))
+        .map(|r| r.iter().map(|&v| v as i64).sum())
+        .collect()
+}
+
+/// Each output channel's sum of packed int4 weights (`n` rows of `k/2` bytes).
+fn sums_packed(w: &[u8], row: usize) -> Vec<i64> {
+    // Sum of the two signed nibbles of every byte value.
+    let table: [i16; 256] = std::array::from_fn(|b| {
+        let b = b as u8;
+        (((b << 4) as i8 >> 4) + ((b as i8) >> 4)) as i16
+    });
+    w.chunks_exact(row.max(1))
+        .map(|r| r.iter().map(|&b| table[b as usize] as i64).sum())
+        .collect()
+}
+
+impl WeightBank {
+    /// Allocates the bank's buffer and lets `fill` write every byte of it (through the
+    /// CPU mapping: packing straight into device memory, no intermediate copy).
+    fn create(
+        dev: &Device,
+        layout: WeightLayout,
+        fill: impl FnOnce(&WeightLayout, &mut [u8]) -> Result<()>,
+    ) -> Result<WeightBank> {
+        let mut bo = dev.alloc(layout.bytes as usize, BoFlags::default())?;
+        {
+            let mut map = bo.map()?;
+            let len = layout.bytes as usize;
+            fill(&layout, &mut map[..len])?;
+            map.finish()?;
+        }
+        Ok(WeightBank {
+            bo,
+            layout,
+            scales: None,
+            col_sums: Vec::new(),
+        })
+    }
+
+    /// int8 weights given as `n` rows (output channels) of `k` values — the `[out][in]`
+    /// layout of a model's weight matrix (ggml's `src0`).
+    pub fn from_i8_nk(dev: &Device, n: u32, k: u32, w: &[i8]) -> Result<WeightBank> {
+        check_len("weight values", dims(n, k)?, w.len())?;
+        WeightBank::create(dev, layout(k, n, Dtype::Int8)?, |l, out| {
+            pack::weights_i8_nk_into(l, w, out)
+        })
+    }
+
+    /// int8 weights given as `k` rows of `n` values (B of `C = A·B`, row-major).
+    pub fn from_i8_kn(dev: &Device, k: u32, n: u32, w: &[i8]) -> Result<WeightBank> {
+        check_len("weight values", dims(n, k)?, w.len())?;
+        WeightBank::create(dev, layout(k, n, Dtype::Int8)?, |l, out| {
+            pack::weights_i8_kn_into(l, w, out)
+        })
+    }
+
+    /// int4 weights, one value (−8..=7) per byte, given as `n` rows of `k` values.
+    pub fn from_i4_nk(dev: &Device, n: u32, k: u32, w: &[i8]) -> Result<WeightBank> {
+        check_len("weight values", dims(n, k)?, w.len())?;
+        let mut bank = WeightBank::create(dev, layout(k, n, Dtype::Int4)?, |l, out| {
+            pack::weights_nk_into(l, w, out)
+        })?;
+        bank.col_sums = sums_nk(w, k as usize);
+        Ok(bank)
+    }
+
+    /// int4 weights as packed nibbles: `n` rows of `k / 2` bytes (`k` even), weight `2i`
+    /// of a row in the low nibble and `2i + 1` in the high nibble of byte `i`, two's
+    /// complement ([`quant::pack_nibbles`]; GGUF Q4_0 blocks convert with
+    /// [`quant::q4_0_to_nibbles`]).
+    pub fn from_i4_packed_nk(dev: &Device, n: u32, k: u32, w: &[u8]) -> Result<WeightBank> {
+        if !k.is_multiple_of(2) {
+            return Err(Error::ShapeMismatch {
+                what: "input features of packed int4 weights (even)",
+                expected: k as u64 + 1,
+                actual: k as u64,
+            });
+        }
+        check_len("packed int4 weight bytes", dims(n, k / 2)?, w.len())?;
+        let mut bank = WeightBank::create(dev, layout(k, n, Dtype::Int4)?, |l, out| {
+            pack::weights_i4_packed_nk_into(l, w, out)
+        })?;
+        bank.col_sums = sums_packed(w, k as usize / 2);
+        Ok(bank)
+    }
+
+    /// fp16 weights given as `n` rows of `k` values.
+    pub fn from_f16_nk(dev: &Device, n: u32, k: u32, w: &[f16]) -> Result<WeightBank> {
+        check_len("weight values", dims(n, k)?, w.len())?;
+        let bits: &[u16] = zerocopy::transmute_ref!(w);
+        WeightBank::create(dev, layout(k, n, Dtype::Fp16)?, |l, out| {
+            pack::weights_f16_nk_into(l, bits, out)
+        })
+    }
+
+    /// f32 weights given as `n` rows of `k` values, rounded to fp16.
+    pub fn from_f32_nk(dev: &Device, n: u32, k: u32, w: &[f32]) -> Result<WeightBank> {
+        let h: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+        WeightBank::from_f16_nk(dev, n, k, &h)
+    }
+
+    /// f32 weights given as `n` rows of `k` values, quantised per output channel to
+    /// `dtype` (int8: ±127, int4: ±7, symmetric; [`quant::quantize_weights_i8`]) with
+    /// their scales: a W8A8 or W4A8 layer.
+    pub fn quantize_f32_nk(
+        dev: &Device,
+        n: u32,
+        k: u32,
+        w: &[f32],
+        dtype: Dtype,
+    ) -> Result<WeightBank> {
+        let (q, s) = match dtype {
+            Dtype::Int8 => quant::quantize_weights_i8(w, n as usize, k as usize)?,
+            Dtype::Int4 => quant::quantize_weights_i4(w, n as usize, k as usize)?,
+            d => {
+                return Err(Error::Precision {
+                    input: "f32",
+                    weights: d.name(),
+                    output: "a quantised bank",
+                });
+            }
+        };
+        let bank = match dtype {
+            Dtype::Int8 => WeightBank::from_i8_nk(dev, n, k, &q)?,
+            _ => WeightBank::from_i4_nk(dev, n, k, &q)?,
+        };
+        bank.with_scales(&s)
+    }
+
+    /// Already-packed bank bytes (what [`WeightBank::packed`] returned, from a cache),
+    /// for `layout`. The bytes are taken as they are: only their length is checked.
+    pub fn from_packed(dev: &Device, layout: &WeightLayout, bytes: &[u8]) -> Result<WeightBank> {
+        check_len("packed bank bytes", layout.bytes as usize, bytes.len())?;
+        let mut bank = WeightBank::create(dev, layout.clone(), |_, out| {
+            out.copy_from_slice(bytes);
+            Ok(())
+        })?;
+        if layout.dtype == Dtype::Int4 {
+            bank.col_sums = pack::i4_column_sums(layout, bytes)?;
+        }
+        Ok(bank)
+    }
+
+    /// Integer weights of any layout (its shape and type), given as K×N row-major `i32`:
+    /// the general packer, checking every value against the layout's type.
+    pub fn from_int_kn(dev: &Device, layout: &WeightLayout, b: &[i32]) -> Result<WeightBank> {
+        let bytes = matmul::pack_weights_int(layout, b)?;
+        WeightBank::from_packed(dev, layout, &bytes)
+    }
+
+    /// Integer weights of any layout given as N×K (`[out][in]`) `i32`.
+    pub fn from_int_nk(dev: &Device, layout: &WeightLayout, bt: &[i32]) -> Result<WeightBank> {
+        let bytes = matmul::pack_weights_int_nk(layout, bt)?;
+        WeightBank::from_packed(dev, layout, &bytes)
+    }
+
+    /// Float weights of any fp16 layout given as K×N row-major, rounded to fp16.
+    pub fn from_f32_kn(dev: &Device, layout: &WeightLayout, b: &[f32]) -> Result<WeightBank> {
+        let bytes = matmul::pack_weights_f32(layout, b)?;
+        WeightBank::from_packed(dev, layout, &bytes)
+    }
+
+    /// Float weights of any fp16 layout given as N×K, rounded to fp16.
+    pub fn from_f32_nk_layout(
+        dev: &Device,
+        layout: &WeightLayout,
+        bt: &[f32],
+    ) -> Result<WeightBank> {
+        let bytes = matmul::pack_weights_f32_nk(layout, bt)?;
+        WeightBank::from_packed(dev, layout, &bytes)
+    }
+
+    /// The same bank with per-output-channel scales (`n` finite values): results of
+    /// [`super::Matmul::mul_mat`] are multiplied by them.
+    pub fn with_scales(mut self, scales: &[f32]) -> Result<WeightBank> {
+        check_len("weight scales", self.layout.n as usize, scales.len())?;
+        if let Some(i) = scales.iter().position(|s| !s.is_finite()) {
+            return Err(Error::OutOfRange {
+                what: "weight scales",
+                index: i,
+                value: scales[i].to_string(),
+                range: "finite",
+            });
+        }
+        self.scales = Some(scales.to_vec());
+        Ok(self)
+    }
+
+    /// The layout every plan against this bank follows.
+    pub fn layout(&self) -> &WeightLayout {
+        &self.layout
+    }
+
+    /// The per-output-channel scales, if the bank is quantised.
+    pub fn scales(&self) -> Option<&[f32]> {
+        self.scales.as_deref()
+    }
+
+    /// The device the bank lives on.
+    pub fn device(&self) -> &Device {
+        self.bo.device()
+    }
+
+    /// The device buffer.
+    pub fn buffer(&self) -> &Bo {
+        &self.bo
+    }
+
+    /// The packed bytes, read back (to cache them; [`WeightBank::from_packed`] loads
+    /// them again).
+    pub fn packed(&self) -> Result<Vec<u8>> {
+        self.bo
+            .read_with(|b| b[..self.layout.bytes as usize].to_vec())
+    }
+}

@@ -1,0 +1,259 @@
+//! Quantisation on the host, as quantised LLM layers need it around an integer matmul:
+//! symmetric per-row int8 activations, symmetric per-output-channel int8 and int4
+//! weights, packed int4 nibbles (and GGUF's Q4_0 block order), and the W4A8 split of
+//! int8 activations into two int4 halves.
+//!
+//! Symmetric quantisation of a row `x` to `b` bits: `scale = max|x| / (2^(b-1) - 1)` and
+//! `q = round_half_even(x / scale)` (a row of zeros has scale 0 and quantises to 0), so
+//! `x ≈ q · scale` with an error of at most `scale / 2` per element.
+//!
+//! ```
+//! use rknpu_driver::kernels::matmul::quant;
+//!
+//! let x = [0.5f32, -1.0, 0.25, 0.0];
+//! let (q, scales) = quant::quantize_rows_i8(&x, 4)?;
+//! assert_eq!(q, [64, -127, 32, 0]);
+//! assert!((scales[0] - 1.0 / 127.0).abs() < 1e-9);
+//! # Ok::<(), rknpu_driver::Error>(())
+//! ```
+
+use crate::error::{Error, Result};
+
+fn shape(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected != actual {
+        return Err(Error::ShapeMismatch {
+            what,
+            expected: expected as u64,
+            actual: actual as u64,
+        });
+    }
+    Ok(())
+}
+
+fn finite(what: &'static str, x: &[f32]) -> Result<()> {
+    match x.iter().position(|v| !v.is_finite()) {
+        Some(i) => Err(Error::OutOfRange {
+            what,
+            index: i,
+            value: x[i].to_string(),
+            range: "finite",
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Quantises each row of `cols` values of `x` to `max`-symmetric integers into `q`,
+/// writing one scale per row.
+fn quantize_rows(x: &[f32], cols: usize, max: f32, q: &mut [i8], scales: &mut [f32]) {
+    for ((row, qrow), scale) in x
+        .chunks_exact(cols)
+        .zip(q.chunks_exact_mut(cols))
+        .zip(scales.iter_mut())
+    {
+        let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+        *scale = amax / max;
+        let inv = if amax > 0.0 { max / amax } else { 0.0 };
+        for (d, &v) in qrow.iter_mut().zip(row) {
+            *d = (v * inv).round_ties_even().clamp(-max, max) as i8;
+        }
+    }
+}
+
+/// Quantises `x` (rows of `k` values, row-major) to int8 per row into `q` (same length),
+/// with one scale per row into `scales`. Non-finite values are refused.
+pub fn quantize_rows_i8_into(x: &[f32], k: usize, q: &mut [i8], scales: &mut [f32]) -> Result<()> {
+    if k == 0 {
+        return Err(Error::ShapeMismatch {
+            what: "values per row",
+            expected: 1,
+            actual: 0,
+        });
+    }
+    shape("quantised values", x.len(), q.len())?;
+    if !x.len().is_multiple_of(k) {
+        return Err(Error::ShapeMismatch {
+            what: "activation values (a whole number of rows)",
+            expected: x.len().next_multiple_of(k) as u64,
+            actual: x.len() as u64,
+        });
+    }
+    shape("row scales", x.len() / k, scales.len())?;
+    finite("activations", x)?;
+    quantize_rows(x, k, 127.0, q, scales);
+    Ok(())
+}
+
+/// [`quantize_rows_i8_into`] into new vectors: `(values, row scales)`.
+pub fn quantize_rows_i8(x: &[f32], k: usize) -> Result<(Vec<i8>, Vec<f32>)> {
+    let mut q = vec![0i8; x.len()];
+    let mut s = vec![0f32; x.len().checked_div(k).unwrap_or(0)];
+    quantize_rows_i8_into(x, k, &mut q, &mut s)?;
+    Ok((q, s))
+}
+
+/// Quantises f32 weights given as `n` rows (output channels) of `k` values to int8 per
+/// output channel: `(values [n][k], scales [n])`.
+pub fn quantize_weights_i8(w: &[f32], n: usize, k: usize) -> Result<(Vec<i8>, Vec<f32>)> {
+    shape("weight values", n * k, w.len())?;
+    finite("weights", w)?;
+    let mut q = vec![0i8; w.len()];
+    let mut s = vec![0f32; n];
+    if k > 0 {
+        quantize_rows(w, k, 127.0, &mut q, &mut s);
+    }
+    Ok((q, s))
+}
+
+/// Quantises f32 weights given as `n` rows of `k` values to int4 (−7..=7) per output
+/// channel: `(values [n][k] one per byte, scales [n])`; [`pack_nibbles`] packs them.
+pub fn quantize_weights_i4(w: &[f32], n: usize, k: usize) -> Result<(Vec<i8>, Vec<f32>)> {
+    shape("weight values", n * k, w.len())?;
+    finite("weights", w)?;
+    let mut q = vec![0i8; w.len()];
+    let mut s = vec![0f32; n];
+    if k > 0 {
+        quantize_rows(w, k, 7.0, &mut q, &mut s);
+    }
+    Ok((q, s))
+}
+
+/// Packs int4 values (−8..=7, an even count) two per byte: value `2i` in the low nibble
+/// and `2i + 1` in the high nibble of byte `i`, two's complement — the order of ggml's
+/// and most int4 formats' element pairs.
+pub fn pack_nibbles(values: &[i8]) -> Result<Vec<u8>> {
+    if !values.len().is_multiple_of(2) {
+        return Err(Error::ShapeMismatch {
+            what: "int4 values (an even count)",
+            expected: values.len() as u64 + 1,
+            actual: values.len() as u64,
+        });
+    }
+    if let Some(i) = values.iter().position(|v| !(-8..=7).contains(v)) {
+        return Err(Error::OutOfRange {
+            what: "int4 values",
+            index: i,
+            value: values[i].to_string(),
+            range: "-8..=7",
+        });
+    }
+    Ok(values
+        .chunks_exact(2)
+        .map(|p| (p[0] as u8 & 0xF) | ((p[1] as u8) << 4))
+        .collect())
+}
+
+/// Unpacks [`pack_nibbles`]' bytes into int4 values, sign-extended.
+pub fn unpack_nibbles(bytes: &[u8]) -> Vec<i8> {
+    bytes
+        .iter()
+        .flat_map(|&b| [((b << 4) as i8) >> 4, (b as i8) >> 4])
+        .collect()
+}
+
+/// Converts the 16 quant bytes of a GGUF Q4_0 block (32 weights: byte `j` holds weight
+/// `j` in its low nibble and weight `j + 16` in its high nibble, unsigned with an offset
+/// of 8) into 16 bytes of [`pack_nibbles`] order (weight `2i` low, `2i + 1` high, two's
+/// complement). The block's scale is not touched: a Q4_0 tensor has one scale per 32
+/// weights, and a weight bank one per output channel, so loading one requantises.
+pub fn q4_0_to_nibbles(qs: &[u8; 16]) -> [u8; 16] {
+    let value = |e: usize| -> u8 {
+        let b = qs[e % 16];
+        let u = if e < 16 { b & 0xF } else { b >> 4 };
+        u.wrapping_sub(8) & 0xF
+    };
+    std::array::from_fn(|i| value(2 * i) | (value(2 * i + 1) << 4))
+}
+
+/// The W4A8 split of int8 activations into two int4 halves: `a = 16·hi + lo + 8` with
+/// `hi = a >> 4` and `lo = (a & 15) − 8`, both in −8..=7. So
+/// `A·W = 16·(Hi·W) + Lo·W + 8·colsum(W)` exactly: two int4 × int4 products and a
+/// per-column correction. Writes `hi` and `lo` (each `a.len()` values).
+pub fn split_w4a8(a: &[i8], hi: &mut [i8], lo: &mut [i8]) -> Result<()> {
+    shape("high halves", a.len(), hi.len())?;
+    shape("low halves", a.len(), lo.len())?;
+    for ((&v, h), l) in a.iter().zip(hi.iter_mut()).zip(lo.iter_mut()) {
+        *h = v >> 4;
+        *l = (v & 15) - 8;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn nibbles_round_trip_and_q4_0_order() {
+        let v: Vec<i8> = (-8..8).chain(-8..8).collect();
+        let p = pack_nibbles(&v).unwrap();
+        assert_eq!(p[0], 0x98, "-8 low (0x8), -7 high (0x9)");
+        assert_eq!(unpack_nibbles(&p), v);
+        // A Q4_0 block whose weight e is (e % 16) - 8.
+        let qs: [u8; 16] = std::array::from_fn(|j| (j as u8) | ((j as u8) << 4));
+        let ours = q4_0_to_nibbles(&qs);
+        let want: Vec<i8> = (0..32).map(|e| (e % 16) as i8 - 8).collect();
+        assert_eq!(unpack_nibbles(&ours), want);
+        assert!(matches!(
+            pack_nibbles(&[1]),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        assert!(matches!(
+            pack_nibbles(&[1, 9]),
+            Err(Error::OutOfRange { index: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn bad_inputs_are_typed_errors() {
+        assert!(matches!(
+            quantize_rows_i8(&[1.0, f32::NAN], 2),
+            Err(Error::OutOfRange { index: 1, .. })
+        ));
+        assert!(matches!(
+            quantize_rows_i8(&[1.0, 2.0, 3.0], 2),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        assert!(quantize_rows_i8(&[1.0], 0).is_err());
+        assert!(matches!(
+            quantize_weights_i8(&[1.0; 5], 2, 3),
+            Err(Error::ShapeMismatch {
+                expected: 6,
+                actual: 5,
+                ..
+            })
+        ));
+        let (q, s) = quantize_rows_i8(&[0.0; 4], 4).unwrap();
+        assert_eq!((q, s), (vec![0; 4], vec![0.0]));
+    }
+
+    proptest! {
+        #[test]
+        fn quantised_rows_are_within_half_a_step(x in prop::collection::vec(-1e4f32..1e4, 1..64), k in 1usize..8) {
+            let rows = x.len() / k;
+            prop_assume!(rows > 0);
+            let x = &x[..rows * k];
+            let (q, s) = quantize_rows_i8(x, k).unwrap();
+            for (i, (&v, &qv)) in x.iter().zip(&q).enumerate() {
+                let scale = s[i / k];
+                prop_assert!((qv as f32 * scale - v).abs() <= scale * 0.5001 + f32::EPSILON);
+                prop_assert!(qv >= -127);
+            }
+            let (w4, s4) = quantize_weights_i4(x, rows, k).unwrap();
+            for (i, (&v, &qv)) in x.iter().zip(&w4).enumerate() {
+                prop_assert!((-7..=7).contains(&qv));
+                prop_assert!((qv as f32 * s4[i / k] - v).abs() <= s4[i / k] * 0.5001 + f32::EPSILON);
+            }
+        }
+
+        #[test]
+        fn the_w4a8_split_is_exact(a in prop::collection::vec(any::<i8>(), 1..64)) {
+            let (mut hi, mut lo) = (vec![0; a.len()], vec![0; a.len()]);
+            split_w4a8(&a, &mut hi, &mut lo).unwrap();
+            for ((&v, &h), &l) in a.iter().zip(&hi).zip(&lo) {
+                prop_assert!((-8..=7).contains(&h) && (-8..=7).contains(&l));
+                prop_assert_eq!(16 * h as i32 + l as i32 + 8, v as i32);
+            }
+        }
+    }
+}
