@@ -1,0 +1,2 @@
+//! Placeholder replaced by the backend benchmark.
+fn main() {}
