@@ -442,6 +442,8 @@ impl Drop for Inner {
 }
 
 #[cfg(test)]
+mod async_tests;
+#[cfg(test)]
 mod behaviour_tests;
 #[cfg(test)]
 mod tests;

@@ -223,3 +223,30 @@ fn work(shared: &Shared) {
         shared.changed.notify_all();
     }
 }
+
+/// Test hook: watches a kernel's shared state from outside it, so a test can see what
+/// happened to queued jobs when the kernel was dropped and that its worker ended.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct ShutdownProbe(std::sync::Weak<Shared>);
+
+#[cfg(test)]
+impl ShutdownProbe {
+    /// The kernel's log, while anything (the kernel, its worker, a hold) keeps its
+    /// state alive.
+    pub(crate) fn log(&self) -> Option<Vec<String>> {
+        self.0.upgrade().map(|s| s.lock().log.clone())
+    }
+
+    /// Whether the state is gone: the kernel, its worker thread and every hold ended.
+    pub(crate) fn gone(&self) -> bool {
+        self.0.upgrade().is_none()
+    }
+}
+
+#[cfg(test)]
+impl EmuKernel {
+    pub(crate) fn shutdown_probe(&self) -> ShutdownProbe {
+        ShutdownProbe(Arc::downgrade(&self.shared))
+    }
+}
