@@ -326,7 +326,7 @@ impl Pending<'_> {
     /// assert!(!pending.is_done()?);
     /// drop(hold);
     /// while !pending.is_done()? {
-    ///     std::thread::yield_now(); // or other work
+    ///     std::thread::sleep(Duration::from_millis(1)); // or other work
     /// }
     /// let result = pending.wait(Instant::now() + Duration::from_secs(5))?;
     /// assert_eq!(result.task_counter, 1);
@@ -390,7 +390,10 @@ impl Device {
 
     /// Submits `job` and returns at once; [`Pending::wait`] waits for it (vendor: on the
     /// fence the kernel returns, which needs `CONFIG_ROCKCHIP_RKNPU_FENCE`; rocket: on the
-    /// written buffers).
+    /// written buffers), and [`Pending::is_done`] tells without waiting whether it
+    /// finished. On the emulated kernel the job runs before this returns unless the
+    /// kernel is in its asynchronous mode ([`super::emu::EmuKernel::set_async`],
+    /// `emu:async`).
     pub fn submit_nonblocking<'a>(&'a self, job: Job<'a>) -> Result<Pending<'a>> {
         job.check(self)?;
         self.inner.backend.check_nonblocking(&job)?;
