@@ -140,7 +140,6 @@ fn an_async_job_overlaps_the_cpu_and_gives_a_synchronous_runs_result() {
         let mut mm = matmul(&d, 16, 3);
         let emu = d.emulator().unwrap();
         let hold = emu.hold_worker();
-        let submitted = Instant::now();
         let pending = d.submit_nonblocking(mm.job()).unwrap();
         // The submission returned without running the job: the worker is held.
         assert!(!pending.is_done().unwrap(), "{spec}");
@@ -158,7 +157,6 @@ fn an_async_job_overlaps_the_cpu_and_gives_a_synchronous_runs_result() {
         // And while it runs: what the CPU writes to other buffers meanwhile is kept.
         other.write(64, &[9; 64]).unwrap();
         let r = pending.wait(soon()).unwrap();
-        assert!(submitted.elapsed() < Duration::from_secs(10));
         assert_eq!(r, expected, "{spec}");
         let got = mm.product();
         assert_eq!(got, product, "{spec}");
@@ -214,7 +212,9 @@ fn a_pending_job_dropped_in_async_mode_is_waited_for() {
         let d = private(flavour);
         let mut mm = matmul(&d, 8, 2);
         let hold = d.emulator().unwrap().hold_worker();
-        let pending = d.submit_nonblocking(mm.job()).unwrap();
+        // Vendor: the settling bound is the job's timeout (at most 5 s); rocket: 1 s.
+        let job = mm.job().timeout(Duration::from_secs(5));
+        let pending = d.submit_nonblocking(job).unwrap();
         // Released by another thread while the dropped job is being settled.
         let release = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
@@ -266,21 +266,21 @@ fn a_deadline_passing_while_the_worker_is_held_is_a_timeout() {
     assert_eq!(leaked.len(), 5, "the job's four buffers and its task array");
     assert!(leaked.iter().all(|l| l.reason.contains("wait failed")));
 
-    // Rocket: released during the settling wait (1 s), the job finishes within it:
-    // a timeout for the caller, nothing held.
+    // Rocket: the same once the settling wait (1 s, past the scheduler's timeout) ends
+    // with the job not run: held, then leaked, with the sentinel buffer.
     let d = private(Flavour::Rocket);
     let mut mm = matmul(&d, 1, 1);
     let hold = d.emulator().unwrap().hold_worker();
     let pending = d.submit_nonblocking(mm.job()).unwrap();
-    let release = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(100));
-        drop(hold);
-    });
     let r = pending.wait(Instant::now() + Duration::from_millis(10));
-    release.join().unwrap();
     assert!(matches!(r, Err(DeviceError::Timeout { .. })), "{r:?}");
-    assert!(d.leaked_buffers().is_empty());
-    assert_eq!(mm.product(), cpu_product(1));
+    assert!(matches!(
+        mm.c.read_all(),
+        Err(DeviceError::StillRunning { .. })
+    ));
+    drop(hold);
+    drop(mm);
+    assert_eq!(d.leaked_buffers().len(), 5, "four buffers and the sentinel");
 }
 
 /// Runs `f` on a thread of its own: a failure, not a hung test run, if it takes longer
