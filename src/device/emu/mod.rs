@@ -95,8 +95,8 @@ struct State {
 }
 
 /// The emulated kernel. Create it with [`EmuKernel::new`] (synchronous: a job runs
-/// inside its submit request) or [`EmuKernel::new_async`] (non-blocking jobs run on a
-/// worker thread the kernel owns: [`EmuKernel::set_async`]); [`crate::device::Device`]
+/// inside its submit request) or [`EmuKernel::new_async`] (jobs run on a worker thread
+/// the kernel owns, and non-blocking submissions return at once: [`EmuKernel::set_async`]); [`crate::device::Device`]
 /// opens it for `RKNPU_DEVICE=emu`, `emu:vendor-0.9.6`, `emu:rocket`, and `emu:async`,
 /// `emu:rocket:async` for the asynchronous mode.
 #[derive(Debug)]

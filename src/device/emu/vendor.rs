@@ -243,6 +243,15 @@ impl VendorJob {
         (s, out)
     }
 
+    /// The outcome of a job that could not run: `errno`, the request unchanged.
+    pub(super) fn failed(&self, errno: Errno) -> VendorOutcome {
+        VendorOutcome {
+            result: Err(errno),
+            sub: self.sub,
+            wait: None,
+        }
+    }
+
     /// Whether the job blocks its submitter (its outcome is handed back).
     pub(super) fn is_blocking(&self) -> bool {
         !self.nonblock()

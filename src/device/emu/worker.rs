@@ -12,7 +12,9 @@ use super::rocket::RocketJob;
 use super::vendor::{VendorJob, VendorOutcome};
 use super::{EmuKernel, Flavour, State};
 use crate::sim::Simulator;
+use crate::sys::Errno;
 use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -208,16 +210,35 @@ fn work(shared: &Shared) {
             s = shared.wait(s);
             continue;
         };
-        s = match job {
+        // A blocking submitter waits for an outcome even if the simulator panics: it
+        // gets EIO then (the panic is printed as usual), a non-blocking job's fence
+        // stays unsignalled, and the worker goes on with the next job.
+        let blocking = match &job {
+            Job::Vendor(job) if job.is_blocking() => Some(job.failed(Errno::EIO)),
+            _ => None,
+        };
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| match job {
             Job::Vendor(job) => {
-                let blocking = job.is_blocking();
                 let (mut s, out) = job.run_queued(shared, s);
-                if blocking {
+                if blocking.is_some() {
                     s.queue.results.insert(ticket, out);
                 }
                 s
             }
             Job::Rocket(job) => job.run_queued(shared, s),
+        }));
+        s = match ran {
+            Ok(s) => s,
+            Err(_) => {
+                let mut s = shared.lock();
+                s.log.push(format!(
+                    "emulated kernel: job {ticket} panicked in the worker"
+                ));
+                if let Some(out) = blocking {
+                    s.queue.results.insert(ticket, out);
+                }
+                s
+            }
         };
         s.queue.done = ticket;
         shared.changed.notify_all();
