@@ -156,6 +156,10 @@ pub(super) trait Backend: std::fmt::Debug + Send + Sync {
         deadline: Instant,
     ) -> Result<JobResult>;
 
+    /// Whether a job [`Backend::start`] submitted has finished (it no longer runs), without
+    /// blocking and without settling it: a later [`Backend::wait`] still gives its result.
+    fn is_done(&self, dev: &Device, job: &Job<'_>, flight: &InFlight) -> Result<bool>;
+
     /// How long [`Backend::settle`] may wait for a job that may still run.
     fn settle_bound(&self, job: &Job<'_>) -> Duration;
 

@@ -286,6 +286,61 @@ pub struct Pending<'a> {
 }
 
 impl Pending<'_> {
+    /// Whether the job has finished, without blocking: vendor, the fence polled with a
+    /// zero timeout; rocket, PREP_BO with a zero timeout on the job's completion sentinel.
+    /// It neither waits for nor settles the job: [`Pending::wait`] still gives its
+    /// result (at once when this said `true`), and dropping it still settles it.
+    ///
+    /// "Finished" means the job no longer runs, not that it succeeded: a rocket job the
+    /// scheduler stopped after its timeout is finished, and `wait` reports it as
+    /// [`DeviceError::Timeout`]; a vendor non-blocking job that hangs is never finished
+    /// (the driver never times such jobs out). A vendor kernel that returned no fence is
+    /// [`DeviceError::Unsupported`].
+    ///
+    /// ```
+    /// use rknpu_driver::device::{BoFlags, Device, Job};
+    /// use rknpu_driver::kernels::single::{Dtype, SingleMatmul};
+    /// use std::time::{Duration, Instant};
+    ///
+    /// // The emulated kernel's asynchronous mode: jobs run on a worker thread.
+    /// let dev = Device::open_spec("emu:async")?;
+    /// let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    /// let program = mm.program()?;
+    /// let (mut regcmd, mut a, mut b, mut c) = (
+    ///     dev.alloc(program.byte_len(), BoFlags::default())?,
+    ///     dev.alloc(mm.a_bytes(), BoFlags::default())?,
+    ///     dev.alloc(mm.b_bytes(), BoFlags::default())?,
+    ///     dev.alloc(mm.c_bytes(), BoFlags::default())?,
+    /// );
+    /// let addr = |id: rknpu_driver::regcmd::BufferId| {
+    ///     Some(u64::from([regcmd.dma_addr(), a.dma_addr(), b.dma_addr(), c.dma_addr()][id.0 as usize]))
+    /// };
+    /// regcmd.write(0, &rknpu_driver::regcmd::words_to_le_bytes(&program.bind(addr)?))?;
+    /// a.write(0, &mm.pack_a_int(&vec![1; 4 * 64])?)?;
+    /// b.write(0, &mm.pack_b_int(&vec![2; 64 * 32])?)?;
+    ///
+    /// // Hold the worker so that the job certainly has not run yet.
+    /// let hold = dev.emulator().unwrap().hold_worker();
+    /// let job = Job::from_program(&regcmd, &program).reads(&a).reads(&b).writes(&c);
+    /// let pending = dev.submit_nonblocking(job)?;
+    /// assert!(!pending.is_done()?);
+    /// drop(hold);
+    /// while !pending.is_done()? {
+    ///     std::thread::sleep(Duration::from_millis(1)); // or other work
+    /// }
+    /// let result = pending.wait(Instant::now() + Duration::from_secs(5))?;
+    /// assert_eq!(result.task_counter, 1);
+    /// let out = mm.unpack_c_int(&c.read_all()?[..mm.c_bytes()])?;
+    /// assert!(out.iter().all(|&v| v == 128));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_done(&self) -> Result<bool> {
+        self.dev
+            .inner
+            .backend
+            .is_done(self.dev, &self.job, &self.flight)
+    }
+
     /// Waits until `deadline` for the job. A job not finished then is a
     /// [`DeviceError::Timeout`] (counters unknown: 0). After any failed wait the job is
     /// waited for with a bound, as a dropped one, and its buffers held if it may still
@@ -335,7 +390,10 @@ impl Device {
 
     /// Submits `job` and returns at once; [`Pending::wait`] waits for it (vendor: on the
     /// fence the kernel returns, which needs `CONFIG_ROCKCHIP_RKNPU_FENCE`; rocket: on the
-    /// written buffers).
+    /// written buffers), and [`Pending::is_done`] tells without waiting whether it
+    /// finished. On the emulated kernel the job runs before this returns unless the
+    /// kernel is in its asynchronous mode ([`super::emu::EmuKernel::set_async`],
+    /// `emu:async`).
     pub fn submit_nonblocking<'a>(&'a self, job: Job<'a>) -> Result<Pending<'a>> {
         job.check(self)?;
         self.inner.backend.check_nonblocking(&job)?;

@@ -201,23 +201,33 @@ impl Device {
     }
 
     /// Opens a device by specification: `emu` (vendor 0.9.8), `emu:vendor-0.9.8`,
-    /// `emu:vendor-0.9.6`, `emu:rocket`, or a node path.
+    /// `emu:vendor-0.9.6`, `emu:rocket`, each of them with `:async` appended (`emu:async`,
+    /// `emu:rocket:async`: the emulated kernel's asynchronous mode,
+    /// [`EmuKernel::set_async`]), or a node path.
     pub fn open_spec(spec: &str) -> Result<Device> {
-        let flavour = match spec {
+        let (base, asynchronous) = match spec.strip_suffix(":async") {
+            Some(base) if base.starts_with("emu") => (base, true),
+            _ => (spec, false),
+        };
+        let flavour = match base {
             "emu" | "emu:vendor" | "emu:vendor-0.9.8" => Some(Flavour::Vendor098),
             "emu:vendor-0.9.6" => Some(Flavour::Vendor096),
             "emu:rocket" => Some(Flavour::Rocket),
             s if s.starts_with("emu") => {
                 return Err(DeviceError::NotFound {
-                    looked_for: format!("the emulated kernel {s:?}"),
-                    hint: "emu, emu:vendor-0.9.8, emu:vendor-0.9.6 or emu:rocket".into(),
+                    looked_for: format!("the emulated kernel {spec:?}"),
+                    hint: "emu, emu:vendor-0.9.8, emu:vendor-0.9.6 or emu:rocket, optionally followed by :async".into(),
                 });
             }
             _ => None,
         };
         match flavour {
             Some(f) => {
-                let emu = EmuKernel::shared(f);
+                let emu = if asynchronous {
+                    EmuKernel::shared_async(f)
+                } else {
+                    EmuKernel::shared(f)
+                };
                 Device::open_with(emu.clone(), Some(emu), emu::node_path(f))
             }
             None => Device::open_with(Arc::new(RealKernel::new()), None, spec),
@@ -443,6 +453,8 @@ impl Drop for Inner {
     }
 }
 
+#[cfg(test)]
+mod async_tests;
 #[cfg(test)]
 mod behaviour_tests;
 #[cfg(test)]

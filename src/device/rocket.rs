@@ -157,6 +157,33 @@ impl Backend for Rocket {
         wait(dev, job, flight, deadline)
     }
 
+    /// PREP_BO with a zero timeout on the job's sentinel buffer, an output of this job
+    /// alone (another job may write the job's own outputs after it, and PREP_BO on those
+    /// would wait for that one too): `EBUSY` while its fence is unsignalled. A job the
+    /// scheduler stopped after its timeout is done as well; `wait` then reports it.
+    fn is_done(&self, dev: &Device, job: &Job<'_>, flight: &InFlight) -> Result<bool> {
+        let handle = match &flight.sentinel {
+            Some(s) => s.handle(),
+            None => match job.writes.first() {
+                Some(b) => b.handle(),
+                None => return Ok(true),
+            },
+        };
+        let mut p = DrmRocketPrepBo {
+            handle,
+            reserved: 0,
+            timeout_ns: 0,
+        };
+        match dev.inner.port.ioctl(&mut Ioctl::RocketPrepBo(&mut p)) {
+            Ok(_) => Ok(true),
+            Err(DeviceError::Ioctl {
+                errno: Errno::EBUSY | Errno::ETIMEDOUT,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The scheduler's job timeout (500 ms) and a margin: by then a hung job has been
     /// stopped and its fences signalled.
     fn settle_bound(&self, _job: &Job<'_>) -> Duration {

@@ -319,6 +319,16 @@ impl Backend for Vendor {
         })
     }
 
+    /// Polls the fence with a zero timeout. Without a fence nothing can tell.
+    fn is_done(&self, dev: &Device, _job: &Job<'_>, flight: &InFlight) -> Result<bool> {
+        match flight.fence {
+            Some(fd) => dev.inner.port.poll(fd, Duration::ZERO),
+            None => Err(DeviceError::Unsupported {
+                what: "telling whether the job finished: the kernel returned no fence".into(),
+            }),
+        }
+    }
+
     fn settle_bound(&self, job: &Job<'_>) -> Duration {
         super::leak::vendor_bound(job.timeout)
     }

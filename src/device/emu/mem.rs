@@ -5,6 +5,7 @@
 use super::{File, State};
 use crate::sim::Simulator;
 use crate::sys::{DmaMem, Errno, Fd};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -27,6 +28,9 @@ pub(super) struct EmuBo {
     pub(super) dev: Option<Vec<u8>>,
     /// Rocket: when the last job writing it finishes.
     pub(super) busy_until: Option<Instant>,
+    /// Rocket, asynchronous mode: the ticket of the last queued job that writes it
+    /// (PREP_BO waits until the worker has finished that job).
+    pub(super) writer: Option<u64>,
     /// Vendor bit 10: the CPU cache still holds dirty lines of the page zeroing, which
     /// a sync (clean or invalidate) resolves and which are otherwise evicted over what
     /// the NPU wrote.
@@ -117,6 +121,10 @@ pub(super) fn lock_bo(bo: &Mutex<EmuBo>) -> MutexGuard<'_, EmuBo> {
     bo.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What each object's device view held when a job started, by device address: the
+/// job's writes are those regions that differ from it afterwards.
+pub(super) type Loaded = HashMap<u32, Vec<u8>>;
+
 /// Places every object's device view in the simulator's memory. An uncached buffer the
 /// CPU has mapped at this moment is left out (and logged): a program that reads it stops
 /// with a DMA error naming its address.
@@ -124,7 +132,8 @@ pub(super) fn load_memory(
     sim: &mut Simulator,
     objects: &[Arc<Mutex<EmuBo>>],
     log: &mut Vec<String>,
-) {
+) -> Loaded {
+    let mut loaded = Loaded::new();
     let mem = sim.memory_mut();
     let addrs: Vec<u32> = mem.regions().iter().map(|r| r.addr).collect();
     for a in addrs {
@@ -135,7 +144,9 @@ pub(super) fn load_memory(
         match b.device_bytes() {
             // Objects never overlap: the allocators hand out disjoint ranges.
             Some(bytes) => {
-                let _ = mem.map(b.dma, bytes);
+                if mem.map(b.dma, bytes.clone()).is_ok() {
+                    loaded.insert(b.dma, bytes);
+                }
             }
             None => log.push(format!(
                 "buffer at {:#x} is mapped by the CPU during a job; the emulation leaves it out",
@@ -143,19 +154,25 @@ pub(super) fn load_memory(
             )),
         }
     }
+    loaded
 }
 
-/// Copies what the NPU wrote back into the objects' device views. An object whose CPU
-/// cache lines are still dirty from its zeroing (vendor bit 10, never synced) then has
-/// them evicted over the NPU's output, as happens on a board sooner or later.
+/// Copies what the NPU wrote back into the objects' device views: only the regions the
+/// job changed, so that what the CPU put in other buffers while an asynchronous job ran
+/// is kept. An object whose CPU cache lines are still dirty from its zeroing (vendor
+/// bit 10, never synced) then has them evicted over the NPU's output, as happens on a
+/// board sooner or later.
 pub(super) fn store_memory(
     sim: &mut Simulator,
     objects: &[Arc<Mutex<EmuBo>>],
+    loaded: &Loaded,
     log: &mut Vec<String>,
 ) {
     for bo in objects {
         let mut b = lock_bo(bo);
-        if let Some(region) = sim.memory_mut().unmap(b.dma) {
+        if let Some(region) = sim.memory_mut().unmap(b.dma)
+            && loaded.get(&b.dma) != Some(&region.bytes)
+        {
             b.set_device_bytes(&region.bytes);
         }
         if b.dirty {

@@ -15,15 +15,19 @@ mod iova;
 mod mem;
 mod rocket;
 mod vendor;
+mod worker;
 
 use crate::sim::{Faults, Simulator};
 use crate::sys::uapi;
-use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping};
+use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, VendorOp};
 use iova::Iova;
 use mem::{EmuBo, bo_of, lock_bo, release};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+pub use worker::WorkerHold;
+use worker::{Queue, Shared};
 
 /// Which driver the emulated kernel plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -80,19 +84,28 @@ struct State {
     occupied: [bool; 3],
     /// Vendor: the highest `core_mask` SUBMIT accepts (0x7 RK3588, 0x3 RK3583).
     core_limit: u32,
-    sim: Simulator,
+    /// The simulator, locked on its own so that the worker runs a job without holding
+    /// the kernel (lock order: the state, then the simulator; the worker never takes the
+    /// state while it holds the simulator).
+    sim: Arc<Mutex<Simulator>>,
     faults: Faults,
     log: Vec<String>,
-    /// How long the current blocking request waits before it returns its error.
-    wait: Option<Duration>,
+    /// Asynchronous mode: the job queue and its worker's progress.
+    queue: Queue,
 }
 
-/// The emulated kernel. Create it with [`EmuKernel::new`]; [`crate::device::Device`]
-/// opens it for `RKNPU_DEVICE=emu`, `emu:vendor-0.9.6` and `emu:rocket`.
+/// The emulated kernel. Create it with [`EmuKernel::new`] (synchronous: a job runs
+/// inside its submit request) or [`EmuKernel::new_async`] (jobs run on a worker thread
+/// the kernel owns, and non-blocking submissions return at once: [`EmuKernel::set_async`]); [`crate::device::Device`]
+/// opens it for `RKNPU_DEVICE=emu`, `emu:vendor-0.9.6`, `emu:rocket`, and `emu:async`,
+/// `emu:rocket:async` for the asynchronous mode.
 #[derive(Debug)]
 pub struct EmuKernel {
     flavour: Flavour,
-    state: Mutex<State>,
+    shared: Arc<Shared>,
+    /// The worker thread, started when the asynchronous mode is first enabled and
+    /// joined when the kernel is dropped.
+    worker: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// The node path the emulated kernel answers to.
@@ -108,18 +121,22 @@ impl EmuKernel {
     pub fn new(flavour: Flavour) -> EmuKernel {
         EmuKernel {
             flavour,
-            state: Mutex::new(State {
-                files: HashMap::new(),
-                next_fd: 1000,
-                objects: HashMap::new(),
-                next_obj: 0xFFFF_FF80_1000_0000,
-                vendor_iova: Iova::top_down(),
-                occupied: [false; 3],
-                core_limit: 7,
-                sim: Simulator::new(),
-                faults: Faults::default(),
-                log: Vec::new(),
-                wait: None,
+            worker: Mutex::new(None),
+            shared: Arc::new(Shared {
+                changed: Condvar::new(),
+                state: Mutex::new(State {
+                    files: HashMap::new(),
+                    next_fd: 1000,
+                    objects: HashMap::new(),
+                    next_obj: 0xFFFF_FF80_1000_0000,
+                    vendor_iova: Iova::top_down(),
+                    occupied: [false; 3],
+                    core_limit: 7,
+                    sim: Arc::new(Mutex::new(Simulator::new())),
+                    faults: Faults::default(),
+                    log: Vec::new(),
+                    queue: Queue::default(),
+                }),
             }),
         }
     }
@@ -135,14 +152,26 @@ impl EmuKernel {
     /// The process-wide kernel of `flavour`: like a real driver, one per machine, whatever
     /// number of devices open it.
     pub fn shared(flavour: Flavour) -> Arc<EmuKernel> {
-        static KERNELS: std::sync::OnceLock<Mutex<HashMap<Flavour, Arc<EmuKernel>>>> =
-            std::sync::OnceLock::new();
+        EmuKernel::process_wide(flavour, false)
+    }
+
+    /// The process-wide kernel of `flavour` in asynchronous mode ([`EmuKernel::set_async`]):
+    /// another kernel than [`EmuKernel::shared`]'s, so that devices opened synchronous
+    /// stay so. `RKNPU_DEVICE=emu:async` and `emu:rocket:async` open these.
+    pub fn shared_async(flavour: Flavour) -> Arc<EmuKernel> {
+        EmuKernel::process_wide(flavour, true)
+    }
+
+    fn process_wide(flavour: Flavour, asynchronous: bool) -> Arc<EmuKernel> {
+        type Kernels = Mutex<HashMap<(Flavour, bool), Arc<EmuKernel>>>;
+        static KERNELS: std::sync::OnceLock<Kernels> = std::sync::OnceLock::new();
         let map = KERNELS.get_or_init(Default::default);
         let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-        Arc::clone(
-            map.entry(flavour)
-                .or_insert_with(|| Arc::new(EmuKernel::new(flavour))),
-        )
+        Arc::clone(map.entry((flavour, asynchronous)).or_insert_with(|| {
+            let k = EmuKernel::new(flavour);
+            k.set_async(asynchronous);
+            Arc::new(k)
+        }))
     }
 
     /// The driver it plays.
@@ -151,10 +180,11 @@ impl EmuKernel {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.lock()
     }
 
     /// Faults for the next submissions (task indices count within each core's kick).
+    /// A queued job keeps the faults in force when it was submitted.
     pub fn inject(&self, faults: Faults) {
         self.lock().faults = faults;
     }
@@ -308,14 +338,10 @@ impl Kernel for EmuKernel {
                     // rocket has no such numbers; the emulation plays the DRM flavour only.
                     return Err(Errno::EINVAL);
                 }
-                let r = self.vendor(&mut s, fd, op);
-                // A blocking wait that ends in a timeout sleeps without holding the
-                // kernel, as the driver's wait does.
-                if let Some(wait) = s.wait.take() {
-                    drop(s);
-                    std::thread::sleep(wait);
+                match op {
+                    VendorOp::Submit(sub) => self.vendor_submit(s, sub),
+                    op => self.vendor(&mut s, fd, op),
                 }
-                r
             }
             Ioctl::RocketCreateBo(c) if self.flavour == Flavour::Rocket => {
                 rocket::rocket_create(&mut s, fd, c)
@@ -326,11 +352,26 @@ impl Kernel for EmuKernel {
                 in_handles,
                 out_handles,
             } if self.flavour == Flavour::Rocket => {
-                rocket::rocket_submit(&mut s, fd, job, tasks, in_handles, out_handles);
+                // The job's flags are not read (rocket defines none).
+                let _ = job;
+                let Some(job) = rocket::rocket_check(&mut s, fd, tasks, in_handles, out_handles)
+                else {
+                    return Ok(0);
+                };
+                if s.queue.goes_to_worker() {
+                    // Every rocket submission is asynchronous in the real driver.
+                    let outs = job.outputs().to_vec();
+                    let ticket = self.enqueue(&mut s, worker::Job::Rocket(job));
+                    for b in &outs {
+                        lock_bo(b).writer = Some(ticket);
+                    }
+                } else {
+                    job.run_inline(&mut s);
+                }
                 Ok(0)
             }
             Ioctl::RocketPrepBo(p) if self.flavour == Flavour::Rocket => {
-                rocket::rocket_prep_bo(s, fd, p)
+                rocket::rocket_prep_bo(&self.shared, s, fd, p)
             }
             Ioctl::RocketFiniBo(f) if self.flavour == Flavour::Rocket => {
                 rocket::rocket_fini_bo(&s, fd, f)
@@ -370,16 +411,29 @@ impl Kernel for EmuKernel {
         bo.cpu.map(len).ok_or(Errno::EBUSY)
     }
 
+    /// Waits on the kernel's condition variable (never spinning) until the fence is
+    /// signalled, by a job completing inside SUBMIT or on the worker, or `timeout`
+    /// passes. Other descriptors are always ready.
     fn poll(&self, fd: Fd, timeout: Duration) -> Result<bool, Errno> {
-        let signalled = match self.lock().files.get(&fd.0) {
-            Some(File::Fence { signalled }) => *signalled,
-            Some(_) => true,
-            None => return Err(Errno::EBADF),
-        };
-        if !signalled {
-            std::thread::sleep(timeout);
+        let deadline = Instant::now().checked_add(timeout);
+        let mut s = self.lock();
+        loop {
+            match s.files.get(&fd.0) {
+                Some(File::Fence { signalled: false }) => {}
+                Some(_) => return Ok(true),
+                None => return Err(Errno::EBADF),
+            }
+            s = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(false);
+                    }
+                    self.shared.wait_timeout(s, left)
+                }
+                None => self.shared.wait(s),
+            };
         }
-        Ok(signalled)
     }
 
     fn is_emulated(&self) -> bool {

@@ -2,9 +2,10 @@
 //! kick per task, PREP_BO waiting for the jobs that write a buffer, FINI_BO.
 
 use super::mem::{EmuBo, bo_of, load_memory, lock_bo, store_memory};
+use super::worker::{Shared, lock_sim};
 use super::{File, PAGE, ROCKET_JOB_TIMEOUT, State};
 use crate::regcmd::TAIL_ENTRIES;
-use crate::sim::Kick;
+use crate::sim::{Faults, Kick, Simulator};
 use crate::submit::irq;
 use crate::sys::uapi::*;
 use crate::sys::{DmaMem, Errno, Fd};
@@ -52,6 +53,7 @@ pub(super) fn rocket_create(
             cpu: Arc::new(DmaMem::zeroed(size as usize)),
             dev: Some(vec![0u8; size as usize]),
             busy_until: None,
+            writer: None,
             dirty: false,
         })),
     );
@@ -61,21 +63,30 @@ pub(super) fn rocket_create(
     Ok(0)
 }
 
-/// One rocket job: each task is a separate kick with TASK_NUMBER 1 and the DPU pair as
-/// the interrupt mask. Per-job errors are dropped silently, as the driver does.
-pub(super) fn rocket_submit(
+/// A rocket job that passed SUBMIT: what running it needs.
+#[derive(Debug)]
+pub(super) struct RocketJob {
+    fd: Fd,
+    tasks: Vec<DrmRocketTask>,
+    /// The buffers it writes, whose fences it signals.
+    outs: Vec<Arc<Mutex<EmuBo>>>,
+    /// The faults in force at submission.
+    faults: Faults,
+}
+
+/// SUBMIT's checks: a job, or `None` for one the driver drops silently (per-job errors
+/// are ignored by `rocket_ioctl_submit`, which returns 0).
+pub(super) fn rocket_check(
     s: &mut State,
     fd: Fd,
-    job: &DrmRocketJob,
     tasks: &[DrmRocketTask],
     in_handles: &[u32],
     out_handles: &[u32],
-) {
-    let _ = job;
+) -> Option<RocketJob> {
     if tasks.is_empty() || tasks.iter().any(|t| t.regcmd_count == 0) {
         s.log
             .push("rocket: job with no task or an empty task dropped".into());
-        return;
+        return None;
     }
     let mut bos: Vec<Arc<Mutex<EmuBo>>> = Vec::new();
     for h in in_handles.iter().chain(out_handles) {
@@ -86,78 +97,140 @@ pub(super) fn rocket_submit(
                 s.log.push(format!(
                     "rocket: job listing handle {h} twice dropped (-EALREADY from drm_gem_lock_reservations)"
                 ));
-                return;
+                return None;
             }
             Ok(b) => bos.push(b),
             Err(_) => {
                 s.log
                     .push(format!("rocket: job with unknown handle {h} dropped"));
-                return;
+                return None;
             }
         }
     }
-    let Some(File::Device { handles, .. }) = s.files.get(&fd.0) else {
-        return;
-    };
-    // Every BO of this fd is mapped in its private IOMMU domain.
-    let objects: Vec<Arc<Mutex<EmuBo>>> = handles.values().cloned().collect();
-    let faults = s.faults.clone();
-    s.sim.set_faults(faults);
-    load_memory(&mut s.sim, &objects, &mut s.log);
-    let mut ok = true;
-    for t in tasks {
-        let kick = Kick {
-            core: 0,
-            regcmd_addr: t.regcmd,
-            regcfg_amount: t.regcmd_count.saturating_sub(TAIL_ENTRIES as u32),
-            task_number: Some(1),
-            int_mask: irq::DPU,
+    Some(RocketJob {
+        fd,
+        tasks: tasks.to_vec(),
+        outs: bos.split_off(in_handles.len()),
+        faults: s.faults.clone(),
+    })
+}
+
+impl RocketJob {
+    /// The buffers it writes.
+    pub(super) fn outputs(&self) -> &[Arc<Mutex<EmuBo>>] {
+        &self.outs
+    }
+
+    /// Runs it with the kernel locked throughout (synchronous mode).
+    pub(super) fn run_inline(self, s: &mut State) {
+        let Some(objects) = self.objects(s) else {
+            return;
         };
-        match s.sim.kick(&kick) {
-            Ok(run) if run.raw_status & irq::DPU != 0 && run.stall.is_none() => {}
-            Ok(run) => {
-                s.log.push(format!(
-                    "NPU job timed out (raw status {:#x}{})",
-                    run.raw_status,
-                    run.stall
-                        .map(|st| format!(", {}", st.why))
-                        .unwrap_or_default()
-                ));
-                ok = false;
-                break;
-            }
-            Err(e) => {
-                s.log.push(format!("NPU job timed out: {e}"));
-                ok = false;
-                break;
+        let sim = Arc::clone(&s.sim);
+        let mut log = Vec::new();
+        let ok = self.run(&mut lock_sim(&sim), &objects, &mut log);
+        self.finish(s, ok, log);
+    }
+
+    /// Runs it on the worker: the simulator runs without the kernel locked.
+    pub(super) fn run_queued<'a>(
+        self,
+        shared: &'a Shared,
+        s: MutexGuard<'a, State>,
+    ) -> MutexGuard<'a, State> {
+        let Some(objects) = self.objects(&s) else {
+            return s;
+        };
+        let sim = Arc::clone(&s.sim);
+        drop(s);
+        let mut log = Vec::new();
+        let ok = self.run(&mut lock_sim(&sim), &objects, &mut log);
+        let mut s = shared.lock();
+        self.finish(&mut s, ok, log);
+        s
+    }
+
+    /// Every BO of its fd, mapped in the fd's private IOMMU domain; `None` once the fd
+    /// is closed.
+    fn objects(&self, s: &State) -> Option<Vec<Arc<Mutex<EmuBo>>>> {
+        let Some(File::Device { handles, .. }) = s.files.get(&self.fd.0) else {
+            return None;
+        };
+        Some(handles.values().cloned().collect())
+    }
+
+    /// Each task is a separate kick with TASK_NUMBER 1 and the DPU pair as the
+    /// interrupt mask; whether every task completed.
+    fn run(
+        &self,
+        sim: &mut Simulator,
+        objects: &[Arc<Mutex<EmuBo>>],
+        log: &mut Vec<String>,
+    ) -> bool {
+        sim.set_faults(self.faults.clone());
+        let loaded = load_memory(sim, objects, log);
+        let mut ok = true;
+        for t in &self.tasks {
+            let kick = Kick {
+                core: 0,
+                regcmd_addr: t.regcmd,
+                regcfg_amount: t.regcmd_count.saturating_sub(TAIL_ENTRIES as u32),
+                task_number: Some(1),
+                int_mask: irq::DPU,
+            };
+            match sim.kick(&kick) {
+                Ok(run) if run.raw_status & irq::DPU != 0 && run.stall.is_none() => {}
+                Ok(run) => {
+                    log.push(format!(
+                        "NPU job timed out (raw status {:#x}{})",
+                        run.raw_status,
+                        run.stall
+                            .map(|st| format!(", {}", st.why))
+                            .unwrap_or_default()
+                    ));
+                    ok = false;
+                    break;
+                }
+                Err(e) => {
+                    log.push(format!("NPU job timed out: {e}"));
+                    ok = false;
+                    break;
+                }
             }
         }
-    }
-    if ok {
-        store_memory(&mut s.sim, &objects, &mut s.log);
-    } else {
-        // The scheduler resets the core after its 500 ms job timeout; outputs are not
-        // written and PREP_BO waits until then.
-        s.sim.reset();
-    }
-    let until = Instant::now()
-        + if ok {
-            Duration::ZERO
+        if ok {
+            store_memory(sim, objects, &loaded, log);
         } else {
-            ROCKET_JOB_TIMEOUT
-        };
-    for h in out_handles {
-        if let Ok(b) = bo_of(s, fd, *h) {
-            lock_bo(&b).busy_until = Some(until);
+            // The scheduler resets the core after its 500 ms job timeout; outputs are not
+            // written and PREP_BO waits until then.
+            sim.reset();
+        }
+        ok
+    }
+
+    /// The job's fences: its outputs are ready now, or after the scheduler's timeout.
+    fn finish(&self, s: &mut State, ok: bool, log: Vec<String>) {
+        s.log.extend(log);
+        let until = Instant::now()
+            + if ok {
+                Duration::ZERO
+            } else {
+                ROCKET_JOB_TIMEOUT
+            };
+        for b in &self.outs {
+            lock_bo(b).busy_until = Some(until);
         }
     }
 }
 
 /// PREP_BO: waits until the jobs writing the buffer are done or the absolute deadline
 /// passes, then makes the CPU view current. The kernel lock `s` is released while it
-/// waits, as the driver's wait does not hold it.
+/// waits, as the driver's wait does not hold it: on the kernel's condition variable
+/// while the worker has a job writing the buffer queued or running, then until the
+/// end of a hung job's scheduler timeout.
 pub(super) fn rocket_prep_bo(
-    s: MutexGuard<'_, State>,
+    shared: &Shared,
+    mut s: MutexGuard<'_, State>,
     fd: Fd,
     p: &DrmRocketPrepBo,
 ) -> Result<i32, Errno> {
@@ -165,6 +238,24 @@ pub(super) fn rocket_prep_bo(
         return Err(Errno::EINVAL);
     }
     let bo = bo_of(&s, fd, p.handle)?;
+    let writer = lock_bo(&bo).writer;
+    if let Some(ticket) = writer
+        && !s.queue.finished(ticket)
+    {
+        // A deadline already past (or 0) converts to 0 jiffies: -EBUSY.
+        if p.timeout_ns <= monotonic_ns() {
+            return Err(Errno::EBUSY);
+        }
+        while !s.queue.finished(ticket) {
+            let left = p.timeout_ns - monotonic_ns();
+            if left <= 0 {
+                drop(s);
+                lock_bo(&bo).sync(false, 0, u64::MAX)?;
+                return Err(Errno::ETIMEDOUT);
+            }
+            s = shared.wait_timeout(s, Duration::from_nanos(left as u64));
+        }
+    }
     drop(s);
     let busy = lock_bo(&bo).busy_until;
     if let Some(until) = busy {

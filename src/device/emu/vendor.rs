@@ -3,12 +3,13 @@
 //! kicks it (the vendor and rocket driver sources docs/provenance.md).
 
 use super::mem::{EmuBo, bo_of, load_memory, lock_bo, object, release, store_memory};
+use super::worker::{Job, Shared, lock_sim};
 use super::{EmuKernel, File, Flavour, PAGE, State};
-use crate::sim::MAX_TASKS;
+use crate::sim::{Faults, MAX_TASKS, Simulator};
 use crate::submit::{self, TaskDesc};
 use crate::sys::uapi::*;
 use crate::sys::{DmaMem, Errno, Fd, Ioctl, VendorOp};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use zerocopy::FromBytes;
 
@@ -44,7 +45,9 @@ impl EmuKernel {
                 Ok(0)
             }
             VendorOp::MemSync(y) => mem_sync(s, y),
-            VendorOp::Submit(sub) => self.vendor_submit(s, sub),
+            // SUBMIT takes the kernel lock itself (it may wait for the worker):
+            // `EmuKernel::ioctl` sends it to `vendor_submit`.
+            VendorOp::Submit(_) => Err(Errno::EINVAL),
         }
     }
 
@@ -82,7 +85,7 @@ impl EmuKernel {
             action::GET_FREQ => 1_000_000_000,
             action::GET_VOLT => 750_000,
             action::ACT_RESET => {
-                s.sim.reset();
+                lock_sim(&s.sim).reset();
                 s.log
                     .push("soft reset of all cores (RKNPU_ACT_RESET)".into());
                 0
@@ -96,10 +99,78 @@ impl EmuKernel {
         };
         Ok(0)
     }
-    /// SUBMIT: checks the request as the driver does, runs each started core's range on
-    /// the simulator, writes the interrupt status back, and completes, times out or
-    /// hands out a fence.
-    fn vendor_submit(&self, s: &mut State, sub: &mut RknpuSubmit) -> Result<i32, Errno> {
+    /// SUBMIT: checks the request as the driver does, then runs each started core's
+    /// range on the simulator, writes the interrupt status back, and completes, times out
+    /// or hands out a fence. In asynchronous mode (or while jobs are queued, which no
+    /// submission overtakes) the job goes to the worker's queue: a non-blocking one
+    /// returns at once with a fence the worker signals, a blocking one waits for the
+    /// worker to have run it.
+    pub(super) fn vendor_submit(
+        &self,
+        mut s: MutexGuard<'_, State>,
+        sub: &mut RknpuSubmit,
+    ) -> Result<i32, Errno> {
+        let mut job = VendorJob::check(&mut s, sub)?;
+        let out = if s.queue.goes_to_worker() {
+            if job.nonblock() {
+                fence_out(&mut s, sub, false);
+                job.fence = (sub.fence_fd >= 0).then_some(sub.fence_fd);
+                self.enqueue(&mut s, Job::Vendor(job));
+                return Ok(0);
+            }
+            let ticket = self.enqueue(&mut s, Job::Vendor(job));
+            loop {
+                if let Some(out) = s.queue.results.remove(&ticket) {
+                    break out;
+                }
+                s = self.shared.wait(s);
+            }
+        } else {
+            job.run_inline(&mut s)
+        };
+        // A blocking wait that ends in an error sleeps without holding the kernel, as
+        // the driver's wait does.
+        drop(s);
+        *sub = out.sub;
+        if let Some(wait) = out.wait {
+            std::thread::sleep(wait);
+        }
+        out.result
+    }
+}
+
+/// A vendor job that passed SUBMIT's checks: what running it needs.
+#[derive(Debug)]
+pub(super) struct VendorJob {
+    sub: RknpuSubmit,
+    /// The task array as the kernel read it at submission.
+    tasks: Vec<u8>,
+    task_bo: Arc<Mutex<EmuBo>>,
+    /// The faults in force at submission.
+    faults: Faults,
+    /// Asynchronous mode: the fence handed out at submission, signalled when the job
+    /// completes.
+    fence: Option<i32>,
+}
+
+/// What a vendor job gives its submitter: the request's result, the submit structure
+/// with its counters, and how long a failing blocking wait takes before it returns.
+#[derive(Debug)]
+pub(super) struct VendorOutcome {
+    result: Result<i32, Errno>,
+    sub: RknpuSubmit,
+    wait: Option<Duration>,
+}
+
+/// The cores a job starts with, and every object of the domain, taken when it starts.
+struct Plan {
+    slots: Vec<(usize, usize)>,
+    objects: Vec<Arc<Mutex<EmuBo>>>,
+}
+
+impl VendorJob {
+    /// SUBMIT's checks of the request, made when it is submitted.
+    fn check(s: &mut State, sub: &RknpuSubmit) -> Result<VendorJob, Errno> {
         if sub.flags & job::PC == 0 || sub.task_number == 0 || sub.core_mask > 7 {
             return Err(Errno::EINVAL);
         }
@@ -123,30 +194,106 @@ impl EmuKernel {
             return Err(Errno::EFAULT);
         }
         // The task array, read through the kernel's own (coherent) mapping: the CPU view.
-        let Some(tasks_bytes) = lock_bo(&task_bo).cpu.to_vec() else {
+        let Some(tasks) = lock_bo(&task_bo).cpu.to_vec() else {
             s.log.push("SUBMIT while the task array is mapped by the CPU (the emulation copies only unmapped buffers)".into());
             return Err(Errno::EBUSY);
         };
-        let slots = started(s, sub.core_mask);
-        let timeout = Duration::from_millis(sub.timeout as u64);
-        let nonblock = sub.flags & job::NONBLOCK != 0;
+        Ok(VendorJob {
+            sub: *sub,
+            tasks,
+            task_bo,
+            faults: s.faults.clone(),
+            fence: None,
+        })
+    }
+
+    fn nonblock(&self) -> bool {
+        self.sub.flags & job::NONBLOCK != 0
+    }
+
+    /// Runs the job with the kernel locked throughout (synchronous mode).
+    fn run_inline(self, s: &mut State) -> VendorOutcome {
+        let plan = match self.plan(s) {
+            Ok(plan) => plan,
+            Err(out) => return *out,
+        };
+        let sim = Arc::clone(&s.sim);
+        let mut log = Vec::new();
+        let run = run_cores(&mut lock_sim(&sim), &self, &plan, &mut log);
+        self.finish(s, &plan, run, log)
+    }
+
+    /// Runs the job on the worker: the simulator runs without the kernel locked, so
+    /// requests (a fence's poll, buffers of other jobs) proceed meanwhile.
+    pub(super) fn run_queued<'a>(
+        self,
+        shared: &'a Shared,
+        mut s: MutexGuard<'a, State>,
+    ) -> (MutexGuard<'a, State>, VendorOutcome) {
+        let plan = match self.plan(&mut s) {
+            Ok(plan) => plan,
+            Err(out) => return (s, *out),
+        };
+        let sim = Arc::clone(&s.sim);
+        drop(s);
+        let mut log = Vec::new();
+        let run = run_cores(&mut lock_sim(&sim), &self, &plan, &mut log);
+        let mut s = shared.lock();
+        let out = self.finish(&mut s, &plan, run, log);
+        (s, out)
+    }
+
+    /// The outcome of a job that could not run: `errno`, the request unchanged.
+    pub(super) fn failed(&self, errno: Errno) -> VendorOutcome {
+        VendorOutcome {
+            result: Err(errno),
+            sub: self.sub,
+            wait: None,
+        }
+    }
+
+    /// Whether the job blocks its submitter (its outcome is handed back).
+    pub(super) fn is_blocking(&self) -> bool {
+        !self.nonblock()
+    }
+
+    /// The cores it starts; a job no core commits ends here.
+    fn plan(&self, s: &mut State) -> Result<Plan, Box<VendorOutcome>> {
+        let slots = started(s, self.sub.core_mask);
+        let timeout = Duration::from_millis(self.sub.timeout as u64);
         if slots.is_empty() {
             // Masks 5 and 6 pass the range check but no core is started.
             s.log.push(format!(
                 "core_mask {:#x}: no case commits it; the job never starts",
-                sub.core_mask
+                self.sub.core_mask
             ));
-            return self.never_committed(s, sub, nonblock, timeout);
+            return Err(Box::new(self.never_committed(s, timeout)));
         }
         if let Some(&(core, _)) = slots.iter().find(|&&(c, _)| s.occupied[c]) {
             s.log.push(format!(
                 "core {core} still runs a non-blocking job that never completed: this job is never committed"
             ));
             // The wait gives up after three timeouts (the vendor and rocket driver sources docs/provenance.md).
-            return self.never_committed(s, sub, nonblock, timeout * 3);
+            return Err(Box::new(self.never_committed(s, timeout * 3)));
         }
-        let started = Instant::now();
-        let run = run_cores(s, sub, &slots, &tasks_bytes);
+        Ok(Plan {
+            slots,
+            objects: s.objects.values().cloned().collect(),
+        })
+    }
+
+    /// Writes the interrupt status back and completes, times out or settles the fence.
+    fn finish(
+        mut self,
+        s: &mut State,
+        plan: &Plan,
+        run: CoresRun,
+        log: Vec<String>,
+    ) -> VendorOutcome {
+        s.log.extend(log);
+        let slots = &plan.slots;
+        let nonblock = self.nonblock();
+        let sub = &mut self.sub;
         if run.completed {
             if !nonblock {
                 // Only job->last_task, the last task of the last committed range, gets
@@ -155,24 +302,23 @@ impl EmuKernel {
                 // FROM_DEVICE sync of the task array discards it.
                 let last = sub.subcore_task[slots[slots.len() - 1].1];
                 let at = (last.task_start + last.task_number - 1) as usize * TASK_BYTES;
-                lock_bo(&task_bo)
+                lock_bo(&self.task_bo)
                     .cpu
                     .write(at + STATUS_AT, &run.wait_status.to_le_bytes());
             }
             // Modelled elapsed time: the int8 peak of 1024 MACs per ns and core.
             let modelled = Duration::from_nanos(run.macs / 1024 / slots.len() as u64 + 10_000);
             sub.task_counter = sub.task_number;
-            sub.hw_elapse_time = modelled.max(started.elapsed()).as_nanos() as i64;
+            sub.hw_elapse_time = modelled.max(run.elapsed).as_nanos() as i64;
             if nonblock {
-                return self.fence_out(s, sub, true);
+                signal(s, sub, self.fence, true);
             }
-            return Ok(0);
+            return self.outcome(Ok(0), None);
         }
-        s.sim.reset();
         if nonblock {
             // Non-blocking jobs never time out (rknpu_job.c:823-830): the cores that did
             // not finish stay held by this job, whatever resets follow.
-            for &(core, _) in &slots {
+            for &(core, _) in slots {
                 if !run.finished.contains(&core) {
                     s.occupied[core] = true;
                     s.log.push(format!(
@@ -180,7 +326,8 @@ impl EmuKernel {
                     ));
                 }
             }
-            return self.fence_out(s, sub, false);
+            signal(s, sub, self.fence, false);
+            return self.outcome(Ok(0), None);
         }
         // PC_TASK_STATUS & 0xfff of the wait core (rknpu_job.c:246-256).
         sub.task_counter = run.wait_counter & 0xfff;
@@ -188,39 +335,59 @@ impl EmuKernel {
             "job timeout: task counter {}, int status {:#x}; soft reset of all cores",
             sub.task_counter, run.wait_status
         ));
-        s.wait = Some(timeout);
-        Err(Errno::ETIMEDOUT)
+        let timeout = Duration::from_millis(sub.timeout as u64);
+        self.outcome(Err(Errno::ETIMEDOUT), Some(timeout))
     }
 
     /// A job no core commits: a never-signalled fence, or `EINVAL` once the blocking
     /// wait of `wait` gives up.
-    fn never_committed(
-        &self,
-        s: &mut State,
-        sub: &mut RknpuSubmit,
-        nonblock: bool,
-        wait: Duration,
-    ) -> Result<i32, Errno> {
-        if nonblock {
-            return self.fence_out(s, sub, false);
+    fn never_committed(&self, s: &mut State, wait: Duration) -> VendorOutcome {
+        let mut sub = self.sub;
+        if self.nonblock() {
+            signal(s, &mut sub, self.fence, false);
+            return VendorOutcome {
+                result: Ok(0),
+                sub,
+                wait: None,
+            };
         }
-        s.wait = Some(wait);
-        Err(Errno::EINVAL)
+        VendorOutcome {
+            result: Err(Errno::EINVAL),
+            sub,
+            wait: Some(wait),
+        }
     }
 
-    fn fence_out(
-        &self,
-        s: &mut State,
-        sub: &mut RknpuSubmit,
-        signalled: bool,
-    ) -> Result<i32, Errno> {
-        if sub.flags & job::FENCE_OUT != 0 {
-            let fd = s.next_fd;
-            s.next_fd += 1;
-            s.files.insert(fd, File::Fence { signalled });
-            sub.fence_fd = fd;
+    fn outcome(self, result: Result<i32, Errno>, wait: Option<Duration>) -> VendorOutcome {
+        VendorOutcome {
+            result,
+            sub: self.sub,
+            wait,
         }
-        Ok(0)
+    }
+}
+
+/// A non-blocking job's fence: the one handed out at submission (asynchronous mode),
+/// signalled if the job completed, or else a new one in that state.
+fn signal(s: &mut State, sub: &mut RknpuSubmit, fence: Option<i32>, signalled: bool) {
+    match fence {
+        Some(fd) => {
+            // The caller may have closed it already.
+            if let Some(File::Fence { signalled: f }) = s.files.get_mut(&fd) {
+                *f = signalled;
+            }
+        }
+        None => fence_out(s, sub, signalled),
+    }
+}
+
+/// A new fence in `sub.fence_fd`, if the submission asks for one.
+fn fence_out(s: &mut State, sub: &mut RknpuSubmit, signalled: bool) {
+    if sub.flags & job::FENCE_OUT != 0 {
+        let fd = s.next_fd;
+        s.next_fd += 1;
+        s.files.insert(fd, File::Fence { signalled });
+        sub.fence_fd = fd;
     }
 }
 
@@ -277,6 +444,7 @@ fn mem_create(
         cpu: Arc::new(DmaMem::zeroed(size as usize)),
         dev: cacheable.then(|| vec![0u8; size as usize]),
         busy_until: None,
+        writer: None,
         dirty,
     }));
     let Some(File::Device {
@@ -329,43 +497,41 @@ struct CoresRun {
     wait_status: u32,
     /// Multiply-accumulates performed.
     macs: u64,
+    /// Wall time the simulator took.
+    elapsed: Duration,
 }
 
-/// Runs each started core's range of `sub` on the simulator against every object's
-/// device view (one shared domain), in core order, until one does not complete.
-fn run_cores(
-    s: &mut State,
-    sub: &RknpuSubmit,
-    slots: &[(usize, usize)],
-    tasks_bytes: &[u8],
-) -> CoresRun {
+/// Runs each started core's range of the job on the simulator against every object's
+/// device view (one shared domain), in core order, until one does not complete; the
+/// cores are reset after a job that did not. What the kernel would log goes to `log`.
+fn run_cores(sim: &mut Simulator, job: &VendorJob, plan: &Plan, log: &mut Vec<String>) -> CoresRun {
+    let started = Instant::now();
     let read_task = |i: usize| -> Option<RknpuTask> {
-        tasks_bytes
+        job.tasks
             .get(i * TASK_BYTES..(i + 1) * TASK_BYTES)
             .and_then(|b| RknpuTask::read_from_bytes(b).ok())
     };
-    let objects: Vec<Arc<Mutex<EmuBo>>> = s.objects.values().cloned().collect();
     let mut out = CoresRun {
         completed: true,
         finished: Vec::new(),
         wait_counter: 0,
         wait_status: 0,
         macs: 0,
+        elapsed: Duration::ZERO,
     };
-    let faults = s.faults.clone();
-    s.sim.set_faults(faults);
-    load_memory(&mut s.sim, &objects, &mut s.log);
-    for (k, &(core, slot)) in slots.iter().enumerate() {
-        let range = sub.subcore_task[slot];
+    sim.set_faults(job.faults.clone());
+    let loaded = load_memory(sim, &plan.objects, log);
+    for (k, &(core, slot)) in plan.slots.iter().enumerate() {
+        let range = job.sub.subcore_task[slot];
         if range.task_number == 0 {
-            s.log.push(format!(
+            log.push(format!(
                 "core {core}: subcore_task[{slot}] holds no task; the core never raises its interrupt"
             ));
             out.completed = false;
             break;
         }
         let base = range.task_start as usize;
-        let run = s.sim.run_range(core, range.task_number, |i| {
+        let run = sim.run_range(core, range.task_number, |i| {
             read_task(base + i as usize).map(|t| TaskDesc {
                 offset: t.regcmd_addr as u32,
                 regcfg_amount: t.regcfg_amount,
@@ -376,7 +542,7 @@ fn run_cores(
         out.macs += run.macs;
         let failed = run.failure.is_some();
         if let Some(why) = run.failure {
-            s.log.push(format!("core {core}: {why}"));
+            log.push(format!("core {core}: {why}"));
             out.completed = false;
         } else {
             out.finished.push(core);
@@ -395,6 +561,10 @@ fn run_cores(
             break;
         }
     }
-    store_memory(&mut s.sim, &objects, &mut s.log);
+    store_memory(sim, &plan.objects, &loaded, log);
+    if !out.completed {
+        sim.reset();
+    }
+    out.elapsed = started.elapsed();
     out
 }
