@@ -177,7 +177,7 @@ impl Backend for Rocket {
         match dev.inner.port.ioctl(&mut Ioctl::RocketPrepBo(&mut p)) {
             Ok(_) => Ok(true),
             Err(DeviceError::Ioctl {
-                errno: Errno::EBUSY | Errno::ETIMEDOUT,
+                errno: OsError::EBUSY | OsError::ETIMEDOUT,
                 ..
             }) => Ok(false),
             Err(e) => Err(e),

@@ -323,7 +323,7 @@ impl Backend for Vendor {
     fn is_done(&self, dev: &Device, _job: &Job<'_>, flight: &InFlight) -> Result<bool> {
         match flight.fence {
             Some(fd) => dev.inner.port.poll(fd, Duration::ZERO),
-            None => Err(DeviceError::Unsupported {
+            None => Err(DeviceError::NotOffered {
                 what: "telling whether the job finished: the kernel returned no fence".into(),
             }),
         }

@@ -1,7 +1,7 @@
 //! Several matmuls in one job: one program whose chain on each core runs the members'
 //! tasks one after another (a layer's gate and up projections, say), one submission.
 
-use super::{Matmul, Submitted, cores_of, shape};
+use super::{Matmul, Submitted, all_done, cores_of, nonblocking_jobs, shape, wait_all};
 use crate::device::{Bo, BoFlags, Job, Pending};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::REGCMD;
@@ -142,10 +142,15 @@ impl MatmulBatch {
     pub fn submit(&mut self, xs: &[&[f32]]) -> Result<PendingBatch<'_>> {
         let what = self.put(xs)?;
         let this: &MatmulBatch = self;
-        let pending = this.members[0]
-            .bank
-            .device()
-            .submit_nonblocking(this.job())?;
+        let dev = this.members[0].bank.device();
+        let jobs = nonblocking_jobs(dev, &this.regcmd, &this.program, &this.per_core, this.timeout);
+        let mut pending = Vec::with_capacity(jobs.len());
+        for mut job in jobs {
+            for m in &this.members {
+                job = job.reads(&m.a).reads(&m.bank.bo).writes(&m.c);
+            }
+            pending.push(dev.submit_nonblocking(job)?);
+        }
         Ok(PendingBatch {
             batch: this,
             pending,
@@ -158,20 +163,21 @@ impl MatmulBatch {
 #[derive(Debug)]
 pub struct PendingBatch<'b> {
     batch: &'b MatmulBatch,
-    pending: Pending<'b>,
+    /// One job, or on the vendor driver one per core's chain.
+    pending: Vec<Pending<'b>>,
     what: Vec<Submitted>,
 }
 
 impl PendingBatch<'_> {
     /// Whether the job finished (without blocking).
     pub fn is_done(&self) -> Result<bool> {
-        super::pending_is_done(&self.pending)
+        all_done(&self.pending)
     }
 
     /// Waits until `deadline`, then reads each member's results into `ys[j]`.
     pub fn wait_f32_into(self, deadline: Instant, ys: &mut [&mut [f32]]) -> Result<()> {
         shape("batch outputs", self.batch.members.len(), ys.len())?;
-        self.pending.wait(deadline)?;
+        wait_all(self.pending, deadline)?;
         for ((m, y), &w) in self.batch.members.iter().zip(ys.iter_mut()).zip(&self.what) {
             m.read_f32_of(w, y)?;
         }

@@ -201,6 +201,60 @@ fn in_range(
     }
 }
 
+/// The jobs that run `program` (chains of `per_core` tasks) without blocking. The vendor
+/// driver takes non-blocking jobs only with the automatic core mask (an explicitly placed
+/// one can crash the kernel in its timeout clean-up; docs/device.md), and the automatic
+/// mask runs one chain on one idle core: so each chain is its own job there, and the
+/// kernel places them on idle cores side by side. Rocket places every task itself.
+fn nonblocking_jobs<'a>(
+    dev: &Device,
+    regcmd: &'a Bo,
+    program: &Program,
+    per_core: &[usize],
+    timeout: Duration,
+) -> Vec<Job<'a>> {
+    if dev.inner.backend.picks_cores() || per_core.len() == 1 {
+        return vec![
+            Job::from_program(regcmd, program)
+                .on_cores(CoreMask::Auto, &[per_core.iter().sum()])
+                .timeout(timeout),
+        ];
+    }
+    let mut first = 0;
+    per_core
+        .iter()
+        .map(|&count| {
+            let tasks = program.tasks()[first..first + count].to_vec();
+            first += count;
+            Job::new(regcmd, tasks).timeout(timeout)
+        })
+        .collect()
+}
+
+/// Waits for every pending job until `deadline`; the first error, after all were waited
+/// for (a job left unwaited would be settled on drop anyway).
+fn wait_all(pending: Vec<Pending<'_>>, deadline: Instant) -> Result<()> {
+    let mut first = Ok(());
+    for p in pending {
+        if let Err(e) = p.wait(deadline)
+            && first.is_ok()
+        {
+            first = Err(e);
+        }
+    }
+    first
+}
+
+/// Whether every pending job finished.
+fn all_done(pending: &[Pending<'_>]) -> Result<bool> {
+    for p in pending {
+        if !p.is_done()? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// The core mask and per-core task counts of a job whose chains are `per_core`.
 fn cores_of(dev: &Device, per_core: &[usize]) -> (CoreMask, Vec<usize>) {
     let mask = match per_core.len() {
@@ -681,7 +735,19 @@ impl Matmul {
 
     fn start(&mut self, what: Submitted) -> Result<PendingMatmul<'_>> {
         let this: &Matmul = self;
-        let pending = this.bank.device().submit_nonblocking(this.job())?;
+        let dev = this.bank.device();
+        let jobs = nonblocking_jobs(
+            dev,
+            &this.regcmd,
+            &this.program,
+            &this.plan.per_core,
+            this.timeout,
+        );
+        let mut pending = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let job = job.reads(&this.a).reads(&this.bank.bo).writes(&this.c);
+            pending.push(dev.submit_nonblocking(job)?);
+        }
         Ok(PendingMatmul {
             mm: this,
             pending,
@@ -696,14 +762,15 @@ impl Matmul {
 #[derive(Debug)]
 pub struct PendingMatmul<'m> {
     mm: &'m Matmul,
-    pending: Pending<'m>,
+    /// One job, or on the vendor driver one per core's chain.
+    pending: Vec<Pending<'m>>,
     what: Submitted,
 }
 
 impl PendingMatmul<'_> {
     /// Whether the job finished (without blocking).
     pub fn is_done(&self) -> Result<bool> {
-        pending_is_done(&self.pending)
+        all_done(&self.pending)
     }
 
     /// Waits until `deadline`, then reads the integer results of
@@ -717,7 +784,7 @@ impl PendingMatmul<'_> {
             });
         }
         shape("result values", self.mm.len_c(), out.len())?;
-        self.pending.wait(deadline)?;
+        wait_all(self.pending, deadline)?;
         self.mm.read_i32_into(out)
     }
 
@@ -726,14 +793,8 @@ impl PendingMatmul<'_> {
     /// [`Matmul::submit_f16`], or integer results converted.
     pub fn wait_f32_into(self, deadline: Instant, out: &mut [f32]) -> Result<()> {
         shape("result values", self.mm.len_c(), out.len())?;
-        self.pending.wait(deadline)?;
+        wait_all(self.pending, deadline)?;
         self.mm.read_f32_of(self.what, out)
     }
 }
 
-/// Whether a pending job finished (placeholder until the backends answer it).
-fn pending_is_done(_p: &Pending<'_>) -> Result<bool> {
-    Err(Error::NotOffered {
-        what: "is_done".into(),
-    })
-}
