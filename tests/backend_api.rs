@@ -925,3 +925,154 @@ fn int8_in_range_result_is_exact_whatever_the_partial_sums() {
         assert_eq!(got, Ok(vec![want as i32]), "{spec}");
     }
 }
+
+/// The fp16 bound of [`fp16_bank_is_within_the_fp32_accumulation_bound`] for `out`
+/// (M×N) of fp16 `a` (M×K) and `w` (N×K), plus, for fp16 results, the DPU's rounding of
+/// the fp32 sum to fp16: half an fp16 ulp, `2⁻¹¹·|sum|`, or `2⁻²⁵` among subnormals.
+fn check_f16(out: &[f32], a: &[f16], w: &[f16], (m, k, n): (usize, usize, usize), f16_out: bool) {
+    for i in 0..m {
+        for j in 0..n {
+            let (mut exact, mut mag) = (0f64, 0f64);
+            for kk in 0..k {
+                let p = a[i * k + kk].to_f64() * w[j * k + kk].to_f64();
+                exact += p;
+                mag += p.abs();
+            }
+            let mut tol = (k as f64 + 1.0) * 2f64.powi(-24) * mag;
+            if f16_out {
+                tol += (exact.abs() + tol) * 2f64.powi(-11) + 2f64.powi(-25);
+            }
+            let got = out[i * n + j] as f64;
+            assert!(
+                (got - exact).abs() <= tol,
+                "{m}x{k}x{n} ({i},{j}): {got} vs {exact}, bound {tol}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// Random fp16 shapes (K 1..300, N 1..200, M 1..70) on at most 1 to 3 cores, fp32
+    /// and fp16 results, within the bounds of [`check_f16`].
+    #[test]
+    fn fp16_products_of_random_shapes_are_within_bound(
+        k in 1usize..300,
+        n in 1usize..200,
+        m in 1usize..70,
+        cores in 1u32..=3,
+        f16_out in any::<bool>(),
+        rocket in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let dev = open(SPECS[usize::from(rocket)]);
+        let mut rng = Rng(seed | 1);
+        let w: Vec<f16> = (0..n * k).map(|_| f16::from_f32(rng.float())).collect();
+        let a: Vec<f16> = (0..m * k).map(|_| f16::from_f32(rng.float())).collect();
+        let bank = Arc::new(WeightBank::from_f16_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let mut opts = MatmulOptions::default().cores(cores);
+        if f16_out {
+            opts = opts.fp16_out();
+        }
+        let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
+        let out = mm.run_f16(&a).unwrap();
+        check_f16(&out, &a, &w, (m, k, n), f16_out);
+    }
+}
+
+/// A bank's packed bytes (`packed`) loaded again with `from_packed` give the same
+/// results: int8, fp16, and int4 through W4A8 (whose correction needs each channel's
+/// weight sum, recomputed from the packed bytes) and int4 × int4, all exact or equal.
+#[test]
+fn packed_bytes_round_trip_through_from_packed() {
+    let mut rng = Rng(0x5eed_000f);
+    let (m, k, n) = (5usize, 150usize, 90usize);
+    let dev = open("emu");
+    let w8 = ints(&mut rng, n * k, -128, 127);
+    let w4 = ints(&mut rng, n * k, -8, 7);
+    let a = ints(&mut rng, m * k, -128, 127);
+    let a4: Vec<i32> = (0..m * k).map(|_| rng.int(-8, 7)).collect();
+    for (w, bank) in [
+        (
+            &w8,
+            WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w8).unwrap(),
+        ),
+        (
+            &w4,
+            WeightBank::from_i4_nk(&dev, n as u32, k as u32, &w4).unwrap(),
+        ),
+    ] {
+        let bytes = bank.packed().unwrap();
+        assert_eq!(bytes.len() as u64, bank.layout().bytes);
+        let again = Arc::new(WeightBank::from_packed(&dev, bank.layout(), &bytes).unwrap());
+        let want = as_i32(&cpu_nk(&wide(&a), &wide(w), m, k, n));
+        let dtype = again.layout().dtype;
+        let got = Matmul::new(&again, m as u32).unwrap().run_i8(&a).unwrap();
+        assert_eq!(got, want, "{dtype:?} from_packed");
+        if dtype == Dtype::Int4 {
+            let opts = MatmulOptions::default().activations(Activations::Int4);
+            let got = Matmul::with_options(&again, m as u32, opts)
+                .unwrap()
+                .run_int(&a4)
+                .unwrap();
+            assert_eq!(got, cpu_nk(&wide(&a4), &wide(w), m, k, n));
+        }
+    }
+    let wf: Vec<f16> = (0..n * k).map(|_| f16::from_f32(rng.float())).collect();
+    let af: Vec<f16> = (0..m * k).map(|_| f16::from_f32(rng.float())).collect();
+    let bank = Arc::new(WeightBank::from_f16_nk(&dev, n as u32, k as u32, &wf).unwrap());
+    let again =
+        Arc::new(WeightBank::from_packed(&dev, bank.layout(), &bank.packed().unwrap()).unwrap());
+    let x = Matmul::new(&bank, m as u32).unwrap().run_f16(&af).unwrap();
+    let y = Matmul::new(&again, m as u32).unwrap().run_f16(&af).unwrap();
+    assert_eq!(x, y);
+}
+
+/// Quantised layers with rows of zeros: their scale is 0 and every result of the row is
+/// exactly 0, while the other rows are unaffected (equal to the same rows run alone).
+#[test]
+fn quantised_rows_of_zeros_give_zeros() {
+    let mut rng = Rng(0x5eed_0010);
+    let (k, n) = (64usize, 40usize);
+    let w: Vec<f32> = (0..n * k).map(|_| rng.float()).collect();
+    let row: Vec<f32> = (0..k).map(|_| rng.float()).collect();
+    let mut x = vec![0f32; 3 * k];
+    x[k..2 * k].copy_from_slice(&row);
+    let dev = open("emu");
+    for dtype in [Dtype::Int8, Dtype::Int4] {
+        let bank =
+            Arc::new(WeightBank::quantize_f32_nk(&dev, n as u32, k as u32, &w, dtype).unwrap());
+        let mut y = vec![f32::NAN; 3 * n];
+        Matmul::new(&bank, 3).unwrap().mul_mat(&x, &mut y).unwrap();
+        let mut alone = vec![f32::NAN; n];
+        Matmul::new(&bank, 1)
+            .unwrap()
+            .mul_mat(&row, &mut alone)
+            .unwrap();
+        assert!(
+            y[..n].iter().chain(&y[2 * n..]).all(|&v| v == 0.0),
+            "{dtype:?}"
+        );
+        assert_eq!(&y[n..2 * n], &alone[..], "{dtype:?}");
+    }
+}
+
+/// A bank and matmul keep the device open: with every other `Device` handle dropped,
+/// the matmul still runs exactly.
+#[test]
+fn a_matmul_outlives_the_device_handle() {
+    let (m, k, n) = (2usize, 33usize, 17usize);
+    let mut rng = Rng(0x5eed_0011);
+    let w = ints(&mut rng, n * k, -128, 127);
+    let a = ints(&mut rng, m * k, -128, 127);
+    for spec in SPECS {
+        let mut mm = {
+            let dev = open(spec);
+            let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+            Matmul::new(&bank, m as u32).unwrap()
+        };
+        let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n));
+        assert_eq!(mm.run_i8(&a).unwrap(), want, "{spec}");
+    }
+}
