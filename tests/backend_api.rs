@@ -1076,3 +1076,35 @@ fn a_matmul_outlives_the_device_handle() {
         assert_eq!(mm.run_i8(&a).unwrap(), want, "{spec}");
     }
 }
+
+/// int8 K = 3500 (a K tile in (3072, 4096)): the default bank layout serves M = 5 (it
+/// takes two waves) exactly; a single-token layout (`for_max_rows(.., 1)`, one wave)
+/// serves M = 1..=4 exactly and refuses M = 5 with an error. Also on vendor 0.9.6.
+#[test]
+fn single_token_layouts_serve_few_rows_only() {
+    let (k, n) = (3500usize, 40usize);
+    let mut rng = Rng(0x5eed_0012);
+    let w = ints(&mut rng, n * k, -128, 127);
+    let w32: Vec<i32> = w.iter().map(|&v| v as i32).collect();
+    let a = ints(&mut rng, 5 * k, -128, 127);
+    let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), 5, k, n));
+    for spec in ["emu", "emu:rocket", "emu:vendor-0.9.6"] {
+        let dev = open(spec);
+        let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+        assert!(bank.layout().waves.len() >= 2);
+        let got = Matmul::new(&bank, 5).unwrap().run_i8(&a).unwrap();
+        assert_eq!(got, want, "{spec} default layout");
+
+        let layout = WeightLayout::for_max_rows(k as u32, n as u32, Dtype::Int8, 1).unwrap();
+        assert_eq!(layout.waves.len(), 1);
+        let single = Arc::new(WeightBank::from_int_nk(&dev, &layout, &w32).unwrap());
+        for m in 1..=4usize {
+            let got = Matmul::new(&single, m as u32)
+                .unwrap()
+                .run_i8(&a[..m * k])
+                .unwrap();
+            assert_eq!(got, want[..m * n], "{spec} single-token layout, M={m}");
+        }
+        assert!(Matmul::new(&single, 5).is_err(), "{spec} M=5");
+    }
+}
