@@ -143,7 +143,13 @@ impl MatmulBatch {
         let what = self.put(xs)?;
         let this: &MatmulBatch = self;
         let dev = this.members[0].bank.device();
-        let jobs = nonblocking_jobs(dev, &this.regcmd, &this.program, &this.per_core, this.timeout);
+        let jobs = nonblocking_jobs(
+            dev,
+            &this.regcmd,
+            &this.program,
+            &this.per_core,
+            this.timeout,
+        );
         let mut pending = Vec::with_capacity(jobs.len());
         for mut job in jobs {
             for m in &this.members {

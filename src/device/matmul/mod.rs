@@ -797,4 +797,3 @@ impl PendingMatmul<'_> {
         self.mm.read_f32_of(self.what, out)
     }
 }
-
