@@ -609,3 +609,28 @@ fn the_dequant_task_round_trips_and_writes_the_published_values() {
         }
     }
 }
+
+/// The fp32-output split-K add differs from the int32 one in DATA_FORMAT only, which is
+/// (5 << 29) | (4 << 26) | 4 as in `add_body(.., fp32 = true)` of
+/// happyme531/rknpu2_matmul_open `src/rk_npu_i8_dpu_chain.cpp`.
+#[test]
+fn the_fp32_add_differs_from_the_int32_add_in_data_format_only() {
+    use crate::kernels::single::{add_task, add_to_fp32_task, add_to_fp32_task_model};
+    let f = |a| DmaAddr::Fixed(a);
+    let task = add_to_fp32_task_model(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
+    assert_eq!(round_trip(&task).unwrap(), task);
+    let int = add_task(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
+    let fp = add_to_fp32_task(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
+    let diff: Vec<(u16, u32, u32)> = int
+        .entries()
+        .iter()
+        .zip(fp.entries())
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| (a.offset(), a.value(), b.value()))
+        .collect();
+    assert_eq!(
+        diff,
+        [(dpu::DataFormat::OFFSET, 0x9000_0004, 0xB000_0004)],
+        "{diff:x?}"
+    );
+}

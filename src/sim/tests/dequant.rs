@@ -465,3 +465,117 @@ fn a_changed_field_outside_the_validated_values_is_refused_by_name() {
         }
     }
 }
+
+/// K in two waves of int32 partials, the add task writing their sum as fp32, then the
+/// dequantisation rows: the chain of `I8DpuChain` for two K waves.
+#[test]
+fn split_k_waves_then_an_fp32_add_then_dequant() {
+    use crate::kernels::single::add_to_fp32_task;
+    let (m, k, n) = (6u32, 128u32, 96u32);
+    let (mu, ku, nu) = (m as usize, k as usize, n as usize);
+    let half = {
+        let mut mm = SingleMatmul::new(m, k / 2, n, Dtype::Int8);
+        mm.a_layout = Layout::Native;
+        mm.c_layout = Layout::Native;
+        mm
+    };
+    let ids = |i: u32| BufferId(10 + i);
+    let (a0, a1, b0, b1, p0, p1, f, co, out) = (
+        ids(0),
+        ids(1),
+        ids(2),
+        ids(3),
+        ids(4),
+        ids(5),
+        ids(6),
+        ids(7),
+        ids(8),
+    );
+    let r = |b| DmaAddr::reloc(b, 0);
+    let row_scales: Vec<f32> = (0..mu).map(|i| SCALES[(i + 2) % SCALES.len()]).collect();
+    let w_scales: Vec<f32> = (0..nu).map(|j| SCALES[(j * 5) % SCALES.len()]).collect();
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    p.push_task(
+        half.body_at(r(a0), r(b0), r(p0), r(ids(9))).unwrap(),
+        BlockMask::CONV,
+    );
+    p.push_task(
+        half.body_at(r(a1), r(b1), r(p1), r(ids(9))).unwrap(),
+        BlockMask::CONV,
+    );
+    p.push_task(
+        add_to_fp32_task(m, n, r(p0), r(p1), r(f)).unwrap(),
+        BlockMask::ELEMENTWISE,
+    );
+    for row in 0..m {
+        p.push_task(
+            dequant_task(
+                m,
+                row,
+                n,
+                row_scales[row as usize],
+                r(f),
+                r(co),
+                DmaAddr::reloc(out, row * n * 4),
+            )
+            .unwrap(),
+            BlockMask::ELEMENTWISE,
+        );
+    }
+    let program = p.build().unwrap();
+    let place = |b: BufferId| Some(0x0100_0000 * (b.0 as u64 + 1));
+    let at = |b: BufferId| place(b).unwrap() as u32;
+    let words = program.bind(place).unwrap();
+
+    let mut rng = Rng(42);
+    let a: Vec<i32> = (0..mu * ku).map(|_| rng.int(-128, 127)).collect();
+    let b: Vec<i32> = (0..ku * nu).map(|_| rng.int(-128, 127)).collect();
+    let slice_a = |lo: usize| -> Vec<i32> {
+        (0..mu)
+            .flat_map(|i| (lo..lo + ku / 2).map(move |kk| (i, kk)))
+            .map(|(i, kk)| a[i * ku + kk])
+            .collect()
+    };
+    let slice_b = |lo: usize| b[lo * nu..(lo + ku / 2) * nu].to_vec();
+    let mut sim = Simulator::new();
+    let mem = sim.memory_mut();
+    mem.map(at(single::REGCMD), words_to_le_bytes(&words))
+        .unwrap();
+    mem.map(at(a0), half.pack_a_int(&slice_a(0)).unwrap())
+        .unwrap();
+    mem.map(at(a1), half.pack_a_int(&slice_a(ku / 2)).unwrap())
+        .unwrap();
+    mem.map(at(b0), half.pack_b_int(&slice_b(0)).unwrap())
+        .unwrap();
+    mem.map(at(b1), half.pack_b_int(&slice_b(ku / 2)).unwrap())
+        .unwrap();
+    for buf in [p0, p1, f] {
+        mem.map_zeroed(at(buf), half.c_bytes()).unwrap();
+    }
+    mem.map(at(co), pack_dequant_coefficients(&w_scales).unwrap())
+        .unwrap();
+    mem.map_zeroed(at(out), mu * nu * 4).unwrap();
+    let tasks = 3 + m;
+    let run = sim
+        .kick(&Kick {
+            task_number: Some(tasks),
+            ..Kick::new(at(single::REGCMD), program.tasks()[0].regcfg_amount)
+        })
+        .unwrap();
+    assert!(run.completed && run.tasks_run == tasks, "{run:?}");
+    assert!(run.lints.is_empty(), "{:?}", run.lints);
+    let got: Vec<f32> = sim
+        .memory()
+        .read_vec(at(out), mu * nu * 4)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|x| f32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+        .collect();
+    let acc = sums(&a, &b, mu, ku, nu);
+    for i in 0..mu {
+        for j in 0..nu {
+            let want = (acc[i * nu + j] as f32 * fp16(row_scales[i])) * fp16(w_scales[j]);
+            assert_eq!(got[i * nu + j].to_bits(), want.to_bits(), "({i}, {j})");
+        }
+    }
+}
