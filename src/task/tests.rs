@@ -634,3 +634,40 @@ fn the_fp32_add_differs_from_the_int32_add_in_data_format_only() {
         "{diff:x?}"
     );
 }
+
+/// The dequantisation task reads pixel `row` of the fp32 cube (one atom per surface,
+/// `rows` atoms apart), `channels` 32-bit coefficients, and writes `channels` fp32 values.
+#[test]
+fn the_dequant_task_touches_its_row_its_coefficients_and_its_output() {
+    use crate::kernels::single::dequant_task_model;
+    let (rows, row, channels) = (8u32, 5u32, 256u32);
+    let task = dequant_task_model(
+        rows,
+        row,
+        channels,
+        1.0,
+        DmaAddr::Fixed(0x10_0000),
+        DmaAddr::Fixed(0x20_0000),
+        DmaAddr::Fixed(0x30_0000),
+    )
+    .unwrap();
+    let ranges: Vec<(u64, u64, Access)> = task
+        .dma()
+        .iter()
+        .map(|r| (r.start, r.len, r.access))
+        .collect();
+    let surfaces = u64::from(channels / 4);
+    let mut want = vec![
+        (0x30_0000, surfaces * 16, Access::Write),
+        (
+            0x10_0000 + u64::from(row) * 16,
+            (surfaces - 1) * u64::from(rows) * 16 + 16,
+            Access::Read,
+        ),
+        (0x20_0000, u64::from(channels) * 4, Access::Read),
+    ];
+    let mut got = ranges;
+    got.sort_by_key(|r| r.0);
+    want.sort_by_key(|r| r.0);
+    assert_eq!(got, want);
+}
