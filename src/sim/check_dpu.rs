@@ -32,7 +32,12 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
     }
     validated_layout(d, at)?;
     let float = proc.is_float();
-    let bs = stage(&d.bs, float, at, false)?;
+    // fp32 processing: the dequantisation task, its published values only.
+    let (bs, bs_f16_mul) = if proc == Fp32 {
+        (None, Some(fp32_dequant(t, d, at)?))
+    } else {
+        (stage(&d.bs, float, at, false)?, None)
+    };
     let bn = stage(&d.bn, float, at, true)?;
     let ew = match &d.ew {
         Some(e) => Some(ew_stage(t, e, &out, proc, at)?),
@@ -93,6 +98,7 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         main,
         proc,
         bs,
+        bs_f16_mul,
         bn,
         ew,
         out_cvt,
@@ -380,6 +386,8 @@ fn ew_stage(
         relu: e.relu,
         relux: e.relux.map(i64::from),
         dropped,
+        // Checked by `fp32_dequant`: the multiply with a 32-bit ERDMA operand.
+        f16_low_half: proc == Precision::Fp32,
     })
 }
 
@@ -485,4 +493,360 @@ fn erdma_cube(
         ));
     }
     Ok(cube)
+}
+
+/// The fp32 pipeline as the dequantisation task of the public program
+/// happyme531/rknpu2_matmul_open writes it (commit 601269cfb7f5aa2c0d7fa96314e87ffdef996744,
+/// `middle_body(gate = false)` in `src/rk_npu_moe_regs.h`, run per row by
+/// `src/rk_npu_i8_dpu_chain.cpp` and checked on boards by `tests/test_i8_dpu_chain.cpp`):
+/// a DPU-only task over one pixel of at most 1024 channels (multiples of 32), BS
+/// multiplying by an fp16 register operand (BS_CFG 0x42), BN bypassed (0x53), EW
+/// multiplying by a 32-bit ERDMA operand per channel (EW_CFG 0x10C0_03C4, ERDMA_CFG
+/// 0x4000_000C, EW_SURF_STRIDE 16 bytes), output fp32 with DST_SURF_STRIDE = SURFACE_ADD =
+/// 16 bytes, BS_OW_CFG 2, burst 15, MRDMA SURF_NOTCH up to 127 atoms (128 rows). Any
+/// other value of these fields is refused by name. Returns the BS operand's fp16 bits.
+fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> {
+    use dpu::{
+        BnCfg, BsCfg, BsMulCfg, BsOwCfg, BsOwOp, DataCubeChannel, DataCubeHeight,
+        DataCubeNotchAddr, DataCubeWidth, DataFormat, DstSurfStride, EwCfg, FeatureModeCfg,
+        SurfaceAdd,
+    };
+    use dpu_rdma::{
+        RdmaDataCubeHeight, RdmaEwSurfStride, RdmaFeatureModeCfg, RdmaSrcDmaCfg, RdmaSurfNotch,
+        RdmaWeight,
+    };
+    const WHY: &str = "fp32 processing is modelled for the published dequantisation task only";
+    if d.input != DpuInput::Flying {
+        return Err(unsupported(at, FeatureModeCfg::FLYING_MODE, 0, WHY));
+    }
+    let (w, h, c) = d.cube;
+    if w != 1 {
+        return Err(unsupported(
+            at,
+            DataCubeWidth::WIDTH,
+            w - 1,
+            "the task reads one pixel (0)",
+        ));
+    }
+    if h != 1 {
+        return Err(unsupported(
+            at,
+            DataCubeHeight::HEIGHT,
+            h - 1,
+            "the task reads one pixel (0)",
+        ));
+    }
+    if c > 1024 || !c.is_multiple_of(32) {
+        return Err(unsupported(
+            at,
+            DataCubeChannel::CHANNEL,
+            c - 1,
+            "the published task covers 32..=1024 channels in steps of 32",
+        ));
+    }
+    if d.burst_len != 15 {
+        return Err(unsupported(
+            at,
+            FeatureModeCfg::BURST_LEN,
+            d.burst_len,
+            "the published task writes 15",
+        ));
+    }
+    // BS: multiplier only, register operand, no shifts.
+    let bs = &d.bs;
+    if bs.bypass {
+        return Err(unsupported(
+            at,
+            BsCfg::BS_BYPASS,
+            1,
+            "the published task multiplies in BS (BS_CFG 0x42)",
+        ));
+    }
+    if let Some(a) = bs.alu {
+        return Err(unsupported(
+            at,
+            BsCfg::BS_ALU_BYPASS,
+            0,
+            format!("the published task bypasses the BS ALU ({:?} given)", a.op),
+        ));
+    }
+    if bs.relu {
+        return Err(unsupported(
+            at,
+            BsCfg::BS_RELU_BYPASS,
+            0,
+            "the published task bypasses the BS ReLU",
+        ));
+    }
+    if bs.relux.is_some() {
+        return Err(unsupported(
+            at,
+            BsCfg::BS_RELUX_EN,
+            1,
+            "the published task bypasses the BS ReLUX",
+        ));
+    }
+    let Some(m) = bs.mul else {
+        return Err(unsupported(
+            at,
+            BsCfg::BS_MUL_BYPASS,
+            1,
+            "the published task multiplies in BS (BS_CFG 0x42)",
+        ));
+    };
+    if m.prelu {
+        return Err(unsupported(at, BsCfg::BS_MUL_PRELU, 1, WHY));
+    }
+    if m.from_memory {
+        return Err(unsupported(
+            at,
+            BsMulCfg::BS_MUL_SRC,
+            1,
+            "the published task's BS operand is a register",
+        ));
+    }
+    if m.shift_from_memory {
+        return Err(unsupported(at, BsMulCfg::BS_TRUNCATE_SRC, 1, WHY));
+    }
+    if m.shift != 0 {
+        return Err(unsupported(
+            at,
+            BsMulCfg::BS_MUL_SHIFT_VALUE,
+            m.shift,
+            "float multiply has no shift",
+        ));
+    }
+    if m.shift_neg != 0 {
+        return Err(unsupported(
+            at,
+            DataFormat::BS_MUL_SHIFT_VALUE_NEG,
+            m.shift_neg,
+            "float multiply has no shift",
+        ));
+    }
+    let bits = m.fp16_bits();
+    if !crate::float::f16_to_f32(bits).is_finite() {
+        return Err(unsupported(
+            at,
+            BsMulCfg::BS_MUL_OPERAND,
+            u32::from(bits),
+            "the published task writes a finite fp16 operand",
+        ));
+    }
+    // BN bypassed (0x53).
+    let bn = &d.bn;
+    if !bn.bypass {
+        return Err(unsupported(
+            at,
+            BnCfg::BN_BYPASS,
+            0,
+            "the published task bypasses BN (BN_CFG 0x53)",
+        ));
+    }
+    if bn.alu.is_some() {
+        return Err(unsupported(
+            at,
+            BnCfg::BN_ALU_BYPASS,
+            0,
+            "the published task bypasses BN (BN_CFG 0x53)",
+        ));
+    }
+    if bn.mul.is_some() {
+        return Err(unsupported(
+            at,
+            BnCfg::BN_MUL_BYPASS,
+            0,
+            "the published task bypasses BN (BN_CFG 0x53)",
+        ));
+    }
+    if bn.relu {
+        return Err(unsupported(
+            at,
+            BnCfg::BN_RELU_BYPASS,
+            0,
+            "the published task bypasses BN (BN_CFG 0x53)",
+        ));
+    }
+    if bn.relux.is_some() {
+        return Err(unsupported(
+            at,
+            BnCfg::BN_RELUX_EN,
+            1,
+            "the published task bypasses BN (BN_CFG 0x53)",
+        ));
+    }
+    // EW: multiply by a 32-bit per-channel operand from ERDMA, converter and ReLU bypassed.
+    let Some(e) = &d.ew else {
+        return Err(unsupported(
+            at,
+            EwCfg::EW_BYPASS,
+            1,
+            "the published task multiplies in EW (EW_CFG 0x10C003C4)",
+        ));
+    };
+    match e.op {
+        // Shifts other than 0 are refused by `ew_stage`.
+        Some(task::EwOp::Mul(..)) => {}
+        Some(task::EwOp::Alu(_)) => {
+            return Err(unsupported(
+                at,
+                EwCfg::EW_OP_TYPE,
+                0,
+                "the published task multiplies in EW (1)",
+            ));
+        }
+        None => {
+            return Err(unsupported(
+                at,
+                EwCfg::EW_OP_BYPASS,
+                1,
+                "the published task multiplies in EW (0)",
+            ));
+        }
+    }
+    if e.src != TEwSrc::Memory {
+        return Err(unsupported(
+            at,
+            EwCfg::EW_OP_SRC,
+            0,
+            "the published task reads the EW operand through ERDMA (1)",
+        ));
+    }
+    if e.cvt.is_some() {
+        return Err(unsupported(
+            at,
+            EwCfg::EW_OP_CVT_BYPASS,
+            0,
+            "the published task bypasses the EW operand converter (1)",
+        ));
+    }
+    if e.relu {
+        return Err(unsupported(
+            at,
+            EwCfg::EW_RELU_BYPASS,
+            0,
+            "the published task bypasses the EW ReLU (1)",
+        ));
+    }
+    if e.data_size != 3 {
+        return Err(unsupported(
+            at,
+            EwCfg::EDATA_SIZE,
+            e.data_size,
+            "the published task reads 32-bit operand elements (3)",
+        ));
+    }
+    if let Some(i) = e.values.iter().position(|&v| v != 0) {
+        return Err(unsupported(
+            at,
+            dpu::EwOpValue0::EW_OPERAND_0,
+            e.values[i],
+            format!("the published task writes 0 to EW_OP_VALUE0..7 (EW_OP_VALUE{i} is not)"),
+        ));
+    }
+    // Output: one compact row of fp32, CPEND bypassed.
+    let o = &d.out;
+    if o.surf_stride != 1 {
+        return Err(unsupported(
+            at,
+            DstSurfStride::DST_SURF_STRIDE,
+            o.surf_stride,
+            "the published task writes 1 (16 bytes)",
+        ));
+    }
+    if o.notch != 0 {
+        return Err(unsupported(
+            at,
+            DataCubeNotchAddr::NOTCH_ADDR_0,
+            o.notch,
+            "the published task writes 0",
+        ));
+    }
+    if o.surface_add != o.surf_stride {
+        return Err(unsupported(
+            at,
+            SurfaceAdd::SURF_ADD,
+            o.surface_add,
+            "the published task writes DST_SURF_STRIDE (1, 16 bytes)",
+        ));
+    }
+    if !d.ow.od_bypass {
+        return Err(unsupported(
+            at,
+            BsOwCfg::OD_BYPASS,
+            0,
+            "the published task writes BS_OW_CFG 2 (OD_BYPASS 1)",
+        ));
+    }
+    if d.ow.ow_op != 0 || d.ow.ow_src != 0 {
+        return Err(unsupported(
+            at,
+            BsOwOp::OW_OP,
+            d.ow.ow_op,
+            "the published task writes 0",
+        ));
+    }
+    // DPU_RDMA (absent: the task stalls before anything is read).
+    let Some(r) = &t.dpu_rdma else {
+        return Ok(bits);
+    };
+    if r.burst_len != 15 {
+        return Err(unsupported(
+            at,
+            RdmaFeatureModeCfg::BURST_LEN,
+            r.burst_len,
+            "the published task writes 15",
+        ));
+    }
+    if let Some(m) = &r.mrdma {
+        if m.line_notch != 0 {
+            return Err(unsupported(
+                at,
+                RdmaSrcDmaCfg::LINE_NOTCH_ADDR,
+                m.line_notch,
+                "the published task writes 0",
+            ));
+        }
+        if m.surf_notch > 127 {
+            return Err(unsupported(
+                at,
+                RdmaSurfNotch::SURF_NOTCH_ADDR,
+                m.surf_notch,
+                "the published task reads one pixel of a cube of at most 128 rows (0..=127)",
+            ));
+        }
+    }
+    if let Some(er) = &r.erdma {
+        if er.surf_stride != 1 {
+            return Err(unsupported(
+                at,
+                RdmaEwSurfStride::EW_SURF_STRIDE,
+                er.surf_stride,
+                "the published task writes 1 (16 bytes)",
+            ));
+        }
+        if er.line_notch != 0 {
+            return Err(unsupported(
+                at,
+                RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR,
+                er.line_notch,
+                "the published task writes 0",
+            ));
+        }
+    }
+    let weights = [
+        (RdmaWeight::M_WEIGHT, r.arbiter[0]),
+        (RdmaWeight::B_WEIGHT, r.arbiter[1]),
+        (RdmaWeight::N_WEIGHT, r.arbiter[2]),
+        (RdmaWeight::E_WEIGHT, r.arbiter[3]),
+    ];
+    if let Some(&(f, v)) = weights.iter().find(|(_, v)| *v != 1) {
+        return Err(unsupported(
+            at,
+            f,
+            v,
+            "the published task writes 1 to each arbiter weight",
+        ));
+    }
+    Ok(bits)
 }

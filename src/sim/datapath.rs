@@ -31,8 +31,21 @@ pub(super) fn execute(
         Main::Conv { feature, weights } => conv(mem, feature, weights, at)?,
         Main::Flying(cube) => (read_cube(mem, cube, at)?, 0),
     };
-    let operand = match t.ew.as_ref().map(|e| &e.src) {
-        Some(EwSrc::Memory(cube)) => Some(read_cube(mem, cube, at)?),
+    let operand = match t.ew.as_ref() {
+        Some(
+            e @ super::exec::Ew {
+                src: EwSrc::Memory(cube),
+                ..
+            },
+        ) => Some(match read_cube(mem, cube, at)? {
+            // The low 16 bits of each 32-bit element are the fp16 operand.
+            Values::Float(v) if e.f16_low_half => Values::Float(
+                v.into_iter()
+                    .map(|x| f16_to_f32(x.to_bits() as u16))
+                    .collect(),
+            ),
+            v => v,
+        }),
         _ => None,
     };
     let out = post(t, main, operand);
@@ -400,7 +413,8 @@ fn out_cvt_int(c: &OutCvt, x: i64) -> i64 {
     shr_round(v, c.shift, c.half_up)
 }
 
-/// BS → BN → EW → output converter, element by element.
+/// BS → BN → EW → output converter, element by element (float data: the fp32 BS
+/// multiplier, then EW).
 fn post(t: &Task, main: Values, operand: Option<Values>) -> Values {
     let ew = t.ew.as_ref();
     match main {
@@ -462,6 +476,14 @@ fn post(t: &Task, main: Values, operand: Option<Values>) -> Values {
                 Some(Values::Float(o)) => Some(o.as_slice()),
                 _ => None,
             };
+            // The fp32 BS multiplier: one f32 product with the fp16 operand, rounded to
+            // nearest even, before the EW stage ((x · row) · w).
+            if let Some(bits) = t.bs_f16_mul {
+                let m = f16_to_f32(bits);
+                for x in xs.iter_mut() {
+                    *x *= m;
+                }
+            }
             if let Some(e) = ew {
                 for (i, x) in xs.iter_mut().enumerate() {
                     let o = ops.map_or(0.0, |o| o[i]);

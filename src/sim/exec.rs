@@ -99,6 +99,9 @@ pub(super) struct Ew {
     pub relux: Option<i64>,
     /// fp16 ADD with the converter bypassed: the hardware drops the operand (quirk 15).
     pub dropped: bool,
+    /// The fp32 multiply of the dequantisation task: each 32-bit operand element carries
+    /// an fp16 value in its low half (docs/simulator.md, "Dequantisation task").
+    pub f16_low_half: bool,
 }
 
 /// The output converter: `((x × scale) + offset) >> shift` or `((x + offset) × scale) >> shift`.
@@ -125,6 +128,9 @@ pub(super) struct Task {
     /// The DPU's processing precision (the CORE's for convolutions).
     pub proc: Precision,
     pub bs: Option<Stage>,
+    /// The BS multiplier of an fp32 pipeline: fp16 bits of its register operand (the
+    /// integer stage `bs` is then `None`).
+    pub bs_f16_mul: Option<u16>,
     pub bn: Option<Stage>,
     pub ew: Option<Ew>,
     pub out_cvt: OutCvt,

@@ -501,3 +501,173 @@ fn the_reference_worked_example_decodes_into_the_model() {
     assert_eq!(dpu.cube, (1, 4, 32));
     assert!(dpu.ew.is_none() && dpu.bs.bypass && dpu.bn.bypass);
 }
+
+/// The dequantisation task decodes back into its model, and its list writes the register
+/// values of the public program it follows (happyme531/rknpu2_matmul_open, commit
+/// 601269cfb7f5aa2c0d7fa96314e87ffdef996744, `middle_body(gate = false)` in
+/// `src/rk_npu_moe_regs.h`).
+#[test]
+fn the_dequant_task_round_trips_and_writes_the_published_values() {
+    use crate::kernels::single::{dequant_task, dequant_task_model};
+    let (rows, row, channels, scale) = (8u32, 3u32, 96u32, 0.0137f32);
+    let (acc, coeffs, out) = (0x10_0000u32, 0x20_0000u32, 0x30_0000u32);
+    let task = dequant_task_model(
+        rows,
+        row,
+        channels,
+        scale,
+        DmaAddr::Fixed(acc),
+        DmaAddr::Fixed(coeffs),
+        DmaAddr::Fixed(out),
+    )
+    .unwrap();
+    assert_eq!(round_trip(&task).unwrap(), task);
+    assert_eq!(task.enable(), crate::regcmd::BlockMask::ELEMENTWISE);
+    let body = dequant_task(
+        rows,
+        row,
+        channels,
+        scale,
+        DmaAddr::Fixed(acc),
+        DmaAddr::Fixed(coeffs),
+        DmaAddr::Fixed(out),
+    )
+    .unwrap();
+    let writes: std::collections::BTreeMap<u16, u32> = body
+        .entries()
+        .iter()
+        .map(|e| (e.offset(), e.value()))
+        .collect();
+    let c = channels - 1;
+    let half = u32::from(crate::float::f32_to_f16(scale));
+    let published: &[(u16, u32)] = &[
+        (0x4004, 14),
+        (0x400c, 0x1e5),
+        (0x4010, 0xB400_0005),
+        (0x4014, 0),
+        (0x4020, out),
+        (0x4024, 16),
+        (0x4030, 0),
+        (0x4034, 0),
+        (0x4038, 0),
+        (0x403c, (c << 16) | c),
+        (0x4040, 0x42),
+        (0x4044, 0),
+        (0x4048, half << 16),
+        (0x404c, 0),
+        (0x4050, 2),
+        (0x4054, 0),
+        (0x4058, c),
+        (0x405c, 0),
+        (0x4060, 0x53),
+        (0x4064, 0),
+        (0x4068, 0),
+        (0x406c, 0),
+        (0x4070, 0x10C0_03C4),
+        (0x4074, 0),
+        (0x4078, 1),
+        (0x407c, 0),
+        (0x4080, 0),
+        (0x4084, 1),
+        (0x4088, 0),
+        (0x40c0, 16),
+        (0x40c4, 0),
+        (0x5004, 14),
+        (0x500c, 0),
+        (0x5010, 0),
+        (0x5014, c),
+        (0x5018, acc + row * 16),
+        (0x501c, 0),
+        (0x5020, 0),
+        (0x5028, 0),
+        (0x502c, 0),
+        (0x5034, 0x4000_000C),
+        (0x5038, coeffs),
+        (0x5040, 16),
+        (0x5044, (5 << 15) | (15 << 11) | (5 << 5) | 1),
+        (0x5048, 0),
+        (0x504c, (rows - 1) * 16),
+        (0x5064, 0),
+        (0x5068, 0x0101_0101),
+        (0x506c, 0),
+    ];
+    for &(offset, value) in published {
+        assert_eq!(writes.get(&offset), Some(&value), "register {offset:#06x}");
+    }
+    for offset in (0x4090..0x40b0).step_by(4) {
+        assert_eq!(writes.get(&offset), Some(&0), "EW_OP_VALUE {offset:#06x}");
+    }
+    // Every other register the list writes (the LUT block the program leaves alone) is 0.
+    let named: std::collections::BTreeSet<u16> = published
+        .iter()
+        .map(|&(o, _)| o)
+        .chain((0x4090..0x40b0).step_by(4))
+        .collect();
+    for (offset, value) in &writes {
+        if !named.contains(offset) {
+            assert_eq!(*value, 0, "register {offset:#06x}");
+        }
+    }
+}
+
+/// The fp32-output split-K add differs from the int32 one in DATA_FORMAT only, which is
+/// (5 << 29) | (4 << 26) | 4 as in `add_body(.., fp32 = true)` of
+/// happyme531/rknpu2_matmul_open `src/rk_npu_i8_dpu_chain.cpp`.
+#[test]
+fn the_fp32_add_differs_from_the_int32_add_in_data_format_only() {
+    use crate::kernels::single::{add_task, add_to_fp32_task, add_to_fp32_task_model};
+    let f = |a| DmaAddr::Fixed(a);
+    let task = add_to_fp32_task_model(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
+    assert_eq!(round_trip(&task).unwrap(), task);
+    let int = add_task(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
+    let fp = add_to_fp32_task(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
+    let diff: Vec<(u16, u32, u32)> = int
+        .entries()
+        .iter()
+        .zip(fp.entries())
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| (a.offset(), a.value(), b.value()))
+        .collect();
+    assert_eq!(
+        diff,
+        [(dpu::DataFormat::OFFSET, 0x9000_0004, 0xB000_0004)],
+        "{diff:x?}"
+    );
+}
+
+/// The dequantisation task reads pixel `row` of the fp32 cube (one atom per surface,
+/// `rows` atoms apart), `channels` 32-bit coefficients, and writes `channels` fp32 values.
+#[test]
+fn the_dequant_task_touches_its_row_its_coefficients_and_its_output() {
+    use crate::kernels::single::dequant_task_model;
+    let (rows, row, channels) = (8u32, 5u32, 256u32);
+    let task = dequant_task_model(
+        rows,
+        row,
+        channels,
+        1.0,
+        DmaAddr::Fixed(0x10_0000),
+        DmaAddr::Fixed(0x20_0000),
+        DmaAddr::Fixed(0x30_0000),
+    )
+    .unwrap();
+    let ranges: Vec<(u64, u64, Access)> = task
+        .dma()
+        .iter()
+        .map(|r| (r.start, r.len, r.access))
+        .collect();
+    let surfaces = u64::from(channels / 4);
+    let mut want = vec![
+        (0x30_0000, surfaces * 16, Access::Write),
+        (
+            0x10_0000 + u64::from(row) * 16,
+            (surfaces - 1) * u64::from(rows) * 16 + 16,
+            Access::Read,
+        ),
+        (0x20_0000, u64::from(channels) * 4, Access::Read),
+    ];
+    let mut got = ranges;
+    got.sort_by_key(|r| r.0);
+    want.sort_by_key(|r| r.0);
+    assert_eq!(got, want);
+}

@@ -33,10 +33,16 @@
 //! ```
 
 mod add;
+mod dequant;
 mod pack;
 mod types;
 
 pub use add::{add_task, add_task_model};
+pub use dequant::{
+    DEQUANT_CHANNEL_STEP, DEQUANT_COEFFICIENT_BYTES, DEQUANT_MAX_CHANNELS, DEQUANT_MAX_ROWS,
+    add_to_fp32_task, add_to_fp32_task_model, dequant_scale_bits, dequant_task, dequant_task_model,
+    pack_dequant_coefficients,
+};
 pub use types::{Dtype, Layout, OutType, PostOps};
 
 use crate::error::{Error, Result};

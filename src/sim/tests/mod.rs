@@ -121,6 +121,7 @@ fn ping_pong_groups_alternate_across_kicks_of_a_core() {
 }
 
 mod bounds;
+mod dequant;
 mod errors;
 mod lints;
 

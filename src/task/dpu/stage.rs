@@ -56,7 +56,8 @@ pub struct Alu {
 /// The multiplier of a BS or BN stage: `(x × operand) >> shift`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Mul {
-    /// The register operand.
+    /// The register operand: a signed integer in integer pipelines, fp16 bits in float
+    /// pipelines ([`Mul::fp16`]).
     pub operand: i16,
     /// Right shift for values ≥ 0.
     pub shift: u32,
@@ -68,6 +69,28 @@ pub struct Mul {
     pub from_memory: bool,
     /// `TRUNCATE_SRC`: the shift comes from memory.
     pub shift_from_memory: bool,
+}
+
+impl Mul {
+    /// The multiplier of a float pipeline: the 16-bit register operand holds fp16 bits
+    /// (no shifts, register operand). The public fp32 dequantisation program writes
+    /// `BS_MUL_CFG` = fp16(scale) << 16 this way (happyme531/rknpu2_matmul_open,
+    /// `middle_body` in `src/rk_npu_moe_regs.h`).
+    pub const fn fp16(bits: u16) -> Mul {
+        Mul {
+            operand: bits as i16,
+            shift: 0,
+            shift_neg: 0,
+            prelu: false,
+            from_memory: false,
+            shift_from_memory: false,
+        }
+    }
+
+    /// The operand's 16 bits, which a float pipeline reads as fp16.
+    pub const fn fp16_bits(&self) -> u16 {
+        self.operand as u16
+    }
 }
 
 /// A BS or BN stage: ALU → multiplier → ReLU / ReLUX.
