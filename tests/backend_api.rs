@@ -1163,3 +1163,112 @@ fn pending_matmuls_report_is_done_and_overlap_the_cpu() {
         }
     }
 }
+
+/// What the NPU's dequantisation computes for one result: the int32 sum cast to fp32,
+/// times the row scale and then the channel scale, each read as fp16, each product
+/// rounded to fp32 (docs/simulator.md, "Dequantisation task").
+fn npu_dequant_value(acc: i64, row: f32, channel: f32) -> f32 {
+    let h = |s: f32| f16::from_f32(s).to_f32();
+    (acc as f32 * h(row)) * h(channel)
+}
+
+/// `mul_mat` with the dequantisation on the NPU gives, bit for bit, the value the DPU's
+/// arithmetic defines, for several M tiles, more than 1024 columns (two dequantisation
+/// tasks per row) and 1 or 3 cores, blocking and asynchronous; a row whose scale fp16
+/// cannot hold is scaled on the host instead; it stays within the fp16 rounding of the
+/// scales of the host path.
+#[test]
+fn dequantisation_on_the_npu_is_the_dpus_arithmetic() {
+    let (k, n) = (96usize, 1100usize);
+    let mut rng = Rng(0x5eed_00de);
+    let w: Vec<f32> = (0..n * k).map(|_| rng.float() - 0.5).collect();
+    let (wq, ws) = quant::quantize_weights_i8(&w, n, k).unwrap();
+    for spec in ["emu", "emu:rocket", "emu:async"] {
+        let dev = open(spec);
+        let bank = Arc::new(
+            WeightBank::quantize_f32_nk(&dev, n as u32, k as u32, &w, Dtype::Int8).unwrap(),
+        );
+        for (m, cores) in [(1usize, 1u32), (3, 3), (130, 3)] {
+            let mut x: Vec<f32> = (0..m * k).map(|_| 4.0 * rng.float() - 2.0).collect();
+            // Row 0 so small that its scale is below fp16's normal range: host-scaled.
+            for v in &mut x[..k] {
+                *v *= 1e-6;
+            }
+            let (xq, xs) = quant::quantize_rows_i8(&x, k).unwrap();
+            let acc = cpu_nk(&wide(&xq), &wide(&wq), m, k, n);
+            let opts = MatmulOptions::default().cores(cores).dequantize_on_npu();
+            let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
+            let mut y = vec![0f32; m * n];
+            mm.mul_mat(&x, &mut y).unwrap();
+            for (i, (&got, &a)) in y.iter().zip(&acc).enumerate() {
+                let (r, c) = (i / n, i % n);
+                let want = if r == 0 {
+                    npu_dequant_value(a, 1.0, ws[c]) * xs[0]
+                } else {
+                    npu_dequant_value(a, xs[r], ws[c])
+                };
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{spec} m {m} [{r}][{c}]: {got} vs {want}"
+                );
+            }
+            // Against the host path: the scales' fp16 rounding only.
+            let mut host =
+                Matmul::with_options(&bank, m as u32, MatmulOptions::default().cores(cores))
+                    .unwrap();
+            let mut yh = vec![0f32; m * n];
+            host.mul_mat(&x, &mut yh).unwrap();
+            for (&a, &b) in y.iter().zip(&yh) {
+                assert!(
+                    (a - b).abs() <= 2.0 * 2f32.powi(-11) * b.abs() + 1e-30,
+                    "{a} vs {b}"
+                );
+            }
+            // Asynchronously: the same bits.
+            let pending = mm.submit_mul_mat(&x).unwrap();
+            let mut ya = vec![0f32; m * n];
+            pending
+                .wait_f32_into(Instant::now() + Duration::from_secs(10), &mut ya)
+                .unwrap();
+            assert_eq!(ya, y, "{spec} m {m} asynchronous");
+            // Integer results are not what this program computes.
+            assert!(matches!(mm.run_i8(&xq), Err(Error::Precision { .. })));
+        }
+    }
+}
+
+/// NPU dequantisation is offered where its register path is: int8 weights, one K wave,
+/// fp16-normal channel scales; elsewhere a typed error.
+#[test]
+fn dequantisation_on_the_npu_is_refused_outside_its_path() {
+    let dev = open("emu");
+    let npu = MatmulOptions::default().dequantize_on_npu();
+    // Two K waves: the DPU casts one task's sums.
+    let long = Arc::new(WeightBank::from_i8_nk(&dev, 32, 5000, &vec![1; 32 * 5000]).unwrap());
+    assert!(matches!(
+        Matmul::with_options(&long, 1, npu),
+        Err(Error::Unsupported { .. })
+    ));
+    // int4 and fp16 banks.
+    let i4 = Arc::new(WeightBank::from_i4_nk(&dev, 64, 64, &vec![1; 64 * 64]).unwrap());
+    assert!(matches!(
+        Matmul::with_options(&i4, 1, npu),
+        Err(Error::Precision { .. })
+    ));
+    let f = Arc::new(WeightBank::from_f32_nk(&dev, 32, 32, &vec![0.5; 32 * 32]).unwrap());
+    assert!(matches!(
+        Matmul::with_options(&f, 1, npu),
+        Err(Error::Precision { .. })
+    ));
+    // A channel scale fp16 holds only as a subnormal.
+    let tiny = WeightBank::from_i8_nk(&dev, 32, 32, &vec![1; 32 * 32])
+        .unwrap()
+        .with_scales(&[1e-7; 32])
+        .unwrap();
+    let tiny = Arc::new(tiny);
+    assert!(matches!(
+        Matmul::with_options(&tiny, 1, npu),
+        Err(Error::OutOfRange { index: 0, .. })
+    ));
+}

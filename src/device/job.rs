@@ -91,6 +91,8 @@ pub struct Job<'a> {
     pub(super) timeout: Duration,
     pub(super) reads: Vec<&'a Bo>,
     pub(super) writes: Vec<&'a Bo>,
+    /// Handles of written buffers the job also reads (an intermediate result).
+    pub(super) updated: Vec<u32>,
     pub(super) iommu_domain: u8,
     /// Whether submission runs the pre-submit verifier.
     pub(super) verify: bool,
@@ -114,6 +116,7 @@ impl<'a> Job<'a> {
             timeout: Duration::from_millis(500),
             reads: Vec::new(),
             writes: Vec::new(),
+            updated: Vec::new(),
             iommu_domain: 0,
             verify: true,
         }
@@ -161,6 +164,13 @@ impl<'a> Job<'a> {
     pub fn writes(mut self, bo: &'a Bo) -> Job<'a> {
         self.writes.push(bo);
         self
+    }
+
+    /// A buffer the job writes and reads back (one task's result another task of the
+    /// job takes as input).
+    pub fn updates(mut self, bo: &'a Bo) -> Job<'a> {
+        self.updated.push(bo.handle());
+        self.writes(bo)
     }
 
     fn check(&self, dev: &Device) -> Result<()> {
@@ -232,7 +242,14 @@ impl<'a> Job<'a> {
             |b: &Bo, access| JobBuffer::new(u64::from(b.dma_addr()), b.size() as u64, access);
         let mut buffers = vec![buffer(self.regcmd, BufferAccess::Read)];
         buffers.extend(self.reads.iter().map(|b| buffer(b, BufferAccess::Read)));
-        buffers.extend(self.writes.iter().map(|b| buffer(b, BufferAccess::Write)));
+        buffers.extend(self.writes.iter().map(|b| {
+            let access = if self.updated.contains(&b.handle()) {
+                BufferAccess::ReadWrite
+            } else {
+                BufferAccess::Write
+            };
+            buffer(b, access)
+        }));
         let mut first = 0;
         for &n in &self.split {
             let mut words = Vec::new();

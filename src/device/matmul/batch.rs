@@ -52,6 +52,11 @@ impl MatmulBatch {
                 actual: 0,
             });
         };
+        if members.iter().any(|m| m.npu.is_some()) {
+            return Err(Error::NotOffered {
+                what: "a batch member that dequantises on the NPU (its dequantisation tasks are not joined)".into(),
+            });
+        }
         let dev = first.bank.device().clone();
         let cores = members
             .iter()

@@ -34,6 +34,7 @@
 
 mod bank;
 mod batch;
+mod npu_dequant;
 
 pub use bank::WeightBank;
 pub use batch::{MatmulBatch, PendingBatch};
@@ -44,6 +45,7 @@ use crate::kernels::matmul::{Plan, pack, quant};
 use crate::kernels::single::{Dtype, OutType};
 use crate::regcmd::{BufferId, Program, words_to_le_bytes};
 use half::f16;
+use npu_dequant::{NpuDequant, fp16_normal};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -81,6 +83,9 @@ pub struct MatmulOptions {
     pub activations: Option<Activations>,
     /// fp16 banks: the DPU writes fp16 results (K within one wave) instead of fp32.
     pub fp16_out: bool,
+    /// int8 banks with one K wave: [`Matmul::mul_mat`] scales and converts to f32 on the
+    /// NPU (docs/matmul.md, "What runs where") instead of on the host.
+    pub npu_dequant: bool,
     /// The deadline of a blocking call.
     pub timeout: Duration,
 }
@@ -91,6 +96,7 @@ impl Default for MatmulOptions {
             cores: None,
             activations: None,
             fp16_out: false,
+            npu_dequant: false,
             timeout: Duration::from_secs(5),
         }
     }
@@ -121,6 +127,17 @@ impl MatmulOptions {
         }
     }
 
+    /// Dequantisation on the NPU (int8 banks with one K wave, int8 activations): the
+    /// DPU casts the sums to fp32 and multiplies them by the row and channel scales, read
+    /// as fp16 (so each scale is rounded to fp16: a relative error of at most 2⁻¹¹ each).
+    /// Only [`Matmul::mul_mat`] and its kin are offered then.
+    pub fn dequantize_on_npu(self) -> MatmulOptions {
+        MatmulOptions {
+            npu_dequant: true,
+            ..self
+        }
+    }
+
     /// This deadline for blocking calls.
     pub fn timeout(self, timeout: Duration) -> MatmulOptions {
         MatmulOptions { timeout, ..self }
@@ -147,6 +164,9 @@ enum Submitted {
     Quantized,
     /// Float activations (fp16 banks): float results.
     Float,
+    /// f32 activations quantised per row, scaled on the NPU into its row-major fp32
+    /// result; the host multiplies rows whose scale the NPU could not take by it.
+    NpuScaled,
 }
 
 /// A matmul of M rows against a [`WeightBank`]: its plan, its program (encoded and bound
@@ -165,6 +185,10 @@ pub struct Matmul {
     c: Bo,
     /// Row scales of the last quantised submission.
     row_scales: Vec<f32>,
+    /// Tasks per core of the program (the plan's, plus the dequantisation tasks).
+    per_core: Vec<usize>,
+    /// NPU dequantisation, when chosen.
+    npu: Option<NpuDequant>,
     /// The deadline of a blocking call.
     pub timeout: Duration,
     /// Timings of the last blocking call.
@@ -290,7 +314,15 @@ impl Matmul {
             Dtype::Fp16 => Activations::Fp16,
             _ => Activations::Int8,
         });
+        if options.npu_dequant && !(dtype == Dtype::Int8 && acts == Activations::Int8) {
+            return Err(Error::Precision {
+                input: acts.name(),
+                weights: dtype.name(),
+                output: "fp32 dequantised on the NPU (int8 weights and activations only)",
+            });
+        }
         let out = match (dtype, acts) {
+            (Dtype::Int8, Activations::Int8) if options.npu_dequant => OutType::Fp32,
             (Dtype::Int8, Activations::Int8)
             | (Dtype::Int4, Activations::Int8 | Activations::Int4) => OutType::Int32,
             (Dtype::Fp16, Activations::Fp16) if options.fp16_out => OutType::Fp16,
@@ -328,7 +360,20 @@ impl Matmul {
             None => dev.cores(),
         };
         let plan = Plan::for_layout(&bank.layout, plan_rows, out, cores)?;
-        Matmul::build(bank, plan, m, acts, options.timeout)
+        let npu = if options.npu_dequant {
+            let ones;
+            let scales = match bank.scales.as_deref() {
+                Some(s) => s,
+                None => {
+                    ones = vec![1.0; bank.layout.n as usize];
+                    &ones
+                }
+            };
+            Some(NpuDequant::new(dev, &plan, scales)?)
+        } else {
+            None
+        };
+        Matmul::build(bank, plan, m, acts, options.timeout, npu)
     }
 
     /// A matmul that runs `plan` against `bank` (whose layout the plan must follow), for
@@ -349,7 +394,14 @@ impl Matmul {
             _ => Activations::Fp16,
         };
         let rows = plan.spec.m;
-        Matmul::build(bank, plan, rows, acts, MatmulOptions::default().timeout)
+        Matmul::build(
+            bank,
+            plan,
+            rows,
+            acts,
+            MatmulOptions::default().timeout,
+            None,
+        )
     }
 
     /// Encodes and binds `plan`'s program, allocating A and C.
@@ -359,21 +411,21 @@ impl Matmul {
         rows: u32,
         acts: Activations,
         timeout: Duration,
+        npu: Option<NpuDequant>,
     ) -> Result<Matmul> {
         let dev = bank.device();
-        let program = plan.program()?;
-        let mut regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
+        let (program, per_core) = match &npu {
+            // Encoded again with each call's row scales; the length does not change.
+            Some(d) => (
+                NpuDequant::program(&plan, &vec![1.0; plan.spec.m as usize])?,
+                d.per_core.clone(),
+            ),
+            None => (plan.program()?, plan.per_core.clone()),
+        };
+        let regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
         let a = dev.alloc(plan.a_bytes.max(1) as usize, BoFlags::default())?;
         let c = dev.alloc(plan.c_bytes.max(1) as usize, BoFlags::default())?;
-        let bases = [
-            regcmd.dma_addr(),
-            a.dma_addr(),
-            bank.bo.dma_addr(),
-            c.dma_addr(),
-        ];
-        let words = program.bind(|id: BufferId| bases.get(id.0 as usize).map(|&x| x as u64))?;
-        regcmd.write(0, &words_to_le_bytes(&words))?;
-        Ok(Matmul {
+        let mut mm = Matmul {
             bank: bank.clone(),
             plan,
             rows,
@@ -383,10 +435,31 @@ impl Matmul {
             a,
             c,
             row_scales: Vec::new(),
+            per_core,
+            npu,
             timeout,
             timings: Timings::default(),
             last: None,
-        })
+        };
+        mm.bind()?;
+        Ok(mm)
+    }
+
+    /// Binds the program to the buffers and writes it into its buffer.
+    fn bind(&mut self) -> Result<()> {
+        let mut bases = vec![
+            self.regcmd.dma_addr(),
+            self.a.dma_addr(),
+            self.bank.bo.dma_addr(),
+            self.c.dma_addr(),
+        ];
+        if let Some(d) = &self.npu {
+            bases.extend([d.coeffs.dma_addr(), d.out.dma_addr()]);
+        }
+        let words = self
+            .program
+            .bind(|id: BufferId| bases.get(id.0 as usize).map(|&x| x as u64))?;
+        self.regcmd.write(0, &words_to_le_bytes(&words))
     }
 
     /// The plan (for W4A8, of twice the rows: the high and low halves).
@@ -438,13 +511,33 @@ impl Matmul {
 
     /// The job of this matmul's program and buffers.
     fn job(&self) -> Job<'_> {
-        let (mask, split) = cores_of(self.bank.device(), &self.plan.per_core);
-        Job::from_program(&self.regcmd, &self.program)
+        let (mask, split) = cores_of(self.bank.device(), &self.per_core);
+        let job = Job::from_program(&self.regcmd, &self.program)
             .on_cores(mask, &split)
-            .reads(&self.a)
-            .reads(&self.bank.bo)
-            .writes(&self.c)
-            .timeout(self.timeout)
+            .timeout(self.timeout);
+        self.with_buffers(job)
+    }
+
+    /// `job` with this matmul's buffers.
+    fn with_buffers<'a>(&'a self, job: Job<'a>) -> Job<'a> {
+        let job = job.reads(&self.a).reads(&self.bank.bo);
+        match &self.npu {
+            // The dequantisation tasks read the matmul tasks' fp32 sums back.
+            Some(d) => job.updates(&self.c).reads(&d.coeffs).writes(&d.out),
+            None => job.writes(&self.c),
+        }
+    }
+
+    /// Refuses integer results from a matmul whose program dequantises on the NPU.
+    fn integer_results(&self) -> Result<()> {
+        if self.npu.is_some() {
+            return Err(Error::Precision {
+                input: "int8",
+                weights: "int8",
+                output: "int32 (this matmul dequantises on the NPU: use mul_mat)",
+            });
+        }
+        Ok(())
     }
 
     /// Packs int8 activations into the A buffer (W4A8: their high and low halves).
@@ -507,6 +600,10 @@ impl Matmul {
                 let (q, s) = quant::quantize_rows_i8(x, self.k())?;
                 self.put_i8(&q)?;
                 self.row_scales = s;
+                if self.npu.is_some() {
+                    self.encode_row_scales()?;
+                    return Ok(Submitted::NpuScaled);
+                }
                 Ok(Submitted::Quantized)
             }
             Activations::Int4 => Err(Error::Precision {
@@ -515,6 +612,42 @@ impl Matmul {
                 output: "this matmul, made for int4 activations",
             }),
         }
+    }
+
+    /// Encodes the program again with the current row scales (NPU dequantisation). A
+    /// scale fp16 cannot hold to its precision is left to the host: the NPU gets 1.
+    fn encode_row_scales(&mut self) -> Result<()> {
+        let on_npu: Vec<f32> = self
+            .row_scales
+            .iter()
+            .map(|&s| if fp16_normal(s) { s } else { 1.0 })
+            .collect();
+        self.program = NpuDequant::program(&self.plan, &on_npu)?;
+        self.bind()
+    }
+
+    /// The NPU-dequantised rows into `out`, each multiplied on the host by its scale if
+    /// the NPU did not take it.
+    fn read_npu_scaled_into(&self, out: &mut [f32]) -> Result<()> {
+        shape("result values", self.len_c(), out.len())?;
+        let Some(d) = &self.npu else {
+            return Err(Error::Precision {
+                input: "int8",
+                weights: "int8",
+                output: "fp32 dequantised on the NPU (not chosen for this matmul)",
+            });
+        };
+        let (n, n_pad) = (self.n(), self.bank.layout.n_pad as usize);
+        d.out.read_with(|bytes| {
+            for (m, row) in out.chunks_exact_mut(n).enumerate() {
+                let src = &bytes[m * n_pad * 4..][..n * 4];
+                let host = self.row_scales[m];
+                let factor = if fp16_normal(host) { 1.0 } else { host };
+                for (y, v) in row.iter_mut().zip(src.chunks_exact(4)) {
+                    *y = f32::from_le_bytes([v[0], v[1], v[2], v[3]]) * factor;
+                }
+            }
+        })
     }
 
     /// The exact integer results, row-major M×N, from the C buffer.
@@ -583,6 +716,7 @@ impl Matmul {
     fn read_f32_of(&self, what: Submitted, out: &mut [f32]) -> Result<()> {
         match what {
             Submitted::Quantized => self.read_scaled_into(out),
+            Submitted::NpuScaled => self.read_npu_scaled_into(out),
             Submitted::Float => self.read_f32_into(out),
             Submitted::Int => {
                 shape("result values", self.len_c(), out.len())?;
@@ -624,6 +758,7 @@ impl Matmul {
     /// int4 banks through W4A8.
     pub fn run_i8_into(&mut self, a: &[i8], out: &mut [i32]) -> Result<()> {
         self.expect(Activations::Int8)?;
+        self.integer_results()?;
         shape("result values", self.len_c(), out.len())?;
         self.run(|m| m.put_i8(a), |m, ()| m.read_i32_into(out))
     }
@@ -638,6 +773,7 @@ impl Matmul {
     /// `C = A · W` for integer A of this matmul's activation type (row-major M×K, each
     /// value checked against it), exact in `i64`.
     pub fn run_int(&mut self, a: &[i32]) -> Result<Vec<i64>> {
+        self.integer_results()?;
         let mut out = Vec::new();
         self.run(
             |m| m.put_int(a),
@@ -707,9 +843,15 @@ impl Matmul {
             |m| {
                 m.put_i8(a)?;
                 m.row_scales = row_scales.to_vec();
+                if m.npu.is_some() {
+                    m.encode_row_scales()?;
+                }
                 Ok(())
             },
-            |m, ()| m.read_scaled_into(y),
+            |m, ()| match m.npu {
+                Some(_) => m.read_npu_scaled_into(y),
+                None => m.read_scaled_into(y),
+            },
         )
     }
 
@@ -717,6 +859,7 @@ impl Matmul {
     /// [`PendingMatmul::wait_i32_into`].
     pub fn submit_i8(&mut self, a: &[i8]) -> Result<PendingMatmul<'_>> {
         self.expect(Activations::Int8)?;
+        self.integer_results()?;
         self.put_i8(a)?;
         self.start(Submitted::Int)
     }
@@ -740,13 +883,12 @@ impl Matmul {
             dev,
             &this.regcmd,
             &this.program,
-            &this.plan.per_core,
+            &this.per_core,
             this.timeout,
         );
         let mut pending = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let job = job.reads(&this.a).reads(&this.bank.bo).writes(&this.c);
-            pending.push(dev.submit_nonblocking(job)?);
+            pending.push(dev.submit_nonblocking(this.with_buffers(job))?);
         }
         Ok(PendingMatmul {
             mm: this,

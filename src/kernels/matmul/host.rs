@@ -92,8 +92,8 @@ impl Plan {
     /// Sums fp32 partial blocks in f64 and rounds once to fp32; an fp16 result (one wave,
     /// converted by the DPU) is read as the NPU wrote it, widened to f32 exactly.
     pub fn reduce_f32(&self, c: &[u8]) -> Result<Vec<f32>> {
-        if !self.spec.dtype.is_float() {
-            return Err(unsupported("float reduction of an integer matmul".into()));
+        if !self.c_type().is_float() {
+            return Err(unsupported("float reduction of integer results".into()));
         }
         self.check_c(c)?;
         let n = self.spec.n as usize;

@@ -270,6 +270,7 @@ pub struct Plan {
 fn written_type(spec: &MatmulSpec, waves: usize) -> OutType {
     match spec.dtype {
         Dtype::Fp16 if spec.out == OutType::Fp16 && waves == 1 => OutType::Fp16,
+        Dtype::Int8 if spec.out == OutType::Fp32 && waves == 1 => OutType::Fp32,
         Dtype::Int4 => OutType::Int16,
         Dtype::Fp16 | Dtype::Bf16 => OutType::Fp32,
         _ => OutType::Int32,
@@ -494,7 +495,7 @@ impl Plan {
             )));
         }
         let ok_out = match dtype {
-            Dtype::Int8 => out == OutType::Int32,
+            Dtype::Int8 => matches!(out, OutType::Int32 | OutType::Fp32),
             Dtype::Int4 => matches!(out, OutType::Int32 | OutType::Int16),
             Dtype::Fp16 => matches!(out, OutType::Fp32 | OutType::Fp16),
             _ => false,
@@ -507,6 +508,14 @@ impl Plan {
             });
         }
         let waves = &layout.waves;
+        if dtype == Dtype::Int8 && out == OutType::Fp32 && waves.len() > 1 {
+            // The DPU casts one task's int32 sums to fp32; the host does not sum casts.
+            return Err(unsupported(format!(
+                "int8 with fp32 output needs K within one wave (at most {} channels): K = {k} takes {} waves",
+                layout.k_tile(),
+                waves.len()
+            )));
+        }
         if out == OutType::Fp16 && waves.len() > 1 {
             // The DPU converts one task's fp32 sums; partials of several waves would be
             // summed and rounded on the host instead, which is not the NPU's fp16.
@@ -603,7 +612,8 @@ impl Plan {
     /// The element type every task writes into the C buffer: int16 for int4, fp32 for
     /// fp16 and int32 for int8 partials, which the host sums over K waves — except an
     /// fp16 result, which the DPU converts itself (`OutType::Fp16` in each task; the plan
-    /// has one wave).
+    /// has one wave), and an int8 plan with fp32 output, whose one wave the DPU casts
+    /// (exact for sums within ±2²⁴, rounded to nearest even beyond).
     pub fn c_type(&self) -> OutType {
         written_type(&self.spec, self.layout.waves.len())
     }

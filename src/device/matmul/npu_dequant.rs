@@ -1,0 +1,118 @@
+//! Dequantisation on the NPU: after each int8 matmul task (its int32 sums cast to fp32
+//! by the DPU), one DPU-only task per row and 1024-channel chunk multiplies by the row's
+//! scale and each channel's scale and writes the row into a row-major fp32 result
+//! (`kernels::single::dequant_task`; docs/simulator.md has its register values and their
+//! public source). The row scales are register operands, so the program is re-encoded
+//! for every call (microseconds: a few entries per row).
+
+use super::super::{Bo, BoFlags, Device};
+use crate::error::{Error, Result};
+use crate::kernels::matmul::{A, B, C, MAX_TASKS, Plan, REGCMD};
+use crate::kernels::single::{dequant_task, pack_dequant_coefficients};
+use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder};
+
+/// The coefficient buffer (one `u32` per channel, fp16 bits in the low half).
+pub(super) const COEFFS: BufferId = BufferId(4);
+/// The row-major fp32 result, `rows × n_pad`.
+pub(super) const OUT: BufferId = BufferId(5);
+
+/// Channels one dequantisation task covers at most.
+const CHUNK: u32 = 1024;
+
+/// The buffers of the NPU dequantisation of one matmul.
+#[derive(Debug)]
+pub(super) struct NpuDequant {
+    pub(super) coeffs: Bo,
+    pub(super) out: Bo,
+    /// Tasks per core: the matmul's and the dequantisation's.
+    pub(super) per_core: Vec<usize>,
+}
+
+/// Whether `s` can be a dequantisation scale without losing more than fp16's relative
+/// precision: zero, or a normal fp16 number (subnormals keep too few bits).
+pub(super) fn fp16_normal(s: f32) -> bool {
+    s == 0.0 || (s.is_finite() && s.abs() >= 2f32.powi(-14) && s.abs() < 65504.0)
+}
+
+/// Tasks per core of `plan` with the dequantisation tasks added.
+fn counts(plan: &Plan) -> Result<Vec<usize>> {
+    let mut first = 0;
+    let mut v = Vec::with_capacity(plan.per_core.len());
+    for (core, &count) in plan.per_core.iter().enumerate() {
+        let extra: usize = plan.tasks[first..first + count]
+            .iter()
+            .map(|t| t.rows as usize * t.nt.div_ceil(CHUNK) as usize)
+            .sum();
+        first += count;
+        let total = count + extra;
+        if total > MAX_TASKS {
+            return Err(Error::Unsupported {
+                what: "NPU dequantisation",
+                why: format!(
+                    "core {core} would run {total} tasks (one dequantisation task per row and 1024 channels); one submission counts at most {MAX_TASKS}"
+                ),
+            });
+        }
+        v.push(total);
+    }
+    Ok(v)
+}
+
+impl NpuDequant {
+    /// The buffers for `plan` (one K wave, fp32 results) and the bank's channel scales.
+    pub(super) fn new(dev: &Device, plan: &Plan, scales: &[f32]) -> Result<NpuDequant> {
+        if let Some(i) = scales.iter().position(|&s| !fp16_normal(s)) {
+            return Err(Error::OutOfRange {
+                what: "weight scales (NPU dequantisation reads them as fp16)",
+                index: i,
+                value: format!("{:e}", scales[i]),
+                range: "0 or a normal fp16 magnitude, 2^-14 ..= 65504",
+            });
+        }
+        let per_core = counts(plan)?;
+        let bytes = pack_dequant_coefficients(scales)?;
+        let mut coeffs = dev.alloc(bytes.len(), BoFlags::default())?;
+        coeffs.write(0, &bytes)?;
+        let out_bytes = plan.spec.m as usize * plan.layout.n_pad as usize * 4;
+        let out = dev.alloc(out_bytes, BoFlags::default())?;
+        Ok(NpuDequant {
+            coeffs,
+            out,
+            per_core,
+        })
+    }
+
+    /// The program: on each core the plan's matmul tasks, then one dequantisation task
+    /// per row and chunk of each of them, with these row scales.
+    pub(super) fn program(plan: &Plan, row_scales: &[f32]) -> Result<Program> {
+        let n_pad = plan.layout.n_pad;
+        let mut p = ProgramBuilder::new(REGCMD);
+        let mut first = 0;
+        for (core, &count) in plan.per_core.iter().enumerate() {
+            plan.push_core(&mut p, core, [A, B, C])?;
+            for t in &plan.tasks[first..first + count] {
+                for r in 0..t.rows {
+                    let m = t.m0 + r;
+                    let mut j = 0;
+                    while j < t.nt {
+                        let ch = (t.nt - j).min(CHUNK);
+                        let body = dequant_task(
+                            t.rows,
+                            r,
+                            ch,
+                            row_scales[m as usize],
+                            DmaAddr::reloc(C, t.c_offset as u32 + j * t.rows * 4),
+                            DmaAddr::reloc(COEFFS, (t.n0 + j) * 4),
+                            DmaAddr::reloc(OUT, (m * n_pad + t.n0 + j) * 4),
+                        )?;
+                        p.push_task(body, BlockMask::ELEMENTWISE);
+                        j += ch;
+                    }
+                }
+            }
+            p.end_chain();
+            first += count;
+        }
+        p.build()
+    }
+}
