@@ -61,11 +61,11 @@ const INT8_BOUND: f64 = 0.02;
 /// 0.024 %. 0.2 % leaves a margin of eight times.
 const FP16_BOUND: f64 = 0.002;
 /// Bound on the relative error of W4A8 products. Int4 weights per output channel take a
-/// step of 1/7 (±7 symmetric), 18 times the int8 step, so the error of a result has a
-/// standard deviation of about 1.5 against results near 90 at most, so the largest error
-/// of a few hundred thousand results is near 8 %: measured, 7.8 % (9.0 % on a 4096 × 4096
-/// layer of 8 rows). 20 % leaves a margin of more than two times; a worst case with every error
-/// aligned would be far larger, and is not what a layer sees.
+/// step of 1/7 (±7 symmetric), 18 times the int8 step: the error of a result has a
+/// standard deviation of about 1.5 against results near 90 at most, and the largest
+/// error of a few hundred thousand results is near 8 %. Measured: 7.8 % (9.0 % on a
+/// 4096 × 4096 layer of 8 rows). 20 % leaves a margin of more than two times; a worst
+/// case with every error aligned would be far larger, and is not what a layer sees.
 const INT4_BOUND: f64 = 0.20;
 
 /// The example's result type.
