@@ -231,20 +231,31 @@ pub fn weights_i4_packed_nk_into(layout: &WeightLayout, w: &[u8], out: &mut [u8]
         out.fill(0);
     }
     let n = layout.n as usize;
-    for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
-        let kb_count = wave.ai as usize / 32;
-        for g in 0..n.div_ceil(64) {
+    // Group by group of 64 kernels: their rows are one contiguous run of the input,
+    // read while it stays in cache, and each wave's atoms of the group one contiguous
+    // run of the output.
+    for g in 0..n.div_ceil(64) {
+        let kernels = (n - g * 64).min(64);
+        let rows = &w[g * 64 * row..][..kernels * row];
+        for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+            let kb_count = wave.ai as usize / 32;
             for kb in 0..kb_count {
                 // Waves start at multiples of 32 and K is even, so every run is whole
                 // bytes of this wave's channels.
                 let k0 = wave.k0 as usize + kb * 32;
                 let len = (wave.kw as usize - kb * 32).min(32) / 2;
                 let atom = base as usize + (g * kb_count + kb) * 1024;
-                for nn in 0..(n - g * 64).min(64) {
-                    let src = &w[(g * 64 + nn) * row + k0 / 2..][..len];
-                    let dst = &mut out[atom + nn * 16..atom + nn * 16 + len];
-                    for (d, &b) in dst.iter_mut().zip(src) {
-                        *d = b.rotate_left(4);
+                let dst = out[atom..atom + kernels * 16].chunks_exact_mut(16);
+                for (dst, src) in dst.zip(rows.chunks_exact(row)) {
+                    let src = &src[k0 / 2..k0 / 2 + len];
+                    if let Ok(whole) = <&[u8; 16]>::try_from(src) {
+                        // A whole run: the swap on 16 bytes at once.
+                        let swapped = swap_nibbles(u128::from_le_bytes(*whole));
+                        dst.copy_from_slice(&swapped.to_le_bytes());
+                    } else {
+                        for (d, &b) in dst.iter_mut().zip(src) {
+                            *d = b.rotate_left(4);
+                        }
                     }
                 }
             }
@@ -304,10 +315,6 @@ pub fn i4_column_sums(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<i64>> {
         )));
     }
     check_out(layout, bank)?;
-    let table: [i16; 256] = std::array::from_fn(|b| {
-        let b = b as u8;
-        (((b << 4) as i8 >> 4) + ((b as i8) >> 4)) as i16
-    });
     let n = layout.n as usize;
     let mut sums = vec![0i64; n];
     for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
@@ -315,14 +322,40 @@ pub fn i4_column_sums(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<i64>> {
         for g in 0..n.div_ceil(64) {
             for kb in 0..kb_count {
                 let atom = base as usize + (g * kb_count + kb) * 1024;
-                for nn in 0..(n - g * 64).min(64) {
-                    let run = &bank[atom + nn * 16..atom + nn * 16 + 16];
-                    sums[g * 64 + nn] += run.iter().map(|&b| table[b as usize] as i64).sum::<i64>();
+                let runs = bank[atom..atom + 1024].chunks_exact(16);
+                for (sum, run) in sums[g * 64..].iter_mut().zip(runs) {
+                    let run: &[u8; 16] = run.try_into().expect("runs of 16 bytes");
+                    *sum += nibble_sum(run) as i64;
                 }
             }
         }
     }
     Ok(sums)
+}
+
+/// Swaps the two nibbles of every byte of `x`.
+fn swap_nibbles(x: u128) -> u128 {
+    const LOW: u128 = 0x0F0F_0F0F_0F0F_0F0F_0F0F_0F0F_0F0F_0F0F;
+    ((x >> 4) & LOW) | ((x & LOW) << 4)
+}
+
+/// The sum of the 32 signed (two's complement) nibbles of 16 bytes, eight bytes at a
+/// time: a signed nibble `v` is `(v ^ 8) - 8` with `v ^ 8` unsigned (0..=15), so the sum
+/// is the unsigned sum of the nibbles with their top bits flipped, less 32 × 8.
+fn nibble_sum(run: &[u8; 16]) -> i32 {
+    const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    const FLIP: u64 = 0x8888_8888_8888_8888;
+    const BYTE: u64 = 0x00FF_00FF_00FF_00FF;
+    let (a, b) = run.split_at(8);
+    // Per byte, both flipped nibbles of both words: at most 60.
+    let bytes = [a, b]
+        .map(|h| u64::from_le_bytes(h.try_into().expect("8 bytes")) ^ FLIP)
+        .iter()
+        .map(|&x| (x & LOW) + ((x >> 4) & LOW))
+        .sum::<u64>();
+    // Pairs of bytes into 16-bit lanes (at most 120 each), then all four (at most 480).
+    let lanes = (bytes & BYTE) + ((bytes >> 8) & BYTE);
+    (lanes.wrapping_mul(0x0001_0001_0001_0001) >> 48) as i32 - 32 * 8
 }
 
 /// Packs int8 A (row-major M×K) into the A buffer of `plan`.
