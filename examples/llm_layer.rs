@@ -139,8 +139,11 @@ fn ms(t: Duration) -> f64 {
     t.as_secs_f64() * 1e3
 }
 
-/// `max |y − ref| / max |ref|`.
+/// `max |y − ref| / max |ref|`; infinite if a result is not finite.
 fn relative_error(y: &[f32], reference: &[f64]) -> f64 {
+    if y.iter().any(|v| !v.is_finite()) {
+        return f64::INFINITY;
+    }
     let diff = y
         .iter()
         .zip(reference)
@@ -159,7 +162,7 @@ fn check(what: &str, y: &[f32], reference: &[f64], bound: f64, time: Option<Dura
         err * 100.0,
         bound * 100.0,
     );
-    if !(err <= bound) {
+    if err > bound {
         return Err(format!(
             "{what}: relative error {:.4} % exceeds the bound of {:.2} %",
             err * 100.0,
