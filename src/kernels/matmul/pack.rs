@@ -100,17 +100,20 @@ pub fn weights_i8_nk_into(layout: &WeightLayout, bt: &[i8], out: &mut [u8]) -> R
     let k_all = layout.k as usize;
     let bt = bt.as_bytes();
     let n = layout.n as usize;
-    for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
-        let kb_count = w.ai as usize / 32;
-        // Atom by atom, so the writes stream; the 32 kernels are 32 read streams.
-        for g in 0..n.div_ceil(32) {
+    // Group by group of 32 kernels: their rows are one contiguous run of the input, read
+    // while it stays in cache; atom by atom within each wave, so the writes stream.
+    for g in 0..n.div_ceil(32) {
+        let kernels = (n - g * 32).min(32);
+        let rows = &bt[g * 32 * k_all..][..kernels * k_all];
+        for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+            let kb_count = w.ai as usize / 32;
             for kb in 0..kb_count {
                 let k0 = w.k0 as usize + kb * 32;
                 let len = (w.kw as usize - kb * 32).min(32);
                 let atom = base as usize + (g * kb_count + kb) * 1024;
-                for nn in 0..(n - g * 32).min(32) {
-                    let src = (g * 32 + nn) * k_all + k0;
-                    out[atom + nn * 32..atom + nn * 32 + len].copy_from_slice(&bt[src..src + len]);
+                let dst = out[atom..atom + kernels * 32].chunks_exact_mut(32);
+                for (dst, src) in dst.zip(rows.chunks_exact(k_all)) {
+                    dst[..len].copy_from_slice(&src[k0..k0 + len]);
                 }
             }
         }
@@ -231,20 +234,31 @@ pub fn weights_i4_packed_nk_into(layout: &WeightLayout, w: &[u8], out: &mut [u8]
         out.fill(0);
     }
     let n = layout.n as usize;
-    for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
-        let kb_count = wave.ai as usize / 32;
-        for g in 0..n.div_ceil(64) {
+    // Group by group of 64 kernels: their rows are one contiguous run of the input,
+    // read while it stays in cache, and each wave's atoms of the group one contiguous
+    // run of the output.
+    for g in 0..n.div_ceil(64) {
+        let kernels = (n - g * 64).min(64);
+        let rows = &w[g * 64 * row..][..kernels * row];
+        for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+            let kb_count = wave.ai as usize / 32;
             for kb in 0..kb_count {
                 // Waves start at multiples of 32 and K is even, so every run is whole
                 // bytes of this wave's channels.
                 let k0 = wave.k0 as usize + kb * 32;
                 let len = (wave.kw as usize - kb * 32).min(32) / 2;
                 let atom = base as usize + (g * kb_count + kb) * 1024;
-                for nn in 0..(n - g * 64).min(64) {
-                    let src = &w[(g * 64 + nn) * row + k0 / 2..][..len];
-                    let dst = &mut out[atom + nn * 16..atom + nn * 16 + len];
-                    for (d, &b) in dst.iter_mut().zip(src) {
-                        *d = b.rotate_left(4);
+                let dst = out[atom..atom + kernels * 16].chunks_exact_mut(16);
+                for (dst, src) in dst.zip(rows.chunks_exact(row)) {
+                    let src = &src[k0 / 2..k0 / 2 + len];
+                    if let Ok(whole) = <&[u8; 16]>::try_from(src) {
+                        // A whole run: the swap on 16 bytes at once.
+                        let swapped = swap_nibbles(u128::from_le_bytes(*whole));
+                        dst.copy_from_slice(&swapped.to_le_bytes());
+                    } else {
+                        for (d, &b) in dst.iter_mut().zip(src) {
+                            *d = b.rotate_left(4);
+                        }
                     }
                 }
             }
@@ -304,10 +318,6 @@ pub fn i4_column_sums(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<i64>> {
         )));
     }
     check_out(layout, bank)?;
-    let table: [i16; 256] = std::array::from_fn(|b| {
-        let b = b as u8;
-        (((b << 4) as i8 >> 4) + ((b as i8) >> 4)) as i16
-    });
     let n = layout.n as usize;
     let mut sums = vec![0i64; n];
     for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
@@ -315,14 +325,40 @@ pub fn i4_column_sums(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<i64>> {
         for g in 0..n.div_ceil(64) {
             for kb in 0..kb_count {
                 let atom = base as usize + (g * kb_count + kb) * 1024;
-                for nn in 0..(n - g * 64).min(64) {
-                    let run = &bank[atom + nn * 16..atom + nn * 16 + 16];
-                    sums[g * 64 + nn] += run.iter().map(|&b| table[b as usize] as i64).sum::<i64>();
+                let runs = bank[atom..atom + 1024].chunks_exact(16);
+                for (sum, run) in sums[g * 64..].iter_mut().zip(runs) {
+                    let run: &[u8; 16] = run.try_into().expect("runs of 16 bytes");
+                    *sum += nibble_sum(run) as i64;
                 }
             }
         }
     }
     Ok(sums)
+}
+
+/// Swaps the two nibbles of every byte of `x`.
+fn swap_nibbles(x: u128) -> u128 {
+    const LOW: u128 = 0x0F0F_0F0F_0F0F_0F0F_0F0F_0F0F_0F0F_0F0F;
+    ((x >> 4) & LOW) | ((x & LOW) << 4)
+}
+
+/// The sum of the 32 signed (two's complement) nibbles of 16 bytes, eight bytes at a
+/// time: a signed nibble `v` is `(v ^ 8) - 8` with `v ^ 8` unsigned (0..=15), so the sum
+/// is the unsigned sum of the nibbles with their top bits flipped, less 32 × 8.
+fn nibble_sum(run: &[u8; 16]) -> i32 {
+    const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    const FLIP: u64 = 0x8888_8888_8888_8888;
+    const BYTE: u64 = 0x00FF_00FF_00FF_00FF;
+    let (a, b) = run.split_at(8);
+    // Per byte, both flipped nibbles of both words: at most 60.
+    let bytes = [a, b]
+        .map(|h| u64::from_le_bytes(h.try_into().expect("8 bytes")) ^ FLIP)
+        .iter()
+        .map(|&x| (x & LOW) + ((x >> 4) & LOW))
+        .sum::<u64>();
+    // Pairs of bytes into 16-bit lanes (at most 120 each), then all four (at most 480).
+    let lanes = (bytes & BYTE) + ((bytes >> 8) & BYTE);
+    (lanes.wrapping_mul(0x0001_0001_0001_0001) >> 48) as i32 - 32 * 8
 }
 
 /// Packs int8 A (row-major M×K) into the A buffer of `plan`.
@@ -470,11 +506,110 @@ fn check(layout: &WeightLayout, dtype: Dtype, len: usize) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::kernels::matmul::quant::unpack_nibbles;
+    use proptest::prelude::*;
+
+    /// The int8 `[out][in]` packer wave by wave, atom by atom: the order the fast one
+    /// replaced, kept as its specification.
+    fn weights_i8_nk_atom_order(layout: &WeightLayout, bt: &[i8]) -> Vec<u8> {
+        let mut out = vec![0u8; layout.bytes as usize];
+        let (k_all, n) = (layout.k as usize, layout.n as usize);
+        for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+            let kb_count = w.ai as usize / 32;
+            for g in 0..n.div_ceil(32) {
+                for kb in 0..kb_count {
+                    let k0 = w.k0 as usize + kb * 32;
+                    let len = (w.kw as usize - kb * 32).min(32);
+                    let atom = base as usize + (g * kb_count + kb) * 1024;
+                    for nn in 0..(n - g * 32).min(32) {
+                        let src = (g * 32 + nn) * k_all + k0;
+                        for i in 0..len {
+                            out[atom + nn * 32 + i] = bt[src + i] as u8;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The packed-nibble int4 packer byte by byte in atom order, as specification.
+    fn weights_i4_packed_nk_atom_order(layout: &WeightLayout, w: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; layout.bytes as usize];
+        let (row, n) = (layout.k as usize / 2, layout.n as usize);
+        for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+            let kb_count = wave.ai as usize / 32;
+            for g in 0..n.div_ceil(64) {
+                for kb in 0..kb_count {
+                    let k0 = wave.k0 as usize + kb * 32;
+                    let len = (wave.kw as usize - kb * 32).min(32) / 2;
+                    let atom = base as usize + (g * kb_count + kb) * 1024;
+                    for nn in 0..(n - g * 64).min(64) {
+                        for i in 0..len {
+                            let b = w[(g * 64 + nn) * row + k0 / 2 + i];
+                            out[atom + nn * 16 + i] = b.rotate_left(4);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// The `[out][in]` packers write every byte of the bank (a dirty buffer comes out
+        /// the same as a clean one) as their atom-order specifications and the general
+        /// packer do, and the int4 column sums are the sums of the weights.
+        #[test]
+        fn nk_packers_and_column_sums_match_their_specifications(
+            half_k in 1u32..700,
+            n in 1u32..300,
+            seed in any::<u64>(),
+        ) {
+            let k = 2 * half_k;
+            let mut rng = crate::seeded::Rng::from_seed(seed);
+            let l8 = WeightLayout::new(k, n, Dtype::Int8).unwrap();
+            let bt: Vec<i8> = (0..k * n).map(|_| rng.next_u64() as i8).collect();
+            let mut out = vec![0xA5u8; l8.bytes as usize];
+            weights_i8_nk_into(&l8, &bt, &mut out).unwrap();
+            prop_assert_eq!(&out, &weights_i8_nk_atom_order(&l8, &bt));
+            let wide: Vec<i32> = bt.iter().map(|&v| v as i32).collect();
+            prop_assert_eq!(&out, &super::super::pack_weights_int_nk(&l8, &wide).unwrap());
+
+            let l4 = WeightLayout::new(k, n, Dtype::Int4).unwrap();
+            let w: Vec<u8> = (0..half_k * n).map(|_| rng.next_u64() as u8).collect();
+            let mut out = vec![0xA5u8; l4.bytes as usize];
+            weights_i4_packed_nk_into(&l4, &w, &mut out).unwrap();
+            prop_assert_eq!(&out, &weights_i4_packed_nk_atom_order(&l4, &w));
+            let values: Vec<i32> = unpack_nibbles(&w).into_iter().map(i32::from).collect();
+            prop_assert_eq!(&out, &super::super::pack_weights_int_nk(&l4, &values).unwrap());
+            let sums: Vec<i64> = values
+                .chunks_exact(k as usize)
+                .map(|r| r.iter().map(|&v| v as i64).sum())
+                .collect();
+            prop_assert_eq!(i4_column_sums(&l4, &out).unwrap(), sums);
+        }
+    }
+
+    #[test]
+    fn nibble_sums_cover_every_byte() {
+        for b in 0..=255u8 {
+            let v = ((b << 4) as i8 >> 4) as i32 + ((b as i8) >> 4) as i32;
+            let mut run = [0u8; 16];
+            run[b as usize % 16] = b;
+            assert_eq!(nibble_sum(&run), v, "byte {b:#04x}");
+            assert_eq!(nibble_sum(&[b; 16]), 16 * v, "16 bytes {b:#04x}");
+        }
+    }
+
     #[test]
     fn transpose8_transposes() {
         let rows: [u64; 8] =
             std::array::from_fn(|i| u64::from_le_bytes(std::array::from_fn(|j| (i * 8 + j) as u8)));
-        let t = super::transpose8(rows);
+        let t = transpose8(rows);
         for (j, row) in t.iter().enumerate() {
             for (i, &v) in row.to_le_bytes().iter().enumerate() {
                 assert_eq!(v as usize, i * 8 + j);
