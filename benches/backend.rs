@@ -15,8 +15,9 @@
 //!   preallocated buffer of `layout.bytes`. Baseline: a `memcpy` of the weight bytes.
 //! * `int4_bank_4096x11008`: `pack::weights_i4_packed_nk_into` of packed nibbles (11008
 //!   rows of 2048 bytes) into a preallocated buffer of `layout.bytes`, `pack::i4_column_sums`
-//!   of the packed bank, and `both` (what a bank made from cached bytes costs). Baseline:
-//!   a `memcpy` of the packed bytes.
+//!   of the packed bank, `both` (what a bank made from cached bytes costs), and
+//!   `weights_i4_packed_nk_sums_into` (packing and summing in one pass: what
+//!   `WeightBank::from_i4_packed_nk` costs). Baseline: a `memcpy` of the packed bytes.
 //!
 //! Every group reports `Throughput::Bytes` of the baseline's bytes, so each line's
 //! throughput divided by the `memcpy` line's is the ratio. Inputs are seeded
@@ -225,6 +226,12 @@ fn int4_bank(c: &mut Criterion) {
             pack::weights_i4_packed_nk_into(black_box(&layout), black_box(&w), &mut out)
                 .expect("int4 weights pack");
             pack::i4_column_sums(&layout, black_box(&out)).expect("sums")
+        })
+    });
+    group.bench_function("weights_i4_packed_nk_sums_into", |bch| {
+        bch.iter(|| {
+            pack::weights_i4_packed_nk_sums_into(black_box(&layout), black_box(&w), &mut out)
+                .expect("int4 weights pack")
         })
     });
     memcpy_baseline(&mut group, w.len());

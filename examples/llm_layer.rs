@@ -21,7 +21,7 @@
 //! ```
 
 use rknpu_driver::device::Device;
-use rknpu_driver::device::matmul::{Matmul, MatmulBatch, WeightBank};
+use rknpu_driver::device::matmul::{Matmul, MatmulBatch, MatmulOptions, WeightBank};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;
 use std::error::Error;
@@ -176,10 +176,21 @@ fn check(what: &str, y: &[f32], reference: &[f64], bound: f64, time: Option<Dura
 /// Runs `mul_mat` of `m` seeded rows against `bank` and checks it against the f64
 /// product with the unquantised weights `w`.
 fn run_layer(what: &str, bank: &Arc<WeightBank>, w: &[f32], m: u32, seed: u64, bound: f64) -> Res {
+    run_layer_with(what, bank, w, (m, seed, bound), MatmulOptions::default())
+}
+
+/// [`run_layer`] with matmul options.
+fn run_layer_with(
+    what: &str,
+    bank: &Arc<WeightBank>,
+    w: &[f32],
+    (m, seed, bound): (u32, u64, f64),
+    options: MatmulOptions,
+) -> Res {
     let (k, n) = (bank.layout().k as usize, bank.layout().n as usize);
     let x = uniform(seed, m as usize * k);
     let mut y = vec![0f32; m as usize * n];
-    let mut mm = Matmul::new(bank, m)?;
+    let mut mm = Matmul::with_options(bank, m, options)?;
     let t = Instant::now();
     mm.mul_mat(&x, &mut y)?;
     let time = t.elapsed();
@@ -208,6 +219,15 @@ fn int8_layer(dev: &Device) -> Res {
             INT8_BOUND,
         )?;
     }
+    // The same bank with the scaling and the f32 conversion done by the DPU (one K
+    // wave: K = 4096); the scales are read as fp16, which the bound absorbs.
+    run_layer_with(
+        &format!("int8 {k}x{n} dequantised on the NPU"),
+        &bank,
+        &w,
+        (1, 100, INT8_BOUND),
+        MatmulOptions::default().dequantize_on_npu(),
+    )?;
     Ok(())
 }
 

@@ -69,18 +69,6 @@ fn sums_nk(w: &[i8], k: usize) -> Vec<i64> {
         .collect()
 }
 
-/// Each output channel's sum of packed int4 weights (`n` rows of `k/2` bytes).
-fn sums_packed(w: &[u8], row: usize) -> Vec<i64> {
-    // Sum of the two signed nibbles of every byte value.
-    let table: [i16; 256] = std::array::from_fn(|b| {
-        let b = b as u8;
-        (((b << 4) as i8 >> 4) + ((b as i8) >> 4)) as i16
-    });
-    w.chunks_exact(row.max(1))
-        .map(|r| r.iter().map(|&b| table[b as usize] as i64).sum())
-        .collect()
-}
-
 impl WeightBank {
     /// Allocates the bank's buffer and lets `fill` write every byte of it (through the
     /// CPU mapping: packing straight into device memory, no intermediate copy).
@@ -144,10 +132,12 @@ impl WeightBank {
             });
         }
         check_len("packed int4 weight bytes", dims(n, k / 2)?, w.len())?;
+        let mut sums = Vec::new();
         let mut bank = WeightBank::create(dev, layout(k, n, Dtype::Int4)?, |l, out| {
-            pack::weights_i4_packed_nk_into(l, w, out)
+            sums = pack::weights_i4_packed_nk_sums_into(l, w, out)?;
+            Ok(())
         })?;
-        bank.col_sums = sums_packed(w, k as usize / 2);
+        bank.col_sums = sums;
         Ok(bank)
     }
 

@@ -208,6 +208,30 @@ pub fn weights_f16_nk_into(layout: &WeightLayout, bt: &[u16], out: &mut [u8]) ->
 /// keeps the even channel in the high nibble, so each 16-byte run (one kernel's 32
 /// channels) is copied with its nibbles swapped. Every byte is written.
 pub fn weights_i4_packed_nk_into(layout: &WeightLayout, w: &[u8], out: &mut [u8]) -> Result<()> {
+    i4_packed::<false>(layout, w, out, &mut [])
+}
+
+/// [`weights_i4_packed_nk_into`], also returning each output channel's sum of weights
+/// (what [`i4_column_sums`] computes), summed while the runs are copied: one pass over
+/// the weights instead of two.
+pub fn weights_i4_packed_nk_sums_into(
+    layout: &WeightLayout,
+    w: &[u8],
+    out: &mut [u8],
+) -> Result<Vec<i64>> {
+    let mut sums = vec![0i64; layout.n as usize];
+    i4_packed::<true>(layout, w, out, &mut sums)?;
+    Ok(sums)
+}
+
+/// The int4 packer; with `SUM`, each channel's sum of weights is also written to `sums`
+/// (`layout.n` of them).
+fn i4_packed<const SUM: bool>(
+    layout: &WeightLayout,
+    w: &[u8],
+    out: &mut [u8],
+    sums: &mut [i64],
+) -> Result<()> {
     if layout.dtype != Dtype::Int4 {
         return Err(unsupported(format!(
             "an int4 packer for a {:?} layout",
@@ -240,6 +264,12 @@ pub fn weights_i4_packed_nk_into(layout: &WeightLayout, w: &[u8], out: &mut [u8]
     for g in 0..n.div_ceil(64) {
         let kernels = (n - g * 64).min(64);
         let rows = &w[g * 64 * row..][..kernels * row];
+        if SUM {
+            // The group's rows, summed while they come into cache for the packing below.
+            for (sum, r) in sums[g * 64..].iter_mut().zip(rows.chunks_exact(row)) {
+                *sum = row_nibble_sum(r);
+            }
+        }
         for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
             let kb_count = wave.ai as usize / 32;
             for kb in 0..kb_count {
@@ -334,6 +364,39 @@ pub fn i4_column_sums(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<i64>> {
         }
     }
     Ok(sums)
+}
+
+/// The sum of the signed nibbles of `bytes` (as [`nibble_sum`], over a whole row): eight
+/// bytes at a time into byte lanes (at most 30 per word, so eight words before a lane
+/// could overflow), folded into 16-bit lanes every eight words.
+fn row_nibble_sum(bytes: &[u8]) -> i64 {
+    const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    const FLIP: u64 = 0x8888_8888_8888_8888;
+    const BYTE: u64 = 0x00FF_00FF_00FF_00FF;
+    let words = bytes.chunks_exact(8);
+    let tail = words.remainder();
+    let mut total = 0i64;
+    let mut block = words.map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+    loop {
+        let mut lanes = 0u64;
+        let mut taken = 0;
+        for x in block.by_ref().take(8) {
+            let x = x ^ FLIP;
+            lanes += (x & LOW) + ((x >> 4) & LOW);
+            taken += 1;
+        }
+        if taken == 0 {
+            break;
+        }
+        let wide = (lanes & BYTE) + ((lanes >> 8) & BYTE);
+        total += (wide.wrapping_mul(0x0001_0001_0001_0001) >> 48) as i64 - taken * 16 * 8;
+    }
+    // The last bytes, one at a time.
+    total
+        + tail
+            .iter()
+            .map(|&b| (((b << 4) as i8 >> 4) + ((b as i8) >> 4)) as i64)
+            .sum::<i64>()
 }
 
 /// Swaps the two nibbles of every byte of `x`.
@@ -590,7 +653,11 @@ mod tests {
                 .chunks_exact(k as usize)
                 .map(|r| r.iter().map(|&v| v as i64).sum())
                 .collect();
-            prop_assert_eq!(i4_column_sums(&l4, &out).unwrap(), sums);
+            prop_assert_eq!(i4_column_sums(&l4, &out).unwrap(), sums.clone());
+            let mut fused = vec![0x5Au8; l4.bytes as usize];
+            let fused_sums = weights_i4_packed_nk_sums_into(&l4, &w, &mut fused).unwrap();
+            prop_assert_eq!(&fused, &out);
+            prop_assert_eq!(fused_sums, sums);
         }
     }
 
