@@ -1272,3 +1272,52 @@ fn dequantisation_on_the_npu_is_refused_outside_its_path() {
         Err(Error::OutOfRange { index: 0, .. })
     ));
 }
+
+/// A bf16 bank (`from_bf16_nk`) with bf16 activations: within the bound of fp32
+/// summation, `(K + 1)·2⁻²⁴·Σ|a·b|` (bf16 products are exact in fp32), for one and two
+/// K waves; `mul_mat` rounds f32 activations to bf16 first and agrees with
+/// `run_bf16_into` on the rounded values bit for bit.
+#[test]
+fn bf16_banks_are_within_the_fp32_accumulation_bound() {
+    use half::bf16;
+    for (m, k, n) in [(3usize, 100usize, 40usize), (2, 5000, 33)] {
+        let mut rng = Rng(0x5eed_0b16 + k as u64);
+        let w: Vec<bf16> = (0..n * k)
+            .map(|_| bf16::from_f32(rng.float() * 4.0 - 2.0))
+            .collect();
+        let a: Vec<bf16> = (0..m * k)
+            .map(|_| bf16::from_f32(rng.float() * 4.0 - 2.0))
+            .collect();
+        for spec in SPECS {
+            let dev = open(spec);
+            let bank = Arc::new(WeightBank::from_bf16_nk(&dev, n as u32, k as u32, &w).unwrap());
+            let mut mm = Matmul::new(&bank, m as u32).unwrap();
+            let mut out = vec![0f32; m * n];
+            mm.run_bf16_into(&a, &mut out).unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut exact, mut mag) = (0f64, 0f64);
+                    for kk in 0..k {
+                        let p = a[i * k + kk].to_f64() * w[j * k + kk].to_f64();
+                        exact += p;
+                        mag += p.abs();
+                    }
+                    let bound = (k as f64 + 1.0) * 2f64.powi(-24) * mag;
+                    let got = out[i * n + j] as f64;
+                    assert!(
+                        (got - exact).abs() <= bound,
+                        "{spec} {m}x{k}x{n} [{i}][{j}]: {got} vs {exact}"
+                    );
+                }
+            }
+            let x: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
+            let mut y = vec![0f32; m * n];
+            mm.mul_mat(&x, &mut y).unwrap();
+            assert_eq!(y, out, "{spec}: mul_mat on values bf16 holds exactly");
+            assert!(matches!(
+                mm.run_i8(&vec![0; m * k]),
+                Err(Error::Precision { .. })
+            ));
+        }
+    }
+}

@@ -5,7 +5,7 @@ use super::super::{Bo, BoFlags, Device};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{self, WeightLayout, pack, quant};
 use crate::kernels::single::Dtype;
-use half::f16;
+use half::{bf16, f16};
 
 /// Packed weights resident on the NPU, keyed by their layout: any M runs against them
 /// ([`super::Matmul::new`]). Owns its buffer (and a handle to the device): `'static`,
@@ -146,6 +146,15 @@ impl WeightBank {
         check_len("weight values", dims(n, k)?, w.len())?;
         let bits: &[u16] = zerocopy::transmute_ref!(w);
         WeightBank::create(dev, layout(k, n, Dtype::Fp16)?, |l, out| {
+            pack::weights_f16_nk_into(l, bits, out)
+        })
+    }
+
+    /// bf16 weights given as `n` rows of `k` values (a bf16 bank: bf16 activations).
+    pub fn from_bf16_nk(dev: &Device, n: u32, k: u32, w: &[bf16]) -> Result<WeightBank> {
+        check_len("weight values", dims(n, k)?, w.len())?;
+        let bits: &[u16] = zerocopy::transmute_ref!(w);
+        WeightBank::create(dev, layout(k, n, Dtype::Bf16)?, |l, out| {
             pack::weights_f16_nk_into(l, bits, out)
         })
     }

@@ -44,7 +44,7 @@ use crate::error::{Error, Result};
 use crate::kernels::matmul::{Plan, pack, quant};
 use crate::kernels::single::{Dtype, OutType};
 use crate::regcmd::{BufferId, Program, words_to_le_bytes};
-use half::f16;
+use half::{bf16, f16};
 use npu_dequant::{NpuDequant, fp16_normal};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,6 +60,8 @@ pub enum Activations {
     Int4,
     /// fp16 on an fp16 bank.
     Fp16,
+    /// bf16 on a bf16 bank.
+    Bf16,
 }
 
 impl Activations {
@@ -68,6 +70,7 @@ impl Activations {
             Activations::Int8 => "int8",
             Activations::Int4 => "int4",
             Activations::Fp16 => "fp16",
+            Activations::Bf16 => "bf16",
         }
     }
 }
@@ -172,6 +175,22 @@ enum Submitted {
 /// A matmul of M rows against a [`WeightBank`]: its plan, its program (encoded and bound
 /// once), and its A, C and program buffers. Owns what it needs (`'static`,
 /// `Send + Sync`): a backend keeps one per layer and M, or makes one per call.
+///
+/// ```
+/// use rknpu_driver::device::Device;
+/// use rknpu_driver::device::matmul::{Matmul, MatmulOptions, WeightBank};
+/// use std::sync::Arc;
+///
+/// let dev = Device::open_spec("emu")?;
+/// let w: Vec<i8> = (0..4096).map(|i| (i % 9) as i8 - 4).collect(); // 64 × 64, [out][in]
+/// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 64, 64, &w)?);
+/// let mut mm = Matmul::with_options(&bank, 3, MatmulOptions::default().cores(2))?;
+/// let a = vec![2i8; 3 * 64];
+/// let mut c = vec![0i32; 3 * 64];
+/// mm.run_i8_into(&a, &mut c)?; // exact int32, into the caller's slice
+/// assert_eq!(c[1], 2 * w[64..128].iter().map(|&v| v as i32).sum::<i32>());
+/// # Ok::<(), rknpu_driver::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Matmul {
     bank: Arc<WeightBank>,
@@ -312,6 +331,7 @@ impl Matmul {
         let dtype = bank.layout.dtype;
         let acts = options.activations.unwrap_or(match dtype {
             Dtype::Fp16 => Activations::Fp16,
+            Dtype::Bf16 => Activations::Bf16,
             _ => Activations::Int8,
         });
         if options.npu_dequant && !(dtype == Dtype::Int8 && acts == Activations::Int8) {
@@ -326,7 +346,7 @@ impl Matmul {
             (Dtype::Int8, Activations::Int8)
             | (Dtype::Int4, Activations::Int8 | Activations::Int4) => OutType::Int32,
             (Dtype::Fp16, Activations::Fp16) if options.fp16_out => OutType::Fp16,
-            (Dtype::Fp16, Activations::Fp16) => OutType::Fp32,
+            (Dtype::Fp16, Activations::Fp16) | (Dtype::Bf16, Activations::Bf16) => OutType::Fp32,
             _ => {
                 return Err(Error::Precision {
                     input: acts.name(),
@@ -391,6 +411,7 @@ impl Matmul {
         let acts = match plan.spec.dtype {
             Dtype::Int8 => Activations::Int8,
             Dtype::Int4 => Activations::Int4,
+            Dtype::Bf16 => Activations::Bf16,
             _ => Activations::Fp16,
         };
         let rows = plan.spec.m;
@@ -569,9 +590,9 @@ impl Matmul {
                 let packed = self.plan.pack_a_int(a)?;
                 self.a.write(0, &packed)
             }
-            Activations::Fp16 => Err(Error::Precision {
+            Activations::Fp16 | Activations::Bf16 => Err(Error::Precision {
                 input: "integer",
-                weights: "fp16",
+                weights: self.bank.layout.dtype.name(),
                 output: "fp32",
             }),
         }
@@ -586,11 +607,25 @@ impl Matmul {
         self.a.write(0, &packed)
     }
 
-    /// Quantises f32 activations per row (integer banks) or rounds them to fp16 (fp16
-    /// banks) into the A buffer.
+    /// Packs bf16 activations into the A buffer.
+    fn put_bf16(&mut self, a: &[bf16]) -> Result<()> {
+        self.expect(Activations::Bf16)?;
+        shape("activation values", self.len_a(), a.len())?;
+        let wide: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
+        let packed = self.plan.pack_a_f32(&wide)?;
+        self.a.write(0, &packed)
+    }
+
+    /// Quantises f32 activations per row (integer banks) or rounds them to fp16 or bf16
+    /// (float banks) into the A buffer.
     fn put_f32(&mut self, x: &[f32]) -> Result<Submitted> {
         shape("activation values", self.len_a(), x.len())?;
         match self.acts {
+            Activations::Bf16 => {
+                let h: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+                self.put_bf16(&h)?;
+                Ok(Submitted::Float)
+            }
             Activations::Fp16 => {
                 let h: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
                 self.put_f16(&h)?;
@@ -800,9 +835,19 @@ impl Matmul {
         Ok(out)
     }
 
-    /// `C = A · W` for float A rounded to fp16 (fp16 banks).
+    /// `C = A · W` for bf16 A (row-major M×K) into `out` (M×N `f32`), on a bf16 bank:
+    /// fp32 sums of each K wave, waves summed in f64 and rounded once.
+    pub fn run_bf16_into(&mut self, a: &[bf16], out: &mut [f32]) -> Result<()> {
+        shape("result values", self.len_c(), out.len())?;
+        self.run(|m| m.put_bf16(a), |m, ()| m.read_f32_into(out))
+    }
+
+    /// `C = A · W` for float A rounded to the bank's 16-bit float type (fp16 or bf16
+    /// banks).
     pub fn run_f32(&mut self, a: &[f32]) -> Result<Vec<f32>> {
-        self.expect(Activations::Fp16)?;
+        if self.acts != Activations::Bf16 {
+            self.expect(Activations::Fp16)?;
+        }
         let mut out = vec![0f32; self.len_c()];
         self.mul_mat(a, &mut out)?;
         Ok(out)
@@ -810,8 +855,8 @@ impl Matmul {
 
     /// `y = x · Wᵀ` (ggml's `mul_mat`) for f32 `x` (row-major M×K) into `y` (M×N): on an
     /// integer bank `x` is quantised to int8 per row and the result scaled by the row's
-    /// scale and the bank's per-channel scales (1 when it has none); on an fp16 bank `x`
-    /// is rounded to fp16.
+    /// scale and the bank's per-channel scales (1 when it has none); on an fp16 or bf16
+    /// bank `x` is rounded to that type.
     pub fn mul_mat(&mut self, x: &[f32], y: &mut [f32]) -> Result<()> {
         shape("result values", self.len_c(), y.len())?;
         self.run(|m| m.put_f32(x), |m, what| m.read_f32_of(what, y))
@@ -901,6 +946,23 @@ impl Matmul {
 /// A submitted matmul not yet waited for. It borrows the matmul, so its buffers cannot
 /// be touched while the NPU may use them; dropping it without a wait waits with a bound
 /// (and holds the buffers if the job may still run; see [`Pending`]).
+///
+/// ```
+/// use rknpu_driver::device::Device;
+/// use rknpu_driver::device::matmul::{Matmul, WeightBank};
+/// use std::sync::Arc;
+/// use std::time::{Duration, Instant};
+///
+/// let dev = Device::open_spec("emu:async")?; // the emulated kernel runs jobs on a worker
+/// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 32, 64, &vec![1; 32 * 64])?);
+/// let mut mm = Matmul::new(&bank, 2)?;
+/// let pending = mm.submit_i8(&vec![3; 2 * 64])?;
+/// let _busy = pending.is_done()?; // false while the NPU works; the CPU is free
+/// let mut c = vec![0i32; 2 * 32];
+/// pending.wait_i32_into(Instant::now() + Duration::from_secs(5), &mut c)?;
+/// assert!(c.iter().all(|&v| v == 3 * 64));
+/// # Ok::<(), rknpu_driver::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct PendingMatmul<'m> {
     mm: &'m Matmul,

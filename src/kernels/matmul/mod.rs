@@ -69,10 +69,10 @@ pub struct MatmulSpec {
     pub k: u32,
     /// Columns of B and C.
     pub n: u32,
-    /// Input type: int8, int4 or fp16.
+    /// Input type: int8, int4, fp16 or bf16.
     pub dtype: Dtype,
-    /// Result type: int32 (int8, int4), int16 (int4), fp32 or fp16 (fp16; K within one
-    /// wave, see [`Plan::c_type`]).
+    /// Result type: int32 (int8, int4), int16 (int4), fp32 (fp16, bf16; int8 within one
+    /// wave: the DPU's cast) or fp16 (fp16; K within one wave, see [`Plan::c_type`]).
     pub out: OutType,
     /// Cores, 1..=3.
     pub cores: u32,
@@ -192,7 +192,7 @@ impl WeightLayout {
         if k == 0 || n == 0 {
             return Err(unsupported(format!("empty weights {k}x{n}")));
         }
-        if !matches!(dtype, Dtype::Int8 | Dtype::Int4 | Dtype::Fp16) {
+        if !matches!(dtype, Dtype::Int8 | Dtype::Int4 | Dtype::Fp16 | Dtype::Bf16) {
             return Err(unsupported(format!("{dtype:?} weights are not offered")));
         }
         let granule = if dtype == Dtype::Int4 { 64 } else { 32 };
@@ -498,6 +498,7 @@ impl Plan {
             Dtype::Int8 => matches!(out, OutType::Int32 | OutType::Fp32),
             Dtype::Int4 => matches!(out, OutType::Int32 | OutType::Int16),
             Dtype::Fp16 => matches!(out, OutType::Fp32 | OutType::Fp16),
+            Dtype::Bf16 => out == OutType::Fp32,
             _ => false,
         };
         if !ok_out {

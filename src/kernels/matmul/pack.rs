@@ -174,11 +174,17 @@ pub fn weights_i4_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Re
     Ok(())
 }
 
-/// Packs fp16 B given as N×K bits (each kernel's channels contiguous, the layout of an
-/// `[out_features][in_features]` matrix) into `out` (`layout.bytes` bytes): a copy of
-/// 64-byte runs, 16 kernels of 32 channels per atom. Every byte is written.
+/// Packs fp16 (or bf16, for a bf16 layout) B given as N×K bits (each kernel's channels
+/// contiguous, the layout of an `[out_features][in_features]` matrix) into `out`
+/// (`layout.bytes` bytes): a copy of 64-byte runs, 16 kernels of 32 channels per atom.
+/// Every byte is written.
 pub fn weights_f16_nk_into(layout: &WeightLayout, bt: &[u16], out: &mut [u8]) -> Result<()> {
-    check(layout, Dtype::Fp16, bt.len())?;
+    let sixteen = if layout.dtype == Dtype::Bf16 {
+        Dtype::Bf16
+    } else {
+        Dtype::Fp16
+    };
+    check(layout, sixteen, bt.len())?;
     check_out(layout, out)?;
     if padded(layout) {
         out.fill(0);
