@@ -5,10 +5,9 @@
 //! dropped with a job queued ends its worker. A test that needs a job certainly not
 //! finished holds the worker (`EmuKernel::hold_worker`) rather than relying on timing.
 
+use super::behaviour_tests::matmul_of as matmul;
 use super::emu::{EmuKernel, Flavour, node_path};
 use super::*;
-use crate::kernels::single::{self, Dtype, SingleMatmul};
-use crate::regcmd::{Program, ProgramBuilder, words_to_le_bytes};
 use crate::sys::uapi::*;
 use crate::sys::{Fd, Ioctl, Kernel, VendorOp};
 use std::sync::mpsc;
@@ -22,66 +21,6 @@ fn private(flavour: Flavour) -> Device {
 
 fn soon() -> Instant {
     Instant::now() + Duration::from_secs(10)
-}
-
-/// An int8 matmul of `ones` by twos as `tasks` identical chained tasks (each result
-/// `128 * ones`).
-struct Mm {
-    regcmd: Bo,
-    a: Bo,
-    b: Bo,
-    c: Bo,
-    program: Program,
-    mm: SingleMatmul,
-}
-
-fn matmul(d: &Device, tasks: usize, ones: i32) -> Mm {
-    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
-    let mut p = ProgramBuilder::new(single::REGCMD);
-    for _ in 0..tasks {
-        p.push_task(mm.body().unwrap(), mm.enable());
-    }
-    let program = p.build().unwrap();
-    let mut a = d.alloc(mm.a_bytes(), BoFlags::default()).unwrap();
-    a.write(0, &mm.pack_a_int(&[ones; 4 * 64]).unwrap())
-        .unwrap();
-    let mut b = d.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
-    b.write(0, &mm.pack_b_int(&[2; 64 * 32]).unwrap()).unwrap();
-    let c = d.alloc(mm.c_bytes(), BoFlags::default()).unwrap();
-    let mut regcmd = d.alloc(program.byte_len(), BoFlags::default()).unwrap();
-    let words = program
-        .bind(|id| {
-            Some(u64::from(match id {
-                single::REGCMD => regcmd.dma_addr(),
-                single::A => a.dma_addr(),
-                single::B => b.dma_addr(),
-                _ => c.dma_addr(),
-            }))
-        })
-        .unwrap();
-    regcmd.write(0, &words_to_le_bytes(&words)).unwrap();
-    Mm {
-        regcmd,
-        a,
-        b,
-        c,
-        program,
-        mm,
-    }
-}
-
-impl Mm {
-    fn job(&self) -> Job<'_> {
-        Job::from_program(&self.regcmd, &self.program)
-            .reads(&self.a)
-            .reads(&self.b)
-            .writes(&self.c)
-    }
-
-    fn product(&mut self) -> Vec<i64> {
-        let bytes = self.c.read_all().unwrap();
-        self.mm.unpack_c_int(&bytes[..self.mm.c_bytes()]).unwrap()
-    }
 }
 
 /// The product on the CPU: row i of A (all `ones`) times column j of B (all 2).

@@ -18,16 +18,21 @@ fn private(flavour: Flavour) -> Device {
 
 /// An int8 matmul of ones by twos (every result 128) as `tasks` identical chained
 /// tasks, with an output buffer the CPU never touched.
-struct Mm {
-    regcmd: Bo,
-    a: Bo,
-    b: Bo,
-    c: Bo,
-    program: Program,
-    mm: SingleMatmul,
+pub(super) struct Mm {
+    pub(super) regcmd: Bo,
+    pub(super) a: Bo,
+    pub(super) b: Bo,
+    pub(super) c: Bo,
+    pub(super) program: Program,
+    pub(super) mm: SingleMatmul,
 }
 
 fn matmul(d: &Device, tasks: usize) -> Mm {
+    matmul_of(d, tasks, 1)
+}
+
+/// [`matmul`] of A all `ones` (every result `128 * ones`).
+pub(super) fn matmul_of(d: &Device, tasks: usize, ones: i32) -> Mm {
     let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
     let mut p = ProgramBuilder::new(single::REGCMD);
     for _ in 0..tasks {
@@ -35,7 +40,8 @@ fn matmul(d: &Device, tasks: usize) -> Mm {
     }
     let program = p.build().unwrap();
     let mut a = d.alloc(mm.a_bytes(), BoFlags::default()).unwrap();
-    a.write(0, &mm.pack_a_int(&[1; 4 * 64]).unwrap()).unwrap();
+    a.write(0, &mm.pack_a_int(&[ones; 4 * 64]).unwrap())
+        .unwrap();
     let mut b = d.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
     b.write(0, &mm.pack_b_int(&[2; 64 * 32]).unwrap()).unwrap();
     let c = d.alloc(mm.c_bytes(), BoFlags::default()).unwrap();
@@ -62,7 +68,7 @@ fn matmul(d: &Device, tasks: usize) -> Mm {
 }
 
 impl Mm {
-    fn job(&self) -> Job<'_> {
+    pub(super) fn job(&self) -> Job<'_> {
         Job::from_program(&self.regcmd, &self.program)
             .reads(&self.a)
             .reads(&self.b)
@@ -73,6 +79,12 @@ impl Mm {
         let bytes = self.c.read_all().unwrap();
         let c = self.mm.unpack_c_int(&bytes[..self.mm.c_bytes()]).unwrap();
         c.iter().all(|&v| v == 128)
+    }
+
+    /// The product as the NPU wrote it.
+    pub(super) fn product(&mut self) -> Vec<i64> {
+        let bytes = self.c.read_all().unwrap();
+        self.mm.unpack_c_int(&bytes[..self.mm.c_bytes()]).unwrap()
     }
 }
 

@@ -2,6 +2,7 @@
 //! a device buffer, with the per-output-channel scales of a quantised layer.
 
 use super::super::{Bo, BoFlags, Device};
+use super::shape;
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{self, WeightLayout, pack, quant};
 use crate::kernels::single::Dtype;
@@ -51,17 +52,6 @@ fn dims(n: u32, k: u32) -> Result<usize> {
         })
 }
 
-fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
-    if expected != actual {
-        return Err(Error::ShapeMismatch {
-            what,
-            expected: expected as u64,
-            actual: actual as u64,
-        });
-    }
-    Ok(())
-}
-
 /// Each output channel's sum of int4 weights given as `n` rows of `k` values.
 fn sums_nk(w: &[i8], k: usize) -> Vec<i64> {
     w.chunks_exact(k.max(1))
@@ -95,7 +85,7 @@ impl WeightBank {
     /// int8 weights given as `n` rows (output channels) of `k` values — the `[out][in]`
     /// layout of a model's weight matrix (ggml's `src0`).
     pub fn from_i8_nk(dev: &Device, n: u32, k: u32, w: &[i8]) -> Result<WeightBank> {
-        check_len("weight values", dims(n, k)?, w.len())?;
+        shape("weight values", dims(n, k)?, w.len())?;
         WeightBank::create(dev, layout(k, n, Dtype::Int8)?, |l, out| {
             pack::weights_i8_nk_into(l, w, out)
         })
@@ -103,7 +93,7 @@ impl WeightBank {
 
     /// int8 weights given as `k` rows of `n` values (B of `C = A·B`, row-major).
     pub fn from_i8_kn(dev: &Device, k: u32, n: u32, w: &[i8]) -> Result<WeightBank> {
-        check_len("weight values", dims(n, k)?, w.len())?;
+        shape("weight values", dims(n, k)?, w.len())?;
         WeightBank::create(dev, layout(k, n, Dtype::Int8)?, |l, out| {
             pack::weights_i8_kn_into(l, w, out)
         })
@@ -111,7 +101,7 @@ impl WeightBank {
 
     /// int4 weights, one value (−8..=7) per byte, given as `n` rows of `k` values.
     pub fn from_i4_nk(dev: &Device, n: u32, k: u32, w: &[i8]) -> Result<WeightBank> {
-        check_len("weight values", dims(n, k)?, w.len())?;
+        shape("weight values", dims(n, k)?, w.len())?;
         let mut bank = WeightBank::create(dev, layout(k, n, Dtype::Int4)?, |l, out| {
             pack::weights_nk_into(l, w, out)
         })?;
@@ -131,7 +121,7 @@ impl WeightBank {
                 actual: k as u64,
             });
         }
-        check_len("packed int4 weight bytes", dims(n, k / 2)?, w.len())?;
+        shape("packed int4 weight bytes", dims(n, k / 2)?, w.len())?;
         let mut sums = Vec::new();
         let mut bank = WeightBank::create(dev, layout(k, n, Dtype::Int4)?, |l, out| {
             sums = pack::weights_i4_packed_nk_sums_into(l, w, out)?;
@@ -143,7 +133,7 @@ impl WeightBank {
 
     /// fp16 weights given as `n` rows of `k` values.
     pub fn from_f16_nk(dev: &Device, n: u32, k: u32, w: &[f16]) -> Result<WeightBank> {
-        check_len("weight values", dims(n, k)?, w.len())?;
+        shape("weight values", dims(n, k)?, w.len())?;
         let bits: &[u16] = zerocopy::transmute_ref!(w);
         WeightBank::create(dev, layout(k, n, Dtype::Fp16)?, |l, out| {
             pack::weights_f16_nk_into(l, bits, out)
@@ -152,7 +142,7 @@ impl WeightBank {
 
     /// bf16 weights given as `n` rows of `k` values (a bf16 bank: bf16 activations).
     pub fn from_bf16_nk(dev: &Device, n: u32, k: u32, w: &[bf16]) -> Result<WeightBank> {
-        check_len("weight values", dims(n, k)?, w.len())?;
+        shape("weight values", dims(n, k)?, w.len())?;
         let bits: &[u16] = zerocopy::transmute_ref!(w);
         WeightBank::create(dev, layout(k, n, Dtype::Bf16)?, |l, out| {
             pack::weights_f16_nk_into(l, bits, out)
@@ -196,7 +186,7 @@ impl WeightBank {
     /// Already-packed bank bytes (what [`WeightBank::packed`] returned, from a cache),
     /// for `layout`. The bytes are taken as they are: only their length is checked.
     pub fn from_packed(dev: &Device, layout: &WeightLayout, bytes: &[u8]) -> Result<WeightBank> {
-        check_len("packed bank bytes", layout.bytes as usize, bytes.len())?;
+        shape("packed bank bytes", layout.bytes as usize, bytes.len())?;
         let mut bank = WeightBank::create(dev, layout.clone(), |_, out| {
             out.copy_from_slice(bytes);
             Ok(())
@@ -239,7 +229,7 @@ impl WeightBank {
     /// The same bank with per-output-channel scales (`n` finite values): results of
     /// [`super::Matmul::mul_mat`] are multiplied by them.
     pub fn with_scales(mut self, scales: &[f32]) -> Result<WeightBank> {
-        check_len("weight scales", self.layout.n as usize, scales.len())?;
+        shape("weight scales", self.layout.n as usize, scales.len())?;
         if let Some(i) = scales.iter().position(|s| !s.is_finite()) {
             return Err(Error::OutOfRange {
                 what: "weight scales",
