@@ -299,6 +299,18 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 impl Error {
+    /// `Ok` when `actual == expected`, else [`Error::ShapeMismatch`] naming `what`.
+    pub(crate) fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+        if expected != actual {
+            return Err(Error::ShapeMismatch {
+                what,
+                expected: expected as u64,
+                actual: actual as u64,
+            });
+        }
+        Ok(())
+    }
+
     /// Whether the error names an NPU driver (rather than another DRM driver).
     pub(crate) fn is_npu(&self) -> bool {
         matches!(self, Error::UnsupportedDriver { driver, .. } if driver.starts_with("rknpu") || driver == "rocket")

@@ -217,14 +217,7 @@ pub struct Matmul {
 }
 
 fn shape(what: &'static str, expected: usize, actual: usize) -> Result<()> {
-    if expected != actual {
-        return Err(Error::ShapeMismatch {
-            what,
-            expected: expected as u64,
-            actual: actual as u64,
-        });
-    }
-    Ok(())
+    Error::check_len(what, expected, actual)
 }
 
 fn in_range(

@@ -20,14 +20,7 @@
 use crate::error::{Error, Result};
 
 fn shape(what: &'static str, expected: usize, actual: usize) -> Result<()> {
-    if expected != actual {
-        return Err(Error::ShapeMismatch {
-            what,
-            expected: expected as u64,
-            actual: actual as u64,
-        });
-    }
-    Ok(())
+    Error::check_len(what, expected, actual)
 }
 
 fn finite(what: &'static str, x: &[f32]) -> Result<()> {
