@@ -10,18 +10,21 @@
 //! ```
 //!
 //! `BW` is the DRAM bandwidth all cores share, `BW_core` the most one core streams alone
-//! (below `BW` on the RK3588: one task's stream does not saturate DRAM, several do);
-//! with `BW_core` infinite the stream term is `bytes_c / (BW / n)`.
-//! `bytes_c` is every byte the tasks of core `c` read or write (feature, weights, DPU read
-//! and write DMA), `MACs_c` the multiply-accumulates its MAC arrays run (the padded
-//! `rows × ai × nt` of each task), `peak` the profile's MAC rate of the plan's precision.
+//! (below `BW` on the RK3588: one task's stream does not saturate DRAM, several do); with
+//! `BW_core` infinite the stream term is `bytes_c / (BW / n)`. `bytes_c` is every byte the
+//! tasks of core `c` read or write (feature, weights, DPU read and write DMA), `MACs_c` the
+//! multiply-accumulates its MAC arrays run (the padded `rows × ai × nt` of each task),
+//! `peak` the profile's MAC rate of the plan's precision.
+//!
 //! Assumptions: the busy cores share the DRAM bandwidth evenly and each streams at its
-//! share (at most `BW_core`) for its whole run, even after another core has finished; transfers and MACs overlap perfectly within a core (the
-//! slower of the two is the core's time); per-task overhead does not overlap with either;
-//! one submission starts every core's chain at once. Left out: reuse of data kept in the
-//! CBUF between tasks (every task is charged its full DMA ranges), incremental tasks that
-//! reload only part of their operands, contention with the CPU for DDR, and all host work (packing, cache maintenance, reduction of
-//! K waves). docs/matmul.md ("Cost model") has the figures and their sources.
+//! share (at most `BW_core`) for its whole run, even after another core has finished;
+//! transfers and MACs overlap completely within a core (the slower of the two is the
+//! core's time); per-task overhead overlaps with neither; one submission starts every
+//! core's chain at once. Left out: data kept in the CBUF from one task to the next (every
+//! task is charged its full DMA ranges), incremental tasks that reload only part of their
+//! operands, contention with the CPU for DDR, and all host work (packing, cache
+//! maintenance, the reduction of K waves). docs/matmul.md ("Cost model") has the figures
+//! and their sources.
 
 use super::Plan;
 use crate::error::{Error, Result};
@@ -537,5 +540,51 @@ mod tests {
         assert_eq!(c.tasks_per_core, vec![1, 0, 0]);
         assert_eq!(c.core_seconds[1], 0.0);
         assert!(c.to_string().contains("1 task(s) on 3 core(s) [1, 0, 0]"));
+    }
+
+    #[test]
+    fn the_documented_cost_lines() {
+        // The table of docs/matmul.md ("Cost model").
+        let profile = HardwareProfile::rk3588();
+        for (m, k, n, dtype, line) in [
+            (
+                1,
+                4096,
+                4096,
+                Dtype::Int8,
+                "cost: 16.8 MB read, 0.016 MB written, minimum 16.8 MB (ratio 1.00); 3 task(s) on 3 core(s) [1, 1, 1]; model 0.94 ms, 35.5 GOP/s on rk3588",
+            ),
+            (
+                128,
+                4096,
+                4096,
+                Dtype::Int8,
+                "cost: 35.1 MB read, 2.1 MB written, minimum 19.4 MB (ratio 1.92); 6 task(s) on 3 core(s) [2, 2, 2]; model 2.02 ms, 2129.2 GOP/s on rk3588",
+            ),
+            (
+                512,
+                4096,
+                4096,
+                Dtype::Int8,
+                "cost: 140.5 MB read, 8.4 MB written, minimum 27.3 MB (ratio 5.46); 24 task(s) on 3 core(s) [8, 8, 8]; model 7.91 ms, 2172.9 GOP/s on rk3588",
+            ),
+            (
+                128,
+                4096,
+                11008,
+                Dtype::Int4,
+                "cost: 23.3 MB read, 25.4 MB written, minimum 28.4 MB (ratio 1.71); 27 task(s) on 3 core(s) [9, 9, 9]; model 2.91 ms, 3963.1 GOP/s on rk3588",
+            ),
+            (
+                512,
+                3840,
+                4096,
+                Dtype::Fp16,
+                "cost: 987.0 MB read, 8.4 MB written, minimum 43.8 MB (ratio 22.74); 93 task(s) on 3 core(s) [31, 31, 31]; model 51.57 ms, 312.3 GOP/s on rk3588",
+            ),
+        ] {
+            let c = plan(m, k, n, dtype, 3).cost(&profile).unwrap();
+            assert_eq!(c.to_string(), line);
+        }
     }
 }
