@@ -26,6 +26,7 @@
 //! `[nt/E][rows][E]`: no task scatters into a shared row (quirks 6 and 16 cannot arise).
 //! docs/matmul.md has the details and figures.
 
+pub mod cost;
 mod host;
 pub mod pack;
 pub mod quant;
