@@ -155,3 +155,51 @@ fn a_range_run_sums_its_kicks() {
     assert!(range.failure.is_none(), "{:?}", range.failure);
     assert_eq!(range.dma, one);
 }
+
+#[test]
+fn operands_reused_from_the_cbuf_are_not_fetched_again() {
+    // Two chained 4×64×32 int8 tasks over the same A and B; the second keeps both in the
+    // CBUF (DATA_REUSE, WEIGHT_REUSE), so only the first fetches them.
+    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    p.push_task(mm.body().unwrap(), mm.enable());
+    let mut second = mm.task().unwrap();
+    let cbuf = &mut second.cna.as_mut().unwrap().cbuf;
+    cbuf.data_reuse = true;
+    cbuf.weight_reuse = true;
+    let mut body = crate::regcmd::TaskBuilder::with_capacity(130);
+    second.emit(&mut body).unwrap();
+    p.push_task(body, mm.enable());
+    let program = p.build().unwrap();
+    let s = Setup::int8(4, 64, 32);
+    let mut sim = s.sim();
+    sim.memory_mut()
+        .map(
+            at(single::REGCMD) + 0x10_0000,
+            words_to_le_bytes(
+                &program
+                    .bind(|b| {
+                        addr(b).map(|a| {
+                            if b == single::REGCMD {
+                                a + 0x10_0000
+                            } else {
+                                a
+                            }
+                        })
+                    })
+                    .unwrap(),
+            ),
+        )
+        .unwrap();
+    let run = sim
+        .kick(&Kick::new(
+            at(single::REGCMD) + 0x10_0000,
+            program.tasks()[0].regcfg_amount,
+        ))
+        .unwrap();
+    assert!(run.completed && run.tasks_run == 2, "{run:?}");
+    // A (4 lines × 4 atoms of 16 bytes) and B (2 weight atoms) once, C (512 bytes) twice.
+    assert_eq!(run.dma.cna_feature, 256);
+    assert_eq!(run.dma.cna_weight, 2048);
+    assert_eq!(run.dma.dpu_write, 2 * 512);
+}
