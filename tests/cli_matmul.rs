@@ -69,7 +69,108 @@ fn matmul_checks_each_precision_on_the_emulated_kernels() {
             text.lines().any(|l| l.starts_with("largest error: ")),
             "{text}"
         );
+        check_dma_line(args, &text);
         assert_eq!(text.lines().last(), Some("OK"), "{text}");
+    }
+}
+
+/// The value after `--name` in `args`.
+fn arg<'a>(args: &[&'a str], name: &str) -> Option<&'a str> {
+    args.iter().position(|&a| a == name).map(|i| args[i + 1])
+}
+
+/// A and B bytes per element times 2 (int4: 1), and C bytes per element, for the
+/// arguments' `--dtype` and default result type (int32, or fp32 for fp16).
+fn element_sizes(args: &[&str]) -> (u64, u64) {
+    match arg(args, "--dtype").unwrap() {
+        "int8" => (2, 4),
+        "int4" => (1, 4),
+        _ => (4, 4),
+    }
+}
+
+/// `dma: R bytes read, W bytes written, minimum X (ratio r)`: R covers B once, W covers
+/// C once, X is A + B + C once in their types, and r is (R + W) / X to two decimals.
+fn check_dma_line(args: &[&str], text: &str) {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("dma: "))
+        .unwrap_or_else(|| panic!("no dma line: {text}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        (words[2], words[3], words[5], words[6], words[7], words[9]),
+        ("bytes", "read,", "bytes", "written,", "minimum", "(ratio"),
+        "{line}"
+    );
+    let num = |w: &str| -> u64 { w.parse().unwrap_or_else(|_| panic!("{line}")) };
+    let (r, w, x) = (num(words[1]), num(words[4]), num(words[8]));
+    let ratio: f64 = words[10].trim_end_matches(')').parse().unwrap();
+    let dim = |n: &str| -> u64 { arg(args, n).unwrap().parse().unwrap() };
+    let (m, k, n) = (dim("--m"), dim("--k"), dim("--n"));
+    let (half_bytes, c_bytes) = element_sizes(args);
+    let a = (m * k * half_bytes).div_ceil(2);
+    let b = (k * n * half_bytes).div_ceil(2);
+    let c = m * n * c_bytes;
+    assert_eq!(x, a + b + c, "{line}");
+    assert!(r >= b, "{line}: B is {b} bytes");
+    assert!(w >= c, "{line}: C is {c} bytes");
+    assert_eq!(
+        format!("{ratio:.2}"),
+        format!("{:.2}", (r + w) as f64 / x as f64),
+        "{line}"
+    );
+}
+
+#[test]
+fn matmul_plan_only_prints_the_plan_and_the_minimum_bytes() {
+    let args = [
+        "matmul",
+        "--m",
+        "5",
+        "--k",
+        "100",
+        "--n",
+        "64",
+        "--dtype",
+        "int4",
+        "--cores",
+        "2",
+        "--plan-only",
+    ];
+    let o = run(&args);
+    let text = out_text(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("plan: 5x100x64 Int4"), "{text}");
+    // A 5·100 int4 = 250 bytes, B 100·64 int4 = 3200, C 5·64 int32 = 1280.
+    assert_eq!(lines[1], "minimum: 4730 bytes (A 250, B 3200, C 1280)");
+    assert!(!text.contains("device:"), "{text}");
+    // Shapes and options it refuses as a run does: usage errors exit 2, plan errors 1.
+    for (extra, code) in [
+        (
+            &["--m", "0", "--k", "64", "--n", "32", "--dtype", "int8"][..],
+            2,
+        ),
+        (&["--m", "2", "--k", "64", "--n", "32"], 2),
+        (
+            &[
+                "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8", "--device", "emu",
+            ],
+            2,
+        ),
+        (
+            &[
+                "--m", "2", "--k", "5000", "--n", "32", "--dtype", "fp16", "--out", "fp16",
+            ],
+            1,
+        ),
+    ] {
+        let mut args = vec!["matmul", "--plan-only"];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}");
+        assert!(out_text(&o).is_empty(), "{args:?}");
     }
 }
 

@@ -319,3 +319,49 @@ fn is_done_on_a_synchronous_kernel_is_true_at_once() {
         assert_eq!(mm.product(), cpu_product(1));
     }
 }
+
+#[test]
+fn the_kernel_counts_dma_bytes_of_synchronous_and_asynchronous_jobs() {
+    for flavour in FLAVOURS {
+        let mut seen = Vec::new();
+        for emu in [EmuKernel::new(flavour), EmuKernel::new_async(flavour)] {
+            let emu = Arc::new(emu);
+            let d = Device::open_emulator(Arc::clone(&emu) as Arc<EmuKernel>).unwrap();
+            assert_eq!(emu.dma_counters(), crate::sim::DmaCounters::default());
+            let mm = matmul(&d, 3, 1);
+            // Blocking: on the asynchronous kernel it runs on the worker as well.
+            d.submit(&mm.job()).unwrap();
+            let c = emu.dma_counters();
+            // Per task (4×64×32 int8): A 4 lines × 4 atoms of 16 bytes, B 32 × 64 bytes,
+            // C 4 lines × 8 atoms of int32. Rocket jobs end with the completion
+            // sentinel's task, whose bytes come on top.
+            let want = [3 * 4 * 4 * 16, 3 * 32 * 64, 3 * 4 * 8 * 16];
+            let got = [c.cna_feature, c.cna_weight, c.dpu_write];
+            if flavour == Flavour::Rocket {
+                assert!(got.iter().zip(want).all(|(&g, w)| g > w), "{got:?}");
+            } else {
+                assert_eq!(got, want);
+            }
+            assert_eq!(c.dpu_rdma(), 0);
+            assert!(c.pc_regcmd > 0);
+            d.submit(&mm.job()).unwrap();
+            assert_eq!(emu.dma_counters(), c + c, "{flavour:?}: cumulative");
+            // Non-blocking (on rocket with a sentinel task of its own): added on
+            // completion.
+            d.submit_nonblocking(mm.job())
+                .unwrap()
+                .wait(soon())
+                .unwrap();
+            let after = emu.dma_counters();
+            assert!(after.cna_feature >= 3 * c.cna_feature, "{flavour:?}");
+            assert!(after.dpu_write >= 3 * c.dpu_write, "{flavour:?}");
+            seen.push(c);
+            emu.reset_dma_counters();
+            assert_eq!(emu.dma_counters(), crate::sim::DmaCounters::default());
+        }
+        assert_eq!(
+            seen[0], seen[1],
+            "{flavour:?}: the same job counts the same"
+        );
+    }
+}

@@ -93,6 +93,10 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         ),
         None => (0, 0, 0, false, 0),
     };
+    let (data_reuse, weight_reuse) = t
+        .cna
+        .as_ref()
+        .map_or((false, false), |c| (c.cbuf.data_reuse, c.cbuf.weight_reuse));
     Ok(Task {
         enable: t.enable(),
         main,
@@ -105,6 +109,8 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         out,
         data_banks,
         weight_banks,
+        data_reuse,
+        weight_reuse,
         grains,
         group_line_off: glo,
         line_stride_field: line_field,

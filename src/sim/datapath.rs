@@ -2,6 +2,7 @@
 //! the write DMA. Registers are decoded before this point ([`super::config`]); nothing
 //! here looks at a register.
 
+use super::dma::DmaCounters;
 use super::error::{At, SimError};
 use super::exec::{Alu, Cube, EwOp, EwSrc, Feature, Main, OutCvt, Stage, Task, Weights};
 use super::memory::Memory;
@@ -15,7 +16,11 @@ enum Values {
     Float(Vec<f32>),
 }
 
-/// Runs a checked task against memory. Returns the multiply-accumulates performed.
+/// Runs a checked task against memory. Returns the multiply-accumulates performed; adds
+/// the bytes each DMA engine reads and writes to `dma`, counted at the reads and writes
+/// themselves (a feature or weight operand the task reuses from the CBUF is read from
+/// memory again, which gives the same values, but is not counted: the CNA does not fetch
+/// it).
 ///
 /// Before allocating anything, every cube's element count is checked against
 /// [`super::bounds::MAX_ELEMENTS`] and the memory image, and every DMA run the task makes is checked to
@@ -25,11 +30,22 @@ pub(super) fn execute(
     t: &Task,
     at: At,
     write_output: bool,
+    dma: &mut DmaCounters,
 ) -> Result<u64, SimError> {
     super::bounds::check_first(mem, t, at)?;
     let (main, macs) = match &t.main {
-        Main::Conv { feature, weights } => conv(mem, feature, weights, at)?,
-        Main::Flying(cube) => (read_cube(mem, cube, at)?, 0),
+        Main::Conv { feature, weights } => {
+            let (mut fetched, mut weighed) = (0, 0);
+            let r = conv(mem, feature, weights, at, &mut fetched, &mut weighed)?;
+            if !t.data_reuse {
+                dma.cna_feature += fetched;
+            }
+            if !t.weight_reuse {
+                dma.cna_weight += weighed;
+            }
+            r
+        }
+        Main::Flying(cube) => (read_cube(mem, cube, at, &mut dma.dpu_mrdma)?, 0),
     };
     let operand = match t.ew.as_ref() {
         Some(
@@ -37,7 +53,7 @@ pub(super) fn execute(
                 src: EwSrc::Memory(cube),
                 ..
             },
-        ) => Some(match read_cube(mem, cube, at)? {
+        ) => Some(match read_cube(mem, cube, at, &mut dma.dpu_erdma)? {
             // The low 16 bits of each 32-bit element are the fp16 operand.
             Values::Float(v) if e.f16_low_half => Values::Float(
                 v.into_iter()
@@ -50,7 +66,7 @@ pub(super) fn execute(
     };
     let out = post(t, main, operand);
     if write_output {
-        write_cube(mem, &t.out, &out, at)?;
+        write_cube(mem, &t.out, &out, at, &mut dma.dpu_write)?;
     }
     Ok(macs)
 }
@@ -102,8 +118,16 @@ fn nibble(v: u8) -> i16 {
     ((v << 4) as i8 >> 4) as i16
 }
 
-/// CNA feature fetch, CORE multiply-accumulate.
-fn conv(mem: &Memory, f: &Feature, w: &Weights, at: At) -> Result<(Values, u64), SimError> {
+/// CNA feature fetch, CORE multiply-accumulate. Adds the bytes of every feature run to
+/// `fetched` and of the weight read to `weighed`.
+fn conv(
+    mem: &Memory,
+    f: &Feature,
+    w: &Weights,
+    at: At,
+    fetched: &mut u64,
+    weighed: &mut u64,
+) -> Result<(Values, u64), SimError> {
     let pixels = f.w as usize * f.h as usize;
     let c = f.c as usize;
     let n = w.n as usize;
@@ -112,6 +136,7 @@ fn conv(mem: &Memory, f: &Feature, w: &Weights, at: At) -> Result<(Values, u64),
     let weight_reg = cna::DcompAddr0::NAME;
     let wbytes = n * c * w.prec.bits() as usize / 8;
     let wdata = run(mem, w.base as i64, wbytes, at, "CNA", weight_reg)?;
+    *weighed += wdata.len() as u64;
     let epa = f.prec.atom_elems() as usize;
     let g = w.prec.kernels_per_atom() as usize;
     let row_bytes = 32 * w.prec.bits() as usize / 8;
@@ -120,11 +145,12 @@ fn conv(mem: &Memory, f: &Feature, w: &Weights, at: At) -> Result<(Values, u64),
     let woff = |j: usize, kb: usize| ((j / g) * kblocks + kb) * 1024 + (j % g) * row_bytes;
 
     // Visits every feature atom: (pixel, first channel, 16 bytes).
-    let each_atom = |visit: &mut dyn FnMut(usize, usize, &[u8])| -> Result<(), SimError> {
+    let mut each_atom = |visit: &mut dyn FnMut(usize, usize, &[u8])| -> Result<(), SimError> {
         for c1 in 0..c / epa {
             for y in 0..f.h as usize {
                 let addr = f.base as i64 + c1 as i64 * f.surf + y as i64 * f.line;
                 let bytes = run(mem, addr, f.w as usize * 16, at, "CNA", feature_reg)?;
+                *fetched += bytes.len() as u64;
                 for x in 0..f.w as usize {
                     visit(y * f.w as usize + x, c1 * epa, &bytes[x * 16..x * 16 + 16]);
                 }
@@ -303,8 +329,9 @@ pub(super) fn gemm_f32(a: &[f32], b: &[f32], pixels: usize, n: usize, c: usize) 
     acc
 }
 
-/// Reads an NC1HWC2 cube (DPU_RDMA's MRDMA or ERDMA).
-fn read_cube(mem: &Memory, cube: &Cube, at: At) -> Result<Values, SimError> {
+/// Reads an NC1HWC2 cube (DPU_RDMA's MRDMA or ERDMA), adding the bytes of every run to
+/// `count`.
+fn read_cube(mem: &Memory, cube: &Cube, at: At, count: &mut u64) -> Result<Values, SimError> {
     let (w, h, c) = (cube.w as usize, cube.h as usize, cube.c as usize);
     let epa = cube.atom_elems() as usize;
     let size = cube.prec.bytes() as usize;
@@ -323,6 +350,7 @@ fn read_cube(mem: &Memory, cube: &Cube, at: At) -> Result<Values, SimError> {
         for y in 0..h {
             let addr = cube.base as i64 + (c1 as u64 * cube.surf + y as u64 * cube.line) as i64;
             let bytes = run(mem, addr, w * 16, at, cube.block, cube.register)?;
+            *count += bytes.len() as u64;
             for x in 0..w {
                 let p = y * w + x;
                 for e in 0..epa {
@@ -506,8 +534,15 @@ fn post(t: &Task, main: Values, operand: Option<Values>) -> Values {
     }
 }
 
-/// The DPU write DMA: values `[pixel][channel]` into the output cube.
-fn write_cube(mem: &mut Memory, cube: &Cube, values: &Values, at: At) -> Result<(), SimError> {
+/// The DPU write DMA: values `[pixel][channel]` into the output cube, adding the bytes of
+/// every run to `count`.
+fn write_cube(
+    mem: &mut Memory,
+    cube: &Cube,
+    values: &Values,
+    at: At,
+    count: &mut u64,
+) -> Result<(), SimError> {
     let (w, h, c) = (cube.w as usize, cube.h as usize, cube.c as usize);
     let epa = cube.atom_elems() as usize;
     let size = cube.prec.bytes() as usize;
@@ -544,6 +579,7 @@ fn write_cube(mem: &mut Memory, cube: &Cube, values: &Values, at: At) -> Result<
                     dma_err(at, addr as i64, buf.len(), cube.block, cube.register, true)
                 })?;
             target.copy_from_slice(&buf);
+            *count += buf.len() as u64;
         }
     }
     Ok(())

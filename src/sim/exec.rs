@@ -138,6 +138,10 @@ pub(super) struct Task {
     /// CBUF banks given to data and weights.
     pub data_banks: u32,
     pub weight_banks: u32,
+    /// CNA DATA_REUSE and WEIGHT_REUSE: the operand stays in the CBUF from the previous
+    /// task, and the CNA does not fetch it again.
+    pub data_reuse: bool,
+    pub weight_reuse: bool,
     /// FEATURE_GRAINS, for the lint of quirk 5.
     pub grains: u32,
     /// CNA GROUP_LINE_OFF and the raw stride field, for the geometry lint.

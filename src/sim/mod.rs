@@ -43,6 +43,7 @@ mod bounds;
 mod check_dpu;
 mod config;
 mod datapath;
+mod dma;
 mod error;
 mod exec;
 mod lint;
@@ -52,6 +53,7 @@ mod pc;
 #[cfg(test)]
 mod tests;
 
+pub use dma::DmaCounters;
 pub use error::{At, BUDGET_FETCH, BUDGET_SEARCH, BUDGET_TASK, Lint, LintKind, SimError};
 pub use memory::{Memory, Region};
 
@@ -134,6 +136,8 @@ pub struct CoreRun {
     pub completed: bool,
     /// Multiply-accumulates the run performed.
     pub macs: u64,
+    /// Bytes the run's DMA engines moved, summed over its tasks ([`DmaCounters`]).
+    pub dma: DmaCounters,
     /// Hazards found.
     pub lints: Vec<Lint>,
     /// Where the run stopped without completing, if it did (a real board would time out).
@@ -327,6 +331,8 @@ pub struct RangeRun {
     pub int_status: u32,
     /// Multiply-accumulates performed.
     pub macs: u64,
+    /// Bytes the DMA engines moved, summed over every kick ([`DmaCounters`]).
+    pub dma: DmaCounters,
     /// Hazards found by every kick.
     pub lints: Vec<Lint>,
     /// Why the range stopped before its last task, or `None` when every task completed.
@@ -366,6 +372,7 @@ impl Simulator {
             match self.kick(&kick) {
                 Ok(run) => {
                     out.macs += run.macs;
+                    out.dma += run.dma;
                     out.int_status = run.int_status;
                     out.done += run.tasks_run;
                     out.lints.extend(run.lints);

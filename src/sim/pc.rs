@@ -24,6 +24,8 @@ struct Fetched {
     next_amount: u32,
     /// The index of the op-enable entry in the list.
     enable_index: usize,
+    /// Bytes the PC read.
+    bytes: u64,
 }
 
 /// Reads `(amount + 1) × 2` entries at `addr` and applies them to `group`.
@@ -57,6 +59,7 @@ fn fetch_and_apply(
         next_addr: 0,
         next_amount: 0,
         enable_index: 0,
+        bytes: bytes.len() as u64,
     };
     let core = &mut sim.cores[at.core];
     for (i, chunk) in bytes.chunks_exact(8).enumerate() {
@@ -183,6 +186,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
         int_status: 0,
         completed: false,
         macs: 0,
+        dma: Default::default(),
         lints: Vec::new(),
         stall: None,
     };
@@ -197,6 +201,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
         let serial = sim.serial;
         let group = sim.cores[core].parity;
         let f = fetch_and_apply(sim, at, addr, amount, group, serial)?;
+        out.dma.pc_regcmd += f.bytes;
         let Some(enable) = f.enable else {
             out.stall = Some(Stall {
                 at,
@@ -310,7 +315,13 @@ fn run_task(
     let read_err = sim.faults.dma_read_error == Some(at);
     let write_err = sim.faults.dma_write_error == Some(at);
     sim.charge(at, super::BUDGET_TASK, bounds::work(&t))?;
-    out.macs += datapath::execute(&mut sim.memory, &t, at, !(read_err || write_err))?;
+    out.macs += datapath::execute(
+        &mut sim.memory,
+        &t,
+        at,
+        !(read_err || write_err),
+        &mut out.dma,
+    )?;
 
     // Interrupt status: every started block reports done for this task's group.
     let g = group as u32;

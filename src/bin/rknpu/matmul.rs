@@ -7,6 +7,7 @@ use rknpu_driver::device::matmul::{Matmul, Timings, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::seeded::Rng;
+use rknpu_driver::sim::DmaCounters;
 use std::time::{Duration, Instant};
 
 /// What `matmul` was asked.
@@ -16,6 +17,8 @@ struct MatmulArgs {
     seed: u64,
     trace_file: Option<String>,
     emit: Option<String>,
+    /// Print the plan and the minimum bytes only.
+    plan_only: bool,
 }
 
 /// How a run went: weight packing time, the executor's timings, the largest error and
@@ -25,6 +28,40 @@ struct Checked {
     timings: Timings,
     err: f64,
     bound: f64,
+    /// What the emulated kernel's DMA engines moved for the product (not the weight
+    /// packing), when the device is the emulated kernel.
+    dma: Option<DmaCounters>,
+}
+
+/// The bytes of A (M×K), B (K×N) and C (M×N) once each, in their element types: A and B at
+/// the input's bits (int4: half a byte per element, rounded up to whole bytes), C at the
+/// result type's bytes. No schedule can move less.
+fn minimum_bytes(spec: &MatmulSpec) -> (u64, u64, u64) {
+    let (m, k, n) = (u64::from(spec.m), u64::from(spec.k), u64::from(spec.n));
+    let bits = u64::from(spec.dtype.bits());
+    (
+        (m * k * bits).div_ceil(8),
+        (k * n * bits).div_ceil(8),
+        m * n * u64::from(spec.out.bytes()),
+    )
+}
+
+/// The `minimum:` line of `--plan-only`.
+fn minimum_line(spec: &MatmulSpec) -> String {
+    let (a, b, c) = minimum_bytes(spec);
+    format!("minimum: {} bytes (A {a}, B {b}, C {c})", a + b + c)
+}
+
+/// The `dma:` line: bytes read and written by the emulated DMA engines, the minimum and
+/// their ratio.
+fn dma_line(spec: &MatmulSpec, dma: &DmaCounters) -> String {
+    let (a, b, c) = minimum_bytes(spec);
+    let min = a + b + c;
+    let (r, w) = (dma.read(), dma.written());
+    format!(
+        "dma: {r} bytes read, {w} bytes written, minimum {min} (ratio {:.2})",
+        (r + w) as f64 / min as f64
+    )
 }
 
 fn fail(e: &dyn std::fmt::Display) -> Failure {
@@ -37,6 +74,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     let a = parse(args)?;
     if let Some(file) = &a.emit {
         return crate::emit::matmul(a.spec, file);
+    }
+    if a.plan_only {
+        let plan = Plan::new(a.spec).map_err(|e| fail(&e))?;
+        outln!("plan: {plan}");
+        outln!("{}", minimum_line(&a.spec));
+        return Ok(());
     }
     let dev = open(&a.device)?;
     outln!("device: {}", dev.info());
@@ -78,6 +121,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     } else {
         outln!("largest error: {}", c.err);
     }
+    if let Some(dma) = &c.dma {
+        outln!("{}", dma_line(&a.spec, dma));
+    }
     if c.bound > 0.0 {
         return Err(Failure(
             1,
@@ -97,8 +143,13 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
     let mut cores = 1u32;
     let (mut device, mut seed, mut out) = (None, None, None);
     let (mut trace_file, mut emit) = (None, None);
+    let mut plan_only = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        if a == "--plan-only" {
+            plan_only = true;
+            continue;
+        }
         let v = it
             .next()
             .ok_or_else(|| usage(format!("{a} needs a value")))?;
@@ -148,6 +199,11 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
             "matmul: --emit builds the program without running it; --device, --seed and --trace apply to a run",
         ));
     }
+    if plan_only && (device.is_some() || seed.is_some() || trace_file.is_some() || emit.is_some()) {
+        return Err(usage(
+            "matmul: --plan-only touches no device; --device, --seed, --trace and --emit do not apply to it",
+        ));
+    }
     Ok(MatmulArgs {
         spec: MatmulSpec {
             out: out_type(dtype, out)?,
@@ -158,6 +214,7 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
         seed: seed.unwrap_or(1),
         trace_file,
         emit,
+        plan_only,
     })
 }
 
@@ -229,7 +286,9 @@ fn run_f32(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
         std::sync::Arc::new(WeightBank::from_f32_kn(dev, &plan.layout, &b).map_err(|e| fail(&e))?);
     let t_pack_b = t.elapsed();
     let mut mm = Matmul::for_plan(&bank, plan).map_err(|e| fail(&e))?;
+    let counting = Counting::start(dev);
     let c = mm.run_f32(&a).map_err(|e| fail(&e))?;
+    let dma = counting.stop();
     let (mut worst, mut bound) = (0f64, 0f64);
     let mut row = vec![0f64; nu];
     let mut mag = vec![0f64; nu];
@@ -259,6 +318,7 @@ fn run_f32(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
         timings: mm.timings,
         err: worst,
         bound,
+        dma,
     })
 }
 
@@ -282,7 +342,9 @@ fn run_int(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
         std::sync::Arc::new(WeightBank::from_int_kn(dev, &plan.layout, &b).map_err(|e| fail(&e))?);
     let t_pack_b = t.elapsed();
     let mut mm = Matmul::for_plan(&bank, plan).map_err(|e| fail(&e))?;
+    let counting = Counting::start(dev);
     let c = mm.run_int(&a).map_err(|e| fail(&e))?;
+    let dma = counting.stop();
     let mut reference = vec![0i64; mu * nu];
     for i in 0..mu {
         let r = &mut reference[i * nu..(i + 1) * nu];
@@ -309,5 +371,24 @@ fn run_int(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
         timings: mm.timings,
         err: worst,
         bound: worst,
+        dma,
     })
+}
+
+/// The emulated kernel's DMA counters over one product: zeroed at the start (the kernel
+/// may be the process-wide one), read at the end. Nothing on a real device.
+struct Counting<'d>(Option<&'d rknpu_driver::device::emu::EmuKernel>);
+
+impl<'d> Counting<'d> {
+    fn start(dev: &'d Device) -> Counting<'d> {
+        let emu = dev.emulator();
+        if let Some(k) = emu {
+            k.reset_dma_counters();
+        }
+        Counting(emu)
+    }
+
+    fn stop(self) -> Option<DmaCounters> {
+        self.0.map(|k| k.dma_counters())
+    }
 }

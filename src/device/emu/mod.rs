@@ -17,7 +17,7 @@ mod rocket;
 mod vendor;
 mod worker;
 
-use crate::sim::{Faults, Simulator};
+use crate::sim::{DmaCounters, Faults, Simulator};
 use crate::sys::uapi;
 use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, VendorOp};
 use iova::Iova;
@@ -90,6 +90,8 @@ struct State {
     sim: Arc<Mutex<Simulator>>,
     faults: Faults,
     log: Vec<String>,
+    /// Bytes the DMA engines moved in every job run since creation or the last reset.
+    dma: DmaCounters,
     /// Asynchronous mode: the job queue and its worker's progress.
     queue: Queue,
 }
@@ -135,6 +137,7 @@ impl EmuKernel {
                     sim: Arc::new(Mutex::new(Simulator::new())),
                     faults: Faults::default(),
                     log: Vec::new(),
+                    dma: DmaCounters::default(),
                     queue: Queue::default(),
                 }),
             }),
@@ -192,6 +195,20 @@ impl EmuKernel {
     /// What the kernel would have printed to its log (timeouts, refused requests).
     pub fn log(&self) -> Vec<String> {
         self.lock().log.clone()
+    }
+
+    /// Bytes the simulated DMA engines moved, per engine, summed over every job the
+    /// kernel ran since it was made or [`EmuKernel::reset_dma_counters`] last ran —
+    /// synchronous and asynchronous jobs alike, each added when it finishes (a job the
+    /// worker is running is not in it yet). A kick the simulator stops with an error
+    /// adds nothing. What the model moves, not a measurement (docs/simulator.md).
+    pub fn dma_counters(&self) -> DmaCounters {
+        self.lock().dma
+    }
+
+    /// Sets the counters of [`EmuKernel::dma_counters`] to zero.
+    pub fn reset_dma_counters(&self) {
+        self.lock().dma = DmaCounters::default();
     }
 
     /// Buffer objects alive in the kernel (across every fd).

@@ -5,7 +5,7 @@ use super::mem::{EmuBo, bo_of, load_memory, lock_bo, store_memory};
 use super::worker::{Shared, lock_sim};
 use super::{File, PAGE, ROCKET_JOB_TIMEOUT, State};
 use crate::regcmd::TAIL_ENTRIES;
-use crate::sim::{Faults, Kick, Simulator};
+use crate::sim::{DmaCounters, Faults, Kick, Simulator};
 use crate::submit::irq;
 use crate::sys::uapi::*;
 use crate::sys::{DmaMem, Errno, Fd};
@@ -128,7 +128,9 @@ impl RocketJob {
         };
         let sim = Arc::clone(&s.sim);
         let mut log = Vec::new();
-        let ok = self.run(&mut lock_sim(&sim), &objects, &mut log);
+        let mut dma = DmaCounters::default();
+        let ok = self.run(&mut lock_sim(&sim), &objects, &mut log, &mut dma);
+        s.dma += dma;
         self.finish(s, ok, log);
     }
 
@@ -144,8 +146,10 @@ impl RocketJob {
         let sim = Arc::clone(&s.sim);
         drop(s);
         let mut log = Vec::new();
-        let ok = self.run(&mut lock_sim(&sim), &objects, &mut log);
+        let mut dma = DmaCounters::default();
+        let ok = self.run(&mut lock_sim(&sim), &objects, &mut log, &mut dma);
         let mut s = shared.lock();
+        s.dma += dma;
         self.finish(&mut s, ok, log);
         s
     }
@@ -160,12 +164,14 @@ impl RocketJob {
     }
 
     /// Each task is a separate kick with TASK_NUMBER 1 and the DPU pair as the
-    /// interrupt mask; whether every task completed.
+    /// interrupt mask; whether every task completed. The bytes the kicks' DMA engines
+    /// moved are added to `dma`.
     fn run(
         &self,
         sim: &mut Simulator,
         objects: &[Arc<Mutex<EmuBo>>],
         log: &mut Vec<String>,
+        dma: &mut DmaCounters,
     ) -> bool {
         sim.set_faults(self.faults.clone());
         let loaded = load_memory(sim, objects, log);
@@ -178,7 +184,11 @@ impl RocketJob {
                 task_number: Some(1),
                 int_mask: irq::DPU,
             };
-            match sim.kick(&kick) {
+            let run = sim.kick(&kick);
+            if let Ok(run) = &run {
+                *dma += run.dma;
+            }
+            match run {
                 Ok(run) if run.raw_status & irq::DPU != 0 && run.stall.is_none() => {}
                 Ok(run) => {
                     log.push(format!(

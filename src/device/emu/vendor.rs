@@ -5,7 +5,7 @@
 use super::mem::{EmuBo, bo_of, load_memory, lock_bo, object, release, store_memory};
 use super::worker::{Job, Shared, lock_sim};
 use super::{EmuKernel, File, Flavour, PAGE, State};
-use crate::sim::{Faults, MAX_TASKS, Simulator};
+use crate::sim::{DmaCounters, Faults, MAX_TASKS, Simulator};
 use crate::submit::{self, TaskDesc};
 use crate::sys::uapi::*;
 use crate::sys::{DmaMem, Errno, Fd, Ioctl, VendorOp};
@@ -291,6 +291,7 @@ impl VendorJob {
         log: Vec<String>,
     ) -> VendorOutcome {
         s.log.extend(log);
+        s.dma += run.dma;
         let slots = &plan.slots;
         let nonblock = self.nonblock();
         let sub = &mut self.sub;
@@ -497,6 +498,8 @@ struct CoresRun {
     wait_status: u32,
     /// Multiply-accumulates performed.
     macs: u64,
+    /// Bytes the DMA engines moved.
+    dma: DmaCounters,
     /// Wall time the simulator took.
     elapsed: Duration,
 }
@@ -517,6 +520,7 @@ fn run_cores(sim: &mut Simulator, job: &VendorJob, plan: &Plan, log: &mut Vec<St
         wait_counter: 0,
         wait_status: 0,
         macs: 0,
+        dma: DmaCounters::default(),
         elapsed: Duration::ZERO,
     };
     sim.set_faults(job.faults.clone());
@@ -540,6 +544,7 @@ fn run_cores(sim: &mut Simulator, job: &VendorJob, plan: &Plan, log: &mut Vec<St
             })
         });
         out.macs += run.macs;
+        out.dma += run.dma;
         let failed = run.failure.is_some();
         if let Some(why) = run.failure {
             log.push(format!("core {core}: {why}"));

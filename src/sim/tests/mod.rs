@@ -122,6 +122,7 @@ fn ping_pong_groups_alternate_across_kicks_of_a_core() {
 
 mod bounds;
 mod dequant;
+mod dma;
 mod errors;
 mod lints;
 

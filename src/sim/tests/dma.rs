@@ -1,0 +1,205 @@
+//! DMA byte counters: each engine's count for small tasks, computed by hand from the
+//! geometry (16-byte atoms, whole lines, padded channels).
+
+use super::*;
+
+/// Bytes the PC fetches for a list of `body` entries: the fetch amount is
+/// `ceil((body + 4) / 2) − 1` (the tail adds 4 entries) and a fetch reads
+/// `(amount + 1) × 16` bytes.
+fn pc_bytes(body: u32) -> u64 {
+    u64::from((body + 4).div_ceil(2)) * 16
+}
+
+#[test]
+fn dma_counts_an_int8_matmul_per_engine() {
+    // 4×64×32 int8, plain A (W = 1, H = 4), int32 C row-major.
+    let s = Setup::int8(4, 64, 32);
+    let r = s.run().unwrap();
+    assert!(r.completed);
+    let want = DmaCounters {
+        pc_regcmd: pc_bytes(s.body),
+        // 64 channels / 16 per atom = 4 surfaces × 4 lines × 1 atom of 16 bytes.
+        cna_feature: 4 * 4 * 16,
+        // 32 kernels × 64 channels × 1 byte: two 1024-byte weight atoms.
+        cna_weight: 2 * 1024,
+        dpu_mrdma: 0,
+        dpu_erdma: 0,
+        // 32 int32 channels / 4 per atom = 8 surfaces × 4 lines × 16 bytes.
+        dpu_write: 8 * 4 * 16,
+    };
+    assert_eq!(r.dma, want);
+    assert_eq!(r.dma.read(), pc_bytes(s.body) + 256 + 2048);
+    assert_eq!(r.dma.written(), 512);
+    assert_eq!(r.dma.dpu_rdma(), 0);
+}
+
+#[test]
+fn dma_counts_padding_lanes_as_fetched() {
+    // 4×40×40 int8: K pads to 64 channels, N to 64 kernels. Logically A is 160 bytes,
+    // B 1600 and C 640, but the engines move whole atoms of the padded cube.
+    let s = Setup::int8(4, 40, 40);
+    let r = s.run().unwrap();
+    // 64 / 16 = 4 surfaces × 4 lines × 16 bytes.
+    assert_eq!(r.dma.cna_feature, 256);
+    // 64 kernels × 64 channels × 1 byte.
+    assert_eq!(r.dma.cna_weight, 4096);
+    // 64 channels / 4 = 16 surfaces × 4 lines × 16 bytes.
+    assert_eq!(r.dma.dpu_write, 1024);
+}
+
+#[test]
+fn dma_counts_int4_at_half_a_byte() {
+    // 4×64×64 int4 → int16.
+    let s = Setup::new(SingleMatmul::new(4, 64, 64, Dtype::Int4));
+    let r = s.run().unwrap();
+    assert!(r.completed);
+    // 64 channels / 32 per atom = 2 surfaces × 4 lines × 16 bytes.
+    assert_eq!(r.dma.cna_feature, 2 * 4 * 16);
+    // 64 kernels × 64 channels / 2: two 1024-byte atoms of 32 channels × 64 kernels.
+    assert_eq!(r.dma.cna_weight, 2048);
+    // 64 int16 channels / 8 per atom = 8 surfaces × 4 lines × 16 bytes.
+    assert_eq!(r.dma.dpu_write, 8 * 4 * 16);
+}
+
+#[test]
+fn dma_counts_the_erdma_operand_of_a_matmul_with_an_add() {
+    // 4×64×32 int8 with E added: E is shaped like C with 32-bit elements.
+    let mut mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    mm.post.add = true;
+    let s = Setup::new(mm);
+    let r = s.run().unwrap();
+    assert!(r.completed);
+    // 32 channels / 4 per atom = 8 surfaces × 4 lines × 16 bytes.
+    assert_eq!(r.dma.dpu_erdma, 8 * 4 * 16);
+    assert_eq!(r.dma.dpu_mrdma, 0);
+    assert_eq!(r.dma.dpu_write, 512);
+    assert_eq!(r.dma.read(), pc_bytes(s.body) + 256 + 2048 + 512);
+}
+
+#[test]
+fn dma_counts_mrdma_erdma_and_write_of_the_split_k_add() {
+    // 4 rows × 32 int32 channels in the native layout [32/4][4][4]: W = 4, H = 1.
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    let r = |b: u32| DmaAddr::reloc(BufferId(b), 0);
+    p.push_task(
+        add_task(4, 32, r(1), r(2), r(3)).unwrap(),
+        BlockMask::ELEMENTWISE,
+    );
+    let program = p.build().unwrap();
+    let mut sim = Simulator::new();
+    let m = sim.memory_mut();
+    m.map(
+        at(single::REGCMD),
+        words_to_le_bytes(&program.bind(addr).unwrap()),
+    )
+    .unwrap();
+    for b in 1..=3 {
+        m.map_zeroed(at(BufferId(b)), 4 * 32 * 4).unwrap();
+    }
+    let body = program.tasks()[0].regcfg_amount;
+    let run = sim.kick(&Kick::new(at(single::REGCMD), body)).unwrap();
+    assert!(run.completed);
+    // Each cube: 8 surfaces × 1 line × 4 atoms of 16 bytes = 512.
+    let want = DmaCounters {
+        pc_regcmd: pc_bytes(body),
+        cna_feature: 0,
+        cna_weight: 0,
+        dpu_mrdma: 8 * 4 * 16,
+        dpu_erdma: 8 * 4 * 16,
+        dpu_write: 8 * 4 * 16,
+    };
+    assert_eq!(run.dma, want);
+}
+
+#[test]
+fn a_suppressed_output_writes_nothing_and_kicks_add_up() {
+    let s = Setup::int8(4, 64, 32);
+    let mut sim = s.sim();
+    sim.set_faults(Faults {
+        dma_write_error: Some(At { core: 0, task: 0 }),
+        ..Faults::default()
+    });
+    let faulty = sim.kick(&s.kick()).unwrap();
+    assert_eq!(faulty.dma.dpu_write, 0);
+    assert_eq!(faulty.dma.cna_feature, 256);
+    sim.set_faults(Faults::default());
+    let clean = sim.kick(&s.kick()).unwrap();
+    assert_eq!(clean.dma.dpu_write, 512);
+    let both = faulty.dma + clean.dma;
+    assert_eq!(both.cna_weight, 2 * 2048);
+    assert_eq!(both.written(), 512);
+    let mut sum = DmaCounters::default();
+    sum += faulty.dma;
+    sum += clean.dma;
+    assert_eq!(sum, both);
+    assert_eq!(
+        [faulty.dma, clean.dma].into_iter().sum::<DmaCounters>(),
+        both
+    );
+}
+
+#[test]
+fn a_range_run_sums_its_kicks() {
+    let s = Setup::int8(4, 64, 32);
+    let mut sim = s.sim();
+    let one = s.sim().kick(&s.kick()).unwrap().dma;
+    let body = s.body;
+    let range = sim.run_range(0, 1, |_| {
+        Some(TaskDesc {
+            offset: at(single::REGCMD),
+            regcfg_amount: body,
+            int_mask: irq::DPU,
+            enable: 0x0D,
+        })
+    });
+    assert!(range.failure.is_none(), "{:?}", range.failure);
+    assert_eq!(range.dma, one);
+}
+
+#[test]
+fn operands_reused_from_the_cbuf_are_not_fetched_again() {
+    // Two chained 4×64×32 int8 tasks over the same A and B; the second keeps both in the
+    // CBUF (DATA_REUSE, WEIGHT_REUSE), so only the first fetches them.
+    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    p.push_task(mm.body().unwrap(), mm.enable());
+    let mut second = mm.task().unwrap();
+    let cbuf = &mut second.cna.as_mut().unwrap().cbuf;
+    cbuf.data_reuse = true;
+    cbuf.weight_reuse = true;
+    let mut body = crate::regcmd::TaskBuilder::with_capacity(130);
+    second.emit(&mut body).unwrap();
+    p.push_task(body, mm.enable());
+    let program = p.build().unwrap();
+    let s = Setup::int8(4, 64, 32);
+    let mut sim = s.sim();
+    sim.memory_mut()
+        .map(
+            at(single::REGCMD) + 0x10_0000,
+            words_to_le_bytes(
+                &program
+                    .bind(|b| {
+                        addr(b).map(|a| {
+                            if b == single::REGCMD {
+                                a + 0x10_0000
+                            } else {
+                                a
+                            }
+                        })
+                    })
+                    .unwrap(),
+            ),
+        )
+        .unwrap();
+    let run = sim
+        .kick(&Kick::new(
+            at(single::REGCMD) + 0x10_0000,
+            program.tasks()[0].regcfg_amount,
+        ))
+        .unwrap();
+    assert!(run.completed && run.tasks_run == 2, "{run:?}");
+    // A (4 lines × 4 atoms of 16 bytes) and B (2 weight atoms) once, C (512 bytes) twice.
+    assert_eq!(run.dma.cna_feature, 256);
+    assert_eq!(run.dma.cna_weight, 2048);
+    assert_eq!(run.dma.dpu_write, 2 * 512);
+}
