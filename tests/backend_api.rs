@@ -1321,3 +1321,42 @@ fn bf16_banks_are_within_the_fp32_accumulation_bound() {
         }
     }
 }
+
+/// The cost model's bytes (from each task's DMA ranges) are the bytes the simulator's DMA
+/// engines move when the plan runs on the emulated vendor kernel: feature reads, weight
+/// reads and output writes, engine by engine, for int8, int4 and fp16 plans on 1-3 cores.
+#[test]
+fn the_cost_model_counts_what_the_simulator_moves() {
+    use rknpu_driver::kernels::matmul::MatmulSpec;
+    use rknpu_driver::kernels::matmul::cost::HardwareProfile;
+    let dev = open("emu:vendor-0.9.6");
+    let emu = dev.emulator().unwrap();
+    for (m, k, n, dtype, cores) in [
+        (1, 4096, 4096, Dtype::Int8, 3),
+        (130, 300, 200, Dtype::Int8, 2),
+        (9, 1000, 130, Dtype::Int4, 3),
+        (20, 200, 96, Dtype::Fp16, 1),
+    ] {
+        let plan = Plan::new(MatmulSpec::new(m, k, n, dtype).on_cores(cores)).unwrap();
+        let cost = plan.cost(&HardwareProfile::rk3588()).unwrap();
+        let bank = if dtype == Dtype::Fp16 {
+            WeightBank::from_f32_kn(&dev, &plan.layout, &vec![0.5; (k * n) as usize])
+        } else {
+            WeightBank::from_int_kn(&dev, &plan.layout, &vec![1; (k * n) as usize])
+        };
+        let bank = Arc::new(bank.unwrap());
+        let mut mm = Matmul::for_plan(&bank, plan).unwrap();
+        emu.reset_dma_counters();
+        if dtype == Dtype::Fp16 {
+            mm.run_f32(&vec![1.0; (m * k) as usize]).unwrap();
+        } else {
+            mm.run_int(&vec![1; (m * k) as usize]).unwrap();
+        }
+        let d = emu.dma_counters();
+        let what = format!("{m}x{k}x{n} {dtype:?} on {cores}");
+        assert_eq!(d.cna_feature, cost.feature_bytes, "{what}: feature");
+        assert_eq!(d.cna_weight, cost.weight_bytes, "{what}: weights");
+        assert_eq!(d.dpu_write, cost.dpu_write_bytes, "{what}: written");
+        assert_eq!(d.dpu_rdma(), cost.dpu_read_bytes, "{what}: DPU reads");
+    }
+}

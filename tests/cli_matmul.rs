@@ -141,10 +141,14 @@ fn matmul_plan_only_prints_the_plan_and_the_minimum_bytes() {
     let text = out_text(&o);
     assert_eq!(o.status.code(), Some(0), "{text}");
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines.len(), 3, "{text}");
     assert!(lines[0].starts_with("plan: 5x100x64 Int4"), "{text}");
     // A 5·100 int4 = 250 bytes, B 100·64 int4 = 3200, C 5·64 int32 = 1280.
     assert_eq!(lines[1], "minimum: 4730 bytes (A 250, B 3200, C 1280)");
+    // The modelled cost: its minimum is the same bytes (in MB), on the board profile.
+    assert!(lines[2].starts_with("cost: "), "{text}");
+    assert!(lines[2].contains("minimum 0.005 MB"), "{text}");
+    assert!(lines[2].ends_with("on rk3588"), "{text}");
     assert!(!text.contains("device:"), "{text}");
     // Shapes and options it refuses as a run does: usage errors exit 2, plan errors 1.
     for (extra, code) in [

@@ -46,6 +46,15 @@ fn minimum_bytes(spec: &MatmulSpec) -> (u64, u64, u64) {
     )
 }
 
+/// The `cost:` line: the plan's modelled traffic, task counts and time on the RK3588
+/// profile (docs/matmul.md, "Cost model").
+fn cost_line(plan: &Plan) -> Result<String, Failure> {
+    let cost = plan
+        .cost(&rknpu_driver::kernels::matmul::cost::HardwareProfile::rk3588())
+        .map_err(|e| fail(&e))?;
+    Ok(cost.to_string())
+}
+
 /// The `minimum:` line of `--plan-only`.
 fn minimum_line(spec: &MatmulSpec) -> String {
     let (a, b, c) = minimum_bytes(spec);
@@ -79,6 +88,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
         let plan = Plan::new(a.spec).map_err(|e| fail(&e))?;
         outln!("plan: {plan}");
         outln!("{}", minimum_line(&a.spec));
+        outln!("{}", cost_line(&plan)?);
         return Ok(());
     }
     let dev = open(&a.device)?;
@@ -91,6 +101,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     let plan = Plan::new(a.spec).map_err(|e| fail(&e))?;
     let t_plan = t0.elapsed();
     outln!("plan: {plan}");
+    outln!("{}", cost_line(&plan)?);
     let mut rng = Rng::from_seed(a.seed);
     let c = if a.spec.dtype == Dtype::Fp16 {
         run_f32(&dev, plan, &mut rng)?
