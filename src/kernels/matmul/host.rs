@@ -66,8 +66,11 @@ impl Plan {
     /// result (int4 with `OutType::Int16`) saturates to the int16 range, as the NPU's own
     /// int16 output does. Nothing is wrapped.
     pub fn reduce_int(&self, c: &[u8]) -> Result<Vec<i64>> {
-        if self.spec.dtype.is_float() {
-            return Err(unsupported("integer reduction of a float matmul".into()));
+        if self.c_type().is_float() {
+            return Err(unsupported(format!(
+                "integer reduction of {:?} results",
+                self.c_type()
+            )));
         }
         self.check_c(c)?;
         let n = self.spec.n as usize;

@@ -4,7 +4,7 @@
 
 use super::{Plan, WeightLayout, unsupported};
 use crate::error::{Error, Result};
-use crate::kernels::single::Dtype;
+use crate::kernels::single::{Dtype, OutType};
 use zerocopy::IntoBytes;
 
 /// Whether the plan's weight bank has padding (N to the tile granule, K to 32).
@@ -470,8 +470,10 @@ const ROW_BLOCK: usize = 8;
 /// leaves the int32 range is an [`Error::OutOfRange`] naming it ([`Plan::reduce_int`]
 /// returns it exactly, in i64); `out` is then unspecified. Nothing is wrapped.
 pub fn unpack_i32(plan: &Plan, c: &[u8], out: &mut [i32]) -> Result<()> {
-    if plan.spec.dtype != Dtype::Int8 {
-        return Err(unsupported("unpack_i32 reads int8 plans".into()));
+    if plan.spec.dtype != Dtype::Int8 || plan.c_type() != OutType::Int32 {
+        return Err(unsupported(
+            "unpack_i32 reads the int32 results of int8 plans".into(),
+        ));
     }
     let (m, n) = (plan.spec.m as usize, plan.spec.n as usize);
     if out.len() != m * n || (c.len() as u64) < plan.c_bytes {

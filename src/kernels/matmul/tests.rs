@@ -466,3 +466,19 @@ proptest::proptest! {
         proptest::prop_assert_eq!(back, x);
     }
 }
+
+#[test]
+fn integer_readers_refuse_float_results() {
+    // An int8 plan whose one wave the DPU casts to fp32 holds floats in C: the integer
+    // reductions say so rather than reading fp32 bits as int32.
+    let spec = MatmulSpec {
+        out: OutType::Fp32,
+        ..MatmulSpec::new(2, 64, 32, Dtype::Int8)
+    };
+    let p = Plan::new(spec).unwrap();
+    assert_eq!(p.c_type(), OutType::Fp32);
+    let c = vec![0u8; p.c_bytes as usize];
+    assert!(p.reduce_int(&c).is_err());
+    assert!(pack::unpack_i32(&p, &c, &mut [0; 64]).is_err());
+    assert_eq!(p.reduce_f32(&c).unwrap(), vec![0.0; 64]);
+}
