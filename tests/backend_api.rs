@@ -1360,3 +1360,38 @@ fn the_cost_model_counts_what_the_simulator_moves() {
         assert_eq!(d.dpu_rdma(), cost.dpu_read_bytes, "{what}: DPU reads");
     }
 }
+
+/// A bank packed in the layout the cost model prefers for prompts of 128 rows (narrower
+/// K waves) serves every M exactly, as the layout for any M does; a bank's weights of
+/// another type than its layout's are a typed error.
+#[test]
+fn a_bank_in_a_chosen_layout_serves_any_m() {
+    use rknpu_driver::device::matmul::Weights;
+    use rknpu_driver::kernels::matmul::cost::HardwareProfile;
+    let (k, n) = (4096usize, 96usize);
+    let mut rng = Rng(0x5eed_1a70);
+    let w = ints(&mut rng, n * k, -128, 127);
+    let dev = open("emu");
+    let layout = WeightLayout::cheapest_for(
+        k as u32,
+        n as u32,
+        Dtype::Int8,
+        (128, OutType::Int32, 3),
+        &HardwareProfile::rk3588(),
+    )
+    .unwrap();
+    assert!(
+        layout.waves.len() > 1,
+        "prompts take narrower waves: {layout:?}"
+    );
+    let bank = Arc::new(WeightBank::from_nk_in(&dev, &layout, Weights::I8(&w)).unwrap());
+    for m in [1usize, 128] {
+        let a = ints(&mut rng, m * k, -128, 127);
+        let got = Matmul::new(&bank, m as u32).unwrap().run_i8(&a).unwrap();
+        assert_eq!(got, as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n)), "M={m}");
+    }
+    assert!(matches!(
+        WeightBank::from_nk_in(&dev, &layout, Weights::F16(&[])),
+        Err(Error::Precision { .. })
+    ));
+}

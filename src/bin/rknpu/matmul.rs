@@ -46,6 +46,16 @@ fn minimum_bytes(spec: &MatmulSpec) -> (u64, u64, u64) {
     )
 }
 
+/// The plan of the layout whose cost on the RK3588 profile is least
+/// ([`Plan::cheapest`]).
+fn cheapest(spec: MatmulSpec) -> Result<Plan, Failure> {
+    Plan::cheapest(
+        spec,
+        &rknpu_driver::kernels::matmul::cost::HardwareProfile::rk3588(),
+    )
+    .map_err(|e| fail(&e))
+}
+
 /// The `cost:` line: the plan's modelled traffic, task counts and time on the RK3588
 /// profile (docs/matmul.md, "Cost model").
 fn cost_line(plan: &Plan) -> Result<String, Failure> {
@@ -85,7 +95,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
         return crate::emit::matmul(a.spec, file);
     }
     if a.plan_only {
-        let plan = Plan::new(a.spec).map_err(|e| fail(&e))?;
+        let plan = cheapest(a.spec)?;
         outln!("plan: {plan}");
         outln!("{}", minimum_line(&a.spec));
         outln!("{}", cost_line(&plan)?);
@@ -98,7 +108,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
             .map_err(|e| fail(&e))?;
     }
     let t0 = Instant::now();
-    let plan = Plan::new(a.spec).map_err(|e| fail(&e))?;
+    let plan = cheapest(a.spec)?;
     let t_plan = t0.elapsed();
     outln!("plan: {plan}");
     outln!("{}", cost_line(&plan)?);

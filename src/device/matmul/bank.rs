@@ -8,6 +8,23 @@ use crate::kernels::matmul::{self, WeightLayout, pack, quant};
 use crate::kernels::single::Dtype;
 use half::{bf16, f16};
 
+/// Weights as a model stores them, `[out][in]`, in one of the element types a bank
+/// takes ([`WeightBank::from_nk_in`]).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Weights<'a> {
+    /// int8.
+    I8(&'a [i8]),
+    /// int4, one value (−8..=7) per byte.
+    I4(&'a [i8]),
+    /// int4 as packed nibbles, `k / 2` bytes a row (see [`WeightBank::from_i4_packed_nk`]).
+    I4Packed(&'a [u8]),
+    /// fp16.
+    F16(&'a [f16]),
+    /// bf16.
+    Bf16(&'a [bf16]),
+}
+
 /// Packed weights resident on the NPU, keyed by their layout: any M runs against them
 /// ([`super::Matmul::new`]). Owns its buffer (and a handle to the device): `'static`,
 /// `Send + Sync`, freed on drop; share it between matmuls with an `Arc`.
@@ -82,13 +99,72 @@ impl WeightBank {
         })
     }
 
+    /// Weights given as `layout.n` rows (output channels) of `layout.k` values — the
+    /// `[out][in]` layout of a model's weight matrix (ggml's `src0`) — packed in
+    /// `layout`, whose type they must have: the constructor for a bank whose layout the
+    /// caller chose ([`WeightLayout::cheapest_for`] the M it expects most, say).
+    pub fn from_nk_in(dev: &Device, layout: &WeightLayout, w: Weights<'_>) -> Result<WeightBank> {
+        let (k, n) = (layout.k, layout.n);
+        let dtype = match w {
+            Weights::I8(_) => Dtype::Int8,
+            Weights::I4(_) | Weights::I4Packed(_) => Dtype::Int4,
+            Weights::F16(_) => Dtype::Fp16,
+            Weights::Bf16(_) => Dtype::Bf16,
+        };
+        if dtype != layout.dtype {
+            return Err(Error::Precision {
+                input: "-",
+                weights: dtype.name(),
+                output: "a bank of another type's layout",
+            });
+        }
+        let l = layout.clone();
+        match w {
+            Weights::I8(w) => {
+                shape("weight values", dims(n, k)?, w.len())?;
+                WeightBank::create(dev, l, |l, out| pack::weights_i8_nk_into(l, w, out))
+            }
+            Weights::I4(w) => {
+                shape("weight values", dims(n, k)?, w.len())?;
+                let mut bank =
+                    WeightBank::create(dev, l, |l, out| pack::weights_nk_into(l, w, out))?;
+                bank.col_sums = sums_nk(w, k as usize);
+                Ok(bank)
+            }
+            Weights::I4Packed(w) => {
+                if !k.is_multiple_of(2) {
+                    return Err(Error::ShapeMismatch {
+                        what: "input features of packed int4 weights (even)",
+                        expected: k as u64 + 1,
+                        actual: k as u64,
+                    });
+                }
+                shape("packed int4 weight bytes", dims(n, k / 2)?, w.len())?;
+                let mut sums = Vec::new();
+                let mut bank = WeightBank::create(dev, l, |l, out| {
+                    sums = pack::weights_i4_packed_nk_sums_into(l, w, out)?;
+                    Ok(())
+                })?;
+                bank.col_sums = sums;
+                Ok(bank)
+            }
+            Weights::F16(w) => {
+                shape("weight values", dims(n, k)?, w.len())?;
+                let bits: &[u16] = zerocopy::transmute_ref!(w);
+                WeightBank::create(dev, l, |l, out| pack::weights_f16_nk_into(l, bits, out))
+            }
+            Weights::Bf16(w) => {
+                shape("weight values", dims(n, k)?, w.len())?;
+                let bits: &[u16] = zerocopy::transmute_ref!(w);
+                WeightBank::create(dev, l, |l, out| pack::weights_f16_nk_into(l, bits, out))
+            }
+        }
+    }
+
     /// int8 weights given as `n` rows (output channels) of `k` values — the `[out][in]`
-    /// layout of a model's weight matrix (ggml's `src0`).
+    /// layout of a model's weight matrix (ggml's `src0`) — in the layout for any M.
     pub fn from_i8_nk(dev: &Device, n: u32, k: u32, w: &[i8]) -> Result<WeightBank> {
-        shape("weight values", dims(n, k)?, w.len())?;
-        WeightBank::create(dev, layout(k, n, Dtype::Int8)?, |l, out| {
-            pack::weights_i8_nk_into(l, w, out)
-        })
+        WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Int8)?, Weights::I8(w))
     }
 
     /// int8 weights given as `k` rows of `n` values (B of `C = A·B`, row-major).
@@ -101,12 +177,7 @@ impl WeightBank {
 
     /// int4 weights, one value (−8..=7) per byte, given as `n` rows of `k` values.
     pub fn from_i4_nk(dev: &Device, n: u32, k: u32, w: &[i8]) -> Result<WeightBank> {
-        shape("weight values", dims(n, k)?, w.len())?;
-        let mut bank = WeightBank::create(dev, layout(k, n, Dtype::Int4)?, |l, out| {
-            pack::weights_nk_into(l, w, out)
-        })?;
-        bank.col_sums = sums_nk(w, k as usize);
-        Ok(bank)
+        WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Int4)?, Weights::I4(w))
     }
 
     /// int4 weights as packed nibbles: `n` rows of `k / 2` bytes (`k` even), weight `2i`
@@ -114,39 +185,17 @@ impl WeightBank {
     /// complement ([`quant::pack_nibbles`]; GGUF Q4_0 blocks convert with
     /// [`quant::q4_0_to_nibbles`]).
     pub fn from_i4_packed_nk(dev: &Device, n: u32, k: u32, w: &[u8]) -> Result<WeightBank> {
-        if !k.is_multiple_of(2) {
-            return Err(Error::ShapeMismatch {
-                what: "input features of packed int4 weights (even)",
-                expected: k as u64 + 1,
-                actual: k as u64,
-            });
-        }
-        shape("packed int4 weight bytes", dims(n, k / 2)?, w.len())?;
-        let mut sums = Vec::new();
-        let mut bank = WeightBank::create(dev, layout(k, n, Dtype::Int4)?, |l, out| {
-            sums = pack::weights_i4_packed_nk_sums_into(l, w, out)?;
-            Ok(())
-        })?;
-        bank.col_sums = sums;
-        Ok(bank)
+        WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Int4)?, Weights::I4Packed(w))
     }
 
     /// fp16 weights given as `n` rows of `k` values.
     pub fn from_f16_nk(dev: &Device, n: u32, k: u32, w: &[f16]) -> Result<WeightBank> {
-        shape("weight values", dims(n, k)?, w.len())?;
-        let bits: &[u16] = zerocopy::transmute_ref!(w);
-        WeightBank::create(dev, layout(k, n, Dtype::Fp16)?, |l, out| {
-            pack::weights_f16_nk_into(l, bits, out)
-        })
+        WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Fp16)?, Weights::F16(w))
     }
 
     /// bf16 weights given as `n` rows of `k` values (a bf16 bank: bf16 activations).
     pub fn from_bf16_nk(dev: &Device, n: u32, k: u32, w: &[bf16]) -> Result<WeightBank> {
-        shape("weight values", dims(n, k)?, w.len())?;
-        let bits: &[u16] = zerocopy::transmute_ref!(w);
-        WeightBank::create(dev, layout(k, n, Dtype::Bf16)?, |l, out| {
-            pack::weights_f16_nk_into(l, bits, out)
-        })
+        WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Bf16)?, Weights::Bf16(w))
     }
 
     /// f32 weights given as `n` rows of `k` values, rounded to fp16.

@@ -36,7 +36,7 @@ mod bank;
 mod batch;
 mod npu_dequant;
 
-pub use bank::WeightBank;
+pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
 
 use super::{Bo, BoFlags, CoreMask, Device, Job, JobResult, Pending};

@@ -190,17 +190,81 @@ impl WeightLayout {
     /// where `new` takes two (a single-token layout: fewer tasks, but refused for more
     /// rows).
     pub fn for_max_rows(k: u32, n: u32, dtype: Dtype, max_rows: u32) -> Result<WeightLayout> {
+        WeightLayout::check_kind(k, n, dtype)?;
+        WeightLayout::from_split(k, n, dtype, k_split(k, max_rows.max(1), dtype))
+    }
+
+    /// The layout with waves of `k_tile` channels (the last one shorter): a multiple of
+    /// 32 (or all of K when K is smaller), at most 4096 (int4: 480). int8 waves in
+    /// (3072, 4096) give the single-token layout (at most 4 rows).
+    pub fn with_k_tile(k: u32, n: u32, dtype: Dtype, k_tile: u32) -> Result<WeightLayout> {
+        WeightLayout::check_kind(k, n, dtype)?;
+        let k_max = if dtype == Dtype::Int4 { 480 } else { 4096 };
+        let kw = k_tile.min(k);
+        if kw == 0 || kw > k_max || (kw < k && !kw.is_multiple_of(32)) {
+            return Err(unsupported(format!(
+                "a K tile of {k_tile} channels: a multiple of 32 of at most {k_max}"
+            )));
+        }
+        WeightLayout::from_split(k, n, dtype, (k.div_ceil(kw), kw))
+    }
+
+    /// The layout, among waves of the widest K tile the hardware takes and of its halves
+    /// down to 256 channels, whose plan for `m` rows on `cores` costs least on `profile`
+    /// ([`cost`]): narrower waves let more rows share the CBUF next to one weight group,
+    /// so the weights are read fewer times, at the price of more tasks and of partial
+    /// results summed on the host. Ties go to fewer waves; deterministic.
+    pub fn cheapest_for(
+        k: u32,
+        n: u32,
+        dtype: Dtype,
+        (m, out, cores): (u32, OutType, u32),
+        profile: &cost::HardwareProfile,
+    ) -> Result<WeightLayout> {
+        let widest = WeightLayout::new(k, n, dtype)?;
+        let mut best: Option<(f64, WeightLayout)> = None;
+        let mut kw = widest.k_tile();
+        loop {
+            let layout = if kw == widest.k_tile() {
+                Some(widest.clone())
+            } else {
+                WeightLayout::with_k_tile(k, n, dtype, kw)
+                    .ok()
+                    .filter(|l| l.max_rows.is_none())
+            };
+            if let Some(layout) = layout
+                && let Ok(plan) = Plan::for_layout(&layout, m, out, cores)
+            {
+                let t = plan.cost(profile)?.seconds;
+                if best.as_ref().is_none_or(|(b, _)| t < *b) {
+                    best = Some((t, layout));
+                }
+            }
+            let next = (kw / 2).next_multiple_of(32);
+            if next < 256 || next >= kw {
+                break;
+            }
+            kw = next;
+        }
+        Ok(best.map_or(widest, |(_, l)| l))
+    }
+
+    fn check_kind(k: u32, n: u32, dtype: Dtype) -> Result<()> {
         if k == 0 || n == 0 {
             return Err(unsupported(format!("empty weights {k}x{n}")));
         }
         if !matches!(dtype, Dtype::Int8 | Dtype::Int4 | Dtype::Fp16 | Dtype::Bf16) {
             return Err(unsupported(format!("{dtype:?} weights are not offered")));
         }
+        Ok(())
+    }
+
+    /// The layout of `count` waves of `kw` channels (the last one shorter).
+    fn from_split(k: u32, n: u32, dtype: Dtype, (count, kw): (u32, u32)) -> Result<WeightLayout> {
         let granule = if dtype == Dtype::Int4 { 64 } else { 32 };
         let n_pad = n
             .checked_next_multiple_of(granule)
             .ok_or_else(|| unsupported(format!("N = {n} does not pad to {granule} in 32 bits")))?;
-        let (count, kw) = k_split(k, max_rows.max(1), dtype);
         // Every column tile runs every wave: more waves than one submission counts
         // cannot be planned (and would be a huge list to build).
         if count as usize > MAX_TASKS {
@@ -604,6 +668,26 @@ impl Plan {
             a_bytes,
             c_bytes: t.c_bytes,
         })
+    }
+
+    /// Plans `spec` against the layout [`WeightLayout::cheapest_for`] chooses for it on
+    /// `profile`: the plan a one-off product should run (a backend's bank, packed once
+    /// for many M, takes its layout from the M it expects most).
+    pub fn cheapest(spec: MatmulSpec, profile: &cost::HardwareProfile) -> Result<Plan> {
+        if spec.m == 0 {
+            return Err(unsupported(format!(
+                "empty shape {}x{}x{}",
+                spec.m, spec.k, spec.n
+            )));
+        }
+        let layout = WeightLayout::cheapest_for(
+            spec.k,
+            spec.n,
+            spec.dtype,
+            (spec.m, spec.out, spec.cores),
+            profile,
+        )?;
+        Plan::for_layout(&layout, spec.m, spec.out, spec.cores)
     }
 
     /// Cores the plan runs on.

@@ -482,3 +482,44 @@ fn integer_readers_refuse_float_results() {
     assert!(pack::unpack_i32(&p, &c, &mut [0; 64]).is_err());
     assert_eq!(p.reduce_f32(&c).unwrap(), vec![0.0; 64]);
 }
+
+/// The costed layout choice never predicts a longer time than the widest waves, and
+/// where narrower waves let the M rows share one CBUF pass it cuts the weight re-reads:
+/// the traffic ratios (bytes moved over A + B + C once) it must reach, 3 cores.
+#[test]
+fn the_cheapest_layout_moves_less_data_and_costs_less() {
+    use super::cost::HardwareProfile;
+    let profile = HardwareProfile::rk3588();
+    for (m, k, n, dtype, ratio) in [
+        (1, 4096, 4096, Dtype::Int8, 1.05),
+        (32, 4096, 4096, Dtype::Int8, 1.05),
+        (128, 4096, 4096, Dtype::Int8, 1.25),
+        (128, 4096, 11008, Dtype::Int8, 1.25),
+        (128, 11008, 4096, Dtype::Int8, 1.40),
+        (128, 1024, 8192, Dtype::Int8, 1.05),
+        (512, 4096, 4096, Dtype::Int8, 3.5),
+        (128, 4096, 4096, Dtype::Fp16, 1.25),
+        (512, 3840, 4096, Dtype::Fp16, 4.0),
+        (128, 4096, 11008, Dtype::Int4, 1.75),
+    ] {
+        let spec = MatmulSpec::new(m, k, n, dtype).on_cores(3);
+        let widest = Plan::new(spec).unwrap().cost(&profile).unwrap();
+        let best = Plan::cheapest(spec, &profile).unwrap();
+        let c = best.cost(&profile).unwrap();
+        let what = format!("{m}x{k}x{n} {dtype:?} (K tile {})", best.layout.k_tile());
+        assert!(
+            c.seconds <= widest.seconds,
+            "{what}: dearer than the widest waves"
+        );
+        assert!(
+            c.traffic_ratio <= ratio,
+            "{what}: ratio {:.2}",
+            c.traffic_ratio
+        );
+        assert_eq!(
+            Plan::cheapest(spec, &profile).unwrap(),
+            best,
+            "{what}: deterministic"
+        );
+    }
+}
