@@ -19,6 +19,12 @@
 //!   criterion prints tasks per second; the time per task is the printed time divided by
 //!   8. The target is under 1 µs per task.
 //!
+//! * `costed_search_128x4096x4096`: `Plan::cheapest(MatmulSpec::new(128, 4096, 4096,
+//!   Dtype::Int8).on_cores(3), &HardwareProfile::rk3588())` — the costed layout search
+//!   (the widest waves and their halves, each planned and costed from its tasks' DMA
+//!   ranges) — then `Plan::program()`, against `plan_program` of `Plan::new` of the same
+//!   spec in the same group (the search's price over a plain plan).
+//!
 //! Run with:
 //!
 //! ```text
@@ -26,6 +32,7 @@
 //! ```
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::regcmd::{BufferId, Program, RegCmd};
@@ -75,6 +82,27 @@ fn plan_and_encode_4096x4096(c: &mut Criterion) {
     group.finish();
 }
 
+fn costed_search_128x4096x4096(c: &mut Criterion) {
+    let spec = MatmulSpec::new(128, 4096, 4096, Dtype::Int8).on_cores(3);
+    let profile = HardwareProfile::rk3588();
+    let mut group = c.benchmark_group("costed_search_128x4096x4096");
+    group
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    group.bench_function("cheapest_program", |b| {
+        b.iter(|| {
+            Plan::cheapest(black_box(spec), &profile)
+                .expect("the shape plans")
+                .program()
+                .expect("the program builds")
+        })
+    });
+    group.bench_function("plan_program", |b| {
+        b.iter(|| plan_and_encode(black_box(spec)))
+    });
+    group.finish();
+}
+
 fn rebind_per_task(c: &mut Criterion) {
     let program = plan_and_encode(MatmulSpec::new(128, 4096, 11008, Dtype::Int8));
     let bound: Vec<RegCmd> = program.bind(address).expect("the program binds");
@@ -107,5 +135,10 @@ fn rebind_per_task(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, plan_and_encode_4096x4096, rebind_per_task);
+criterion_group!(
+    benches,
+    plan_and_encode_4096x4096,
+    costed_search_128x4096x4096,
+    rebind_per_task
+);
 criterion_main!(benches);
