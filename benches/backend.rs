@@ -28,15 +28,14 @@
 //! cargo bench --bench backend -- --warm-up-time 1 --measurement-time 3
 //! ```
 
-use criterion::{
-    BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
-    measurement::WallTime,
-};
+mod common;
+
+use common::{group, memcpy_baseline};
+use criterion::{Criterion, criterion_group, criterion_main};
 use rknpu_driver::kernels::matmul::{Plan, WeightLayout, pack, quant};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::seeded::Rng;
 use std::hint::black_box;
-use std::time::Duration;
 
 /// Input features.
 const K: u32 = 4096;
@@ -58,43 +57,6 @@ fn floats(seed: u64, len: usize) -> Vec<f32> {
 /// The layout of the layer in `dtype`.
 fn layout(dtype: Dtype) -> WeightLayout {
     WeightLayout::new(K, N, dtype).expect("the layer lays out")
-}
-
-/// A group reporting `bytes` per iteration; `large` for iterations of milliseconds.
-fn group<'a>(
-    c: &'a mut Criterion,
-    name: &str,
-    bytes: usize,
-    large: bool,
-) -> BenchmarkGroup<'a, WallTime> {
-    let mut group = c.benchmark_group(name);
-    group
-        .throughput(Throughput::Bytes(bytes as u64))
-        .warm_up_time(Duration::from_secs(1));
-    if large {
-        group
-            .sample_size(20)
-            .sampling_mode(SamplingMode::Flat)
-            .measurement_time(Duration::from_secs(3));
-    } else {
-        group
-            .sample_size(50)
-            .measurement_time(Duration::from_secs(2));
-    }
-    group
-}
-
-/// Adds the `memcpy` baseline of `len` bytes to `group`: seeded source bytes (so its
-/// pages are backed) into a destination allocated once, outside the timing.
-fn memcpy_baseline(group: &mut BenchmarkGroup<'_, WallTime>, len: usize) {
-    let src = bytes(99, len);
-    let mut dst = vec![0u8; len];
-    group.bench_function("memcpy", |bch| {
-        bch.iter(|| {
-            dst.copy_from_slice(black_box(&src));
-            black_box(&mut dst);
-        })
-    });
 }
 
 /// What one M = 1 call does on the host around the NPU, with its buffers.
@@ -182,7 +144,7 @@ fn host_m1(c: &mut Criterion) {
             call.unpack_scale();
         })
     });
-    memcpy_baseline(&mut group, bytes);
+    memcpy_baseline(&mut group, self::bytes(99, bytes));
     group.finish();
 }
 
@@ -201,7 +163,7 @@ fn int8_bank(c: &mut Criterion) {
             black_box(&mut out);
         })
     });
-    memcpy_baseline(&mut group, w.len());
+    memcpy_baseline(&mut group, bytes(99, w.len()));
     group.finish();
 }
 
@@ -234,7 +196,7 @@ fn int4_bank(c: &mut Criterion) {
                 .expect("int4 weights pack")
         })
     });
-    memcpy_baseline(&mut group, w.len());
+    memcpy_baseline(&mut group, bytes(99, w.len()));
     group.finish();
 }
 

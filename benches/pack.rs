@@ -29,14 +29,13 @@
 //! cargo bench --bench pack
 //! ```
 
-use criterion::{
-    BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
-    measurement::WallTime,
-};
+mod common;
+
+use common::{group, memcpy_baseline};
+use criterion::{Criterion, criterion_group, criterion_main};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan, pack};
 use rknpu_driver::kernels::single::Dtype;
 use std::hint::black_box;
-use std::time::Duration;
 
 /// Rows of A and C.
 const M: u32 = 128;
@@ -90,44 +89,6 @@ fn plan(dtype: Dtype) -> Plan {
     Plan::new(MatmulSpec::new(M, K, N, dtype)).expect("the shape plans")
 }
 
-/// A group reporting `bytes` of output per iteration.
-fn group<'a>(
-    c: &'a mut Criterion,
-    name: &str,
-    bytes: usize,
-    large: bool,
-) -> BenchmarkGroup<'a, WallTime> {
-    let mut group = c.benchmark_group(name);
-    group
-        .throughput(Throughput::Bytes(bytes as u64))
-        .warm_up_time(Duration::from_secs(1));
-    if large {
-        group
-            .sample_size(20)
-            .sampling_mode(SamplingMode::Flat)
-            .measurement_time(Duration::from_secs(3));
-    } else {
-        group
-            .sample_size(50)
-            .measurement_time(Duration::from_secs(2));
-    }
-    group
-}
-
-/// Adds the `memcpy` baseline of `bytes` bytes to `group`. The source holds random bytes
-/// (so its pages are really backed) and the destination is allocated once, outside the
-/// timing.
-fn memcpy_baseline(group: &mut BenchmarkGroup<'_, WallTime>, bytes: usize) {
-    let src = rng().bytes(bytes);
-    let mut dst = vec![0u8; bytes];
-    group.bench_function("memcpy", |bch| {
-        bch.iter(|| {
-            dst.copy_from_slice(black_box(&src));
-            black_box(&mut dst);
-        })
-    });
-}
-
 fn int8_weights(c: &mut Criterion) {
     let plan = plan(Dtype::Int8);
     let b = rng().i8s(K as usize * N as usize);
@@ -143,7 +104,7 @@ fn int8_weights(c: &mut Criterion) {
             black_box(&mut out);
         })
     });
-    memcpy_baseline(&mut group, bytes);
+    memcpy_baseline(&mut group, rng().bytes(bytes));
     group.finish();
 }
 
@@ -162,7 +123,7 @@ fn int4_weights(c: &mut Criterion) {
             black_box(&mut out);
         })
     });
-    memcpy_baseline(&mut group, bytes);
+    memcpy_baseline(&mut group, rng().bytes(bytes));
     group.finish();
 }
 
@@ -176,7 +137,7 @@ fn int8_activations(c: &mut Criterion) {
     group.bench_function("activations_i8", |bch| {
         bch.iter(|| pack::activations_i8(black_box(&plan), black_box(&a)).expect("int8 A packs"))
     });
-    memcpy_baseline(&mut group, bytes);
+    memcpy_baseline(&mut group, rng().bytes(bytes));
     group.finish();
 }
 
@@ -195,7 +156,7 @@ fn int32_unpack(c: &mut Criterion) {
             black_box(&mut out);
         })
     });
-    memcpy_baseline(&mut group, bytes);
+    memcpy_baseline(&mut group, rng().bytes(bytes));
     group.finish();
 }
 

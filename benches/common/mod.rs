@@ -34,3 +34,44 @@ pub fn cpu_int8_gemm(a: &[i8], b: &[i8], c: &mut [i32], k: usize, n: usize) {
         }
     }
 }
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
+use std::hint::black_box;
+use std::time::Duration;
+
+/// A group reporting `bytes` per iteration; `large` for iterations of milliseconds.
+pub fn group<'a>(
+    c: &'a mut Criterion,
+    name: &str,
+    bytes: usize,
+    large: bool,
+) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group
+        .throughput(Throughput::Bytes(bytes as u64))
+        .warm_up_time(Duration::from_secs(1));
+    if large {
+        group
+            .sample_size(20)
+            .sampling_mode(SamplingMode::Flat)
+            .measurement_time(Duration::from_secs(3));
+    } else {
+        group
+            .sample_size(50)
+            .measurement_time(Duration::from_secs(2));
+    }
+    group
+}
+
+/// Adds the `memcpy` baseline to `group`: `src` (random bytes, so its pages are really
+/// backed) into a destination allocated once, outside the timing.
+pub fn memcpy_baseline(group: &mut BenchmarkGroup<'_, WallTime>, src: Vec<u8>) {
+    let mut dst = vec![0u8; src.len()];
+    group.bench_function("memcpy", |bch| {
+        bch.iter(|| {
+            dst.copy_from_slice(black_box(&src));
+            black_box(&mut dst);
+        })
+    });
+}

@@ -91,8 +91,6 @@ pub struct Job<'a> {
     pub(super) timeout: Duration,
     pub(super) reads: Vec<&'a Bo>,
     pub(super) writes: Vec<&'a Bo>,
-    /// Handles of written buffers the job also reads (an intermediate result).
-    pub(super) updated: Vec<u32>,
     pub(super) iommu_domain: u8,
     /// Whether submission runs the pre-submit verifier.
     pub(super) verify: bool,
@@ -116,7 +114,6 @@ impl<'a> Job<'a> {
             timeout: Duration::from_millis(500),
             reads: Vec::new(),
             writes: Vec::new(),
-            updated: Vec::new(),
             iommu_domain: 0,
             verify: true,
         }
@@ -164,13 +161,6 @@ impl<'a> Job<'a> {
     pub fn writes(mut self, bo: &'a Bo) -> Job<'a> {
         self.writes.push(bo);
         self
-    }
-
-    /// A buffer the job writes and reads back (one task's result another task of the
-    /// job takes as input).
-    pub fn updates(mut self, bo: &'a Bo) -> Job<'a> {
-        self.updated.push(bo.handle());
-        self.writes(bo)
     }
 
     fn check(&self, dev: &Device) -> Result<()> {
@@ -242,14 +232,7 @@ impl<'a> Job<'a> {
             |b: &Bo, access| JobBuffer::new(u64::from(b.dma_addr()), b.size() as u64, access);
         let mut buffers = vec![buffer(self.regcmd, BufferAccess::Read)];
         buffers.extend(self.reads.iter().map(|b| buffer(b, BufferAccess::Read)));
-        buffers.extend(self.writes.iter().map(|b| {
-            let access = if self.updated.contains(&b.handle()) {
-                BufferAccess::ReadWrite
-            } else {
-                BufferAccess::Write
-            };
-            buffer(b, access)
-        }));
+        buffers.extend(self.writes.iter().map(|b| buffer(b, BufferAccess::Write)));
         let mut first = 0;
         for &n in &self.split {
             let mut words = Vec::new();

@@ -501,6 +501,12 @@ fn erdma_cube(
     Ok(cube)
 }
 
+/// What the published dequantisation task writes into register `R`, for an error
+/// message: `the published task <what> (<BLOCK.REGISTER> <word>)`.
+fn published<R: Register>(what: &str, word: u32) -> String {
+    format!("the published task {what} ({} {word:#x})", R::NAME)
+}
+
 /// The fp32 pipeline as the dequantisation task of the public program
 /// happyme531/rknpu2_matmul_open writes it (commit 601269cfb7f5aa2c0d7fa96314e87ffdef996744,
 /// `middle_body(gate = false)` in `src/rk_npu_moe_regs.h`, run per row by
@@ -565,7 +571,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             BsCfg::BS_BYPASS,
             1,
-            "the published task multiplies in BS (BS_CFG 0x42)",
+            published::<BsCfg>("multiplies in BS", 0x42),
         ));
     }
     if let Some(a) = bs.alu {
@@ -597,7 +603,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             BsCfg::BS_MUL_BYPASS,
             1,
-            "the published task multiplies in BS (BS_CFG 0x42)",
+            published::<BsCfg>("multiplies in BS", 0x42),
         ));
     };
     if m.prelu {
@@ -646,7 +652,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             BnCfg::BN_BYPASS,
             0,
-            "the published task bypasses BN (BN_CFG 0x53)",
+            published::<BnCfg>("bypasses BN", 0x53),
         ));
     }
     if bn.alu.is_some() {
@@ -654,7 +660,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             BnCfg::BN_ALU_BYPASS,
             0,
-            "the published task bypasses BN (BN_CFG 0x53)",
+            published::<BnCfg>("bypasses BN", 0x53),
         ));
     }
     if bn.mul.is_some() {
@@ -662,7 +668,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             BnCfg::BN_MUL_BYPASS,
             0,
-            "the published task bypasses BN (BN_CFG 0x53)",
+            published::<BnCfg>("bypasses BN", 0x53),
         ));
     }
     if bn.relu {
@@ -670,7 +676,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             BnCfg::BN_RELU_BYPASS,
             0,
-            "the published task bypasses BN (BN_CFG 0x53)",
+            published::<BnCfg>("bypasses BN", 0x53),
         ));
     }
     if bn.relux.is_some() {
@@ -678,7 +684,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             BnCfg::BN_RELUX_EN,
             1,
-            "the published task bypasses BN (BN_CFG 0x53)",
+            published::<BnCfg>("bypasses BN", 0x53),
         ));
     }
     // EW: multiply by a 32-bit per-channel operand from ERDMA, converter and ReLU bypassed.
@@ -687,7 +693,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             EwCfg::EW_BYPASS,
             1,
-            "the published task multiplies in EW (EW_CFG 0x10C003C4)",
+            published::<EwCfg>("multiplies in EW", 0x10C0_03C4),
         ));
     };
     match e.op {
@@ -747,7 +753,9 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             dpu::EwOpValue0::EW_OPERAND_0,
             e.values[i],
-            format!("the published task writes 0 to EW_OP_VALUE0..7 (EW_OP_VALUE{i} is not)"),
+            format!(
+                "the published task writes 0 to every EW operand register (operand {i} is not)"
+            ),
         ));
     }
     // Output: one compact row of fp32, CPEND bypassed.
@@ -773,7 +781,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             SurfaceAdd::SURF_ADD,
             o.surface_add,
-            "the published task writes DST_SURF_STRIDE (1, 16 bytes)",
+            published::<DstSurfStride>("writes a surface stride of 16 bytes", 1),
         ));
     }
     if !d.ow.od_bypass {
@@ -781,7 +789,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             BsOwCfg::OD_BYPASS,
             0,
-            "the published task writes BS_OW_CFG 2 (OD_BYPASS 1)",
+            published::<BsOwCfg>("writes OD_BYPASS 1", 2),
         ));
     }
     if d.ow.ow_op != 0 || d.ow.ow_src != 0 {

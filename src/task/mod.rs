@@ -275,6 +275,13 @@ impl Task {
         BlockMask(m)
     }
 
+    /// The task's registers as a new body ([`Task::emit`] into an empty builder).
+    pub fn body(&self) -> Result<TaskBuilder> {
+        let mut t = TaskBuilder::with_capacity(130);
+        self.emit(&mut t)?;
+        Ok(t)
+    }
+
     /// Writes the task's registers into `t`, in the order of the vendor runtime's bodies:
     /// the preamble (CBUF split, decompression, precisions, ping-pong pointers), then
     /// each block in ascending register offsets.

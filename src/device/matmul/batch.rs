@@ -1,7 +1,7 @@
 //! Several matmuls in one job: one program whose chain on each core runs the members'
 //! tasks one after another (a layer's gate and up projections, say), one submission.
 
-use super::{Matmul, Submitted, all_done, cores_of, nonblocking_jobs, shape, wait_all};
+use super::{Matmul, Submitted, all_done, cores_of, shape, submit_chains, wait_all};
 use crate::device::{Bo, BoFlags, Job, Pending};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::REGCMD;
@@ -112,13 +112,15 @@ impl MatmulBatch {
     fn job(&self) -> Job<'_> {
         let dev = self.members[0].bank.device();
         let (mask, split) = cores_of(dev, &self.per_core);
-        let mut job = Job::from_program(&self.regcmd, &self.program)
+        let job = Job::from_program(&self.regcmd, &self.program)
             .on_cores(mask, &split)
             .timeout(self.timeout);
-        for m in &self.members {
-            job = job.reads(&m.a).reads(&m.bank.bo).writes(&m.c);
-        }
-        job
+        self.with_buffers(job)
+    }
+
+    /// `job` with every member's buffers.
+    fn with_buffers<'a>(&'a self, job: Job<'a>) -> Job<'a> {
+        self.members.iter().fold(job, |job, m| m.with_buffers(job))
     }
 
     /// Quantises or rounds each member's `xs[j]` into its A buffer.
@@ -147,21 +149,13 @@ impl MatmulBatch {
     pub fn submit(&mut self, xs: &[&[f32]]) -> Result<PendingBatch<'_>> {
         let what = self.put(xs)?;
         let this: &MatmulBatch = self;
-        let dev = this.members[0].bank.device();
-        let jobs = nonblocking_jobs(
-            dev,
-            &this.regcmd,
-            &this.program,
+        let pending = submit_chains(
+            this.members[0].bank.device(),
+            (&this.regcmd, &this.program),
             &this.per_core,
             this.timeout,
-        );
-        let mut pending = Vec::with_capacity(jobs.len());
-        for mut job in jobs {
-            for m in &this.members {
-                job = job.reads(&m.a).reads(&m.bank.bo).writes(&m.c);
-            }
-            pending.push(dev.submit_nonblocking(job)?);
-        }
+            |job| this.with_buffers(job),
+        )?;
         Ok(PendingBatch {
             batch: this,
             pending,

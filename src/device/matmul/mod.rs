@@ -204,8 +204,6 @@ pub struct Matmul {
     c: Bo,
     /// Row scales of the last quantised submission.
     row_scales: Vec<f32>,
-    /// Tasks per core of the program (the plan's, plus the dequantisation tasks).
-    per_core: Vec<usize>,
     /// NPU dequantisation, when chosen.
     npu: Option<NpuDequant>,
     /// The deadline of a blocking call.
@@ -237,33 +235,34 @@ fn in_range(
     }
 }
 
-/// The jobs that run `program` (chains of `per_core` tasks) without blocking. The vendor
-/// driver takes non-blocking jobs only with the automatic core mask (an explicitly placed
-/// one can crash the kernel in its timeout clean-up; docs/device.md), and the automatic
-/// mask runs one chain on one idle core: so each chain is its own job there, and the
-/// kernel places them on idle cores side by side. Rocket places every task itself.
-fn nonblocking_jobs<'a>(
-    dev: &Device,
-    regcmd: &'a Bo,
-    program: &Program,
+/// Submits `program` (chains of `per_core` tasks) without blocking, each job given its
+/// buffers by `buffers`. The vendor driver takes non-blocking jobs only with the
+/// automatic core mask (an explicitly placed one can crash the kernel in its timeout
+/// clean-up; docs/device.md), and the automatic mask runs one chain on one idle core:
+/// so each chain is its own job there, and the kernel places them on idle cores side by
+/// side. Rocket places every task itself: one job.
+fn submit_chains<'a>(
+    dev: &'a Device,
+    (regcmd, program): (&'a Bo, &Program),
     per_core: &[usize],
     timeout: Duration,
-) -> Vec<Job<'a>> {
-    if dev.inner.backend.picks_cores() || per_core.len() == 1 {
-        return vec![
-            Job::from_program(regcmd, program)
-                .on_cores(CoreMask::Auto, &[per_core.iter().sum()])
-                .timeout(timeout),
-        ];
-    }
-    let mut first = 0;
-    per_core
-        .iter()
-        .map(|&count| {
-            let tasks = program.tasks()[first..first + count].to_vec();
-            first += count;
-            Job::new(regcmd, tasks).timeout(timeout)
-        })
+    buffers: impl Fn(Job<'a>) -> Job<'a>,
+) -> Result<Vec<Pending<'a>>> {
+    let jobs = if dev.inner.backend.picks_cores() || per_core.len() == 1 {
+        vec![Job::from_program(regcmd, program).on_cores(CoreMask::Auto, &[per_core.iter().sum()])]
+    } else {
+        let mut first = 0;
+        per_core
+            .iter()
+            .map(|&count| {
+                let tasks = program.tasks()[first..first + count].to_vec();
+                first += count;
+                Job::new(regcmd, tasks)
+            })
+            .collect()
+    };
+    jobs.into_iter()
+        .map(|job| dev.submit_nonblocking(buffers(job.timeout(timeout))))
         .collect()
 }
 
@@ -428,13 +427,10 @@ impl Matmul {
         npu: Option<NpuDequant>,
     ) -> Result<Matmul> {
         let dev = bank.device();
-        let (program, per_core) = match &npu {
-            // Encoded again with each call's row scales; the length does not change.
-            Some(d) => (
-                NpuDequant::program(&plan, &vec![1.0; plan.spec.m as usize])?,
-                d.per_core.clone(),
-            ),
-            None => (plan.program()?, plan.per_core.clone()),
+        let program = match &npu {
+            // Each call's row scales are written into the bound words in place.
+            Some(_) => NpuDequant::program(&plan)?,
+            None => plan.program()?,
         };
         let regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
         let a = dev.alloc(plan.a_bytes.max(1) as usize, BoFlags::default())?;
@@ -449,7 +445,6 @@ impl Matmul {
             a,
             c,
             row_scales: Vec::new(),
-            per_core,
             npu,
             timeout,
             timings: Timings::default(),
@@ -473,7 +468,20 @@ impl Matmul {
         let words = self
             .program
             .bind(|id: BufferId| bases.get(id.0 as usize).map(|&x| x as u64))?;
-        self.regcmd.write(0, &words_to_le_bytes(&words))
+        self.regcmd.write(0, &words_to_le_bytes(&words))?;
+        if let Some(d) = &mut self.npu {
+            d.keep(&self.plan, &self.program, words);
+        }
+        Ok(())
+    }
+
+    /// Tasks per core of the program: the plan's, plus the dequantisation tasks when the
+    /// NPU dequantises.
+    fn per_core(&self) -> &[usize] {
+        match &self.npu {
+            Some(d) => &d.per_core,
+            None => &self.plan.per_core,
+        }
     }
 
     /// The plan (for W4A8, of twice the rows: the high and low halves).
@@ -525,7 +533,7 @@ impl Matmul {
 
     /// The job of this matmul's program and buffers.
     fn job(&self) -> Job<'_> {
-        let (mask, split) = cores_of(self.bank.device(), &self.per_core);
+        let (mask, split) = cores_of(self.bank.device(), self.per_core());
         let job = Job::from_program(&self.regcmd, &self.program)
             .on_cores(mask, &split)
             .timeout(self.timeout);
@@ -536,8 +544,13 @@ impl Matmul {
     fn with_buffers<'a>(&'a self, job: Job<'a>) -> Job<'a> {
         let job = job.reads(&self.a).reads(&self.bank.bo);
         match &self.npu {
-            // The dequantisation tasks read the matmul tasks' fp32 sums back.
-            Some(d) => job.updates(&self.c).reads(&d.coeffs).writes(&d.out),
+            // The dequantisation tasks read the matmul tasks' fp32 sums back: C is
+            // listed as read and as written, as any buffer a job both reads and writes.
+            Some(d) => job
+                .reads(&self.c)
+                .writes(&self.c)
+                .reads(&d.coeffs)
+                .writes(&d.out),
             None => job.writes(&self.c),
         }
     }
@@ -591,22 +604,25 @@ impl Matmul {
         }
     }
 
+    /// Packs float activations, rounded to the bank's 16-bit type (the packer rounds),
+    /// into the A buffer of a matmul made for `acts`.
+    fn put_float(&mut self, acts: Activations, a: &[f32]) -> Result<()> {
+        self.expect(acts)?;
+        shape("activation values", self.len_a(), a.len())?;
+        let packed = self.plan.pack_a_f32(a)?;
+        self.a.write(0, &packed)
+    }
+
     /// Packs fp16 activations into the A buffer.
     fn put_f16(&mut self, a: &[f16]) -> Result<()> {
-        self.expect(Activations::Fp16)?;
-        shape("activation values", self.len_a(), a.len())?;
         let wide: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
-        let packed = self.plan.pack_a_f32(&wide)?;
-        self.a.write(0, &packed)
+        self.put_float(Activations::Fp16, &wide)
     }
 
     /// Packs bf16 activations into the A buffer.
     fn put_bf16(&mut self, a: &[bf16]) -> Result<()> {
-        self.expect(Activations::Bf16)?;
-        shape("activation values", self.len_a(), a.len())?;
         let wide: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
-        let packed = self.plan.pack_a_f32(&wide)?;
-        self.a.write(0, &packed)
+        self.put_float(Activations::Bf16, &wide)
     }
 
     /// Quantises f32 activations per row (integer banks) or rounds them to fp16 or bf16
@@ -614,14 +630,8 @@ impl Matmul {
     fn put_f32(&mut self, x: &[f32]) -> Result<Submitted> {
         shape("activation values", self.len_a(), x.len())?;
         match self.acts {
-            Activations::Bf16 => {
-                let h: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
-                self.put_bf16(&h)?;
-                Ok(Submitted::Float)
-            }
-            Activations::Fp16 => {
-                let h: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
-                self.put_f16(&h)?;
+            Activations::Bf16 | Activations::Fp16 => {
+                self.put_float(self.acts, x)?;
                 Ok(Submitted::Float)
             }
             Activations::Int8 => {
@@ -642,16 +652,14 @@ impl Matmul {
         }
     }
 
-    /// Encodes the program again with the current row scales (NPU dequantisation). A
-    /// scale fp16 cannot hold to its precision is left to the host: the NPU gets 1.
+    /// Writes the current row scales into the program (NPU dequantisation). A scale
+    /// fp16 cannot hold to its precision is left to the host: the NPU gets 1.
     fn encode_row_scales(&mut self) -> Result<()> {
-        let on_npu: Vec<f32> = self
-            .row_scales
-            .iter()
-            .map(|&s| if fp16_normal(s) { s } else { 1.0 })
-            .collect();
-        self.program = NpuDequant::program(&self.plan, &on_npu)?;
-        self.bind()
+        let Some(d) = &mut self.npu else {
+            return Ok(());
+        };
+        let words = d.set_row_scales(&self.row_scales)?;
+        self.regcmd.write(0, &words_to_le_bytes(words))
     }
 
     /// The NPU-dequantised rows into `out`, each multiplied on the host by its scale if
@@ -714,9 +722,7 @@ impl Matmul {
     /// Float results (fp16 banks) into `out`.
     fn read_f32_into(&self, out: &mut [f32]) -> Result<()> {
         shape("result values", self.len_c(), out.len())?;
-        let v = self.c.read_with(|c| self.plan.reduce_f32(c))??;
-        out.copy_from_slice(&v);
-        Ok(())
+        self.c.read_with(|c| self.plan.reduce_f32_into(c, out))?
     }
 
     /// Quantised results: `acc · row_scale · channel_scale` into `out`.
@@ -916,18 +922,13 @@ impl Matmul {
 
     fn start(&mut self, what: Submitted) -> Result<PendingMatmul<'_>> {
         let this: &Matmul = self;
-        let dev = this.bank.device();
-        let jobs = nonblocking_jobs(
-            dev,
-            &this.regcmd,
-            &this.program,
-            &this.per_core,
+        let pending = submit_chains(
+            this.bank.device(),
+            (&this.regcmd, &this.program),
+            this.per_core(),
             this.timeout,
-        );
-        let mut pending = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            pending.push(dev.submit_nonblocking(this.with_buffers(job))?);
-        }
+            |job| this.with_buffers(job),
+        )?;
         Ok(PendingMatmul {
             mm: this,
             pending,

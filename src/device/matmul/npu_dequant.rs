@@ -2,14 +2,15 @@
 //! by the DPU), one DPU-only task per row and 1024-channel chunk multiplies by the row's
 //! scale and each channel's scale and writes the row into a row-major fp32 result
 //! (`kernels::single::dequant_task`; docs/simulator.md has its register values and their
-//! public source). The row scales are register operands, so the program is re-encoded
-//! for every call (microseconds: a few entries per row).
+//! public source). The row scales are register operands: each call writes them into
+//! the bound program's words in place (one entry per dequantisation task).
 
 use super::super::{Bo, BoFlags, Device};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{A, B, C, MAX_TASKS, Plan, REGCMD};
 use crate::kernels::single::{dequant_task, pack_dequant_coefficients};
-use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder};
+use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder, RegCmd};
+use crate::regs::{CommandRegister, Register, dpu};
 
 /// The coefficient buffer (one `u32` per channel, fp16 bits in the low half).
 pub(super) const COEFFS: BufferId = BufferId(4);
@@ -26,6 +27,11 @@ pub(super) struct NpuDequant {
     pub(super) out: Bo,
     /// Tasks per core: the matmul's and the dequantisation's.
     pub(super) per_core: Vec<usize>,
+    /// The bound program, its row scales 1 until a call sets them.
+    pub(super) words: Vec<RegCmd>,
+    /// Where each row's scale is written: (index of a dequantisation task's BS_MUL_CFG
+    /// entry in `words`, the row).
+    scale_entries: Vec<(usize, u32)>,
 }
 
 /// Whether `s` can be a dequantisation scale without losing more than fp16's relative
@@ -79,12 +85,51 @@ impl NpuDequant {
             coeffs,
             out,
             per_core,
+            words: Vec::new(),
+            scale_entries: Vec::new(),
         })
     }
 
+    /// Keeps the bound `words` of `program` (built by [`NpuDequant::program`] for `plan`)
+    /// and finds the entry of each dequantisation task that carries its row's scale.
+    pub(super) fn keep(&mut self, plan: &Plan, program: &Program, words: Vec<RegCmd>) {
+        let rows = dequant_rows(plan);
+        let dequant = program
+            .tasks()
+            .iter()
+            .filter(|t| t.enable == BlockMask::ELEMENTWISE.0);
+        self.scale_entries = dequant
+            .zip(rows)
+            .filter_map(|(t, row)| {
+                let first = t.offset as usize / 8;
+                let body = &words[first..first + t.regcfg_amount as usize];
+                let at = body.iter().position(|w| {
+                    w.target() == dpu::BsMulCfg::TARGET && w.offset() == dpu::BsMulCfg::OFFSET
+                })?;
+                Some((first + at, row))
+            })
+            .collect();
+        self.words = words;
+    }
+
+    /// Writes each row's scale into its tasks' BS multiplier operand (a row whose scale
+    /// fp16 cannot hold to its precision gets 1: the host scales it), in place: the
+    /// program is not encoded or bound again.
+    pub(super) fn set_row_scales(&mut self, row_scales: &[f32]) -> Result<&[RegCmd]> {
+        for &(i, row) in &self.scale_entries {
+            let s = row_scales[row as usize];
+            let bits = half::f16::from_f32(if fp16_normal(s) { s } else { 1.0 }).to_bits();
+            let reg = dpu::BsMulCfg::from_raw(self.words[i].value());
+            let reg = dpu::BsMulCfg::BS_MUL_OPERAND.set(reg, u32::from(bits))?;
+            self.words[i] = RegCmd::write(reg);
+        }
+        Ok(&self.words)
+    }
+
     /// The program: on each core the plan's matmul tasks, then one dequantisation task
-    /// per row and chunk of each of them, with these row scales.
-    pub(super) fn program(plan: &Plan, row_scales: &[f32]) -> Result<Program> {
+    /// per row and chunk of each of them (in the order of [`dequant_rows`]), with these
+    /// row scales.
+    pub(super) fn program(plan: &Plan) -> Result<Program> {
         let n_pad = plan.layout.n_pad;
         let mut p = ProgramBuilder::new(REGCMD);
         let mut first = 0;
@@ -100,7 +145,7 @@ impl NpuDequant {
                             t.rows,
                             r,
                             ch,
-                            row_scales[m as usize],
+                            1.0,
                             DmaAddr::reloc(C, t.c_offset as u32 + j * t.rows * 4),
                             DmaAddr::reloc(COEFFS, (t.n0 + j) * 4),
                             DmaAddr::reloc(OUT, (m * n_pad + t.n0 + j) * 4),
@@ -115,4 +160,12 @@ impl NpuDequant {
         }
         p.build()
     }
+}
+
+/// The row of each dequantisation task, in program order: per core, per matmul task,
+/// per row, one task per chunk of 1024 channels.
+fn dequant_rows(plan: &Plan) -> impl Iterator<Item = u32> + '_ {
+    plan.tasks.iter().flat_map(|t| {
+        (0..t.rows).flat_map(move |r| std::iter::repeat_n(t.m0 + r, t.nt.div_ceil(CHUNK) as usize))
+    })
 }

@@ -95,12 +95,20 @@ impl Plan {
     /// Sums fp32 partial blocks in f64 and rounds once to fp32; an fp16 result (one wave,
     /// converted by the DPU) is read as the NPU wrote it, widened to f32 exactly.
     pub fn reduce_f32(&self, c: &[u8]) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; self.spec.m as usize * self.spec.n as usize];
+        self.reduce_f32_into(c, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Plan::reduce_f32`] into `out` (row-major M×N).
+    pub fn reduce_f32_into(&self, c: &[u8], out: &mut [f32]) -> Result<()> {
         if !self.c_type().is_float() {
             return Err(unsupported("float reduction of integer results".into()));
         }
         self.check_c(c)?;
         let n = self.spec.n as usize;
-        let mut acc = vec![0f64; self.spec.m as usize * n];
+        Error::check_len("results", self.spec.m as usize * n, out.len())?;
+        let mut acc = vec![0f64; out.len()];
         let fp16 = self.c_type() == OutType::Fp16;
         self.for_each_partial(c, |m, col, e| {
             acc[m * n + col] += if fp16 {
@@ -109,7 +117,10 @@ impl Plan {
                 f32::from_le_bytes([e[0], e[1], e[2], e[3]]) as f64
             }
         });
-        Ok(acc.into_iter().map(|v| v as f32).collect())
+        for (o, v) in out.iter_mut().zip(acc) {
+            *o = v as f32;
+        }
+        Ok(())
     }
 
     fn check_c(&self, c: &[u8]) -> Result<()> {

@@ -19,10 +19,7 @@ pub fn add_task(
     partial: DmaAddr,
     out: DmaAddr,
 ) -> Result<TaskBuilder> {
-    let task = add_task_model(rows, channels, acc, partial, out)?;
-    let mut t = TaskBuilder::with_capacity(80);
-    task.emit(&mut t)?;
-    Ok(t)
+    add_task_model(rows, channels, acc, partial, out)?.body()
 }
 
 /// The task model of [`add_task`].

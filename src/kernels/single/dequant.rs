@@ -98,10 +98,7 @@ pub fn add_to_fp32_task(
     partial: DmaAddr,
     out: DmaAddr,
 ) -> Result<TaskBuilder> {
-    let task = add_to_fp32_task_model(rows, channels, acc, partial, out)?;
-    let mut t = TaskBuilder::with_capacity(80);
-    task.emit(&mut t)?;
-    Ok(t)
+    add_to_fp32_task_model(rows, channels, acc, partial, out)?.body()
 }
 
 fn offset(a: DmaAddr, by: u32) -> Result<DmaAddr> {
@@ -129,10 +126,7 @@ pub fn dequant_task(
     coeffs: DmaAddr,
     out: DmaAddr,
 ) -> Result<TaskBuilder> {
-    let task = dequant_task_model(rows, row, channels, row_scale, acc, coeffs, out)?;
-    let mut t = TaskBuilder::with_capacity(80);
-    task.emit(&mut t)?;
-    Ok(t)
+    dequant_task_model(rows, row, channels, row_scale, acc, coeffs, out)?.body()
 }
 
 /// The task model of the dequantisation task for pixel `row` of an fp32 cube laid out

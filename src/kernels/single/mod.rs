@@ -250,10 +250,7 @@ impl SingleMatmul {
     /// The task body reading A, B (and E) and writing C at the given addresses, so that a
     /// caller can chain several tasks over slices of larger buffers (M tiles, K waves).
     pub fn body_at(&self, a: DmaAddr, b: DmaAddr, c: DmaAddr, e: DmaAddr) -> Result<TaskBuilder> {
-        let task = self.task_at(a, b, c, e)?;
-        let mut t = TaskBuilder::with_capacity(130);
-        task.emit(&mut t)?;
-        Ok(t)
+        self.task_at(a, b, c, e)?.body()
     }
 
     /// The task model reading A, B (and E) and writing C at the given addresses
