@@ -209,11 +209,9 @@ impl WeightLayout {
         WeightLayout::from_split(k, n, dtype, (k.div_ceil(kw), kw))
     }
 
-    /// The layout, among waves of the widest K tile the hardware takes and of its halves
-    /// down to 256 channels, whose plan for `m` rows on `cores` costs least on `profile`
-    /// ([`cost`]): narrower waves let more rows share the CBUF next to one weight group,
-    /// so the weights are read fewer times, at the price of more tasks and of partial
-    /// results summed on the host. Ties go to fewer waves; deterministic.
+    /// The layout of the plan [`Plan::cheapest`] chooses for `m` rows on at most `cores`
+    /// cores: what a bank should be packed in when most products against it have `m`
+    /// rows.
     pub fn cheapest_for(
         k: u32,
         n: u32,
@@ -221,32 +219,62 @@ impl WeightLayout {
         (m, out, cores): (u32, OutType, u32),
         profile: &cost::HardwareProfile,
     ) -> Result<WeightLayout> {
-        let widest = WeightLayout::new(k, n, dtype)?;
-        let mut best: Option<(f64, WeightLayout)> = None;
-        let mut kw = widest.k_tile();
-        loop {
-            let layout = if kw == widest.k_tile() {
-                Some(widest.clone())
-            } else {
-                WeightLayout::with_k_tile(k, n, dtype, kw)
-                    .ok()
-                    .filter(|l| l.max_rows.is_none())
-            };
-            if let Some(layout) = layout
-                && let Ok(plan) = Plan::for_layout(&layout, m, out, cores)
-            {
-                let t = plan.cost(profile)?.seconds;
-                if best.as_ref().is_none_or(|(b, _)| t < *b) {
-                    best = Some((t, layout));
-                }
-            }
-            let next = (kw / 2).next_multiple_of(32);
-            if next < 256 || next >= kw {
+        let spec = MatmulSpec {
+            m,
+            k,
+            n,
+            dtype,
+            out,
+            cores,
+        };
+        Ok(Plan::cheapest(spec, profile)?.layout)
+    }
+
+    /// The layouts worth costing for `m` rows on `cores` cores: the one
+    /// [`WeightLayout::for_max_rows`] gives, then K splits into more, narrower waves.
+    /// Narrower waves let more rows share the CBUF next to one weight group, so the
+    /// weights are read fewer times, at the price of more tasks and more partial
+    /// results. Of the splits giving the same number of M tiles only the one with the
+    /// fewest waves is kept (more waves would only add partials), with the next wave
+    /// count the cores divide (so they can split K); the list ends at one M tile or at
+    /// the row limit, so it is short. Arithmetic until a split is kept.
+    fn candidates(k: u32, n: u32, dtype: Dtype, m: u32, cores: u32) -> Result<Vec<WeightLayout>> {
+        let first = WeightLayout::for_max_rows(k, n, dtype, m.max(1))?;
+        let mut tiles = tile_rows(dtype, first.k_tile().next_multiple_of(32))
+            .map_or(u32::MAX, |rows| m.div_ceil(rows));
+        let mut count = first.waves.len() as u32;
+        let mut out = vec![first];
+        while tiles > 1 {
+            count += 1;
+            let kw = k.div_ceil(count).next_multiple_of(32);
+            if kw >= k || count as usize > MAX_TASKS {
                 break;
             }
-            kw = next;
+            if dtype == Dtype::Int8 && m > 4 && kw > 3072 && kw < 4096 {
+                continue;
+            }
+            let Ok(rows) = tile_rows(dtype, kw) else {
+                continue;
+            };
+            let t = m.div_ceil(rows);
+            if t < tiles {
+                tiles = t;
+                let split_k = k
+                    .div_ceil(count.next_multiple_of(cores.max(1)))
+                    .next_multiple_of(32);
+                for kw in [kw, split_k] {
+                    if let Ok(layout) = WeightLayout::with_k_tile(k, n, dtype, kw)
+                        && !out.contains(&layout)
+                    {
+                        out.push(layout);
+                    }
+                }
+            }
+            if rows == max_tile_rows(dtype) || kw == 32 {
+                break;
+            }
         }
-        Ok(best.map_or(widest, |(_, l)| l))
+        Ok(out)
     }
 
     fn check_kind(k: u32, n: u32, dtype: Dtype) -> Result<()> {
@@ -365,6 +393,39 @@ fn k_split(k: u32, m: u32, dtype: Dtype) -> (u32, u32) {
     }
 }
 
+/// The most rows one M tile may have, by precision: the largest row tiles run on boards.
+/// int8 256 (256-row int8 tiles in `gregordinary/rocket-userspace`'s board-measured
+/// 512×3840×4096 plans; `mtx512/rk3588-npu` tests single int8 tasks of up to 544 rows),
+/// fp16 and bf16 365 (the vendor runtime's `rknn-gemm-fp16-424` task), int4 128 (native A,
+/// `happyme531/rknpu2_matmul_open`).
+fn max_tile_rows(dtype: Dtype) -> u32 {
+    match dtype {
+        Dtype::Int8 => 256,
+        Dtype::Fp16 | Dtype::Bf16 => 365,
+        _ => 128,
+    }
+}
+
+/// The rows an M tile may have at `ai` channels: the weight banks hold one group of 32
+/// kernels (int4: 64) and at least 2 banks (§4.2, quirk 3); the data banks are the rest,
+/// for int4 at most the 8 measured on boards. Arithmetic only.
+fn tile_rows(dtype: Dtype, ai: u32) -> Result<u32> {
+    let bits = dtype.bits() as u64;
+    let group = dtype.kernels_per_atom().max(32) as u64;
+    let weight_banks = (group * ai as u64 * bits / 8).div_ceil(BANK).max(2);
+    if weight_banks > 10 {
+        return Err(unsupported(format!(
+            "K tile {ai} needs {weight_banks} weight banks"
+        )));
+    }
+    let data_banks = match dtype {
+        Dtype::Int4 => (12 - weight_banks).min(8),
+        _ => 12 - weight_banks,
+    };
+    let row_bytes = (ai as u64 * bits / 8).max(1);
+    Ok((data_banks * BANK / row_bytes).clamp(1, max_tile_rows(dtype) as u64) as u32)
+}
+
 /// The waves of [`k_split`]; `count` is small by then (the layout refused more).
 fn k_waves(k: u32, kw: u32) -> Vec<Wave> {
     let mut v = Vec::new();
@@ -387,30 +448,86 @@ fn even(total: u32, parts: u32) -> impl Iterator<Item = u32> {
     (0..parts).map(move |i| total / parts + u32::from(i < total % parts))
 }
 
-/// How the work is spread over cores: each core runs a contiguous range of column
-/// granules over a contiguous range of M tiles.
-struct Split {
-    /// Per core: (first granule, granules, first M tile, M tiles).
-    cores: Vec<(u32, u32, u32, u32)>,
+/// One core's share of a plan: contiguous ranges of column granules, M tiles and K
+/// waves, the columns cut into `n_tiles` tiles.
+#[derive(Clone, Copy, Debug)]
+struct CoreWork {
+    g0: u32,
+    granules: u32,
+    t0: u32,
+    m_tiles: u32,
+    w0: u32,
+    waves: u32,
+    n_tiles: u32,
 }
 
-/// Cores split N (even runs of granules: 4096 columns on 3 cores are 1376, 1376 and
-/// 1344) when there are at least as many granules as cores; otherwise M tiles, when
-/// that keeps more cores busy; `cores` is a maximum, never a reason to refuse.
-fn split_cores(granules: u32, m_tiles: u32, cores: u32) -> Split {
+/// How the work is spread over cores.
+struct Split {
+    cores: Vec<CoreWork>,
+}
+
+/// Spreads `waves` K waves of `m_tiles` M tiles over `granules` column granules (at
+/// least `n_tiles` column tiles for all of N) on at most `cores` cores, so that every
+/// core runs as many tasks as the others:
+///
+/// * **K** when `by_k` (the caller checked that the cores divide the waves): each core
+///   runs its waves over every column and M tile, so A is read once in all (an N split
+///   reads it once per core) and each core writes the partials of its own waves;
+/// * else **N**, when there are at least as many granules as cores: even runs of
+///   granules (4096 columns on 3 cores are 1376, 1376 and 1344), each cut into the same
+///   number of column tiles;
+/// * else **M** tiles, when that keeps more cores busy (`m_tiles` is then a multiple of
+///   the cores it uses).
+///
+/// `cores` is a maximum, never a reason to refuse.
+fn split_cores(
+    granules: u32,
+    (m_tiles, waves): (u32, u32),
+    (cores, by_k): (u32, bool),
+    n_tiles: u32,
+) -> Split {
     let by_n = cores.min(granules);
     let by_m = cores.min(m_tiles);
+    let all = CoreWork {
+        g0: 0,
+        granules,
+        t0: 0,
+        m_tiles,
+        w0: 0,
+        waves,
+        n_tiles,
+    };
     let mut v = Vec::new();
-    if by_n >= by_m {
+    if by_k {
+        let mut w0 = 0;
+        for w in even(waves, cores) {
+            v.push(CoreWork {
+                w0,
+                waves: w,
+                ..all
+            });
+            w0 += w;
+        }
+    } else if by_n >= by_m {
+        let tiles = n_tiles.div_ceil(by_n);
         let mut g0 = 0;
         for g in even(granules, by_n) {
-            v.push((g0, g, 0, m_tiles));
+            v.push(CoreWork {
+                g0,
+                granules: g,
+                n_tiles: tiles,
+                ..all
+            });
             g0 += g;
         }
     } else {
         let mut t0 = 0;
         for t in even(m_tiles, by_m) {
-            v.push((0, granules, t0, t));
+            v.push(CoreWork {
+                t0,
+                m_tiles: t,
+                ..all
+            });
             t0 += t;
         }
     }
@@ -425,33 +542,32 @@ struct Tiles {
     c_bytes: u64,
 }
 
-/// Deals the work to cores: each core's column range is cut into tiles of at most
-/// `n_max` columns (even runs of granules), and each column tile runs every wave over
-/// the core's M tiles. `a_offsets[wave][m tile]` locate the A blocks; C blocks are laid
+/// Deals the work to cores: each core's column range is cut into its tiles (even runs
+/// of granules), and each column tile runs the core's waves over the core's M tiles. `a_offsets[wave][m tile]` locate the A blocks; C blocks are laid
 /// out in task order.
 fn deal_tiles(
     layout: &WeightLayout,
     m_rows: &[(u32, u32)],
     a_offsets: &[Vec<u64>],
-    (split, n_max, granule): (&Split, u32, u32),
+    (split, granule): (&Split, u32),
     part: OutType,
 ) -> Result<Tiles> {
     let mut tasks = Vec::new();
     let mut per_core = Vec::new();
     let (mut c_bytes, mut n_tile) = (0u64, 0u32);
-    let granules_max = n_max / granule;
-    for (core, &(g0, gs, t0, ts)) in split.cores.iter().enumerate() {
+    for (core, work) in split.cores.iter().enumerate() {
         let before = tasks.len();
-        let mut g = g0;
-        for tile in even(gs, gs.div_ceil(granules_max)) {
+        let mut g = work.g0;
+        for tile in even(work.granules, work.n_tiles) {
             let (n0, nt) = (g * granule, tile * granule);
             n_tile = n_tile.max(nt);
-            for (wi, offsets) in a_offsets.iter().enumerate() {
-                for mt in t0..t0 + ts {
+            for wi in work.w0..work.w0 + work.waves {
+                let offsets = &a_offsets[wi as usize];
+                for mt in work.t0..work.t0 + work.m_tiles {
                     let (m0, rows) = m_rows[mt as usize];
                     tasks.push(TaskTile {
                         core: core as u32,
-                        wave: wi as u32,
+                        wave: wi,
                         m0,
                         rows,
                         n0,
@@ -485,22 +601,17 @@ fn deal_tiles(
 /// than [`MAX_TASKS`] tasks or whose buffers would not fit the 32-bit NPU address
 /// space: both follow from the tile counts alone (saturating, so any `u32` shape is
 /// refused without overflow).
-fn check_size(
-    spec: &MatmulSpec,
-    layout: &WeightLayout,
-    split: &Split,
-    (m_tiles, granules_max): (u32, u32),
-) -> Result<()> {
+fn check_size(spec: &MatmulSpec, layout: &WeightLayout, split: &Split) -> Result<()> {
     let waves = layout.waves.len() as u64;
     let busiest = split
         .cores
         .iter()
-        .map(|&(_, gs, _, ts)| gs.div_ceil(granules_max) as u64 * waves * ts as u64)
+        .map(|w| w.n_tiles as u64 * w.waves as u64 * w.m_tiles as u64)
         .max()
         .unwrap_or(0);
     if busiest > MAX_TASKS as u64 {
         return Err(unsupported(format!(
-            "{}x{}x{} needs {busiest} tasks on the busiest core ({m_tiles} M tile(s)); one submission counts at most {MAX_TASKS}",
+            "{}x{}x{} needs {busiest} tasks on the busiest core; one submission counts at most {MAX_TASKS}",
             spec.m, spec.k, spec.n
         )));
     }
@@ -536,8 +647,39 @@ impl Plan {
 
     /// Plans `m` rows against a weight bank of `layout`, on at most `cores` cores,
     /// writing `out`. The layout is taken as given: only M tiles, N tiles and cores are
-    /// chosen, so a plan for another M costs microseconds, not a repack.
+    /// chosen, so a plan for another M costs microseconds, not a repack. The cores split
+    /// the columns (or, with fewer column granules than cores, the M tiles); when they
+    /// divide the K waves they may split K instead, if the cost model
+    /// ([`cost::HardwareProfile::rk3588`]) predicts that faster (A is then read once, not
+    /// once per core).
     pub fn for_layout(layout: &WeightLayout, m: u32, out: OutType, cores: u32) -> Result<Plan> {
+        let by_n = Plan::split(layout, m, out, (cores, false))?;
+        let waves = layout.waves.len() as u32;
+        if cores < 2 || waves < cores || !waves.is_multiple_of(cores) {
+            return Ok(by_n);
+        }
+        // The cores could split K instead: fewer bytes (A once), but the short last
+        // wave may leave one core the most work. The cost model decides.
+        let by_k = Plan::split(layout, m, out, (cores, true))?;
+        let profile = cost::HardwareProfile::rk3588();
+        let key = |p: &Plan| -> Result<(f64, u64)> {
+            let c = p.cost(&profile)?;
+            Ok((c.seconds, c.read_bytes + c.written_bytes))
+        };
+        Ok(if key(&by_k)? < key(&by_n)? {
+            by_k
+        } else {
+            by_n
+        })
+    }
+
+    /// [`Plan::for_layout`] with the cores splitting K (`by_k`) or else N or M.
+    fn split(
+        layout: &WeightLayout,
+        m: u32,
+        out: OutType,
+        (cores, by_k): (u32, bool),
+    ) -> Result<Plan> {
         let (k, n, dtype) = (layout.k, layout.n, layout.dtype);
         let spec = MatmulSpec {
             m,
@@ -592,29 +734,31 @@ impl Plan {
             )));
         }
         let bits = dtype.bits() as u64;
-        let ai_max = waves.iter().map(|w| w.ai).max().unwrap_or(32) as u64;
-        // M tiles: the data banks left next to one 32-kernel weight group (at least 2).
-        let group = dtype.kernels_per_atom().max(32) as u64;
-        let weight_banks = (group * ai_max * bits / 8).div_ceil(BANK).max(2);
-        if weight_banks > 10 {
-            return Err(unsupported(format!(
-                "K tile {ai_max} needs {weight_banks} weight banks"
-            )));
+        let ai_max = waves.iter().map(|w| w.ai).max().unwrap_or(32);
+        let mut rows_fit = tile_rows(dtype, ai_max)?;
+        if dtype == Dtype::Int8 && out == OutType::Fp32 {
+            // int8 → fp32 tasks feed the DPU's dequantisation task, which its source
+            // (happyme531/rknpu2_matmul_open) limits to M tiles of at most 128 rows.
+            rows_fit = rows_fit.min(128);
         }
-        // int8 and int4 stay within the 8 data banks measured on boards (§4.2, §5.5).
-        let data_banks = match dtype {
-            Dtype::Int8 | Dtype::Int4 => (12 - weight_banks).min(8),
-            _ => 12 - weight_banks,
-        };
-        let row_bytes = ai_max * bits / 8;
-        let rows_fit = (data_banks * BANK / row_bytes).clamp(1, 128) as u32;
-        // Even M tiles: as few as fit, as equal as can be.
-        let m_tiles = m.div_ceil(rows_fit);
-        let m_tile = m.div_ceil(m_tiles);
         let granule = if dtype == Dtype::Int4 { 64 } else { 32 };
         let n_max = if dtype == Dtype::Int8 { 3072 } else { 4096 };
-        let split = split_cores(layout.n_pad / granule, m_tiles, cores);
-        check_size(&spec, layout, &split, (m_tiles, n_max / granule))?;
+        let granules = layout.n_pad / granule;
+        // Even M tiles: as few as fit, as equal as can be; when cores split M (too few
+        // column granules to split N), a multiple of the cores so that each core runs
+        // as many tiles as the others.
+        let mut m_tiles = m.div_ceil(rows_fit);
+        if !by_k && cores.min(m_tiles) > cores.min(granules) {
+            m_tiles = m_tiles.next_multiple_of(cores).min(m);
+        }
+        let m_tile = m.div_ceil(m_tiles);
+        let split = split_cores(
+            granules,
+            (m_tiles, waves.len() as u32),
+            (cores, by_k),
+            granules.div_ceil(n_max / granule),
+        );
+        check_size(&spec, layout, &split)?;
         // A blocks: one per wave and M tile.
         let mut m_rows = Vec::with_capacity(m_tiles as usize);
         let mut m0 = 0;
@@ -640,7 +784,7 @@ impl Plan {
             layout,
             &m_rows,
             &a_offsets,
-            (&split, n_max, granule),
+            (&split, granule),
             written_type(&spec, waves.len()),
         )?;
         let data_banks_used = t
@@ -670,9 +814,14 @@ impl Plan {
         })
     }
 
-    /// Plans `spec` against the layout [`WeightLayout::cheapest_for`] chooses for it on
-    /// `profile`: the plan a one-off product should run (a backend's bank, packed once
-    /// for many M, takes its layout from the M it expects most).
+    /// The plan whose cost on `profile` ([`cost`]) is least, among the candidate layouts
+    /// (the widest waves, then narrower ones that need fewer M tiles) each planned on 1
+    /// to `spec.cores` cores: the plan a one-off product should run (a backend's bank,
+    /// packed once for many M, takes its layout from the M it expects most,
+    /// [`WeightLayout::cheapest_for`]). Ordered by predicted time, then by bytes moved
+    /// (a plan bound by its MACs takes as long with fewer bytes, and leaves DRAM to the
+    /// CPU), then by fewer waves and more cores; deterministic. The plan keeps
+    /// `spec.cores` as its maximum even when fewer cores won.
     pub fn cheapest(spec: MatmulSpec, profile: &cost::HardwareProfile) -> Result<Plan> {
         if spec.m == 0 {
             return Err(unsupported(format!(
@@ -680,14 +829,31 @@ impl Plan {
                 spec.m, spec.k, spec.n
             )));
         }
-        let layout = WeightLayout::cheapest_for(
-            spec.k,
-            spec.n,
-            spec.dtype,
-            (spec.m, spec.out, spec.cores),
-            profile,
-        )?;
-        Plan::for_layout(&layout, spec.m, spec.out, spec.cores)
+        let mut best: Option<((f64, u64), Plan)> = None;
+        let mut first_err = None;
+        for layout in WeightLayout::candidates(spec.k, spec.n, spec.dtype, spec.m, spec.cores)? {
+            for cores in (1..=spec.cores.max(1)).rev() {
+                let plan = Plan::for_layout(&layout, spec.m, spec.out, cores).and_then(|mut p| {
+                    p.spec.cores = spec.cores;
+                    let c = p.cost(profile)?;
+                    Ok(((c.seconds, c.read_bytes + c.written_bytes), p))
+                });
+                match plan {
+                    Ok((key, p)) => {
+                        if best.as_ref().is_none_or(|(b, _)| key < *b) {
+                            best = Some((key, p));
+                        }
+                    }
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        match best {
+            Some((_, p)) => Ok(p),
+            None => Err(first_err.unwrap_or_else(|| unsupported("no candidate layout".into()))),
+        }
     }
 
     /// Cores the plan runs on.
