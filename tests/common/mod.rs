@@ -48,3 +48,54 @@ impl Rng {
         self.int(-1000, 1000) as f32 / 1000.0
     }
 }
+
+/// Compares `actual` with the reviewed fixture at `path`, or writes it there under
+/// `UPDATE_FIXTURES=1`. A difference fails with the first differing line.
+pub fn check_fixture(path: &std::path::Path, actual: &[u8]) {
+    if std::env::var_os("UPDATE_FIXTURES").is_some() {
+        std::fs::create_dir_all(path.parent().expect("a fixture lies in a folder"))
+            .expect("create the fixture's folder");
+        std::fs::write(path, actual).expect("write fixture");
+        return;
+    }
+    let expected = std::fs::read(path)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_FIXTURES=1 creates it)", path.display()));
+    if let Some(diff) = first_difference(&expected, actual) {
+        panic!(
+            "{} differs from the fixture: {diff}\n(UPDATE_FIXTURES=1 rewrites it on purpose; review the diff)",
+            path.display()
+        );
+    }
+}
+
+/// Bytes the emulated rocket kernel's completion sentinel adds to every job's DMA
+/// counters (docs/device.md, "The completion sentinel"): one 4×64×32 int8 matmul reads
+/// 4·64 feature bytes and 32·64 weight bytes and writes 4·32 int32 results.
+pub const ROCKET_SENTINEL: (u64, u64, u64) = (4 * 64, 32 * 64, 4 * 32 * 4);
+
+/// Asserts that the cost model's bytes equal what the simulator's DMA engines moved
+/// (`d`, the emulated kernel's counters over one run): feature reads, weight reads, DPU
+/// reads and writes, engine by engine. `sentinels` is the number of rocket jobs in the
+/// run (0 on the vendor kernel): each adds [`ROCKET_SENTINEL`], which the model leaves out.
+pub fn assert_dma_is_the_cost(
+    what: &str,
+    d: &rknpu_driver::sim::DmaCounters,
+    cost: &rknpu_driver::kernels::matmul::cost::Cost,
+    sentinels: u64,
+) {
+    let (feature, weight, write) = ROCKET_SENTINEL;
+    let want = [
+        cost.feature_bytes + sentinels * feature,
+        cost.weight_bytes + sentinels * weight,
+        cost.dpu_write_bytes + sentinels * write,
+        cost.dpu_read_bytes,
+    ];
+    let got = [d.cna_feature, d.cna_weight, d.dpu_write, d.dpu_rdma()];
+    for ((engine, want), got) in ["feature", "weights", "written", "DPU reads"]
+        .iter()
+        .zip(want)
+        .zip(got)
+    {
+        assert_eq!(got, want, "{what}: {engine}");
+    }
+}
