@@ -109,7 +109,7 @@ fn golden_table_of_the_grid() {
         text += &format!("\nplan: {plan}\n{cost}\n");
     }
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/plans/grid.txt");
-    common::check_fixture(&path, text.as_bytes());
+    common::check_text_fixture(&path, &text);
 }
 
 /// Rule (a): on 3 cores, no core of a grid plan runs more than ⌈tasks / 3⌉ + 1 tasks,

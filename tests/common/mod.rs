@@ -49,21 +49,48 @@ impl Rng {
     }
 }
 
-/// Compares `actual` with the reviewed fixture at `path`, or writes it there under
-/// `UPDATE_FIXTURES=1`. A difference fails with the first differing line.
-pub fn check_fixture(path: &std::path::Path, actual: &[u8]) {
+/// The lines that differ between two texts of the same layout, line by line: each with
+/// its number and the line before it (which names the case in a table of blocks), the
+/// expected line marked `-` and the actual `+`; at most `most` of them, then a count.
+pub fn line_differences(expected: &str, actual: &str, most: usize) -> String {
+    let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
+    let mut out = Vec::new();
+    for i in 0..e.len().max(a.len()) {
+        let (x, y) = (e.get(i), a.get(i));
+        if x != y {
+            let before = i.checked_sub(1).and_then(|j| e.get(j)).unwrap_or(&"");
+            out.push(format!(
+                "line {} (after {before:?}):\n  - {}\n  + {}",
+                i + 1,
+                x.unwrap_or(&"(no line)"),
+                y.unwrap_or(&"(no line)")
+            ));
+        }
+    }
+    let more = out.len().saturating_sub(most);
+    out.truncate(most);
+    if more > 0 {
+        out.push(format!("... and {more} more differing line(s)"));
+    }
+    out.join("\n")
+}
+
+/// Compares the text `actual` with the reviewed fixture at `path` (every differing line,
+/// up to 20, in the failure), or writes it there under `UPDATE_FIXTURES=1`.
+pub fn check_text_fixture(path: &std::path::Path, actual: &str) {
     if std::env::var_os("UPDATE_FIXTURES").is_some() {
         std::fs::create_dir_all(path.parent().expect("a fixture lies in a folder"))
             .expect("create the fixture's folder");
         std::fs::write(path, actual).expect("write fixture");
         return;
     }
-    let expected = std::fs::read(path)
+    let expected = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_FIXTURES=1 creates it)", path.display()));
-    if let Some(diff) = first_difference(&expected, actual) {
+    if expected != actual {
         panic!(
-            "{} differs from the fixture: {diff}\n(UPDATE_FIXTURES=1 rewrites it on purpose; review the diff)",
-            path.display()
+            "{} differs from the fixture:\n{}\n(UPDATE_FIXTURES=1 rewrites it on purpose; review the diff)",
+            path.display(),
+            line_differences(&expected, actual, 20)
         );
     }
 }
