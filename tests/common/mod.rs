@@ -84,12 +84,15 @@ pub fn check_text_fixture(path: &std::path::Path, actual: &str) {
         std::fs::write(path, actual).expect("write fixture");
         return;
     }
+    let shown = path
+        .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or(path)
+        .display();
     let expected = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_FIXTURES=1 creates it)", path.display()));
+        .unwrap_or_else(|e| panic!("{shown}: {e} (UPDATE_FIXTURES=1 creates it)"));
     if expected != actual {
         panic!(
-            "{} differs from the fixture:\n{}\n(UPDATE_FIXTURES=1 rewrites it on purpose; review the diff)",
-            path.display(),
+            "{shown} differs from the fixture:\n{}\n(UPDATE_FIXTURES=1 rewrites it on purpose; review the diff)",
             line_differences(&expected, actual, 20)
         );
     }
