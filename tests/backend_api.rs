@@ -1352,12 +1352,8 @@ fn the_cost_model_counts_what_the_simulator_moves() {
         } else {
             mm.run_int(&vec![1; (m * k) as usize]).unwrap();
         }
-        let d = emu.dma_counters();
         let what = format!("{m}x{k}x{n} {dtype:?} on {cores}");
-        assert_eq!(d.cna_feature, cost.feature_bytes, "{what}: feature");
-        assert_eq!(d.cna_weight, cost.weight_bytes, "{what}: weights");
-        assert_eq!(d.dpu_write, cost.dpu_write_bytes, "{what}: written");
-        assert_eq!(d.dpu_rdma(), cost.dpu_read_bytes, "{what}: DPU reads");
+        common::assert_dma_is_the_cost(&what, &emu.dma_counters(), &cost, 0);
     }
 }
 

@@ -48,3 +48,84 @@ impl Rng {
         self.int(-1000, 1000) as f32 / 1000.0
     }
 }
+
+/// The lines that differ between two texts of the same layout, line by line: each with
+/// its number and the line before it (which names the case in a table of blocks), the
+/// expected line marked `-` and the actual `+`; at most `most` of them, then a count.
+pub fn line_differences(expected: &str, actual: &str, most: usize) -> String {
+    let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
+    let mut out = Vec::new();
+    for i in 0..e.len().max(a.len()) {
+        let (x, y) = (e.get(i), a.get(i));
+        if x != y {
+            let before = i.checked_sub(1).and_then(|j| e.get(j)).unwrap_or(&"");
+            out.push(format!(
+                "line {} (after {before:?}):\n  - {}\n  + {}",
+                i + 1,
+                x.unwrap_or(&"(no line)"),
+                y.unwrap_or(&"(no line)")
+            ));
+        }
+    }
+    let more = out.len().saturating_sub(most);
+    out.truncate(most);
+    if more > 0 {
+        out.push(format!("... and {more} more differing line(s)"));
+    }
+    out.join("\n")
+}
+
+/// Compares the text `actual` with the reviewed fixture at `path` (every differing line,
+/// up to 20, in the failure), or writes it there under `UPDATE_FIXTURES=1`.
+pub fn check_text_fixture(path: &std::path::Path, actual: &str) {
+    if std::env::var_os("UPDATE_FIXTURES").is_some() {
+        std::fs::create_dir_all(path.parent().expect("a fixture lies in a folder"))
+            .expect("create the fixture's folder");
+        std::fs::write(path, actual).expect("write fixture");
+        return;
+    }
+    let shown = path
+        .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or(path)
+        .display();
+    let expected = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{shown}: {e} (UPDATE_FIXTURES=1 creates it)"));
+    if expected != actual {
+        panic!(
+            "{shown} differs from the fixture:\n{}\n(UPDATE_FIXTURES=1 rewrites it on purpose; review the diff)",
+            line_differences(&expected, actual, 20)
+        );
+    }
+}
+
+/// Bytes the emulated rocket kernel's completion sentinel adds to every job's DMA
+/// counters (docs/device.md, "The completion sentinel"): one 4×64×32 int8 matmul reads
+/// 4·64 feature bytes and 32·64 weight bytes and writes 4·32 int32 results.
+pub const ROCKET_SENTINEL: (u64, u64, u64) = (4 * 64, 32 * 64, 4 * 32 * 4);
+
+/// Asserts that the cost model's bytes equal what the simulator's DMA engines moved
+/// (`d`, the emulated kernel's counters over one run): feature reads, weight reads, DPU
+/// reads and writes, engine by engine. `sentinels` is the number of rocket jobs in the
+/// run (0 on the vendor kernel): each adds [`ROCKET_SENTINEL`], which the model leaves out.
+pub fn assert_dma_is_the_cost(
+    what: &str,
+    d: &rknpu_driver::sim::DmaCounters,
+    cost: &rknpu_driver::kernels::matmul::cost::Cost,
+    sentinels: u64,
+) {
+    let (feature, weight, write) = ROCKET_SENTINEL;
+    let want = [
+        cost.feature_bytes + sentinels * feature,
+        cost.weight_bytes + sentinels * weight,
+        cost.dpu_write_bytes + sentinels * write,
+        cost.dpu_read_bytes,
+    ];
+    let got = [d.cna_feature, d.cna_weight, d.dpu_write, d.dpu_rdma()];
+    for ((engine, want), got) in ["feature", "weights", "written", "DPU reads"]
+        .iter()
+        .zip(want)
+        .zip(got)
+    {
+        assert_eq!(got, want, "{what}: {engine}");
+    }
+}
