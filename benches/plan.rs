@@ -20,10 +20,11 @@
 //!   8. The target is under 1 µs per task.
 //!
 //! * `costed_search_128x4096x4096`: `Plan::cheapest(MatmulSpec::new(128, 4096, 4096,
-//!   Dtype::Int8).on_cores(3), &HardwareProfile::rk3588())` — the costed layout search
-//!   (the widest waves and their halves, each planned and costed from its tasks' DMA
+//!   Dtype::Int8).on_cores(3), &HardwareProfile::rk3588())` — the costed search (the
+//!   candidate K splits on 1 to 3 cores, each planned and costed from its tasks' DMA
 //!   ranges) — then `Plan::program()`, against `plan_program` of `Plan::new` of the same
-//!   spec in the same group (the search's price over a plain plan).
+//!   spec in the same group (the search's price over a plain plan); and the same search
+//!   for 512×3840×4096 fp16, whose candidates run to six waves.
 //!
 //! Run with:
 //!
@@ -83,22 +84,28 @@ fn plan_and_encode_4096x4096(c: &mut Criterion) {
 }
 
 fn costed_search_128x4096x4096(c: &mut Criterion) {
-    let spec = MatmulSpec::new(128, 4096, 4096, Dtype::Int8).on_cores(3);
     let profile = HardwareProfile::rk3588();
     let mut group = c.benchmark_group("costed_search_128x4096x4096");
     group
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    group.bench_function("cheapest_program", |b| {
-        b.iter(|| {
-            Plan::cheapest(black_box(spec), &profile)
-                .expect("the shape plans")
-                .program()
-                .expect("the program builds")
-        })
-    });
+    let cheapest = MatmulSpec::new(128, 4096, 4096, Dtype::Int8).on_cores(3);
+    let widest = MatmulSpec::new(512, 3840, 4096, Dtype::Fp16).on_cores(3);
+    for (name, spec) in [
+        ("cheapest_program", cheapest),
+        ("cheapest_program_512x3840x4096_fp16", widest),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                Plan::cheapest(black_box(spec), &profile)
+                    .expect("the shape plans")
+                    .program()
+                    .expect("the program builds")
+            })
+        });
+    }
     group.bench_function("plan_program", |b| {
-        b.iter(|| plan_and_encode(black_box(spec)))
+        b.iter(|| plan_and_encode(black_box(cheapest)))
     });
     group.finish();
 }

@@ -486,6 +486,36 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
             "reuse on the first task of a chain keeps whatever an earlier job left in the CBUF",
         ));
     }
+    if b.weight_reuse && weights.1 > b.weight_bytes() {
+        return Err(unsupported(
+            at,
+            cna::CbufCon0::WEIGHT_REUSE,
+            1,
+            format!(
+                "the task's {} bytes of weights do not fit its {} weight banks, so the CBUF streams them and keeps none",
+                weights.1, b.weight_banks
+            ),
+        ));
+    }
+    if prec == Precision::Int8
+        && (b.data_reuse || b.weight_reuse)
+        && data_bytes > u64::from(b.data_banks.saturating_sub(1)) * cbuf::BANK_BYTES
+    {
+        let field = if b.data_reuse {
+            cna::CbufCon0::DATA_REUSE
+        } else {
+            cna::CbufCon0::WEIGHT_REUSE
+        };
+        return Err(unsupported(
+            at,
+            field,
+            1,
+            format!(
+                "int8 feature data of {data_bytes} bytes leaves no spare bank of its {} data banks; near-full int8 banks corrupted the last rows of reusing programs on boards",
+                b.data_banks
+            ),
+        ));
+    }
     if b.data_reuse && state.data != Some(data) {
         return Err(unsupported(
             at,

@@ -39,7 +39,7 @@ mod npu_dequant;
 pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
 
-use super::{Bo, BoFlags, CoreMask, Device, Job, JobResult, Pending};
+use super::{Bo, BoFlags, CoreMask, Device, Interface, Job, JobResult, Pending};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{Plan, pack, quant};
 use crate::kernels::single::{Dtype, OutType};
@@ -427,6 +427,11 @@ impl Matmul {
         npu: Option<NpuDequant>,
     ) -> Result<Matmul> {
         let dev = bank.device();
+        // rocket starts each task on its own: nothing stays in the CBUF between them.
+        let plan = match dev.info().interface {
+            Interface::Rocket => plan.without_reuse(),
+            Interface::Vendor => plan,
+        };
         let program = match &npu {
             // Each call's row scales are written into the bound words in place.
             Some(_) => NpuDequant::program(&plan)?,

@@ -20,9 +20,8 @@
 //! share (at most `BW_core`) for its whole run, even after another core has finished;
 //! transfers and MACs overlap completely within a core (the slower of the two is the
 //! core's time); per-task overhead overlaps with neither; one submission starts every
-//! core's chain at once. Left out: data kept in the CBUF from one task to the next (every
-//! task is charged its full DMA ranges), incremental tasks that reload only part of their
-//! operands, contention with the CPU for DDR, and all host work (packing, cache
+//! core's chain at once. An operand a task finds in the CBUF (a reuse bit) is not
+//! charged. Left out: the regcmd fetches (incremental tasks fetch fewer), contention with the CPU for DDR, and all host work (packing, cache
 //! maintenance, the reduction of K waves). docs/matmul.md ("Cost model") has the figures
 //! and their sources.
 
@@ -275,18 +274,22 @@ impl Bases {
         Bases { a, b, c }
     }
 
-    fn at(base: u64, offset: u64) -> Result<DmaAddr> {
-        u32::try_from(base + offset)
-            .map(DmaAddr::Fixed)
-            .map_err(|_| cost_error(format!("address {:#x} beyond 32 bits", base + offset)))
+    /// The three buffers' start addresses.
+    fn addrs(&self) -> Result<[DmaAddr; 3]> {
+        let at = |base: u64| {
+            u32::try_from(base)
+                .map(DmaAddr::Fixed)
+                .map_err(|_| cost_error(format!("address {base:#x} beyond 32 bits")))
+        };
+        Ok([at(self.a)?, at(self.b)?, at(self.c)?])
     }
 }
 
 impl Plan {
     /// The plan's cost on `profile`: every task built as [`Plan::program`] builds it
-    /// ([`Plan::task_matmul`] at the offsets [`Plan::push_core`] relocates to in A, the
-    /// weight bank and C), bound to fixed addresses, its [`Task::dma`](crate::task::Task::dma)
-    /// ranges summed per DMA engine and per core, and the time of the module's formula.
+    /// ([`Plan::task`]), bound to fixed addresses, its [`Task::dma`](crate::task::Task::dma)
+    /// ranges summed per DMA engine and per core (less an operand the task finds in the
+    /// CBUF, which the CNA does not fetch), and the time of the module's formula.
     pub fn cost(&self, profile: &HardwareProfile) -> Result<Cost> {
         let s = &self.spec;
         let bits = s.dtype.bits() as u64;
@@ -299,19 +302,22 @@ impl Plan {
         let bases = Bases::new(self);
         let feature_reg = cna::FeatureDataAddr::NAME;
         let weight_reg = cna::DcompAddr0::NAME;
+        let buffers = bases.addrs()?;
         for t in &self.tasks {
             let core = t.core as usize;
             let w = self.layout.waves[t.wave as usize];
-            // The same offsets as `push_core`.
-            let b_off =
-                self.layout.b_offsets[t.wave as usize] + t.n0 as u64 * w.ai as u64 * bits / 8;
-            let task = self.task_matmul(t).task_at(
-                Bases::at(bases.a, t.a_offset)?,
-                Bases::at(bases.b, b_off)?,
-                Bases::at(bases.c, t.c_offset)?,
-                Bases::at(bases.c, 0)?,
-            )?;
+            let task = self.task(t, buffers)?;
+            let (data_kept, weights_kept) = task
+                .cna
+                .as_ref()
+                .map_or((false, false), |c| (c.cbuf.data_reuse, c.cbuf.weight_reuse));
             for r in task.dma() {
+                // An operand the task finds in the CBUF is not fetched.
+                let kept = (r.register == feature_reg && data_kept)
+                    || (r.register == weight_reg && weights_kept);
+                if r.block == Block::Cna && kept {
+                    continue;
+                }
                 match r.access {
                     Access::Read => read += r.len,
                     Access::Write => written += r.len,
@@ -373,32 +379,35 @@ mod tests {
         Plan::new(MatmulSpec::new(m, k, n, dtype).on_cores(cores)).unwrap()
     }
 
-    /// Bytes a task's CNA reads as feature data: its rows, each padded to its wave's
-    /// `ai` channels, in the input type.
+    /// Bytes the CNA reads as feature data: each task's rows, padded to its wave's `ai`
+    /// channels, in the input type, except a task that finds its A block in the CBUF.
     fn padded_rows(p: &Plan) -> u64 {
         let bits = p.spec.dtype.bits() as u64;
         p.tasks
             .iter()
+            .filter(|t| t.reuse != crate::kernels::matmul::Reuse::Data)
             .map(|t| t.rows as u64 * p.layout.waves[t.wave as usize].ai as u64 * bits / 8)
             .sum()
     }
 
     #[test]
-    fn gemv_int8_on_one_core_reads_the_bank_once_and_the_row_once_per_task() {
+    fn gemv_int8_on_one_core_reads_the_bank_once_and_the_row_once() {
         // 1×4096×4096 int8 on one core: M ≤ 4 takes the single-token layout, one wave of
         // 4096 channels; int8 N tiles are at most 3072 columns, so the 128 granules of 32
         // columns become 2 even tiles of 2048. Each of the 2 tasks loads the weights of
         // its tile, 2048 kernels × 4096 channels × 1 byte, at its own offset in the bank:
-        // together 4096·4096 bytes, the bank once. Each task also reads the one row of A,
-        // padded to 4096 channels (4096 bytes), once per task; and writes its 1×2048
-        // int32 block, together the C buffer of 1×4096×4 bytes.
+        // together 4096·4096 bytes, the bank once. The first task reads the one row of A,
+        // padded to 4096 channels (4096 bytes); the second finds it in the CBUF
+        // (DATA_REUSE, with a spare data bank: 2 data + 10 weight banks). Each writes its
+        // 1×2048 int32 block, together the C buffer of 1×4096×4 bytes.
         let p = plan(1, 4096, 4096, Dtype::Int8, 1);
         assert_eq!((p.layout.waves.len(), p.tasks.len()), (1, 2));
         let c = p.cost(&HardwareProfile::rk3588()).unwrap();
         assert_eq!(c.weight_bytes, 4096 * 4096);
         assert_eq!(c.weight_bytes, p.layout.bytes);
+        assert_eq!(p.tasks[1].reuse, crate::kernels::matmul::Reuse::Data);
         assert_eq!(c.feature_bytes, padded_rows(&p));
-        assert_eq!(c.feature_bytes, 2 * 4096);
+        assert_eq!(c.feature_bytes, 4096);
         assert_eq!(c.written_bytes, p.c_bytes);
         assert_eq!(c.written_bytes, 4096 * 4);
         assert_eq!(c.dpu_write_bytes, c.written_bytes);

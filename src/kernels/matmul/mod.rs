@@ -38,7 +38,20 @@ pub use host::{
 use super::single::{Dtype, Layout, OutType, SingleMatmul};
 use crate::error::{Error, Result};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder};
+use crate::task::Task;
 use std::fmt;
+
+/// `base` moved `by` bytes on, or an error past 32 bits.
+fn offset(base: DmaAddr, by: u64) -> Result<DmaAddr> {
+    let by = u32::try_from(by).ok();
+    match base {
+        DmaAddr::Fixed(a) => by.and_then(|by| a.checked_add(by)).map(DmaAddr::Fixed),
+        DmaAddr::Reloc(r) => by
+            .and_then(|by| r.offset.checked_add(by))
+            .map(|o| DmaAddr::reloc(r.buffer, o)),
+    }
+    .ok_or_else(|| unsupported(format!("an offset beyond 32 bits from {base:?}")))
+}
 
 /// The buffer holding the program.
 pub const REGCMD: BufferId = BufferId(0);
@@ -132,6 +145,25 @@ pub struct TaskTile {
     pub a_offset: u64,
     /// Byte offset of its C block.
     pub c_offset: u64,
+    /// The operand it finds in the CBUF, loaded by the task before it on its core.
+    pub reuse: Reuse,
+    /// One CBUF data bank more than its A block needs (int8 tasks of a core whose
+    /// tasks reuse the CBUF: near-full int8 feature banks corrupted the last rows on
+    /// boards, docs/matmul.md).
+    pub spare_data_bank: bool,
+}
+
+/// Which operand a task finds in the CBUF (`CBUF_CON0` DATA_REUSE / WEIGHT_REUSE),
+/// loaded there by the task before it on the same core with the same bank split.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Reuse {
+    /// It loads both operands.
+    #[default]
+    None,
+    /// Its A block (the same rows and wave as the task before, another column tile).
+    Data,
+    /// Its weights (the same column tile and wave as the task before, other rows).
+    Weights,
 }
 
 /// A buffer a plan's program names: which, what it holds, how long it is, and whether the
@@ -542,9 +574,129 @@ struct Tiles {
     c_bytes: u64,
 }
 
+/// Data banks a task of `rows` rows of `ai` channels takes (as [`SingleMatmul`] sets
+/// them), plus `spare`.
+fn task_data_banks(rows: u32, ai: u32, bits: u64, spare: bool) -> u64 {
+    (rows as u64 * ai as u64 * bits / 8)
+        .div_ceil(BANK)
+        .clamp(1, 10)
+        + u64::from(spare)
+}
+
+/// One core's tasks in the order that lets the CBUF keep the most bytes, with their
+/// [`Reuse`]: column tile, wave, M tile (consecutive tasks share weights, kept when a
+/// column tile's weights fit the weight banks) or wave, M tile, column tile
+/// (consecutive tasks share an A block). Reuse needs the same bank split as the task
+/// before (§11); an int8 core whose tasks reuse takes a spare data bank on every task,
+/// so it reuses only where that bank is free.
+fn core_tasks(
+    layout: &WeightLayout,
+    work: &CoreWork,
+    m_rows: &[(u32, u32)],
+    tiles: &[(u32, u32)],
+) -> Vec<TaskTile> {
+    let bits = layout.dtype.bits() as u64;
+    let ai = |w: u32| layout.waves[w as usize].ai;
+    let waves = work.w0..work.w0 + work.waves;
+    let m_tiles = work.t0..work.t0 + work.m_tiles;
+    let int8 = layout.dtype == Dtype::Int8;
+    let group = layout.dtype.kernels_per_atom().max(32) as u64;
+    // An int8 spare bank must leave the weight banks at least 2 and one kernel group.
+    let spare_fits = waves.clone().all(|w| {
+        m_tiles.clone().all(|mt| {
+            let db = task_data_banks(m_rows[mt as usize].1, ai(w), bits, true);
+            db <= 10 && group * ai(w) as u64 * bits / 8 <= (12 - db) * BANK
+        })
+    });
+    let spare = int8 && spare_fits;
+    let can_reuse = !int8 || spare;
+    let banks = |rows, w| task_data_banks(rows, ai(w), bits, spare);
+    let same_split = |w: u32| {
+        let first = banks(m_rows[work.t0 as usize].1, w);
+        m_tiles
+            .clone()
+            .all(|mt| banks(m_rows[mt as usize].1, w) == first)
+    };
+    // Weights kept: a column tile's weights within the weight banks of every M tile.
+    let weights_fit = |w: u32, nt: u32| {
+        same_split(w)
+            && nt as u64 * ai(w) as u64 * bits / 8
+                <= (12 - banks(m_rows[work.t0 as usize].1, w)) * BANK
+    };
+    let mut weight_saving = 0u64;
+    let mut data_saving = 0u64;
+    if can_reuse {
+        for w in waves.clone() {
+            for &(_, nt) in tiles {
+                if work.m_tiles > 1 && weights_fit(w, nt) {
+                    weight_saving +=
+                        (work.m_tiles as u64 - 1) * nt as u64 * ai(w) as u64 * bits / 8;
+                }
+            }
+            for mt in m_tiles.clone() {
+                let rows = m_rows[mt as usize].1 as u64;
+                data_saving +=
+                    (tiles.len() as u64).saturating_sub(1) * rows * ai(w) as u64 * bits / 8;
+            }
+        }
+    }
+    let task = |w: u32, mt: u32, (n0, nt): (u32, u32)| {
+        let (m0, rows) = m_rows[mt as usize];
+        TaskTile {
+            core: 0,
+            wave: w,
+            m0,
+            rows,
+            n0,
+            nt,
+            a_offset: 0,
+            c_offset: 0,
+            reuse: Reuse::None,
+            spare_data_bank: false,
+        }
+    };
+    let mut v = Vec::with_capacity(tiles.len() * work.waves as usize * work.m_tiles as usize);
+    if data_saving > weight_saving {
+        for w in waves.clone() {
+            for mt in m_tiles.clone() {
+                for (i, &tile) in tiles.iter().enumerate() {
+                    let reuse = if i > 0 { Reuse::Data } else { Reuse::None };
+                    v.push(TaskTile {
+                        reuse,
+                        ..task(w, mt, tile)
+                    });
+                }
+            }
+        }
+    } else {
+        for &tile in tiles {
+            for w in waves.clone() {
+                let keep = weight_saving > 0 && work.m_tiles > 1 && weights_fit(w, tile.1);
+                for (i, mt) in m_tiles.clone().enumerate() {
+                    let reuse = if keep && i > 0 {
+                        Reuse::Weights
+                    } else {
+                        Reuse::None
+                    };
+                    v.push(TaskTile {
+                        reuse,
+                        ..task(w, mt, tile)
+                    });
+                }
+            }
+        }
+    }
+    let reusing = v.iter().any(|t| t.reuse != Reuse::None);
+    for t in &mut v {
+        t.spare_data_bank = int8 && reusing;
+    }
+    v
+}
+
 /// Deals the work to cores: each core's column range is cut into its tiles (even runs
-/// of granules), and each column tile runs the core's waves over the core's M tiles. `a_offsets[wave][m tile]` locate the A blocks; C blocks are laid
-/// out in task order.
+/// of granules) and run over the core's waves and M tiles in the order
+/// [`core_tasks`] chooses. `a_offsets[wave][m tile]` locate the A blocks; C blocks are
+/// laid out in task order.
 fn deal_tiles(
     layout: &WeightLayout,
     m_rows: &[(u32, u32)],
@@ -556,37 +708,31 @@ fn deal_tiles(
     let mut per_core = Vec::new();
     let (mut c_bytes, mut n_tile) = (0u64, 0u32);
     for (core, work) in split.cores.iter().enumerate() {
-        let before = tasks.len();
+        let mut tiles = Vec::with_capacity(work.n_tiles as usize);
         let mut g = work.g0;
         for tile in even(work.granules, work.n_tiles) {
-            let (n0, nt) = (g * granule, tile * granule);
-            n_tile = n_tile.max(nt);
-            for wi in work.w0..work.w0 + work.waves {
-                let offsets = &a_offsets[wi as usize];
-                for mt in work.t0..work.t0 + work.m_tiles {
-                    let (m0, rows) = m_rows[mt as usize];
-                    tasks.push(TaskTile {
-                        core: core as u32,
-                        wave: wi,
-                        m0,
-                        rows,
-                        n0,
-                        nt,
-                        a_offset: offsets[mt as usize],
-                        c_offset: c_bytes,
-                    });
-                    c_bytes += rows as u64 * nt as u64 * part.bytes() as u64;
-                }
-            }
+            tiles.push((g * granule, tile * granule));
+            n_tile = n_tile.max(tile * granule);
             g += tile;
         }
-        let count = tasks.len() - before;
-        if count > MAX_TASKS {
+        let mine = core_tasks(layout, work, m_rows, &tiles);
+        if mine.len() > MAX_TASKS {
             return Err(unsupported(format!(
-                "core {core} would run {count} tasks; one submission counts at most {MAX_TASKS}"
+                "core {core} would run {} tasks; one submission counts at most {MAX_TASKS}",
+                mine.len()
             )));
         }
-        per_core.push(count);
+        per_core.push(mine.len());
+        for t in mine {
+            let mt = m_rows.partition_point(|&(m0, _)| m0 < t.m0);
+            tasks.push(TaskTile {
+                core: core as u32,
+                a_offset: a_offsets[t.wave as usize][mt],
+                c_offset: c_bytes,
+                ..t
+            });
+            c_bytes += t.rows as u64 * t.nt as u64 * part.bytes() as u64;
+        }
     }
     debug_assert!(layout.n_pad >= n_tile);
     Ok(Tiles {
@@ -886,6 +1032,55 @@ impl Plan {
         }
     }
 
+    /// The same plan with every task loading its operands (no [`Reuse`], no spare data
+    /// bank): for a kernel interface that starts each task on its own, where the CBUF
+    /// holds nothing a task may count on (the mainline `rocket` driver kicks the cores
+    /// once per task; docs/matmul.md, "CBUF reuse").
+    pub fn without_reuse(&self) -> Plan {
+        let mut p = self.clone();
+        for t in &mut p.tasks {
+            t.reuse = Reuse::None;
+            t.spare_data_bank = false;
+        }
+        p
+    }
+
+    /// Byte offset of `t`'s weights in the bank: its wave's, then its first column's.
+    pub fn b_offset(&self, t: &TaskTile) -> u64 {
+        let w = self.layout.waves[t.wave as usize];
+        self.layout.b_offsets[t.wave as usize]
+            + t.n0 as u64 * w.ai as u64 * self.spec.dtype.bits() as u64 / 8
+    }
+
+    /// The task model of `t`, with A, the weight bank and C starting at `a`, `b` and
+    /// `c`: its [`Plan::task_matmul`] at its offsets, with the plan's CBUF decisions
+    /// (a spare data bank, the [`Reuse`] bit). What [`Plan::push_core`] emits and
+    /// [`Plan::cost`] counts.
+    pub fn task(&self, t: &TaskTile, [a, b, c]: [DmaAddr; 3]) -> Result<Task> {
+        let mut task = self.task_matmul(t).task_at(
+            offset(a, t.a_offset)?,
+            offset(b, self.b_offset(t))?,
+            offset(c, t.c_offset)?,
+            c,
+        )?;
+        if let Some(cna) = task.cna.as_mut() {
+            let cbuf = &mut cna.cbuf;
+            if t.spare_data_bank {
+                if cbuf.weight_banks <= 2 {
+                    return Err(unsupported(format!(
+                        "a spare data bank leaves {} weight banks",
+                        cbuf.weight_banks - 1
+                    )));
+                }
+                cbuf.data_banks += 1;
+                cbuf.weight_banks -= 1;
+            }
+            cbuf.data_reuse = t.reuse == Reuse::Data;
+            cbuf.weight_reuse = t.reuse == Reuse::Weights;
+        }
+        Ok(task)
+    }
+
     /// The buffers `program` (this plan's [`Plan::program`]) names, in id order: the
     /// program itself, packed A, the weight bank and C. A job lists them all; the
     /// verifier checks the tasks' DMA ranges against them.
@@ -927,18 +1122,9 @@ impl Plan {
     ) -> Result<()> {
         let first: usize = self.per_core.iter().take(core).sum();
         let count = self.per_core.get(core).copied().unwrap_or(0);
+        let bases = [a, b, c].map(|id| DmaAddr::reloc(id, 0));
         for t in &self.tasks[first..first + count] {
-            let mm = self.task_matmul(t);
-            let w = self.layout.waves[t.wave as usize];
-            let b_off = self.layout.b_offsets[t.wave as usize]
-                + t.n0 as u64 * w.ai as u64 * self.spec.dtype.bits() as u64 / 8;
-            let body = mm.body_at(
-                DmaAddr::reloc(a, t.a_offset as u32),
-                DmaAddr::reloc(b, b_off as u32),
-                DmaAddr::reloc(c, t.c_offset as u32),
-                DmaAddr::reloc(c, 0),
-            )?;
-            p.push_task(body, BlockMask::CONV);
+            p.push_task(self.task(t, bases)?.body()?, BlockMask::CONV);
         }
         Ok(())
     }

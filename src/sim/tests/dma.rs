@@ -156,21 +156,33 @@ fn a_range_run_sums_its_kicks() {
     assert_eq!(range.dma, one);
 }
 
+/// Two chained `m`×`k`×`n` int8 tasks over the same A and B, each with one spare data
+/// bank (2 data + 10 weight banks), the second with `reuse` applied to its CBUF split.
+fn reusing_program(
+    (m, k, n): (u32, u32, u32),
+    reuse: impl Fn(&mut crate::task::Cbuf),
+) -> crate::regcmd::Program {
+    let mm = SingleMatmul::new(m, k, n, Dtype::Int8);
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    for second in [false, true] {
+        let mut task = mm.task().unwrap();
+        let cbuf = &mut task.cna.as_mut().unwrap().cbuf;
+        (cbuf.data_banks, cbuf.weight_banks) = (2, 10);
+        if second {
+            reuse(cbuf);
+        }
+        p.push_task(task.body().unwrap(), mm.enable());
+    }
+    p.build().unwrap()
+}
+
 #[test]
 fn operands_reused_from_the_cbuf_are_not_fetched_again() {
-    // Two chained 4×64×32 int8 tasks over the same A and B; the second keeps both in the
-    // CBUF (DATA_REUSE, WEIGHT_REUSE), so only the first fetches them.
-    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
-    let mut p = ProgramBuilder::new(single::REGCMD);
-    p.push_task(mm.body().unwrap(), mm.enable());
-    let mut second = mm.task().unwrap();
-    let cbuf = &mut second.cna.as_mut().unwrap().cbuf;
-    cbuf.data_reuse = true;
-    cbuf.weight_reuse = true;
-    let mut body = crate::regcmd::TaskBuilder::with_capacity(130);
-    second.emit(&mut body).unwrap();
-    p.push_task(body, mm.enable());
-    let program = p.build().unwrap();
+    // The second task keeps both operands in the CBUF (DATA_REUSE, WEIGHT_REUSE), so
+    // only the first fetches them.
+    let program = reusing_program((4, 64, 32), |c| {
+        (c.data_reuse, c.weight_reuse) = (true, true)
+    });
     let s = Setup::int8(4, 64, 32);
     let mut sim = s.sim();
     sim.memory_mut()
@@ -202,4 +214,44 @@ fn operands_reused_from_the_cbuf_are_not_fetched_again() {
     assert_eq!(run.dma.cna_feature, 256);
     assert_eq!(run.dma.cna_weight, 2048);
     assert_eq!(run.dma.dpu_write, 2 * 512);
+}
+
+#[test]
+fn reuse_needs_a_spare_int8_bank_and_weights_that_fit() {
+    let run = |(m, k, n), reuse: &dyn Fn(&mut crate::task::Cbuf)| {
+        let program = reusing_program((m, k, n), reuse);
+        let mut sim = Setup::int8(m, k, n).sim();
+        let base = at(single::REGCMD) + 0x10_0000;
+        let words = program
+            .bind(|b| {
+                addr(b).map(|a| {
+                    if b == single::REGCMD {
+                        u64::from(base)
+                    } else {
+                        a
+                    }
+                })
+            })
+            .unwrap();
+        sim.memory_mut()
+            .map(base, words_to_le_bytes(&words))
+            .unwrap();
+        sim.kick(&Kick::new(base, program.tasks()[0].regcfg_amount))
+    };
+    // int8 feature data filling its one data bank: the reuse bit is refused, named.
+    let full = |c: &mut crate::task::Cbuf| {
+        (c.data_banks, c.weight_banks) = (1, 11);
+        c.data_reuse = true;
+    };
+    let err = run((4, 64, 32), &full).unwrap_err().to_string();
+    assert!(err.contains(cna::CbufCon0::DATA_REUSE.name()), "{err}");
+    assert!(err.contains("spare"), "{err}");
+    // 512 kernels of 1024 bytes (512 KiB) do not fit 10 weight banks (320 KiB): the CBUF
+    // streams them, so none are kept for the next task.
+    let keep = |c: &mut crate::task::Cbuf| c.weight_reuse = true;
+    let err = run((4, 1024, 512), &keep).unwrap_err().to_string();
+    assert!(err.contains(cna::CbufCon0::WEIGHT_REUSE.name()), "{err}");
+    assert!(err.contains("do not fit"), "{err}");
+    // 32 kernels of 64 bytes fit: the same bit is accepted.
+    assert!(run((4, 64, 32), &keep).unwrap().completed);
 }
