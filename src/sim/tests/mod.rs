@@ -124,6 +124,7 @@ mod bounds;
 mod dequant;
 mod dma;
 mod errors;
+mod incremental;
 mod lints;
 
 // ----- stalls -----
