@@ -39,11 +39,11 @@ mod npu_dequant;
 pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
 
-use super::{Bo, BoFlags, CoreMask, Device, Job, JobResult, Pending};
+use super::{Bo, BoFlags, CoreMask, Device, Interface, Job, JobResult, Pending};
 use crate::error::{Error, Result};
-use crate::kernels::matmul::{Plan, pack, quant};
+use crate::kernels::matmul::{A, B, C, Plan, REGCMD, pack, quant};
 use crate::kernels::single::{Dtype, OutType};
-use crate::regcmd::{BufferId, Program, words_to_le_bytes};
+use crate::regcmd::{BufferId, Program, ProgramBuilder, words_to_le_bytes};
 use half::{bf16, f16};
 use npu_dequant::{NpuDequant, fp16_normal};
 use std::sync::Arc;
@@ -89,6 +89,13 @@ pub struct MatmulOptions {
     /// int8 banks with one K wave: [`Matmul::mul_mat`] scales and converts to f32 on the
     /// NPU (docs/matmul.md, "What runs where") instead of on the host.
     pub npu_dequant: bool,
+    /// Incremental task bodies: after the first two tasks of each core's chain, a task
+    /// writes only the registers whose values differ from what its ping-pong register
+    /// group holds (and those the vendor runtime always writes), as the vendor runtime's
+    /// chains do ([`ProgramBuilder::incremental`]). Shorter programs, the same results.
+    /// Vendor driver only: refused on rocket, where it has not been validated
+    /// (docs/device.md).
+    pub incremental: bool,
     /// The deadline of a blocking call.
     pub timeout: Duration,
 }
@@ -100,6 +107,7 @@ impl Default for MatmulOptions {
             activations: None,
             fp16_out: false,
             npu_dequant: false,
+            incremental: false,
             timeout: Duration::from_secs(5),
         }
     }
@@ -137,6 +145,16 @@ impl MatmulOptions {
     pub fn dequantize_on_npu(self) -> MatmulOptions {
         MatmulOptions {
             npu_dequant: true,
+            ..self
+        }
+    }
+
+    /// Incremental task bodies on (`true`) or off (the default); see
+    /// [`MatmulOptions::incremental`](MatmulOptions#structfield.incremental). A rocket
+    /// device refuses them with [`Error::NotOffered`].
+    pub fn incremental(self, on: bool) -> MatmulOptions {
+        MatmulOptions {
+            incremental: on,
             ..self
         }
     }
@@ -206,6 +224,8 @@ pub struct Matmul {
     row_scales: Vec<f32>,
     /// NPU dequantisation, when chosen.
     npu: Option<NpuDequant>,
+    /// Whether the program has incremental bodies.
+    incremental: bool,
     /// The deadline of a blocking call.
     pub timeout: Duration,
     /// Timings of the last blocking call.
@@ -326,6 +346,11 @@ impl Matmul {
             Dtype::Bf16 => Activations::Bf16,
             _ => Activations::Int8,
         });
+        if options.incremental && dev.info().interface == Interface::Rocket {
+            return Err(Error::NotOffered {
+                what: "incremental task bodies on the rocket driver: validated on the vendor driver only (a delta program did not work on rocket; docs/device.md)".into(),
+            });
+        }
         if options.npu_dequant && !(dtype == Dtype::Int8 && acts == Activations::Int8) {
             return Err(Error::Precision {
                 input: acts.name(),
@@ -385,7 +410,14 @@ impl Matmul {
         } else {
             None
         };
-        Matmul::build(bank, plan, m, acts, options.timeout, npu)
+        Matmul::build(
+            bank,
+            plan,
+            m,
+            acts,
+            (options.timeout, options.incremental),
+            npu,
+        )
     }
 
     /// A matmul that runs `plan` against `bank` (whose layout the plan must follow), for
@@ -412,7 +444,7 @@ impl Matmul {
             plan,
             rows,
             acts,
-            MatmulOptions::default().timeout,
+            (MatmulOptions::default().timeout, false),
             None,
         )
     }
@@ -423,14 +455,21 @@ impl Matmul {
         plan: Plan,
         rows: u32,
         acts: Activations,
-        timeout: Duration,
+        (timeout, incremental): (Duration, bool),
         npu: Option<NpuDequant>,
     ) -> Result<Matmul> {
         let dev = bank.device();
         let program = match &npu {
             // Each call's row scales are written into the bound words in place.
-            Some(_) => NpuDequant::program(&plan)?,
-            None => plan.program()?,
+            Some(_) => NpuDequant::program(&plan, incremental)?,
+            None => {
+                let mut p = ProgramBuilder::new(REGCMD).incremental(incremental);
+                for core in 0..plan.per_core.len() {
+                    plan.push_core(&mut p, core, [A, B, C])?;
+                    p.end_chain();
+                }
+                p.build()?
+            }
         };
         let regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
         let a = dev.alloc(plan.a_bytes.max(1) as usize, BoFlags::default())?;
@@ -446,6 +485,7 @@ impl Matmul {
             c,
             row_scales: Vec::new(),
             npu,
+            incremental,
             timeout,
             timings: Timings::default(),
             last: None,
