@@ -310,6 +310,16 @@ fn all_done(pending: &[Pending<'_>]) -> Result<bool> {
     Ok(true)
 }
 
+/// Incremental bodies are validated on the vendor driver only (docs/device.md).
+fn refuse_incremental_on_rocket(dev: &Device, incremental: bool) -> Result<()> {
+    if incremental && dev.info().interface == Interface::Rocket {
+        return Err(Error::NotOffered {
+            what: "incremental task bodies on the rocket driver: validated on the vendor driver only (a delta program did not work on rocket; docs/device.md)".into(),
+        });
+    }
+    Ok(())
+}
+
 /// The core mask and per-core task counts of a job whose chains are `per_core`.
 fn cores_of(dev: &Device, per_core: &[usize]) -> (CoreMask, Vec<usize>) {
     let mask = match per_core.len() {
@@ -346,11 +356,7 @@ impl Matmul {
             Dtype::Bf16 => Activations::Bf16,
             _ => Activations::Int8,
         });
-        if options.incremental && dev.info().interface == Interface::Rocket {
-            return Err(Error::NotOffered {
-                what: "incremental task bodies on the rocket driver: validated on the vendor driver only (a delta program did not work on rocket; docs/device.md)".into(),
-            });
-        }
+        refuse_incremental_on_rocket(dev, options.incremental)?;
         if options.npu_dequant && !(dtype == Dtype::Int8 && acts == Activations::Int8) {
             return Err(Error::Precision {
                 input: acts.name(),
@@ -425,6 +431,19 @@ impl Matmul {
     /// single-token layout). Its activations are the plan's input type (int4 plans: int4
     /// × int4).
     pub fn for_plan(bank: &Arc<WeightBank>, plan: Plan) -> Result<Matmul> {
+        Matmul::for_plan_with(bank, plan, MatmulOptions::default())
+    }
+
+    /// [`Matmul::for_plan`] with the options a plan leaves open: the deadline and
+    /// incremental bodies. The plan fixes the cores, the activations and the result
+    /// type, so the options' `cores`, `activations`, `fp16_out` and `npu_dequant` are not
+    /// read.
+    pub fn for_plan_with(
+        bank: &Arc<WeightBank>,
+        plan: Plan,
+        options: MatmulOptions,
+    ) -> Result<Matmul> {
+        refuse_incremental_on_rocket(bank.device(), options.incremental)?;
         if plan.layout != bank.layout {
             return Err(Error::ShapeMismatch {
                 what: "weight bank bytes (the plan follows another layout)",
@@ -444,7 +463,7 @@ impl Matmul {
             plan,
             rows,
             acts,
-            (MatmulOptions::default().timeout, false),
+            (options.timeout, options.incremental),
             None,
         )
     }
