@@ -139,13 +139,8 @@ impl Three {
 
     fn run_program(&self, program: &Program) -> Result<(CoreRun, Vec<Vec<i32>>), SimError> {
         let mm = &self.mm;
-        let mut sim = Simulator::new();
+        let mut sim = sim_with(program);
         let m = sim.memory_mut();
-        m.map(
-            at(single::REGCMD),
-            words_to_le_bytes(&program.bind(addr).unwrap()),
-        )
-        .unwrap();
         let a0 = mm.pack_a_int(&vec![1; 4 * 64]).unwrap();
         let a1 = mm.pack_a_int(&vec![3; 4 * 64]).unwrap();
         m.map(at(single::A), [a0, a1].concat()).unwrap();
@@ -240,37 +235,21 @@ fn a_new_job_does_not_inherit_the_groups_silently() {
         p.push_task(body.clone(), BlockMask::CONV);
     }
     let inc = p.build().unwrap();
-    let mut sim = Simulator::new();
     let mm = &t.mm;
+    let mut sim = sim_with(&inc);
     let m = sim.memory_mut();
-    m.map(
-        at(single::REGCMD),
-        words_to_le_bytes(&inc.bind(addr).unwrap()),
-    )
-    .unwrap();
     m.map_zeroed(at(single::A), 2 * mm.a_bytes()).unwrap();
     m.map_zeroed(at(single::B), mm.b_bytes()).unwrap();
     m.map_zeroed(at(single::C), 3 * mm.c_bytes()).unwrap();
     m.map_zeroed(at(single::E), mm.e_bytes()).unwrap();
-    let whole = sim
-        .kick(&Kick::new(at(single::REGCMD), inc.tasks()[0].regcfg_amount))
-        .unwrap();
+    let whole = kick_task(&mut sim, &inc, 0);
     assert_eq!(whole.tasks_run, 3);
     assert!(whole.lints.is_empty(), "{:?}", whole.lints);
     // The third task again, as a job of its own: the groups hold what the first job
     // left, and the task runs, but the lint names what it did not write.
-    let third = inc.tasks()[2];
-    let run = sim
-        .kick(&Kick::new(
-            at(single::REGCMD) + third.offset,
-            third.regcfg_amount,
-        ))
-        .unwrap();
-    let stale: Vec<_> = run
-        .lints
-        .iter()
-        .filter(|l| l.kind == LintKind::StaleRegisters)
-        .collect();
+    let run = kick_task(&mut sim, &inc, 2);
+    assert_eq!(run.tasks_run, 1);
+    let stale = stale_lints(&run);
     assert_eq!(stale.len(), 1, "{:?}", run.lints);
     assert_eq!(stale[0].at.task, 0);
 }

@@ -112,17 +112,10 @@ fn stale_registers_are_linted() {
         .unwrap();
     assert!(first.lints.is_empty(), "{:?}", first.lints);
     // ...so the second job's task (group 0 again) is linted although the values are there.
-    let t = program.tasks()[2];
-    let run = sim
-        .kick(&Kick::new(at(single::REGCMD) + t.offset, t.regcfg_amount))
-        .unwrap();
+    let run = kick_task(&mut sim, &program, 2);
     assert_eq!(run.tasks_run, 1);
     assert!(run.completed);
-    let stale: Vec<_> = run
-        .lints
-        .iter()
-        .filter(|l| l.kind == LintKind::StaleRegisters)
-        .collect();
+    let stale = stale_lints(&run);
     assert_eq!(stale.len(), 1, "{:?}", run.lints);
     assert_eq!(stale[0].at.task, 0);
     assert!(
