@@ -91,3 +91,51 @@ fn matmul_grid_matches_the_cpu_and_reports_throughput() {
         run(spec);
     }
 }
+
+/// Incremental task bodies (`MatmulOptions::incremental`) on the device under test: on
+/// the vendor driver, int8 matmuls with at least three tasks on each core (one core, and
+/// three) compute the CPU's product, as the full-body program does; on rocket the option
+/// is refused before anything is submitted.
+#[test]
+fn incremental_bodies_match_the_cpu_on_the_vendor_driver() {
+    use rknpu_driver::Error;
+    use rknpu_driver::device::Interface;
+    use rknpu_driver::device::matmul::MatmulOptions;
+    let dev = super::dev();
+    for (m, k, n, cores) in [(352u32, 64u32, 256u32, 1u32), (384, 128, 768, 3)] {
+        let w = super::values(n * k, 3);
+        let w8: Vec<i8> = w.iter().map(|&v| v as i8).collect();
+        let bank = std::sync::Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w8).unwrap());
+        let options = MatmulOptions::default().cores(cores);
+        if dev.info().interface == Interface::Rocket {
+            let refused = Matmul::with_options(&bank, m, options.incremental(true));
+            assert!(
+                matches!(refused, Err(Error::NotOffered { .. })),
+                "{refused:?}"
+            );
+            continue;
+        }
+        let a = super::values(m * k, 4);
+        // The CPU's product of A (M×K) and the bank's W (N×K) transposed.
+        let mut wt = vec![0i32; (k * n) as usize];
+        for j in 0..n as usize {
+            for kk in 0..k as usize {
+                wt[kk * n as usize + j] = w[j * k as usize + kk];
+            }
+        }
+        let cpu = super::cpu_matmul(&a, &wt, m as usize, k as usize, n as usize);
+        for incremental in [false, true] {
+            let mut mm = Matmul::with_options(&bank, m, options.incremental(incremental)).unwrap();
+            assert!(
+                mm.plan().per_core.iter().all(|&t| t >= 3),
+                "{:?}",
+                mm.plan().per_core
+            );
+            let c = mm.run_int(&a).unwrap();
+            assert!(
+                c == cpu,
+                "{m}x{k}x{n} on {cores} core(s), incremental {incremental}: differs from the CPU"
+            );
+        }
+    }
+}

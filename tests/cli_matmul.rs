@@ -373,3 +373,59 @@ fn bench_pack_prints_one_line_per_packer_with_its_memcpy_baseline() {
     }
     assert_eq!(run(&["bench", "unpack"]).status.code(), Some(2));
 }
+
+/// The `regcmd: N bytes fetched by the PC (...)` line's N.
+fn regcmd_bytes(text: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("regcmd: "))
+        .unwrap_or_else(|| panic!("no regcmd line: {text}"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// `--incremental` on the emulated vendor kernel: OK (the result checked against the CPU
+/// as without it), with fewer regcmd bytes fetched for a plan of three tasks on a core;
+/// refused on rocket; a usage error beside `--plan-only` or `--emit`.
+#[test]
+fn matmul_incremental_runs_on_the_vendor_kernel_and_is_refused_on_rocket() {
+    let base = [
+        "matmul", "--m", "352", "--k", "64", "--n", "256", "--dtype", "int8", "--cores", "1",
+    ];
+    let with = |extra: &[&str]| {
+        let mut all = base.to_vec();
+        all.extend_from_slice(extra);
+        run(&all)
+    };
+    let full = with(&["--device", "emu"]);
+    let inc = with(&["--device", "emu", "--incremental"]);
+    let (full_text, inc_text) = (out_text(&full), out_text(&inc));
+    assert_eq!(inc.status.code(), Some(0), "{inc_text}");
+    assert_eq!(inc_text.lines().last(), Some("OK"), "{inc_text}");
+    assert!(
+        inc_text.contains("[3]"),
+        "three tasks on the core: {inc_text}"
+    );
+    assert!(inc_text.contains("(incremental bodies)"), "{inc_text}");
+    assert!(full_text.contains("(full bodies)"), "{full_text}");
+    assert!(
+        regcmd_bytes(&inc_text) < regcmd_bytes(&full_text),
+        "{inc_text}{full_text}"
+    );
+    let rocket = with(&["--device", "emu:rocket", "--incremental"]);
+    assert_eq!(rocket.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&rocket.stderr);
+    assert!(
+        err.contains("incremental") && err.contains("rocket"),
+        "{err}"
+    );
+    assert_eq!(
+        with(&["--plan-only", "--incremental"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(
+        with(&["--emit", "/dev/null", "--incremental"])
+            .status
+            .code(),
+        Some(2)
+    );
+}

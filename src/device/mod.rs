@@ -458,4 +458,6 @@ mod async_tests;
 #[cfg(test)]
 mod behaviour_tests;
 #[cfg(test)]
+mod incremental_tests;
+#[cfg(test)]
 mod tests;

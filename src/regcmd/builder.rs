@@ -2,8 +2,9 @@
 
 use super::{BlockMask, RegCmd, TAIL_ENTRIES, TASK_ALIGN_BYTES, pc_data_amount};
 use crate::error::{Error, Result};
-use crate::regs::{self, CommandRegister, DmaAddressRegister, Register, pc};
+use crate::regs::{self, CommandRegister, DmaAddressRegister, Register, cna, dpu, pc};
 use crate::submit::TaskDesc;
+use std::collections::{BTreeSet, HashMap};
 
 /// Identifies a buffer before it has a device address; the meaning of the number is the
 /// caller's (a kernel's buffer table, a trace's buffer ids).
@@ -170,6 +171,130 @@ impl TaskBuilder {
     pub fn entries(&self) -> &[RegCmd] {
         &self.entries
     }
+
+    /// Where entry `index` points, if it is a relocated address.
+    pub fn relocation(&self, index: usize) -> Option<Reloc> {
+        self.relocs
+            .iter()
+            .find(|&&(e, ..)| e == index)
+            .map(|&(_, target, ..)| target)
+    }
+
+    /// The body with only the entries whose index `keep` accepts, in their order; the
+    /// relocations and raw marks move with their entries.
+    pub fn retain(&self, keep: impl Fn(usize) -> bool) -> TaskBuilder {
+        let mut out = TaskBuilder::with_capacity(self.entries.len());
+        // New index of each kept entry.
+        let mut moved = vec![None; self.entries.len()];
+        for (i, &e) in self.entries.iter().enumerate() {
+            if keep(i) {
+                moved[i] = Some(out.entries.len());
+                out.entries.push(e);
+            }
+        }
+        out.relocs = self
+            .relocs
+            .iter()
+            .filter_map(|&(e, r, name, align)| Some((moved[e]?, r, name, align)))
+            .collect();
+        out.raw = self.raw.iter().filter_map(|&e| moved[e]).collect();
+        out
+    }
+}
+
+/// A register as a body addresses it: target code and offset.
+type RegKey = (u16, u16);
+
+/// What a body entry leaves in its register: the value, or the relocation target whose
+/// bound address will be the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Held {
+    Value(u32),
+    Reloc(Reloc),
+}
+
+/// The registers an incremental body writes even when the group already holds their
+/// value: those the vendor runtime's chained fp16 GEMM (allbilly-rk3588
+/// `rknn-gemm-fp16-394-pcchain`, docs/conformance.md) writes unchanged in every
+/// incremental task.
+fn always_written() -> [RegKey; 10] {
+    fn key<R: CommandRegister>() -> RegKey {
+        (R::TARGET, R::OFFSET)
+    }
+    [
+        key::<cna::CbufCon0>(),
+        key::<cna::DcompRegnum>(),
+        key::<cna::DcompCtrl>(),
+        key::<cna::ConvCon1>(),
+        key::<dpu::SPointer>(),
+        key::<cna::FcDataSize0>(),
+        key::<cna::FcDataSize1>(),
+        key::<cna::DcompAddr0>(),
+        key::<dpu::WdmaSize0>(),
+        key::<dpu::WdmaSize1>(),
+    ]
+}
+
+/// One ping-pong register group as the tasks of the current chain left it.
+#[derive(Default)]
+struct Group {
+    held: HashMap<RegKey, Held>,
+    /// The registers the last task that used this group wrote (its full body's).
+    last: Option<BTreeSet<RegKey>>,
+}
+
+/// Reduces the bodies of a chain to incremental ones ([`ProgramBuilder::incremental`]).
+struct Reducer<'a> {
+    groups: [Group; 2],
+    /// Tasks of the current chain so far.
+    index: usize,
+    always: &'a [RegKey],
+}
+
+impl Reducer<'_> {
+    /// The body to emit for `body`, the next task of the chain.
+    fn next(&mut self, body: &TaskBuilder) -> TaskBuilder {
+        let group = &mut self.groups[self.index % 2];
+        self.index += 1;
+        let keys: Vec<RegKey> = body
+            .entries
+            .iter()
+            .map(|e| (e.target(), e.offset()))
+            .collect();
+        let held: Vec<Held> = (0..body.entries.len())
+            .map(|i| match body.relocation(i) {
+                Some(r) => Held::Reloc(r),
+                None => Held::Value(body.entries[i].value()),
+            })
+            .collect();
+        let set: BTreeSet<RegKey> = keys.iter().copied().collect();
+        let reduced = if group.last.as_ref() == Some(&set) {
+            // Registers with a write that changes what the group holds keep every write.
+            let changed: BTreeSet<RegKey> = keys
+                .iter()
+                .zip(&held)
+                .filter(|&(k, h)| group.held.get(k) != Some(h))
+                .map(|(k, _)| *k)
+                .collect();
+            let mut first_seen = BTreeSet::new();
+            let keep: Vec<bool> = keys
+                .iter()
+                .map(|k| {
+                    let first = first_seen.insert(*k);
+                    changed.contains(k) || (first && self.always.contains(k))
+                })
+                .collect();
+            body.retain(|i| keep[i])
+        } else {
+            // The first task in this group, or another kind of task: the full body.
+            body.clone()
+        };
+        for (k, h) in keys.into_iter().zip(held) {
+            group.held.insert(k, h);
+        }
+        group.last = Some(set);
+        reduced
+    }
 }
 
 /// Chains task bodies into one program in one regcmd buffer.
@@ -179,6 +304,10 @@ pub struct ProgramBuilder {
     tasks: Vec<(TaskBuilder, BlockMask)>,
     /// Tasks whose tail ends their chain although more tasks follow.
     chain_ends: Vec<usize>,
+    /// Whether later tasks of a chain get incremental bodies.
+    incremental: bool,
+    /// Registers an incremental body writes even when unchanged.
+    always: Vec<RegKey>,
 }
 
 impl ProgramBuilder {
@@ -188,7 +317,36 @@ impl ProgramBuilder {
             regcmd_buffer,
             tasks: Vec::new(),
             chain_ends: Vec::new(),
+            incremental: false,
+            always: always_written().to_vec(),
         }
+    }
+
+    /// Incremental bodies (off by default), as the vendor runtime writes its chains.
+    ///
+    /// Each core has two ping-pong register groups and the tasks of a chain alternate
+    /// between them, so a task finds in its group what the task two before it left. With
+    /// this on, the first two tasks of every chain are written in full and each later
+    /// task's body keeps, in order, only the writes of registers whose value or
+    /// relocation target differs from what its group holds (every write of such a
+    /// register), plus the first write of each register the vendor writes in every
+    /// incremental task (docs/conformance.md, "Incremental bodies"). A task whose
+    /// registers are not those of the task before it in its group (another kind of
+    /// task) is written in full. Validated on the vendor driver only: a delta program did
+    /// not work on the mainline rocket driver (docs/device.md).
+    pub fn incremental(mut self, on: bool) -> ProgramBuilder {
+        self.incremental = on;
+        self
+    }
+
+    /// Makes incremental bodies always write `R`: for a register whose value the caller
+    /// patches into the bound words after building, which the builder cannot compare.
+    pub fn always_write<R: CommandRegister>(mut self) -> ProgramBuilder {
+        let key = (R::TARGET, R::OFFSET);
+        if !self.always.contains(&key) {
+            self.always.push(key);
+        }
+        self
     }
 
     /// Appends a task: `body` then a tail whose op-enable entry starts `enable`.
@@ -212,11 +370,12 @@ impl ProgramBuilder {
         if self.tasks.is_empty() {
             return Err(Error::EmptyProgram);
         }
+        let bodies = self.bodies();
         let align = TASK_ALIGN_BYTES / 8;
         // First pass: where each task starts.
         let mut starts = Vec::with_capacity(self.tasks.len());
         let mut at = 0usize;
-        for (body, _) in &self.tasks {
+        for body in &bodies {
             starts.push(at);
             at += (body.len() + TAIL_ENTRIES).next_multiple_of(align);
         }
@@ -232,7 +391,7 @@ impl ProgramBuilder {
         let mut relocs = Vec::new();
         let mut raw = Vec::new();
         let mut tasks = Vec::with_capacity(self.tasks.len());
-        for (i, (body, enable)) in self.tasks.iter().enumerate() {
+        for (i, (body, (_, enable))) in bodies.iter().zip(&self.tasks).enumerate() {
             let first = words.len();
             // A body the PC cannot fetch in one go is an error here, not at submission.
             pc_data_amount(body.len())?;
@@ -248,12 +407,9 @@ impl ProgramBuilder {
                     }),
             );
             raw.extend(body.raw.iter().map(|e| first + e));
-            let next = self
-                .tasks
-                .get(i + 1)
-                .filter(|_| !self.chain_ends.contains(&i));
+            let next = bodies.get(i + 1).filter(|_| !self.chain_ends.contains(&i));
             match next {
-                Some((next, _)) => {
+                Some(next) => {
                     relocs.push(Relocation {
                         entry: words.len(),
                         target: Reloc {
@@ -296,6 +452,30 @@ impl ProgramBuilder {
             raw,
             regcmd_buffer: self.regcmd_buffer,
         })
+    }
+}
+
+impl ProgramBuilder {
+    /// The bodies to lay out: as pushed, or reduced chain by chain when incremental.
+    fn bodies(&self) -> Vec<std::borrow::Cow<'_, TaskBuilder>> {
+        use std::borrow::Cow;
+        if !self.incremental {
+            return self.tasks.iter().map(|(b, _)| Cow::Borrowed(b)).collect();
+        }
+        let fresh = || Reducer {
+            groups: Default::default(),
+            index: 0,
+            always: &self.always,
+        };
+        let mut r = fresh();
+        let mut out = Vec::with_capacity(self.tasks.len());
+        for (i, (body, _)) in self.tasks.iter().enumerate() {
+            out.push(Cow::Owned(r.next(body)));
+            if self.chain_ends.contains(&i) {
+                r = fresh();
+            }
+        }
+        out
     }
 }
 

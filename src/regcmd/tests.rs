@@ -187,6 +187,134 @@ fn chained_tasks_point_at_each_other() {
     assert!(!text.contains("(!"), "amounts match: {text}");
 }
 
+/// A body shaped like the vendor's chained GEMM tasks: the control registers it writes
+/// in every task (two of them twice), the row count, and three relocated addresses.
+fn gemm_like(cbuf: u32, rows: u32, a: u32, c: u32) -> TaskBuilder {
+    let mut t = TaskBuilder::new();
+    t.write(cna::CbufCon0::from_raw(cbuf))
+        .write(cna::DcompRegnum::from_raw(0))
+        .write(cna::ConvCon1::from_raw(0x120))
+        .write(dpu::SPointer::from_raw(0x0E))
+        .write(cna::ConvCon1::from_raw(0x120))
+        .write(cna::DataSize0::from_raw(0x0001_0000 | rows))
+        .write(cna::CbufCon0::from_raw(cbuf));
+    t.write_addr::<cna::FeatureDataAddr>(DmaAddr::reloc(BufferId(1), a))
+        .unwrap()
+        .write_addr::<cna::DcompAddr0>(DmaAddr::reloc(BufferId(2), 0))
+        .unwrap()
+        .write_addr::<dpu::DstBaseAddr>(DmaAddr::reloc(BufferId(3), c))
+        .unwrap();
+    t.write(dpu::WdmaSize0::from_raw(rows - 1));
+    t
+}
+
+/// (offset, value or relocation target) of each body entry of task `i`.
+fn body_of(p: &Program, i: usize) -> Vec<(u16, Result<u32, Reloc>)> {
+    let t = p.tasks()[i];
+    let first = t.offset as usize / 8;
+    (first..first + t.regcfg_amount as usize)
+        .map(|e| {
+            let r = p.relocations().iter().find(|r| r.entry == e);
+            let w = p.words()[e];
+            (w.offset(), r.map_or(Ok(w.value()), |r| Err(r.target)))
+        })
+        .collect()
+}
+
+#[test]
+fn incremental_bodies_keep_what_differs_from_the_group_two_tasks_back() {
+    let reloc = |b, offset| {
+        Err(Reloc {
+            buffer: BufferId(b),
+            offset,
+        })
+    };
+    let (cbuf0, conv1, sp, ds0) = (
+        cna::CbufCon0::OFFSET,
+        cna::ConvCon1::OFFSET,
+        dpu::SPointer::OFFSET,
+        cna::DataSize0::OFFSET,
+    );
+    let (regnum, feat, dcomp, dst, wdma) = (
+        cna::DcompRegnum::OFFSET,
+        cna::FeatureDataAddr::OFFSET,
+        cna::DcompAddr0::OFFSET,
+        dpu::DstBaseAddr::OFFSET,
+        dpu::WdmaSize0::OFFSET,
+    );
+    let tasks = [
+        gemm_like(0xB1, 39, 0, 0),
+        gemm_like(0x20B1, 39, 0x100, 0x200),
+        gemm_like(0x20B1, 39, 0x200, 0x400),
+        gemm_like(0x20B1, 39, 0x300, 0x600),
+        gemm_like(0x20B1, 4, 0x400, 0x800),
+    ];
+    let mut p = ProgramBuilder::new(BufferId(0)).incremental(true);
+    for t in &tasks {
+        p.push_task(t.clone(), BlockMask::CONV);
+    }
+    p.end_chain();
+    // A second chain starts again with two full bodies; then another kind of task
+    // (without DATA_SIZE0) is written in full, and so is the next task of the first kind
+    // in its group.
+    let mut other = tasks[2].clone().retain(|i| i != 5);
+    other.write(cna::DataSize1::from_raw(0x0F));
+    for t in [&tasks[0], &tasks[1], &other, &tasks[2], &tasks[3]] {
+        p.push_task(t.clone(), BlockMask::CONV);
+    }
+    let program = p.build().unwrap();
+    let amounts: Vec<u32> = program.tasks().iter().map(|t| t.regcfg_amount).collect();
+    assert_eq!(amounts, [11, 11, 9, 8, 9, 11, 11, 11, 8, 11]);
+    // Task 2: CBUF_CON0 changed (0xB1 in its group) so both its writes stay; CONV_CON1
+    // once; DATA_SIZE0 unchanged and left out; the weight address unchanged but written.
+    assert_eq!(
+        body_of(&program, 2),
+        [
+            (cbuf0, Ok(0x20B1)),
+            (regnum, Ok(0)),
+            (conv1, Ok(0x120)),
+            (sp, Ok(0x0E)),
+            (cbuf0, Ok(0x20B1)),
+            (feat, reloc(1, 0x200)),
+            (dcomp, reloc(2, 0)),
+            (dst, reloc(3, 0x400)),
+            (wdma, Ok(38)),
+        ]
+    );
+    // Task 3: CBUF_CON0 as its group holds it (task 1's): written once.
+    assert_eq!(body_of(&program, 3)[0], (cbuf0, Ok(0x20B1)));
+    assert_eq!(body_of(&program, 3)[4], (feat, reloc(1, 0x300)));
+    // Task 4, the tail: its row count differs and is written.
+    assert!(body_of(&program, 4).contains(&(ds0, Ok(0x0001_0004))));
+    assert!(body_of(&program, 4).contains(&(wdma, Ok(3))));
+    // Every relocation still names the entry of its register after the entries moved.
+    for r in program.relocations() {
+        let reg = program.words()[r.entry].offset();
+        assert_eq!(r.register, crate::regs::lookup(reg).unwrap().full_name);
+    }
+    // Off (the default): every body in full.
+    let mut off = ProgramBuilder::new(BufferId(0)).incremental(false);
+    for t in &tasks {
+        off.push_task(t.clone(), BlockMask::CONV);
+    }
+    let off = off.build().unwrap();
+    assert!(off.tasks().iter().all(|t| t.regcfg_amount == 11));
+}
+
+#[test]
+fn registers_patched_after_building_are_always_written() {
+    let mut p = ProgramBuilder::new(BufferId(0))
+        .incremental(true)
+        .always_write::<cna::DataSize0>();
+    for _ in 0..3 {
+        p.push_task(gemm_like(0xB1, 8, 0, 0), BlockMask::CONV);
+    }
+    let program = p.build().unwrap();
+    let third: Vec<u16> = body_of(&program, 2).iter().map(|e| e.0).collect();
+    assert!(third.contains(&cna::DataSize0::OFFSET), "{third:x?}");
+    assert!(!third.contains(&cna::FeatureDataAddr::OFFSET), "{third:x?}");
+}
+
 #[test]
 fn decoder_flags_a_chain_amount_that_does_not_match() {
     let mut p = ProgramBuilder::new(BufferId(0));

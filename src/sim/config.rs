@@ -11,13 +11,17 @@ use super::exec::{Cube, Feature, Main, Task, Weights};
 use crate::regs::{Register, cna, core, dpu, dpu_rdma};
 use crate::task::{self, DecodeError, DecodeErrorKind, DpuInput, Precision, cbuf};
 
-/// Reads one register group, remembering which registers the task did not write itself.
+/// Reads one register group, remembering which registers no task of the current kick
+/// wrote.
 pub(super) struct View<'a> {
     pub vals: &'a [u32],
     pub written: &'a [u64],
-    pub serial: u64,
+    /// The serial number of the last task before the kick: a register whose writer's
+    /// serial is above it was written by this kick's chain (this task, or an earlier task
+    /// in the same group, whose values an incremental body relies on).
+    pub kick_start: u64,
     pub at: At,
-    /// Registers read whose value comes from an earlier task's list or from reset, in
+    /// Registers read whose value comes from an earlier kick's list or from reset, in
     /// the order first read.
     pub stale: Vec<u16>,
     /// One bit per register word: already in `stale` (a constant-time membership test,
@@ -26,12 +30,13 @@ pub(super) struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    /// A view of one register group for the task with serial number `serial`.
-    pub fn new(vals: &'a [u32], written: &'a [u64], serial: u64, at: At) -> View<'a> {
+    /// A view of one register group for a task of the kick that started after the task
+    /// with serial number `kick_start`.
+    pub fn new(vals: &'a [u32], written: &'a [u64], kick_start: u64, at: At) -> View<'a> {
         View {
             vals,
             written,
-            serial,
+            kick_start,
             at,
             stale: Vec::new(),
             stale_seen: vec![0; vals.len().div_ceil(64)],
@@ -42,7 +47,7 @@ impl<'a> View<'a> {
 impl task::RegisterFile for View<'_> {
     fn value(&mut self, offset: u16) -> u32 {
         let i = offset as usize / 4;
-        if self.written.get(i).is_some_and(|&w| w != self.serial)
+        if self.written.get(i).is_some_and(|&w| w <= self.kick_start)
             && let Some(bits) = self.stale_seen.get_mut(i / 64)
             && *bits & (1 << (i % 64)) == 0
         {

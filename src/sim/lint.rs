@@ -155,7 +155,7 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
     }
 }
 
-/// Lints registers the task read but did not write itself.
+/// Lints registers the task read that no task of its kick wrote.
 pub(super) fn stale(offsets: &[u16], never_written: &[u16], at: At, out: &mut Vec<Lint>) {
     if offsets.is_empty() {
         return;
@@ -179,7 +179,7 @@ pub(super) fn stale(offsets: &[u16], never_written: &[u16], at: At, out: &mut Ve
         at,
         LintKind::StaleRegisters,
         format!(
-            "reads {} register(s) its own list does not write, so their values depend on earlier programs: {}",
+            "reads {} register(s) no list of its kick writes, so their values depend on earlier programs: {}",
             offsets.len(),
             names.join(", ")
         ),

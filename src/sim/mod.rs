@@ -162,6 +162,9 @@ struct CoreState {
     written: [Vec<u64>; 2],
     /// The group the next task uses.
     parity: usize,
+    /// The serial number of the last task before the current kick: a register written
+    /// after it was written by this kick's chain.
+    kick_start: u64,
 }
 
 const WINDOW_WORDS: usize = 0x8000 / 4;
@@ -178,6 +181,7 @@ impl CoreState {
             groups: [reset.clone(), reset],
             written: [vec![0; WINDOW_WORDS], vec![0; WINDOW_WORDS]],
             parity: 0,
+            kick_start: 0,
         }
     }
 }

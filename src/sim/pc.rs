@@ -190,6 +190,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
         lints: Vec::new(),
         stall: None,
     };
+    sim.cores[core].kick_start = sim.serial;
     let mut addr = kick.regcmd_addr;
     let mut amount = first_amount;
     let mut last_enable = 0;
@@ -220,7 +221,7 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
             });
             break;
         }
-        let ran = run_task(sim, at, group, serial, enable, &mut cbuf, &mut out)?;
+        let ran = run_task(sim, at, group, enable, &mut cbuf, &mut out)?;
         if !ran {
             break;
         }
@@ -274,14 +275,13 @@ fn run_task(
     sim: &mut Simulator,
     at: At,
     group: usize,
-    serial: u64,
     enable: u32,
     cbuf: &mut config::CbufState,
     out: &mut CoreRun,
 ) -> Result<bool, SimError> {
     let core = at.core;
     let c = &sim.cores[core];
-    let mut view = View::new(&c.groups[group], &c.written[group], serial, at);
+    let mut view = View::new(&c.groups[group], &c.written[group], c.kick_start, at);
     let t = config::task(&mut view, BlockMask(enable), at.task == 0, cbuf)?;
     let stale = std::mem::take(&mut view.stale);
     let never: Vec<u16> = stale

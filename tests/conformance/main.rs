@@ -242,3 +242,56 @@ fn the_shape_derivation_reads_generated_tasks_back() {
     }
     assert!(checked > 40, "{checked} shapes");
 }
+
+/// The vendor's chained GEMM (`394-pcchain`: two full bodies, then nine short ones) is
+/// what `ProgramBuilder::incremental` copies (docs/conformance.md, "Incremental bodies"):
+/// each task's full body rebuilt (task 1's registers in task 1's order, with the values
+/// of the task's register file) and reduced by the builder is the capture's body, entry
+/// for entry, and its chain amounts are the capture's.
+#[test]
+fn the_incremental_builder_reproduces_the_vendor_chain() {
+    let name = "allbilly-rk3588/rknn-gemm-fp16-394-pcchain";
+    let Some(dir) = captures_dir().map(|r| r.join(name)).filter(|d| d.is_dir()) else {
+        eprintln!("note: {name} is absent (a fresh clone); nothing to check");
+        return;
+    };
+    let words = load(&dir);
+    let states = tasks(&words).unwrap();
+    assert_eq!(states.len(), 11);
+    use rknpu_driver::regs::{CommandRegister, pc};
+    let order = states[1].body.clone();
+    let mut p = regcmd::ProgramBuilder::new(regcmd::BufferId(0)).incremental(true);
+    for s in &states {
+        let mut full = regcmd::TaskBuilder::new();
+        let mut regs = s.regs.clone();
+        for w in &order {
+            full.write_raw(w.target(), w.offset(), regs.value(w.offset()));
+        }
+        p.push_task(full, s.enable);
+    }
+    let program = p.build().unwrap();
+    let bodies: Vec<Vec<RegCmd>> = program
+        .tasks()
+        .iter()
+        .map(|t| {
+            let first = t.offset as usize / 8;
+            program.words()[first..first + t.regcfg_amount as usize].to_vec()
+        })
+        .collect();
+    let lens: Vec<usize> = bodies.iter().map(Vec::len).collect();
+    assert_eq!(lens, [108, 108, 13, 12, 12, 12, 12, 12, 12, 12, 17]);
+    for (i, (built, s)) in bodies.iter().zip(&states).enumerate() {
+        assert!(built == &s.body, "task {i}: {built:?}\nvs {:?}", s.body);
+    }
+    // The chain amounts: the capture's tails against the built program's.
+    let amounts = |w: &[RegCmd]| -> Vec<u32> {
+        w.iter()
+            .filter(|e| {
+                e.target() == <pc::RegisterAmounts as CommandRegister>::TARGET
+                    && e.offset() == pc::RegisterAmounts::OFFSET
+            })
+            .map(|e| e.value())
+            .collect()
+    };
+    assert_eq!(amounts(program.words()), amounts(&words));
+}

@@ -53,13 +53,14 @@ commands:
         --int-mask is the completion mask (default 0x300). Prints the tasks run, the
         interrupt status and every lint; exit 0 when the program completed.
   matmul --m M --k K --n N --dtype int8|int4|fp16 [--out int32|int16|fp32|fp16]
-         [--cores 1|2|3] [--device auto|emu|PATH] [--seed S] [--trace FILE]
+         [--cores 1|2|3] [--device auto|emu|PATH] [--seed S] [--trace FILE] [--incremental]
         Multiply seeded random matrices on the NPU (or, with no NPU, the emulated kernel),
         check against a CPU reference, print the plan, a time breakdown, the largest
         error and OK. --out is the result type: int32 (int8, int4), int16 (int4), fp32 or
         fp16 (fp16; written by the NPU, K within one wave). --trace records the run to
         FILE (docs/trace-format.md); so does RKNPU_TRACE=FILE for any program using the
-        library.
+        library. --incremental writes tasks after the first two of each core's chain as
+        incremental bodies (vendor driver only; refused on rocket).
   matmul --m M --k K --n N --dtype ... [--out ...] [--cores C] --emit FILE
         Write the plan's program without running it (no device is opened): little-endian
         u64 words bound at 0x10000000, A, weights and C at 0x20000000, 0x30000000 and

@@ -3,7 +3,7 @@
 
 use crate::{Failure, parse_u32, usage};
 use rknpu_driver::device::Device;
-use rknpu_driver::device::matmul::{Matmul, Timings, WeightBank};
+use rknpu_driver::device::matmul::{Matmul, MatmulOptions, Timings, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::seeded::Rng;
@@ -19,6 +19,8 @@ struct MatmulArgs {
     emit: Option<String>,
     /// Print the plan and the minimum bytes only.
     plan_only: bool,
+    /// Incremental task bodies (vendor driver only).
+    incremental: bool,
 }
 
 /// How a run went: weight packing time, the executor's timings, the largest error and
@@ -113,10 +115,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     outln!("plan: {plan}");
     outln!("{}", cost_line(&plan)?);
     let mut rng = Rng::from_seed(a.seed);
+    let options = MatmulOptions::default().incremental(a.incremental);
     let c = if a.spec.dtype == Dtype::Fp16 {
-        run_f32(&dev, plan, &mut rng)?
+        run_f32(&dev, plan, options, &mut rng)?
     } else {
-        run_int(&dev, plan, &mut rng)?
+        run_int(&dev, plan, options, &mut rng)?
     };
     let timings = c.timings;
     outln!(
@@ -144,6 +147,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     }
     if let Some(dma) = &c.dma {
         outln!("{}", dma_line(&a.spec, dma));
+        outln!(
+            "regcmd: {} bytes fetched by the PC ({} bodies)",
+            dma.pc_regcmd,
+            if a.incremental { "incremental" } else { "full" }
+        );
     }
     if c.bound > 0.0 {
         return Err(Failure(
@@ -164,11 +172,15 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
     let mut cores = 1u32;
     let (mut device, mut seed, mut out) = (None, None, None);
     let (mut trace_file, mut emit) = (None, None);
-    let mut plan_only = false;
+    let (mut plan_only, mut incremental) = (false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--plan-only" {
             plan_only = true;
+            continue;
+        }
+        if a == "--incremental" {
+            incremental = true;
             continue;
         }
         let v = it
@@ -220,6 +232,11 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
             "matmul: --emit builds the program without running it; --device, --seed and --trace apply to a run",
         ));
     }
+    if incremental && (plan_only || emit.is_some()) {
+        return Err(usage(
+            "matmul: --incremental applies to a run; --plan-only and --emit do not build its program",
+        ));
+    }
     if plan_only && (device.is_some() || seed.is_some() || trace_file.is_some() || emit.is_some()) {
         return Err(usage(
             "matmul: --plan-only touches no device; --device, --seed, --trace and --emit do not apply to it",
@@ -236,6 +253,7 @@ fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
         trace_file,
         emit,
         plan_only,
+        incremental,
     })
 }
 
@@ -291,7 +309,12 @@ fn open(device: &str) -> Result<Device, Failure> {
 /// |error| <= E = (K + 1) 2^-24 sum |a b|. An fp16 result is that sum rounded to nearest
 /// fp16 by the DPU, which adds at most half an fp16 ulp of it: 2^-11 (|exact| + E) for
 /// normal values, 2^-25 below them.
-fn run_f32(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> {
+fn run_f32(
+    dev: &Device,
+    plan: Plan,
+    options: MatmulOptions,
+    rng: &mut Rng,
+) -> Result<Checked, Failure> {
     let fp16_out = plan.spec.out == OutType::Fp16;
     use rknpu_driver::float::{f16_to_f32, f32_to_f16};
     let (mu, ku, nu) = (
@@ -306,7 +329,7 @@ fn run_f32(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
     let bank =
         std::sync::Arc::new(WeightBank::from_f32_kn(dev, &plan.layout, &b).map_err(|e| fail(&e))?);
     let t_pack_b = t.elapsed();
-    let mut mm = Matmul::for_plan(&bank, plan).map_err(|e| fail(&e))?;
+    let mut mm = Matmul::for_plan_with(&bank, plan, options).map_err(|e| fail(&e))?;
     let counting = Counting::start(dev);
     let c = mm.run_f32(&a).map_err(|e| fail(&e))?;
     let dma = counting.stop();
@@ -344,7 +367,12 @@ fn run_f32(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
 }
 
 /// int8 or int4 operands, checked exactly; an int16 result is the sum saturated to int16.
-fn run_int(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> {
+fn run_int(
+    dev: &Device,
+    plan: Plan,
+    options: MatmulOptions,
+    rng: &mut Rng,
+) -> Result<Checked, Failure> {
     let int16 = plan.spec.out == OutType::Int16;
     let (mu, ku, nu) = (
         plan.spec.m as usize,
@@ -362,7 +390,7 @@ fn run_int(dev: &Device, plan: Plan, rng: &mut Rng) -> Result<Checked, Failure> 
     let bank =
         std::sync::Arc::new(WeightBank::from_int_kn(dev, &plan.layout, &b).map_err(|e| fail(&e))?);
     let t_pack_b = t.elapsed();
-    let mut mm = Matmul::for_plan(&bank, plan).map_err(|e| fail(&e))?;
+    let mut mm = Matmul::for_plan_with(&bank, plan, options).map_err(|e| fail(&e))?;
     let counting = Counting::start(dev);
     let c = mm.run_int(&a).map_err(|e| fail(&e))?;
     let dma = counting.stop();

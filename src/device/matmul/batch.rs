@@ -43,7 +43,9 @@ fn ids(j: usize) -> [BufferId; 3] {
 
 impl MatmulBatch {
     /// Joins `members` (at least one, all on one device) into one program: core `c`
-    /// runs every member's tasks for core `c`, in member order.
+    /// runs every member's tasks for core `c`, in member order. The program has
+    /// incremental bodies when every member was made with them
+    /// ([`super::MatmulOptions::incremental`]).
     pub fn new(members: Vec<Matmul>) -> Result<MatmulBatch> {
         let Some(first) = members.first() else {
             return Err(Error::ShapeMismatch {
@@ -63,7 +65,8 @@ impl MatmulBatch {
             .map(|m| m.plan.per_core.len())
             .max()
             .unwrap_or(1);
-        let mut p = ProgramBuilder::new(REGCMD);
+        let incremental = members.iter().all(|m| m.incremental);
+        let mut p = ProgramBuilder::new(REGCMD).incremental(incremental);
         let mut per_core = vec![0usize; cores];
         for (core, count) in per_core.iter_mut().enumerate() {
             for (j, m) in members.iter().enumerate() {

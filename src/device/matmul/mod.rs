@@ -41,9 +41,9 @@ pub use batch::{MatmulBatch, PendingBatch};
 
 use super::{Bo, BoFlags, CoreMask, Device, Interface, Job, JobResult, Pending};
 use crate::error::{Error, Result};
-use crate::kernels::matmul::{Plan, pack, quant};
+use crate::kernels::matmul::{A, B, C, Plan, REGCMD, pack, quant};
 use crate::kernels::single::{Dtype, OutType};
-use crate::regcmd::{BufferId, Program, words_to_le_bytes};
+use crate::regcmd::{BufferId, Program, ProgramBuilder, words_to_le_bytes};
 use half::{bf16, f16};
 use npu_dequant::{NpuDequant, fp16_normal};
 use std::sync::Arc;
@@ -89,6 +89,13 @@ pub struct MatmulOptions {
     /// int8 banks with one K wave: [`Matmul::mul_mat`] scales and converts to f32 on the
     /// NPU (docs/matmul.md, "What runs where") instead of on the host.
     pub npu_dequant: bool,
+    /// Incremental task bodies: after the first two tasks of each core's chain, a task
+    /// writes only the registers whose values differ from what its ping-pong register
+    /// group holds (and those the vendor runtime always writes), as the vendor runtime's
+    /// chains do ([`ProgramBuilder::incremental`]). Shorter programs, the same results.
+    /// Vendor driver only: refused on rocket, where it has not been validated
+    /// (docs/device.md).
+    pub incremental: bool,
     /// The deadline of a blocking call.
     pub timeout: Duration,
 }
@@ -100,6 +107,7 @@ impl Default for MatmulOptions {
             activations: None,
             fp16_out: false,
             npu_dequant: false,
+            incremental: false,
             timeout: Duration::from_secs(5),
         }
     }
@@ -137,6 +145,16 @@ impl MatmulOptions {
     pub fn dequantize_on_npu(self) -> MatmulOptions {
         MatmulOptions {
             npu_dequant: true,
+            ..self
+        }
+    }
+
+    /// Incremental task bodies on (`true`) or off (the default); see
+    /// [`MatmulOptions::incremental`](MatmulOptions#structfield.incremental). A rocket
+    /// device refuses them with [`Error::NotOffered`].
+    pub fn incremental(self, on: bool) -> MatmulOptions {
+        MatmulOptions {
+            incremental: on,
             ..self
         }
     }
@@ -206,6 +224,8 @@ pub struct Matmul {
     row_scales: Vec<f32>,
     /// NPU dequantisation, when chosen.
     npu: Option<NpuDequant>,
+    /// Whether the program has incremental bodies.
+    incremental: bool,
     /// The deadline of a blocking call.
     pub timeout: Duration,
     /// Timings of the last blocking call.
@@ -290,6 +310,16 @@ fn all_done(pending: &[Pending<'_>]) -> Result<bool> {
     Ok(true)
 }
 
+/// Incremental bodies are validated on the vendor driver only (docs/device.md).
+fn refuse_incremental_on_rocket(dev: &Device, incremental: bool) -> Result<()> {
+    if incremental && dev.info().interface == Interface::Rocket {
+        return Err(Error::NotOffered {
+            what: "incremental task bodies on the rocket driver: validated on the vendor driver only (a delta program did not work on rocket; docs/device.md)".into(),
+        });
+    }
+    Ok(())
+}
+
 /// The core mask and per-core task counts of a job whose chains are `per_core`.
 fn cores_of(dev: &Device, per_core: &[usize]) -> (CoreMask, Vec<usize>) {
     let mask = match per_core.len() {
@@ -326,6 +356,7 @@ impl Matmul {
             Dtype::Bf16 => Activations::Bf16,
             _ => Activations::Int8,
         });
+        refuse_incremental_on_rocket(dev, options.incremental)?;
         if options.npu_dequant && !(dtype == Dtype::Int8 && acts == Activations::Int8) {
             return Err(Error::Precision {
                 input: acts.name(),
@@ -385,7 +416,14 @@ impl Matmul {
         } else {
             None
         };
-        Matmul::build(bank, plan, m, acts, options.timeout, npu)
+        Matmul::build(
+            bank,
+            plan,
+            m,
+            acts,
+            (options.timeout, options.incremental),
+            npu,
+        )
     }
 
     /// A matmul that runs `plan` against `bank` (whose layout the plan must follow), for
@@ -393,6 +431,19 @@ impl Matmul {
     /// single-token layout). Its activations are the plan's input type (int4 plans: int4
     /// × int4).
     pub fn for_plan(bank: &Arc<WeightBank>, plan: Plan) -> Result<Matmul> {
+        Matmul::for_plan_with(bank, plan, MatmulOptions::default())
+    }
+
+    /// [`Matmul::for_plan`] with the options a plan leaves open: the deadline and
+    /// incremental bodies. The plan fixes the cores, the activations and the result
+    /// type, so the options' `cores`, `activations`, `fp16_out` and `npu_dequant` are not
+    /// read.
+    pub fn for_plan_with(
+        bank: &Arc<WeightBank>,
+        plan: Plan,
+        options: MatmulOptions,
+    ) -> Result<Matmul> {
+        refuse_incremental_on_rocket(bank.device(), options.incremental)?;
         if plan.layout != bank.layout {
             return Err(Error::ShapeMismatch {
                 what: "weight bank bytes (the plan follows another layout)",
@@ -412,7 +463,7 @@ impl Matmul {
             plan,
             rows,
             acts,
-            MatmulOptions::default().timeout,
+            (options.timeout, options.incremental),
             None,
         )
     }
@@ -423,7 +474,7 @@ impl Matmul {
         plan: Plan,
         rows: u32,
         acts: Activations,
-        timeout: Duration,
+        (timeout, incremental): (Duration, bool),
         npu: Option<NpuDequant>,
     ) -> Result<Matmul> {
         let dev = bank.device();
@@ -434,8 +485,15 @@ impl Matmul {
         };
         let program = match &npu {
             // Each call's row scales are written into the bound words in place.
-            Some(_) => NpuDequant::program(&plan)?,
-            None => plan.program()?,
+            Some(_) => NpuDequant::program(&plan, incremental)?,
+            None => {
+                let mut p = ProgramBuilder::new(REGCMD).incremental(incremental);
+                for core in 0..plan.per_core.len() {
+                    plan.push_core(&mut p, core, [A, B, C])?;
+                    p.end_chain();
+                }
+                p.build()?
+            }
         };
         let regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
         let a = dev.alloc(plan.a_bytes.max(1) as usize, BoFlags::default())?;
@@ -451,6 +509,7 @@ impl Matmul {
             c,
             row_scales: Vec::new(),
             npu,
+            incremental,
             timeout,
             timings: Timings::default(),
             last: None,

@@ -128,10 +128,13 @@ impl NpuDequant {
 
     /// The program: on each core the plan's matmul tasks, then one dequantisation task
     /// per row and chunk of each of them (in the order of [`dequant_rows`]), with these
-    /// row scales.
-    pub(super) fn program(plan: &Plan) -> Result<Program> {
+    /// row scales; with incremental bodies when `incremental` (the row scale always
+    /// written, since each call patches it).
+    pub(super) fn program(plan: &Plan, incremental: bool) -> Result<Program> {
         let n_pad = plan.layout.n_pad;
-        let mut p = ProgramBuilder::new(REGCMD);
+        let mut p = ProgramBuilder::new(REGCMD)
+            .incremental(incremental)
+            .always_write::<dpu::BsMulCfg>();
         let mut first = 0;
         for (core, &count) in plan.per_core.iter().enumerate() {
             plan.push_core(&mut p, core, [A, B, C])?;

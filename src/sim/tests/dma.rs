@@ -86,13 +86,8 @@ fn dma_counts_mrdma_erdma_and_write_of_the_split_k_add() {
         BlockMask::ELEMENTWISE,
     );
     let program = p.build().unwrap();
-    let mut sim = Simulator::new();
+    let mut sim = sim_with(&program);
     let m = sim.memory_mut();
-    m.map(
-        at(single::REGCMD),
-        words_to_le_bytes(&program.bind(addr).unwrap()),
-    )
-    .unwrap();
     for b in 1..=3 {
         m.map_zeroed(at(BufferId(b)), 4 * 32 * 4).unwrap();
     }

@@ -86,6 +86,33 @@ impl Setup {
     }
 }
 
+/// A simulator with `program` bound and mapped at the regcmd buffer's address.
+fn sim_with(program: &crate::regcmd::Program) -> Simulator {
+    let mut sim = Simulator::new();
+    sim.memory_mut()
+        .map(
+            at(single::REGCMD),
+            words_to_le_bytes(&program.bind(addr).unwrap()),
+        )
+        .unwrap();
+    sim
+}
+
+/// Kicks task `i` of `program` (mapped by [`sim_with`]) as the first task of a job.
+fn kick_task(sim: &mut Simulator, program: &crate::regcmd::Program, i: usize) -> CoreRun {
+    let t = program.tasks()[i];
+    sim.kick(&Kick::new(at(single::REGCMD) + t.offset, t.regcfg_amount))
+        .unwrap()
+}
+
+/// The stale-register lints of a run.
+fn stale_lints(r: &CoreRun) -> Vec<&Lint> {
+    r.lints
+        .iter()
+        .filter(|l| l.kind == LintKind::StaleRegisters)
+        .collect()
+}
+
 fn lint_kinds(r: &CoreRun) -> Vec<LintKind> {
     r.lints.iter().map(|l| l.kind).collect()
 }
@@ -124,6 +151,7 @@ mod bounds;
 mod dequant;
 mod dma;
 mod errors;
+mod incremental;
 mod lints;
 
 // ----- stalls -----
@@ -169,13 +197,8 @@ fn a_dpu_task_without_its_read_dma_stalls_and_lints() {
     let r = |b: u32| DmaAddr::reloc(BufferId(b), 0);
     p.push_task(add_task(4, 32, r(1), r(2), r(3)).unwrap(), BlockMask::DPU);
     let program = p.build().unwrap();
-    let mut sim = Simulator::new();
+    let mut sim = sim_with(&program);
     let m = sim.memory_mut();
-    m.map(
-        at(single::REGCMD),
-        words_to_le_bytes(&program.bind(addr).unwrap()),
-    )
-    .unwrap();
     for b in 1..=3 {
         m.map_zeroed(at(BufferId(b)), 4 * 32 * 4).unwrap();
     }
