@@ -102,7 +102,7 @@ fn incremental_bodies_match_the_cpu_on_the_vendor_driver() {
     use rknpu_driver::device::Interface;
     use rknpu_driver::device::matmul::MatmulOptions;
     let dev = super::dev();
-    for (m, k, n, cores) in [(352u32, 64u32, 256u32, 1u32), (384, 128, 768, 3)] {
+    for (m, k, n, cores) in [(601u32, 64u32, 256u32, 1u32), (640, 128, 768, 3)] {
         let w = super::values(n * k, 3);
         let w8: Vec<i8> = w.iter().map(|&v| v as i8).collect();
         let bank = std::sync::Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w8).unwrap());

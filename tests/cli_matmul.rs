@@ -389,7 +389,7 @@ fn regcmd_bytes(text: &str) -> u64 {
 #[test]
 fn matmul_incremental_runs_on_the_vendor_kernel_and_is_refused_on_rocket() {
     let base = [
-        "matmul", "--m", "352", "--k", "64", "--n", "256", "--dtype", "int8", "--cores", "1",
+        "matmul", "--m", "601", "--k", "64", "--n", "256", "--dtype", "int8", "--cores", "1",
     ];
     let with = |extra: &[&str]| {
         let mut all = base.to_vec();

@@ -88,7 +88,7 @@ fn run(dev: &Device, case: Case, incremental: bool) -> (Vec<u64>, Vec<usize>, u6
 fn incremental_matmuls_equal_full_bodies_with_fewer_regcmd_bytes() {
     let cases = [
         Case::Int8 {
-            m: 352,
+            m: 601,
             k: 64,
             n: 256,
             cores: 1,
@@ -99,12 +99,12 @@ fn incremental_matmuls_equal_full_bodies_with_fewer_regcmd_bytes() {
             n: 256,
         },
         Case::Fp16 {
-            m: 352,
+            m: 801,
             k: 64,
             n: 256,
         },
         Case::Int8 {
-            m: 384,
+            m: 640,
             k: 64,
             n: 768,
             cores: 3,

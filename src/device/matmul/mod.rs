@@ -41,7 +41,7 @@ pub use batch::{MatmulBatch, PendingBatch};
 
 use super::{Bo, BoFlags, CoreMask, Device, Interface, Job, JobResult, Pending};
 use crate::error::{Error, Result};
-use crate::kernels::matmul::{A, B, C, Plan, REGCMD, pack, quant};
+use crate::kernels::matmul::{Plan, REGCMD, pack, quant};
 use crate::kernels::single::{Dtype, OutType};
 use crate::regcmd::{BufferId, Program, ProgramBuilder, words_to_le_bytes};
 use half::{bf16, f16};
@@ -486,14 +486,7 @@ impl Matmul {
         let program = match &npu {
             // Each call's row scales are written into the bound words in place.
             Some(_) => NpuDequant::program(&plan, incremental)?,
-            None => {
-                let mut p = ProgramBuilder::new(REGCMD).incremental(incremental);
-                for core in 0..plan.per_core.len() {
-                    plan.push_core(&mut p, core, [A, B, C])?;
-                    p.end_chain();
-                }
-                p.build()?
-            }
+            None => plan.program_in(ProgramBuilder::new(REGCMD).incremental(incremental))?,
         };
         let regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
         let a = dev.alloc(plan.a_bytes.max(1) as usize, BoFlags::default())?;

@@ -383,8 +383,6 @@ pub struct Plan {
     pub tasks: Vec<TaskTile>,
     /// Tasks per core (one entry per core used).
     pub per_core: Vec<usize>,
-    /// Most CBUF data banks a task uses.
-    pub data_banks: u32,
     /// Bytes of the A buffer.
     pub a_bytes: u64,
     /// Bytes of the C buffer.
@@ -933,15 +931,6 @@ impl Plan {
             (&split, granule),
             written_type(&spec, waves.len()),
         )?;
-        let data_banks_used = t
-            .tasks
-            .iter()
-            .map(|t| {
-                ((t.rows as u64 * waves[t.wave as usize].ai as u64 * bits / 8).div_ceil(BANK))
-                    .max(1) as u32
-            })
-            .max()
-            .unwrap_or(1);
         if a_bytes + layout.bytes + t.c_bytes > u32::MAX as u64 {
             return Err(unsupported(
                 "the buffers exceed the 4 GiB NPU address space".into(),
@@ -954,7 +943,6 @@ impl Plan {
             n_tile: t.n_tile,
             tasks: t.tasks,
             per_core: t.per_core,
-            data_banks: data_banks_used,
             a_bytes,
             c_bytes: t.c_bytes,
         })
@@ -1000,6 +988,18 @@ impl Plan {
             Some((_, p)) => Ok(p),
             None => Err(first_err.unwrap_or_else(|| unsupported("no candidate layout".into()))),
         }
+    }
+
+    /// The most CBUF data banks a task uses (its A block's, and a spare one where the
+    /// plan reuses the CBUF on int8).
+    pub fn data_banks(&self) -> u32 {
+        let bits = self.spec.dtype.bits() as u64;
+        let ai = |t: &TaskTile| self.layout.waves[t.wave as usize].ai;
+        self.tasks
+            .iter()
+            .map(|t| task_data_banks(t.rows, ai(t), bits, t.spare_data_bank) as u32)
+            .max()
+            .unwrap_or(1)
     }
 
     /// Cores the plan runs on.
@@ -1102,7 +1102,12 @@ impl Plan {
     /// The program: every task, one chain per core, DMA addresses relocated to [`A`],
     /// [`B`] and [`C`]. Deterministic.
     pub fn program(&self) -> Result<Program> {
-        let mut p = ProgramBuilder::new(REGCMD);
+        self.program_in(ProgramBuilder::new(REGCMD))
+    }
+
+    /// [`Plan::program`] built by `p`, a builder for [`REGCMD`] with its options set
+    /// (incremental bodies, [`ProgramBuilder::incremental`]).
+    pub fn program_in(&self, mut p: ProgramBuilder) -> Result<Program> {
         for core in 0..self.per_core.len() {
             self.push_core(&mut p, core, [A, B, C])?;
             p.end_chain();
@@ -1135,7 +1140,7 @@ impl fmt::Display for Plan {
         let s = &self.spec;
         write!(
             f,
-            "{}x{}x{} {:?} -> {:?}: {} K wave(s) of <= {} channels, M tiles of {} rows, N tiles of <= {} columns; {} task(s) on {} core(s) {:?}; <= {} data + {} weight CBUF banks; A {} B, weights {} B, partials {} B",
+            "{}x{}x{} {:?} -> {:?}: {} K wave(s) of <= {} channels, M tiles of {} rows, N tiles of <= {} columns; {} task(s) on {} core(s) {:?}; <= {} data + {} weight CBUF banks{}; A {} B, weights {} B, partials {} B",
             s.m,
             s.k,
             s.n,
@@ -1148,8 +1153,12 @@ impl fmt::Display for Plan {
             self.tasks.len(),
             self.per_core.len(),
             self.per_core,
-            self.data_banks,
-            12 - self.data_banks,
+            self.data_banks(),
+            12 - self.data_banks(),
+            match self.tasks.iter().filter(|t| t.reuse != Reuse::None).count() {
+                0 => String::new(),
+                n => format!(", {n} task(s) reusing them"),
+            },
             self.a_bytes,
             self.layout.bytes,
             self.c_bytes
