@@ -478,15 +478,16 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
         cna.kernel_bytes() * u64::from(kernels),
         b.weight_banks,
     );
+    // The reuse bit a refusal names: DATA_REUSE when set, else WEIGHT_REUSE.
+    let reuse_bit = if b.data_reuse {
+        cna::CbufCon0::DATA_REUSE
+    } else {
+        cna::CbufCon0::WEIGHT_REUSE
+    };
     if first && (b.data_reuse || b.weight_reuse) {
-        let field = if b.data_reuse {
-            cna::CbufCon0::DATA_REUSE
-        } else {
-            cna::CbufCon0::WEIGHT_REUSE
-        };
         return Err(unsupported(
             at,
-            field,
+            reuse_bit,
             1,
             "reuse on the first task of a chain keeps whatever an earlier job left in the CBUF",
         ));
@@ -506,14 +507,9 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
         && (b.data_reuse || b.weight_reuse)
         && data_bytes > u64::from(b.data_banks.saturating_sub(1)) * cbuf::BANK_BYTES
     {
-        let field = if b.data_reuse {
-            cna::CbufCon0::DATA_REUSE
-        } else {
-            cna::CbufCon0::WEIGHT_REUSE
-        };
         return Err(unsupported(
             at,
-            field,
+            reuse_bit,
             1,
             format!(
                 "int8 feature data of {data_bytes} bytes leaves no spare bank of its {} data banks; near-full int8 banks corrupted the last rows of reusing programs on boards",

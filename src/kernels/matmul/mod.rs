@@ -527,41 +527,32 @@ fn split_cores(
         waves,
         n_tiles,
     };
-    let mut v = Vec::new();
-    if by_k {
-        let mut w0 = 0;
-        for w in even(waves, cores) {
-            v.push(CoreWork {
-                w0,
-                waves: w,
-                ..all
-            });
-            w0 += w;
-        }
+    let cores = if by_k {
+        runs(waves, cores, |w0, waves| CoreWork { w0, waves, ..all })
     } else if by_n >= by_m {
-        let tiles = n_tiles.div_ceil(by_n);
-        let mut g0 = 0;
-        for g in even(granules, by_n) {
-            v.push(CoreWork {
-                g0,
-                granules: g,
-                n_tiles: tiles,
-                ..all
-            });
-            g0 += g;
-        }
+        let n_tiles = n_tiles.div_ceil(by_n);
+        runs(granules, by_n, |g0, granules| CoreWork {
+            g0,
+            granules,
+            n_tiles,
+            ..all
+        })
     } else {
-        let mut t0 = 0;
-        for t in even(m_tiles, by_m) {
-            v.push(CoreWork {
-                t0,
-                m_tiles: t,
-                ..all
-            });
-            t0 += t;
-        }
-    }
-    Split { cores: v }
+        runs(m_tiles, by_m, |t0, m_tiles| CoreWork { t0, m_tiles, ..all })
+    };
+    Split { cores }
+}
+
+/// One core's work per run of [`even`]`(total, parts)`: `work(first, len)`.
+fn runs(total: u32, parts: u32, work: impl Fn(u32, u32) -> CoreWork) -> Vec<CoreWork> {
+    let mut first = 0;
+    even(total, parts)
+        .map(|len| {
+            let w = work(first, len);
+            first += len;
+            w
+        })
+        .collect()
 }
 
 /// The tasks of a plan, dealt to cores.
