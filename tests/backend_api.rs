@@ -16,9 +16,9 @@ use proptest::prelude::*;
 use rknpu_driver::Error;
 use rknpu_driver::device::Device;
 use rknpu_driver::device::matmul::{
-    Activations, Matmul, MatmulBatch, MatmulOptions, PendingMatmul, WeightBank,
+    Activations, Matmul, MatmulBatch, MatmulOptions, PendingMatmul, WeightBank, Weights,
 };
-use rknpu_driver::kernels::matmul::{Plan, WeightLayout, quant};
+use rknpu_driver::kernels::matmul::{Plan, WeightLayout, pack_weights_int_nk, quant};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::trace::{Chunk, MemorySink, Trace};
 use std::collections::BTreeSet;
@@ -201,6 +201,88 @@ fn int4_banks_agree_and_w4a8_is_exact() {
             "{spec} extremes"
         );
         assert_eq!(out[0], -128 * -8 * k as i32);
+    }
+}
+
+/// int4 banks take the widest K waves their weights allow (`WeightLayout::certified_i4`):
+/// weights in −2..=2 over K = 4096 run in two 2048-channel waves instead of nine of 480,
+/// and stay exact with every activation at an extreme (int4 −8 and 7, W4A8 −128 and
+/// 127), where a saturating int16 sum would show. A layout certified for small weights
+/// refuses weights it does not fit, from values and from packed bytes alike.
+#[test]
+fn certified_int4_banks_are_exact_at_the_extremes_and_refuse_weights_beyond_them() {
+    let mut rng = Rng(0x5eed_0044);
+    let (k, n, m) = (4096usize, 96usize, 3usize);
+    for spec in SPECS {
+        let dev = open(spec);
+        let w = ints(&mut rng, n * k, -2, 2);
+        let bank = Arc::new(WeightBank::from_i4_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let layout = bank.layout().clone();
+        assert_eq!(layout.waves.len(), 2, "{spec}: {layout:?}");
+        assert!(layout.is_certified_i4());
+        let packed =
+            WeightBank::from_i4_packed_nk(&dev, n as u32, k as u32, &nibbles_by_hand(&w)).unwrap();
+        assert_eq!(
+            packed.layout(),
+            &layout,
+            "{spec}: both constructors certify alike"
+        );
+        for fill in [-8, 7] {
+            let a4 = vec![fill; m * k];
+            let opts = MatmulOptions::default().activations(Activations::Int4);
+            let got = Matmul::with_options(&bank, m as u32, opts)
+                .unwrap()
+                .run_int(&a4)
+                .unwrap();
+            assert_eq!(
+                got,
+                cpu_nk(&wide(&a4), &wide(&w), m, k, n),
+                "{spec} int4 {fill}"
+            );
+        }
+        for fill in [-128i8, 127] {
+            let a8 = vec![fill; m * k];
+            let got = Matmul::new(&bank, m as u32).unwrap().run_i8(&a8).unwrap();
+            assert_eq!(
+                got,
+                as_i32(&cpu_nk(&wide(&a8), &wide(&w), m, k, n)),
+                "{spec} W4A8 {fill}"
+            );
+        }
+        // Channel 5 at −8 throughout: Σ|w| over a 2048-channel wave is 16384.
+        let mut big = w.clone();
+        big[5 * k..6 * k].fill(-8);
+        let err = WeightBank::from_nk_in(&dev, &layout, Weights::I4(&big)).unwrap_err();
+        assert!(
+            matches!(err, Error::OutOfRange { index: 5, ref value, .. } if value == "16384"),
+            "{spec}: {err}"
+        );
+        let err = WeightBank::from_nk_in(&dev, &layout, Weights::I4Packed(&nibbles_by_hand(&big)))
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::OutOfRange { index: 5, .. }),
+            "{spec}: {err}"
+        );
+        // A cached bank comes back as it was; the same bytes with a channel of −8s do not.
+        let bytes = bank.packed().unwrap();
+        WeightBank::from_packed(&dev, &layout, &bytes).unwrap();
+        let big_bank = WeightBank::from_i4_nk(&dev, n as u32, k as u32, &big).unwrap();
+        assert_eq!(
+            big_bank.layout().waves.len(),
+            9,
+            "{spec}: −8s take the 480-channel waves"
+        );
+        let plain_bytes = big_bank.packed().unwrap();
+        let plain = big_bank.layout().clone();
+        let wide_bytes =
+            pack_weights_int_nk(&layout, &big.iter().map(|&v| v as i32).collect::<Vec<_>>())
+                .unwrap();
+        assert!(WeightBank::from_packed(&dev, &plain, &plain_bytes).is_ok());
+        let err = WeightBank::from_packed(&dev, &layout, &wide_bytes).unwrap_err();
+        assert!(
+            matches!(err, Error::OutOfRange { index: 5, .. }),
+            "{spec}: {err}"
+        );
     }
 }
 

@@ -491,3 +491,42 @@ fn reuse_programs_compute_what_full_programs_compute() {
         assert!(bytes(&plan) < bytes(&full), "{}", name(&plan.spec));
     }
 }
+
+/// int4 plans over weights as a model's layers give them, f32 values drawn near a
+/// normal distribution and quantised per output channel to ±7
+/// (`quant::quantize_weights_i4`): the waves their magnitudes certify
+/// (`WeightLayout::certified_i4`) move fewer bytes than the 480-channel waves any weights
+/// allow for every M, and bring int4 × int4 products of up to 64 rows on the grid's three
+/// shapes within issue 14's traffic target (at 128 rows the partials of 1376-channel
+/// waves still weigh: docs/matmul.md has the figures).
+#[test]
+fn int4_plans_over_quantised_model_weights_move_less() {
+    use rknpu_driver::kernels::matmul::{WeightLayout, quant};
+    let mut rng = Rng(0x5eed_4444);
+    let mut failures = Vec::new();
+    for (k, n) in [(4096u32, 4096u32), (4096, 11008), (11008, 4096)] {
+        // The sum of four uniforms: near normal, as trained weights are.
+        let w: Vec<f32> = (0..k as usize * n as usize)
+            .map(|_| (0..4).map(|_| rng.float() - 0.5).sum())
+            .collect();
+        let (q, _) = quant::quantize_weights_i4(&w, n as usize, k as usize).unwrap();
+        let mags = quant::i4_magnitudes(&q, n as usize, k as usize).unwrap();
+        let layout = WeightLayout::certified_i4(k, n, &mags).unwrap();
+        let any = WeightLayout::new(k, n, Dtype::Int4).unwrap();
+        assert!(layout.waves.len() < any.waves.len(), "{k}x{n}: {layout:?}");
+        for m in [1, 32, 64, 128] {
+            let ratio = |l: &WeightLayout| {
+                let plan = Plan::for_layout(l, m, OutType::Int32, 3).unwrap();
+                plan.cost(&rk3588()).unwrap().traffic_ratio
+            };
+            let (certified, plain) = (ratio(&layout), ratio(&any));
+            if certified >= plain || (m <= 64 && certified > 1.25) {
+                failures.push(format!(
+                    "{m}x{k}x{n} int4: ratio {certified:.3} ({} waves) against {plain:.3}",
+                    layout.waves.len()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

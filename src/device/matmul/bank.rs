@@ -69,6 +69,19 @@ fn dims(n: u32, k: u32) -> Result<usize> {
         })
 }
 
+/// Refuses int4 weights whose Σ|w| over a wave of `layout` could saturate int16 sums.
+fn check_i4(layout: &WeightLayout, magnitudes: &[u16]) -> Result<()> {
+    match layout.i4_unsafe_wave(magnitudes) {
+        None => Ok(()),
+        Some((_, channel, sum)) => Err(Error::OutOfRange {
+            what: "Σ|w| of an int4 output channel over a K wave wider than 480 channels (int16 sums could saturate)",
+            index: channel,
+            value: sum.to_string(),
+            range: "0..=4095",
+        }),
+    }
+}
+
 /// Each output channel's sum of int4 weights given as `n` rows of `k` values.
 fn sums_nk(w: &[i8], k: usize) -> Vec<i64> {
     w.chunks_exact(k.max(1))
@@ -103,7 +116,28 @@ impl WeightBank {
     /// `[out][in]` layout of a model's weight matrix (ggml's `src0`) — packed in
     /// `layout`, whose type they must have: the constructor for a bank whose layout the
     /// caller chose ([`WeightLayout::cheapest_for`] the M it expects most, say).
+    ///
+    /// An int4 layout with waves wider than 480 channels
+    /// ([`WeightLayout::certified_i4`]) takes only weights it was certified for: weights
+    /// whose Σ|w| over such a wave exceeds 4095 for some output channel, so that int16
+    /// sums could saturate, are refused with [`Error::OutOfRange`].
     pub fn from_nk_in(dev: &Device, layout: &WeightLayout, w: Weights<'_>) -> Result<WeightBank> {
+        let (k, n) = (layout.k as usize, layout.n as usize);
+        match w {
+            Weights::I4(w) if layout.is_certified_i4() => {
+                check_i4(layout, &quant::i4_magnitudes(w, n, k)?)?;
+            }
+            Weights::I4Packed(w) if layout.is_certified_i4() => {
+                check_i4(layout, &quant::i4_magnitudes_packed(w, n, k)?)?;
+            }
+            _ => {}
+        }
+        WeightBank::pack_nk(dev, layout, w)
+    }
+
+    /// [`WeightBank::from_nk_in`] without the int4 certification (the caller made the
+    /// layout from these weights).
+    fn pack_nk(dev: &Device, layout: &WeightLayout, w: Weights<'_>) -> Result<WeightBank> {
         let (k, n) = (layout.k, layout.n);
         let dtype = match w {
             Weights::I8(_) => Dtype::Int8,
@@ -175,17 +209,28 @@ impl WeightBank {
         })
     }
 
-    /// int4 weights, one value (−8..=7) per byte, given as `n` rows of `k` values.
+    /// int4 weights, one value (−8..=7) per byte, given as `n` rows of `k` values, in
+    /// the widest K waves these weights allow ([`WeightLayout::certified_i4`]): fewer
+    /// int16 partial blocks for the host to sum than the 480-channel waves any weights
+    /// allow.
     pub fn from_i4_nk(dev: &Device, n: u32, k: u32, w: &[i8]) -> Result<WeightBank> {
-        WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Int4)?, Weights::I4(w))
+        let mags = quant::i4_magnitudes(w, n as usize, k as usize)?;
+        let layout = WeightLayout::certified_i4(k, n, &mags)?;
+        WeightBank::pack_nk(dev, &layout, Weights::I4(w))
     }
 
     /// int4 weights as packed nibbles: `n` rows of `k / 2` bytes (`k` even), weight `2i`
     /// of a row in the low nibble and `2i + 1` in the high nibble of byte `i`, two's
     /// complement ([`quant::pack_nibbles`]; GGUF Q4_0 blocks convert with
     /// [`quant::q4_0_to_nibbles`]).
+    /// In the widest K waves these weights allow, as [`WeightBank::from_i4_nk`].
     pub fn from_i4_packed_nk(dev: &Device, n: u32, k: u32, w: &[u8]) -> Result<WeightBank> {
-        WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Int4)?, Weights::I4Packed(w))
+        if !k.is_multiple_of(2) {
+            return WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Int4)?, Weights::I4Packed(w));
+        }
+        let mags = quant::i4_magnitudes_packed(w, n as usize, k as usize)?;
+        let layout = WeightLayout::certified_i4(k, n, &mags)?;
+        WeightBank::pack_nk(dev, &layout, Weights::I4Packed(w))
     }
 
     /// fp16 weights given as `n` rows of `k` values.
@@ -234,8 +279,13 @@ impl WeightBank {
 
     /// Already-packed bank bytes (what [`WeightBank::packed`] returned, from a cache),
     /// for `layout`. The bytes are taken as they are: only their length is checked.
+    /// An int4 layout wider than 480 channels is checked as [`WeightBank::from_nk_in`]
+    /// checks it.
     pub fn from_packed(dev: &Device, layout: &WeightLayout, bytes: &[u8]) -> Result<WeightBank> {
         shape("packed bank bytes", layout.bytes as usize, bytes.len())?;
+        if layout.is_certified_i4() {
+            check_i4(layout, &pack::i4_bank_magnitudes(layout, bytes)?)?;
+        }
         let mut bank = WeightBank::create(dev, layout.clone(), |_, out| {
             out.copy_from_slice(bytes);
             Ok(())

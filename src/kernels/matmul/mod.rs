@@ -231,7 +231,11 @@ impl WeightLayout {
     /// (3072, 4096) give the single-token layout (at most 4 rows).
     pub fn with_k_tile(k: u32, n: u32, dtype: Dtype, k_tile: u32) -> Result<WeightLayout> {
         WeightLayout::check_kind(k, n, dtype)?;
-        let k_max = if dtype == Dtype::Int4 { 480 } else { 4096 };
+        let k_max = if dtype == Dtype::Int4 {
+            I4_ANY_WEIGHTS
+        } else {
+            4096
+        };
         let kw = k_tile.min(k);
         if kw == 0 || kw > k_max || (kw < k && !kw.is_multiple_of(32)) {
             return Err(unsupported(format!(
@@ -239,6 +243,61 @@ impl WeightLayout {
             )));
         }
         WeightLayout::from_split(k, n, dtype, (k.div_ceil(kw), kw))
+    }
+
+    /// The int4 layout with the widest waves these weights allow, up to 2048 channels
+    /// (the widest int4 K tile run on boards, `happyme531/rknpu2_matmul_open`): the CORE
+    /// sums int4 products in int16 and saturates (quirk 13), so a wave is safe for every
+    /// activation in −8..=7 when each output channel's Σ|w| over it is at most 4095
+    /// (8 · 4095 ≤ 32767). `magnitudes` are the weights' [`quant::i4_magnitudes`] (`n`
+    /// rows of `⌈k/32⌉` granule sums). Waves of at most 480 channels are safe for any
+    /// weights, so this is never narrower than [`WeightLayout::new`]; fewer waves write
+    /// fewer int16 partial blocks. Deterministic.
+    pub fn certified_i4(k: u32, n: u32, magnitudes: &[u16]) -> Result<WeightLayout> {
+        let plain = WeightLayout::new(k, n, Dtype::Int4)?;
+        let granules = k.div_ceil(32) as usize;
+        Error::check_len(
+            "int4 weight magnitudes",
+            n as usize * granules,
+            magnitudes.len(),
+        )?;
+        let mut count = k.div_ceil(I4_CERTIFIED_MAX);
+        while (count as usize) < plain.waves.len() {
+            let kw = k.div_ceil(count).next_multiple_of(32).min(k);
+            let layout = WeightLayout::from_split(k, n, Dtype::Int4, (k.div_ceil(kw), kw))?;
+            if layout.i4_unsafe_wave(magnitudes).is_none() {
+                return Ok(layout);
+            }
+            count += 1;
+        }
+        Ok(plain)
+    }
+
+    /// Whether this is an int4 layout with waves wider than any weights allow
+    /// ([`I4_ANY_WEIGHTS`]): made by [`WeightLayout::certified_i4`] for certain weights,
+    /// and valid only for weights [`WeightLayout::i4_unsafe_wave`] finds no fault with.
+    pub fn is_certified_i4(&self) -> bool {
+        self.dtype == Dtype::Int4 && self.k_tile() > I4_ANY_WEIGHTS
+    }
+
+    /// The first wave of this int4 layout wider than 480 channels over which some
+    /// output channel's Σ|w| exceeds 4095, so that int16 sums could saturate: `(wave,
+    /// channel, Σ|w|)`. `magnitudes` as for [`WeightLayout::certified_i4`].
+    pub fn i4_unsafe_wave(&self, magnitudes: &[u16]) -> Option<(usize, usize, u32)> {
+        let granules = self.k.div_ceil(32) as usize;
+        self.waves
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.ai > I4_ANY_WEIGHTS)
+            .find_map(|(i, w)| {
+                let (g0, g1) = ((w.k0 / 32) as usize, (w.k0 + w.kw).div_ceil(32) as usize);
+                magnitudes
+                    .chunks_exact(granules.max(1))
+                    .enumerate()
+                    .map(|(c, row)| (c, row[g0..g1].iter().map(|&v| v as u32).sum::<u32>()))
+                    .find(|&(_, sum)| sum > I4_MAGNITUDE_MAX)
+                    .map(|(c, sum)| (i, c, sum))
+            })
     }
 
     /// The layout of the plan [`Plan::cheapest`] chooses for `m` rows on at most `cores`
@@ -406,7 +465,7 @@ fn written_type(spec: &MatmulSpec, waves: usize) -> OutType {
 /// only: nothing is allocated, so any `k` is cheap.
 fn k_split(k: u32, m: u32, dtype: Dtype) -> (u32, u32) {
     let k_max = match dtype {
-        Dtype::Int4 => 480,
+        Dtype::Int4 => I4_ANY_WEIGHTS,
         _ => 4096,
     };
     let mut count = k.div_ceil(k_max);
@@ -455,6 +514,14 @@ fn tile_rows(dtype: Dtype, ai: u32) -> Result<u32> {
     let row_bytes = (ai as u64 * bits / 8).max(1);
     Ok((data_banks * BANK / row_bytes).clamp(1, max_tile_rows(dtype) as u64) as u32)
 }
+
+/// The widest int4 wave for any weights: 480 × 64 ≤ 32767 (quirk 13).
+pub const I4_ANY_WEIGHTS: u32 = 480;
+/// The widest int4 wave [`WeightLayout::certified_i4`] takes.
+const I4_CERTIFIED_MAX: u32 = 2048;
+/// The largest Σ|w| of one output channel over a wave for which int16 sums of products
+/// with activations in −8..=7 cannot saturate: 8 · 4095 = 32760 ≤ 32767.
+const I4_MAGNITUDE_MAX: u32 = 4095;
 
 /// The waves of [`k_split`]; `count` is small by then (the layout refused more).
 fn k_waves(k: u32, kw: u32) -> Vec<Wave> {

@@ -171,6 +171,36 @@ pub fn split_w4a8(a: &[i8], hi: &mut [i8], lo: &mut [i8]) -> Result<()> {
     Ok(())
 }
 
+/// Σ|w| of each of `n` rows of `k` int4 weights (one value per byte, `[out][in]`) over
+/// each 32-weight granule of the row: `n` rows of `⌈k/32⌉` sums (at most 256 each), what
+/// [`super::WeightLayout::certified_i4`] bounds.
+pub fn i4_magnitudes(w: &[i8], n: usize, k: usize) -> Result<Vec<u16>> {
+    shape("int4 weight values", n.saturating_mul(k), w.len())?;
+    let mut out = Vec::with_capacity(n * k.div_ceil(32));
+    for row in w.chunks_exact(k.max(1)).take(n) {
+        out.extend(
+            row.chunks(32)
+                .map(|g| g.iter().map(|&v| v.unsigned_abs() as u16).sum::<u16>()),
+        );
+    }
+    Ok(out)
+}
+
+/// [`i4_magnitudes`] of packed nibbles: `n` rows of `k / 2` bytes (`k` even), weight
+/// `2i` in the low nibble of byte `i` ([`pack_nibbles`]).
+pub fn i4_magnitudes_packed(w: &[u8], n: usize, k: usize) -> Result<Vec<u16>> {
+    shape("packed int4 weight bytes", n.saturating_mul(k / 2), w.len())?;
+    let nibble = |b: u8| ((b << 4) as i8 >> 4).unsigned_abs() as u16;
+    let mut out = Vec::with_capacity(n * k.div_ceil(32));
+    for row in w.chunks_exact((k / 2).max(1)).take(n) {
+        out.extend(
+            row.chunks(16)
+                .map(|g| g.iter().map(|&b| nibble(b) + nibble(b >> 4)).sum::<u16>()),
+        );
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -523,3 +523,100 @@ fn the_cheapest_layout_moves_less_data_and_costs_less() {
         );
     }
 }
+
+/// `n` rows of `k` int4 weights, all of magnitude `v` (alternating sign).
+fn i4_rows(n: usize, k: usize, v: i8) -> Vec<i8> {
+    (0..n * k)
+        .map(|i| if i % 2 == 0 { v } else { -v })
+        .collect()
+}
+
+#[test]
+fn certified_int4_waves_are_as_wide_as_the_weights_allow() {
+    // Weights at -8 and 8's magnitude: only the 480-channel waves any weights allow.
+    let k = 4096;
+    let big = quant::i4_magnitudes(&i4_rows(3, k, -8), 3, k).unwrap();
+    let any = WeightLayout::new(k as u32, 3, Dtype::Int4).unwrap();
+    assert_eq!(WeightLayout::certified_i4(k as u32, 3, &big).unwrap(), any);
+    assert!(!any.is_certified_i4());
+    // |w| = 1: Σ|w| over 2048 channels is 2048 ≤ 4095, so the widest waves (2048) hold.
+    let ones = quant::i4_magnitudes(&i4_rows(3, k, 1), 3, k).unwrap();
+    let l = WeightLayout::certified_i4(k as u32, 3, &ones).unwrap();
+    assert_eq!(l.waves.len(), 2, "{l:?}");
+    assert!(l.waves.iter().all(|w| w.kw == 2048));
+    assert!(l.is_certified_i4());
+    // |w| = 2: 2048 channels sum to 4096 > 4095, one too many; 1376 channels (3 waves)
+    // sum to 2752.
+    let twos = quant::i4_magnitudes(&i4_rows(3, k, 2), 3, k).unwrap();
+    let l = WeightLayout::certified_i4(k as u32, 3, &twos).unwrap();
+    assert_eq!(l.waves.len(), 3, "{l:?}");
+    assert_eq!(
+        WeightLayout::with_k_tile(k as u32, 3, Dtype::Int4, 2048).map(|_| ()),
+        Err(unsupported(
+            "a K tile of 2048 channels: a multiple of 32 of at most 480".into()
+        )),
+        "with_k_tile keeps the any-weights limit"
+    );
+}
+
+#[test]
+fn the_int4_bound_is_exact_at_4095() {
+    // One wave of 1024 channels; channel 1 sums to exactly 4095 (the int16 limit over
+    // 8: 8 · 4095 = 32760 ≤ 32767), then to 4096.
+    let (n, k) = (2usize, 1024usize);
+    let mut w = i4_rows(n, k, 1);
+    let row = &mut w[k..];
+    // 1023 ones and one 7... then 3071 more to reach 4095: 1024 channels of 4, less 1.
+    for v in row.iter_mut() {
+        *v = 4;
+    }
+    row[0] = 3;
+    let mags = quant::i4_magnitudes(&w, n, k).unwrap();
+    let l = WeightLayout::certified_i4(k as u32, n as u32, &mags).unwrap();
+    assert_eq!(l.waves.len(), 1);
+    assert_eq!(l.i4_unsafe_wave(&mags), None);
+    w[k] = 4;
+    let mags = quant::i4_magnitudes(&w, n, k).unwrap();
+    assert_eq!(l.i4_unsafe_wave(&mags), Some((0, 1, 4096)));
+    assert_eq!(
+        WeightLayout::certified_i4(k as u32, n as u32, &mags)
+            .unwrap()
+            .waves
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn int4_magnitudes_agree_from_values_nibbles_and_banks() {
+    let (n, k) = (70usize, 1000usize);
+    let w: Vec<i8> = (0..n * k)
+        .map(|i| ((i * 7919 + i / 3) % 16) as i8 - 8)
+        .collect();
+    let mags = quant::i4_magnitudes(&w, n, k).unwrap();
+    // By hand: channel 5, granule 3.
+    let by_hand: u16 = w[5 * k + 96..5 * k + 128]
+        .iter()
+        .map(|&v| v.unsigned_abs() as u16)
+        .sum();
+    assert_eq!(mags[5 * k.div_ceil(32) + 3], by_hand);
+    let nibbles = quant::pack_nibbles(&w).unwrap();
+    assert_eq!(quant::i4_magnitudes_packed(&nibbles, n, k).unwrap(), mags);
+    for layout in [
+        WeightLayout::new(k as u32, n as u32, Dtype::Int4).unwrap(),
+        WeightLayout::certified_i4(
+            k as u32,
+            n as u32,
+            &quant::i4_magnitudes(&i4_rows(n, k, 1), n, k).unwrap(),
+        )
+        .unwrap(),
+    ] {
+        let bank =
+            pack_weights_int_nk(&layout, &w.iter().map(|&v| v as i32).collect::<Vec<_>>()).unwrap();
+        assert_eq!(
+            pack::i4_bank_magnitudes(&layout, &bank).unwrap(),
+            mags,
+            "{layout:?}"
+        );
+    }
+}
