@@ -16,8 +16,10 @@
 //! * `int4_bank_4096x11008`: `pack::weights_i4_packed_nk_into` of packed nibbles (11008
 //!   rows of 2048 bytes) into a preallocated buffer of `layout.bytes`, `pack::i4_column_sums`
 //!   of the packed bank, `both` (what a bank made from cached bytes costs), and
-//!   `weights_i4_packed_nk_sums_into` (packing and summing in one pass: what
-//!   `WeightBank::from_i4_packed_nk` costs). Baseline: a `memcpy` of the packed bytes.
+//!   `weights_i4_packed_nk_sums_into` (packing and summing in one pass), and `certify`
+//!   (`quant::i4_magnitudes_packed` and `WeightLayout::certified_i4`: choosing the
+//!   waves, which `WeightBank::from_i4_packed_nk` adds to the one-pass packing).
+//!   Baseline: a `memcpy` of the packed bytes.
 //!
 //! Every group reports `Throughput::Bytes` of the baseline's bytes, so each line's
 //! throughput divided by the `memcpy` line's is the ratio. Inputs are seeded
@@ -194,6 +196,13 @@ fn int4_bank(c: &mut Criterion) {
         bch.iter(|| {
             pack::weights_i4_packed_nk_sums_into(black_box(&layout), black_box(&w), &mut out)
                 .expect("int4 weights pack")
+        })
+    });
+    group.bench_function("certify", |bch| {
+        bch.iter(|| {
+            let m = quant::i4_magnitudes_packed(black_box(&w), N as usize, K as usize)
+                .expect("magnitudes");
+            WeightLayout::certified_i4(K, N, &m).expect("a layout")
         })
     });
     memcpy_baseline(&mut group, bytes(99, w.len()));

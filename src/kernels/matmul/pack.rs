@@ -344,31 +344,28 @@ fn check_out(layout: &WeightLayout, out: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Calls `f(channel, granule, run)` for every 16-byte run of a packed int4 bank: the
-/// 32 weights of output `channel` in 32-weight `granule` of K (padding channels
-/// included; padding is zero).
-fn for_each_i4_run(
+/// Calls `f(first channel, granule, atom)` for every 1024-byte atom of a packed int4
+/// bank: 64 runs of 16 bytes, the 32 weights of 64 consecutive output channels from
+/// `first channel` in 32-weight `granule` of K (padding channels included; padding is
+/// zero).
+fn for_each_i4_atom(
     layout: &WeightLayout,
     bank: &[u8],
-    mut f: impl FnMut(usize, usize, &[u8; 16]),
+    mut f: impl FnMut(usize, usize, &[u8]),
 ) -> Result<()> {
     if layout.dtype != Dtype::Int4 {
         return Err(unsupported(format!(
-            "int4 weight runs of a {:?} layout",
+            "int4 weight atoms of a {:?} layout",
             layout.dtype
         )));
     }
     check_out(layout, bank)?;
-    let n = layout.n as usize;
     for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
         let kb_count = wave.ai as usize / 32;
-        for g in 0..n.div_ceil(64) {
+        for g in 0..(layout.n as usize).div_ceil(64) {
             for kb in 0..kb_count {
                 let atom = base as usize + (g * kb_count + kb) * 1024;
-                for (i, run) in bank[atom..atom + 1024].chunks_exact(16).enumerate() {
-                    let run: &[u8; 16] = run.try_into().expect("runs of 16 bytes");
-                    f(g * 64 + i, wave.k0 as usize / 32 + kb, run);
-                }
+                f(g * 64, wave.k0 as usize / 32 + kb, &bank[atom..atom + 1024]);
             }
         }
     }
@@ -378,11 +375,11 @@ fn for_each_i4_run(
 /// Each output channel's sum of the weights of a packed int4 bank (`layout.bytes`
 /// bytes): what the W4A8 decomposition adds back (padding is zero and adds nothing).
 pub fn i4_column_sums(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<i64>> {
-    let n = layout.n as usize;
-    let mut sums = vec![0i64; n];
-    for_each_i4_run(layout, bank, |c, _, run| {
-        if let Some(s) = sums.get_mut(c) {
-            *s += nibble_sum(run) as i64;
+    let mut sums = vec![0i64; layout.n as usize];
+    for_each_i4_atom(layout, bank, |c0, _, atom| {
+        for (sum, run) in sums[c0..].iter_mut().zip(atom.chunks_exact(16)) {
+            let run: &[u8; 16] = run.try_into().expect("runs of 16 bytes");
+            *sum += nibble_sum(run) as i64;
         }
     })?;
     Ok(sums)
@@ -392,11 +389,11 @@ pub fn i4_column_sums(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<i64>> {
 /// int4 bank: each output channel's Σ|w| per 32-weight granule of K.
 pub fn i4_bank_magnitudes(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<u16>> {
     let granules = layout.k.div_ceil(32) as usize;
-    let mut out = vec![0u16; layout.n as usize * granules];
-    let abs = |b: u8| ((b << 4) as i8 >> 4).unsigned_abs() as u16;
-    for_each_i4_run(layout, bank, |c, g, run| {
-        if let Some(v) = out.get_mut(c * granules + g) {
-            *v = run.iter().map(|&b| abs(b) + abs(b >> 4)).sum();
+    let n = layout.n as usize;
+    let mut out = vec![0u16; n * granules];
+    for_each_i4_atom(layout, bank, |c0, g, atom| {
+        for (c, run) in (c0..n).zip(atom.chunks_exact(16)) {
+            out[c * granules + g] = super::quant::nibble_magnitudes(run);
         }
     })?;
     Ok(out)

@@ -190,15 +190,38 @@ pub fn i4_magnitudes(w: &[i8], n: usize, k: usize) -> Result<Vec<u16>> {
 /// `2i` in the low nibble of byte `i` ([`pack_nibbles`]).
 pub fn i4_magnitudes_packed(w: &[u8], n: usize, k: usize) -> Result<Vec<u16>> {
     shape("packed int4 weight bytes", n.saturating_mul(k / 2), w.len())?;
-    let nibble = |b: u8| ((b << 4) as i8 >> 4).unsigned_abs() as u16;
     let mut out = Vec::with_capacity(n * k.div_ceil(32));
     for row in w.chunks_exact((k / 2).max(1)).take(n) {
-        out.extend(
-            row.chunks(16)
-                .map(|g| g.iter().map(|&b| nibble(b) + nibble(b >> 4)).sum::<u16>()),
-        );
+        out.extend(row.chunks(16).map(nibble_magnitudes));
     }
     Ok(out)
+}
+
+/// Σ|v| of the signed nibbles of `bytes` (at most 16 bytes, so at most 256), eight
+/// bytes at a time: per nibble, `|v| = (v ^ s·15) + s` with `s` its sign bit (at most 8,
+/// so a nibble never carries into the next), then the nibbles of each byte added (at
+/// most 16) and the eight bytes summed by one multiplication (at most 128).
+pub(crate) fn nibble_magnitudes(bytes: &[u8]) -> u16 {
+    const ONES: u64 = 0x1111_1111_1111_1111;
+    const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    let word = |x: u64| {
+        let s = (x >> 3) & ONES;
+        let a = (x ^ (s * 15)) + s;
+        let per_byte = (a & LOW) + ((a >> 4) & LOW);
+        (per_byte.wrapping_mul(0x0101_0101_0101_0101) >> 56) as u16
+    };
+    let mut words = bytes.chunks_exact(8);
+    let mut total: u16 = words
+        .by_ref()
+        .map(|c| word(u64::from_le_bytes(c.try_into().expect("8 bytes"))))
+        .sum();
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        let mut b = [0u8; 8];
+        b[..tail.len()].copy_from_slice(tail);
+        total += word(u64::from_le_bytes(b));
+    }
+    total
 }
 
 #[cfg(test)]
