@@ -2,8 +2,8 @@
 //! and checked against the CPU.
 
 use crate::{Failure, parse_u32, usage};
-use rknpu_driver::device::Device;
 use rknpu_driver::device::matmul::{Matmul, MatmulOptions, Timings, WeightBank};
+use rknpu_driver::device::{Device, Interface};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::seeded::Rng;
@@ -111,6 +111,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     }
     let t0 = Instant::now();
     let plan = cheapest(a.spec)?;
+    // What the device runs: rocket starts each task on its own, without CBUF reuse.
+    let plan = match dev.info().interface {
+        Interface::Rocket => plan.without_reuse(),
+        Interface::Vendor => plan,
+    };
     let t_plan = t0.elapsed();
     outln!("plan: {plan}");
     outln!("{}", cost_line(&plan)?);
