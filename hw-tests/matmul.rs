@@ -8,9 +8,14 @@ use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
 
 fn run(spec: MatmulSpec) {
+    run_plan(Plan::new(spec).unwrap());
+}
+
+/// Runs `plan` on the device under test against the CPU's product, printing its speed.
+fn run_plan(plan: Plan) {
     let dev = super::dev();
+    let spec = plan.spec;
     let (m, k, n) = (spec.m as usize, spec.k as usize, spec.n as usize);
-    let plan = Plan::new(spec).unwrap();
     let tasks = plan.tasks.len();
     let values = |len: usize, seed: usize, lo: i32, span: i32| -> Vec<i32> {
         (0..len)
@@ -89,6 +94,55 @@ fn matmul_grid_matches_the_cpu_and_reports_throughput() {
         MatmulSpec::new(128, 1024, 8192, Dtype::Fp16),
     ] {
         run(spec);
+    }
+}
+
+/// Costed plans that keep operands in the CBUF (WEIGHT_REUSE across M tiles, DATA_REUSE
+/// across column tiles with int8's spare data bank) or whose cores split K compute the
+/// CPU's product on the device under test, and so do the same plans with every task
+/// loading its operands (`Plan::without_reuse`). On rocket the device runs both without
+/// reuse.
+#[test]
+fn costed_plans_with_cbuf_reuse_and_k_splits_match_the_cpu() {
+    use rknpu_driver::kernels::matmul::Reuse;
+    use rknpu_driver::kernels::matmul::cost::HardwareProfile;
+    for (spec, reuse, k_split) in [
+        (
+            MatmulSpec::new(1, 4096, 4096, Dtype::Int8),
+            Reuse::Data,
+            false,
+        ),
+        (
+            MatmulSpec::new(300, 128, 64, Dtype::Int8),
+            Reuse::Weights,
+            false,
+        ),
+        (
+            MatmulSpec::new(600, 512, 64, Dtype::Fp16),
+            Reuse::Weights,
+            false,
+        ),
+        (
+            MatmulSpec::new(32, 4096, 4096, Dtype::Fp16).on_cores(3),
+            Reuse::None,
+            true,
+        ),
+    ] {
+        let plan = Plan::cheapest(spec, &HardwareProfile::rk3588()).unwrap();
+        assert!(
+            reuse == Reuse::None || plan.tasks.iter().any(|t| t.reuse == reuse),
+            "{plan}"
+        );
+        let waves_of = |core| {
+            plan.tasks
+                .iter()
+                .filter(move |t| t.core == core)
+                .map(|t| t.wave)
+        };
+        let disjoint = waves_of(0).all(|w| waves_of(1).all(|v| v != w));
+        assert_eq!(k_split, plan.cores_used() > 1 && disjoint, "{plan}");
+        run_plan(plan.without_reuse());
+        run_plan(plan);
     }
 }
 
