@@ -4,7 +4,9 @@
 //! The kernel drivers do not check this: a task that writes past its output buffer
 //! silently corrupts whatever the IOMMU maps there (or faults the core). The verifier
 //! decodes each task into the [task model](crate::task), asks it for its DMA ranges
-//! ([`Task::dma`]) and checks them against the job's buffers.
+//! ([`Task::dma`]) and checks them against the job's buffers. It also checks the CBUF
+//! rules ([`check_cbuf`]): a reuse bit the previous task of the chain does not make true
+//! gives no fault on the NPU, only a wrong result.
 //!
 //! ```
 //! use rknpu_driver::kernels::single::{Dtype, SingleMatmul, A, B, C, REGCMD};
@@ -27,7 +29,7 @@
 //! ```
 
 use crate::regcmd::{self, EntryKind, RegCmd};
-use crate::task::{Access, DecodeError, DmaRange, Snapshot, Task};
+use crate::task::{Access, CbufHeld, DecodeError, DmaRange, Snapshot, Task};
 use std::fmt;
 
 /// How a job lets the NPU use a buffer.
@@ -198,13 +200,23 @@ fn access_name(a: Access) -> &'static str {
 /// land in one of two ping-pong register groups, alternating, so an incremental task sees
 /// what the task two before it left.
 pub fn tasks_of_words(words: &[RegCmd]) -> Result<Vec<Task>, VerifyError> {
+    Ok(chains_of_words(words)?.0)
+}
+
+/// [`tasks_of_words`], with whether each task starts a chain (the first task, and each
+/// task after one whose tail names no next task).
+fn chains_of_words(words: &[RegCmd]) -> Result<(Vec<Task>, Vec<bool>), VerifyError> {
     let decoded = regcmd::decode(words);
     let mut groups = [Snapshot::default(), Snapshot::default()];
     let mut tasks = Vec::new();
+    let mut firsts = Vec::new();
+    let mut chain_ended = true;
     for span in &decoded.tasks {
         let Some(enable) = span.enable else {
             continue;
         };
+        firsts.push(chain_ended);
+        chain_ended = span.next_address.is_none();
         let group = &mut groups[tasks.len() % 2];
         for e in &decoded.entries[span.start..span.start + span.body_len] {
             if let EntryKind::Write(info) = e.kind {
@@ -220,7 +232,27 @@ pub fn tasks_of_words(words: &[RegCmd]) -> Result<Vec<Task>, VerifyError> {
     if tasks.is_empty() {
         return Err(VerifyError::NoTask);
     }
-    Ok(tasks)
+    Ok((tasks, firsts))
+}
+
+/// Checks the CBUF rules of the task model ([`Cna::check_cbuf`](crate::task::Cna::check_cbuf):
+/// FC_DATA_BANK 0, at least 2 weight banks, and every reuse bit against what the task
+/// before it in its chain left in the CBUF) over `tasks`, where `first(i)` says whether
+/// task `i` starts a chain. A reuse bit the hardware cannot honour gives no fault, only
+/// a silently wrong result, so it is refused here, before submission.
+pub fn check_cbuf(tasks: &[Task], first: impl Fn(usize) -> bool) -> Result<(), VerifyError> {
+    let mut held = CbufHeld::default();
+    for (i, t) in tasks.iter().enumerate() {
+        if first(i) {
+            held = CbufHeld::default();
+        }
+        if let Some(cna) = &t.cna {
+            held = cna
+                .check_cbuf(first(i), &held)
+                .map_err(|error| VerifyError::Decode { task: i, error })?;
+        }
+    }
+    Ok(())
 }
 
 /// Checks every DMA range of `tasks` against `buffers`; returns the ranges of each task.
@@ -255,12 +287,14 @@ pub fn check(tasks: &[Task], buffers: &[JobBuffer]) -> Result<Vec<TaskRanges>, V
     Ok(out)
 }
 
-/// [`tasks_of_words`] then [`check`].
+/// [`tasks_of_words`], then [`check_cbuf`] over its chains, then [`check`].
 pub fn check_words(
     words: &[RegCmd],
     buffers: &[JobBuffer],
 ) -> Result<Vec<TaskRanges>, VerifyError> {
-    check(&tasks_of_words(words)?, buffers)
+    let (tasks, firsts) = chains_of_words(words)?;
+    check_cbuf(&tasks, |i| firsts[i])?;
+    check(&tasks, buffers)
 }
 
 #[cfg(test)]
@@ -333,6 +367,48 @@ mod tests {
         assert!(matches!(e, VerifyError::Access { .. }), "{e}");
         bufs[3].access = BufferAccess::ReadWrite;
         check_words(&words, &bufs).unwrap();
+    }
+
+    /// [`single::reusing_pair`] of 4×64×32 int8 tasks, bound.
+    fn reusing(two_chains: bool, reuse: impl Fn(&mut crate::task::Cbuf)) -> Vec<RegCmd> {
+        let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+        let at = |b: u32| 0x1000_0000 + 0x100_0000 * u64::from(b);
+        single::reusing_pair(&mm, two_chains, reuse)
+            .bind(|b| Some(at(b.0)))
+            .unwrap()
+    }
+
+    #[test]
+    fn reuse_bits_are_checked_against_the_chain() {
+        let all = [JobBuffer::new(0, 1 << 32, BufferAccess::ReadWrite)];
+        let refused = |words: &[RegCmd], field: &str| match check_words(words, &all) {
+            Err(VerifyError::Decode { task: 1, error }) => {
+                assert_eq!(error.field, field, "{error}");
+            }
+            other => panic!("{other:?}"),
+        };
+        let data = |c: &mut crate::task::Cbuf| c.data_reuse = true;
+        // In one chain, the second task finds what the first loaded: accepted.
+        assert!(check_words(&reusing(false, data), &all).is_ok());
+        // The same task starting a chain of its own cannot count on the CBUF.
+        refused(&reusing(true, data), cna::CbufCon0::DATA_REUSE.name());
+        // Another bank split is not what the first task left.
+        let moved = |c: &mut crate::task::Cbuf| {
+            (c.data_banks, c.weight_banks) = (3, 9);
+            c.weight_reuse = true;
+        };
+        refused(&reusing(false, moved), cna::CbufCon0::WEIGHT_REUSE.name());
+        // int8 data filling its one bank: no spare bank.
+        let full = |c: &mut crate::task::Cbuf| {
+            (c.data_banks, c.weight_banks) = (1, 11);
+            c.data_reuse = true;
+        };
+        refused(&reusing(false, full), cna::CbufCon0::DATA_REUSE.name());
+        // FC_DATA_BANK other than 0, reuse or not.
+        refused(
+            &reusing(false, |c| c.fc_data_banks = 1),
+            cna::CbufCon0::FC_DATA_BANK.name(),
+        );
     }
 
     #[test]

@@ -62,14 +62,9 @@ impl task::RegisterFile for View<'_> {
     }
 }
 
-/// What the previous task on the same core left in the CBUF, for the reuse bits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct CbufState {
-    /// Feature address, bytes and data banks of the last convolution task.
-    pub data: Option<(u32, u64, u32)>,
-    /// Weight address, bytes and weight banks.
-    pub weights: Option<(u32, u64, u32)>,
-}
+/// What the previous convolution task on the same core left in the CBUF, for the reuse
+/// bits (the task model's [`task::CbufHeld`]).
+pub(super) type CbufState = task::CbufHeld;
 
 pub(super) fn err(at: At, e: DecodeError) -> SimError {
     match e.kind {
@@ -408,14 +403,9 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
     let b = &cna.cbuf;
     let f = &cna.feature;
     let prec = cna.precision;
-    if b.fc_data_banks != 0 {
-        return Err(unsupported(
-            at,
-            cna::CbufCon0::FC_DATA_BANK,
-            b.fc_data_banks,
-            "every validated program writes 0; other values corrupted outputs on boards (board-validated programs; docs/provenance.md)",
-        ));
-    }
+    // FC_DATA_BANK, the weight-bank floor and the reuse rules: the task model's, which
+    // the pre-submit verifier applies too.
+    let held = cna.check_cbuf(first, state).map_err(|e| err(at, e))?;
     if b.data_banks + b.weight_banks > cbuf::BANKS {
         return Err(SimError::CbufOverflow {
             at,
@@ -423,14 +413,6 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
             banks: cbuf::BANKS,
             needed_bytes: u64::from(b.data_banks + b.weight_banks) * cbuf::BANK_BYTES,
         });
-    }
-    if b.weight_banks < 2 {
-        return Err(unsupported(
-            at,
-            cna::CbufCon0::WEIGHT_BANK,
-            b.weight_banks,
-            "no validated matmul program keeps fewer than 2 weight banks (the board-validated matmul programs (docs/provenance.md), quirk 3)",
-        ));
     }
     let data_bytes = f.cube_bytes(prec);
     if data_bytes > b.data_bytes() {
@@ -472,69 +454,7 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
             ),
         ));
     }
-    let data = (addr(f.addr), data_bytes, b.data_banks);
-    let weights = (
-        addr(cna.weights.addr),
-        cna.kernel_bytes() * u64::from(kernels),
-        b.weight_banks,
-    );
-    // The reuse bit a refusal names: DATA_REUSE when set, else WEIGHT_REUSE.
-    let reuse_bit = if b.data_reuse {
-        cna::CbufCon0::DATA_REUSE
-    } else {
-        cna::CbufCon0::WEIGHT_REUSE
-    };
-    if first && (b.data_reuse || b.weight_reuse) {
-        return Err(unsupported(
-            at,
-            reuse_bit,
-            1,
-            "reuse on the first task of a chain keeps whatever an earlier job left in the CBUF",
-        ));
-    }
-    if b.weight_reuse && weights.1 > b.weight_bytes() {
-        return Err(unsupported(
-            at,
-            cna::CbufCon0::WEIGHT_REUSE,
-            1,
-            format!(
-                "the task's {} bytes of weights do not fit its {} weight banks, so the CBUF streams them and keeps none",
-                weights.1, b.weight_banks
-            ),
-        ));
-    }
-    if prec == Precision::Int8
-        && (b.data_reuse || b.weight_reuse)
-        && data_bytes > u64::from(b.data_banks.saturating_sub(1)) * cbuf::BANK_BYTES
-    {
-        return Err(unsupported(
-            at,
-            reuse_bit,
-            1,
-            format!(
-                "int8 feature data of {data_bytes} bytes leaves no spare bank of its {} data banks; near-full int8 banks corrupted the last rows of reusing programs on boards",
-                b.data_banks
-            ),
-        ));
-    }
-    if b.data_reuse && state.data != Some(data) {
-        return Err(unsupported(
-            at,
-            cna::CbufCon0::DATA_REUSE,
-            1,
-            "the previous task did not load the same feature data into the same banks",
-        ));
-    }
-    if b.weight_reuse && state.weights != Some(weights) {
-        return Err(unsupported(
-            at,
-            cna::CbufCon0::WEIGHT_REUSE,
-            1,
-            "the previous task did not load the same weights into the same banks",
-        ));
-    }
-    state.data = Some(data);
-    state.weights = Some(weights);
+    *state = held;
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 //! a 1×1, stride-1, unpadded direct convolution of a feature cube in NC1HWC2 layout with
 //! weights in 1024-byte atoms, the input converter bypassed, no decompression.
 
-use super::read::{Decoded, Reader};
+use super::read::{DecodeError, Decoded, Reader};
 use super::{Access, DmaRange, Precision, cbuf, fixed};
 use crate::error::Result;
 use crate::regcmd::{DmaAddr, TaskBuilder};
@@ -96,6 +96,16 @@ pub struct Cbuf {
     pub data_entries: u32,
 }
 
+/// What the CBUF holds after a convolution task, for the reuse bits of the next task of
+/// the same chain: its feature data and its weights, each as (address, bytes, banks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CbufHeld {
+    /// The feature cube: address, bytes, data banks.
+    pub data: Option<(DmaAddr, u64, u32)>,
+    /// The weights: address, bytes, weight banks.
+    pub weights: Option<(DmaAddr, u64, u32)>,
+}
+
 impl Cbuf {
     /// Bytes the data banks hold.
     pub fn data_bytes(&self) -> u64 {
@@ -153,6 +163,93 @@ pub struct Cna {
 }
 
 impl Cna {
+    /// The CBUF rules every validated program keeps, and the reuse rules (docs/matmul.md,
+    /// "CBUF reuse"): FC_DATA_BANK 0; at least 2 weight banks; a reuse bit never on the
+    /// first task of a chain (`first`: what an earlier job left is unknown), only when
+    /// the task before it in the chain left the same operand at the same address in the
+    /// same banks (`held`), WEIGHT_REUSE only when all the weights fit the weight banks
+    /// (otherwise the CBUF streams them and keeps none), and on int8 either bit only with
+    /// a spare data bank (near-full int8 banks corrupted the last rows of reusing
+    /// programs on boards). Returns what this task leaves in the CBUF.
+    pub fn check_cbuf(&self, first: bool, held: &CbufHeld) -> Result<CbufHeld, DecodeError> {
+        use cna::CbufCon0;
+        let b = &self.cbuf;
+        if b.fc_data_banks != 0 {
+            return Err(DecodeError::unsupported(
+                CbufCon0::FC_DATA_BANK,
+                b.fc_data_banks,
+                "every validated program writes 0; other values corrupted outputs on boards (board-validated programs; docs/provenance.md)",
+            ));
+        }
+        if b.weight_banks < 2 {
+            return Err(DecodeError::unsupported(
+                CbufCon0::WEIGHT_BANK,
+                b.weight_banks,
+                "no validated matmul program keeps fewer than 2 weight banks (the board-validated matmul programs (docs/provenance.md), quirk 3)",
+            ));
+        }
+        let data_bytes = self.feature.cube_bytes(self.precision);
+        let now = CbufHeld {
+            data: Some((self.feature.addr, data_bytes, b.data_banks)),
+            weights: Some((
+                self.weights.addr,
+                self.kernel_bytes() * u64::from(self.weights.kernels),
+                b.weight_banks,
+            )),
+        };
+        if !(b.data_reuse || b.weight_reuse) {
+            return Ok(now);
+        }
+        // The reuse bit a refusal names: DATA_REUSE when set, else WEIGHT_REUSE.
+        let bit = if b.data_reuse {
+            CbufCon0::DATA_REUSE
+        } else {
+            CbufCon0::WEIGHT_REUSE
+        };
+        let refuse = |field, why: String| Err(DecodeError::unsupported(field, 1, why));
+        if first {
+            return refuse(
+                bit,
+                "reuse on the first task of a chain keeps whatever an earlier job left in the CBUF"
+                    .into(),
+            );
+        }
+        let weight_bytes = now.weights.map_or(0, |w| w.1);
+        if b.weight_reuse && weight_bytes > b.weight_bytes() {
+            return refuse(
+                CbufCon0::WEIGHT_REUSE,
+                format!(
+                    "the task's {weight_bytes} bytes of weights do not fit its {} weight banks, so the CBUF streams them and keeps none",
+                    b.weight_banks
+                ),
+            );
+        }
+        if self.precision == Precision::Int8
+            && data_bytes > u64::from(b.data_banks.saturating_sub(1)) * cbuf::BANK_BYTES
+        {
+            return refuse(
+                bit,
+                format!(
+                    "int8 feature data of {data_bytes} bytes leaves no spare bank of its {} data banks; near-full int8 banks corrupted the last rows of reusing programs on boards",
+                    b.data_banks
+                ),
+            );
+        }
+        if b.data_reuse && held.data != now.data {
+            return refuse(
+                CbufCon0::DATA_REUSE,
+                "the previous task did not load the same feature data into the same banks".into(),
+            );
+        }
+        if b.weight_reuse && held.weights != now.weights {
+            return refuse(
+                CbufCon0::WEIGHT_REUSE,
+                "the previous task did not load the same weights into the same banks".into(),
+            );
+        }
+        Ok(now)
+    }
+
     /// Bytes of one kernel.
     pub fn kernel_bytes(&self) -> u64 {
         u64::from(self.feature.channels) * u64::from(self.precision.bits()) / 8

@@ -152,23 +152,12 @@ fn a_range_run_sums_its_kicks() {
 }
 
 /// Two chained `m`×`k`×`n` int8 tasks over the same A and B, each with one spare data
-/// bank (2 data + 10 weight banks), the second with `reuse` applied to its CBUF split.
+/// bank, the second with `reuse` applied to its CBUF split.
 fn reusing_program(
     (m, k, n): (u32, u32, u32),
     reuse: impl Fn(&mut crate::task::Cbuf),
 ) -> crate::regcmd::Program {
-    let mm = SingleMatmul::new(m, k, n, Dtype::Int8);
-    let mut p = ProgramBuilder::new(single::REGCMD);
-    for second in [false, true] {
-        let mut task = mm.task().unwrap();
-        let cbuf = &mut task.cna.as_mut().unwrap().cbuf;
-        (cbuf.data_banks, cbuf.weight_banks) = (2, 10);
-        if second {
-            reuse(cbuf);
-        }
-        p.push_task(task.body().unwrap(), mm.enable());
-    }
-    p.build().unwrap()
+    single::reusing_pair(&SingleMatmul::new(m, k, n, Dtype::Int8), false, reuse)
 }
 
 #[test]
