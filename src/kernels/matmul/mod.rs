@@ -8,19 +8,23 @@
 //!
 //! * **K waves** of at most `k_tile` channels: int8 ≤ 4096 and never in (3072, 4096) with
 //!   more than 4 rows (board quirk 4 (docs/matmul.md)), fp16 ≤ 4096, int4 ≤ 480 so the int16
-//!   sums cannot saturate (quirk 13). Partial results are summed on the host, exactly:
+//!   sums cannot saturate (quirk 13), or up to 2048 where a bank's weights certify it
+//!   ([`WeightLayout::certified_i4`]). Partial results are summed on the host, exactly:
 //!   int32 and int16 partials in i64 ([`Plan::reduce_int`]; an int16 result saturates,
 //!   [`pack::unpack_i32`] refuses a sum outside int32 instead of wrapping),
 //!   fp32 partials in f64 and rounded once. An fp16 result is the DPU's own fp32 → fp16
 //!   conversion (the tasks write fp16), so it needs K within one wave.
 //! * **N tiles** of at most 3072 (int8) or 4096 (int4, fp16: quirk 7) columns, a multiple
-//!   of 32 (int4: 64), and at least as many tiles as cores.
+//!   of 32 (int4: 64).
 //! * **M tiles** of as many rows as the CBUF data banks hold next to one 32-kernel weight
-//!   group (§4.2), at most 128, keeping ≥ 2 weight banks (quirk 3) and, for int8 and
-//!   int4, at most the 8 data banks measured on boards.
-//! * **Cores**: N tiles are dealt to cores in contiguous groups; each core's tasks form
-//!   their own chain in one program, so one submission runs them all (§4.7).
+//!   group (§4.2), keeping ≥ 2 weight banks (quirk 3; int4 at most 8 data banks), at most
+//!   the rows of the largest tiles run on boards (int8 256, fp16 and bf16 365, int4 128).
+//! * **Cores** split K (when they divide the waves and the cost model finds it faster), N
+//!   or M, each running as many tasks; each core's tasks form their own chain in one
+//!   program, so one submission runs them all (§4.7), in the order that keeps the most
+//!   bytes in the CBUF ([`Reuse`]).
 //!
+//! [`Plan::cheapest`] costs a handful of such plans ([`cost`]) and keeps the fastest.
 //! Every task reads its own A block (the rows and channels of its wave and M tile, in the
 //! layout of its precision) and writes its own C block in the native layout
 //! `[nt/E][rows][E]`: no task scatters into a shared row (quirks 6 and 16 cannot arise).
