@@ -4,6 +4,7 @@
 use crate::{Failure, parse_u32, usage};
 use rknpu_driver::device::matmul::{Matmul, MatmulOptions, Timings, WeightBank};
 use rknpu_driver::device::{Device, Interface};
+use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::seeded::Rng;
@@ -60,10 +61,8 @@ fn cheapest(spec: MatmulSpec) -> Result<Plan, Failure> {
 
 /// The `cost:` line: the plan's modelled traffic, task counts and time on the RK3588
 /// profile (docs/matmul.md, "Cost model").
-fn cost_line(plan: &Plan) -> Result<String, Failure> {
-    let cost = plan
-        .cost(&rknpu_driver::kernels::matmul::cost::HardwareProfile::rk3588())
-        .map_err(|e| fail(&e))?;
+fn cost_line(plan: &Plan, profile: &HardwareProfile) -> Result<String, Failure> {
+    let cost = plan.cost(profile).map_err(|e| fail(&e))?;
     Ok(cost.to_string())
 }
 
@@ -100,7 +99,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
         let plan = cheapest(a.spec)?;
         outln!("plan: {plan}");
         outln!("{}", minimum_line(&a.spec));
-        outln!("{}", cost_line(&plan)?);
+        outln!("{}", cost_line(&plan, &HardwareProfile::rk3588())?);
         return Ok(());
     }
     let dev = open(&a.device)?;
@@ -111,14 +110,15 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     }
     let t0 = Instant::now();
     let plan = cheapest(a.spec)?;
-    // What the device runs: rocket starts each task on its own, without CBUF reuse.
-    let plan = match dev.info().interface {
-        Interface::Rocket => plan.without_reuse(),
-        Interface::Vendor => plan,
+    // What the device runs (rocket starts each task on its own, without CBUF reuse),
+    // costed on the profile of its interface.
+    let (plan, profile) = match dev.info().interface {
+        Interface::Rocket => (plan.without_reuse(), HardwareProfile::rk3588_rocket()),
+        Interface::Vendor => (plan, HardwareProfile::rk3588()),
     };
     let t_plan = t0.elapsed();
     outln!("plan: {plan}");
-    outln!("{}", cost_line(&plan)?);
+    outln!("{}", cost_line(&plan, &profile)?);
     let mut rng = Rng::from_seed(a.seed);
     let options = MatmulOptions::default().incremental(a.incremental);
     let c = if a.spec.dtype == Dtype::Fp16 {
