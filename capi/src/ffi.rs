@@ -1,0 +1,230 @@
+//! The exported C functions: the crate's only `unsafe` code.
+//!
+//! Each function checks its pointers for NULL, turns them into references and slices of
+//! the lengths its sizes give (validated by [`crate::elements`] before any slice is
+//! made), and calls the safe function of the crate root inside [`crate::call`], which
+//! catches panics. The C caller's side of each contract is in `include/rknpu.h` and
+//! docs/capi.md.
+
+use crate::{Failure, RknpuDevice, RknpuWeights, call, elements, weight_shape};
+use std::ffi::{CStr, c_char, c_int};
+
+/// Fails with `RKNPU_ERR_ARG` when `p` is NULL.
+fn non_null<T>(p: *const T, what: &str) -> crate::Result<()> {
+    if p.is_null() {
+        Err(Failure::arg(format!("{what} is NULL")))
+    } else {
+        Ok(())
+    }
+}
+
+/// Stores a new handle in `*out`.
+///
+/// # Safety
+///
+/// `out` is non-NULL and valid for a write of a pointer.
+unsafe fn put<T>(out: *mut *mut T, value: T) {
+    // SAFETY: the caller guarantees `out` is valid for writes; the box's pointer is
+    // handed to C, which gives it back to the matching free function.
+    unsafe { out.write(Box::into_raw(Box::new(value))) }
+}
+
+/// Opens an NPU into `*out` (`spec` NULL: a board or `RKNPU_DEVICE`).
+///
+/// # Safety
+///
+/// `spec` is NULL or a NUL-terminated string; `out` is valid for a pointer write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_open(spec: *const c_char, out: *mut *mut RknpuDevice) -> c_int {
+    call(|| {
+        non_null(out, "out")?;
+        let spec = if spec.is_null() {
+            None
+        } else {
+            // SAFETY: a non-NULL spec is a NUL-terminated string (the C contract).
+            Some(unsafe { CStr::from_ptr(spec) })
+        };
+        let dev = crate::open(spec)?;
+        // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
+        unsafe { put(out, dev) };
+        Ok(())
+    })
+}
+
+/// Releases a device handle (NULL is ignored).
+///
+/// # Safety
+///
+/// `dev` is NULL or a handle `rknpu_open` returned and not yet closed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_close(dev: *mut RknpuDevice) {
+    call(|| {
+        if !dev.is_null() {
+            // SAFETY: `dev` came from `Box::into_raw` in `rknpu_open` and is released
+            // once (the C contract).
+            drop(unsafe { Box::from_raw(dev) });
+        }
+        Ok(())
+    });
+}
+
+/// int8 weights: `n` rows of `k` values, and `n` scales.
+///
+/// # Safety
+///
+/// `dev` is an open handle; `w` points to `n * k` int8 values, `scale` to `n` floats;
+/// `out` is valid for a pointer write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_weights_i8(
+    dev: *mut RknpuDevice,
+    w: *const i8,
+    scale: *const f32,
+    n: u32,
+    k: u32,
+    out: *mut *mut RknpuWeights,
+) -> c_int {
+    call(|| {
+        non_null(dev, "dev")?;
+        non_null(w, "w")?;
+        non_null(scale, "scale")?;
+        non_null(out, "out")?;
+        let len = elements("weights", n, k)?;
+        // SAFETY: `dev` is a live handle from `rknpu_open` (non-NULL, checked); `w`
+        // holds `n * k` values and `scale` `n` (the C contract; `len` did not overflow).
+        let (dev, w, scale) = unsafe {
+            (
+                &*dev,
+                std::slice::from_raw_parts(w, len),
+                std::slice::from_raw_parts(scale, n as usize),
+            )
+        };
+        let weights = RknpuWeights::i8(dev, w, scale, n, k)?;
+        // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
+        unsafe { put(out, weights) };
+        Ok(())
+    })
+}
+
+/// int4 weights: `n` rows of `k / 2` bytes of nibbles (`k` even), and `n` scales.
+///
+/// # Safety
+///
+/// As [`rknpu_weights_i8`], with `w` pointing to `n * k / 2` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_weights_i4(
+    dev: *mut RknpuDevice,
+    w: *const u8,
+    scale: *const f32,
+    n: u32,
+    k: u32,
+    out: *mut *mut RknpuWeights,
+) -> c_int {
+    call(|| {
+        non_null(dev, "dev")?;
+        non_null(w, "w")?;
+        non_null(scale, "scale")?;
+        non_null(out, "out")?;
+        weight_shape(n, k, true)?;
+        let len = elements("weights", n, k / 2)?;
+        // SAFETY: `dev` is a live handle (non-NULL, checked); `w` holds `n * k / 2`
+        // bytes and `scale` `n` floats (the C contract; `len` did not overflow).
+        let (dev, w, scale) = unsafe {
+            (
+                &*dev,
+                std::slice::from_raw_parts(w, len),
+                std::slice::from_raw_parts(scale, n as usize),
+            )
+        };
+        let weights = RknpuWeights::i4(dev, w, scale, n, k)?;
+        // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
+        unsafe { put(out, weights) };
+        Ok(())
+    })
+}
+
+/// fp16 weights: `n` rows of `k` binary16 bit patterns.
+///
+/// # Safety
+///
+/// `dev` is an open handle; `w` points to `n * k` values; `out` is valid for a pointer
+/// write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_weights_f16(
+    dev: *mut RknpuDevice,
+    w: *const u16,
+    n: u32,
+    k: u32,
+    out: *mut *mut RknpuWeights,
+) -> c_int {
+    call(|| {
+        non_null(dev, "dev")?;
+        non_null(w, "w")?;
+        non_null(out, "out")?;
+        let len = elements("weights", n, k)?;
+        // SAFETY: `dev` is a live handle (non-NULL, checked); `w` holds `n * k` values
+        // (the C contract; `len` did not overflow).
+        let (dev, w) = unsafe { (&*dev, std::slice::from_raw_parts(w, len)) };
+        let weights = RknpuWeights::f16(dev, w, n, k)?;
+        // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
+        unsafe { put(out, weights) };
+        Ok(())
+    })
+}
+
+/// Frees weights (NULL is ignored).
+///
+/// # Safety
+///
+/// `w` is NULL or a handle a `rknpu_weights_*` function returned and not yet freed, and
+/// no call is using it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_weights_free(w: *mut RknpuWeights) {
+    call(|| {
+        if !w.is_null() {
+            // SAFETY: `w` came from `Box::into_raw` in a `rknpu_weights_*` function and
+            // is freed once, with no call using it (the C contract).
+            drop(unsafe { Box::from_raw(w) });
+        }
+        Ok(())
+    });
+}
+
+/// `y[m][n] = x[m][k] · wᵀ`.
+///
+/// # Safety
+///
+/// `w` is a live weights handle; `x` points to `m * k` floats and `y` to `m * n`
+/// floats that nothing else accesses during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_mul_mat(
+    w: *mut RknpuWeights,
+    x: *const f32,
+    m: u32,
+    y: *mut f32,
+) -> c_int {
+    call(|| {
+        non_null(w, "w")?;
+        non_null(x, "x")?;
+        non_null(y, "y")?;
+        // SAFETY: `w` is a live handle (non-NULL, checked); shared, as calls on one
+        // handle take turns on its lock.
+        let weights = unsafe { &*w };
+        let x_len = elements("x", m, weights.k)?;
+        let y_len = elements("y", m, weights.n)?;
+        // SAFETY: `x` holds `m * k` floats and `y` `m * n` floats that no one else
+        // touches during the call (the C contract; the lengths did not overflow).
+        let (x, y) = unsafe {
+            (
+                std::slice::from_raw_parts(x, x_len),
+                std::slice::from_raw_parts_mut(y, y_len),
+            )
+        };
+        weights.mul_mat(x, m, y)
+    })
+}
+
+/// The calling thread's last error message ("" after a success).
+#[unsafe(no_mangle)]
+pub extern "C" fn rknpu_last_error() -> *const c_char {
+    crate::last_error_ptr()
+}

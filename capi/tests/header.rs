@@ -1,0 +1,111 @@
+//! `include/rknpu.h` is the text the declaration table generates, and the table names
+//! exactly the exported functions, with the signatures its prototypes describe.
+
+use rknpu::header::{FUNCTIONS, header};
+use rknpu::{Code, RknpuDevice, RknpuWeights, ffi};
+use std::collections::BTreeSet;
+use std::ffi::{c_char, c_int};
+
+/// The checked-in header is the generated text (`UPDATE_FIXTURES=1` rewrites it).
+#[test]
+fn header_file_is_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include/rknpu.h");
+    let text = header();
+    if std::env::var_os("UPDATE_FIXTURES").is_some() {
+        std::fs::write(&path, &text).expect("write include/rknpu.h");
+    }
+    let file = std::fs::read_to_string(&path).expect("read include/rknpu.h");
+    assert!(
+        file == text,
+        "include/rknpu.h is stale: regenerate it with \
+         UPDATE_FIXTURES=1 cargo test -p rknpu-capi --test header"
+    );
+}
+
+/// Each exported function, by name, coerced to the Rust signature of its C prototype: a
+/// function missing from `ffi`, or one whose signature changed, does not compile.
+fn exported() -> Vec<(&'static str, usize)> {
+    type Open = unsafe extern "C" fn(*const c_char, *mut *mut RknpuDevice) -> c_int;
+    type Close = unsafe extern "C" fn(*mut RknpuDevice);
+    type I8 = unsafe extern "C" fn(
+        *mut RknpuDevice,
+        *const i8,
+        *const f32,
+        u32,
+        u32,
+        *mut *mut RknpuWeights,
+    ) -> c_int;
+    type I4 = unsafe extern "C" fn(
+        *mut RknpuDevice,
+        *const u8,
+        *const f32,
+        u32,
+        u32,
+        *mut *mut RknpuWeights,
+    ) -> c_int;
+    type F16 = unsafe extern "C" fn(
+        *mut RknpuDevice,
+        *const u16,
+        u32,
+        u32,
+        *mut *mut RknpuWeights,
+    ) -> c_int;
+    type Free = unsafe extern "C" fn(*mut RknpuWeights);
+    type MulMat = unsafe extern "C" fn(*mut RknpuWeights, *const f32, u32, *mut f32) -> c_int;
+    type LastError = extern "C" fn() -> *const c_char;
+    vec![
+        ("rknpu_open", ffi::rknpu_open as Open as usize),
+        ("rknpu_close", ffi::rknpu_close as Close as usize),
+        ("rknpu_weights_i8", ffi::rknpu_weights_i8 as I8 as usize),
+        ("rknpu_weights_i4", ffi::rknpu_weights_i4 as I4 as usize),
+        ("rknpu_weights_f16", ffi::rknpu_weights_f16 as F16 as usize),
+        (
+            "rknpu_weights_free",
+            ffi::rknpu_weights_free as Free as usize,
+        ),
+        ("rknpu_mul_mat", ffi::rknpu_mul_mat as MulMat as usize),
+        (
+            "rknpu_last_error",
+            ffi::rknpu_last_error as LastError as usize,
+        ),
+    ]
+}
+
+/// The table declares exactly the exported functions, each prototype naming its function.
+#[test]
+fn table_matches_exports() {
+    let table: BTreeSet<&str> = FUNCTIONS.iter().map(|f| f.name).collect();
+    let exports: BTreeSet<&str> = exported().iter().map(|(name, _)| *name).collect();
+    assert_eq!(table, exports);
+    assert_eq!(table.len(), FUNCTIONS.len(), "a function is declared twice");
+    for f in FUNCTIONS {
+        assert!(
+            f.prototype.contains(&format!("{}(", f.name)),
+            "{}",
+            f.prototype
+        );
+        assert!(!f.doc.is_empty(), "{} has no comment", f.name);
+    }
+    let src = include_str!("../src/ffi.rs");
+    let defined = src.matches("extern \"C\" fn rknpu_").count();
+    assert_eq!(
+        defined,
+        FUNCTIONS.len(),
+        "ffi.rs defines a function the table lacks"
+    );
+}
+
+/// The header defines every error code with its value, and the codes are distinct and
+/// negative.
+#[test]
+fn header_defines_the_codes() {
+    let text = header();
+    let values: BTreeSet<i32> = Code::ALL.iter().map(|&c| c as i32).collect();
+    assert_eq!(values.len(), Code::ALL.len());
+    for &code in Code::ALL {
+        assert!((code as i32) < 0);
+        assert!(text.contains(&format!("#define {} ({})\n", code.name(), code as i32)));
+    }
+    assert!(text.contains("typedef struct rknpu_device rknpu_device;"));
+    assert!(text.contains("typedef struct rknpu_weights rknpu_weights;"));
+}
