@@ -237,3 +237,53 @@ fn a_panic_becomes_a_code() {
     assert_eq!(rknpu::call(|| Ok(())), 0);
     assert_eq!(last_error(), "");
 }
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn shared<T: Send + Sync>() {}
+    shared::<RknpuDevice>();
+    shared::<RknpuWeights>();
+}
+
+#[test]
+fn one_weights_handle_from_several_threads() {
+    let dev = open_emu();
+    let (n, k) = (16usize, 32usize);
+    let w8: Vec<i8> = (0..n * k).map(|i| (i % 11) as i8 - 5).collect();
+    let scale = vec![1f32; n];
+    let mut w = null_mut();
+    // SAFETY: n * k weights and n scales; `w` is a local.
+    let rc = unsafe { rknpu_weights_i8(dev, w8.as_ptr(), scale.as_ptr(), 16, 32, &mut w) };
+    assert_eq!(rc, 0, "{}", last_error());
+    // Integer activations quantise exactly (their row maximum is 127), so every thread
+    // gets the exact product whichever m it runs and however the calls interleave.
+    let address = w as usize;
+    std::thread::scope(|scope| {
+        for m in 1..=4u32 {
+            let w8 = &w8;
+            scope.spawn(move || {
+                let w = address as *mut RknpuWeights;
+                let x: Vec<f32> = (0..m as usize * k)
+                    .map(|i| if i % k == 0 { 127.0 } else { (i % 7) as f32 })
+                    .collect();
+                for _ in 0..3 {
+                    let (rc, y) = mul_mat(w, &x, m, n);
+                    assert_eq!(rc, 0, "{}", last_error());
+                    for i in 0..m as usize {
+                        for j in 0..n {
+                            let want: f32 = (0..k)
+                                .map(|p| x[i * k + p] * f32::from(w8[j * k + p]))
+                                .sum();
+                            assert_eq!(y[i * n + j], want, "m={m} ({i}, {j})");
+                        }
+                    }
+                }
+            });
+        }
+    });
+    // SAFETY: every thread has finished; each handle is released once.
+    unsafe {
+        rknpu_weights_free(w);
+        rknpu_close(dev);
+    }
+}
