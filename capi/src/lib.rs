@@ -241,7 +241,7 @@ pub fn elements(what: &str, rows: u32, cols: u32) -> Result<usize> {
 /// Checks `n` and `k` of weights, and that `k` is even for int4.
 pub fn weight_shape(n: u32, k: u32, int4: bool) -> Result<()> {
     elements("weights", n, k)?;
-    if int4 && k % 2 != 0 {
+    if int4 && !k.is_multiple_of(2) {
         return Err(Failure::arg(format!(
             "int4 weights need an even k, not {k}"
         )));
