@@ -29,6 +29,22 @@ unsafe fn put<T>(out: *mut *mut T, value: T) {
     unsafe { out.write(Box::into_raw(Box::new(value))) }
 }
 
+/// Drops a handle `put` made (NULL is ignored), catching a panic of its drop.
+///
+/// # Safety
+///
+/// `p` is NULL or a pointer `put` stored, not released before and not in use.
+unsafe fn release<T>(p: *mut T) {
+    call(|| {
+        if !p.is_null() {
+            // SAFETY: `p` came from `Box::into_raw` in `put` and is released once, unused
+            // (this function's contract).
+            drop(unsafe { Box::from_raw(p) });
+        }
+        Ok(())
+    });
+}
+
 /// Opens an NPU into `*out` (`spec` NULL: a board or `RKNPU_DEVICE`).
 ///
 /// # Safety
@@ -58,14 +74,9 @@ pub unsafe extern "C" fn rknpu_open(spec: *const c_char, out: *mut *mut RknpuDev
 /// `dev` is NULL or a handle `rknpu_open` returned and not yet closed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rknpu_close(dev: *mut RknpuDevice) {
-    call(|| {
-        if !dev.is_null() {
-            // SAFETY: `dev` came from `Box::into_raw` in `rknpu_open` and is released
-            // once (the C contract).
-            drop(unsafe { Box::from_raw(dev) });
-        }
-        Ok(())
-    });
+    // SAFETY: `dev` is NULL or came from `put` in `rknpu_open`, is released once and
+    // is not in use (the C contract).
+    unsafe { release(dev) }
 }
 
 /// int8 weights: `n` rows of `k` values, and `n` scales.
@@ -179,14 +190,9 @@ pub unsafe extern "C" fn rknpu_weights_f16(
 /// no call is using it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rknpu_weights_free(w: *mut RknpuWeights) {
-    call(|| {
-        if !w.is_null() {
-            // SAFETY: `w` came from `Box::into_raw` in a `rknpu_weights_*` function and
-            // is freed once, with no call using it (the C contract).
-            drop(unsafe { Box::from_raw(w) });
-        }
-        Ok(())
-    });
+    // SAFETY: `w` is NULL or came from `put` in a `rknpu_weights_*` function, is freed
+    // once and is not in use (the C contract).
+    unsafe { release(w) }
 }
 
 /// `y[m][n] = x[m][k] · wᵀ`.
