@@ -79,6 +79,43 @@ pub unsafe extern "C" fn rknpu_close(dev: *mut RknpuDevice) {
     unsafe { release(dev) }
 }
 
+/// The signature of [`RknpuWeights::i8`] and [`RknpuWeights::i4`].
+type MakeScaled<T> = fn(&RknpuDevice, &[T], &[f32], u32, u32) -> crate::Result<RknpuWeights>;
+
+/// Integer weights of `bytes` elements `T` with `n` scales, made by `make` into `*out`.
+///
+/// # Safety
+///
+/// `dev` is NULL or an open handle; `w` is NULL or points to `bytes` values, `scale` is
+/// NULL or points to `n` floats; `out` is NULL or valid for a pointer write.
+unsafe fn scaled<T>(
+    dev: *mut RknpuDevice,
+    w: *const T,
+    scale: *const f32,
+    (n, k, bytes): (u32, u32, usize),
+    out: *mut *mut RknpuWeights,
+    make: MakeScaled<T>,
+) -> crate::Result<()> {
+    non_null(dev, "dev")?;
+    non_null(w, "w")?;
+    non_null(scale, "scale")?;
+    non_null(out, "out")?;
+    // SAFETY: `dev` is a live handle from `rknpu_open` (non-NULL, checked); `w` holds
+    // `bytes` values and `scale` `n` (this function's contract; the caller computed
+    // `bytes` without overflow).
+    let (dev, w, scale) = unsafe {
+        (
+            &*dev,
+            std::slice::from_raw_parts(w, bytes),
+            std::slice::from_raw_parts(scale, n as usize),
+        )
+    };
+    let weights = make(dev, w, scale, n, k)?;
+    // SAFETY: `out` is non-NULL (checked) and writable (this function's contract).
+    unsafe { put(out, weights) };
+    Ok(())
+}
+
 /// int8 weights: `n` rows of `k` values, and `n` scales.
 ///
 /// # Safety
@@ -95,24 +132,9 @@ pub unsafe extern "C" fn rknpu_weights_i8(
     out: *mut *mut RknpuWeights,
 ) -> c_int {
     call(|| {
-        non_null(dev, "dev")?;
-        non_null(w, "w")?;
-        non_null(scale, "scale")?;
-        non_null(out, "out")?;
         let len = elements("weights", n, k)?;
-        // SAFETY: `dev` is a live handle from `rknpu_open` (non-NULL, checked); `w`
-        // holds `n * k` values and `scale` `n` (the C contract; `len` did not overflow).
-        let (dev, w, scale) = unsafe {
-            (
-                &*dev,
-                std::slice::from_raw_parts(w, len),
-                std::slice::from_raw_parts(scale, n as usize),
-            )
-        };
-        let weights = RknpuWeights::i8(dev, w, scale, n, k)?;
-        // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
-        unsafe { put(out, weights) };
-        Ok(())
+        // SAFETY: the C contract is `scaled`'s, with `len` = `n * k` values.
+        unsafe { scaled(dev, w, scale, (n, k, len), out, RknpuWeights::i8) }
     })
 }
 
@@ -131,25 +153,10 @@ pub unsafe extern "C" fn rknpu_weights_i4(
     out: *mut *mut RknpuWeights,
 ) -> c_int {
     call(|| {
-        non_null(dev, "dev")?;
-        non_null(w, "w")?;
-        non_null(scale, "scale")?;
-        non_null(out, "out")?;
         weight_shape(n, k, true)?;
         let len = elements("weights", n, k / 2)?;
-        // SAFETY: `dev` is a live handle (non-NULL, checked); `w` holds `n * k / 2`
-        // bytes and `scale` `n` floats (the C contract; `len` did not overflow).
-        let (dev, w, scale) = unsafe {
-            (
-                &*dev,
-                std::slice::from_raw_parts(w, len),
-                std::slice::from_raw_parts(scale, n as usize),
-            )
-        };
-        let weights = RknpuWeights::i4(dev, w, scale, n, k)?;
-        // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
-        unsafe { put(out, weights) };
-        Ok(())
+        // SAFETY: the C contract is `scaled`'s, with `len` = `n * k / 2` bytes.
+        unsafe { scaled(dev, w, scale, (n, k, len), out, RknpuWeights::i4) }
     })
 }
 
