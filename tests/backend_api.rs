@@ -342,6 +342,38 @@ fn int4_by_int4_is_exact() {
     }
 }
 
+/// 16-bit floats as f64.
+fn wide_f<T: Copy>(v: &[T], f: impl Fn(T) -> f64) -> Vec<f64> {
+    v.iter().map(|&x| f(x)).collect()
+}
+
+/// `out` (M×N, f32) is `a` (M×K) times `w` (N×K) transposed within the bound of fp32
+/// summation of exact products, `(K + 1)·2⁻²⁴·Σ|a·b|`, result by result.
+fn within_fp32_bound(
+    spec: &str,
+    a: &[f64],
+    w: &[f64],
+    out: &[f32],
+    (m, k, n): (usize, usize, usize),
+) {
+    for i in 0..m {
+        for j in 0..n {
+            let (mut exact, mut mag) = (0f64, 0f64);
+            for kk in 0..k {
+                let p = a[i * k + kk] * w[j * k + kk];
+                exact += p;
+                mag += p.abs();
+            }
+            let bound = (k as f64 + 1.0) * 2f64.powi(-24) * mag;
+            let got = out[i * n + j] as f64;
+            assert!(
+                (got - exact).abs() <= bound,
+                "{spec} {m}x{k}x{n} [{i}][{j}]: {got} vs {exact}, bound {bound}"
+            );
+        }
+    }
+}
+
 /// fp16 banks: `run_f16_into` against an f64 reference. The inputs are fp16 values, so
 /// every product `a·b` is exact in fp32 (11 + 11 significant bits); the simulator sums
 /// each K wave in fp32 and the host adds the waves in f64 and rounds once to f32. Summing
@@ -361,22 +393,8 @@ fn fp16_bank_is_within_the_fp32_accumulation_bound() {
             assert_eq!(mm.activations(), Activations::Fp16);
             let mut out = vec![f32::NAN; m * n];
             mm.run_f16_into(&a, &mut out).unwrap();
-            for i in 0..m {
-                for j in 0..n {
-                    let (mut exact, mut mag) = (0f64, 0f64);
-                    for kk in 0..k {
-                        let p = a[i * k + kk].to_f64() * w[j * k + kk].to_f64();
-                        exact += p;
-                        mag += p.abs();
-                    }
-                    let tol = (k as f64 + 1.0) * 2f64.powi(-24) * mag;
-                    let got = out[i * n + j] as f64;
-                    assert!(
-                        (got - exact).abs() <= tol,
-                        "{spec} {m}x{k}x{n} ({i},{j}): {got} vs {exact}, bound {tol}"
-                    );
-                }
-            }
+            let (a, w) = (wide_f(&a, f16::to_f64), wide_f(&w, f16::to_f64));
+            within_fp32_bound(spec, &a, &w, &out, (m, k, n));
         }
     }
 }
@@ -1376,22 +1394,13 @@ fn bf16_banks_are_within_the_fp32_accumulation_bound() {
             let mut mm = Matmul::new(&bank, m as u32).unwrap();
             let mut out = vec![0f32; m * n];
             mm.run_bf16_into(&a, &mut out).unwrap();
-            for i in 0..m {
-                for j in 0..n {
-                    let (mut exact, mut mag) = (0f64, 0f64);
-                    for kk in 0..k {
-                        let p = a[i * k + kk].to_f64() * w[j * k + kk].to_f64();
-                        exact += p;
-                        mag += p.abs();
-                    }
-                    let bound = (k as f64 + 1.0) * 2f64.powi(-24) * mag;
-                    let got = out[i * n + j] as f64;
-                    assert!(
-                        (got - exact).abs() <= bound,
-                        "{spec} {m}x{k}x{n} [{i}][{j}]: {got} vs {exact}"
-                    );
-                }
-            }
+            within_fp32_bound(
+                spec,
+                &wide_f(&a, bf16::to_f64),
+                &wide_f(&w, bf16::to_f64),
+                &out,
+                (m, k, n),
+            );
             let x: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
             let mut y = vec![0f32; m * n];
             mm.mul_mat(&x, &mut y).unwrap();

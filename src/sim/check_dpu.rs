@@ -789,7 +789,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             at,
             BsOwCfg::OD_BYPASS,
             0,
-            published::<BsOwCfg>("writes OD_BYPASS 1", 2),
+            published::<BsOwCfg>(&format!("writes {} 1", BsOwCfg::OD_BYPASS.name()), 2),
         ));
     }
     if d.ow.ow_op != 0 || d.ow.ow_src != 0 {

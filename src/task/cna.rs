@@ -189,13 +189,10 @@ impl Cna {
             ));
         }
         let data_bytes = self.feature.cube_bytes(self.precision);
+        let weights_len = self.kernel_bytes() * u64::from(self.weights.kernels);
         let now = CbufHeld {
             data: Some((self.feature.addr, data_bytes, b.data_banks)),
-            weights: Some((
-                self.weights.addr,
-                self.kernel_bytes() * u64::from(self.weights.kernels),
-                b.weight_banks,
-            )),
+            weights: Some((self.weights.addr, weights_len, b.weight_banks)),
         };
         if !(b.data_reuse || b.weight_reuse) {
             return Ok(now);
@@ -214,12 +211,11 @@ impl Cna {
                     .into(),
             );
         }
-        let weight_bytes = now.weights.map_or(0, |w| w.1);
-        if b.weight_reuse && weight_bytes > b.weight_bytes() {
+        if b.weight_reuse && weights_len > b.weight_bytes() {
             return refuse(
                 CbufCon0::WEIGHT_REUSE,
                 format!(
-                    "the task's {weight_bytes} bytes of weights do not fit its {} weight banks, so the CBUF streams them and keeps none",
+                    "the task's {weights_len} bytes of weights do not fit its {} weight banks, so the CBUF streams them and keeps none",
                     b.weight_banks
                 ),
             );

@@ -636,11 +636,8 @@ struct Tiles {
 
 /// Data banks a task of `rows` rows of `ai` channels takes (as [`SingleMatmul`] sets
 /// them), plus `spare`.
-fn task_data_banks(rows: u32, ai: u32, bits: u64, spare: bool) -> u64 {
-    (rows as u64 * ai as u64 * bits / 8)
-        .div_ceil(BANK)
-        .clamp(1, 10)
-        + u64::from(spare)
+fn task_data_banks(rows: u32, ai: u32, dtype: Dtype, spare: bool) -> u64 {
+    u64::from(super::single::data_banks(rows, ai, dtype)) + u64::from(spare)
 }
 
 /// One core's tasks in the order that lets the CBUF keep the most bytes, with their
@@ -662,15 +659,15 @@ fn core_tasks(
     let int8 = layout.dtype == Dtype::Int8;
     let group = layout.dtype.kernels_per_atom().max(32) as u64;
     // An int8 spare bank must leave the weight banks at least 2 and one kernel group.
-    let spare_fits = waves.clone().all(|w| {
-        m_tiles.clone().all(|mt| {
-            let db = task_data_banks(m_rows[mt as usize].1, ai(w), bits, true);
-            db <= 10 && group * ai(w) as u64 * bits / 8 <= (12 - db) * BANK
-        })
-    });
-    let spare = int8 && spare_fits;
+    let spare = int8
+        && waves.clone().all(|w| {
+            m_tiles.clone().all(|mt| {
+                let db = task_data_banks(m_rows[mt as usize].1, ai(w), layout.dtype, true);
+                db <= 10 && group * ai(w) as u64 * bits / 8 <= (12 - db) * BANK
+            })
+        });
     let can_reuse = !int8 || spare;
-    let banks = |rows, w| task_data_banks(rows, ai(w), bits, spare);
+    let banks = |rows, w| task_data_banks(rows, ai(w), layout.dtype, spare);
     let same_split = |w: u32| {
         let first = banks(m_rows[work.t0 as usize].1, w);
         m_tiles
@@ -859,23 +856,36 @@ impl Plan {
     /// ([`cost::HardwareProfile::rk3588`]) predicts that faster (A is then read once, not
     /// once per core).
     pub fn for_layout(layout: &WeightLayout, m: u32, out: OutType, cores: u32) -> Result<Plan> {
+        let profile = cost::HardwareProfile::rk3588();
+        Ok(Plan::costed_split(layout, m, out, (cores, &profile))?.0)
+    }
+
+    /// How plans are ranked on `profile`: predicted time, then bytes moved.
+    fn rank(&self, profile: &cost::HardwareProfile) -> Result<(f64, u64)> {
+        let c = self.cost(profile)?;
+        Ok((c.seconds, c.read_bytes + c.written_bytes))
+    }
+
+    /// [`Plan::for_layout`]'s choice on `profile`, with the winner's rank when the choice
+    /// needed one. The cores could split K instead of N when they divide the waves:
+    /// fewer bytes (A once), but the short last wave may leave one core the most work.
+    fn costed_split(
+        layout: &WeightLayout,
+        m: u32,
+        out: OutType,
+        (cores, profile): (u32, &cost::HardwareProfile),
+    ) -> Result<(Plan, Option<(f64, u64)>)> {
         let by_n = Plan::split(layout, m, out, (cores, false))?;
         let waves = layout.waves.len() as u32;
         if cores < 2 || waves < cores || !waves.is_multiple_of(cores) {
-            return Ok(by_n);
+            return Ok((by_n, None));
         }
-        // The cores could split K instead: fewer bytes (A once), but the short last
-        // wave may leave one core the most work. The cost model decides.
         let by_k = Plan::split(layout, m, out, (cores, true))?;
-        let profile = cost::HardwareProfile::rk3588();
-        let key = |p: &Plan| -> Result<(f64, u64)> {
-            let c = p.cost(&profile)?;
-            Ok((c.seconds, c.read_bytes + c.written_bytes))
-        };
-        Ok(if key(&by_k)? < key(&by_n)? {
-            by_k
+        let (k, n) = (by_k.rank(profile)?, by_n.rank(profile)?);
+        Ok(if k < n {
+            (by_k, Some(k))
         } else {
-            by_n
+            (by_n, Some(n))
         })
     }
 
@@ -1029,11 +1039,15 @@ impl Plan {
         let mut first_err = None;
         for layout in WeightLayout::candidates(spec.k, spec.n, spec.dtype, spec.m, spec.cores)? {
             for cores in (1..=spec.cores.max(1)).rev() {
-                let plan = Plan::for_layout(&layout, spec.m, spec.out, cores).and_then(|mut p| {
-                    p.spec.cores = spec.cores;
-                    let c = p.cost(profile)?;
-                    Ok(((c.seconds, c.read_bytes + c.written_bytes), p))
-                });
+                let plan = Plan::costed_split(&layout, spec.m, spec.out, (cores, profile))
+                    .and_then(|(mut p, rank)| {
+                        let rank = match rank {
+                            Some(r) => r,
+                            None => p.rank(profile)?,
+                        };
+                        p.spec.cores = spec.cores;
+                        Ok((rank, p))
+                    });
                 match plan {
                     Ok((key, p)) => {
                         if best.as_ref().is_none_or(|(b, _)| key < *b) {
@@ -1055,11 +1069,10 @@ impl Plan {
     /// The most CBUF data banks a task uses (its A block's, and a spare one where the
     /// plan reuses the CBUF on int8).
     pub fn data_banks(&self) -> u32 {
-        let bits = self.spec.dtype.bits() as u64;
         let ai = |t: &TaskTile| self.layout.waves[t.wave as usize].ai;
         self.tasks
             .iter()
-            .map(|t| task_data_banks(t.rows, ai(t), bits, t.spare_data_bank) as u32)
+            .map(|t| task_data_banks(t.rows, ai(t), self.spec.dtype, t.spare_data_bank) as u32)
             .max()
             .unwrap_or(1)
     }

@@ -68,6 +68,13 @@ const BANK: u64 = task::cbuf::BANK_BYTES;
 /// At most 10 data banks, so that at least 2 weight banks remain (board-validated programs; docs/provenance.md).
 const MAX_DATA_BANKS: u64 = 10;
 
+/// CBUF data banks a task of `rows` rows of `ai` (padded) channels of `dtype` takes: its
+/// A tile, at least 1, at most 10 (so that at least 2 weight banks remain).
+pub(crate) fn data_banks(rows: u32, ai: u32, dtype: Dtype) -> u32 {
+    let data = rows as u64 * ai as u64 * dtype.bits() as u64 / 8;
+    data.div_ceil(BANK).clamp(1, MAX_DATA_BANKS) as u32
+}
+
 /// One matmul task and its packers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SingleMatmul {
@@ -223,8 +230,7 @@ impl SingleMatmul {
     /// CBUF data banks: the A tile, at least 1, at most 10 (at least 2 weight banks remain,
     /// the board-validated matmul programs docs/provenance.md).
     fn data_banks(&self) -> u32 {
-        let data = self.m as u64 * self.padded_k() as u64 * self.dtype.bits() as u64 / 8;
-        data.div_ceil(BANK).clamp(1, MAX_DATA_BANKS) as u32
+        data_banks(self.m, self.padded_k(), self.dtype)
     }
 
     /// The task model with DMA addresses relocated to [`A`], [`B`], [`C`] and [`E`].
