@@ -60,11 +60,17 @@ const FILL: u8 = 0xA5;
 type Res<T = ()> = Result<T, Box<dyn Error>>;
 
 /// The task, block by block.
-fn matmul_task() -> Task {
+fn matmul_task() -> Res<Task> {
     let p = Precision::Int8;
     // A's rows in the CBUF: one line of KP int8 channels per row, in 64-byte entries.
     let row_bytes = u64::from(KP) * u64::from(p.bits()) / 8;
     let data_banks = 1;
+    let out = Precision::Int32;
+    // The DPU values every board-validated int8 → int32 program uses.
+    let size_e = Dpu::validated_size_e(p, out)
+        .ok_or("no validated output-line channel groups for int8 → int32")?;
+    let surface_ratio = Dpu::validated_surface_ratio(p, out)
+        .ok_or("no validated surface ratio for int8 → int32")?;
     let cna = Cna {
         precision: p,
         // The feature cube: 1 pixel wide, M lines high, KP channels.
@@ -96,7 +102,7 @@ fn matmul_task() -> Task {
             fc_data_banks: 0,
             data_reuse: false,
             weight_reuse: false,
-            data_entries: row_bytes.div_ceil(cbuf::ENTRY_BYTES) as u32,
+            data_entries: u32::try_from(row_bytes.div_ceil(cbuf::ENTRY_BYTES))?,
         },
         cvt: InputCvt::bypassed(true),
         burst: (15, 15),
@@ -106,7 +112,6 @@ fn matmul_task() -> Task {
         qd_en: true,
         out: (1, M, NP),
     };
-    let out = Precision::Int32;
     let dpu = Dpu {
         ping_pong: true,
         input: DpuInput::Core,
@@ -120,7 +125,7 @@ fn matmul_task() -> Task {
         ew: None,
         ow: OwCfg {
             od_bypass: false,
-            size_e: [Dpu::validated_size_e(p, out).unwrap_or(7); 3],
+            size_e: [size_e; 3],
             ow_src: 0,
             ow_op: 0,
         },
@@ -132,17 +137,17 @@ fn matmul_task() -> Task {
             precision: out,
             surf_stride: 1,
             notch: NP / out.atom_elems() - 1,
-            surface_add: Dpu::validated_surface_ratio(p, out).unwrap_or(8),
+            surface_add: surface_ratio,
         },
     };
-    Task {
+    Ok(Task {
         cna: Some(cna),
         core: Some(core),
         dpu: Some(dpu),
         dpu_rdma: None,
         ppu: None,
         ppu_rdma: None,
-    }
+    })
 }
 
 /// `len` seeded int8 values.
@@ -190,7 +195,7 @@ fn run() -> Res {
 
     // The task as values, its register writes, and the program: a body and the tail
     // that starts CNA, CORE and DPU and signals completion.
-    let task = matmul_task();
+    let task = matmul_task()?;
     let mut builder = ProgramBuilder::new(REGCMD);
     builder.push_task(task.body()?, task.enable());
     let program = builder.build()?;
