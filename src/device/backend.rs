@@ -26,7 +26,7 @@ pub(super) struct Port {
 fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
     move |errno| DeviceError::Ioctl {
         op,
-        errno: errno.into(),
+        errno: crate::sys::os_error(errno),
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! One API over both kernel drivers — Rockchip's vendor `rknpu` (0.9.6 and 0.9.8, DRM
 //! flavour) and mainline `rocket` — and over the emulated kernel ([`emu`]) that runs the
-//! same requests on the simulator. Everything reaches the kernel through the seam of
-//! [`crate::sys`].
+//! same requests on the simulator. Everything reaches the kernel through the crate's
+//! private seam (`src/sys/`), the only place nix is used: no nix type is part of the
+//! public API.
 //!
 //! What differs between the interfaces is one private trait, `Backend` (`backend.rs`),
 //! with a vendor (`vendor.rs`) and a rocket (`rocket.rs`) implementation that a device
@@ -249,7 +250,7 @@ impl Device {
     ) -> Result<Device> {
         let fd = kernel.open(node).map_err(|errno| DeviceError::Open {
             node: node.into(),
-            errno: errno.into(),
+            errno: crate::sys::os_error(errno),
         })?;
         // From here the port closes the node on every path.
         let port = Port {

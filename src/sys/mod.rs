@@ -19,9 +19,16 @@ pub use mem::{DmaMem, Mapping};
 pub use nix::errno::Errno;
 pub use real::RealKernel;
 
+use crate::error::OsError;
 use std::fmt::Debug;
 use std::time::Duration;
 use uapi::*;
+
+/// The library's error value of an `errno` the seam returned (nix stays inside the
+/// crate: the public [`OsError`] carries the raw number).
+pub(crate) fn os_error(e: Errno) -> OsError {
+    OsError::from_raw(e as i32)
+}
 
 /// A file descriptor as the seam names it (a real fd, or the emulated kernel's number).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

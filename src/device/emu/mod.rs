@@ -1,6 +1,6 @@
 //! The emulated kernel: the vendor `rknpu` (0.9.8 or 0.9.6, DRM flavour) and mainline
 //! `rocket` drivers' ioctl semantics, in-process, behind the same seam as the real kernel
-//! ([`crate::sys::Kernel`]), executing submitted programs on the simulator against the
+//! (the crate-private `sys::Kernel` trait), executing submitted programs on the simulator against the
 //! buffers' memory.
 //!
 //! It is a stand-in for the kernel, not a mock: it refuses what the reference says the
