@@ -140,6 +140,7 @@ fn device_info() {
             assert!(info.version >= (0, 9, 6), "{:?}", info.version);
         }
         Interface::Rocket => assert_eq!(info.driver, "rocket"),
+        other => panic!("no expectation for {other:?}"),
     }
     assert_eq!(info.cores, 3);
     assert!(!info.node.is_empty());
@@ -210,6 +211,7 @@ fn every_accepted_core_mask() {
             (CoreMask::All, &[1, 1, 1]),
         ],
         Interface::Rocket => &[(CoreMask::Auto, &[3])],
+        other => panic!("no core masks known for {other:?}"),
     };
     for (mask, split) in masks {
         assert!(
@@ -298,6 +300,7 @@ fn a_job_that_never_completes_times_out_and_the_device_recovers() {
             // A list cut short on purpose: the verifier would refuse it unread.
             task = Job::new(&regcmd, t).writes(&c_bo).unverified();
         }
+        (None, other) => panic!("no never-completing job known for {other:?}"),
     }
     let started = Instant::now();
     let err = d
@@ -357,5 +360,6 @@ fn dma_buf_export_and_import_where_the_driver_allows_them() {
             bo.export_dmabuf(),
             Err(DeviceError::NotOffered { .. })
         )),
+        other => panic!("no expectation for {other:?}"),
     }
 }

@@ -28,6 +28,7 @@ pub(super) struct BoMeta {
 /// the CPU touches: non-contiguous, cacheable, with explicit syncs (the board-validated matmul programs (docs/provenance.md),
 /// the vendor and rocket driver sources (docs/provenance.md) P6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct BoFlags {
     /// One physically contiguous block (CMA) instead of IOMMU-mapped pages.
     pub contiguous: bool,
@@ -47,6 +48,32 @@ impl Default for BoFlags {
             kernel_mapping: false,
             iommu_domain: 0,
         }
+    }
+}
+
+impl BoFlags {
+    /// These flags with `contiguous` set to `on`.
+    pub fn with_contiguous(mut self, on: bool) -> BoFlags {
+        self.contiguous = on;
+        self
+    }
+
+    /// These flags with `cacheable` set to `on`.
+    pub fn with_cacheable(mut self, on: bool) -> BoFlags {
+        self.cacheable = on;
+        self
+    }
+
+    /// These flags with `kernel_mapping` set to `on`.
+    pub fn with_kernel_mapping(mut self, on: bool) -> BoFlags {
+        self.kernel_mapping = on;
+        self
+    }
+
+    /// These flags in the vendor driver's IOMMU domain `domain`.
+    pub fn with_iommu_domain(mut self, domain: u8) -> BoFlags {
+        self.iommu_domain = domain;
+        self
     }
 }
 

@@ -72,6 +72,7 @@ pub type Result<T, E = DeviceError> = std::result::Result<T, E>;
 
 /// The kernel interface a device speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Interface {
     /// Rockchip's vendor `rknpu` driver (DRM flavour).
     Vendor,
@@ -81,6 +82,7 @@ pub enum Interface {
 
 /// What [`Device::open`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeviceInfo {
     /// Vendor or rocket.
     pub interface: Interface,

@@ -31,6 +31,7 @@ use worker::{Queue, Shared};
 
 /// Which driver the emulated kernel plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Flavour {
     /// Vendor `rknpu` 0.9.8, DRM render node.
     Vendor098,
