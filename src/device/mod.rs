@@ -52,7 +52,7 @@ mod rocket;
 mod sentinel;
 mod vendor;
 
-pub use bo::{Bo, BoFlags, CpuMap, DmaBuf};
+pub use bo::{Bo, BoFlags, CpuMap};
 pub use error::DeviceError;
 pub use job::{CoreMask, Job, JobResult, Pending};
 pub use leak::LeakedBuffer;
@@ -460,6 +460,8 @@ impl Drop for Inner {
 mod async_tests;
 #[cfg(test)]
 mod behaviour_tests;
+#[cfg(test)]
+mod dmabuf_tests;
 #[cfg(test)]
 mod incremental_tests;
 #[cfg(test)]

@@ -527,7 +527,6 @@ fn handles_are_send_sync_and_static() {
     fn owned<T: Send + Sync + 'static>() {}
     owned::<Device>();
     owned::<Bo>();
-    owned::<DmaBuf>();
     let dev = Device::open_spec("emu").unwrap();
     let bo = dev.alloc(4096, BoFlags::default()).unwrap();
     let before = dev.live_buffers();

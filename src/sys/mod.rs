@@ -21,6 +21,7 @@ pub use real::RealKernel;
 
 use crate::error::OsError;
 use std::fmt::Debug;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::Duration;
 use uapi::*;
 
@@ -150,6 +151,12 @@ pub trait Kernel: Send + Sync + Debug {
     fn mmap(&self, fd: Fd, len: usize, offset: u64) -> Result<Mapping, Errno>;
     /// Waits up to `timeout` for `fd` to become readable (a signalled fence).
     fn poll(&self, fd: Fd, timeout: Duration) -> Result<bool, Errno>;
+    /// Takes a descriptor the caller lends (a dma-buf to import): the kernel keeps its
+    /// own duplicate, named by the returned number, until [`Kernel::close`].
+    fn adopt(&self, fd: BorrowedFd<'_>) -> Result<Fd, Errno>;
+    /// Hands a descriptor this kernel returned (an exported dma-buf) to the caller: it
+    /// leaves the kernel's table, and closing it is the caller's.
+    fn release(&self, fd: Fd) -> Result<OwnedFd, Errno>;
     /// Whether this kernel is the in-process emulation.
     fn is_emulated(&self) -> bool;
 }

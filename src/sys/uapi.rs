@@ -331,6 +331,11 @@ uapi! {
     size 12; offsets { handle = 0, flags = 4, fd = 8 }
 }
 
+/// `DRM_CLOEXEC` (`O_CLOEXEC`): PRIME export flag, the dma-buf closes on `exec`.
+pub const DRM_CLOEXEC: u32 = 0o2_000_000;
+/// `DRM_RDWR` (`O_RDWR`): PRIME export flag, the dma-buf may be mapped writable.
+pub const DRM_RDWR: u32 = 0o2;
+
 /// `RKNPU_ACTION` codes (the vendor and rocket driver sources docs/provenance.md).
 pub mod action {
     /// Hardware version word.
