@@ -303,4 +303,67 @@ mod tests {
         assert_eq!(k.poll(fd, Duration::ZERO).unwrap_err(), Errno::EBADF);
         assert!(!k.is_emulated());
     }
+
+    /// The generic DRM requests reach the kernel through drm-rs, with its errors as the
+    /// seam's, and lent descriptors are duplicates the kernel owns until released.
+    #[test]
+    fn generic_drm_requests_go_through_drm_rs_and_lent_descriptors_are_owned() {
+        use crate::sys::uapi::{DrmGemClose, DrmPrimeHandle, DrmVersion};
+        let k = RealKernel::new();
+        let fd = k.open("/dev/null").unwrap();
+        let (mut v, mut name) = (DrmVersion::default(), [0u8; 8]);
+        let r = k.ioctl(
+            fd,
+            &mut Ioctl::DrmVersion {
+                version: &mut v,
+                name: &mut name,
+                date: &mut [],
+                desc: &mut [],
+            },
+        );
+        assert_eq!(r.unwrap_err(), Errno::ENOTTY, "not a DRM node");
+        let mut c = DrmGemClose { handle: 1, pad: 0 };
+        assert_eq!(
+            k.ioctl(fd, &mut Ioctl::GemClose(&mut c)).unwrap_err(),
+            Errno::ENOTTY
+        );
+        // Handle 0 is no GEM handle: refused before the kernel.
+        let mut c = DrmGemClose { handle: 0, pad: 0 };
+        assert_eq!(
+            k.ioctl(fd, &mut Ioctl::GemClose(&mut c)).unwrap_err(),
+            Errno::EINVAL
+        );
+        let mut p = DrmPrimeHandle {
+            handle: 1,
+            ..DrmPrimeHandle::default()
+        };
+        assert_eq!(
+            k.ioctl(fd, &mut Ioctl::PrimeHandleToFd(&mut p))
+                .unwrap_err(),
+            Errno::ENOTTY
+        );
+        // Import names a descriptor the kernel holds, never a number of the caller's.
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let mut p = DrmPrimeHandle {
+            fd: file.as_raw_fd(),
+            ..DrmPrimeHandle::default()
+        };
+        assert_eq!(
+            k.ioctl(fd, &mut Ioctl::PrimeFdToHandle(&mut p))
+                .unwrap_err(),
+            Errno::EBADF
+        );
+        let lent = k.adopt(file.as_fd()).unwrap();
+        assert_ne!(lent.0, file.as_raw_fd(), "a duplicate");
+        p.fd = lent.0;
+        assert_eq!(
+            k.ioctl(fd, &mut Ioctl::PrimeFdToHandle(&mut p))
+                .unwrap_err(),
+            Errno::ENOTTY
+        );
+        let back = k.release(lent).unwrap();
+        assert_eq!(back.as_raw_fd(), lent.0);
+        assert_eq!(k.release(lent).unwrap_err(), Errno::EBADF, "no longer held");
+        k.close(fd);
+    }
 }
