@@ -1,10 +1,12 @@
 //! The only module that may use `unsafe`: the kernel's structures ([`uapi`]) and the one
 //! narrow seam through which every request reaches a kernel ([`Kernel`]): open, ioctl,
-//! mmap, munmap (by dropping a [`Mapping`]), poll and close.
+//! mmap, munmap (by dropping a [`Mapping`]), poll, close, and taking in or handing out a
+//! descriptor (dma-bufs).
 //!
 //! Two kernels stand behind the seam: [`RealKernel`] calls the operating system through
-//! nix; the emulated kernel (`crate::device::emu`) implements the drivers' semantics
-//! in-process on the simulator. Requests are typed ([`Ioctl`]): each carries the
+//! drm-rs (generic DRM requests) and nix (the rest); the emulated kernel
+//! (`crate::device::emu`) implements the drivers' semantics in-process on the
+//! simulator. Requests are typed ([`Ioctl`]): each carries the
 //! structure and, where the C interface takes user pointers, the borrowed slices they
 //! point to, so the emulated kernel reads the same data without pointers and the real
 //! one builds the pointers here, from borrows that outlive the call. Every `unsafe`
