@@ -537,3 +537,16 @@ fn handles_are_send_sync_and_static() {
     drop(bo);
     assert_eq!(dev.live_buffers(), before - 1);
 }
+
+/// Buffer flags are built from the default, since the struct may gain fields.
+#[test]
+fn buffer_flags_build_from_the_default() {
+    let f = BoFlags::default()
+        .with_contiguous(true)
+        .with_cacheable(false)
+        .with_kernel_mapping(true)
+        .with_iommu_domain(3);
+    assert!(f.contiguous && !f.cacheable && f.kernel_mapping);
+    assert_eq!(f.iommu_domain, 3);
+    assert_ne!(f, BoFlags::default());
+}
