@@ -236,3 +236,41 @@ fn a_matmul_reads_its_activations_from_an_imported_buffer() {
     drop((a, b, c, regcmd, shared));
     assert_eq!(k.live_objects(), 0);
 }
+
+#[test]
+fn rocket_gives_back_only_its_own_fds_objects() {
+    let k = EmuKernel::new(Flavour::Rocket);
+    let node = node_path(Flavour::Rocket);
+    let (f1, f2) = (k.open(node).unwrap(), k.open(node).unwrap());
+    let mut c = DrmRocketCreateBo {
+        size: 4096,
+        ..DrmRocketCreateBo::default()
+    };
+    k.ioctl(f1, &mut Ioctl::RocketCreateBo(&mut c)).unwrap();
+    let mut p = DrmPrimeHandle {
+        handle: c.handle,
+        flags: DRM_CLOEXEC | DRM_RDWR,
+        fd: -1,
+    };
+    k.ioctl(f1, &mut Ioctl::PrimeHandleToFd(&mut p)).unwrap();
+    let dmabuf = k.release(crate::sys::Fd(p.fd)).unwrap();
+    let lent = k.adopt(dmabuf.as_fd()).unwrap();
+    let mut q = DrmPrimeHandle {
+        fd: lent.0,
+        ..DrmPrimeHandle::default()
+    };
+    // The creating fd gets its own handle back; another fd has no address for it.
+    k.ioctl(f1, &mut Ioctl::PrimeFdToHandle(&mut q)).unwrap();
+    assert_eq!(q.handle, c.handle);
+    q.handle = 0;
+    assert_eq!(
+        k.ioctl(f2, &mut Ioctl::PrimeFdToHandle(&mut q)),
+        Err(Errno::EINVAL)
+    );
+    k.close(lent);
+    k.close(f1);
+    k.close(f2);
+    assert_eq!(k.live_objects(), 1, "the caller's descriptor holds it");
+    drop(dmabuf);
+    assert_eq!(k.live_objects(), 0);
+}
