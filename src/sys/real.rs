@@ -144,8 +144,11 @@ impl Kernel for RealKernel {
     }
 
     fn ioctl(&self, fd: Fd, req: &mut Ioctl<'_>) -> Result<i32, Errno> {
-        // The generic DRM requests go through drm-rs.
-        match req {
+        let code = req.code();
+        // A submit structure that lives until the call returns.
+        let mut submit = DrmRocketSubmit::default();
+        let arg: *mut c_void = match req {
+            // The generic DRM requests go through drm-rs.
             Ioctl::DrmVersion {
                 version,
                 name,
@@ -164,17 +167,7 @@ impl Kernel for RealKernel {
             }
             Ioctl::PrimeHandleToFd(p) => return self.prime_export(fd, p),
             Ioctl::PrimeFdToHandle(p) => return self.prime_import(fd, p),
-            _ => {}
-        }
-        let code = req.code();
-        // A submit structure that lives until the call returns.
-        let mut submit = DrmRocketSubmit::default();
-        let arg: *mut c_void = match req {
-            // Answered through drm-rs above.
-            Ioctl::DrmVersion { .. }
-            | Ioctl::GemClose(_)
-            | Ioctl::PrimeHandleToFd(_)
-            | Ioctl::PrimeFdToHandle(_) => return Err(Errno::EINVAL),
+            // The drivers' own requests, through nix's libc.
             Ioctl::Vendor(_, op) => match op {
                 VendorOp::Action(a) => ptr(*a),
                 VendorOp::Submit(a) => ptr(*a),
