@@ -6,7 +6,9 @@
 
 use super::{Bo, BoMeta, Device, DeviceError, DeviceInfo, Interface, Job, JobResult};
 use super::{BoFlags, Result};
-use crate::sys::uapi::{DRM_CLOEXEC, DRM_RDWR, DrmPrimeHandle, RknpuAction, VendorNode};
+use crate::sys::uapi::{
+    DRM_CLOEXEC, DRM_RDWR, DmaBufSync, DrmPrimeHandle, RknpuAction, VendorNode,
+};
 use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, VendorOp};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
@@ -77,6 +79,16 @@ impl Port {
     /// Takes a descriptor the kernel returned (an exported dma-buf) out of its hands.
     pub(super) fn release(&self, fd: Fd) -> Result<OwnedFd> {
         self.kernel.release(fd).map_err(ioctl_err("dup"))
+    }
+
+    /// DMA_BUF_IOCTL_SYNC on the dma-buf the kernel holds as `fd`: `flags` is
+    /// `dma_buf::START` or `dma_buf::END` with the access.
+    pub(super) fn dmabuf_sync(&self, fd: Fd, flags: u64) -> Result<()> {
+        let mut y = DmaBufSync { flags };
+        self.kernel
+            .ioctl(fd, &mut Ioctl::DmaBufSync(&mut y))
+            .map(|_| ())
+            .map_err(ioctl_err("DMA_BUF_IOCTL_SYNC"))
     }
 
     /// Maps `len` bytes of the dma-buf the kernel holds as `fd` (an imported buffer's).

@@ -3,6 +3,7 @@
 //! buffer (for traces) is here.
 
 use super::{Device, DeviceError, Result};
+use crate::sys::uapi::dma_buf;
 use crate::sys::{Fd, Mapping};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -182,18 +183,22 @@ impl Bo {
         })
     }
 
+    /// Ownership to the CPU: the driver's transition, or for an imported buffer the
+    /// start of CPU access to its dma-buf (its exporter's cache maintenance).
     fn to_cpu(&self) -> Result<()> {
-        self.dev
-            .inner
-            .backend
-            .to_cpu(&self.dev, self.handle, &self.meta(false))
+        match self.dmabuf {
+            Some(fd) => (self.dev.inner.port).dmabuf_sync(fd, dma_buf::START | dma_buf::RW),
+            None => (self.dev.inner.backend).to_cpu(&self.dev, self.handle, &self.meta(false)),
+        }
     }
 
+    /// Ownership back to the device: the driver's transition, or the end of CPU access
+    /// to an imported buffer's dma-buf.
     fn to_device(&self) -> Result<()> {
-        self.dev
-            .inner
-            .backend
-            .to_device(&self.dev, self.handle, &self.meta(false))
+        match self.dmabuf {
+            Some(fd) => (self.dev.inner.port).dmabuf_sync(fd, dma_buf::END | dma_buf::RW),
+            None => (self.dev.inner.backend).to_device(&self.dev, self.handle, &self.meta(false)),
+        }
     }
 
     /// Copies `data` in at `offset` (map, copy, hand back to the device).

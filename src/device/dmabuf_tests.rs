@@ -158,6 +158,16 @@ fn an_imported_handle_is_mapped_through_its_dma_buf_not_the_driver() {
     vendor(&k, f2, VendorOp::MemCreate(&mut info)).unwrap();
     assert_eq!((info.dma_addr, info.size), (c.dma_addr, c.size));
     assert_eq!(k.live_objects(), 1);
+    // CPU access to the dma-buf is bracketed; the kernel checks the bracket's flags.
+    let sync = |flags| k.ioctl(lent, &mut Ioctl::DmaBufSync(&mut DmaBufSync { flags }));
+    assert_eq!(sync(dma_buf::START | dma_buf::RW), Ok(0));
+    assert_eq!(sync(dma_buf::END | dma_buf::WRITE), Ok(0));
+    assert_eq!(
+        sync(dma_buf::START),
+        Err(Errno::EINVAL),
+        "neither read nor write"
+    );
+    assert_eq!(sync(dma_buf::RW | 8), Err(Errno::EINVAL), "an unknown bit");
     let mut map = k.mmap(lent, 4096, 0).unwrap();
     map.as_mut_slice()[0] = 42;
     drop(map);

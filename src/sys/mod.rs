@@ -93,6 +93,8 @@ pub enum Ioctl<'a> {
     RocketPrepBo(&'a mut DrmRocketPrepBo),
     /// `DRM_IOCTL_ROCKET_FINI_BO`.
     RocketFiniBo(&'a mut DrmRocketFiniBo),
+    /// `DMA_BUF_IOCTL_SYNC`, on a dma-buf's descriptor.
+    DmaBufSync(&'a mut DmaBufSync),
 }
 
 impl Ioctl<'_> {
@@ -115,6 +117,7 @@ impl Ioctl<'_> {
             Ioctl::RocketSubmit { .. } => DRM_IOCTL_ROCKET_SUBMIT,
             Ioctl::RocketPrepBo(_) => DRM_IOCTL_ROCKET_PREP_BO,
             Ioctl::RocketFiniBo(_) => DRM_IOCTL_ROCKET_FINI_BO,
+            Ioctl::DmaBufSync(_) => DMA_BUF_IOCTL_SYNC,
         }
     }
 
@@ -137,6 +140,7 @@ impl Ioctl<'_> {
             Ioctl::RocketSubmit { .. } => "DRM_IOCTL_ROCKET_SUBMIT",
             Ioctl::RocketPrepBo(_) => "DRM_IOCTL_ROCKET_PREP_BO",
             Ioctl::RocketFiniBo(_) => "DRM_IOCTL_ROCKET_FINI_BO",
+            Ioctl::DmaBufSync(_) => "DMA_BUF_IOCTL_SYNC",
         }
     }
 }

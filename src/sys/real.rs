@@ -197,6 +197,7 @@ impl Kernel for RealKernel {
             }
             Ioctl::RocketPrepBo(a) => ptr(*a),
             Ioctl::RocketFiniBo(a) => ptr(*a),
+            Ioctl::DmaBufSync(a) => ptr(*a),
         };
         let r = self.with_fd(fd, |fd| {
             // SAFETY: `code` is computed from the size of the very structure `arg` points
@@ -352,6 +353,12 @@ mod tests {
         assert_eq!(
             k.ioctl(fd, &mut Ioctl::PrimeFdToHandle(&mut p))
                 .unwrap_err(),
+            Errno::ENOTTY
+        );
+        // A dma-buf request reaches the descriptor's own driver, here /dev/null's.
+        let mut y = crate::sys::uapi::DmaBufSync { flags: 3 };
+        assert_eq!(
+            k.ioctl(lent, &mut Ioctl::DmaBufSync(&mut y)).unwrap_err(),
             Errno::ENOTTY
         );
         let back = k.release(lent).unwrap();

@@ -333,6 +333,19 @@ impl Kernel for EmuKernel {
     fn ioctl(&self, fd: Fd, req: &mut Ioctl<'_>) -> Result<i32, Errno> {
         let mut s = self.lock_pruned();
         match s.files.get(&fd.0) {
+            Some(File::DmaBuf(_)) => {
+                let Ioctl::DmaBufSync(y) = req else {
+                    return Err(Errno::ENOTTY);
+                };
+                // dma_buf_ioctl: unknown bits, or neither READ nor WRITE, are EINVAL. The
+                // drivers' dma-bufs use DRM's PRIME operations, which have no CPU-access
+                // hooks: a valid bracket does nothing.
+                let valid = uapi::dma_buf::RW | uapi::dma_buf::END;
+                if y.flags & !valid != 0 || y.flags & uapi::dma_buf::RW == 0 {
+                    return Err(Errno::EINVAL);
+                }
+                return Ok(0);
+            }
             Some(File::Device { .. }) => {}
             Some(File::Misc) => return self.misc(&mut s, req),
             _ => return Err(Errno::EBADF),
