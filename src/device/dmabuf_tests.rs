@@ -47,7 +47,13 @@ fn an_exported_buffer_imported_by_another_device_shares_its_memory() {
     drop(x);
     assert_eq!(k.live_objects(), 1);
     assert_eq!(&y.read_all().unwrap()[100..104], b"back");
+    assert_eq!(
+        k.open_files(),
+        3,
+        "two nodes and the imported buffer's dma-buf"
+    );
     drop(y);
+    assert_eq!(k.open_files(), 2);
     assert_eq!(k.live_objects(), 0);
     assert_eq!((d1.live_buffers(), d2.live_buffers()), (0, 0));
     assert_eq!((d1.live_mappings(), d2.live_mappings()), (0, 0));
@@ -94,6 +100,8 @@ fn descriptors_that_are_no_dma_buf_of_this_kernel_are_refused_as_the_kernel_refu
     let other = Device::open_emulator(Arc::new(EmuKernel::new(Flavour::Vendor098))).unwrap();
     let theirs = other.alloc(4096, BoFlags::default()).unwrap();
     let theirs = theirs.export_dmabuf().unwrap();
+    // Two device nodes, nothing else: an export leaves no number behind.
+    assert_eq!(k.open_files(), 2);
     for fd in [null.as_fd(), theirs.as_fd()] {
         match d1.import_dmabuf(fd) {
             Err(DeviceError::Ioctl { op, errno }) => {
@@ -103,6 +111,8 @@ fn descriptors_that_are_no_dma_buf_of_this_kernel_are_refused_as_the_kernel_refu
             r => panic!("{r:?}"),
         }
     }
+    // The duplicates lent to the kernel were closed again.
+    assert_eq!(k.open_files(), 2);
     // A dma-buf of the importing device's own fd: DRM would give the same buffer back.
     let mut x = d2.alloc(4096, BoFlags::default()).unwrap();
     let fd = x.export_dmabuf().unwrap();
@@ -114,6 +124,7 @@ fn descriptors_that_are_no_dma_buf_of_this_kernel_are_refused_as_the_kernel_refu
     x.write(0, &[1, 2, 3]).unwrap();
     assert_eq!(&x.read_all().unwrap()[..3], &[1, 2, 3]);
     assert_eq!((d1.live_buffers(), d2.live_buffers()), (0, 1));
+    assert_eq!(k.open_files(), 2);
     drop((x, fd));
     assert_eq!(k.live_objects(), 0);
 }

@@ -286,6 +286,13 @@ impl EmuKernel {
         seen.len()
     }
 
+    /// Descriptors open in the kernel (device nodes, fences, dma-bufs lent to it or not
+    /// yet handed out), for the tests' leak checks.
+    #[cfg(test)]
+    pub(crate) fn open_files(&self) -> usize {
+        self.lock().files.len()
+    }
+
     fn version(&self) -> (i32, i32, i32, &'static str, &'static str, &'static str) {
         match self.flavour {
             Flavour::Vendor098 => (0, 9, 8, "rknpu", "20240828", "RKNPU driver"),
