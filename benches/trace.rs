@@ -83,6 +83,7 @@ fn chunk_kinds(t: &Trace) -> String {
             Chunk::Done { .. } => "DONE",
             Chunk::Note(_) => "NOTE",
             Chunk::Unknown { .. } => "unknown",
+            _ => "other",
         };
         match counts.iter_mut().find(|(k, _)| *k == kind) {
             Some((_, n)) => *n += 1,

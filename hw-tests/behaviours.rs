@@ -87,6 +87,7 @@ fn never_completes<'m>(d: &Device, m: &'m Mm) -> Job<'m> {
             tasks[0].regcfg_amount = 8;
             Job::new(&m.regcmd, tasks).writes(&m.c).unverified()
         }
+        (None, other) => panic!("no never-completing job known for {other:?}"),
     }
 }
 
@@ -139,6 +140,7 @@ fn a_dropped_pending_job_is_waited_for_or_its_buffers_kept() {
         }
         // The scheduler stops it after 500 ms: nothing to keep.
         Interface::Rocket => assert!(leaked.is_empty(), "{leaked:?}"),
+        other => panic!("no expectation for {other:?}"),
     }
 }
 

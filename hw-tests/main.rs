@@ -14,6 +14,7 @@ use rknpu_driver::device::{Bo, BoFlags, CoreMask, Device, DeviceError, Interface
 use rknpu_driver::kernels::single::{self, Dtype, SingleMatmul};
 use rknpu_driver::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder, words_to_le_bytes};
 use rknpu_driver::sim::{At, Faults};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 mod behaviours;
@@ -140,6 +141,7 @@ fn device_info() {
             assert!(info.version >= (0, 9, 6), "{:?}", info.version);
         }
         Interface::Rocket => assert_eq!(info.driver, "rocket"),
+        other => panic!("no expectation for {other:?}"),
     }
     assert_eq!(info.cores, 3);
     assert!(!info.node.is_empty());
@@ -210,6 +212,7 @@ fn every_accepted_core_mask() {
             (CoreMask::All, &[1, 1, 1]),
         ],
         Interface::Rocket => &[(CoreMask::Auto, &[3])],
+        other => panic!("no core masks known for {other:?}"),
     };
     for (mask, split) in masks {
         assert!(
@@ -298,6 +301,7 @@ fn a_job_that_never_completes_times_out_and_the_device_recovers() {
             // A list cut short on purpose: the verifier would refuse it unread.
             task = Job::new(&regcmd, t).writes(&c_bo).unverified();
         }
+        (None, other) => panic!("no never-completing job known for {other:?}"),
     }
     let started = Instant::now();
     let err = d
@@ -350,12 +354,25 @@ fn two_threads_submit_at_once() {
 #[test]
 fn dma_buf_export_and_import_where_the_driver_allows_them() {
     let d = dev();
-    let bo = d.alloc(4096, BoFlags::default()).unwrap();
+    let mut bo = d
+        .alloc(4096, BoFlags::default().with_cacheable(false))
+        .unwrap();
+    bo.write(0, b"shared").unwrap();
+    // Both drivers export through DRM PRIME.
+    let fd = bo.export_dmabuf().unwrap();
+    // Another open of the same node imports it.
+    let other = Device::open_spec(&d.info().node).unwrap();
     match d.info().interface {
-        Interface::Vendor => assert!(bo.export_dmabuf().unwrap().raw_fd() >= 0),
+        Interface::Vendor => {
+            let mut imported = other.import_dmabuf(fd.as_fd()).unwrap();
+            assert_eq!(imported.dma_addr(), bo.dma_addr(), "one IOMMU domain");
+            assert_eq!(&imported.read_all().unwrap()[..6], b"shared");
+        }
         Interface::Rocket => assert!(matches!(
-            bo.export_dmabuf(),
+            other.import_dmabuf(fd.as_fd()),
             Err(DeviceError::NotOffered { .. })
         )),
+        other => panic!("no expectation for {other:?}"),
     }
+    assert_eq!(other.live_buffers(), 0);
 }

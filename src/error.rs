@@ -355,12 +355,6 @@ impl OsError {
     }
 }
 
-impl From<nix::errno::Errno> for OsError {
-    fn from(e: nix::errno::Errno) -> OsError {
-        OsError(e as i32)
-    }
-}
-
 impl fmt::Debug for OsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}", nix::errno::Errno::from_raw(self.0))

@@ -18,8 +18,8 @@
 //!   core masks and ranges, interrupt bits;
 //! * [`seeded`] — the seeded operand generator of the CLI, the doctor and the benchmarks;
 //! * [`float`] — fp16/bf16 conversions shared by packers and simulator;
-//! * [`sys`] — the kernels' structures and request codes, and the one seam every request
-//!   goes through (the only module where the `unsafe_code` lint is allowed);
+//! * `sys` (private) — the kernels' structures and request codes, and the one seam every
+//!   request goes through (the only module where the `unsafe_code` lint is allowed);
 //! * [`device`] — open the NPU (vendor `rknpu`, `rocket`, or the emulated kernel),
 //!   allocate buffers, submit jobs and wait for them (docs/device.md); run planned
 //!   matmuls on resident weight banks ([`device::matmul`]);
@@ -58,7 +58,7 @@ pub mod replay;
 pub mod seeded;
 pub mod sim;
 pub mod submit;
-pub mod sys;
+pub(crate) mod sys;
 pub mod task;
 pub mod trace;
 pub mod verify;

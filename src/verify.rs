@@ -97,6 +97,7 @@ pub struct TaskRanges {
 
 /// Why a program does not pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum VerifyError {
     /// A task's registers are not a task the model describes.
     Decode {

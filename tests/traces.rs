@@ -144,10 +144,7 @@ fn timeless(mut t: Trace) -> Trace {
 
 /// Replay options with every buffer 256 MiB lower than recorded.
 fn moved(t: &Trace) -> ReplayOptions {
-    ReplayOptions {
-        shift: 0xF000_0000,
-        ..ReplayOptions::for_trace(t)
-    }
+    ReplayOptions::for_trace(t).with_shift(0xF000_0000)
 }
 
 /// Where two traces first differ, by chunk.

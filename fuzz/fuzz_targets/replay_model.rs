@@ -11,10 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(t) = Trace::from_bytes(data) else {
         return;
     };
-    let opts = ReplayOptions {
-        work_budget: 1 << 22,
-        ..ReplayOptions::for_trace(&t)
-    };
+    let opts = ReplayOptions::for_trace(&t).with_work_budget(1 << 22);
     let r = replay::replay_model_with(&t, &opts);
     assert!(r.submits <= t.chunks.len(), "more submissions than chunks");
     let _ = r.is_match();

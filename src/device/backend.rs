@@ -4,10 +4,13 @@
 //! reports, and from then on every operation that depends on the interface — buffers,
 //! syncs, submission, completion, reset — asks it, never the interface enum.
 
-use super::{Bo, BoMeta, Device, DeviceError, DeviceInfo, DmaBuf, Interface, Job, JobResult};
+use super::{Bo, BoMeta, Device, DeviceError, DeviceInfo, Interface, Job, JobResult};
 use super::{BoFlags, Result};
-use crate::sys::uapi::{RknpuAction, VendorNode};
+use crate::sys::uapi::{
+    DRM_CLOEXEC, DRM_RDWR, DmaBufSync, DrmPrimeHandle, RknpuAction, VendorNode,
+};
 use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, VendorOp};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -26,7 +29,7 @@ pub(super) struct Port {
 fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
     move |errno| DeviceError::Ioctl {
         op,
-        errno: errno.into(),
+        errno: crate::sys::os_error(errno),
     }
 }
 
@@ -66,6 +69,31 @@ impl Port {
     /// Closes a descriptor the kernel handed out (a fence, a dma-buf).
     pub(super) fn close(&self, fd: Fd) {
         self.kernel.close(fd);
+    }
+
+    /// Lends the kernel a descriptor (a dma-buf to import): its own duplicate's number.
+    pub(super) fn adopt(&self, fd: BorrowedFd<'_>) -> Result<Fd> {
+        self.kernel.adopt(fd).map_err(ioctl_err("dup"))
+    }
+
+    /// Takes a descriptor the kernel returned (an exported dma-buf) out of its hands.
+    pub(super) fn release(&self, fd: Fd) -> Result<OwnedFd> {
+        self.kernel.release(fd).map_err(ioctl_err("dup"))
+    }
+
+    /// DMA_BUF_IOCTL_SYNC on the dma-buf the kernel holds as `fd`: `flags` is
+    /// `dma_buf::START` or `dma_buf::END` with the access.
+    pub(super) fn dmabuf_sync(&self, fd: Fd, flags: u64) -> Result<()> {
+        let mut y = DmaBufSync { flags };
+        self.kernel
+            .ioctl(fd, &mut Ioctl::DmaBufSync(&mut y))
+            .map(|_| ())
+            .map_err(ioctl_err("DMA_BUF_IOCTL_SYNC"))
+    }
+
+    /// Maps `len` bytes of the dma-buf the kernel holds as `fd` (an imported buffer's).
+    pub(super) fn mmap_fd(&self, fd: Fd, len: usize) -> Result<Mapping> {
+        self.kernel.mmap(fd, len, 0).map_err(ioctl_err("mmap"))
     }
 }
 
@@ -111,7 +139,7 @@ pub(super) trait Backend: std::fmt::Debug + Send + Sync {
     fn alloc(&self, dev: &Device, size: usize, flags: BoFlags, traced: bool) -> Result<Bo>;
 
     /// Makes a buffer object of a dma-buf and tracks it.
-    fn import(&self, dev: &Device, dmabuf: &DmaBuf) -> Result<Bo>;
+    fn import(&self, dev: &Device, dmabuf: BorrowedFd<'_>) -> Result<Bo>;
 
     /// Exports buffer `handle` as a dma-buf: its descriptor.
     fn export(&self, dev: &Device, handle: u32) -> Result<Fd>;
@@ -177,6 +205,18 @@ pub(super) fn for_driver(name: &str) -> Option<Box<dyn Backend>> {
         "rocket" => Some(Box::new(super::rocket::Rocket)),
         _ => None,
     }
+}
+
+/// DRM_IOCTL_PRIME_HANDLE_TO_FD of buffer `handle`, read-write and close-on-exec: the
+/// dma-buf's descriptor, held by the kernel seam.
+pub(super) fn prime_export(dev: &Device, handle: u32) -> Result<Fd> {
+    let mut p = DrmPrimeHandle {
+        handle,
+        flags: DRM_CLOEXEC | DRM_RDWR,
+        fd: -1,
+    };
+    dev.inner.port.ioctl(&mut Ioctl::PrimeHandleToFd(&mut p))?;
+    Ok(Fd(p.fd))
 }
 
 /// An absolute CLOCK_MONOTONIC time `d` from now, in ns (rocket PREP_BO deadlines).

@@ -3,7 +3,9 @@
 //! buffer (for traces) is here.
 
 use super::{Device, DeviceError, Result};
+use crate::sys::uapi::dma_buf;
 use crate::sys::{Fd, Mapping};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 /// What the device keeps of a live buffer (to sync, free and read it for a trace).
@@ -28,6 +30,7 @@ pub(super) struct BoMeta {
 /// the CPU touches: non-contiguous, cacheable, with explicit syncs (the board-validated matmul programs (docs/provenance.md),
 /// the vendor and rocket driver sources (docs/provenance.md) P6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct BoFlags {
     /// One physically contiguous block (CMA) instead of IOMMU-mapped pages.
     pub contiguous: bool,
@@ -47,6 +50,32 @@ impl Default for BoFlags {
             kernel_mapping: false,
             iommu_domain: 0,
         }
+    }
+}
+
+impl BoFlags {
+    /// These flags with `contiguous` set to `on`.
+    pub fn with_contiguous(mut self, on: bool) -> BoFlags {
+        self.contiguous = on;
+        self
+    }
+
+    /// These flags with `cacheable` set to `on`.
+    pub fn with_cacheable(mut self, on: bool) -> BoFlags {
+        self.cacheable = on;
+        self
+    }
+
+    /// These flags with `kernel_mapping` set to `on`.
+    pub fn with_kernel_mapping(mut self, on: bool) -> BoFlags {
+        self.kernel_mapping = on;
+        self
+    }
+
+    /// These flags in the vendor driver's IOMMU domain `domain`.
+    pub fn with_iommu_domain(mut self, domain: u8) -> BoFlags {
+        self.iommu_domain = domain;
+        self
     }
 }
 
@@ -71,11 +100,21 @@ impl Device {
         self.inner.backend.alloc(self, size, flags, traced)
     }
 
-    /// Imports a dma-buf (vendor DRM flavour only): PRIME_FD_TO_HANDLE, then MEM_CREATE
-    /// with that handle for the object's address. Imported objects cannot be mapped
-    /// through the driver (map the dma-buf itself) and are not cacheable; they serve as
-    /// NPU operands.
-    pub fn import_dmabuf(&self, dmabuf: &DmaBuf) -> Result<Bo> {
+    /// Imports a dma-buf — one [`Bo::export_dmabuf`] made, on this or another device, or
+    /// one of other DRM code — as a buffer of this device (docs/device.md, "Sharing
+    /// buffers as dma-bufs"). The descriptor is only borrowed: the buffer keeps its own
+    /// duplicate, and the caller may close theirs at once.
+    ///
+    /// Vendor driver: PRIME_FD_TO_HANDLE attaches it in the live IOMMU domain, then
+    /// MEM_CREATE with that handle gives its address and size. The buffer is not
+    /// cacheable (no syncs) and is mapped through the dma-buf, since the driver's
+    /// MEM_MAP refuses imported objects; it cannot hold a task array (no kernel
+    /// mapping). A dma-buf of this very device's fd is refused with
+    /// [`DeviceError::InvalidArgument`] (DRM would give back the existing buffer).
+    ///
+    /// rocket: refused with [`DeviceError::NotOffered`] before any request, because
+    /// the driver cannot attach a dma-buf.
+    pub fn import_dmabuf(&self, dmabuf: BorrowedFd<'_>) -> Result<Bo> {
         self.inner.backend.import(self, dmabuf)
     }
 }
@@ -91,6 +130,9 @@ pub struct Bo {
     pub(super) obj_addr: u64,
     pub(super) mmap_offset: u64,
     pub(super) cacheable: bool,
+    /// An imported buffer's dma-buf, held by the kernel seam: its CPU mappings are of
+    /// the dma-buf, since the driver maps only its own objects.
+    pub(super) dmabuf: Option<Fd>,
 }
 
 impl Bo {
@@ -141,18 +183,22 @@ impl Bo {
         })
     }
 
+    /// Ownership to the CPU: the driver's transition, or for an imported buffer the
+    /// start of CPU access to its dma-buf (its exporter's cache maintenance).
     fn to_cpu(&self) -> Result<()> {
-        self.dev
-            .inner
-            .backend
-            .to_cpu(&self.dev, self.handle, &self.meta(false))
+        match self.dmabuf {
+            Some(fd) => (self.dev.inner.port).dmabuf_sync(fd, dma_buf::START | dma_buf::RW),
+            None => (self.dev.inner.backend).to_cpu(&self.dev, self.handle, &self.meta(false)),
+        }
     }
 
+    /// Ownership back to the device: the driver's transition, or the end of CPU access
+    /// to an imported buffer's dma-buf.
     fn to_device(&self) -> Result<()> {
-        self.dev
-            .inner
-            .backend
-            .to_device(&self.dev, self.handle, &self.meta(false))
+        match self.dmabuf {
+            Some(fd) => (self.dev.inner.port).dmabuf_sync(fd, dma_buf::END | dma_buf::RW),
+            None => (self.dev.inner.backend).to_device(&self.dev, self.handle, &self.meta(false)),
+        }
     }
 
     /// Copies `data` in at `offset` (map, copy, hand back to the device).
@@ -181,12 +227,7 @@ impl Bo {
     pub fn read_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         self.dev.check_not_held(self.handle)?;
         self.to_cpu()?;
-        let r = self
-            .dev
-            .inner
-            .port
-            .mmap(self.size, self.mmap_offset)
-            .map(|m| f(m.as_slice()));
+        let r = self.mmap_all().map(|m| f(m.as_slice()));
         self.to_device()?;
         r
     }
@@ -196,12 +237,7 @@ impl Bo {
     pub(super) fn peek(&self) -> Result<Vec<u8>> {
         self.dev.check_not_held(self.handle)?;
         self.to_cpu()?;
-        let bytes = self
-            .dev
-            .inner
-            .port
-            .mmap(self.size, self.mmap_offset)
-            .map(|m| m.as_slice().to_vec());
+        let bytes = self.mmap_all().map(|m| m.as_slice().to_vec());
         self.to_device()?;
         bytes
     }
@@ -211,19 +247,31 @@ impl Bo {
         // A buffer of a job that may still run stays away from the CPU.
         self.dev.check_not_held(self.handle)?;
         self.to_cpu()?;
-        self.dev.inner.port.mmap(self.size, self.mmap_offset)
+        self.mmap_all()
     }
 
-    /// Exports the buffer as a dma-buf (vendor DRM flavour only).
-    pub fn export_dmabuf(&self) -> Result<DmaBuf> {
+    /// Maps all of the buffer: through the driver, or through the dma-buf it was
+    /// imported from.
+    fn mmap_all(&self) -> Result<Mapping> {
+        let port = &self.dev.inner.port;
+        match self.dmabuf {
+            Some(fd) => port.mmap_fd(fd, self.size),
+            None => port.mmap(self.size, self.mmap_offset),
+        }
+    }
+
+    /// Exports the buffer as a dma-buf (DRM PRIME, read-write, close-on-exec) that other
+    /// DRM code, or another [`Device`] through [`Device::import_dmabuf`], can use. The
+    /// descriptor is the caller's; the memory lives until both the buffer is dropped
+    /// and every copy of the descriptor is closed, in either order.
+    pub fn export_dmabuf(&self) -> Result<OwnedFd> {
+        let port = &self.dev.inner.port;
         let fd = self.dev.inner.backend.export(&self.dev, self.handle)?;
+        let owned = port.release(fd).inspect_err(|_| port.close(fd))?;
         if let Some(m) = self.dev.handles().get_mut(&self.handle) {
             m.exported = true;
         }
-        Ok(DmaBuf {
-            dev: self.dev.clone(),
-            fd,
-        })
+        Ok(owned)
     }
 }
 
@@ -241,26 +289,9 @@ impl Drop for Bo {
             .backend
             .free(&self.dev, self.handle, &self.meta(false));
         self.dev.untrack(self.handle);
-    }
-}
-
-/// An exported dma-buf, closed on drop.
-#[derive(Debug)]
-pub struct DmaBuf {
-    dev: Device,
-    fd: Fd,
-}
-
-impl DmaBuf {
-    /// The descriptor's number, to pass to another API while this value lives.
-    pub fn raw_fd(&self) -> i32 {
-        self.fd.0
-    }
-}
-
-impl Drop for DmaBuf {
-    fn drop(&mut self) {
-        self.dev.inner.port.close(self.fd);
+        if let Some(fd) = self.dmabuf {
+            self.dev.inner.port.close(fd);
+        }
     }
 }
 

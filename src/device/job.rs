@@ -256,6 +256,7 @@ impl<'a> Job<'a> {
 
 /// What a completed job reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct JobResult {
     /// Tasks completed (vendor: the wait core's counter; rocket: the job's task count,
     /// which the driver does not report).

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 /// A buffer the device leaked on purpose because a job that may still use it did not
 /// finish in time.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeakedBuffer {
     /// Its GEM handle.
     pub handle: u32,

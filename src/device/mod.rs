@@ -2,8 +2,9 @@
 //!
 //! One API over both kernel drivers — Rockchip's vendor `rknpu` (0.9.6 and 0.9.8, DRM
 //! flavour) and mainline `rocket` — and over the emulated kernel ([`emu`]) that runs the
-//! same requests on the simulator. Everything reaches the kernel through the seam of
-//! [`crate::sys`].
+//! same requests on the simulator. Everything reaches the kernel through the crate's
+//! private seam (`src/sys/`), the only place nix is used: no nix type is part of the
+//! public API.
 //!
 //! What differs between the interfaces is one private trait, `Backend` (`backend.rs`),
 //! with a vendor (`vendor.rs`) and a rocket (`rocket.rs`) implementation that a device
@@ -51,7 +52,7 @@ mod rocket;
 mod sentinel;
 mod vendor;
 
-pub use bo::{Bo, BoFlags, CpuMap, DmaBuf};
+pub use bo::{Bo, BoFlags, CpuMap};
 pub use error::DeviceError;
 pub use job::{CoreMask, Job, JobResult, Pending};
 pub use leak::LeakedBuffer;
@@ -71,6 +72,7 @@ pub type Result<T, E = DeviceError> = std::result::Result<T, E>;
 
 /// The kernel interface a device speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Interface {
     /// Rockchip's vendor `rknpu` driver (DRM flavour).
     Vendor,
@@ -80,6 +82,7 @@ pub enum Interface {
 
 /// What [`Device::open`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeviceInfo {
     /// Vendor or rocket.
     pub interface: Interface,
@@ -249,7 +252,7 @@ impl Device {
     ) -> Result<Device> {
         let fd = kernel.open(node).map_err(|errno| DeviceError::Open {
             node: node.into(),
-            errno: errno.into(),
+            errno: crate::sys::os_error(errno),
         })?;
         // From here the port closes the node on every path.
         let port = Port {
@@ -457,6 +460,8 @@ impl Drop for Inner {
 mod async_tests;
 #[cfg(test)]
 mod behaviour_tests;
+#[cfg(test)]
+mod dmabuf_tests;
 #[cfg(test)]
 mod incremental_tests;
 #[cfg(test)]

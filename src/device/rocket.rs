@@ -2,13 +2,14 @@
 //! PREP_BO / FINI_BO ownership transitions, jobs of tasks the scheduler places on cores
 //! itself, completion signalled through the buffers a job writes (the vendor and rocket driver sources docs/provenance.md).
 
-use super::backend::{Backend, InFlight, Port, deadline_ns};
+use super::backend::{Backend, InFlight, Port, deadline_ns, prime_export};
 use super::sentinel;
-use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo, DmaBuf};
+use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo};
 use super::{Interface, Job, JobResult, Result};
 use crate::OsError;
 use crate::sys::uapi::*;
 use crate::sys::{Fd, Ioctl};
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 /// The rocket driver.
@@ -49,21 +50,24 @@ impl Backend for Rocket {
             obj_addr: 0,
             mmap_offset: c.offset,
             cacheable: true,
+            dmabuf: None,
         };
         dev.track(c.handle, bo.meta(traced));
         Ok(bo)
     }
 
-    fn import(&self, _dev: &Device, _dmabuf: &DmaBuf) -> Result<Bo> {
+    /// Refused before any request: the driver has no `gem_prime_import_sg_table`, so DRM
+    /// refuses a foreign dma-buf (`EINVAL`), and an object is mapped only into the
+    /// address space of the fd that created it.
+    fn import(&self, _dev: &Device, _dmabuf: BorrowedFd<'_>) -> Result<Bo> {
         Err(DeviceError::NotOffered {
-            what: "dma-buf import: the rocket driver has no import path".into(),
+            what: "dma-buf import: the rocket driver cannot attach a dma-buf (no gem_prime_import_sg_table)".into(),
         })
     }
 
-    fn export(&self, _dev: &Device, _handle: u32) -> Result<Fd> {
-        Err(DeviceError::NotOffered {
-            what: "dma-buf export: untested on the rocket driver".into(),
-        })
+    /// DRM's generic PRIME export of the shmem object.
+    fn export(&self, dev: &Device, handle: u32) -> Result<Fd> {
+        prime_export(dev, handle)
     }
 
     fn free(&self, dev: &Device, handle: u32, _m: &BoMeta) -> Result<()> {

@@ -2,13 +2,14 @@
 //! / MEM_SYNC / MEM_DESTROY buffers, task arrays in a kernel-mapped buffer, per-core
 //! `subcore_task` ranges, blocking submission or an out-fence (the vendor and rocket driver sources docs/provenance.md).
 
-use super::backend::{Backend, InFlight, Port};
-use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo, DmaBuf};
+use super::backend::{Backend, InFlight, Port, prime_export};
+use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo};
 use super::{Interface, Job, JobResult, Result};
 use crate::OsError;
 use crate::submit::{self, irq};
 use crate::sys::uapi::{self, *};
 use crate::sys::{Fd, Ioctl, VendorOp};
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -91,6 +92,7 @@ impl Backend for Vendor {
             dma: c.dma_addr as u32,
             obj_addr: c.obj_addr,
             mmap_offset: 0,
+            dmabuf: None,
             cacheable: flags.cacheable,
         };
         dev.track(c.handle, bo.meta(traced));
@@ -120,17 +122,25 @@ impl Backend for Vendor {
         Ok(bo)
     }
 
-    /// PRIME_FD_TO_HANDLE, then MEM_CREATE with that handle for the object's address.
-    fn import(&self, dev: &Device, dmabuf: &DmaBuf) -> Result<Bo> {
+    /// PRIME_FD_TO_HANDLE, then MEM_CREATE with that handle for the object's address
+    /// (no allocation: the driver describes the attached object). The kernel keeps a
+    /// duplicate of the dma-buf for CPU access, since MEM_MAP refuses imported objects.
+    fn import(&self, dev: &Device, dmabuf: BorrowedFd<'_>) -> Result<Bo> {
+        let port = &dev.inner.port;
+        let fd = port.adopt(dmabuf)?;
         let mut p = DrmPrimeHandle {
             handle: 0,
             flags: 0,
-            fd: dmabuf.raw_fd(),
+            fd: fd.0,
         };
-        dev.inner.port.ioctl(&mut Ioctl::PrimeFdToHandle(&mut p))?;
+        if let Err(e) = port.ioctl(&mut Ioctl::PrimeFdToHandle(&mut p)) {
+            port.close(fd);
+            return Err(e);
+        }
         if dev.is_tracked(p.handle) {
             // DRM gives a buffer of this fd back under its existing handle; a second Bo
             // would free it twice.
+            port.close(fd);
             return Err(DeviceError::InvalidArgument {
                 what: format!(
                     "the dma-buf is this device's own buffer (handle {}): use that buffer",
@@ -142,9 +152,17 @@ impl Backend for Vendor {
             handle: p.handle,
             ..RknpuMemCreate::default()
         };
-        dev.inner
-            .port
-            .vendor(VendorOp::MemCreate(&mut c), "RKNPU_MEM_CREATE")?;
+        if let Err(e) = port.vendor(VendorOp::MemCreate(&mut c), "RKNPU_MEM_CREATE") {
+            // Drop the handle the import made, and the duplicate.
+            let mut g = DrmGemClose {
+                handle: p.handle,
+                pad: 0,
+            };
+            let _ = port.ioctl(&mut Ioctl::GemClose(&mut g));
+            port.close(fd);
+            return Err(e);
+        }
+        // From here the Bo frees the handle and closes the duplicate on every path.
         let bo = Bo {
             dev: dev.clone(),
             handle: c.handle,
@@ -153,20 +171,23 @@ impl Backend for Vendor {
             obj_addr: c.obj_addr,
             mmap_offset: u64::MAX,
             cacheable: false,
+            dmabuf: Some(fd),
         };
+        if c.dma_addr.saturating_add(c.size) > 1 << 32 {
+            return Err(DeviceError::InvalidArgument {
+                what: format!(
+                    "the imported buffer at {:#x}+{:#x} lies above the NPU's 32-bit address space",
+                    c.dma_addr, c.size
+                ),
+            });
+        }
         // Imported memory cannot be mapped through the driver: traces do not record it.
         dev.track(c.handle, bo.meta(false));
         Ok(bo)
     }
 
     fn export(&self, dev: &Device, handle: u32) -> Result<Fd> {
-        let mut p = DrmPrimeHandle {
-            handle,
-            flags: 0o2_000_002, // DRM_CLOEXEC | DRM_RDWR
-            fd: -1,
-        };
-        dev.inner.port.ioctl(&mut Ioctl::PrimeHandleToFd(&mut p))?;
-        Ok(Fd(p.fd))
+        prime_export(dev, handle)
     }
 
     fn free(&self, dev: &Device, handle: u32, m: &BoMeta) -> Result<()> {

@@ -48,6 +48,7 @@ impl fmt::Display for Mismatch {
 
 /// What a rung found instead of what it expected.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Finding {
     /// The device layer returned an error (a timeout carries the task counter and the
     /// interrupt status the kernel reported).

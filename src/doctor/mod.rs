@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 /// One step of the ladder, from the smallest to the largest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Rung {
     /// The node opens, the driver answers its version query and is one the library speaks.
     Probe,
@@ -150,6 +151,7 @@ pub trait Observer: Send + Sync {
 
 /// How the ladder runs.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Options {
     /// The timeout of every job the ladder submits (the kernel's timeout on vendor, the
     /// wait's deadline on rocket). Default 2 s.
@@ -175,6 +177,32 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// These options with a job timeout of `deadline`.
+    pub fn with_deadline(mut self, deadline: Duration) -> Options {
+        self.deadline = deadline;
+        self
+    }
+
+    /// These options writing a bug-report bundle into `dir`.
+    pub fn with_bundle(mut self, dir: impl Into<PathBuf>) -> Options {
+        self.bundle = Some(dir.into());
+        self
+    }
+
+    /// These options corrupting one input of `rung` (the self-test of [`Options::corrupt`]).
+    pub fn with_corrupt(mut self, rung: Rung) -> Options {
+        self.corrupt = Some(rung);
+        self
+    }
+
+    /// These options with `observer` seeing each rung.
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Options {
+        self.observer = Some(observer);
+        self
+    }
+}
+
 impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Options")
@@ -188,6 +216,7 @@ impl fmt::Debug for Options {
 
 /// How a rung ended.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Status {
     /// It passed.
     Ok,
@@ -202,6 +231,7 @@ pub enum Status {
 
 /// One rung's outcome.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RungReport {
     /// Which rung.
     pub rung: Rung,
@@ -233,6 +263,7 @@ impl fmt::Display for RungReport {
 
 /// What the ladder found.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Report {
     /// The device, when it opened.
     pub device: Option<DeviceInfo>,

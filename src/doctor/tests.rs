@@ -28,20 +28,14 @@ fn at(core: usize, task: usize) -> Option<At> {
 }
 
 fn options() -> Options {
-    Options {
-        deadline: Duration::from_millis(100),
-        ..Options::default()
-    }
+    Options::default().with_deadline(Duration::from_millis(100))
 }
 
 /// Runs the ladder on a fresh vendor 0.9.8 emulator with `faults` injected before
 /// `rung`, and returns the diagnosis, checking the ladder stopped at `rung`.
 fn fault_at(rung: Rung, faults: Faults) -> Diagnosis {
     let dev = emulator(Flavour::Vendor098);
-    let opts = Options {
-        observer: Some(Arc::new(InjectBefore(rung, faults))),
-        ..options()
-    };
+    let opts = options().with_observer(Arc::new(InjectBefore(rung, faults)));
     let d = stopped_at(run(&dev, &opts), rung);
     assert_eq!(
         (dev.live_buffers(), dev.live_mappings()),
@@ -162,10 +156,7 @@ fn probe_fails_on_an_unknown_emulator_saying_how_to_select_a_device() {
 #[test]
 fn buffers_catch_memory_that_does_not_hold_what_was_written() {
     let dev = emulator(Flavour::Vendor098);
-    let opts = Options {
-        corrupt: Some(Rung::Buffers),
-        ..options()
-    };
+    let opts = options().with_corrupt(Rung::Buffers);
     let d = stopped_at(run(&dev, &opts), Rung::Buffers);
     let Finding::Mismatch(m) = &d.finding else {
         panic!("{d}");

@@ -30,6 +30,7 @@ pub const MAX_REPLAY_BYTES: u64 = 1 << 30;
 
 /// Where a replay runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Mode {
     /// Decode and check every task and relocation; nothing runs.
     Check,
@@ -61,6 +62,7 @@ impl Tolerance {
 
 /// How a replay places buffers and compares outputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReplayOptions {
     /// How outputs are compared.
     pub tolerance: Tolerance,
@@ -82,10 +84,29 @@ impl ReplayOptions {
             work_budget: crate::sim::DEFAULT_WORK_BUDGET,
         }
     }
+
+    /// These options comparing outputs with `tolerance`.
+    pub fn with_tolerance(mut self, tolerance: Tolerance) -> ReplayOptions {
+        self.tolerance = tolerance;
+        self
+    }
+
+    /// These options placing every buffer `shift` bytes from its recorded address.
+    pub fn with_shift(mut self, shift: u32) -> ReplayOptions {
+        self.shift = shift;
+        self
+    }
+
+    /// These options with a simulator work budget of `budget` for the whole replay.
+    pub fn with_work_budget(mut self, budget: u64) -> ReplayOptions {
+        self.work_budget = budget;
+        self
+    }
 }
 
 /// What replaying a trace found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReplayReport {
     /// Submissions replayed (run, or checked in check mode).
     pub submits: usize,

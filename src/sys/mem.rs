@@ -38,18 +38,9 @@ impl DmaMem {
     }
 
     /// Whether a CPU mapping is alive.
-    pub fn is_mapped(&self) -> bool {
+    #[cfg(test)]
+    fn is_mapped(&self) -> bool {
         *self.lock()
-    }
-
-    /// Bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the memory is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Copies `out.len()` bytes from `offset`; false when out of bounds or mapped.
@@ -154,16 +145,6 @@ impl Mapping {
             len,
             owner: Owner::Real,
         }
-    }
-
-    /// Bytes mapped.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the mapping is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// The mapped bytes.

@@ -1,10 +1,12 @@
 //! The only module that may use `unsafe`: the kernel's structures ([`uapi`]) and the one
 //! narrow seam through which every request reaches a kernel ([`Kernel`]): open, ioctl,
-//! mmap, munmap (by dropping a [`Mapping`]), poll and close.
+//! mmap, munmap (by dropping a [`Mapping`]), poll, close, and taking in or handing out a
+//! descriptor (dma-bufs).
 //!
 //! Two kernels stand behind the seam: [`RealKernel`] calls the operating system through
-//! nix; the emulated kernel (`crate::device::emu`) implements the drivers' semantics
-//! in-process on the simulator. Requests are typed ([`Ioctl`]): each carries the
+//! drm-rs (generic DRM requests) and nix (the rest); the emulated kernel
+//! (`crate::device::emu`) implements the drivers' semantics in-process on the
+//! simulator. Requests are typed ([`Ioctl`]): each carries the
 //! structure and, where the C interface takes user pointers, the borrowed slices they
 //! point to, so the emulated kernel reads the same data without pointers and the real
 //! one builds the pointers here, from borrows that outlive the call. Every `unsafe`
@@ -19,9 +21,17 @@ pub use mem::{DmaMem, Mapping};
 pub use nix::errno::Errno;
 pub use real::RealKernel;
 
+use crate::error::OsError;
 use std::fmt::Debug;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::Duration;
 use uapi::*;
+
+/// The library's error value of an `errno` the seam returned (nix stays inside the
+/// crate: the public [`OsError`] carries the raw number).
+pub(crate) fn os_error(e: Errno) -> OsError {
+    OsError::from_raw(e as i32)
+}
 
 /// A file descriptor as the seam names it (a real fd, or the emulated kernel's number).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,6 +93,8 @@ pub enum Ioctl<'a> {
     RocketPrepBo(&'a mut DrmRocketPrepBo),
     /// `DRM_IOCTL_ROCKET_FINI_BO`.
     RocketFiniBo(&'a mut DrmRocketFiniBo),
+    /// `DMA_BUF_IOCTL_SYNC`, on a dma-buf's descriptor.
+    DmaBufSync(&'a mut DmaBufSync),
 }
 
 impl Ioctl<'_> {
@@ -105,6 +117,7 @@ impl Ioctl<'_> {
             Ioctl::RocketSubmit { .. } => DRM_IOCTL_ROCKET_SUBMIT,
             Ioctl::RocketPrepBo(_) => DRM_IOCTL_ROCKET_PREP_BO,
             Ioctl::RocketFiniBo(_) => DRM_IOCTL_ROCKET_FINI_BO,
+            Ioctl::DmaBufSync(_) => DMA_BUF_IOCTL_SYNC,
         }
     }
 
@@ -127,6 +140,7 @@ impl Ioctl<'_> {
             Ioctl::RocketSubmit { .. } => "DRM_IOCTL_ROCKET_SUBMIT",
             Ioctl::RocketPrepBo(_) => "DRM_IOCTL_ROCKET_PREP_BO",
             Ioctl::RocketFiniBo(_) => "DRM_IOCTL_ROCKET_FINI_BO",
+            Ioctl::DmaBufSync(_) => "DMA_BUF_IOCTL_SYNC",
         }
     }
 }
@@ -143,6 +157,12 @@ pub trait Kernel: Send + Sync + Debug {
     fn mmap(&self, fd: Fd, len: usize, offset: u64) -> Result<Mapping, Errno>;
     /// Waits up to `timeout` for `fd` to become readable (a signalled fence).
     fn poll(&self, fd: Fd, timeout: Duration) -> Result<bool, Errno>;
+    /// Takes a descriptor the caller lends (a dma-buf to import): the kernel keeps its
+    /// own duplicate, named by the returned number, until [`Kernel::close`].
+    fn adopt(&self, fd: BorrowedFd<'_>) -> Result<Fd, Errno>;
+    /// Hands a descriptor this kernel returned (an exported dma-buf) to the caller: it
+    /// leaves the kernel's table, and closing it is the caller's.
+    fn release(&self, fd: Fd) -> Result<OwnedFd, Errno>;
     /// Whether this kernel is the in-process emulation.
     fn is_emulated(&self) -> bool;
 }

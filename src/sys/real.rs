@@ -1,8 +1,13 @@
-//! The operating system behind the seam, through nix.
+//! The operating system behind the seam: the generic DRM requests (driver version, GEM
+//! close, PRIME export and import) through drm-rs (the `drm` crate), the vendor and
+//! rocket requests, `mmap(2)` and `poll(2)` through nix.
 
 use super::mem::Mapping;
 use super::uapi::DrmRocketSubmit;
+use super::uapi::{DrmPrimeHandle, DrmVersion};
 use super::{Errno, Fd, Ioctl, Kernel, VendorOp};
+use drm::Device as _;
+use drm::control::Device as _;
 use nix::libc;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -43,11 +48,32 @@ impl RealKernel {
         f(owned.as_fd())
     }
 
+    /// PRIME_HANDLE_TO_FD through drm-rs; the dma-buf joins this kernel's descriptors.
+    fn prime_export(&self, fd: Fd, p: &mut DrmPrimeHandle) -> Result<i32, Errno> {
+        let handle = drm::control::from_u32(p.handle).ok_or(Errno::ENOENT)?;
+        let dmabuf = self.with_fd(fd, |fd| {
+            Node(fd).buffer_to_prime_fd(handle, p.flags).map_err(errno)
+        })?;
+        p.fd = dmabuf.as_raw_fd();
+        self.table().insert(p.fd, Arc::new(dmabuf));
+        Ok(0)
+    }
+
+    /// PRIME_FD_TO_HANDLE through drm-rs, of a dma-buf this kernel holds (`p.fd`).
+    fn prime_import(&self, fd: Fd, p: &mut DrmPrimeHandle) -> Result<i32, Errno> {
+        let dmabuf = self.table().get(&p.fd).cloned().ok_or(Errno::EBADF)?;
+        let handle = self.with_fd(fd, |fd| {
+            Node(fd).prime_fd_to_buffer(dmabuf.as_fd()).map_err(errno)
+        })?;
+        p.handle = u32::from(handle);
+        Ok(0)
+    }
+
     /// Takes ownership of a descriptor the kernel just returned in a request's result.
-    fn adopt(&self, raw: i32) {
+    fn adopt_raw(&self, raw: i32) {
         if raw >= 0 {
             // SAFETY: `raw` was returned by the kernel in the result of an ioctl this
-            // process just made (a sync_file or dma-buf fd); nothing else owns it yet.
+            // process just made (a sync_file fd); nothing else owns it yet.
             let owned = unsafe { OwnedFd::from_raw_fd(raw) };
             self.table().insert(raw, Arc::new(owned));
         }
@@ -56,6 +82,47 @@ impl RealKernel {
 
 fn ptr<T>(r: &mut T) -> *mut c_void {
     (r as *mut T).cast()
+}
+
+/// A descriptor of a DRM node, as drm-rs takes one.
+struct Node<'a>(BorrowedFd<'a>);
+
+impl AsFd for Node<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0
+    }
+}
+
+impl drm::Device for Node<'_> {}
+impl drm::control::Device for Node<'_> {}
+
+/// The errno of a drm-rs error (`EIO` for one that carries none).
+fn errno(e: std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// DRM_IOCTL_VERSION through drm-rs: the numbers, and each string copied into its buffer
+/// as the kernel copies it (cut to the buffer, the full length reported).
+fn drm_version(
+    node: &Node<'_>,
+    v: &mut DrmVersion,
+    name: &mut [u8],
+    date: &mut [u8],
+    desc: &mut [u8],
+) -> Result<(), Errno> {
+    let d = node.get_driver().map_err(errno)?;
+    (v.version_major, v.version_minor, v.version_patchlevel) = d.version;
+    for (buf, text, len) in [
+        (name, d.name(), &mut v.name_len),
+        (date, d.date(), &mut v.date_len),
+        (desc, d.description(), &mut v.desc_len),
+    ] {
+        let text = text.as_encoded_bytes();
+        let k = buf.len().min(text.len());
+        buf[..k].copy_from_slice(&text[..k]);
+        *len = text.len() as u64;
+    }
+    Ok(())
 }
 
 impl Kernel for RealKernel {
@@ -81,22 +148,26 @@ impl Kernel for RealKernel {
         // A submit structure that lives until the call returns.
         let mut submit = DrmRocketSubmit::default();
         let arg: *mut c_void = match req {
+            // The generic DRM requests go through drm-rs.
             Ioctl::DrmVersion {
                 version,
                 name,
                 date,
                 desc,
             } => {
-                version.name_len = name.len() as u64;
-                version.name = name.as_mut_ptr() as u64;
-                version.date_len = date.len() as u64;
-                version.date = date.as_mut_ptr() as u64;
-                version.desc_len = desc.len() as u64;
-                version.desc = desc.as_mut_ptr() as u64;
-                ptr(*version)
+                return self
+                    .with_fd(fd, |fd| drm_version(&Node(fd), version, name, date, desc))
+                    .map(|()| 0);
             }
-            Ioctl::GemClose(a) => ptr(*a),
-            Ioctl::PrimeHandleToFd(a) | Ioctl::PrimeFdToHandle(a) => ptr(*a),
+            Ioctl::GemClose(c) => {
+                let handle = drm::control::from_u32(c.handle).ok_or(Errno::EINVAL)?;
+                return self
+                    .with_fd(fd, |fd| Node(fd).close_buffer(handle).map_err(errno))
+                    .map(|()| 0);
+            }
+            Ioctl::PrimeHandleToFd(p) => return self.prime_export(fd, p),
+            Ioctl::PrimeFdToHandle(p) => return self.prime_import(fd, p),
+            // The drivers' own requests, through nix's libc.
             Ioctl::Vendor(_, op) => match op {
                 VendorOp::Action(a) => ptr(*a),
                 VendorOp::Submit(a) => ptr(*a),
@@ -126,6 +197,7 @@ impl Kernel for RealKernel {
             }
             Ioctl::RocketPrepBo(a) => ptr(*a),
             Ioctl::RocketFiniBo(a) => ptr(*a),
+            Ioctl::DmaBufSync(a) => ptr(*a),
         };
         let r = self.with_fd(fd, |fd| {
             // SAFETY: `code` is computed from the size of the very structure `arg` points
@@ -136,14 +208,25 @@ impl Kernel for RealKernel {
             // returns; `fd` is a descriptor this kernel owns.
             Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), code as libc::c_ulong, arg) })
         })?;
-        match req {
-            Ioctl::Vendor(_, VendorOp::Submit(s)) if s.flags & super::uapi::job::FENCE_OUT != 0 => {
-                self.adopt(s.fence_fd)
-            }
-            Ioctl::PrimeHandleToFd(p) => self.adopt(p.fd),
-            _ => {}
+        if let Ioctl::Vendor(_, VendorOp::Submit(s)) = req
+            && s.flags & super::uapi::job::FENCE_OUT != 0
+        {
+            self.adopt_raw(s.fence_fd)
         }
         Ok(r)
+    }
+
+    fn adopt(&self, fd: BorrowedFd<'_>) -> Result<Fd, Errno> {
+        let owned = fd.try_clone_to_owned().map_err(errno)?;
+        let raw = owned.as_raw_fd();
+        self.table().insert(raw, Arc::new(owned));
+        Ok(Fd(raw))
+    }
+
+    fn release(&self, fd: Fd) -> Result<OwnedFd, Errno> {
+        let shared = self.table().remove(&fd.0).ok_or(Errno::EBADF)?;
+        // Another thread may be using it this instant: then hand out a duplicate.
+        Arc::try_unwrap(shared).or_else(|shared| shared.try_clone().map_err(errno))
     }
 
     fn mmap(&self, fd: Fd, len: usize, offset: u64) -> Result<Mapping, Errno> {
@@ -213,5 +296,74 @@ mod tests {
         k.close(fd);
         assert_eq!(k.poll(fd, Duration::ZERO).unwrap_err(), Errno::EBADF);
         assert!(!k.is_emulated());
+    }
+
+    /// The generic DRM requests reach the kernel through drm-rs, with its errors as the
+    /// seam's, and lent descriptors are duplicates the kernel owns until released.
+    #[test]
+    fn generic_drm_requests_go_through_drm_rs_and_lent_descriptors_are_owned() {
+        use crate::sys::uapi::{DrmGemClose, DrmPrimeHandle, DrmVersion};
+        let k = RealKernel::new();
+        let fd = k.open("/dev/null").unwrap();
+        let (mut v, mut name) = (DrmVersion::default(), [0u8; 8]);
+        let r = k.ioctl(
+            fd,
+            &mut Ioctl::DrmVersion {
+                version: &mut v,
+                name: &mut name,
+                date: &mut [],
+                desc: &mut [],
+            },
+        );
+        assert_eq!(r.unwrap_err(), Errno::ENOTTY, "not a DRM node");
+        let mut c = DrmGemClose { handle: 1, pad: 0 };
+        assert_eq!(
+            k.ioctl(fd, &mut Ioctl::GemClose(&mut c)).unwrap_err(),
+            Errno::ENOTTY
+        );
+        // Handle 0 is no GEM handle: refused before the kernel.
+        let mut c = DrmGemClose { handle: 0, pad: 0 };
+        assert_eq!(
+            k.ioctl(fd, &mut Ioctl::GemClose(&mut c)).unwrap_err(),
+            Errno::EINVAL
+        );
+        let mut p = DrmPrimeHandle {
+            handle: 1,
+            ..DrmPrimeHandle::default()
+        };
+        assert_eq!(
+            k.ioctl(fd, &mut Ioctl::PrimeHandleToFd(&mut p))
+                .unwrap_err(),
+            Errno::ENOTTY
+        );
+        // Import names a descriptor the kernel holds, never a number of the caller's.
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let mut p = DrmPrimeHandle {
+            fd: file.as_raw_fd(),
+            ..DrmPrimeHandle::default()
+        };
+        assert_eq!(
+            k.ioctl(fd, &mut Ioctl::PrimeFdToHandle(&mut p))
+                .unwrap_err(),
+            Errno::EBADF
+        );
+        let lent = k.adopt(file.as_fd()).unwrap();
+        assert_ne!(lent.0, file.as_raw_fd(), "a duplicate");
+        p.fd = lent.0;
+        assert_eq!(
+            k.ioctl(fd, &mut Ioctl::PrimeFdToHandle(&mut p))
+                .unwrap_err(),
+            Errno::ENOTTY
+        );
+        // A dma-buf request reaches the descriptor's own driver, here /dev/null's.
+        let mut y = crate::sys::uapi::DmaBufSync { flags: 3 };
+        assert_eq!(
+            k.ioctl(lent, &mut Ioctl::DmaBufSync(&mut y)).unwrap_err(),
+            Errno::ENOTTY
+        );
+        let back = k.release(lent).unwrap();
+        assert_eq!(back.as_raw_fd(), lent.0);
+        assert_eq!(k.release(lent).unwrap_err(), Errno::EBADF, "no longer held");
+        k.close(fd);
     }
 }

@@ -331,6 +331,37 @@ uapi! {
     size 12; offsets { handle = 0, flags = 4, fd = 8 }
 }
 
+// ----- dma-buf (Linux `include/uapi/linux/dma-buf.h`) -----
+
+uapi! {
+    /// `struct dma_buf_sync`: brackets CPU access to a dma-buf, so that its exporter
+    /// keeps CPU caches coherent.
+    pub struct DmaBufSync {
+        /// `DMA_BUF_SYNC_*` ([`dma_buf`]).
+        pub flags: u64,
+    }
+    size 8; offsets { flags = 0 }
+}
+
+/// `DMA_BUF_SYNC_*` flags (Linux `include/uapi/linux/dma-buf.h`).
+pub mod dma_buf {
+    /// The CPU reads.
+    pub const READ: u64 = 1;
+    /// The CPU writes.
+    pub const WRITE: u64 = 2;
+    /// The CPU reads and writes.
+    pub const RW: u64 = READ | WRITE;
+    /// CPU access begins.
+    pub const START: u64 = 0;
+    /// CPU access ends.
+    pub const END: u64 = 4;
+}
+
+/// `DRM_CLOEXEC` (`O_CLOEXEC`): PRIME export flag, the dma-buf closes on `exec`.
+pub const DRM_CLOEXEC: u32 = 0o2_000_000;
+/// `DRM_RDWR` (`O_RDWR`): PRIME export flag, the dma-buf may be mapped writable.
+pub const DRM_RDWR: u32 = 0o2;
+
 /// `RKNPU_ACTION` codes (the vendor and rocket driver sources docs/provenance.md).
 pub mod action {
     /// Hardware version word.
@@ -367,8 +398,6 @@ pub mod mem {
     pub const KERNEL_MAPPING: u32 = 0x8;
     /// Not referenced by the kernel; set by vendor userspace.
     pub const IOMMU: u32 = 0x10;
-    /// Zero on allocation.
-    pub const ZEROING: u32 = 0x20;
     /// The driver's own IOVA allocator (0.9.7+).
     pub const IOMMU_LIMIT_IOVA_ALIGNMENT: u32 = 0x400;
     /// MEM_SYNC: clean CPU caches for the device.
@@ -424,6 +453,8 @@ pub const DRM_IOCTL_GEM_CLOSE: u32 = iow(b'd', 0x09, size_of::<DrmGemClose>());
 pub const DRM_IOCTL_PRIME_HANDLE_TO_FD: u32 = iowr(b'd', 0x2D, size_of::<DrmPrimeHandle>());
 /// `DRM_IOCTL_PRIME_FD_TO_HANDLE`.
 pub const DRM_IOCTL_PRIME_FD_TO_HANDLE: u32 = iowr(b'd', 0x2E, size_of::<DrmPrimeHandle>());
+/// `DMA_BUF_IOCTL_SYNC`.
+pub const DMA_BUF_IOCTL_SYNC: u32 = iow(b'b', 0, size_of::<DmaBufSync>());
 /// `DRM_IOCTL_ROCKET_CREATE_BO`.
 pub const DRM_IOCTL_ROCKET_CREATE_BO: u32 = iowr(b'd', 0x40, size_of::<DrmRocketCreateBo>());
 /// `DRM_IOCTL_ROCKET_SUBMIT`.
@@ -466,6 +497,7 @@ mod tests {
         assert_eq!(DRM_IOCTL_ROCKET_SUBMIT, 0x4018_6441);
         assert_eq!(DRM_IOCTL_ROCKET_PREP_BO, 0x4010_6442);
         assert_eq!(DRM_IOCTL_ROCKET_FINI_BO, 0x4008_6443);
+        assert_eq!(DMA_BUF_IOCTL_SYNC, 0x4008_6200);
     }
 
     #[test]

@@ -68,6 +68,7 @@ impl RegisterFile for Snapshot {
 
 /// Why a task does not decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DecodeErrorKind {
     /// A value the model does not implement (the hardware may).
     Unsupported,

@@ -88,6 +88,7 @@ pub enum Contents {
 
 /// One chunk.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Chunk {
     /// `BUFC`: a buffer was created.
     Buffer {

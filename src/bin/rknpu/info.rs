@@ -14,6 +14,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
         match i.interface {
             rknpu_driver::device::Interface::Vendor => "vendor rknpu",
             rknpu_driver::device::Interface::Rocket => "rocket",
+            _ => "another interface",
         }
     );
     outln!(

@@ -114,7 +114,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     // costed on the profile of its interface.
     let (plan, profile) = match dev.info().interface {
         Interface::Rocket => (plan.without_reuse(), HardwareProfile::rk3588_rocket()),
-        Interface::Vendor => (plan, HardwareProfile::rk3588()),
+        _ => (plan, HardwareProfile::rk3588()),
     };
     let t_plan = t0.elapsed();
     outln!("plan: {plan}");

@@ -103,8 +103,8 @@ pub(super) fn release(s: &mut State, bo: &Arc<Mutex<EmuBo>>) {
     let held = s.files.values().any(|f| match f {
         File::Device { handles, .. } => handles.values().any(|b| Arc::ptr_eq(b, bo)),
         File::DmaBuf(b) => Arc::ptr_eq(b, bo),
-        File::Fence { .. } | File::Misc => false,
-    });
+        File::Fence { .. } | File::Misc | File::Foreign => false,
+    }) || s.exports.values().any(|e| Arc::ptr_eq(&e.bo, bo));
     if !held {
         let (obj, dma, size) = {
             let b = lock_bo(bo);

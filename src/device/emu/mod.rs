@@ -1,6 +1,6 @@
 //! The emulated kernel: the vendor `rknpu` (0.9.8 or 0.9.6, DRM flavour) and mainline
 //! `rocket` drivers' ioctl semantics, in-process, behind the same seam as the real kernel
-//! ([`crate::sys::Kernel`]), executing submitted programs on the simulator against the
+//! (the crate-private `sys::Kernel` trait), executing submitted programs on the simulator against the
 //! buffers' memory.
 //!
 //! It is a stand-in for the kernel, not a mock: it refuses what the reference says the
@@ -22,7 +22,9 @@ use crate::sys::uapi;
 use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, VendorOp};
 use iova::Iova;
 use mem::{EmuBo, bo_of, lock_bo, release};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -31,6 +33,7 @@ use worker::{Queue, Shared};
 
 /// Which driver the emulated kernel plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Flavour {
     /// Vendor `rknpu` 0.9.8, DRM render node.
     Vendor098,
@@ -59,6 +62,10 @@ enum File {
     Device {
         handles: HashMap<u32, Arc<Mutex<EmuBo>>>,
         next_handle: u32,
+        /// Handles PRIME import made: attachments, which the vendor MEM_MAP refuses.
+        /// (The real driver gives a dma-buf of its own device back as the very object;
+        /// the emulation treats every import as the attachment a foreign one gets.)
+        imported: std::collections::HashSet<u32>,
         /// Rocket: this fd's private address space.
         iova: Iova,
     },
@@ -68,12 +75,37 @@ enum File {
     Fence { signalled: bool },
     /// An exported dma-buf of a buffer.
     DmaBuf(Arc<Mutex<EmuBo>>),
+    /// A descriptor lent to the kernel that is none of its dma-bufs.
+    Foreign,
+}
+
+/// A dma-buf handed to the caller as a real descriptor: the read end of a pipe whose
+/// write end the kernel keeps, so that it learns when the caller has closed every copy
+/// (the write end then reports `POLLERR`) and drops its reference to the buffer.
+#[derive(Debug)]
+struct Export {
+    bo: Arc<Mutex<EmuBo>>,
+    writer: std::io::PipeWriter,
+}
+
+/// What names an open file whatever descriptor refers to it (a `dup` included).
+fn identity(fd: BorrowedFd<'_>) -> Result<(u64, u64), Errno> {
+    use std::os::unix::fs::MetadataExt;
+    let owned = fd
+        .try_clone_to_owned()
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(Errno::EIO as i32)))?;
+    let meta = std::fs::File::from(owned)
+        .metadata()
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(Errno::EIO as i32)))?;
+    Ok((meta.dev(), meta.ino()))
 }
 
 #[derive(Debug)]
 struct State {
     files: HashMap<i32, File>,
     next_fd: i32,
+    /// Dma-bufs handed out as real descriptors, by the identity of their file.
+    exports: HashMap<(u64, u64), Export>,
     /// Vendor: objects by `obj_addr` (one IOMMU domain for every fd).
     objects: HashMap<u64, Arc<Mutex<EmuBo>>>,
     next_obj: u64,
@@ -129,6 +161,7 @@ impl EmuKernel {
                 state: Mutex::new(State {
                     files: HashMap::new(),
                     next_fd: 1000,
+                    exports: HashMap::new(),
                     objects: HashMap::new(),
                     next_obj: 0xFFFF_FF80_1000_0000,
                     vendor_iova: Iova::top_down(),
@@ -186,6 +219,31 @@ impl EmuKernel {
         self.shared.lock()
     }
 
+    /// The state, after dropping the buffers of exported dma-bufs whose every descriptor
+    /// the caller has closed (as the last `close` of a dma-buf drops its reference).
+    fn lock_pruned(&self) -> MutexGuard<'_, State> {
+        let mut s = self.lock();
+        let closed: Vec<(u64, u64)> = s
+            .exports
+            .iter()
+            .filter(|(_, e)| {
+                let mut fds = [PollFd::new(e.writer.as_fd(), PollFlags::empty())];
+                nix::poll::poll(&mut fds, PollTimeout::ZERO).is_ok_and(|_| {
+                    fds[0]
+                        .revents()
+                        .is_some_and(|r| r.contains(PollFlags::POLLERR))
+                })
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in closed {
+            if let Some(e) = s.exports.remove(&k) {
+                release(&mut s, &e.bo);
+            }
+        }
+        s
+    }
+
     /// Faults for the next submissions (task indices count within each core's kick).
     /// A queued job keeps the faults in force when it was submitted.
     pub fn inject(&self, faults: Faults) {
@@ -213,18 +271,26 @@ impl EmuKernel {
 
     /// Buffer objects alive in the kernel (across every fd).
     pub fn live_objects(&self) -> usize {
-        let s = self.lock();
+        let s = self.lock_pruned();
         let mut seen: Vec<*const Mutex<EmuBo>> = Vec::new();
         for f in s.files.values() {
             match f {
                 File::Device { handles, .. } => seen.extend(handles.values().map(Arc::as_ptr)),
                 File::DmaBuf(bo) => seen.push(Arc::as_ptr(bo)),
-                File::Fence { .. } | File::Misc => {}
+                File::Fence { .. } | File::Misc | File::Foreign => {}
             }
         }
+        seen.extend(s.exports.values().map(|e| Arc::as_ptr(&e.bo)));
         seen.sort();
         seen.dedup();
         seen.len()
+    }
+
+    /// Descriptors open in the kernel (device nodes, fences, dma-bufs lent to it or not
+    /// yet handed out), for the tests' leak checks.
+    #[cfg(test)]
+    pub(crate) fn open_files(&self) -> usize {
+        self.lock().files.len()
     }
 
     fn version(&self) -> (i32, i32, i32, &'static str, &'static str, &'static str) {
@@ -243,6 +309,7 @@ impl Kernel for EmuKernel {
             File::Device {
                 handles: HashMap::new(),
                 next_handle: 1,
+                imported: Default::default(),
                 iova: Iova::bottom_up(),
             }
         } else if path == MISC_NODE && self.flavour.is_vendor() {
@@ -258,7 +325,7 @@ impl Kernel for EmuKernel {
     }
 
     fn close(&self, fd: Fd) {
-        let mut s = self.lock();
+        let mut s = self.lock_pruned();
         // Closing the fd frees every object only it holds (the vendor and rocket driver sources docs/provenance.md).
         let released: Vec<Arc<Mutex<EmuBo>>> = match s.files.remove(&fd.0) {
             Some(File::Device { handles, .. }) => handles.into_values().collect(),
@@ -271,8 +338,21 @@ impl Kernel for EmuKernel {
     }
 
     fn ioctl(&self, fd: Fd, req: &mut Ioctl<'_>) -> Result<i32, Errno> {
-        let mut s = self.lock();
+        let mut s = self.lock_pruned();
         match s.files.get(&fd.0) {
+            Some(File::DmaBuf(_)) => {
+                let Ioctl::DmaBufSync(y) = req else {
+                    return Err(Errno::ENOTTY);
+                };
+                // dma_buf_ioctl: unknown bits, or neither READ nor WRITE, are EINVAL. The
+                // drivers' dma-bufs use DRM's PRIME operations, which have no CPU-access
+                // hooks: a valid bracket does nothing.
+                let valid = uapi::dma_buf::RW | uapi::dma_buf::END;
+                if y.flags & !valid != 0 || y.flags & uapi::dma_buf::RW == 0 {
+                    return Err(Errno::EINVAL);
+                }
+                return Ok(0);
+            }
             Some(File::Device { .. }) => {}
             Some(File::Misc) => return self.misc(&mut s, req),
             _ => return Err(Errno::EBADF),
@@ -313,11 +393,7 @@ impl Kernel for EmuKernel {
                 Ok(0)
             }
             Ioctl::PrimeHandleToFd(p) => {
-                if self.flavour == Flavour::Rocket {
-                    // Export through generic PRIME is untested on rocket; the library does
-                    // not offer it there, and neither does the emulation.
-                    return Err(Errno::EOPNOTSUPP);
-                }
+                // Both drivers export through DRM's generic PRIME helpers.
                 let bo = bo_of(&s, fd, p.handle)?;
                 let new = s.next_fd;
                 s.next_fd += 1;
@@ -326,16 +402,30 @@ impl Kernel for EmuKernel {
                 Ok(0)
             }
             Ioctl::PrimeFdToHandle(p) => {
-                if self.flavour == Flavour::Rocket {
-                    return Err(Errno::EOPNOTSUPP);
-                }
-                let Some(File::DmaBuf(bo)) = s.files.get(&p.fd) else {
-                    return Err(Errno::EBADF);
+                let bo = match s.files.get(&p.fd) {
+                    Some(File::DmaBuf(bo)) => Arc::clone(bo),
+                    // dma_buf_get refuses a file that is not a dma-buf, and a dma-buf of
+                    // another exporter is one this kernel cannot attach.
+                    Some(_) => return Err(Errno::EINVAL),
+                    None => return Err(Errno::EBADF),
                 };
-                let bo = Arc::clone(bo);
+                if self.flavour == Flavour::Rocket {
+                    // rocket has no gem_prime_import_sg_table: DRM gives back only an
+                    // object of this very fd (under its handle) and refuses the rest.
+                    let Some(File::Device { handles, .. }) = s.files.get(&fd.0) else {
+                        return Err(Errno::EBADF);
+                    };
+                    let (&h, _) = handles
+                        .iter()
+                        .find(|(_, b)| Arc::ptr_eq(b, &bo))
+                        .ok_or(Errno::EINVAL)?;
+                    p.handle = h;
+                    return Ok(0);
+                }
                 let Some(File::Device {
                     handles,
                     next_handle,
+                    imported,
                     ..
                 }) = s.files.get_mut(&fd.0)
                 else {
@@ -347,6 +437,7 @@ impl Kernel for EmuKernel {
                     p.handle = *next_handle;
                     *next_handle += 1;
                     handles.insert(p.handle, bo);
+                    imported.insert(p.handle);
                 }
                 Ok(0)
             }
@@ -407,6 +498,7 @@ impl Kernel for EmuKernel {
                 .cloned()
                 .ok_or(Errno::EINVAL)?,
             Some(File::DmaBuf(bo)) if offset == 0 => Arc::clone(bo),
+            Some(File::DmaBuf(_) | File::Foreign) => return Err(Errno::EINVAL),
             _ => return Err(Errno::EBADF),
         };
         let bo = lock_bo(&bo);
@@ -451,6 +543,39 @@ impl Kernel for EmuKernel {
                 None => self.shared.wait(s),
             };
         }
+    }
+
+    /// A dma-buf this kernel exported (any copy of its descriptor) becomes a
+    /// descriptor of the buffer; anything else a foreign file, which PRIME import
+    /// refuses.
+    fn adopt(&self, fd: BorrowedFd<'_>) -> Result<Fd, Errno> {
+        let id = identity(fd)?;
+        let mut s = self.lock_pruned();
+        let file = match s.exports.get(&id) {
+            Some(e) => File::DmaBuf(Arc::clone(&e.bo)),
+            None => File::Foreign,
+        };
+        let n = s.next_fd;
+        s.next_fd += 1;
+        s.files.insert(n, file);
+        Ok(Fd(n))
+    }
+
+    /// A dma-buf of this kernel becomes a real descriptor (see [`Export`]).
+    fn release(&self, fd: Fd) -> Result<OwnedFd, Errno> {
+        let mut s = self.lock_pruned();
+        let Some(File::DmaBuf(bo)) = s.files.get(&fd.0) else {
+            return Err(Errno::EBADF);
+        };
+        let bo = Arc::clone(bo);
+        let (reader, writer) = std::io::pipe()
+            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(Errno::EMFILE as i32)))?;
+        let reader = OwnedFd::from(reader);
+        let id = identity(reader.as_fd())?;
+        s.exports.insert(id, Export { bo, writer });
+        // The buffer is held by the export now; the number is gone.
+        s.files.remove(&fd.0);
+        Ok(reader)
     }
 
     fn is_emulated(&self) -> bool {

@@ -32,6 +32,7 @@ pub(super) fn rocket_create(
         handles,
         next_handle,
         iova,
+        ..
     }) = s.files.get_mut(&fd.0)
     else {
         return Err(Errno::EBADF);

@@ -32,6 +32,13 @@ impl EmuKernel {
             VendorOp::MemCreate(c) => mem_create(s, fd, c, self.flavour),
             VendorOp::MemMap(m) => {
                 let bo = bo_of(s, fd, m.handle)?;
+                if let Some(File::Device { imported, .. }) = s.files.get(&fd.0)
+                    && imported.contains(&m.handle)
+                {
+                    // An imported object has no fake offset of this driver: map the
+                    // dma-buf instead.
+                    return Err(Errno::EINVAL);
+                }
                 m.offset = lock_bo(&bo).mmap_offset;
                 Ok(0)
             }

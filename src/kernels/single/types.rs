@@ -4,6 +4,7 @@ use crate::task::Precision;
 
 /// Input element types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Dtype {
     /// 8-bit two's complement.
     Int8,
@@ -91,6 +92,7 @@ impl Dtype {
 
 /// Output element types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum OutType {
     /// 8-bit integers (with the output converter's scale and shift).
     Int8,
