@@ -18,7 +18,7 @@ pub enum Dtype {
 }
 
 impl Dtype {
-    /// The precision code of CNA/CORE/DPU registers (the board-validated matmul programs docs/provenance.md).
+    /// The precision code of CNA/CORE/DPU registers (the board-validated matmul programs, docs/hardware/matmul-recipe.md).
     pub const fn code(self) -> u32 {
         self.precision().code()
     }
