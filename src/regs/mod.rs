@@ -156,7 +156,7 @@ pub struct FieldInfo {
     pub hex: bool,
     /// One-line description.
     pub doc: &'static str,
-    /// A disagreement between sources about this field, if any (TRM, Mesa; docs/hardware/registers.md).
+    /// A disagreement between sources about this field, if any (docs/hardware/registers.md#discrepancies).
     pub discrepancy: Option<&'static str>,
 }
 

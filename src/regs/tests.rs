@@ -69,7 +69,7 @@ fn table_offsets_are_unique_sorted_and_inside_their_block() {
 
 #[test]
 fn table_covers_the_reference() {
-    // the TRM and Mesa register database (docs/hardware/registers.md) lists 201 registers (199 of Mesa's XML plus CORE 0x3030
+    // the model (docs/hardware/registers.md#blocks) holds 201 registers (199 of Mesa's XML plus CORE 0x3030
     // and DPU 0x40C4); every block that regcmd reaches has its target (docs/hardware/registers.md#targets).
     assert_eq!(REGISTERS.len(), 201);
     assert_eq!(Block::Cna.target(), Some(0x0201));

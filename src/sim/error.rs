@@ -220,7 +220,7 @@ pub enum LintKind {
     /// More tasks than the 12-bit TASK_NUMBER can count (4095).
     TaskCount,
     /// A task relies on register values written by an earlier task (ping-pong state leak;
-    /// the board-validated matmul programs (docs/hardware/matmul-recipe.md), quirks 1–2, docs/hardware/quirks.md).
+    /// quirks 1 and 2, docs/hardware/quirks.md#quirk-1).
     StaleRegisters,
     /// int8 K tile in (3072, 4096) with more than 4 rows (quirk 4, docs/hardware/quirks.md#quirk-4).
     Int8KTile,

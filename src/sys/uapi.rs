@@ -18,7 +18,7 @@ macro_rules! uapi {
     };
 }
 
-// ----- vendor rknpu, 0.9.8 (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources) -----
+// ----- vendor rknpu, 0.9.8 (include/rknpu_ioctl.h; docs/hardware/kernel-behaviours.md#sources) -----
 
 uapi! {
     /// `struct rknpu_action`: an action code and its argument or result.
@@ -190,7 +190,7 @@ uapi! {
     size 104; offsets { flags = 0, timeout = 4, task_number = 12, task_counter = 16, priority = 20, task_obj_addr = 24, iommu_domain_id = 32, task_base_addr = 40, hw_elapse_time = 48, core_mask = 56, fence_fd = 60, subcore_task = 64 }
 }
 
-// ----- mainline rocket (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources) -----
+// ----- mainline rocket (include/uapi/drm/rocket_accel.h; docs/hardware/kernel-behaviours.md#sources) -----
 
 uapi! {
     /// `struct drm_rocket_create_bo`.
@@ -331,7 +331,7 @@ uapi! {
     size 12; offsets { handle = 0, flags = 4, fd = 8 }
 }
 
-/// `RKNPU_ACTION` codes (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
+/// `RKNPU_ACTION` codes (the vendor driver's include/rknpu_ioctl.h; docs/hardware/kernel-behaviours.md#sources).
 pub mod action {
     /// Hardware version word.
     pub const GET_HW_VERSION: u32 = 0;
@@ -355,7 +355,7 @@ pub mod action {
     pub const SET_IOMMU_DOMAIN_ID: u32 = 25;
 }
 
-/// `RKNPU_MEM_*` allocation flags and `RKNPU_MEM_SYNC_*` (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
+/// `RKNPU_MEM_*` allocation flags and `RKNPU_MEM_SYNC_*` (the vendor driver's include/rknpu_ioctl.h; docs/hardware/kernel-behaviours.md#sources).
 pub mod mem {
     /// Pages mapped through the IOMMU instead of one CMA block.
     pub const NON_CONTIGUOUS: u32 = 0x1;
@@ -377,7 +377,7 @@ pub mod mem {
     pub const SYNC_FROM_DEVICE: u32 = 0x2;
 }
 
-/// `RKNPU_JOB_*` submit flags (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
+/// `RKNPU_JOB_*` submit flags (the vendor driver's include/rknpu_ioctl.h; docs/hardware/kernel-behaviours.md#sources).
 pub mod job {
     /// PC mode: required.
     pub const PC: u32 = 0x1;
@@ -391,7 +391,7 @@ pub mod job {
     pub const FENCE_OUT: u32 = 0x10;
 }
 
-/// The two ioctl families of the vendor driver (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
+/// The two ioctl families of the vendor driver (the vendor driver's include/rknpu_ioctl.h; docs/hardware/kernel-behaviours.md#sources).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum VendorNode {
     /// DRM card or render node: magic `'d'`, numbers `0x40 + nr`.

@@ -46,7 +46,7 @@ impl Flavour {
     }
 }
 
-/// The rocket scheduler's job timeout (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
+/// The rocket scheduler's job timeout (docs/hardware/kernel-behaviours.md#k1).
 pub const ROCKET_JOB_TIMEOUT: Duration = Duration::from_millis(500);
 
 const PAGE: u64 = 4096;

@@ -273,7 +273,7 @@ impl VendorJob {
             s.log.push(format!(
                 "core {core} still runs a non-blocking job that never completed: this job is never committed"
             ));
-            // The wait gives up after three timeouts (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
+            // The wait gives up after three timeouts (docs/hardware/kernel-behaviours.md#k4).
             return Err(Box::new(self.never_committed(s, timeout * 3)));
         }
         Ok(Plan {

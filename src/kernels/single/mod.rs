@@ -2,9 +2,9 @@
 //! NPU's convolution path takes, with the host-side packers that lay operands out the way
 //! the task reads them.
 //!
-//! One task is one 1×1 convolution (board-validated programs; docs/hardware/matmul-recipe.md): the M rows of A are
+//! One task is one 1×1 convolution (docs/hardware/matmul-recipe.md#mapping): the M rows of A are
 //! pixels, K is the channel count, the N columns of B are kernels. The register values
-//! follow the board-validated matmul programs (docs/hardware/matmul-recipe.md) (the full-body habit of docs/hardware/registers.md#ping-pong: every register of
+//! follow the board-validated matmul programs (docs/hardware/matmul-recipe.md#validated-values; the full-body habit of docs/hardware/registers.md#ping-pong: every register of
 //! every started block is written, zeros included, so nothing depends on earlier
 //! programs). The shape must fit one task: the whole A tile in the CBUF data banks and one
 //! kernel group of B in the weight banks (docs/hardware/cbuf.md#weight-groups). Tiling larger shapes across tasks
@@ -65,7 +65,7 @@ pub const E: BufferId = BufferId(4);
 
 const BANK: u64 = task::cbuf::BANK_BYTES;
 
-/// At most 10 data banks, so that at least 2 weight banks remain (board-validated programs; docs/hardware/matmul-recipe.md).
+/// At most 10 data banks, so that at least 2 weight banks remain (quirk 3, docs/hardware/quirks.md#quirk-3).
 const MAX_DATA_BANKS: u64 = 10;
 
 /// CBUF data banks a task of `rows` rows of `ai` (padded) channels of `dtype` takes: its
@@ -228,7 +228,7 @@ impl SingleMatmul {
     }
 
     /// CBUF data banks: the A tile, at least 1, at most 10 (at least 2 weight banks remain,
-    /// the board-validated matmul programs, docs/hardware/matmul-recipe.md).
+    /// docs/hardware/matmul-recipe.md#validated-values).
     fn data_banks(&self) -> u32 {
         data_banks(self.m, self.padded_k(), self.dtype)
     }
