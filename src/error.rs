@@ -132,7 +132,7 @@ pub enum Error {
     },
     /// The job did not complete before its deadline (rocket: or the scheduler stopped
     /// or dropped it, which the completion sentinel shows). The vendor driver
-    /// soft-resets every core after a blocking timeout (the vendor and rocket driver sources docs/provenance.md).
+    /// soft-resets every core after a blocking timeout (docs/hardware/kernel-behaviours.md#k4).
     Timeout {
         /// Vendor, blocking: the wait core's `PC_TASK_STATUS & 0xfff`, the tasks done in
         /// its current kick of at most 4095 (`rknpu_job.c:246-256`); 0 for non-blocking

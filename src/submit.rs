@@ -18,7 +18,7 @@
 //! ```
 
 /// Entries in the tail that ends every task list: next address, next amount, marker,
-/// op-enable (TRM, Mesa; docs/provenance.md). `regcmd::TAIL_ENTRIES` is the public name;
+/// op-enable (docs/hardware/registers.md#task-list). `regcmd::TAIL_ENTRIES` is the public name;
 /// this module imports nothing, and the builder checks at compile time that they agree.
 const TAIL_ENTRIES: u32 = 4;
 
@@ -70,7 +70,7 @@ pub struct BufferTask {
 }
 
 /// The cores the vendor kernel starts for `core_mask` and the `subcore_task` slot each
-/// reads, as `(core, slot)` in core order (the vendor and rocket driver sources (docs/provenance.md), quirk 8). For mask 0
+/// reads, as `(core, slot)` in core order (docs/hardware/matmul-recipe.md#multi-core, quirk 8, docs/hardware/quirks.md#quirk-8). For mask 0
 /// the kernel picks one core, which reads the slot of its index; the emulated kernel and
 /// trace replay take core 0. `None` for the masks that start no core: 5 and 6, which the
 /// kernel accepts and never starts, and those above 7, which name no core.
@@ -98,7 +98,7 @@ pub fn ranges(per_core: &[usize]) -> Vec<(u32, u32)> {
         .collect()
 }
 
-/// Interrupt bits (PC INTERRUPT_* registers, the TRM and Mesa register database docs/provenance.md).
+/// Interrupt bits (PC INTERRUPT_* registers, docs/hardware/registers.md#interrupts).
 pub mod irq {
     /// CNA feature group 0 / 1 done.
     pub const CNA_FEATURE: u32 = 0x3;
@@ -128,7 +128,7 @@ pub mod irq {
     }
 
     /// Whether the vendor kernel accepts `status` (INT_STATUS, already masked) as the
-    /// completion of a job whose last task has `int_mask` (the vendor and rocket driver sources docs/provenance.md).
+    /// completion of a job whose last task has `int_mask` (docs/hardware/registers.md#interrupts).
     pub fn vendor_accepts(status: u32, int_mask: u32) -> bool {
         fuzz(status) == int_mask
     }

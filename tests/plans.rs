@@ -144,7 +144,7 @@ fn int8_and_fp16_grid_plans_meet_the_traffic_targets_of_issue_14() {
 }
 
 /// int4 misses from 64 rows on: its K waves stay at 480 channels so that int16 sums
-/// cannot saturate (quirk 13), and each wave writes an int16 partial block of M×N, more
+/// cannot saturate (quirk 13, docs/hardware/quirks.md#quirk-13), and each wave writes an int16 partial block of M×N, more
 /// bytes than the weights once M reaches about 64 (docs/matmul.md).
 #[test]
 #[ignore = "int4 targets not met: 480-channel waves write one int16 partial block each"]

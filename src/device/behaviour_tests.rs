@@ -1,4 +1,4 @@
-//! The kernel behaviours of docs/device.md ("Kernel behaviours", §8.1-§8.12): each
+//! The kernel behaviours K1–K12 (docs/hardware/kernel-behaviours.md; `s8_N_…` tests KN): each
 //! test fails if the emulated kernel stops imitating the driver or the device layer stops
 //! handling it. Each runs on an emulated kernel of its own, so hung cores and leaked
 //! buffers stay there.

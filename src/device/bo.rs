@@ -26,9 +26,9 @@ pub(super) struct BoMeta {
     pub(super) exported: bool,
 }
 
-/// How a buffer is allocated. The default is what the reference recommends for buffers
-/// the CPU touches: non-contiguous, cacheable, with explicit syncs (the board-validated matmul programs (docs/provenance.md),
-/// the vendor and rocket driver sources (docs/provenance.md) P6).
+/// How a buffer is allocated. The default is what board-run programs use for buffers
+/// the CPU touches: non-contiguous, cacheable, with explicit syncs (quirk 17,
+/// docs/hardware/quirks.md#quirk-17).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct BoFlags {

@@ -9,7 +9,7 @@ use crate::submit::{self, TaskDesc};
 use crate::verify::{self, BufferAccess, JobBuffer};
 use std::time::{Duration, Instant};
 
-/// Which cores run a job (vendor `core_mask`, the vendor and rocket driver sources docs/provenance.md).
+/// Which cores run a job (vendor `core_mask`, docs/hardware/matmul-recipe.md#multi-core).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CoreMask {
     /// The kernel picks the least busy core.
@@ -98,7 +98,7 @@ pub struct Job<'a> {
 
 impl<'a> Job<'a> {
     /// The tasks of a built program whose regcmd buffer is `regcmd`, on one core
-    /// (automatic), with a 500 ms timeout (board quirk 23 (docs/matmul.md)).
+    /// (automatic), with a 500 ms timeout (quirk 23, docs/hardware/quirks.md#quirk-23).
     pub fn from_program(regcmd: &'a Bo, program: &Program) -> Job<'a> {
         Job::new(regcmd, program.tasks().to_vec())
     }

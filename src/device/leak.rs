@@ -3,7 +3,7 @@
 //! CPU may not map them, no job may use them, and when their `Bo`s are dropped they are
 //! deliberately leaked (never freed while the NPU may write them, so their addresses
 //! are never handed to another buffer), counted and logged, with the reason kept
-//! (docs/device.md, "Kernel behaviours", §8.7).
+//! (docs/hardware/kernel-behaviours.md#k7).
 
 use super::backend::InFlight;
 use super::{Bo, Device, DeviceError, Job, Result};

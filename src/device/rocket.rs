@@ -1,6 +1,6 @@
 //! The mainline `rocket` accel driver: CREATE_BO buffers in a per-fd address space,
 //! PREP_BO / FINI_BO ownership transitions, jobs of tasks the scheduler places on cores
-//! itself, completion signalled through the buffers a job writes (the vendor and rocket driver sources docs/provenance.md).
+//! itself, completion signalled through the buffers a job writes (docs/hardware/kernel-behaviours.md#k1).
 
 use super::backend::{Backend, InFlight, Port, deadline_ns, prime_export};
 use super::sentinel;

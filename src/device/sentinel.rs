@@ -7,7 +7,7 @@
 //! rocket job run in order on one core and stop at the first that does not complete, so
 //! the pattern is gone after the wait exactly when every task of the job completed. The
 //! task is an ordinary regcmd program in an ordinary buffer, so the check works on a
-//! board as on the emulated kernel (docs/device.md, "Kernel behaviours", §8.1).
+//! board as on the emulated kernel (docs/hardware/kernel-behaviours.md#k1).
 
 use super::{Bo, BoFlags, Device, DeviceError, Result};
 use crate::kernels::single::{self, Dtype, SingleMatmul};

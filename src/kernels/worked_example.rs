@@ -2,7 +2,7 @@
 //! `C[4×32] = A[4×32] × B[32×32]ᵀ` as a single 1×1-convolution task, built entry by
 //! entry with the typed builder.
 //!
-//! The values are the reference's (mtx512's `gen_matmul_int8()` formulas evaluated for
+//! The values are those of mtx512's published program (its `gen_matmul_int8()` formulas evaluated for
 //! M = 4, K = 32, N = 32), in the same order; the program is the repository's golden
 //! example (`fixtures/regcmd/worked-int8-4x32x32.*`).
 
@@ -41,7 +41,7 @@ const M: u16 = 4;
 const K: u16 = 32;
 const N: u16 = 32;
 
-/// The task body: the 104 register writes of the TRM and Mesa register database (docs/provenance.md), rows 0-103.
+/// The task body: the 104 register writes of the worked example's published program, rows 0-103.
 pub fn body() -> Result<TaskBuilder> {
     let mut t = TaskBuilder::with_capacity(104);
     cna_part(&mut t)?;

@@ -365,7 +365,7 @@ impl ProgramBuilder {
     }
 
     /// Lays the tasks out (each on 64 bytes, zero padded), writes every tail and chains
-    /// each task to the next (TRM, Mesa; docs/provenance.md).
+    /// each task to the next (docs/hardware/registers.md#pc-chain).
     pub fn build(&self) -> Result<Program> {
         if self.tasks.is_empty() {
             return Err(Error::EmptyProgram);

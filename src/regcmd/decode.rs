@@ -22,7 +22,7 @@ pub enum EntryKind {
     UnknownRegister(Block),
 }
 
-/// The part an entry plays in a task's tail (TRM, Mesa; docs/provenance.md).
+/// The part an entry plays in a task's tail (docs/hardware/registers.md#task-list).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TailRole {
     /// `PC.BASE_ADDRESS` of the next task, or a NOP when there is none.

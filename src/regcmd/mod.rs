@@ -2,9 +2,9 @@
 //!
 //! An entry is one little-endian `u64`: target code in bits 63:48 (which block the write
 //! goes to), the 32-bit value in bits 47:16, the register offset in bits 15:0
-//! (TRM, Mesa; docs/provenance.md). A task is a body of register writes followed by a
+//! (docs/hardware/registers.md#regcmd). A task is a body of register writes followed by a
 //! four-entry tail (next-task address, next-task fetch amount, the `0x0041` marker, the
-//! op-enable entry) and zero padding to 64 bytes (section 4.4).
+//! op-enable entry) and zero padding to 64 bytes (docs/hardware/registers.md#task-list).
 //!
 //! * [`TaskBuilder`] and [`ProgramBuilder`] build programs from typed registers
 //!   ([`crate::regs`]), with DMA addresses left as symbolic [`Reloc`]ations until buffers
@@ -25,7 +25,7 @@ use std::fmt;
 /// Entries in one task's tail: next address, next amount, marker, op-enable.
 pub const TAIL_ENTRIES: usize = 4;
 
-/// Task lists start on this many bytes (TRM, Mesa; docs/provenance.md).
+/// Task lists start on this many bytes (docs/hardware/registers.md#task-list).
 pub const TASK_ALIGN_BYTES: usize = 64;
 
 /// One regcmd entry: `target << 48 | value << 16 | offset`.
@@ -121,7 +121,7 @@ pub fn words_to_le_bytes(words: &[RegCmd]) -> Vec<u8> {
 ///
 /// The PC fetches `(amount + 1) × 16` bytes, so the amount is `ceil((body + 4) / 2) − 1`:
 /// the vendor driver's `(regcfg_amount + 4 + 1) / 2 − 1` and rocket's
-/// `(regcmd_count + 1) / 2 − 1` (TRM, Mesa; docs/provenance.md). Errors when the field's
+/// `(regcmd_count + 1) / 2 − 1` (docs/hardware/registers.md#pc-chain). Errors when the field's
 /// 16 bits cannot hold it.
 pub fn pc_data_amount(body: usize) -> Result<u16> {
     let amount = (body + TAIL_ENTRIES).div_ceil(2) - 1;
@@ -132,7 +132,7 @@ pub fn pc_data_amount(body: usize) -> Result<u16> {
     })
 }
 
-/// The blocks an op-enable entry starts (GLOBAL `OPERATION_ENABLE` layout, the TRM and Mesa register database docs/provenance.md).
+/// The blocks an op-enable entry starts (GLOBAL `OPERATION_ENABLE` layout, docs/hardware/registers.md#op-enable).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct BlockMask(pub u32);
 
@@ -194,7 +194,7 @@ impl BlockMask {
 
     /// The interrupt bits that signal this task's completion, as the kernels expect them:
     /// both PPU group bits (0xC00) when the PPU runs, else both DPU bits (0x300) when the
-    /// DPU runs (the TRM and Mesa register database docs/provenance.md). `None` when neither runs.
+    /// DPU runs (docs/hardware/registers.md#interrupts). `None` when neither runs.
     pub const fn completion_int_mask(self) -> Option<u32> {
         if self.0 & Self::PPU.0 != 0 {
             Some(0xC00)

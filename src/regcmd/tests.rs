@@ -5,8 +5,8 @@ use crate::kernels::worked_example;
 use crate::regs::{Register, cna, dpu, pc, values::Precision};
 use proptest::prelude::*;
 
-/// Body of the TRM and Mesa register database (docs/provenance.md) as (offset, value), transcribed from the reference
-/// table (IN/WT/OUT as bound by the fixture: 0x200000, 0x300000, 0x400000).
+/// Body of the worked example (mtx512's int8 matmul; docs/provenance.md) as (offset, value), transcribed from its
+/// published program (IN/WT/OUT as bound by the fixture: 0x200000, 0x300000, 0x400000).
 fn reference_body() -> Vec<(u16, u32)> {
     let mut v = vec![
         (0x4004, 0x0E),
@@ -100,7 +100,7 @@ fn entry_packs_target_value_offset() {
 
 #[test]
 fn amount_follows_the_kernel_formula() {
-    // the TRM and Mesa register database (docs/provenance.md): RKNN bodies 108 -> 55, 104 -> 53, 26 -> 14.
+    // docs/hardware/registers.md#pc-chain: RKNN bodies 108 -> 55, 104 -> 53, 26 -> 14.
     assert_eq!(pc_data_amount(108).unwrap(), 55);
     assert_eq!(pc_data_amount(104).unwrap(), 53);
     assert_eq!(pc_data_amount(26).unwrap(), 14);

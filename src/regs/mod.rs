@@ -60,7 +60,7 @@ pub trait DmaAddressRegister: CommandRegister {
     const ALIGN: u32;
 }
 
-/// Access rights of a field, as the reference gives them.
+/// Access rights of a field, as the TRM gives them (docs/hardware/registers.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Access {
     /// Read and write.
@@ -146,9 +146,9 @@ pub struct FieldInfo {
     pub access: Access,
     /// Provenance tag.
     pub source: Source,
-    /// The reference tags behind it (TRM, Mesa; docs/provenance.md).
+    /// The source tags behind it (docs/provenance.md).
     pub refs: &'static [&'static str],
-    /// Named values, where the reference gives them.
+    /// Named values, where the sources give them.
     pub values: Option<&'static ValueSet>,
     /// The field stores a count minus one.
     pub minus_one: bool,
@@ -156,7 +156,7 @@ pub struct FieldInfo {
     pub hex: bool,
     /// One-line description.
     pub doc: &'static str,
-    /// A disagreement between sources about this field, if any (TRM, Mesa; docs/provenance.md).
+    /// A disagreement between sources about this field, if any (docs/hardware/registers.md#discrepancies).
     pub discrepancy: Option<&'static str>,
 }
 

@@ -69,8 +69,8 @@ fn table_offsets_are_unique_sorted_and_inside_their_block() {
 
 #[test]
 fn table_covers_the_reference() {
-    // the TRM and Mesa register database (docs/provenance.md) lists 201 registers (199 of Mesa's XML plus CORE 0x3030
-    // and DPU 0x40C4); every block that regcmd reaches has its target (section 4.2).
+    // the model (docs/hardware/registers.md#blocks) holds 201 registers (199 of Mesa's XML plus CORE 0x3030
+    // and DPU 0x40C4); every block that regcmd reaches has its target (docs/hardware/registers.md#targets).
     assert_eq!(REGISTERS.len(), 201);
     assert_eq!(Block::Cna.target(), Some(0x0201));
     assert_eq!(Block::PpuRdma.target(), Some(0x8001));

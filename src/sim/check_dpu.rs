@@ -200,7 +200,7 @@ fn out_cube(d: &task::Dpu, main: &Main, at: At) -> Result<Cube, SimError> {
     Ok(out)
 }
 
-/// SIZE_E and SURFACE_ADD: the values of the board-validated matmul programs (docs/provenance.md) for convolution tasks, 0
+/// SIZE_E and SURFACE_ADD: the values of docs/hardware/matmul-recipe.md#validated-values for convolution tasks, 0
 /// and free for DPU-only (flying) tasks.
 fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
     let size_e = d.ow.size_e;

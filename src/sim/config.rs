@@ -398,7 +398,7 @@ fn check_output_geometry(cna: &task::Cna, core: &task::Core, at: At) -> Result<(
     Ok(())
 }
 
-/// The CBUF split, reuse bits and entries (the board-validated matmul programs (docs/provenance.md), §11).
+/// The CBUF split, reuse bits and entries (docs/hardware/cbuf.md#split, docs/hardware/cbuf.md#reuse).
 fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Result<(), SimError> {
     let b = &cna.cbuf;
     let f = &cna.feature;
@@ -424,7 +424,7 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
         });
     }
     // The weight banks hold at least one group of 32 kernels (64 for int4): the atom the
-    // CORE consumes at once (the board-validated matmul programs docs/provenance.md), or all weights when there are fewer.
+    // CORE consumes at once (docs/hardware/cbuf.md#weight-groups), or all weights when there are fewer.
     let kernels = cna.weights.kernels;
     let group = u64::from(prec.kernels_per_atom().max(32).min(kernels));
     let weight_need = group * cna.kernel_bytes();
@@ -437,7 +437,7 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
         });
     }
     // One feature line in 64-byte entries; int4 rounds per pixel (W × ⌈C/128⌉), as every
-    // validated int4 program does (board-validated programs; docs/provenance.md).
+    // validated int4 program does (docs/hardware/matmul-recipe.md#validated-values).
     let need = if prec == Precision::Int4 {
         u64::from(f.width) * u64::from(f.channels).div_ceil(128)
     } else {

@@ -141,7 +141,7 @@ fn conv(
     let g = w.prec.kernels_per_atom() as usize;
     let row_bytes = 32 * w.prec.bits() as usize / 8;
     let kblocks = c / 32;
-    // Offset of kernel j's 32-channel block kb in the weight atoms (the board-validated matmul programs docs/provenance.md).
+    // Offset of kernel j's 32-channel block kb in the weight atoms (docs/hardware/matmul-recipe.md#weights).
     let woff = |j: usize, kb: usize| ((j / g) * kblocks + kb) * 1024 + (j % g) * row_bytes;
 
     // Visits every feature atom: (pixel, first channel, 16 bytes).
@@ -195,8 +195,8 @@ fn conv(
             }
             let mut acc = gemm_i16(&a, &b, pixels, n, c);
             if int4 {
-                // The CORE accumulates int4 products in int16 and saturates (the board-validated matmul programs (docs/provenance.md)
-                // 5.5, quirk 13).
+                // The CORE accumulates int4 products in int16 and saturates (quirk 13,
+                // docs/hardware/quirks.md#quirk-13).
                 for v in &mut acc {
                     *v = (*v).clamp(i16::MIN as i64, i16::MAX as i64);
                 }

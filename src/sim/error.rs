@@ -220,21 +220,21 @@ pub enum LintKind {
     /// More tasks than the 12-bit TASK_NUMBER can count (4095).
     TaskCount,
     /// A task relies on register values written by an earlier task (ping-pong state leak;
-    /// the board-validated matmul programs (docs/provenance.md), quirks 1-2).
+    /// quirks 1 and 2, docs/hardware/quirks.md#quirk-1).
     StaleRegisters,
-    /// int8 K tile in (3072, 4096) with more than 4 rows (quirk 4).
+    /// int8 K tile in (3072, 4096) with more than 4 rows (quirk 4, docs/hardware/quirks.md#quirk-4).
     Int8KTile,
-    /// fp16/bf16 FEATURE_GRAINS below rows + 1 (quirk 5).
+    /// fp16/bf16 FEATURE_GRAINS below rows + 1 (quirk 5, docs/hardware/quirks.md#quirk-5).
     FeatureGrains,
-    /// Output atoms that may overlap (quirk 6: a clamped DPU notch).
+    /// Output atoms that may overlap (quirk 6, docs/hardware/quirks.md#quirk-6: a clamped DPU notch).
     OutputOverlap,
-    /// A 16-bit float task wider than 4096 channels (quirk 7).
+    /// A 16-bit float task wider than 4096 channels (quirk 7, docs/hardware/quirks.md#quirk-7).
     WideFp16,
-    /// int4 × int4 with K > 480: the int16 sum may saturate (quirk 13).
+    /// int4 × int4 with K > 480: the int16 sum may saturate (quirk 13, docs/hardware/quirks.md#quirk-13).
     Int4Saturation,
-    /// fp16 element-wise ADD with the operand converter bypassed drops the operand (quirk 15).
+    /// fp16 element-wise ADD with the operand converter bypassed drops the operand (quirk 15, docs/hardware/quirks.md#quirk-15).
     Fp16EwAddDropped,
-    /// A 16-bit float output scattered into a wider row (quirk 16).
+    /// A 16-bit float output scattered into a wider row (quirk 16, docs/hardware/quirks.md#quirk-16).
     Fp16NTileScatter,
     /// CNA feature strides in a geometry no board-validated program uses.
     UnverifiedGeometry,

@@ -97,7 +97,7 @@ pub(super) struct Ew {
     pub op: Option<EwOp>,
     pub relu: bool,
     pub relux: Option<i64>,
-    /// fp16 ADD with the converter bypassed: the hardware drops the operand (quirk 15).
+    /// fp16 ADD with the converter bypassed: the hardware drops the operand (quirk 15, docs/hardware/quirks.md#quirk-15).
     pub dropped: bool,
     /// The fp32 multiply of the dequantisation task: each 32-bit operand element carries
     /// an fp16 value in its low half (docs/simulator.md, "Dequantisation task").
@@ -142,7 +142,7 @@ pub(super) struct Task {
     /// task, and the CNA does not fetch it again.
     pub data_reuse: bool,
     pub weight_reuse: bool,
-    /// FEATURE_GRAINS, for the lint of quirk 5.
+    /// FEATURE_GRAINS, for the lint of quirk 5 (docs/hardware/quirks.md#quirk-5).
     pub grains: u32,
     /// CNA GROUP_LINE_OFF and the raw stride field, for the geometry lint.
     pub group_line_off: bool,

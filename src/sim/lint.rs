@@ -1,4 +1,4 @@
-//! Static checks of one task for known hazards (board-validated programs; docs/provenance.md).
+//! Static checks of one task for known hazards (docs/hardware/quirks.md).
 
 use super::error::{At, Lint, LintKind};
 use super::exec::{EwSrc, Main, Task};

@@ -1,7 +1,7 @@
 //! A functional simulator of the RK3588 NPU that executes regcmd programs.
 //!
 //! The model covers what matmul programs use: the PC walking chained task lists exactly
-//! as the TRM and Mesa register database (docs/provenance.md) describes, per-core ping-pong register groups, CNA feature
+//! as docs/hardware/registers.md describes, per-core ping-pong register groups, CNA feature
 //! and weight fetch in the NC1HWC2 / weight-atom layouts, CORE multiply-accumulate for
 //! int8, int4, int16, fp16 and bf16, the DPU's BS/BN/EW stages, output converter and write
 //! DMA, DPU_RDMA operand reads (element-wise add, flying mode), and interrupt status as the
@@ -16,7 +16,7 @@
 //! use rknpu_driver::kernels::worked_example;
 //! use rknpu_driver::sim::{Kick, Simulator};
 //!
-//! // The int8 4x32x32 example of the TRM and Mesa register database (docs/provenance.md): A is 4x32, B is 32x32.
+//! // The int8 4x32x32 worked example (mtx512's int8 matmul; docs/provenance.md): A is 4x32, B is 32x32.
 //! let program = worked_example::program()?;
 //! let words = program.bind(worked_example::fixture_address)?;
 //! let mut sim = Simulator::new();
@@ -81,7 +81,7 @@ pub const CBUF_BANK_BYTES: u64 = crate::task::cbuf::BANK_BYTES;
 pub const DEFAULT_WORK_BUDGET: u64 = 1 << 36;
 
 /// One kick of one core: what the kernel programs before OPERATION_ENABLE
-/// (the vendor and rocket driver sources docs/provenance.md).
+/// (docs/hardware/registers.md#pc-chain).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kick {
     /// Core index, 0..=2.
@@ -344,7 +344,7 @@ pub struct RangeRun {
 }
 
 impl Simulator {
-    /// Runs `count` tasks on `core` as the vendor kernel does (the vendor and rocket driver sources docs/provenance.md):
+    /// Runs `count` tasks on `core` as the vendor kernel does (docs/hardware/matmul-recipe.md#multi-core):
     /// kicks of at most [`MAX_TASKS`] tasks, each at its first task's list and with its
     /// last task's interrupt mask, until every task ran or one did not complete.
     /// `task(i)` describes the range's `i`-th task, its `offset` being the list's device

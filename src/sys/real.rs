@@ -201,7 +201,7 @@ impl Kernel for RealKernel {
         };
         let r = self.with_fd(fd, |fd| {
             // SAFETY: `code` is computed from the size of the very structure `arg` points
-            // to (uapi's request codes, asserted against the reference); the structure is
+            // to (uapi's request codes, asserted against the driver headers); the structure is
             // a `repr(C)` mirror with asserted size and offsets and no padding
             // (IntoBytes); every user pointer stored in it was taken from a slice borrowed
             // by `req`, which outlives this call, and `submit` lives until the function

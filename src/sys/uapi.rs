@@ -1,7 +1,7 @@
 //! `#[repr(C)]` mirrors of the kernel interfaces' structures and their request codes
 //! (the vendor `rknpu` driver's `include/rknpu_ioctl.h`, mainline `include/uapi/drm/rocket_accel.h`,
 //! and the three generic DRM ioctls the library needs). Sizes and field offsets are
-//! asserted at compile time against the reference; `IntoBytes` rules out implicit
+//! asserted at compile time against the driver headers (docs/hardware/kernel-behaviours.md#sources); `IntoBytes` rules out implicit
 //! padding.
 
 use std::mem::{offset_of, size_of};
@@ -18,7 +18,7 @@ macro_rules! uapi {
     };
 }
 
-// ----- vendor rknpu, 0.9.8 (the vendor and rocket driver sources docs/provenance.md) -----
+// ----- vendor rknpu, 0.9.8 (include/rknpu_ioctl.h; docs/hardware/kernel-behaviours.md#sources) -----
 
 uapi! {
     /// `struct rknpu_action`: an action code and its argument or result.
@@ -190,7 +190,7 @@ uapi! {
     size 104; offsets { flags = 0, timeout = 4, task_number = 12, task_counter = 16, priority = 20, task_obj_addr = 24, iommu_domain_id = 32, task_base_addr = 40, hw_elapse_time = 48, core_mask = 56, fence_fd = 60, subcore_task = 64 }
 }
 
-// ----- mainline rocket (the vendor and rocket driver sources docs/provenance.md) -----
+// ----- mainline rocket (include/uapi/drm/rocket_accel.h; docs/hardware/kernel-behaviours.md#sources) -----
 
 uapi! {
     /// `struct drm_rocket_create_bo`.
@@ -362,7 +362,7 @@ pub const DRM_CLOEXEC: u32 = 0o2_000_000;
 /// `DRM_RDWR` (`O_RDWR`): PRIME export flag, the dma-buf may be mapped writable.
 pub const DRM_RDWR: u32 = 0o2;
 
-/// `RKNPU_ACTION` codes (the vendor and rocket driver sources docs/provenance.md).
+/// `RKNPU_ACTION` codes (the vendor driver's include/rknpu_ioctl.h; docs/hardware/kernel-behaviours.md#sources).
 pub mod action {
     /// Hardware version word.
     pub const GET_HW_VERSION: u32 = 0;
@@ -386,7 +386,7 @@ pub mod action {
     pub const SET_IOMMU_DOMAIN_ID: u32 = 25;
 }
 
-/// `RKNPU_MEM_*` allocation flags and `RKNPU_MEM_SYNC_*` (the vendor and rocket driver sources docs/provenance.md).
+/// `RKNPU_MEM_*` allocation flags and `RKNPU_MEM_SYNC_*` (the vendor driver's include/rknpu_ioctl.h; docs/hardware/kernel-behaviours.md#sources).
 pub mod mem {
     /// Pages mapped through the IOMMU instead of one CMA block.
     pub const NON_CONTIGUOUS: u32 = 0x1;
@@ -406,7 +406,7 @@ pub mod mem {
     pub const SYNC_FROM_DEVICE: u32 = 0x2;
 }
 
-/// `RKNPU_JOB_*` submit flags (the vendor and rocket driver sources docs/provenance.md).
+/// `RKNPU_JOB_*` submit flags (the vendor driver's include/rknpu_ioctl.h; docs/hardware/kernel-behaviours.md#sources).
 pub mod job {
     /// PC mode: required.
     pub const PC: u32 = 0x1;
@@ -420,7 +420,7 @@ pub mod job {
     pub const FENCE_OUT: u32 = 0x10;
 }
 
-/// The two ioctl families of the vendor driver (the vendor and rocket driver sources docs/provenance.md).
+/// The two ioctl families of the vendor driver (the vendor driver's include/rknpu_ioctl.h; docs/hardware/kernel-behaviours.md#sources).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum VendorNode {
     /// DRM card or render node: magic `'d'`, numbers `0x40 + nr`.
@@ -471,7 +471,7 @@ mod tests {
 
     #[test]
     fn vendor_request_codes_equal_the_reference() {
-        // the vendor and rocket driver sources (docs/provenance.md).
+        // the vendor and rocket driver sources (docs/hardware/kernel-behaviours.md#sources).
         assert_eq!(vendor_code::<RknpuAction>(Drm, 0), 0xC008_6440);
         assert_eq!(vendor_code::<RknpuSubmit>(Drm, 1), 0xC068_6441);
         assert_eq!(vendor_code::<RknpuMemCreate>(Drm, 2), 0xC030_6442);

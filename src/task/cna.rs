@@ -1,6 +1,6 @@
 //! CNA: the feature and weight loader, the CBUF split and the convolution geometry.
 //!
-//! The model covers what the board-validated matmul programs use (board-validated programs; docs/provenance.md):
+//! The model covers what the board-validated matmul programs use (docs/hardware/matmul-recipe.md, docs/hardware/cbuf.md):
 //! a 1×1, stride-1, unpadded direct convolution of a feature cube in NC1HWC2 layout with
 //! weights in 1024-byte atoms, the input converter bypassed, no decompression.
 

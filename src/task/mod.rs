@@ -57,7 +57,7 @@ use crate::regcmd::{BlockMask, DmaAddr, TaskBuilder};
 use crate::regs::Block;
 use read::Reader;
 
-/// CBUF geometry of one core: 12 banks of 32 KiB (board-validated programs; docs/provenance.md).
+/// CBUF geometry of one core: 12 banks of 32 KiB (docs/hardware/cbuf.md#geometry).
 pub mod cbuf {
     /// Banks in one core's convolution buffer.
     pub const BANKS: u32 = 12;
@@ -375,7 +375,7 @@ impl Task {
     }
 
     /// Every DMA range the task reads or writes, for addresses that are fixed (a decoded
-    /// or bound task). Sizes follow the layouts of the board-validated matmul programs (docs/provenance.md) and the strides the
+    /// or bound task). Sizes follow the layouts of docs/hardware/matmul-recipe.md#layouts and the strides the
     /// registers give; the verifier checks each against the buffers of a job.
     pub fn dma(&self) -> Vec<DmaRange> {
         let mut out = Vec::new();

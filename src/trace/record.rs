@@ -10,7 +10,7 @@ use crate::submit::BufferTask;
 use std::collections::BTreeMap;
 use std::io::Write;
 
-/// The PC register that holds a chained task's list address (TRM, Mesa; docs/provenance.md).
+/// The PC register that holds a chained task's list address (docs/hardware/registers.md#pc-chain).
 const PC_BASE_ADDRESS: u16 = 0x0010;
 
 /// A submission, as the device describes it to the recorder.

@@ -285,7 +285,7 @@ fn validate(m: &Model) -> Result<(), String> {
     for (module, file) in &m.blocks {
         let b = &file.block;
         if let Some(code) = m.target_of(&b.name) {
-            // the TRM and Mesa register database (docs/provenance.md): one-hot bit 8 + (offset >> 12), plus bit 0.
+            // the TRM and Mesa register database (docs/hardware/registers.md): one-hot bit 8 + (offset >> 12), plus bit 0.
             let rule = (1u32 << (8 + (b.base >> 12))) | 1;
             if code != rule {
                 errors.push(format!(

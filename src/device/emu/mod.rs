@@ -3,8 +3,8 @@
 //! (the crate-private `sys::Kernel` trait), executing submitted programs on the simulator against the
 //! buffers' memory.
 //!
-//! It is a stand-in for the kernel, not a mock: it refuses what the reference says the
-//! drivers refuse, with the same errno, and where a real kernel would crash (a task array
+//! It is a stand-in for the kernel, not a mock: it refuses what the driver sources show the
+//! drivers refuse (docs/hardware/kernel-behaviours.md), with the same errno, and where a real kernel would crash (a task array
 //! without a kernel mapping, a fabricated `obj_addr`) it refuses with `EFAULT` and a line
 //! in its log instead. Caches are modelled: a cacheable buffer has a CPU view (what a
 //! mapping shows) and a device view (what the NPU reads); MEM_SYNC (vendor) and
@@ -49,7 +49,7 @@ impl Flavour {
     }
 }
 
-/// The rocket scheduler's job timeout (the vendor and rocket driver sources docs/provenance.md).
+/// The rocket scheduler's job timeout (docs/hardware/kernel-behaviours.md#k1).
 pub const ROCKET_JOB_TIMEOUT: Duration = Duration::from_millis(500);
 
 const PAGE: u64 = 4096;
@@ -326,7 +326,7 @@ impl Kernel for EmuKernel {
 
     fn close(&self, fd: Fd) {
         let mut s = self.lock_pruned();
-        // Closing the fd frees every object only it holds (the vendor and rocket driver sources docs/provenance.md).
+        // Closing the fd frees every object only it holds (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
         let released: Vec<Arc<Mutex<EmuBo>>> = match s.files.remove(&fd.0) {
             Some(File::Device { handles, .. }) => handles.into_values().collect(),
             Some(File::DmaBuf(bo)) => vec![bo],

@@ -1,6 +1,6 @@
 //! The emulated vendor `rknpu` driver (DRM flavour): RKNPU_ACTION, the MEM_* requests,
 //! and SUBMIT, which runs each started core's range on the simulator as the driver
-//! kicks it (the vendor and rocket driver sources docs/provenance.md).
+//! kicks it (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
 
 use super::mem::{EmuBo, bo_of, load_memory, lock_bo, object, release, store_memory};
 use super::worker::{Job, Shared, lock_sim};
@@ -280,7 +280,7 @@ impl VendorJob {
             s.log.push(format!(
                 "core {core} still runs a non-blocking job that never completed: this job is never committed"
             ));
-            // The wait gives up after three timeouts (the vendor and rocket driver sources docs/provenance.md).
+            // The wait gives up after three timeouts (docs/hardware/kernel-behaviours.md#k4).
             return Err(Box::new(self.never_committed(s, timeout * 3)));
         }
         Ok(Plan {

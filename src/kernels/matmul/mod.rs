@@ -7,27 +7,27 @@
 //! [`SingleMatmul`] of `rows × kw × nt`:
 //!
 //! * **K waves** of at most `k_tile` channels: int8 ≤ 4096 and never in (3072, 4096) with
-//!   more than 4 rows (board quirk 4 (docs/matmul.md)), fp16 ≤ 4096, int4 ≤ 480 so the int16
-//!   sums cannot saturate (quirk 13), or up to 2048 where a bank's weights certify it
+//!   more than 4 rows (quirk 4, docs/hardware/quirks.md#quirk-4), fp16 ≤ 4096, int4 ≤ 480 so the int16
+//!   sums cannot saturate (quirk 13, docs/hardware/quirks.md#quirk-13), or up to 2048 where a bank's weights certify it
 //!   ([`WeightLayout::certified_i4`]). Partial results are summed on the host, exactly:
 //!   int32 and int16 partials in i64 ([`Plan::reduce_int`]; an int16 result saturates,
 //!   [`pack::unpack_i32`] refuses a sum outside int32 instead of wrapping),
 //!   fp32 partials in f64 and rounded once. An fp16 result is the DPU's own fp32 → fp16
 //!   conversion (the tasks write fp16), so it needs K within one wave.
-//! * **N tiles** of at most 3072 (int8) or 4096 (int4, fp16: quirk 7) columns, a multiple
+//! * **N tiles** of at most 3072 (int8) or 4096 (int4, fp16: quirk 7, docs/hardware/quirks.md#quirk-7) columns, a multiple
 //!   of 32 (int4: 64).
 //! * **M tiles** of as many rows as the CBUF data banks hold next to one 32-kernel weight
-//!   group (§4.2), keeping ≥ 2 weight banks (quirk 3; int4 at most 8 data banks), at most
+//!   group (docs/hardware/cbuf.md#weight-groups), keeping ≥ 2 weight banks (quirk 3, docs/hardware/quirks.md#quirk-3; int4 at most 8 data banks), at most
 //!   the rows of the largest tiles run on boards (int8 256, fp16 and bf16 365, int4 128).
 //! * **Cores** split K (when they divide the waves and the cost model finds it faster), N
 //!   or M, each running as many tasks; each core's tasks form their own chain in one
-//!   program, so one submission runs them all (§4.7), in the order that keeps the most
+//!   program, so one submission runs them all (docs/hardware/matmul-recipe.md#multi-core), in the order that keeps the most
 //!   bytes in the CBUF ([`Reuse`]).
 //!
 //! [`Plan::cheapest`] costs a handful of such plans ([`cost`]) and keeps the fastest.
 //! Every task reads its own A block (the rows and channels of its wave and M tile, in the
 //! layout of its precision) and writes its own C block in the native layout
-//! `[nt/E][rows][E]`: no task scatters into a shared row (quirks 6 and 16 cannot arise).
+//! `[nt/E][rows][E]`: no task scatters into a shared row (quirks 6 and 16 of docs/hardware/quirks.md cannot arise).
 //! docs/matmul.md has the details and figures.
 
 pub mod cost;
@@ -210,7 +210,7 @@ pub struct WeightLayout {
     pub bytes: u64,
     /// The most rows a plan may have against this layout: `None` for any M; `Some(4)`
     /// for the int8 layout whose waves lie in (3072, 4096) channels, which boards
-    /// compute correctly for at most 4 rows only (quirk 4).
+    /// compute correctly for at most 4 rows only (quirk 4, docs/hardware/quirks.md#quirk-4).
     pub max_rows: Option<u32>,
 }
 
@@ -251,7 +251,7 @@ impl WeightLayout {
 
     /// The int4 layout with the widest waves these weights allow, up to 2048 channels
     /// (the widest int4 K tile run on boards, `happyme531/rknpu2_matmul_open`): the CORE
-    /// sums int4 products in int16 and saturates (quirk 13), so a wave is safe for every
+    /// sums int4 products in int16 and saturates (quirk 13, docs/hardware/quirks.md#quirk-13), so a wave is safe for every
     /// activation in −8..=7 when each output channel's Σ|w| over it is at most 4095
     /// (8 · 4095 ≤ 32767). `magnitudes` are the weights' [`quant::i4_magnitudes`] (`n`
     /// rows of `⌈k/32⌉` granule sums). Waves of at most 480 channels are safe for any
@@ -465,7 +465,7 @@ fn written_type(spec: &MatmulSpec, waves: usize) -> OutType {
 
 /// The K split: how many waves, of how many channels each (the last may be shorter):
 /// at most 4096 channels (480 for int4, so int16 sums cannot saturate), avoiding int8 K
-/// tiles in (3072, 4096) for more than 4 rows (board quirk 4 (docs/matmul.md)). Arithmetic
+/// tiles in (3072, 4096) for more than 4 rows (quirk 4, docs/hardware/quirks.md#quirk-4). Arithmetic
 /// only: nothing is allocated, so any `k` is cheap.
 fn k_split(k: u32, m: u32, dtype: Dtype) -> (u32, u32) {
     let k_max = match dtype {
@@ -500,7 +500,7 @@ fn max_tile_rows(dtype: Dtype) -> u32 {
 }
 
 /// The rows an M tile may have at `ai` channels: the weight banks hold one group of 32
-/// kernels (int4: 64) and at least 2 banks (§4.2, quirk 3); the data banks are the rest,
+/// kernels (int4: 64) and at least 2 banks (docs/hardware/cbuf.md#weight-groups, quirk 3, docs/hardware/quirks.md#quirk-3); the data banks are the rest,
 /// for int4 at most the 8 measured on boards. Arithmetic only.
 fn tile_rows(dtype: Dtype, ai: u32) -> Result<u32> {
     let bits = dtype.bits() as u64;
@@ -519,7 +519,7 @@ fn tile_rows(dtype: Dtype, ai: u32) -> Result<u32> {
     Ok((data_banks * BANK / row_bytes).clamp(1, max_tile_rows(dtype) as u64) as u32)
 }
 
-/// The widest int4 wave for any weights: 480 × 64 ≤ 32767 (quirk 13).
+/// The widest int4 wave for any weights: 480 × 64 ≤ 32767 (quirk 13, docs/hardware/quirks.md#quirk-13).
 pub const I4_ANY_WEIGHTS: u32 = 480;
 /// The widest int4 wave [`WeightLayout::certified_i4`] takes.
 const I4_CERTIFIED_MAX: u32 = 2048;
@@ -644,7 +644,7 @@ fn task_data_banks(rows: u32, ai: u32, dtype: Dtype, spare: bool) -> u64 {
 /// [`Reuse`]: column tile, wave, M tile (consecutive tasks share weights, kept when a
 /// column tile's weights fit the weight banks) or wave, M tile, column tile
 /// (consecutive tasks share an A block). Reuse needs the same bank split as the task
-/// before (§11); an int8 core whose tasks reuse takes a spare data bank on every task,
+/// before (docs/hardware/cbuf.md#reuse); an int8 core whose tasks reuse takes a spare data bank on every task,
 /// so it reuses only where that bank is free.
 fn core_tasks(
     layout: &WeightLayout,

@@ -1,5 +1,5 @@
-//! Plans stay clear of every documented failure boundary (board-validated programs; docs/provenance.md),
-//! and the packers put bytes where the layout formulas of section 3 say.
+//! Plans stay clear of every documented failure boundary (docs/hardware/quirks.md),
+//! and the packers put bytes where the layout formulas of docs/hardware/matmul-recipe.md#layouts say.
 
 use super::*;
 use crate::float::f16_to_f32;
@@ -26,7 +26,7 @@ fn k_tiles_avoid_the_3840_failure_for_more_than_4_rows() {
         }
         assert_eq!(p.layout.waves.iter().map(|w| w.kw).sum::<u32>(), k);
     }
-    // With at most 4 rows the interval is allowed (quirk 4 concerns M > 4).
+    // With at most 4 rows the interval is allowed (quirk 4 (docs/hardware/quirks.md#quirk-4) concerns M > 4).
     assert_eq!(plan(4, 3840, 64, Dtype::Int8, 1).layout.waves.len(), 1);
     assert_eq!(plan(8, 4096, 64, Dtype::Int8, 1).layout.waves.len(), 1);
 }
@@ -59,8 +59,8 @@ fn n_tiles_stay_within_the_channel_and_fp16_limits() {
 
 #[test]
 fn outputs_never_use_a_row_notch() {
-    // Each task writes its own native block (NOTCH 0): the 13-group clamp of quirk 6 and
-    // the fp16 full-row scatter of quirk 16 cannot arise, whatever N is.
+    // Each task writes its own native block (NOTCH 0): the 13-group clamp of quirk 6 (docs/hardware/quirks.md#quirk-6) and
+    // the fp16 full-row scatter of quirk 16 (docs/hardware/quirks.md#quirk-16) cannot arise, whatever N is.
     for (dtype, n) in [(Dtype::Int8, 1024), (Dtype::Fp16, 2048)] {
         let p = plan(40, 512, n, dtype, 1);
         for mm in each_task(&p) {
@@ -183,7 +183,7 @@ fn chains_end_at_each_core_boundary() {
 
 #[test]
 fn weights_land_where_the_layout_formulas_say() {
-    // the board-validated matmul programs (docs/provenance.md): int8 ((n/32)(ai/32) + k/32)·1024 + (n%32)·32 + k%32;
+    // docs/hardware/matmul-recipe.md#weights: int8 ((n/32)(ai/32) + k/32)·1024 + (n%32)·32 + k%32;
     // fp16 (elements) ((n/16)(ai/32) + k/32)·512 + (n%16)·32 + k%32;
     // int4 (bytes) (((n/64)(pk/32) + k/32)·64 + n%64)·16 + (k%32)/2, even k high.
     let (k, n) = (70u32, 130u32);

@@ -2,15 +2,15 @@
 //! NPU's convolution path takes, with the host-side packers that lay operands out the way
 //! the task reads them.
 //!
-//! One task is one 1×1 convolution (board-validated programs; docs/provenance.md): the M rows of A are
+//! One task is one 1×1 convolution (docs/hardware/matmul-recipe.md#mapping): the M rows of A are
 //! pixels, K is the channel count, the N columns of B are kernels. The register values
-//! follow the board-validated matmul programs (docs/provenance.md) (the full-body habit of section 4.6: every register of
+//! follow the board-validated matmul programs (docs/hardware/matmul-recipe.md#validated-values; the full-body habit of docs/hardware/registers.md#ping-pong: every register of
 //! every started block is written, zeros included, so nothing depends on earlier
 //! programs). The shape must fit one task: the whole A tile in the CBUF data banks and one
-//! kernel group of B in the weight banks (section 4.2). Tiling larger shapes across tasks
+//! kernel group of B in the weight banks (docs/hardware/cbuf.md#weight-groups). Tiling larger shapes across tasks
 //! and cores is the planner's job.
 //!
-//! Layouts (section 3; `ai` = K padded to 32, `ao` = N padded to 32, or 64 for int4):
+//! Layouts (docs/hardware/matmul-recipe.md#layouts; `ai` = K padded to 32, `ao` = N padded to 32, or 64 for int4):
 //!
 //! | operand | [`Layout::Plain`] | [`Layout::Native`] |
 //! |---|---|---|
@@ -19,7 +19,7 @@
 //!
 //! B is always in the weight-atom layout: 1024-byte atoms of 32 input channels × G kernels
 //! (G = 32 int8, 64 int4, 16 for 16-bit types), `[ao/G][ai/32][G][32]`. int4 packs two
-//! values per byte, the even index in the high nibble (section 8.1).
+//! values per byte, the even index in the high nibble (docs/hardware/matmul-recipe.md#int4-nibble-order).
 //!
 //! ```
 //! use rknpu_driver::kernels::single::{Dtype, SingleMatmul};
@@ -65,7 +65,7 @@ pub const E: BufferId = BufferId(4);
 
 const BANK: u64 = task::cbuf::BANK_BYTES;
 
-/// At most 10 data banks, so that at least 2 weight banks remain (board-validated programs; docs/provenance.md).
+/// At most 10 data banks, so that at least 2 weight banks remain (quirk 3, docs/hardware/quirks.md#quirk-3).
 const MAX_DATA_BANKS: u64 = 10;
 
 /// CBUF data banks a task of `rows` rows of `ai` (padded) channels of `dtype` takes: its
@@ -228,7 +228,7 @@ impl SingleMatmul {
     }
 
     /// CBUF data banks: the A tile, at least 1, at most 10 (at least 2 weight banks remain,
-    /// the board-validated matmul programs docs/provenance.md).
+    /// docs/hardware/matmul-recipe.md#validated-values).
     fn data_banks(&self) -> u32 {
         data_banks(self.m, self.padded_k(), self.dtype)
     }
@@ -260,8 +260,8 @@ impl SingleMatmul {
     }
 
     /// The task model reading A, B (and E) and writing C at the given addresses
-    /// (the board-validated matmul programs (docs/provenance.md), with the values of §10 that every board-validated
-    /// program uses).
+    /// (the board-validated matmul programs, with the values every one of them uses:
+    /// docs/hardware/matmul-recipe.md#validated-values).
     pub fn task_at(&self, a: DmaAddr, b: DmaAddr, c: DmaAddr, e: DmaAddr) -> Result<Task> {
         self.check()?;
         let (w, h) = self.feature_dims();
@@ -391,7 +391,7 @@ impl SingleMatmul {
             op: Some(EwOp::Alu(AluOp::Add)),
             src: EwSrc::Memory,
             // The float path keeps the operand converter on with the identity (with it
-            // bypassed the hardware drops the operand, quirk 15).
+            // bypassed the hardware drops the operand, quirk 15, docs/hardware/quirks.md#quirk-15).
             cvt: p.is_float().then_some(OpCvt {
                 offset: 0,
                 scale: 1,

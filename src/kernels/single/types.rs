@@ -19,7 +19,7 @@ pub enum Dtype {
 }
 
 impl Dtype {
-    /// The precision code of CNA/CORE/DPU registers (the board-validated matmul programs docs/provenance.md).
+    /// The precision code of CNA/CORE/DPU registers (docs/hardware/registers.md#conventions).
     pub const fn code(self) -> u32 {
         self.precision().code()
     }

@@ -81,7 +81,7 @@ pub struct SPointer {
     pub executer: bool,
     #[bits(11)]
     __: u32,
-    /// Bits 29:28 (RW; source: mesa): Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (the TRM and Mesa register database docs/provenance.md).
+    /// Bits 29:28 (RW; source: mesa): Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (docs/hardware/registers.md#discrepancies).
     #[bits(2)]
     pub unk_29_28: u8,
     #[bits(2)]
@@ -120,7 +120,7 @@ impl SPointer {
         Field::new(&super::table::REGISTERS[13].fields[5]);
     /// Bit 16 of CNA.S_POINTER: Group the datapath is using (NVDLA CONSUMER).
     pub const EXECUTER: Field<SPointer> = Field::new(&super::table::REGISTERS[13].fields[6]);
-    /// Bits 29:28 of CNA.S_POINTER: Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (the TRM and Mesa register database docs/provenance.md).
+    /// Bits 29:28 of CNA.S_POINTER: Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (docs/hardware/registers.md#discrepancies).
     pub const UNK_29_28: Field<SPointer> = Field::new(&super::table::REGISTERS[13].fields[7]);
 }
 
@@ -129,7 +129,7 @@ impl SPointer {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_OPERATION_ENABLE")]
 pub struct OperationEnable {
-    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     #[bits(1)]
     pub op_en: bool,
     #[bits(31)]
@@ -152,7 +152,7 @@ impl CommandRegister for OperationEnable {
 
 /// The fields of [`OperationEnable`] as constants.
 impl OperationEnable {
-    /// Bit 0 of CNA.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 of CNA.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[14].fields[0]);
 }
 
@@ -245,10 +245,10 @@ pub struct ConvCon2 {
     __: u32,
     /// Bits 23:16 (RW; source: trm): Kernel groups minus one (int8: 32 kernels per group; int16/fp16: 16). TRM example: 256 int8 kernels -> 256/32-1 (TRM misprints the result as 15). mtx/Mesa/RKNN GEMM leave 0.
     ///
-    /// Discrepancy: TRM example "256/32 - 1 = 15" is arithmetically wrong (7); no known encoder sets the field (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM example "256/32 - 1 = 15" is arithmetically wrong (7); no known encoder sets the field (docs/hardware/registers.md#discrepancies).
     #[bits(8)]
     pub kernel_group: u8,
-    /// Bits 31:24 (RW; source: capture): Reserved by the TRM; RKNN lists after the first write 0x20, 0x40 or 0x50 here (bits 29, 30, 28); meaning unknown (the TRM and Mesa register database docs/provenance.md).
+    /// Bits 31:24 (RW; source: capture): Reserved by the TRM; RKNN lists after the first write 0x20, 0x40 or 0x50 here (bits 29, 30, 28); meaning unknown (docs/hardware/registers.md#discrepancies).
     #[bits(8)]
     pub unk_31_24: u8,
 }
@@ -279,7 +279,7 @@ impl ConvCon2 {
     pub const FEATURE_GRAINS: Field<ConvCon2> = Field::new(&super::table::REGISTERS[16].fields[3]);
     /// Bits 23:16 of CNA.CONV_CON2: Kernel groups minus one (int8: 32 kernels per group; int16/fp16: 16). TRM example: 256 int8 kernels -> 256/32-1 (TRM misprints the result as 15). mtx/Mesa/RKNN GEMM leave 0.
     pub const KERNEL_GROUP: Field<ConvCon2> = Field::new(&super::table::REGISTERS[16].fields[4]);
-    /// Bits 31:24 of CNA.CONV_CON2: Reserved by the TRM; RKNN lists after the first write 0x20, 0x40 or 0x50 here (bits 29, 30, 28); meaning unknown (the TRM and Mesa register database docs/provenance.md).
+    /// Bits 31:24 of CNA.CONV_CON2: Reserved by the TRM; RKNN lists after the first write 0x20, 0x40 or 0x50 here (bits 29, 30, 28); meaning unknown (docs/hardware/registers.md#discrepancies).
     pub const UNK_31_24: Field<ConvCon2> = Field::new(&super::table::REGISTERS[16].fields[5]);
 }
 
@@ -404,7 +404,7 @@ pub struct DataSize1 {
     ///
     /// Encoded as the value minus one.
     ///
-    /// Discrepancy: TRM does not mention the minus one that all encoders use (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM does not mention the minus one that all encoders use (docs/hardware/registers.md#discrepancies).
     #[bits(14)]
     pub datain_channel_real: u16,
     #[bits(2)]
@@ -620,14 +620,14 @@ impl WeightSize2 {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_CBUF_CON0")]
 pub struct CbufCon0 {
-    /// Bits 3:0 (RW; source: mesa): CBUF banks given to feature data (count, >=1 in practice); TRM text says 0 = bank 0 only (§7).
+    /// Bits 3:0 (RW; source: mesa): CBUF banks given to feature data (count, >=1 in practice); TRM text says 0 = bank 0 only (docs/hardware/registers.md#discrepancies).
     ///
-    /// Discrepancy: TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (docs/hardware/registers.md#discrepancies).
     #[bits(4)]
     pub data_bank: u8,
-    /// Bits 7:4 (RW; source: mesa): CBUF banks given to weights. In practice a count with DATA_BANK+WEIGHT_BANK = 12 (e.g. 0xb1, 0x2a); the TRM text describes an 8-bank numbering (see §7).
+    /// Bits 7:4 (RW; source: mesa): CBUF banks given to weights. In practice a count with DATA_BANK+WEIGHT_BANK = 12 (e.g. 0xb1, 0x2a); the TRM text describes an 8-bank numbering (see docs/hardware/registers.md#discrepancies).
     ///
-    /// Discrepancy: TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (docs/hardware/registers.md#discrepancies).
     #[bits(4)]
     pub weight_bank: u8,
     /// Bits 10:8 (RW; source: trm): Banks for FC zero-skipping feature data: 1 in FC skip mode, else 0.
@@ -661,9 +661,9 @@ impl CommandRegister for CbufCon0 {
 
 /// The fields of [`CbufCon0`] as constants.
 impl CbufCon0 {
-    /// Bits 3:0 of CNA.CBUF_CON0: CBUF banks given to feature data (count, >=1 in practice); TRM text says 0 = bank 0 only (§7).
+    /// Bits 3:0 of CNA.CBUF_CON0: CBUF banks given to feature data (count, >=1 in practice); TRM text says 0 = bank 0 only (docs/hardware/registers.md#discrepancies).
     pub const DATA_BANK: Field<CbufCon0> = Field::new(&super::table::REGISTERS[25].fields[0]);
-    /// Bits 7:4 of CNA.CBUF_CON0: CBUF banks given to weights. In practice a count with DATA_BANK+WEIGHT_BANK = 12 (e.g. 0xb1, 0x2a); the TRM text describes an 8-bank numbering (see §7).
+    /// Bits 7:4 of CNA.CBUF_CON0: CBUF banks given to weights. In practice a count with DATA_BANK+WEIGHT_BANK = 12 (e.g. 0xb1, 0x2a); the TRM text describes an 8-bank numbering (see docs/hardware/registers.md#discrepancies).
     pub const WEIGHT_BANK: Field<CbufCon0> = Field::new(&super::table::REGISTERS[25].fields[1]);
     /// Bits 10:8 of CNA.CBUF_CON0: Banks for FC zero-skipping feature data: 1 in FC skip mode, else 0.
     pub const FC_DATA_BANK: Field<CbufCon0> = Field::new(&super::table::REGISTERS[25].fields[2]);
@@ -678,9 +678,9 @@ impl CbufCon0 {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_CBUF_CON1")]
 pub struct CbufCon1 {
-    /// Bits 13:0 (RW; source: trm): CBUF space for one feature row; TRM says 'banks', writers use ceil(row_bytes/64) (RKNN fp16 GEMM, 448 ch x 1 px -> 14). Width 13 vs 14 bits, see §7.
+    /// Bits 13:0 (RW; source: trm): CBUF space for one feature row; TRM says 'banks', writers use ceil(row_bytes/64) (RKNN fp16 GEMM, 448 ch x 1 px -> 14). Width 13 vs 14 bits, see docs/hardware/registers.md#discrepancies.
     ///
-    /// Discrepancy: TRM gives 12:0 (13 bits), Mesa XML 13:0; values >= 0x2000 are unverified. Unit undocumented: writers use ceil(row_bytes/64) (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM gives 12:0 (13 bits), Mesa XML 13:0; values >= 0x2000 are unverified. Unit undocumented: writers use ceil(row_bytes/64) (docs/hardware/registers.md#discrepancies).
     #[bits(14)]
     pub data_entries: u16,
     #[bits(18)]
@@ -703,7 +703,7 @@ impl CommandRegister for CbufCon1 {
 
 /// The fields of [`CbufCon1`] as constants.
 impl CbufCon1 {
-    /// Bits 13:0 of CNA.CBUF_CON1: CBUF space for one feature row; TRM says 'banks', writers use ceil(row_bytes/64) (RKNN fp16 GEMM, 448 ch x 1 px -> 14). Width 13 vs 14 bits, see §7.
+    /// Bits 13:0 of CNA.CBUF_CON1: CBUF space for one feature row; TRM says 'banks', writers use ceil(row_bytes/64) (RKNN fp16 GEMM, 448 ch x 1 px -> 14). Width 13 vs 14 bits, see docs/hardware/registers.md#discrepancies.
     pub const DATA_ENTRIES: Field<CbufCon1> = Field::new(&super::table::REGISTERS[26].fields[0]);
 }
 
@@ -1186,9 +1186,9 @@ impl DmaCon0 {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DMA_CON1")]
 pub struct DmaCon1 {
-    /// Bits 27:0 (RW; source: trm): Feature line stride ('feature width with virtual box'). Unit not documented; observed: mtx int8/fp16 GEMM 4*width, RKNN fp16 GEMM K=448 -> 0x38 (§7).
+    /// Bits 27:0 (RW; source: trm): Feature line stride ('feature width with virtual box'). Unit not documented; observed: mtx int8/fp16 GEMM 4*width, RKNN fp16 GEMM K=448 -> 0x38 (docs/hardware/registers.md#discrepancies).
     ///
-    /// Discrepancy: Unit undocumented; encoders use different formulas (mtx 4 x width, RKNN fp16 K=448 -> 0x38, Mesa calc_line_stride/4) (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: Unit undocumented; encoders use different formulas (mtx 4 x width, RKNN fp16 K=448 -> 0x38, Mesa calc_line_stride/4) (docs/hardware/registers.md#discrepancies).
     #[bits(28)]
     pub line_stride: u32,
     #[bits(4)]
@@ -1211,7 +1211,7 @@ impl CommandRegister for DmaCon1 {
 
 /// The fields of [`DmaCon1`] as constants.
 impl DmaCon1 {
-    /// Bits 27:0 of CNA.DMA_CON1: Feature line stride ('feature width with virtual box'). Unit not documented; observed: mtx int8/fp16 GEMM 4*width, RKNN fp16 GEMM K=448 -> 0x38 (§7).
+    /// Bits 27:0 of CNA.DMA_CON1: Feature line stride ('feature width with virtual box'). Unit not documented; observed: mtx int8/fp16 GEMM 4*width, RKNN fp16 GEMM K=448 -> 0x38 (docs/hardware/registers.md#discrepancies).
     pub const LINE_STRIDE: Field<DmaCon1> = Field::new(&super::table::REGISTERS[38].fields[0]);
 }
 
@@ -1222,7 +1222,7 @@ impl DmaCon1 {
 pub struct DmaCon2 {
     /// Bits 27:0 (RW; source: trm): Feature surface stride ('actual surface area'); RKNN/mtx write (-3 & 0xfffffff) for h=1 inputs.
     ///
-    /// Discrepancy: Unit undocumented; RKNN and mtx write 0x0FFFFFFD for h = 1 inputs (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: Unit undocumented; RKNN and mtx write 0x0FFFFFFD for h = 1 inputs (docs/hardware/registers.md#discrepancies).
     #[bits(28)]
     pub surf_stride: u32,
     #[bits(4)]
@@ -1447,9 +1447,9 @@ impl DcompRegnum {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CNA_DCOMP_ADDR0")]
 pub struct DcompAddr0 {
-    /// Bits 31:0 (RW; source: mesa): Weight base address. This is the normal weight pointer even with decompression off. TRM: bits 31:4; XML: 31:0 (§7).
+    /// Bits 31:0 (RW; source: mesa): Weight base address. This is the normal weight pointer even with decompression off. TRM: bits 31:4; XML: 31:0 (docs/hardware/registers.md#discrepancies).
     ///
-    /// Discrepancy: TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (docs/hardware/registers.md#discrepancies).
     #[bits(32)]
     pub decompress_addr0: u32,
 }
@@ -1474,7 +1474,7 @@ impl DmaAddressRegister for DcompAddr0 {
 
 /// The fields of [`DcompAddr0`] as constants.
 impl DcompAddr0 {
-    /// Bits 31:0 of CNA.DCOMP_ADDR0: Weight base address. This is the normal weight pointer even with decompression off. TRM: bits 31:4; XML: 31:0 (§7).
+    /// Bits 31:0 of CNA.DCOMP_ADDR0: Weight base address. This is the normal weight pointer even with decompression off. TRM: bits 31:4; XML: 31:0 (docs/hardware/registers.md#discrepancies).
     pub const DECOMPRESS_ADDR0: Field<DcompAddr0> =
         Field::new(&super::table::REGISTERS[45].fields[0]);
 }

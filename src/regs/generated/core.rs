@@ -76,7 +76,7 @@ pub struct SPointer {
     pub executer: bool,
     #[bits(11)]
     __: u32,
-    /// Bits 29:28 (RW; source: mesa): Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (the TRM and Mesa register database docs/provenance.md).
+    /// Bits 29:28 (RW; source: mesa): Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (docs/hardware/registers.md#discrepancies).
     #[bits(2)]
     pub unk_29_28: u8,
     #[bits(2)]
@@ -115,7 +115,7 @@ impl SPointer {
         Field::new(&super::table::REGISTERS[65].fields[5]);
     /// Bit 16 of CORE.S_POINTER: Group the datapath is using (NVDLA CONSUMER).
     pub const EXECUTER: Field<SPointer> = Field::new(&super::table::REGISTERS[65].fields[6]);
-    /// Bits 29:28 of CORE.S_POINTER: Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (the TRM and Mesa register database docs/provenance.md).
+    /// Bits 29:28 of CORE.S_POINTER: Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (docs/hardware/registers.md#discrepancies).
     pub const UNK_29_28: Field<SPointer> = Field::new(&super::table::REGISTERS[65].fields[7]);
 }
 
@@ -124,7 +124,7 @@ impl SPointer {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "CORE_OPERATION_ENABLE")]
 pub struct OperationEnable {
-    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     #[bits(1)]
     pub op_en: bool,
     #[bits(31)]
@@ -147,7 +147,7 @@ impl CommandRegister for OperationEnable {
 
 /// The fields of [`OperationEnable`] as constants.
 impl OperationEnable {
-    /// Bit 0 of CORE.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 of CORE.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[66].fields[0]);
 }
 

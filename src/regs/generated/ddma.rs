@@ -438,7 +438,7 @@ pub struct CfgStatus {
     __: u32,
     /// Bit 8 (RW; source: trm): DMA idle flag (TRM marks RW).
     ///
-    /// Discrepancy: TRM marks this idle flag RW; treat as read-only status (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks this idle flag RW; treat as read-only status (docs/hardware/registers.md#discrepancies).
     #[bits(1)]
     pub idel: bool,
     #[bits(23)]

@@ -126,7 +126,7 @@ impl SPointer {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "DPU_OPERATION_ENABLE")]
 pub struct OperationEnable {
-    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     #[bits(1)]
     pub op_en: bool,
     #[bits(31)]
@@ -149,7 +149,7 @@ impl CommandRegister for OperationEnable {
 
 /// The fields of [`OperationEnable`] as constants.
 impl OperationEnable {
-    /// Bit 0 of DPU.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 of DPU.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[75].fields[0]);
 }
 
@@ -330,7 +330,7 @@ impl OffsetPend {
 pub struct DstBaseAddr {
     /// Bits 31:0 (RW; source: trm): Output DMA address. TRM: bits 31:4 (16-byte aligned); XML/Mesa: 31:0; writers store the raw byte address.
     ///
-    /// Discrepancy: TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (docs/hardware/registers.md#discrepancies).
     #[bits(32)]
     pub dst_base_addr: u32,
 }

@@ -121,7 +121,7 @@ impl SPointer {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "DPU_RDMA_OPERATION_ENABLE")]
 pub struct OperationEnable {
-    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     #[bits(1)]
     pub op_en: bool,
     #[bits(31)]
@@ -144,7 +144,7 @@ impl CommandRegister for OperationEnable {
 
 /// The fields of [`OperationEnable`] as constants.
 impl OperationEnable {
-    /// Bit 0 of DPU_RDMA.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 of DPU_RDMA.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[128].fields[0]);
 }
 

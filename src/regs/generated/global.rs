@@ -12,7 +12,7 @@ use bitfield_struct::bitfield;
 pub struct OperationEnable {
     /// Bit 0 (RW; source: trm): CNA enable. Bit 1 is reserved (RO).
     ///
-    /// Discrepancy: mtx512 labels bit 2 "CNA" and bit 3 "DPU"; the TRM (used here) says bit 0 CNA, bit 2 CORE, bit 3 DPU. Both give 0x0D for conv (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: mtx512 labels bit 2 "CNA" and bit 3 "DPU"; the TRM (used here) says bit 0 CNA, bit 2 CORE, bit 3 DPU. Both give 0x0D for conv (docs/hardware/registers.md#discrepancies).
     #[bits(1)]
     pub cna_op_en: bool,
     #[bits(1)]

@@ -12,7 +12,7 @@ use bitfield_struct::bitfield;
 pub struct Version {
     /// Bits 31:0 (RO; source: mesa): Hardware version word (read-only in practice). Drivers print VERSION + (VERSION_NUM & 0xffff). Not in TRM.
     ///
-    /// Discrepancy: Absent from the TRM; present (RO) in Mesa XML (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: Absent from the TRM; present (RO) in Mesa XML (docs/hardware/registers.md#discrepancies).
     #[bits(32, access = RO)]
     pub version: u32,
 }
@@ -44,7 +44,7 @@ impl Version {
 pub struct VersionNum {
     /// Bits 31:0 (RO; source: mesa): Version number; low 16 bits added to VERSION by drivers. Not in TRM.
     ///
-    /// Discrepancy: Absent from the TRM; present (RO) in Mesa XML (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: Absent from the TRM; present (RO) in Mesa XML (docs/hardware/registers.md#discrepancies).
     #[bits(32, access = RO)]
     pub version_num: u32,
 }
@@ -74,7 +74,7 @@ impl VersionNum {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "PC_OPERATION_ENABLE")]
 pub struct OperationEnable {
-    /// Bit 0 (RW; source: trm): MMIO: 1 = enable the PC to fetch the register list of each task, 0 = disable. Vendor driver writes 1 then 0; rocket writes 1 at submit and 0 in the IRQ handler. In a regcmd the same offset 0x0008 is used with target 0x0081 to set block op_en bits (see §4).
+    /// Bit 0 (RW; source: trm): MMIO: 1 = enable the PC to fetch the register list of each task, 0 = disable. Vendor driver writes 1 then 0; rocket writes 1 at submit and 0 in the IRQ handler. In a regcmd the same offset 0x0008 is used with target 0x0081 to set block op_en bits (see docs/hardware/registers.md#op-enable).
     #[bits(1)]
     pub op_en: bool,
     #[bits(31)]
@@ -97,7 +97,7 @@ impl CommandRegister for OperationEnable {
 
 /// The fields of [`OperationEnable`] as constants.
 impl OperationEnable {
-    /// Bit 0 of PC.OPERATION_ENABLE: MMIO: 1 = enable the PC to fetch the register list of each task, 0 = disable. Vendor driver writes 1 then 0; rocket writes 1 at submit and 0 in the IRQ handler. In a regcmd the same offset 0x0008 is used with target 0x0081 to set block op_en bits (see §4).
+    /// Bit 0 of PC.OPERATION_ENABLE: MMIO: 1 = enable the PC to fetch the register list of each task, 0 = disable. Vendor driver writes 1 then 0; rocket writes 1 at submit and 0 in the IRQ handler. In a regcmd the same offset 0x0008 is used with target 0x0081 to set block op_en bits (see docs/hardware/registers.md#op-enable).
     pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[2].fields[0]);
 }
 
@@ -147,7 +147,7 @@ pub struct RegisterAmounts {
     /// Bits 15:0 (RW; source: mesa): Fetch length of one task's list. TRM says 'register number'; on RK3588 drivers write ceil(total_qwords/2)-1, i.e. number of 16-byte units minus one (vendor: (regcfg_amount+4+1)/2-1 with pc_data_amount_scale=2; rocket: (regcmd_count+1)/2-1). Also written from a regcmd (target 0x0101) for the next chained task.
     #[bits(16)]
     pub pc_data_amount: u16,
-    /// Bits 17:16 (RW; source: capture): Reserved by the TRM, but RKNN chain tails write 1 or 2 here (0x0001_000E, 0x0002_0035); meaning unknown (the TRM and Mesa register database docs/provenance.md).
+    /// Bits 17:16 (RW; source: capture): Reserved by the TRM, but RKNN chain tails write 1 or 2 here (0x0001_000E, 0x0002_0035); meaning unknown (docs/hardware/registers.md#discrepancies).
     #[bits(2)]
     pub unk_17_16: u8,
     #[bits(14)]
@@ -173,7 +173,7 @@ impl RegisterAmounts {
     /// Bits 15:0 of PC.REGISTER_AMOUNTS: Fetch length of one task's list. TRM says 'register number'; on RK3588 drivers write ceil(total_qwords/2)-1, i.e. number of 16-byte units minus one (vendor: (regcfg_amount+4+1)/2-1 with pc_data_amount_scale=2; rocket: (regcmd_count+1)/2-1). Also written from a regcmd (target 0x0101) for the next chained task.
     pub const PC_DATA_AMOUNT: Field<RegisterAmounts> =
         Field::new(&super::table::REGISTERS[4].fields[0]);
-    /// Bits 17:16 of PC.REGISTER_AMOUNTS: Reserved by the TRM, but RKNN chain tails write 1 or 2 here (0x0001_000E, 0x0002_0035); meaning unknown (the TRM and Mesa register database docs/provenance.md).
+    /// Bits 17:16 of PC.REGISTER_AMOUNTS: Reserved by the TRM, but RKNN chain tails write 1 or 2 here (0x0001_000E, 0x0002_0035); meaning unknown (docs/hardware/registers.md#discrepancies).
     pub const UNK_17_16: Field<RegisterAmounts> = Field::new(&super::table::REGISTERS[4].fields[1]);
 }
 
@@ -182,46 +182,46 @@ impl RegisterAmounts {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "PC_INTERRUPT_MASK")]
 pub struct InterruptMask {
-    /// Bit 0 (RW; source: trm): CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 0 (RW; source: trm): CNA feature group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub cna_feature_0: bool,
-    /// Bit 1 (RW; source: trm): CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 1 (RW; source: trm): CNA feature group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub cna_feature_1: bool,
-    /// Bit 2 (RW; source: trm): CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 2 (RW; source: trm): CNA weight group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub cna_weight_0: bool,
-    /// Bit 3 (RW; source: trm): CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 3 (RW; source: trm): CNA weight group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub cna_weight_1: bool,
-    /// Bit 4 (RW; source: trm): CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 4 (RW; source: trm): CNA CSC group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub cna_csc_0: bool,
-    /// Bit 5 (RW; source: trm): CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 5 (RW; source: trm): CNA CSC group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub cna_csc_1: bool,
-    /// Bit 6 (RW; source: trm): CORE group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 6 (RW; source: trm): CORE group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub core_0: bool,
-    /// Bit 7 (RW; source: trm): CORE group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 7 (RW; source: trm): CORE group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub core_1: bool,
-    /// Bit 8 (RW; source: trm): DPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 8 (RW; source: trm): DPU group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub dpu_0: bool,
-    /// Bit 9 (RW; source: trm): DPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 9 (RW; source: trm): DPU group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub dpu_1: bool,
-    /// Bit 10 (RW; source: trm): PPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 10 (RW; source: trm): PPU group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub ppu_0: bool,
-    /// Bit 11 (RW; source: trm): PPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 11 (RW; source: trm): PPU group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub ppu_1: bool,
-    /// Bit 12 (RW; source: trm): DMA read error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 12 (RW; source: trm): DMA read error (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub dma_read_error: bool,
-    /// Bit 13 (RW; source: trm): DMA write error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 13 (RW; source: trm): DMA write error (docs/hardware/registers.md#interrupts).
     #[bits(1, default = true)]
     pub dma_write_error: bool,
     /// Bits 16:14 (RW; source: trm): Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
@@ -247,38 +247,38 @@ impl CommandRegister for InterruptMask {
 
 /// The fields of [`InterruptMask`] as constants.
 impl InterruptMask {
-    /// Bit 0 of PC.INTERRUPT_MASK: CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 0 of PC.INTERRUPT_MASK: CNA feature group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_FEATURE_0: Field<InterruptMask> =
         Field::new(&super::table::REGISTERS[5].fields[0]);
-    /// Bit 1 of PC.INTERRUPT_MASK: CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 1 of PC.INTERRUPT_MASK: CNA feature group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_FEATURE_1: Field<InterruptMask> =
         Field::new(&super::table::REGISTERS[5].fields[1]);
-    /// Bit 2 of PC.INTERRUPT_MASK: CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 2 of PC.INTERRUPT_MASK: CNA weight group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_WEIGHT_0: Field<InterruptMask> =
         Field::new(&super::table::REGISTERS[5].fields[2]);
-    /// Bit 3 of PC.INTERRUPT_MASK: CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 3 of PC.INTERRUPT_MASK: CNA weight group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_WEIGHT_1: Field<InterruptMask> =
         Field::new(&super::table::REGISTERS[5].fields[3]);
-    /// Bit 4 of PC.INTERRUPT_MASK: CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 4 of PC.INTERRUPT_MASK: CNA CSC group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_CSC_0: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[4]);
-    /// Bit 5 of PC.INTERRUPT_MASK: CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 5 of PC.INTERRUPT_MASK: CNA CSC group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_CSC_1: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[5]);
-    /// Bit 6 of PC.INTERRUPT_MASK: CORE group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 6 of PC.INTERRUPT_MASK: CORE group 0 done (docs/hardware/registers.md#interrupts).
     pub const CORE_0: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[6]);
-    /// Bit 7 of PC.INTERRUPT_MASK: CORE group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 7 of PC.INTERRUPT_MASK: CORE group 1 done (docs/hardware/registers.md#interrupts).
     pub const CORE_1: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[7]);
-    /// Bit 8 of PC.INTERRUPT_MASK: DPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 8 of PC.INTERRUPT_MASK: DPU group 0 done (docs/hardware/registers.md#interrupts).
     pub const DPU_0: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[8]);
-    /// Bit 9 of PC.INTERRUPT_MASK: DPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 9 of PC.INTERRUPT_MASK: DPU group 1 done (docs/hardware/registers.md#interrupts).
     pub const DPU_1: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[9]);
-    /// Bit 10 of PC.INTERRUPT_MASK: PPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 10 of PC.INTERRUPT_MASK: PPU group 0 done (docs/hardware/registers.md#interrupts).
     pub const PPU_0: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[10]);
-    /// Bit 11 of PC.INTERRUPT_MASK: PPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 11 of PC.INTERRUPT_MASK: PPU group 1 done (docs/hardware/registers.md#interrupts).
     pub const PPU_1: Field<InterruptMask> = Field::new(&super::table::REGISTERS[5].fields[11]);
-    /// Bit 12 of PC.INTERRUPT_MASK: DMA read error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 12 of PC.INTERRUPT_MASK: DMA read error (docs/hardware/registers.md#interrupts).
     pub const DMA_READ_ERROR: Field<InterruptMask> =
         Field::new(&super::table::REGISTERS[5].fields[12]);
-    /// Bit 13 of PC.INTERRUPT_MASK: DMA write error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 13 of PC.INTERRUPT_MASK: DMA write error (docs/hardware/registers.md#interrupts).
     pub const DMA_WRITE_ERROR: Field<InterruptMask> =
         Field::new(&super::table::REGISTERS[5].fields[13]);
     /// Bits 16:14 of PC.INTERRUPT_MASK: Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
@@ -290,46 +290,46 @@ impl InterruptMask {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "PC_INTERRUPT_CLEAR")]
 pub struct InterruptClear {
-    /// Bit 0 (W1C; source: trm): CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 0 (W1C; source: trm): CNA feature group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub cna_feature_0: bool,
-    /// Bit 1 (W1C; source: trm): CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 1 (W1C; source: trm): CNA feature group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub cna_feature_1: bool,
-    /// Bit 2 (W1C; source: trm): CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 2 (W1C; source: trm): CNA weight group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub cna_weight_0: bool,
-    /// Bit 3 (W1C; source: trm): CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 3 (W1C; source: trm): CNA weight group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub cna_weight_1: bool,
-    /// Bit 4 (W1C; source: trm): CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 4 (W1C; source: trm): CNA CSC group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub cna_csc_0: bool,
-    /// Bit 5 (W1C; source: trm): CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 5 (W1C; source: trm): CNA CSC group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub cna_csc_1: bool,
-    /// Bit 6 (W1C; source: trm): CORE group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 6 (W1C; source: trm): CORE group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub core_0: bool,
-    /// Bit 7 (W1C; source: trm): CORE group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 7 (W1C; source: trm): CORE group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub core_1: bool,
-    /// Bit 8 (W1C; source: trm): DPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 8 (W1C; source: trm): DPU group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub dpu_0: bool,
-    /// Bit 9 (W1C; source: trm): DPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 9 (W1C; source: trm): DPU group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub dpu_1: bool,
-    /// Bit 10 (W1C; source: trm): PPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 10 (W1C; source: trm): PPU group 0 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub ppu_0: bool,
-    /// Bit 11 (W1C; source: trm): PPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 11 (W1C; source: trm): PPU group 1 done (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub ppu_1: bool,
-    /// Bit 12 (W1C; source: trm): DMA read error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 12 (W1C; source: trm): DMA read error (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub dma_read_error: bool,
-    /// Bit 13 (W1C; source: trm): DMA write error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 13 (W1C; source: trm): DMA write error (docs/hardware/registers.md#interrupts).
     #[bits(1)]
     pub dma_write_error: bool,
     /// Bits 16:14 (W1C; source: trm): Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
@@ -355,38 +355,38 @@ impl CommandRegister for InterruptClear {
 
 /// The fields of [`InterruptClear`] as constants.
 impl InterruptClear {
-    /// Bit 0 of PC.INTERRUPT_CLEAR: CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 0 of PC.INTERRUPT_CLEAR: CNA feature group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_FEATURE_0: Field<InterruptClear> =
         Field::new(&super::table::REGISTERS[6].fields[0]);
-    /// Bit 1 of PC.INTERRUPT_CLEAR: CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 1 of PC.INTERRUPT_CLEAR: CNA feature group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_FEATURE_1: Field<InterruptClear> =
         Field::new(&super::table::REGISTERS[6].fields[1]);
-    /// Bit 2 of PC.INTERRUPT_CLEAR: CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 2 of PC.INTERRUPT_CLEAR: CNA weight group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_WEIGHT_0: Field<InterruptClear> =
         Field::new(&super::table::REGISTERS[6].fields[2]);
-    /// Bit 3 of PC.INTERRUPT_CLEAR: CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 3 of PC.INTERRUPT_CLEAR: CNA weight group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_WEIGHT_1: Field<InterruptClear> =
         Field::new(&super::table::REGISTERS[6].fields[3]);
-    /// Bit 4 of PC.INTERRUPT_CLEAR: CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 4 of PC.INTERRUPT_CLEAR: CNA CSC group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_CSC_0: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[4]);
-    /// Bit 5 of PC.INTERRUPT_CLEAR: CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 5 of PC.INTERRUPT_CLEAR: CNA CSC group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_CSC_1: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[5]);
-    /// Bit 6 of PC.INTERRUPT_CLEAR: CORE group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 6 of PC.INTERRUPT_CLEAR: CORE group 0 done (docs/hardware/registers.md#interrupts).
     pub const CORE_0: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[6]);
-    /// Bit 7 of PC.INTERRUPT_CLEAR: CORE group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 7 of PC.INTERRUPT_CLEAR: CORE group 1 done (docs/hardware/registers.md#interrupts).
     pub const CORE_1: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[7]);
-    /// Bit 8 of PC.INTERRUPT_CLEAR: DPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 8 of PC.INTERRUPT_CLEAR: DPU group 0 done (docs/hardware/registers.md#interrupts).
     pub const DPU_0: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[8]);
-    /// Bit 9 of PC.INTERRUPT_CLEAR: DPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 9 of PC.INTERRUPT_CLEAR: DPU group 1 done (docs/hardware/registers.md#interrupts).
     pub const DPU_1: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[9]);
-    /// Bit 10 of PC.INTERRUPT_CLEAR: PPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 10 of PC.INTERRUPT_CLEAR: PPU group 0 done (docs/hardware/registers.md#interrupts).
     pub const PPU_0: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[10]);
-    /// Bit 11 of PC.INTERRUPT_CLEAR: PPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 11 of PC.INTERRUPT_CLEAR: PPU group 1 done (docs/hardware/registers.md#interrupts).
     pub const PPU_1: Field<InterruptClear> = Field::new(&super::table::REGISTERS[6].fields[11]);
-    /// Bit 12 of PC.INTERRUPT_CLEAR: DMA read error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 12 of PC.INTERRUPT_CLEAR: DMA read error (docs/hardware/registers.md#interrupts).
     pub const DMA_READ_ERROR: Field<InterruptClear> =
         Field::new(&super::table::REGISTERS[6].fields[12]);
-    /// Bit 13 of PC.INTERRUPT_CLEAR: DMA write error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 13 of PC.INTERRUPT_CLEAR: DMA write error (docs/hardware/registers.md#interrupts).
     pub const DMA_WRITE_ERROR: Field<InterruptClear> =
         Field::new(&super::table::REGISTERS[6].fields[13]);
     /// Bits 16:14 of PC.INTERRUPT_CLEAR: Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
@@ -398,79 +398,79 @@ impl InterruptClear {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "PC_INTERRUPT_STATUS")]
 pub struct InterruptStatus {
-    /// Bit 0 (RO; source: trm): CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 0 (RO; source: trm): CNA feature group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_feature_0: bool,
-    /// Bit 1 (RO; source: trm): CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 1 (RO; source: trm): CNA feature group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_feature_1: bool,
-    /// Bit 2 (RO; source: trm): CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 2 (RO; source: trm): CNA weight group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_weight_0: bool,
-    /// Bit 3 (RO; source: trm): CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 3 (RO; source: trm): CNA weight group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_weight_1: bool,
-    /// Bit 4 (RO; source: trm): CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 4 (RO; source: trm): CNA CSC group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_csc_0: bool,
-    /// Bit 5 (RO; source: trm): CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 5 (RO; source: trm): CNA CSC group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_csc_1: bool,
-    /// Bit 6 (RO; source: trm): CORE group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 6 (RO; source: trm): CORE group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub core_0: bool,
-    /// Bit 7 (RO; source: trm): CORE group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 7 (RO; source: trm): CORE group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub core_1: bool,
-    /// Bit 8 (RO; source: trm): DPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 8 (RO; source: trm): DPU group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub dpu_0: bool,
-    /// Bit 9 (RO; source: trm): DPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 9 (RO; source: trm): DPU group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub dpu_1: bool,
-    /// Bit 10 (RO; source: trm): PPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 10 (RO; source: trm): PPU group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub ppu_0: bool,
-    /// Bit 11 (RO; source: trm): PPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 11 (RO; source: trm): PPU group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub ppu_1: bool,
-    /// Bit 12 (RO; source: trm): DMA read error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 12 (RO; source: trm): DMA read error (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub dma_read_error: bool,
-    /// Bit 13 (RO; source: trm): DMA write error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 13 (RO; source: trm): DMA write error (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub dma_write_error: bool,
     /// Bits 16:14 (RO; source: trm): Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(3, access = RO)]
     pub unk_16_14: u8,
     #[bits(15)]
@@ -493,38 +493,38 @@ impl CommandRegister for InterruptStatus {
 
 /// The fields of [`InterruptStatus`] as constants.
 impl InterruptStatus {
-    /// Bit 0 of PC.INTERRUPT_STATUS: CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 0 of PC.INTERRUPT_STATUS: CNA feature group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_FEATURE_0: Field<InterruptStatus> =
         Field::new(&super::table::REGISTERS[7].fields[0]);
-    /// Bit 1 of PC.INTERRUPT_STATUS: CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 1 of PC.INTERRUPT_STATUS: CNA feature group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_FEATURE_1: Field<InterruptStatus> =
         Field::new(&super::table::REGISTERS[7].fields[1]);
-    /// Bit 2 of PC.INTERRUPT_STATUS: CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 2 of PC.INTERRUPT_STATUS: CNA weight group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_WEIGHT_0: Field<InterruptStatus> =
         Field::new(&super::table::REGISTERS[7].fields[2]);
-    /// Bit 3 of PC.INTERRUPT_STATUS: CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 3 of PC.INTERRUPT_STATUS: CNA weight group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_WEIGHT_1: Field<InterruptStatus> =
         Field::new(&super::table::REGISTERS[7].fields[3]);
-    /// Bit 4 of PC.INTERRUPT_STATUS: CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 4 of PC.INTERRUPT_STATUS: CNA CSC group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_CSC_0: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[4]);
-    /// Bit 5 of PC.INTERRUPT_STATUS: CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 5 of PC.INTERRUPT_STATUS: CNA CSC group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_CSC_1: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[5]);
-    /// Bit 6 of PC.INTERRUPT_STATUS: CORE group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 6 of PC.INTERRUPT_STATUS: CORE group 0 done (docs/hardware/registers.md#interrupts).
     pub const CORE_0: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[6]);
-    /// Bit 7 of PC.INTERRUPT_STATUS: CORE group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 7 of PC.INTERRUPT_STATUS: CORE group 1 done (docs/hardware/registers.md#interrupts).
     pub const CORE_1: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[7]);
-    /// Bit 8 of PC.INTERRUPT_STATUS: DPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 8 of PC.INTERRUPT_STATUS: DPU group 0 done (docs/hardware/registers.md#interrupts).
     pub const DPU_0: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[8]);
-    /// Bit 9 of PC.INTERRUPT_STATUS: DPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 9 of PC.INTERRUPT_STATUS: DPU group 1 done (docs/hardware/registers.md#interrupts).
     pub const DPU_1: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[9]);
-    /// Bit 10 of PC.INTERRUPT_STATUS: PPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 10 of PC.INTERRUPT_STATUS: PPU group 0 done (docs/hardware/registers.md#interrupts).
     pub const PPU_0: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[10]);
-    /// Bit 11 of PC.INTERRUPT_STATUS: PPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 11 of PC.INTERRUPT_STATUS: PPU group 1 done (docs/hardware/registers.md#interrupts).
     pub const PPU_1: Field<InterruptStatus> = Field::new(&super::table::REGISTERS[7].fields[11]);
-    /// Bit 12 of PC.INTERRUPT_STATUS: DMA read error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 12 of PC.INTERRUPT_STATUS: DMA read error (docs/hardware/registers.md#interrupts).
     pub const DMA_READ_ERROR: Field<InterruptStatus> =
         Field::new(&super::table::REGISTERS[7].fields[12]);
-    /// Bit 13 of PC.INTERRUPT_STATUS: DMA write error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 13 of PC.INTERRUPT_STATUS: DMA write error (docs/hardware/registers.md#interrupts).
     pub const DMA_WRITE_ERROR: Field<InterruptStatus> =
         Field::new(&super::table::REGISTERS[7].fields[13]);
     /// Bits 16:14 of PC.INTERRUPT_STATUS: Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
@@ -537,79 +537,79 @@ impl InterruptStatus {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "PC_INTERRUPT_RAW_STATUS")]
 pub struct InterruptRawStatus {
-    /// Bit 0 (RO; source: trm): CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 0 (RO; source: trm): CNA feature group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_feature_0: bool,
-    /// Bit 1 (RO; source: trm): CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 1 (RO; source: trm): CNA feature group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_feature_1: bool,
-    /// Bit 2 (RO; source: trm): CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 2 (RO; source: trm): CNA weight group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_weight_0: bool,
-    /// Bit 3 (RO; source: trm): CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 3 (RO; source: trm): CNA weight group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_weight_1: bool,
-    /// Bit 4 (RO; source: trm): CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 4 (RO; source: trm): CNA CSC group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_csc_0: bool,
-    /// Bit 5 (RO; source: trm): CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 5 (RO; source: trm): CNA CSC group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub cna_csc_1: bool,
-    /// Bit 6 (RO; source: trm): CORE group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 6 (RO; source: trm): CORE group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub core_0: bool,
-    /// Bit 7 (RO; source: trm): CORE group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 7 (RO; source: trm): CORE group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub core_1: bool,
-    /// Bit 8 (RO; source: trm): DPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 8 (RO; source: trm): DPU group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub dpu_0: bool,
-    /// Bit 9 (RO; source: trm): DPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 9 (RO; source: trm): DPU group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub dpu_1: bool,
-    /// Bit 10 (RO; source: trm): PPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 10 (RO; source: trm): PPU group 0 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub ppu_0: bool,
-    /// Bit 11 (RO; source: trm): PPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 11 (RO; source: trm): PPU group 1 done (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub ppu_1: bool,
-    /// Bit 12 (RO; source: trm): DMA read error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 12 (RO; source: trm): DMA read error (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub dma_read_error: bool,
-    /// Bit 13 (RO; source: trm): DMA write error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 13 (RO; source: trm): DMA write error (docs/hardware/registers.md#interrupts).
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(1, access = RO)]
     pub dma_write_error: bool,
     /// Bits 16:14 (RO; source: trm): Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
     ///
-    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).
     #[bits(3, access = RO)]
     pub unk_16_14: u8,
     #[bits(15)]
@@ -632,40 +632,40 @@ impl CommandRegister for InterruptRawStatus {
 
 /// The fields of [`InterruptRawStatus`] as constants.
 impl InterruptRawStatus {
-    /// Bit 0 of PC.INTERRUPT_RAW_STATUS: CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 0 of PC.INTERRUPT_RAW_STATUS: CNA feature group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_FEATURE_0: Field<InterruptRawStatus> =
         Field::new(&super::table::REGISTERS[8].fields[0]);
-    /// Bit 1 of PC.INTERRUPT_RAW_STATUS: CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 1 of PC.INTERRUPT_RAW_STATUS: CNA feature group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_FEATURE_1: Field<InterruptRawStatus> =
         Field::new(&super::table::REGISTERS[8].fields[1]);
-    /// Bit 2 of PC.INTERRUPT_RAW_STATUS: CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 2 of PC.INTERRUPT_RAW_STATUS: CNA weight group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_WEIGHT_0: Field<InterruptRawStatus> =
         Field::new(&super::table::REGISTERS[8].fields[2]);
-    /// Bit 3 of PC.INTERRUPT_RAW_STATUS: CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 3 of PC.INTERRUPT_RAW_STATUS: CNA weight group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_WEIGHT_1: Field<InterruptRawStatus> =
         Field::new(&super::table::REGISTERS[8].fields[3]);
-    /// Bit 4 of PC.INTERRUPT_RAW_STATUS: CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 4 of PC.INTERRUPT_RAW_STATUS: CNA CSC group 0 done (docs/hardware/registers.md#interrupts).
     pub const CNA_CSC_0: Field<InterruptRawStatus> =
         Field::new(&super::table::REGISTERS[8].fields[4]);
-    /// Bit 5 of PC.INTERRUPT_RAW_STATUS: CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 5 of PC.INTERRUPT_RAW_STATUS: CNA CSC group 1 done (docs/hardware/registers.md#interrupts).
     pub const CNA_CSC_1: Field<InterruptRawStatus> =
         Field::new(&super::table::REGISTERS[8].fields[5]);
-    /// Bit 6 of PC.INTERRUPT_RAW_STATUS: CORE group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 6 of PC.INTERRUPT_RAW_STATUS: CORE group 0 done (docs/hardware/registers.md#interrupts).
     pub const CORE_0: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[6]);
-    /// Bit 7 of PC.INTERRUPT_RAW_STATUS: CORE group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 7 of PC.INTERRUPT_RAW_STATUS: CORE group 1 done (docs/hardware/registers.md#interrupts).
     pub const CORE_1: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[7]);
-    /// Bit 8 of PC.INTERRUPT_RAW_STATUS: DPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 8 of PC.INTERRUPT_RAW_STATUS: DPU group 0 done (docs/hardware/registers.md#interrupts).
     pub const DPU_0: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[8]);
-    /// Bit 9 of PC.INTERRUPT_RAW_STATUS: DPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 9 of PC.INTERRUPT_RAW_STATUS: DPU group 1 done (docs/hardware/registers.md#interrupts).
     pub const DPU_1: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[9]);
-    /// Bit 10 of PC.INTERRUPT_RAW_STATUS: PPU group 0 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 10 of PC.INTERRUPT_RAW_STATUS: PPU group 0 done (docs/hardware/registers.md#interrupts).
     pub const PPU_0: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[10]);
-    /// Bit 11 of PC.INTERRUPT_RAW_STATUS: PPU group 1 done (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 11 of PC.INTERRUPT_RAW_STATUS: PPU group 1 done (docs/hardware/registers.md#interrupts).
     pub const PPU_1: Field<InterruptRawStatus> = Field::new(&super::table::REGISTERS[8].fields[11]);
-    /// Bit 12 of PC.INTERRUPT_RAW_STATUS: DMA read error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 12 of PC.INTERRUPT_RAW_STATUS: DMA read error (docs/hardware/registers.md#interrupts).
     pub const DMA_READ_ERROR: Field<InterruptRawStatus> =
         Field::new(&super::table::REGISTERS[8].fields[12]);
-    /// Bit 13 of PC.INTERRUPT_RAW_STATUS: DMA write error (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 13 of PC.INTERRUPT_RAW_STATUS: DMA write error (docs/hardware/registers.md#interrupts).
     pub const DMA_WRITE_ERROR: Field<InterruptRawStatus> =
         Field::new(&super::table::REGISTERS[8].fields[13]);
     /// Bits 16:14 of PC.INTERRUPT_RAW_STATUS: Undocumented event bits: the TRM field is 16:0 ("17 possible events") but describes only 0-13.
@@ -687,7 +687,7 @@ pub struct TaskCon {
     /// Bit 13 (W1C; source: trm): W1C: clear the task counter; recommended before starting.
     #[bits(1)]
     pub task_count_clear: bool,
-    /// Bit 14 (RW; source: mesa): Reserved by the TRM; both kernels write 1 ((0x6 | pp_en) << 12); meaning unknown (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 14 (RW; source: mesa): Reserved by the TRM; both kernels write 1 ((0x6 | pp_en) << 12); meaning unknown (docs/hardware/registers.md#discrepancies).
     #[bits(1)]
     pub unk_14: bool,
     #[bits(17)]
@@ -716,7 +716,7 @@ impl TaskCon {
     pub const TASK_PP_EN: Field<TaskCon> = Field::new(&super::table::REGISTERS[9].fields[1]);
     /// Bit 13 of PC.TASK_CON: W1C: clear the task counter; recommended before starting.
     pub const TASK_COUNT_CLEAR: Field<TaskCon> = Field::new(&super::table::REGISTERS[9].fields[2]);
-    /// Bit 14 of PC.TASK_CON: Reserved by the TRM; both kernels write 1 ((0x6 | pp_en) << 12); meaning unknown (the TRM and Mesa register database docs/provenance.md).
+    /// Bit 14 of PC.TASK_CON: Reserved by the TRM; both kernels write 1 ((0x6 | pp_en) << 12); meaning unknown (docs/hardware/registers.md#discrepancies).
     pub const UNK_14: Field<TaskCon> = Field::new(&super::table::REGISTERS[9].fields[3]);
 }
 
@@ -760,7 +760,7 @@ impl TaskDmaBaseAddr {
 pub struct TaskStatus {
     /// Bits 27:0 (RO; source: trm): [11:0] current task counter; [12] first task running / fetching; [13] last task running / fetching (TRM lists bits 12/13 twice). Drivers read &0xfff.
     ///
-    /// Discrepancy: TRM lists bits 12/13 twice (running vs fetching) and marks the register RW; treated as read-only status (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: TRM lists bits 12/13 twice (running vs fetching) and marks the register RW; treated as read-only status (docs/hardware/registers.md#discrepancies).
     #[bits(28, access = RO)]
     pub task_status: u32,
     #[bits(4)]

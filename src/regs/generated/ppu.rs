@@ -119,7 +119,7 @@ impl SPointer {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "PPU_OPERATION_ENABLE")]
 pub struct OperationEnable {
-    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     #[bits(1)]
     pub op_en: bool,
     #[bits(31)]
@@ -142,7 +142,7 @@ impl CommandRegister for OperationEnable {
 
 /// The fields of [`OperationEnable`] as constants.
 impl OperationEnable {
-    /// Bit 0 of PPU.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 of PPU.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[148].fields[0]);
 }
 
@@ -728,7 +728,7 @@ impl DstSurfStride {
 pub struct DataFormat {
     /// Bits 2:0 (RW; source: trm): Processing precision.
     ///
-    /// Discrepancy: An fp16 RKNN capture writes 0 (int8) here; whether the field matters for 1x1 copy pooling is unresolved (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: An fp16 RKNN capture writes 0 (int8) here; whether the field matters for 1x1 copy pooling is unresolved (docs/hardware/registers.md#discrepancies).
     #[bits(3)]
     pub proc_precision: DpuPrecision,
     /// Bit 3 (RW; source: trm): Set when data comes from DPU and DPU itself reads from memory.

@@ -117,7 +117,7 @@ impl SPointer {
 #[derive(PartialEq, Eq, Hash)]
 #[doc(alias = "PPU_RDMA_OPERATION_ENABLE")]
 pub struct OperationEnable {
-    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 (RW; source: trm): 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     #[bits(1)]
     pub op_en: bool,
     #[bits(31)]
@@ -140,7 +140,7 @@ impl CommandRegister for OperationEnable {
 
 /// The fields of [`OperationEnable`] as constants.
 impl OperationEnable {
-    /// Bit 0 of PPU_RDMA.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.
+    /// Bit 0 of PPU_RDMA.OPERATION_ENABLE: 1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.
     pub const OP_EN: Field<OperationEnable> = Field::new(&super::table::REGISTERS[168].fields[0]);
 }
 
@@ -353,7 +353,7 @@ impl RdmaSrcSurfStride {
 pub struct RdmaDataFormat {
     /// Bits 1:0 (RW; source: trm): 0 4-bit, 1 8-bit, 2 16-bit, 3 32-bit (note: different encoding from other precision fields).
     ///
-    /// Discrepancy: An fp16 RKNN capture writes 1 ("8-bit" by the TRM); unresolved (the TRM and Mesa register database docs/provenance.md).
+    /// Discrepancy: An fp16 RKNN capture writes 1 ("8-bit" by the TRM); unresolved (docs/hardware/registers.md#discrepancies).
     #[bits(2)]
     pub in_precision: ElementSize,
     #[bits(30)]

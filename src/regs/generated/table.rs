@@ -205,7 +205,10 @@ pub static SPECIAL_TARGETS: &[SpecialTarget] = &[
         offset: 0x0000,
         doc: "Target bit 48 alone with value 0 and offset 0: written by some open encoders in the 'no next task' slot; runs as a NOP on boards.",
         source: Source::Experiment,
-        refs: &["the TRM and Mesa register database (docs/provenance.md)"],
+        refs: &[
+            "happyme531/rknpu2_matmul_open",
+            "docs/hardware/registers.md#op-enable",
+        ],
     },
 ];
 
@@ -232,7 +235,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "Hardware version word (read-only in practice). Drivers print VERSION + (VERSION_NUM & 0xffff). Not in TRM.",
             discrepancy: Some(
-                "Absent from the TRM; present (RO) in Mesa XML (the TRM and Mesa register database docs/provenance.md).",
+                "Absent from the TRM; present (RO) in Mesa XML (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -257,7 +260,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "Version number; low 16 bits added to VERSION by drivers. Not in TRM.",
             discrepancy: Some(
-                "Absent from the TRM; present (RO) in Mesa XML (the TRM and Mesa register database docs/provenance.md).",
+                "Absent from the TRM; present (RO) in Mesa XML (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -280,7 +283,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             values: None,
             minus_one: false,
             hex: false,
-            doc: "MMIO: 1 = enable the PC to fetch the register list of each task, 0 = disable. Vendor driver writes 1 then 0; rocket writes 1 at submit and 0 in the IRQ handler. In a regcmd the same offset 0x0008 is used with target 0x0081 to set block op_en bits (see §4).",
+            doc: "MMIO: 1 = enable the PC to fetch the register list of each task, 0 = disable. Vendor driver writes 1 then 0; rocket writes 1 at submit and 0 in the IRQ handler. In a regcmd the same offset 0x0008 is used with target 0x0081 to set block op_en bits (see docs/hardware/registers.md#op-enable).",
             discrepancy: None,
         }],
     },
@@ -355,7 +358,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "Reserved by the TRM, but RKNN chain tails write 1 or 2 here (0x0001_000E, 0x0002_0035); meaning unknown (the TRM and Mesa register database docs/provenance.md).",
+                doc: "Reserved by the TRM, but RKNN chain tails write 1 or 2 here (0x0001_000E, 0x0002_0035); meaning unknown (docs/hardware/registers.md#discrepancies).",
                 discrepancy: None,
             },
         ],
@@ -380,7 +383,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA feature group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -393,7 +396,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA feature group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -406,7 +409,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA weight group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -419,7 +422,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA weight group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -432,7 +435,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA CSC group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -445,7 +448,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA CSC group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -458,7 +461,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CORE group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -471,7 +474,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CORE group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -484,7 +487,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DPU group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -497,7 +500,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DPU group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -510,7 +513,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "PPU group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -523,7 +526,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "PPU group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -536,7 +539,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA read error (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DMA read error (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -549,7 +552,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA write error (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DMA write error (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -587,7 +590,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA feature group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -600,7 +603,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA feature group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -613,7 +616,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA weight group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -626,7 +629,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA weight group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -639,7 +642,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA CSC group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -652,7 +655,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA CSC group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -665,7 +668,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CORE group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -678,7 +681,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CORE group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -691,7 +694,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DPU group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -704,7 +707,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DPU group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -717,7 +720,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "PPU group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -730,7 +733,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "PPU group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -743,7 +746,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA read error (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DMA read error (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -756,7 +759,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA write error (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DMA write error (docs/hardware/registers.md#interrupts).",
                 discrepancy: None,
             },
             FieldInfo {
@@ -794,9 +797,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA feature group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -809,9 +812,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA feature group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -824,9 +827,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA weight group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -839,9 +842,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA weight group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -854,9 +857,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA CSC group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -869,9 +872,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA CSC group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -884,9 +887,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CORE group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -899,9 +902,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CORE group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -914,9 +917,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DPU group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -929,9 +932,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DPU group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -944,9 +947,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "PPU group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -959,9 +962,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "PPU group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -974,9 +977,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA read error (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DMA read error (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -989,9 +992,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA write error (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DMA write error (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1006,7 +1009,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "Undocumented event bits: the TRM field is 16:0 (\"17 possible events\") but describes only 0-13.",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
         ],
@@ -1031,9 +1034,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA feature group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1046,9 +1049,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA feature group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA feature group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1061,9 +1064,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA weight group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1076,9 +1079,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA weight group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA weight group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1091,9 +1094,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA CSC group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1106,9 +1109,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CNA CSC group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CNA CSC group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1121,9 +1124,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CORE group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1136,9 +1139,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CORE group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "CORE group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1151,9 +1154,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DPU group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1166,9 +1169,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DPU group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1181,9 +1184,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 0 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "PPU group 0 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1196,9 +1199,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "PPU group 1 done (the TRM and Mesa register database docs/provenance.md).",
+                doc: "PPU group 1 done (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1211,9 +1214,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA read error (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DMA read error (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1226,9 +1229,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "DMA write error (the TRM and Mesa register database docs/provenance.md).",
+                doc: "DMA write error (docs/hardware/registers.md#interrupts).",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1243,7 +1246,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "Undocumented event bits: the TRM field is 16:0 (\"17 possible events\") but describes only 0-13.",
                 discrepancy: Some(
-                    "TRM marks the register W1C; drivers treat it as read-only (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM marks the register W1C; drivers treat it as read-only (docs/hardware/registers.md#discrepancies).",
                 ),
             },
         ],
@@ -1307,7 +1310,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "Reserved by the TRM; both kernels write 1 ((0x6 | pp_en) << 12); meaning unknown (the TRM and Mesa register database docs/provenance.md).",
+                doc: "Reserved by the TRM; both kernels write 1 ((0x6 | pp_en) << 12); meaning unknown (docs/hardware/registers.md#discrepancies).",
                 discrepancy: None,
             },
         ],
@@ -1356,7 +1359,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "[11:0] current task counter; [12] first task running / fetching; [13] last task running / fetching (TRM lists bits 12/13 twice). Drivers read &0xfff.",
             discrepancy: Some(
-                "TRM lists bits 12/13 twice (running vs fetching) and marks the register RW; treated as read-only status (the TRM and Mesa register database docs/provenance.md).",
+                "TRM lists bits 12/13 twice (running vs fetching) and marks the register RW; treated as read-only status (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -1509,7 +1512,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (the TRM and Mesa register database docs/provenance.md).",
+                doc: "Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (docs/hardware/registers.md#discrepancies).",
                 discrepancy: None,
             },
         ],
@@ -1533,7 +1536,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             values: None,
             minus_one: false,
             hex: false,
-            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.",
+            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.",
             discrepancy: None,
         }],
     },
@@ -1714,7 +1717,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "Kernel groups minus one (int8: 32 kernels per group; int16/fp16: 16). TRM example: 256 int8 kernels -> 256/32-1 (TRM misprints the result as 15). mtx/Mesa/RKNN GEMM leave 0.",
                 discrepancy: Some(
-                    "TRM example \"256/32 - 1 = 15\" is arithmetically wrong (7); no known encoder sets the field (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM example \"256/32 - 1 = 15\" is arithmetically wrong (7); no known encoder sets the field (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -1727,7 +1730,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "Reserved by the TRM; RKNN lists after the first write 0x20, 0x40 or 0x50 here (bits 29, 30, 28); meaning unknown (the TRM and Mesa register database docs/provenance.md).",
+                doc: "Reserved by the TRM; RKNN lists after the first write 0x20, 0x40 or 0x50 here (bits 29, 30, 28); meaning unknown (docs/hardware/registers.md#discrepancies).",
                 discrepancy: None,
             },
         ],
@@ -1908,7 +1911,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "Real channel count when the padded count differs. All writers store real-1 (TRM does not say minus one).",
                 discrepancy: Some(
-                    "TRM does not mention the minus one that all encoders use (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM does not mention the minus one that all encoders use (docs/hardware/registers.md#discrepancies).",
                 ),
             },
         ],
@@ -2091,9 +2094,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CBUF banks given to feature data (count, >=1 in practice); TRM text says 0 = bank 0 only (§7).",
+                doc: "CBUF banks given to feature data (count, >=1 in practice); TRM text says 0 = bank 0 only (docs/hardware/registers.md#discrepancies).",
                 discrepancy: Some(
-                    "TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -2106,9 +2109,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "CBUF banks given to weights. In practice a count with DATA_BANK+WEIGHT_BANK = 12 (e.g. 0xb1, 0x2a); the TRM text describes an 8-bank numbering (see §7).",
+                doc: "CBUF banks given to weights. In practice a count with DATA_BANK+WEIGHT_BANK = 12 (e.g. 0xb1, 0x2a); the TRM text describes an 8-bank numbering (see docs/hardware/registers.md#discrepancies).",
                 discrepancy: Some(
-                    "TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (the TRM and Mesa register database docs/provenance.md).",
+                    "TRM text enumerates an 8-bank numbering (inherited from RK3568); every encoder writes bank counts with DATA_BANK + WEIGHT_BANK = 12 (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -2171,9 +2174,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             values: None,
             minus_one: false,
             hex: false,
-            doc: "CBUF space for one feature row; TRM says 'banks', writers use ceil(row_bytes/64) (RKNN fp16 GEMM, 448 ch x 1 px -> 14). Width 13 vs 14 bits, see §7.",
+            doc: "CBUF space for one feature row; TRM says 'banks', writers use ceil(row_bytes/64) (RKNN fp16 GEMM, 448 ch x 1 px -> 14). Width 13 vs 14 bits, see docs/hardware/registers.md#discrepancies.",
             discrepancy: Some(
-                "TRM gives 12:0 (13 bits), Mesa XML 13:0; values >= 0x2000 are unverified. Unit undocumented: writers use ceil(row_bytes/64) (the TRM and Mesa register database docs/provenance.md).",
+                "TRM gives 12:0 (13 bits), Mesa XML 13:0; values >= 0x2000 are unverified. Unit undocumented: writers use ceil(row_bytes/64) (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -2660,9 +2663,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             values: None,
             minus_one: false,
             hex: false,
-            doc: "Feature line stride ('feature width with virtual box'). Unit not documented; observed: mtx int8/fp16 GEMM 4*width, RKNN fp16 GEMM K=448 -> 0x38 (§7).",
+            doc: "Feature line stride ('feature width with virtual box'). Unit not documented; observed: mtx int8/fp16 GEMM 4*width, RKNN fp16 GEMM K=448 -> 0x38 (docs/hardware/registers.md#discrepancies).",
             discrepancy: Some(
-                "Unit undocumented; encoders use different formulas (mtx 4 x width, RKNN fp16 K=448 -> 0x38, Mesa calc_line_stride/4) (the TRM and Mesa register database docs/provenance.md).",
+                "Unit undocumented; encoders use different formulas (mtx 4 x width, RKNN fp16 K=448 -> 0x38, Mesa calc_line_stride/4) (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -2687,7 +2690,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "Feature surface stride ('actual surface area'); RKNN/mtx write (-3 & 0xfffffff) for h=1 inputs.",
             discrepancy: Some(
-                "Unit undocumented; RKNN and mtx write 0x0FFFFFFD for h = 1 inputs (the TRM and Mesa register database docs/provenance.md).",
+                "Unit undocumented; RKNN and mtx write 0x0FFFFFFD for h = 1 inputs (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -2896,9 +2899,9 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             values: None,
             minus_one: false,
             hex: true,
-            doc: "Weight base address. This is the normal weight pointer even with decompression off. TRM: bits 31:4; XML: 31:0 (§7).",
+            doc: "Weight base address. This is the normal weight pointer even with decompression off. TRM: bits 31:4; XML: 31:0 (docs/hardware/registers.md#discrepancies).",
             discrepancy: Some(
-                "TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (the TRM and Mesa register database docs/provenance.md).",
+                "TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -3465,7 +3468,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 values: None,
                 minus_one: false,
                 hex: false,
-                doc: "Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (the TRM and Mesa register database docs/provenance.md).",
+                doc: "Reserved by the TRM; both kernels write the core index here (0x10000000 x core) over MMIO (docs/hardware/registers.md#discrepancies).",
                 discrepancy: None,
             },
         ],
@@ -3489,7 +3492,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             values: None,
             minus_one: false,
             hex: false,
-            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.",
+            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.",
             discrepancy: None,
         }],
     },
@@ -3862,7 +3865,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             values: None,
             minus_one: false,
             hex: false,
-            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.",
+            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.",
             discrepancy: None,
         }],
     },
@@ -4142,7 +4145,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: true,
             doc: "Output DMA address. TRM: bits 31:4 (16-byte aligned); XML/Mesa: 31:0; writers store the raw byte address.",
             discrepancy: Some(
-                "TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (the TRM and Mesa register database docs/provenance.md).",
+                "TRM gives 31:4 (bits 3:0 reserved), Mesa XML 31:0; modelled as a raw 32-bit address that must be 16-byte aligned (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -6264,7 +6267,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             values: None,
             minus_one: false,
             hex: false,
-            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.",
+            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.",
             discrepancy: None,
         }],
     },
@@ -7143,7 +7146,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             values: None,
             minus_one: false,
             hex: false,
-            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.",
+            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.",
             discrepancy: None,
         }],
     },
@@ -7650,7 +7653,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "Processing precision.",
                 discrepancy: Some(
-                    "An fp16 RKNN capture writes 0 (int8) here; whether the field matters for 1x1 copy pooling is unresolved (the TRM and Mesa register database docs/provenance.md).",
+                    "An fp16 RKNN capture writes 0 (int8) here; whether the field matters for 1x1 copy pooling is unresolved (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {
@@ -7905,7 +7908,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             values: None,
             minus_one: false,
             hex: false,
-            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (§4.3), not individually.",
+            doc: "1 = start this block on the current group; this and later registers are shadowed. Normally set via the regcmd op-enable entry (docs/hardware/registers.md#op-enable), not individually.",
             discrepancy: None,
         }],
     },
@@ -8068,7 +8071,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "0 4-bit, 1 8-bit, 2 16-bit, 3 32-bit (note: different encoding from other precision fields).",
             discrepancy: Some(
-                "An fp16 RKNN capture writes 1 (\"8-bit\" by the TRM); unresolved (the TRM and Mesa register database docs/provenance.md).",
+                "An fp16 RKNN capture writes 1 (\"8-bit\" by the TRM); unresolved (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -8635,7 +8638,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "DMA idle flag (TRM marks RW).",
             discrepancy: Some(
-                "TRM marks this idle flag RW; treat as read-only status (the TRM and Mesa register database docs/provenance.md).",
+                "TRM marks this idle flag RW; treat as read-only status (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -9202,7 +9205,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
             hex: false,
             doc: "DMA idle flag (TRM marks RW).",
             discrepancy: Some(
-                "TRM marks this idle flag RW; treat as read-only status (the TRM and Mesa register database docs/provenance.md).",
+                "TRM marks this idle flag RW; treat as read-only status (docs/hardware/registers.md#discrepancies).",
             ),
         }],
     },
@@ -9228,7 +9231,7 @@ pub static REGISTERS: [RegisterInfo; 201] = [
                 hex: false,
                 doc: "CNA enable. Bit 1 is reserved (RO).",
                 discrepancy: Some(
-                    "mtx512 labels bit 2 \"CNA\" and bit 3 \"DPU\"; the TRM (used here) says bit 0 CNA, bit 2 CORE, bit 3 DPU. Both give 0x0D for conv (the TRM and Mesa register database docs/provenance.md).",
+                    "mtx512 labels bit 2 \"CNA\" and bit 3 \"DPU\"; the TRM (used here) says bit 0 CNA, bit 2 CORE, bit 3 DPU. Both give 0x0D for conv (docs/hardware/registers.md#discrepancies).",
                 ),
             },
             FieldInfo {

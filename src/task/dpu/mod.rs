@@ -66,7 +66,7 @@ impl OutCvt {
 pub struct OwCfg {
     /// `OD_BYPASS`.
     pub od_bypass: bool,
-    /// `SIZE_E_0..2`: output-line channel groups, per output type (board-validated programs; docs/provenance.md).
+    /// `SIZE_E_0..2`: output-line channel groups, per output type (docs/hardware/matmul-recipe.md#validated-values).
     pub size_e: [u32; 3],
     /// `OW_SRC`.
     pub ow_src: u32,
