@@ -3,9 +3,10 @@
 //!
 //! Inputs are the golden fixture, hand-built regcmd words and pseudo-random bytes written
 //! to uniquely named files under the system temporary directory (removed afterwards).
-//! When `../shared/captures` exists next to the crate, every captured regcmd file in it
+//! When `../shared/captures` exists next to the repository, every captured regcmd file in it
 //! must decode without an unknown entry.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::ffi::OsStr;
@@ -33,7 +34,7 @@ const GOLDEN_SUMMARY: &str = "summary: 112 entries, 0 unknown";
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/regcmd")
+        .join("../fixtures/regcmd")
         .join(name)
 }
 
@@ -456,7 +457,7 @@ fn regcmd_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn decode_shared_captures_exit_0_with_0_unknown() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures");
     if !dir.is_dir() {
         eprintln!(
             "note: {} does not exist; skipping the capture check",

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
 
 fn golden() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/regcmd/worked-int8-4x32x32.bin")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/regcmd/worked-int8-4x32x32.bin")
 }
 
 /// A file under the temporary directory, removed when dropped.
