@@ -1,45 +1,38 @@
 //! `rknpu decode FILE [--json] [--addr ADDR] [--strict]`.
 
-use crate::{Failure, parse_u32, usage};
+use crate::{Failure, parse_u32};
 use rknpu_driver::regcmd;
 
-/// Decodes a file of little-endian regcmd entries to text or JSON.
-pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
-    let mut file = None;
-    let mut json = false;
-    let mut strict = false;
-    let mut addr = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--json" => json = true,
-            "--strict" => strict = true,
-            "--addr" => {
-                let v = it.next().ok_or_else(|| usage("--addr needs a value"))?;
-                addr = Some(
-                    parse_u32(v)
-                        .ok_or_else(|| usage(format!("--addr: not a 32-bit address: {v}")))?,
-                );
-            }
-            s if s.starts_with('-') => return Err(usage(format!("decode: unknown option {s}"))),
-            s if file.is_none() => file = Some(s.to_string()),
-            s => return Err(usage(format!("decode: unexpected argument {s}"))),
-        }
-    }
-    let file = file.ok_or_else(|| usage("decode: missing FILE"))?;
-    let bytes = std::fs::read(&file).map_err(|e| Failure(1, format!("{file}: {e}")))?;
+/// The arguments of `rknpu decode`.
+#[derive(clap::Args)]
+pub(crate) struct DecodeArgs {
+    /// A raw file of little-endian u64 regcmd entries (the bytes the NPU fetches).
+    #[arg(value_name = "FILE")]
+    file: String,
+    /// Print one JSON document (entries, tasks and the summary) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The device address of the first word: chain addresses are then shown as the tasks
+    /// they lead to (text only).
+    #[arg(long, value_name = "ADDR", value_parser = parse_u32, conflicts_with = "json")]
+    addr: Option<u32>,
+    /// Exit 1 when an entry is unknown to the register model.
+    #[arg(long)]
+    strict: bool,
+}
+
+/// Decodes a file of little-endian regcmd entries to text (ending with the summary line)
+/// or to one JSON document (holding the summary).
+pub(crate) fn run(a: DecodeArgs) -> Result<(), Failure> {
+    let file = &a.file;
+    let bytes = std::fs::read(file).map_err(|e| Failure(1, format!("{file}: {e}")))?;
     let decoded = regcmd::decode_bytes(&bytes).map_err(|e| Failure(1, format!("{file}: {e}")))?;
-    if json {
+    if a.json {
         outln!("{}", decoded.to_json());
-        outln!(
-            "summary: {} entries, {} unknown",
-            decoded.entries.len(),
-            decoded.unknown()
-        );
     } else {
-        out!("{}", decoded.to_text(addr));
+        out!("{}", decoded.to_text(a.addr));
     }
-    if strict && decoded.unknown() > 0 {
+    if a.strict && decoded.unknown() > 0 {
         return Err(Failure(
             1,
             format!("{file}: {} unknown entries", decoded.unknown()),

@@ -1,6 +1,6 @@
 //! `rknpu doctor`: the bring-up ladder of [`rknpu_driver::doctor`], one line per rung.
 
-use crate::{Failure, parse_u64, usage};
+use crate::{Failure, parse_u64};
 use rknpu_driver::doctor::{self, Observer, Options, RungReport};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,41 +15,43 @@ impl Observer for PrintRungs {
     }
 }
 
-/// `[--device SPEC] [--bundle DIR] [--timeout MS]`.
-fn parse(args: &[String]) -> Result<(Option<String>, Options), Failure> {
-    let mut device = None;
-    let mut opts = Options::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| usage(format!("doctor: {a} needs a value")))
-        };
-        match a.as_str() {
-            "--device" => device = Some(value()?),
-            "--bundle" => opts.bundle = Some(PathBuf::from(value()?)),
-            "--timeout" => {
-                let v = value()?;
-                let ms = parse_u64(&v)
-                    .filter(|&ms| ms > 0)
-                    .ok_or_else(|| usage(format!("doctor: --timeout {v}: milliseconds, > 0")))?;
-                opts.deadline = Duration::from_millis(ms);
-            }
-            other => return Err(usage(format!("doctor: unexpected argument {other}"))),
-        }
+/// The arguments of `rknpu doctor`.
+#[derive(clap::Args)]
+pub(crate) struct DoctorArgs {
+    /// The device, as RKNPU_DEVICE names it: auto, emu, emu:rocket, emu:vendor-0.9.6 or a
+    /// node path. Without it, or with auto: RKNPU_DEVICE, else probing (never the
+    /// emulated kernel as a fallback).
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<String>,
+    /// Also write device.txt, a trace per rung and report.txt to DIR (created if
+    /// missing), for a bug report.
+    #[arg(long, value_name = "DIR")]
+    bundle: Option<PathBuf>,
+    /// Every job's deadline in milliseconds (default 2000).
+    #[arg(long, value_name = "MS", value_parser = parse_timeout)]
+    timeout: Option<Duration>,
+}
+
+/// A positive number of milliseconds (a `clap` value parser).
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    match parse_u64(s)? {
+        0 => Err("the deadline is a positive number of milliseconds".into()),
+        ms => Ok(Duration::from_millis(ms)),
     }
-    // `auto` probes like no option at all (RKNPU_DEVICE, then the nodes): unlike
-    // `rknpu matmul`, the doctor never falls back to the emulated kernel.
-    let device = device.filter(|d| d != "auto");
-    Ok((device, opts))
 }
 
 /// Runs the ladder; exit 0 when every rung passes (or is skipped), 1 at the first failure
 /// or when the bundle could not be written.
-pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
-    let (device, mut opts) = parse(args)?;
+pub(crate) fn run(a: DoctorArgs) -> Result<(), Failure> {
+    let mut opts = Options::default();
+    if let Some(deadline) = a.timeout {
+        opts.deadline = deadline;
+    }
+    opts.bundle = a.bundle;
     opts.observer = Some(Arc::new(PrintRungs));
+    // `auto` probes like no option at all (RKNPU_DEVICE, then the nodes): unlike
+    // `rknpu matmul`, the doctor never falls back to the emulated kernel.
+    let device = a.device.filter(|d| d != "auto");
     let report = doctor::run_spec(device.as_deref(), &opts);
     outln!("{}", report.summary());
     if let Some(dir) = &opts.bundle {

@@ -1,6 +1,8 @@
 //! `rknpu`: the command-line tool of rknpu-driver (see docs/cli.md). One module per
-//! command; this file holds the usage text, what the commands share, and the dispatch.
+//! command, each with its arguments as a `clap` type; this file holds the command tree,
+//! what the commands share (number parsers, output macros) and the dispatch.
 
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use rknpu_driver::regcmd;
 use std::process::ExitCode;
 
@@ -35,99 +37,120 @@ mod sim;
 mod trace;
 mod verify;
 
-const USAGE: &str = "\
-usage: rknpu <command> [options]
+/// The command line: one subcommand.
+#[derive(Parser)]
+#[command(
+    name = "rknpu",
+    version,
+    about = "Decode, simulate, verify, trace and run programs for the Rockchip RK3588 NPU",
+    long_about = None,
+    subcommand_required = true,
+    arg_required_else_help = true,
+    after_help = "Exit codes: 0 success, 1 bad input or a failed check, 2 usage error.\n\
+                  Numbers take decimal or 0x hexadecimal. More in docs/cli.md."
+)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
 
-commands:
-  decode FILE [--json] [--addr ADDR] [--strict]
-        Decode a raw file of little-endian u64 regcmd entries. --addr gives the device
-        address of the first word (resolves chain addresses to tasks). --strict exits 1
-        when an entry is unknown. The last line is `summary: <N> entries, <U> unknown`.
-  sim run --regcmd PROG.bin [--regcmd-addr ADDR] [--task-words N] [--core C]
-          [--load ADDR=FILE]... [--dump ADDR:LEN=FILE]... [--int-mask MASK]
-        Run a regcmd program on the simulator. PROG.bin (little-endian u64 entries) is
-        placed at ADDR (default 0). --task-words is the first task's body length
-        (regcfg_amount); by default the body runs up to the first task tail. --load
-        places a file at a device address; --dump writes LEN bytes from a device address
-        to a file after the run (a region that is not loaded is created zeroed).
-        --int-mask is the completion mask (default 0x300). Prints the tasks run, the
-        interrupt status and every lint; exit 0 when the program completed.
-  matmul --m M --k K --n N --dtype int8|int4|fp16 [--out int32|int16|fp32|fp16]
-         [--cores 1|2|3] [--device auto|emu|PATH] [--seed S] [--trace FILE] [--incremental]
-        Multiply seeded random matrices on the NPU (or, with no NPU, the emulated kernel),
-        check against a CPU reference, print the plan, a time breakdown, the largest
-        error and OK. --out is the result type: int32 (int8, int4), int16 (int4), fp32 or
-        fp16 (fp16; written by the NPU, K within one wave). --trace records the run to
-        FILE (docs/trace-format.md); so does RKNPU_TRACE=FILE for any program using the
-        library. --incremental writes tasks after the first two of each core's chain as
-        incremental bodies (vendor driver only; refused on rocket).
-  matmul --m M --k K --n N --dtype ... [--out ...] [--cores C] --emit FILE
-        Write the plan's program without running it (no device is opened): little-endian
-        u64 words bound at 0x10000000, A, weights and C at 0x20000000, 0x30000000 and
-        0x40000000; print each buffer's id, address, length and access, and the
-        `rknpu verify` command that checks them.
-  verify --regcmd PROG.bin [--regcmd-addr ADDR] [--task-words N] --buffer ADDR:LEN:r|w|rw ...
-        Check that every DMA range of every task of the program lies inside a listed
-        buffer that allows its access (r, w or rw); print each task's ranges. The program
-        sits at ADDR (default 0x10000000) and its own buffer is listed as readable unless
-        a --buffer covers it. --task-words N: only the first N words are the program.
-        Exit 0 when every range passes, 1 when one does not (named) or a task does not
-        decode, 2 on usage errors (options, an unreadable or ragged file).
-  bench pack
-        Packing throughput against memcpy of the same bytes, measured in the same run:
-        int8 weight packing from K x N and from N x K, int4 weight packing (4096x4096),
-        int8 activation packing (128x4096), int32 output unpacking (128x4096).
-  trace import --regcmd PROG.bin [--regcmd-addr ADDR] [--task-words N] [--load ADDR=FILE]...
-               [--expect ADDR=FILE]... --out FILE
-  trace import --capture DIR --out FILE
-        Build a trace (docs/trace-format.md) from the inputs of `sim run` and the contents
-        expected after the run, or from a capture folder (task-NN.regcmd.bin or
-        regcmd.bin, buf-ADDR.bin, meta.json).
-  trace dump FILE
-        Print a trace as stable text, each task's list decoded.
-  trace replay FILE [--mode check|model|hw] [--ulps N]
-        check: decode and check every task and relocation; model (the default): run on
-        the simulator and compare completions and outputs; hw: run on the device that
-        RKNPU_DEVICE or probing finds, buffers relocated. --ulps sets how far fp16, bf16
-        and fp32 outputs may differ (default 0 for traces from the emulated kernel, 2
-        otherwise). Exit 0 on a match, 1 on a mismatch (with where), 2 on usage errors.
-  doctor [--device auto|emu|emu:rocket|emu:vendor-0.9.6|PATH] [--bundle DIR] [--timeout MS]
-        The bring-up ladder for a new board or kernel: probe the node and driver, check
-        buffers, then run programs from the worked example up to the matmul grid on 1, 2
-        and 3 cores, each job with a deadline (--timeout, default 2000 ms). One line per
-        rung (ok, skip or FAIL, with its time); it stops at the first failure with a
-        diagnosis. --bundle writes device.txt, a trace per rung and report.txt to DIR for
-        a bug report. Without --device (or with auto): RKNPU_DEVICE, else probing.
-        Exit 0 when every rung passes, 1 at the first failure, 2 on usage errors.
-  info  Print the NPU this machine has (or the emulated one that RKNPU_DEVICE selects):
-        interface, node, driver name and version, cores, IOMMU state.
-  help  Show this text.
+/// The commands, in the order `rknpu --help` lists them.
+#[derive(Subcommand)]
+enum Command {
+    /// Decode a file of regcmd entries to text or JSON.
+    ///
+    /// The file holds little-endian u64 entries (the bytes the NPU fetches). Text ends
+    /// with the line `summary: <N> entries, <U> unknown`; --json prints one JSON document
+    /// whose "summary" holds the same counts.
+    Decode(decode::DecodeArgs),
+    /// Run regcmd programs on the simulator.
+    Sim {
+        /// What to do with the simulator.
+        #[command(subcommand)]
+        command: sim::SimCommand,
+    },
+    /// Multiply random matrices on the NPU and check them against the CPU.
+    ///
+    /// Seeded random matrices are multiplied on the NPU (or, with no NPU, the emulated
+    /// kernel) and checked against a CPU reference; the plan, a time breakdown, the
+    /// largest error and OK are printed. --plan-only only plans the product; --emit only
+    /// writes its program.
+    Matmul(matmul::MatmulArgs),
+    /// Check a program's DMA ranges against the buffers of a job.
+    ///
+    /// Every DMA range of every task must lie inside a listed buffer that allows its
+    /// access; each task's ranges are printed. Exit 1 when one does not (named) or a task
+    /// does not decode.
+    Verify(verify::VerifyArgs),
+    /// Measure the library's own speed.
+    Bench {
+        /// The benchmark.
+        #[command(subcommand)]
+        command: bench::BenchCommand,
+    },
+    /// Build, print and replay traces (docs/trace-format.md).
+    Trace {
+        /// What to do with a trace.
+        #[command(subcommand)]
+        command: trace::TraceCommand,
+    },
+    /// Print the NPU this machine has.
+    ///
+    /// Or the emulated one RKNPU_DEVICE selects: interface, node, driver name and version,
+    /// cores, IOMMU state, clock.
+    Info,
+    /// Run the bring-up ladder for a new board or kernel.
+    ///
+    /// Probe the node and driver, check buffers, then run programs from the worked example
+    /// up to the matmul grid on 1, 2 and 3 cores, each job with a deadline. One line per
+    /// rung (ok, skip or FAIL, with its time); it stops at the first failure with a
+    /// diagnosis. Exit 0 when every rung passes, 1 at the first failure.
+    Doctor(doctor::DoctorArgs),
+}
 
-exit codes: 0 success, 1 bad input, 2 usage error";
-
-/// A failure with its exit code: 1 for bad input, 2 for usage.
+/// A failure with its exit code: 1 for bad input or a failed check, 2 for usage.
 struct Failure(u8, String);
 
+/// A usage error (exit 2) found after the arguments parsed: a combination of options, or
+/// an input `verify` or `sim run` cannot take.
 fn usage(msg: impl Into<String>) -> Failure {
     Failure(2, msg.into())
 }
 
-fn parse_u32(s: &str) -> Option<u32> {
-    parse_u64(s).and_then(|v| u32::try_from(v).ok())
+/// A decimal or `0x` hexadecimal number of 32 bits (a `clap` value parser).
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let v = parse_u64(s)?;
+    u32::try_from(v).map_err(|_| format!("{v:#x} does not fit in 32 bits"))
 }
 
-/// A decimal or `0x` hexadecimal number.
-fn parse_u64(s: &str) -> Option<u64> {
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => s.parse().ok(),
-    }
+/// A decimal or `0x` hexadecimal number of 64 bits (a `clap` value parser).
+fn parse_u64(s: &str) -> Result<u64, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|e| format!("not a number (decimal or 0x hexadecimal): {e}"))
 }
 
-/// `ADDR=FILE`.
-fn parse_load(s: &str) -> Option<(u32, String)> {
-    let (a, f) = s.split_once('=')?;
-    Some((parse_u32(a)?, f.to_string()))
+/// A file placed at a device address: `ADDR=FILE`.
+#[derive(Clone, Debug)]
+struct AddrFile {
+    /// The device address.
+    addr: u32,
+    /// The file.
+    file: String,
+}
+
+/// `ADDR=FILE` (a `clap` value parser).
+fn parse_addr_file(s: &str) -> Result<AddrFile, String> {
+    let (a, f) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected ADDR=FILE, got {s}"))?;
+    Ok(AddrFile {
+        addr: parse_u32(a)?,
+        file: f.to_string(),
+    })
 }
 
 /// The first task's body: entries before the first tail (the four entries that end with
@@ -141,36 +164,134 @@ fn first_body(words: &[regcmd::RegCmd]) -> usize {
         })
 }
 
+/// The usage line of the command at `path` (subcommand names below `cmd`, as far as they
+/// name subcommands) and where its help is.
+fn usage_of(cmd: &mut clap::Command, path: &[String]) -> String {
+    if let Some((name, rest)) = path.split_first()
+        && let Some(next) = cmd.find_subcommand_mut(name)
+    {
+        return usage_of(next, rest);
+    }
+    let usage = cmd.render_usage().to_string();
+    let name = cmd.get_bin_name().unwrap_or("rknpu").to_string();
+    format!("{usage}\n\nFor more information, try '{name} --help'.")
+}
+
+/// The subcommand names the parsed arguments selected, outermost first.
+fn path_of(matches: &clap::ArgMatches) -> Vec<String> {
+    let mut path = Vec::new();
+    let mut m = matches;
+    while let Some((name, sub)) = m.subcommand() {
+        path.push(name.to_string());
+        m = sub;
+    }
+    path
+}
+
+/// The subcommand names in arguments that did not parse: the leading words that are not
+/// options (the commands with subcommands take no option but `--help`).
+fn path_in(args: &[std::ffi::OsString]) -> Vec<String> {
+    args.iter()
+        .skip(1)
+        .map_while(|a| a.to_str().filter(|a| !a.starts_with('-')))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Reports a usage error clap found and exits 2; help and version exit 0 as clap does.
+/// The message ends with the usage of the command it concerns (clap leaves it out of
+/// some errors, such as a bad value) and where that command's help is.
+fn parse_error(e: clap::Error, cmd: &mut clap::Command, args: &[std::ffi::OsString]) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    let text = e.render().to_string();
+    let lines: Vec<&str> = text
+        .trim_end()
+        .lines()
+        .filter(|l| !l.starts_with("For more information, try"))
+        .collect();
+    let has_usage = lines.iter().any(|l| l.starts_with("Usage:"));
+    eprintln!("{}", lines.join("\n").trim_end());
+    let usage = usage_of(cmd, &path_in(args));
+    if has_usage {
+        // Keep clap's usage line; add only where the help is.
+        let help = usage.lines().last().unwrap_or_default();
+        eprintln!("\n{help}");
+    } else {
+        eprintln!("\n{usage}");
+    }
+    std::process::exit(2);
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("decode") => decode::run(&args[1..]),
-        Some("sim") => sim::run(&args[1..]),
-        Some("info") => info::run(&args[1..]),
-        Some("doctor") => doctor::run(&args[1..]),
-        Some("matmul") => matmul::run(&args[1..]),
-        Some("bench") => bench::run(&args[1..]),
-        Some("trace") => trace::run(&args[1..]),
-        Some("verify") => verify::run(&args[1..]),
-        Some("help") | Some("--help") | Some("-h") => {
-            outln!("{USAGE}");
-            Ok(())
-        }
-        Some("--version") | Some("-V") => {
-            outln!("rknpu {}", env!("CARGO_PKG_VERSION"));
-            Ok(())
-        }
-        Some(other) => Err(usage(format!("unknown command {other}"))),
-        None => Err(usage("missing command")),
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut cmd = Cli::command();
+    // clap's own errors exit 2; --help and --version print to stdout and exit 0.
+    let matches = match cmd.try_get_matches_from_mut(&args) {
+        Ok(m) => m,
+        Err(e) => parse_error(e, &mut cmd, &args),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => parse_error(e, &mut cmd, &args),
+    };
+    let result = match cli.command {
+        Command::Decode(a) => decode::run(a),
+        Command::Sim { command } => sim::run(command),
+        Command::Matmul(a) => matmul::run(a),
+        Command::Verify(a) => verify::run(a),
+        Command::Bench { command } => bench::run(command),
+        Command::Trace { command } => trace::run(command),
+        Command::Info => info::run(),
+        Command::Doctor(a) => doctor::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(code, msg)) => {
             eprintln!("rknpu: {msg}");
             if code == 2 {
-                eprintln!("{USAGE}");
+                eprintln!("\n{}", usage_of(&mut cmd, &path_of(&matches)));
             }
             ExitCode::from(code)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Cli, parse_addr_file, parse_u32, parse_u64};
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn numbers_are_decimal_or_hexadecimal() {
+        assert_eq!(parse_u64("4096"), Ok(4096));
+        assert_eq!(parse_u64("0x1000"), Ok(4096));
+        assert_eq!(parse_u64("0X1000"), Ok(4096));
+        assert_eq!(parse_u32("0xffffffff"), Ok(u32::MAX));
+        assert!(parse_u32("0x100000000").is_err());
+        assert!(parse_u64("").is_err());
+        assert!(parse_u64("0x").is_err());
+        assert!(parse_u64("-1").is_err());
+        assert!(parse_u64("12k").is_err());
+    }
+
+    #[test]
+    fn a_load_is_an_address_and_a_file() {
+        let a = parse_addr_file("0x200000=a.bin").map(|a| (a.addr, a.file));
+        assert_eq!(a, Ok((0x20_0000, "a.bin".to_string())));
+        assert!(parse_addr_file("0x200000").is_err());
+        assert!(parse_addr_file("zz=a.bin").is_err());
     }
 }

@@ -1,121 +1,100 @@
 //! `rknpu sim run`: a regcmd program on the simulator.
 
-use crate::{Failure, first_body, parse_load, parse_u32, usage};
+use crate::{AddrFile, Failure, first_body, parse_addr_file, parse_u32, usage};
 use rknpu_driver::regcmd;
 use rknpu_driver::sim::{CoreRun, Kick, SimError, Simulator};
 use rknpu_driver::submit::irq;
 
-/// What `sim run` was asked.
-struct SimArgs {
-    prog: String,
-    addr: u32,
-    task_words: Option<u32>,
-    core: usize,
-    loads: Vec<(u32, String)>,
-    dumps: Vec<(u32, u32, String)>,
-    int_mask: u32,
+/// The subcommands of `rknpu sim`.
+#[derive(clap::Subcommand)]
+pub(crate) enum SimCommand {
+    /// Run a regcmd program on the simulator.
+    ///
+    /// Print the tasks run, the interrupt status and every lint; exit 0 when the program
+    /// completed, 1 on a simulator error, a stall or a status that does not match the
+    /// mask.
+    Run(SimArgs),
 }
 
-/// `ADDR:LEN=FILE`.
-fn parse_dump(s: &str) -> Option<(u32, u32, String)> {
-    let (range, f) = s.split_once('=')?;
-    let (a, l) = range.split_once(':')?;
-    Some((parse_u32(a)?, parse_u32(l)?, f.to_string()))
+/// The arguments of `rknpu sim run`.
+#[derive(clap::Args)]
+pub(crate) struct SimArgs {
+    /// The program: little-endian u64 regcmd entries.
+    #[arg(long = "regcmd", value_name = "PROG.bin")]
+    prog: String,
+    /// The device address the program is placed at (16-byte aligned).
+    #[arg(long = "regcmd-addr", value_name = "ADDR", default_value = "0", value_parser = parse_u32)]
+    addr: u32,
+    /// The first task's body length in words (the vendor kernel's regcfg_amount). Default:
+    /// the entries before the first task tail, or the whole file when there is none.
+    #[arg(long, value_name = "N", value_parser = parse_u32)]
+    task_words: Option<u32>,
+    /// The core that runs the program.
+    #[arg(long, value_name = "0|1|2", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
+    core: u8,
+    /// Place FILE's bytes at device address ADDR before the run (repeatable; regions must
+    /// not overlap each other or the program).
+    #[arg(long = "load", value_name = "ADDR=FILE", value_parser = parse_addr_file)]
+    loads: Vec<AddrFile>,
+    /// After the run, write LEN bytes from device address ADDR to FILE (repeatable); a
+    /// range no --load covers is created zeroed before the run.
+    #[arg(long = "dump", value_name = "ADDR:LEN=FILE", value_parser = parse_dump)]
+    dumps: Vec<Dump>,
+    /// The completion interrupt mask (default 0x300, the DPU pair).
+    #[arg(long, value_name = "MASK", value_parser = parse_u32)]
+    int_mask: Option<u32>,
+}
+
+/// A range to write to a file after the run: `ADDR:LEN=FILE`.
+#[derive(Clone, Debug)]
+pub(crate) struct Dump {
+    /// The device address.
+    addr: u32,
+    /// The length in bytes.
+    len: u32,
+    /// The file.
+    file: String,
+}
+
+/// `ADDR:LEN=FILE` (a `clap` value parser).
+fn parse_dump(s: &str) -> Result<Dump, String> {
+    let bad = || format!("expected ADDR:LEN=FILE, got {s}");
+    let (range, f) = s.split_once('=').ok_or_else(bad)?;
+    let (a, l) = range.split_once(':').ok_or_else(bad)?;
+    Ok(Dump {
+        addr: parse_u32(a)?,
+        len: parse_u32(l)?,
+        file: f.to_string(),
+    })
 }
 
 /// Runs the program, writes the dumps and prints what the run did; exit 0 when it
 /// completed.
-pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
-    let a = parse(args)?;
+pub(crate) fn run(command: SimCommand) -> Result<(), Failure> {
+    let SimCommand::Run(a) = command;
+    let int_mask = a.int_mask.unwrap_or(irq::DPU);
     let (mut sim, body) = load(&a)?;
     let kick = Kick {
-        core: a.core,
+        core: usize::from(a.core),
         regcmd_addr: a.addr,
         regcfg_amount: body,
         task_number: None,
-        int_mask: a.int_mask,
+        int_mask,
     };
     let run = sim.kick(&kick).map_err(|e| Failure(1, e.to_string()))?;
-    for (at, len, file) in &a.dumps {
+    for Dump {
+        addr: at,
+        len,
+        file,
+    } in &a.dumps
+    {
         let data = sim
             .memory()
             .read_vec(*at, *len as usize)
             .ok_or_else(|| Failure(1, format!("--dump {at:#x}:{len}: not in one region")))?;
         std::fs::write(file, data).map_err(|e| Failure(1, format!("{file}: {e}")))?;
     }
-    report(&run, a.int_mask)
-}
-
-fn parse(args: &[String]) -> Result<SimArgs, Failure> {
-    match args.first().map(String::as_str) {
-        Some("run") => {}
-        Some(other) => return Err(usage(format!("sim: unknown subcommand {other}"))),
-        None => return Err(usage("sim: missing subcommand (run)")),
-    }
-    let mut prog = None;
-    let mut a = SimArgs {
-        prog: String::new(),
-        addr: 0,
-        task_words: None,
-        core: 0,
-        loads: Vec::new(),
-        dumps: Vec::new(),
-        int_mask: irq::DPU,
-    };
-    let mut it = args[1..].iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| usage(format!("{name} needs a value")))
-        };
-        match arg.as_str() {
-            "--regcmd" => prog = Some(value("--regcmd")?),
-            "--regcmd-addr" => {
-                let v = value("--regcmd-addr")?;
-                a.addr = parse_u32(&v)
-                    .ok_or_else(|| usage(format!("--regcmd-addr: not a 32-bit address: {v}")))?;
-            }
-            "--task-words" => {
-                let v = value("--task-words")?;
-                a.task_words = Some(
-                    parse_u32(&v)
-                        .ok_or_else(|| usage(format!("--task-words: not a number: {v}")))?,
-                );
-            }
-            "--core" => {
-                let v = value("--core")?;
-                a.core = match v.as_str() {
-                    "0" => 0,
-                    "1" => 1,
-                    "2" => 2,
-                    _ => return Err(usage(format!("--core: 0, 1 or 2, not {v}"))),
-                };
-            }
-            "--load" => {
-                let v = value("--load")?;
-                a.loads.push(
-                    parse_load(&v)
-                        .ok_or_else(|| usage(format!("--load: expected ADDR=FILE, got {v}")))?,
-                );
-            }
-            "--dump" => {
-                let v = value("--dump")?;
-                a.dumps
-                    .push(parse_dump(&v).ok_or_else(|| {
-                        usage(format!("--dump: expected ADDR:LEN=FILE, got {v}"))
-                    })?);
-            }
-            "--int-mask" => {
-                let v = value("--int-mask")?;
-                a.int_mask =
-                    parse_u32(&v).ok_or_else(|| usage(format!("--int-mask: not a number: {v}")))?;
-            }
-            s => return Err(usage(format!("sim run: unexpected argument {s}"))),
-        }
-    }
-    a.prog = prog.ok_or_else(|| usage("sim run: missing --regcmd PROG.bin"))?;
-    Ok(a)
+    report(&run, int_mask)
 }
 
 /// A simulator with the program, the loaded files and the dump regions in memory, and
@@ -133,14 +112,14 @@ fn load(a: &SimArgs) -> Result<(Simulator, u32), Failure> {
     let mut sim = Simulator::new();
     let mem_err = |e: SimError| usage(e.to_string());
     sim.memory_mut().map(a.addr, bytes).map_err(mem_err)?;
-    for (at, file) in &a.loads {
+    for AddrFile { addr: at, file } in &a.loads {
         let data = read(file)?;
         if data.is_empty() {
             return Err(usage(format!("--load {at:#x}={file}: the file is empty")));
         }
         sim.memory_mut().map(*at, data).map_err(mem_err)?;
     }
-    for (at, len, _) in &a.dumps {
+    for Dump { addr: at, len, .. } in &a.dumps {
         let covered = sim.memory().read(*at as u64, *len as usize).is_some();
         if !covered {
             sim.memory_mut()
