@@ -82,15 +82,11 @@ pub(crate) fn run(command: SimCommand) -> Result<(), Failure> {
         int_mask,
     };
     let run = sim.kick(&kick).map_err(|e| Failure(1, e.to_string()))?;
-    for Dump {
-        addr: at,
-        len,
-        file,
-    } in &a.dumps
-    {
+    for d in &a.dumps {
+        let (at, len, file) = (d.addr, d.len, &d.file);
         let data = sim
             .memory()
-            .read_vec(*at, *len as usize)
+            .read_vec(at, len as usize)
             .ok_or_else(|| Failure(1, format!("--dump {at:#x}:{len}: not in one region")))?;
         std::fs::write(file, data).map_err(|e| Failure(1, format!("{file}: {e}")))?;
     }
