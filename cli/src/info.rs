@@ -1,12 +1,9 @@
 //! `rknpu info`: the NPU this machine has, or the emulated one `RKNPU_DEVICE` selects.
 
-use crate::{Failure, usage};
+use crate::Failure;
 
 /// Prints the device's interface, node, driver, cores, IOMMU state and clock.
-pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
-    if let Some(a) = args.first() {
-        return Err(usage(format!("info: unexpected argument {a}")));
-    }
+pub(crate) fn run() -> Result<(), Failure> {
     let dev = rknpu_driver::device::Device::open().map_err(|e| Failure(1, e.to_string()))?;
     let i = dev.info();
     outln!(

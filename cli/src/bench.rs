@@ -1,7 +1,17 @@
 //! `rknpu bench pack`: packing throughput against memcpy of the same bytes.
 
-use crate::{Failure, usage};
+use crate::Failure;
 use rknpu_driver::seeded::Rng;
+
+/// The benchmarks of `rknpu bench`.
+#[derive(clap::Subcommand)]
+pub(crate) enum BenchCommand {
+    /// Measure packing throughput against memcpy of the same bytes.
+    ///
+    /// Measured in the same run: int8 weight packing from K x N and from N x K, int4 weight packing (4096x4096),
+    /// int8 activation packing (128x4096), int32 output unpacking (128x4096).
+    Pack,
+}
 
 /// Best time of `f` over runs filling about 0.3 s.
 fn best_of(mut f: impl FnMut()) -> f64 {
@@ -18,13 +28,11 @@ fn best_of(mut f: impl FnMut()) -> f64 {
 }
 
 /// Measures each packer and prints its throughput beside memcpy's.
-pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
+pub(crate) fn run(command: BenchCommand) -> Result<(), Failure> {
     use rknpu_driver::kernels::matmul::{MatmulSpec, Plan, pack};
     use rknpu_driver::kernels::single::Dtype;
     use std::hint::black_box;
-    if args.first().map(String::as_str) != Some("pack") || args.len() != 1 {
-        return Err(usage("bench: the only benchmark is `bench pack`"));
-    }
+    let BenchCommand::Pack = command;
     let fail = |e: rknpu_driver::Error| Failure(1, e.to_string());
     let mut rng = Rng::new(7);
     let line = |name: &str, bytes: usize, secs: f64| {

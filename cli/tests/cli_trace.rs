@@ -7,7 +7,7 @@ const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
 
 fn fixture(ext: &str) -> String {
     format!(
-        "{}/fixtures/regcmd/worked-int8-4x32x32{ext}",
+        "{}/../fixtures/regcmd/worked-int8-4x32x32{ext}",
         env!("CARGO_MANIFEST_DIR")
     )
 }
@@ -206,7 +206,7 @@ fn a_trace_that_cannot_be_written_is_an_error() {
 fn captures_import_when_present() {
     let case = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/captures/wtwver-npu/rknn-matmul-int8-4x32x32"
+        "/../../shared/captures/wtwver-npu/rknn-matmul-int8-4x32x32"
     );
     if !std::path::Path::new(case).is_dir() {
         eprintln!("note: ../shared/captures is not here; nothing to import");
@@ -231,7 +231,7 @@ fn ulps_sets_the_floating_point_tolerance() {
     use rknpu_driver::trace::{Chunk, Contents, Trace};
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/fixtures/traces/fp16-32x128x64.rknputrace"
+        "/../fixtures/traces/fp16-32x128x64.rknputrace"
     );
     let mut t = Trace::from_bytes(&std::fs::read(path).unwrap()).unwrap();
     // One fp32 output one unit in the last place away (a small positive value's low bit).

@@ -11,17 +11,82 @@ use rknpu_driver::seeded::Rng;
 use rknpu_driver::sim::DmaCounters;
 use std::time::{Duration, Instant};
 
-/// What `matmul` was asked.
-struct MatmulArgs {
-    spec: MatmulSpec,
-    device: String,
-    seed: u64,
-    trace_file: Option<String>,
+/// The input precision `--dtype` names.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DtypeArg {
+    /// int8 values, -128..127.
+    Int8,
+    /// int4 values, -8..7.
+    Int4,
+    /// fp16 values in [-1, 1).
+    Fp16,
+}
+
+/// The result type `--out` names.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OutArg {
+    /// int32 (int8 or int4 input).
+    Int32,
+    /// int16, the sum saturated (int4 input).
+    Int16,
+    /// fp32 (fp16 input).
+    Fp32,
+    /// fp16, written by the NPU (fp16 input, K within one wave).
+    Fp16,
+}
+
+/// The arguments of `rknpu matmul`.
+#[derive(clap::Args)]
+pub(crate) struct MatmulArgs {
+    /// Rows of A and C.
+    #[arg(long, value_name = "M", value_parser = parse_positive)]
+    m: u32,
+    /// Columns of A, rows of B.
+    #[arg(long, value_name = "K", value_parser = parse_positive)]
+    k: u32,
+    /// Columns of B and C.
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
+    n: u32,
+    /// The input precision.
+    #[arg(long, value_enum)]
+    dtype: DtypeArg,
+    /// The result type, where the precision offers it: int32 (int8, int4), int16 (int4),
+    /// fp32 or fp16 (fp16). Default: the widest, int32 or fp32.
+    #[arg(long, value_enum, value_name = "TYPE")]
+    out: Option<OutArg>,
+    /// The most cores the columns (or K, or M) are split over.
+    #[arg(long, value_name = "1|2|3", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
+    cores: u32,
+    /// The device: auto (the NPU, else the emulated kernel), emu, emu:rocket,
+    /// emu:vendor-0.9.6 or a node path. Default: auto.
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<String>,
+    /// The seed of the random matrices (default 1).
+    #[arg(long, value_name = "S")]
+    seed: Option<u64>,
+    /// Record the run to FILE (docs/trace-format.md).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<String>,
+    /// Write the plan's program to FILE, bound at fixed addresses, without running it (no
+    /// device is opened); print its buffers and the `rknpu verify` command that checks
+    /// them.
+    #[arg(long, value_name = "FILE")]
     emit: Option<String>,
-    /// Print the plan and the minimum bytes only.
+    /// Print the plan, the minimum bytes and the modelled cost only (no device).
+    #[arg(long)]
     plan_only: bool,
-    /// Incremental task bodies (vendor driver only).
+    /// Write the tasks after the first two of each core's chain as incremental bodies
+    /// (vendor driver only; refused on rocket).
+    #[arg(long)]
     incremental: bool,
+}
+
+/// A positive decimal or `0x` hexadecimal number of 32 bits (a `clap` value parser).
+fn parse_positive(s: &str) -> Result<u32, String> {
+    match parse_u32(s)? {
+        0 => Err("not a positive number".into()),
+        v => Ok(v),
+    }
 }
 
 /// How a run went: weight packing time, the executor's timings, the largest error and
@@ -90,26 +155,27 @@ fn fail(e: &dyn std::fmt::Display) -> Failure {
 
 /// Plans, runs and checks one matmul, printing the plan, a time breakdown, the largest
 /// error and OK.
-pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
-    let a = parse(args)?;
+pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
+    check(&a)?;
+    let spec = product_spec(&a)?;
     if let Some(file) = &a.emit {
-        return crate::emit::matmul(a.spec, file);
+        return crate::emit::matmul(spec, file);
     }
     if a.plan_only {
-        let plan = cheapest(a.spec)?;
+        let plan = cheapest(spec)?;
         outln!("plan: {plan}");
-        outln!("{}", minimum_line(&a.spec));
+        outln!("{}", minimum_line(&spec));
         outln!("{}", cost_line(&plan, &HardwareProfile::rk3588())?);
         return Ok(());
     }
-    let dev = open(&a.device)?;
+    let dev = open(a.device.as_deref().unwrap_or("auto"))?;
     outln!("device: {}", dev.info());
-    if let Some(path) = &a.trace_file {
+    if let Some(path) = &a.trace {
         dev.record_to_file(std::path::Path::new(path))
             .map_err(|e| fail(&e))?;
     }
     let t0 = Instant::now();
-    let plan = cheapest(a.spec)?;
+    let plan = cheapest(spec)?;
     // What the device runs (rocket starts each task on its own, without CBUF reuse),
     // costed on the profile of its interface.
     let (plan, profile) = match dev.info().interface {
@@ -119,9 +185,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     let t_plan = t0.elapsed();
     outln!("plan: {plan}");
     outln!("{}", cost_line(&plan, &profile)?);
-    let mut rng = Rng::from_seed(a.seed);
+    let mut rng = Rng::from_seed(a.seed.unwrap_or(1));
     let options = MatmulOptions::default().incremental(a.incremental);
-    let c = if a.spec.dtype == Dtype::Fp16 {
+    let c = if spec.dtype == Dtype::Fp16 {
         run_f32(&dev, plan, options, &mut rng)?
     } else {
         run_int(&dev, plan, options, &mut rng)?
@@ -136,11 +202,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
         timings.submit_wait.as_secs_f64() * 1e3,
         timings.unpack.as_secs_f64() * 1e3
     );
-    if a.spec.dtype == Dtype::Fp16 {
+    if spec.dtype == Dtype::Fp16 {
         outln!(
             "largest error: {:e} (fp32 summation{} bound respected: {})",
             c.err,
-            if a.spec.out == OutType::Fp16 {
+            if spec.out == OutType::Fp16 {
                 " and fp16 rounding"
             } else {
                 ""
@@ -151,7 +217,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
         outln!("largest error: {}", c.err);
     }
     if let Some(dma) = &c.dma {
-        outln!("{}", dma_line(&a.spec, dma));
+        outln!("{}", dma_line(&spec, dma));
         outln!(
             "regcmd: {} bytes fetched by the PC ({} bodies)",
             dma.pc_regcmd,
@@ -164,7 +230,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
             "MISMATCH: the result differs from the CPU reference".into(),
         ));
     }
-    if let Some(path) = &a.trace_file {
+    if let Some(path) = &a.trace {
         dev.stop_recording().map_err(|e| fail(&e))?;
         outln!("trace: {path}");
     }
@@ -172,126 +238,75 @@ pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
-fn parse(args: &[String]) -> Result<MatmulArgs, Failure> {
-    let (mut m, mut k, mut n, mut dtype) = (None, None, None, None);
-    let mut cores = 1u32;
-    let (mut device, mut seed, mut out) = (None, None, None);
-    let (mut trace_file, mut emit) = (None, None);
-    let (mut plan_only, mut incremental) = (false, false);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "--plan-only" {
-            plan_only = true;
-            continue;
-        }
-        if a == "--incremental" {
-            incremental = true;
-            continue;
-        }
-        let v = it
-            .next()
-            .ok_or_else(|| usage(format!("{a} needs a value")))?;
-        let num = |what: &str| {
-            parse_u32(v)
-                .filter(|&x| x > 0)
-                .ok_or_else(|| usage(format!("{what}: not a positive number: {v}")))
-        };
-        match a.as_str() {
-            "--m" => m = Some(num("--m")?),
-            "--k" => k = Some(num("--k")?),
-            "--n" => n = Some(num("--n")?),
-            "--dtype" => {
-                dtype = Some(match v.as_str() {
-                    "int8" => Dtype::Int8,
-                    "int4" => Dtype::Int4,
-                    "fp16" => Dtype::Fp16,
-                    _ => return Err(usage(format!("--dtype: int8, int4 or fp16, not {v}"))),
-                })
-            }
-            "--out" => out = Some(v.as_str()),
-            "--cores" => {
-                cores = match v.as_str() {
-                    "1" => 1,
-                    "2" => 2,
-                    "3" => 3,
-                    _ => return Err(usage(format!("--cores: 1, 2 or 3, not {v}"))),
-                }
-            }
-            "--device" => device = Some(v.clone()),
-            "--trace" => trace_file = Some(v.clone()),
-            "--emit" => emit = Some(v.clone()),
-            "--seed" => {
-                seed = Some(
-                    v.parse()
-                        .map_err(|_| usage(format!("--seed: not a number: {v}")))?,
-                )
-            }
-            s => return Err(usage(format!("matmul: unexpected argument {s}"))),
-        }
-    }
-    let (Some(m), Some(k), Some(n), Some(dtype)) = (m, k, n, dtype) else {
-        return Err(usage("matmul: --m, --k, --n and --dtype are required"));
-    };
-    if emit.is_some() && (device.is_some() || seed.is_some() || trace_file.is_some()) {
+/// Checks the combination of options: `--emit` and `--plan-only` build no run.
+fn check(a: &MatmulArgs) -> Result<(), Failure> {
+    let run_option = a.device.is_some() || a.seed.is_some() || a.trace.is_some();
+    if a.emit.is_some() && run_option {
         return Err(usage(
             "matmul: --emit builds the program without running it; --device, --seed and --trace apply to a run",
         ));
     }
-    if incremental && (plan_only || emit.is_some()) {
+    if a.incremental && (a.plan_only || a.emit.is_some()) {
         return Err(usage(
             "matmul: --incremental applies to a run; --plan-only and --emit do not build its program",
         ));
     }
-    if plan_only && (device.is_some() || seed.is_some() || trace_file.is_some() || emit.is_some()) {
+    if a.plan_only && (run_option || a.emit.is_some()) {
         return Err(usage(
             "matmul: --plan-only touches no device; --device, --seed, --trace and --emit do not apply to it",
         ));
     }
-    Ok(MatmulArgs {
-        spec: MatmulSpec {
-            out: out_type(dtype, out)?,
-            ..MatmulSpec::new(m, k, n, dtype)
-        }
-        .on_cores(cores),
-        device: device.unwrap_or_else(|| "auto".into()),
-        seed: seed.unwrap_or(1),
-        trace_file,
-        emit,
-        plan_only,
-        incremental,
-    })
+    Ok(())
+}
+
+/// The product `a` asks for.
+fn product_spec(a: &MatmulArgs) -> Result<MatmulSpec, Failure> {
+    let dtype = match a.dtype {
+        DtypeArg::Int8 => Dtype::Int8,
+        DtypeArg::Int4 => Dtype::Int4,
+        DtypeArg::Fp16 => Dtype::Fp16,
+    };
+    Ok(MatmulSpec {
+        out: out_type(dtype, a.out)?,
+        ..MatmulSpec::new(a.m, a.k, a.n, dtype)
+    }
+    .on_cores(a.cores))
 }
 
 /// The result type `--out` names, where the input precision offers it; by default the
 /// widest (int32, or fp32 for fp16).
-fn out_type(dtype: Dtype, out: Option<&str>) -> Result<OutType, Failure> {
-    let (input, offered): (&str, &[(&str, OutType)]) = match dtype {
-        Dtype::Int8 => ("int8", &[("int32", OutType::Int32)]),
+fn out_type(dtype: Dtype, out: Option<OutArg>) -> Result<OutType, Failure> {
+    let (input, offered): (&str, &[(OutArg, &str, OutType)]) = match dtype {
+        Dtype::Int8 => ("int8", &[(OutArg::Int32, "int32", OutType::Int32)]),
         Dtype::Int4 => (
             "int4",
-            &[("int32", OutType::Int32), ("int16", OutType::Int16)],
+            &[
+                (OutArg::Int32, "int32", OutType::Int32),
+                (OutArg::Int16, "int16", OutType::Int16),
+            ],
         ),
-        _ => ("fp16", &[("fp32", OutType::Fp32), ("fp16", OutType::Fp16)]),
+        _ => (
+            "fp16",
+            &[
+                (OutArg::Fp32, "fp32", OutType::Fp32),
+                (OutArg::Fp16, "fp16", OutType::Fp16),
+            ],
+        ),
     };
-    let Some(name) = out else {
-        return Ok(offered[0].1);
+    let Some(want) = out else {
+        return Ok(offered[0].2);
     };
-    if !matches!(name, "int32" | "int16" | "fp32" | "fp16") {
-        return Err(usage(format!(
-            "--out: int32, int16, fp32 or fp16, not {name}"
-        )));
+    if let Some(o) = offered.iter().find(|o| o.0 == want) {
+        return Ok(o.2);
     }
-    let names: Vec<&str> = offered.iter().map(|o| o.0).collect();
-    offered
-        .iter()
-        .find(|o| o.0 == name)
-        .map(|o| o.1)
-        .ok_or_else(|| {
-            usage(format!(
-                "--out {name}: {input} input gives {}",
-                names.join(" or ")
-            ))
-        })
+    let name = clap::ValueEnum::to_possible_value(&want)
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default();
+    let names: Vec<&str> = offered.iter().map(|o| o.1).collect();
+    Err(usage(format!(
+        "--out {name}: {input} input gives {}",
+        names.join(" or ")
+    )))
 }
 
 /// The device `--device` names; `auto` falls back to the emulated kernel when no NPU

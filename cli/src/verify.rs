@@ -14,89 +14,62 @@ pub(crate) const DEFAULT_REGCMD_ADDR: u64 = 0x1000_0000;
 /// One past the NPU's highest device address (32-bit).
 const ADDRESS_SPACE: u64 = 1 << 32;
 
-/// What `verify` was asked.
-struct VerifyArgs {
+/// The arguments of `rknpu verify`.
+#[derive(clap::Args)]
+pub(crate) struct VerifyArgs {
+    /// The program: little-endian u64 regcmd words (what `rknpu matmul --emit` writes).
+    #[arg(long = "regcmd", value_name = "PROG.bin")]
     prog: String,
-    addr: u64,
+    /// The device address the program sits at (default 0x10000000, where `rknpu matmul
+    /// --emit` binds it); its own buffer is listed as readable unless a --buffer covers it.
+    #[arg(long = "regcmd-addr", value_name = "ADDR", value_parser = parse_u64)]
+    addr: Option<u64>,
+    /// Only the first N words of the file are the program (not a task body length).
+    #[arg(long, value_name = "N", value_parser = parse_u64)]
     task_words: Option<u64>,
+    /// A buffer of the job and the access it gives the NPU: r, w or rw (repeatable, at
+    /// least one).
+    #[arg(long = "buffer", value_name = "ADDR:LEN:r|w|rw", required = true, value_parser = parse_buffer)]
     buffers: Vec<JobBuffer>,
 }
 
-/// Sets an option that may be given once.
-fn once<T>(slot: &mut Option<T>, name: &str, value: T) -> Result<(), Failure> {
-    if slot.is_some() {
-        return Err(usage(format!("verify: {name} given twice")));
-    }
-    *slot = Some(value);
-    Ok(())
-}
-
-/// `ADDR:LEN:r|w|rw`, inside the 32-bit device address space and not empty.
-fn parse_buffer(s: &str) -> Result<JobBuffer, Failure> {
-    let bad = |why: &str| usage(format!("verify: --buffer {s}: {why}"));
+/// `ADDR:LEN:r|w|rw`, inside the 32-bit device address space and not empty (a `clap`
+/// value parser).
+fn parse_buffer(s: &str) -> Result<JobBuffer, String> {
     let parts: Vec<&str> = s.split(':').collect();
     let [addr, len, access] = parts[..] else {
-        return Err(bad("expected ADDR:LEN:r|w|rw"));
+        return Err("expected ADDR:LEN:r|w|rw".into());
     };
-    let addr = parse_u64(addr).ok_or_else(|| bad("ADDR is not a number"))?;
-    let len = parse_u64(len).ok_or_else(|| bad("LEN is not a number"))?;
+    let addr = parse_u64(addr).map_err(|e| format!("ADDR: {e}"))?;
+    let len = parse_u64(len).map_err(|e| format!("LEN: {e}"))?;
     let access = match access {
         "r" => BufferAccess::Read,
         "w" => BufferAccess::Write,
         "rw" => BufferAccess::ReadWrite,
-        _ => return Err(bad("the access is r, w or rw")),
+        _ => return Err("the access is r, w or rw".into()),
     };
     if len == 0 {
-        return Err(bad("the buffer is empty"));
+        return Err("the buffer is empty".into());
     }
     match addr.checked_add(len) {
         Some(end) if end <= ADDRESS_SPACE => Ok(JobBuffer::new(addr, len, access)),
-        _ => Err(bad("ADDR + LEN passes the 32-bit device address space")),
+        _ => Err("ADDR + LEN passes the 32-bit device address space".into()),
     }
 }
 
-fn parse(args: &[String]) -> Result<VerifyArgs, Failure> {
-    let (mut prog, mut addr, mut task_words) = (None, None, None);
-    let mut buffers: Vec<JobBuffer> = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let name = a.as_str();
-        if !matches!(
-            name,
-            "--regcmd" | "--regcmd-addr" | "--task-words" | "--buffer"
-        ) {
-            return Err(usage(format!("verify: unexpected argument {a}")));
-        }
-        let v = it
-            .next()
-            .ok_or_else(|| usage(format!("verify: {a} needs a value")))?;
-        let number =
-            || parse_u64(v).ok_or_else(|| usage(format!("verify: {a}: not a number: {v}")));
-        match name {
-            "--regcmd" => once(&mut prog, name, v.clone())?,
-            "--regcmd-addr" => once(&mut addr, name, number()?)?,
-            "--task-words" => once(&mut task_words, name, number()?)?,
-            _ => {
-                let b = parse_buffer(v)?;
-                if buffers.contains(&b) {
-                    return Err(usage(format!("verify: --buffer {v} given twice")));
-                }
-                buffers.push(b);
-            }
+/// A buffer listed twice is a usage error: it is most likely a typo for another one.
+fn check_duplicates(buffers: &[JobBuffer]) -> Result<(), Failure> {
+    for (i, b) in buffers.iter().enumerate() {
+        if buffers[..i].contains(b) {
+            return Err(usage(format!(
+                "verify: --buffer {:#x}:{}:{} given twice",
+                b.addr,
+                b.len,
+                b.access.name()
+            )));
         }
     }
-    let prog = prog.ok_or_else(|| usage("verify: missing --regcmd PROG.bin"))?;
-    if buffers.is_empty() {
-        return Err(usage(
-            "verify: no --buffer ADDR:LEN:r|w|rw: a job lists at least its data",
-        ));
-    }
-    Ok(VerifyArgs {
-        prog,
-        addr: addr.unwrap_or(DEFAULT_REGCMD_ADDR),
-        task_words,
-        buffers,
-    })
+    Ok(())
 }
 
 /// The program's words (the first `--task-words`, or all) and the length of its file.
@@ -147,23 +120,24 @@ fn print_ranges(task: usize, ranges: &[DmaRange]) {
 
 /// Checks the program against the buffers; prints the buffers, then each task's ranges
 /// (up to the failing task when one fails).
-pub(crate) fn run(args: &[String]) -> Result<(), Failure> {
-    let mut a = parse(args)?;
+pub(crate) fn run(mut a: VerifyArgs) -> Result<(), Failure> {
+    check_duplicates(&a.buffers)?;
     let (words, file_len) = read_program(&a)?;
-    let end = a.addr.checked_add(file_len).filter(|&e| e <= ADDRESS_SPACE);
+    let addr = a.addr.unwrap_or(DEFAULT_REGCMD_ADDR);
+    let end = addr.checked_add(file_len).filter(|&e| e <= ADDRESS_SPACE);
     let Some(end) = end else {
         return Err(usage(format!(
             "verify: the program's {file_len} bytes at --regcmd-addr {:#x} pass the 32-bit device address space",
-            a.addr
+            addr
         )));
     };
     let covered = a
         .buffers
         .iter()
-        .any(|b| b.addr <= a.addr && end <= b.addr + b.len);
+        .any(|b| b.addr <= addr && end <= b.addr + b.len);
     if !covered {
         a.buffers
-            .insert(0, JobBuffer::new(a.addr, file_len, BufferAccess::Read));
+            .insert(0, JobBuffer::new(addr, file_len, BufferAccess::Read));
     }
     for (i, b) in a.buffers.iter().enumerate() {
         let note = if !covered && i == 0 {
