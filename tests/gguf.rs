@@ -151,6 +151,8 @@ fn writer_and_reader_round_trip() {
 
 #[test]
 fn the_writer_refuses_what_the_format_cannot_hold() {
+    let empty = Gguf::parse(&Writer::default().to_bytes()).unwrap();
+    assert_eq!((empty.alignment(), empty.tensors().len()), (32, 0));
     let mut w = Writer::new();
     w.metadata("k", Value::U8(1)).unwrap();
     assert!(matches!(

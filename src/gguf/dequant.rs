@@ -120,16 +120,20 @@ pub fn dequantize(ty: GgmlType, data: &[u8], count: u64) -> Result<Vec<f32>> {
     }
     let (block, size) = (ty.block_size(), ty.type_size());
     let want = (count / block).checked_mul(size);
-    if !count.is_multiple_of(block) || want != Some(data.len() as u64) {
+    let len = usize::try_from(count).ok();
+    let (true, Some(len)) = (
+        count.is_multiple_of(block) && want == Some(data.len() as u64),
+        len,
+    ) else {
         return Err(Error::Invalid {
             offset: 0,
             what: "tensor data length (whole blocks of its values)",
             value: format!("{} bytes for {count} {ty} values", data.len()),
         });
-    }
+    };
     // `count` values take `data.len()` bytes, at least one each but for Q4_0 and Q4_K
-    // (two a byte): so `count` is at most twice the length of data in memory.
-    let mut out = vec![0f32; count as usize];
+    // (two a byte): so the output is at most eight times the data in memory.
+    let mut out = vec![0f32; len];
     let (block, size) = (block as usize, size as usize);
     match ty {
         GgmlType::F32 => {

@@ -34,7 +34,7 @@ mod read;
 mod types;
 pub mod write;
 
-pub use dequant::dequantize;
+pub use dequant::{DEQUANTIZED, dequantize};
 pub use load::{LoadReport, bank_values, load_weights};
 pub use types::{Array, GgmlType, Value, ValueType};
 

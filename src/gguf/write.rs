@@ -32,7 +32,6 @@ struct Tensor {
 }
 
 /// Collects metadata and tensors, then writes them as one GGUF file.
-#[derive(Default)]
 pub struct Writer {
     alignment: u32,
     metadata: Vec<(String, Value)>,
@@ -178,12 +177,21 @@ fn depth(a: &Array) -> u32 {
     }
 }
 
+impl Default for Writer {
+    fn default() -> Writer {
+        Writer::new()
+    }
+}
+
 impl Writer {
     /// An empty file (alignment 32).
     pub fn new() -> Writer {
         Writer {
             alignment: DEFAULT_ALIGNMENT,
-            ..Writer::default()
+            metadata: Vec::new(),
+            keys: HashSet::new(),
+            tensors: Vec::new(),
+            names: HashSet::new(),
         }
     }
 
