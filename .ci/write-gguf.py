@@ -14,7 +14,9 @@ Tensors (seeded values, numpy shape (n, k), GGUF dims [k, n]):
   w.q4_k  Q4_K  2 x 256  (random block bytes with finite scales: gguf-py has no Q4_K quantiser)
   w.q6_k  Q6_K  2 x 256  (likewise)
 and for each NAME a tensor NAME.ref, F32 of the same shape: gguf.quants.dequantize of
-NAME's data, the values the Rust reader must produce. Metadata: general.name,
+NAME's data, the values the Rust reader must produce; for w.q8_0 and w.q4_0 also
+NAME.src, the f32 values gguf-py quantised, which the Rust writer must quantise to the
+same bytes. Metadata: general.name,
 general.alignment (64), an array of strings and an array of i32.
 """
 
@@ -47,8 +49,10 @@ def main() -> None:
 
     put("w.f32", T.F32, values(4, 64))
     put("w.f16", T.F16, values(6, 96).astype(np.float16))
-    put("w.q8_0", T.Q8_0, gguf.quants.quantize(values(8, 128), T.Q8_0))
-    put("w.q4_0", T.Q4_0, gguf.quants.quantize(values(8, 128), T.Q4_0))
+    for name, qtype in (("w.q8_0", T.Q8_0), ("w.q4_0", T.Q4_0)):
+        src = values(8, 128)
+        put(name, qtype, gguf.quants.quantize(src, qtype))
+        w.add_tensor(name + ".src", src)
 
     # K types: random quants and scale bytes, each block's f16 scale(s) set finite.
     for name, qtype, scale_at in (("w.q4_k", T.Q4_K, (0, 2)), ("w.q6_k", T.Q6_K, (208,))):

@@ -651,7 +651,8 @@ fn banks_from_a_gguf_file_multiply_within_the_reported_error() {
 
 /// The file `.ci/write-gguf.py` writes with gguf-py, named by `RKNPU_GGUF_PY`: every
 /// tensor read, its name, type and shape as the script wrote them, and its values
-/// equal (bit for bit) to gguf-py's own dequantisation stored beside it as `NAME.ref`.
+/// equal (bit for bit) to gguf-py's own dequantisation stored beside it as `NAME.ref`;
+/// Q8_0 and Q4_0 quantised by this crate's writer to gguf-py's bytes.
 #[test]
 fn standard_writer() {
     let Ok(path) = std::env::var("RKNPU_GGUF_PY") else {
@@ -684,7 +685,16 @@ fn standard_writer() {
         ("w.q4_k", GgmlType::Q4_K, [256, 2]),
         ("w.q6_k", GgmlType::Q6_K, [256, 2]),
     ];
-    assert_eq!(g.tensors().len(), 2 * want.len());
+    assert_eq!(g.tensors().len(), 2 * want.len() + 2);
+    // The writer's quantisers give gguf-py's bytes for the same f32 values.
+    for (name, quantize) in [
+        ("w.q8_0", quantize_q8_0 as fn(&[f32]) -> _),
+        ("w.q4_0", quantize_q4_0),
+    ] {
+        let src = g.dequantize(&format!("{name}.src")).unwrap();
+        let ours = quantize(&src).unwrap();
+        assert_eq!(ours, g.tensor_data(name).unwrap(), "{name}");
+    }
     for (name, ty, dims) in want {
         let t = g.tensor(name).unwrap_or_else(|| panic!("{name}"));
         assert_eq!((t.ggml_type, t.dims.as_slice()), (ty, &dims[..]), "{name}");
