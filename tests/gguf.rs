@@ -371,6 +371,12 @@ fn hostile_headers_are_typed_errors() {
         refused(&patch(&good, nd, &5u32.to_le_bytes())),
         Error::TooLarge { .. }
     ));
+    // No dimension: the low half of the dim (8) then reads as the type, Q8_0, whose
+    // single value is not a whole block.
+    assert!(matches!(
+        refused(&patch(&good, nd, &0u32.to_le_bytes())),
+        Error::Invalid { what, .. } if what.starts_with("first dimension")
+    ));
     let dim = nd + 4;
     let ty = dim + 8;
     let off = ty + 4;
@@ -464,14 +470,15 @@ fn nesting_products_and_alignment_are_bounded() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-    /// Mutated files: a few bytes overwritten, or a u64 field replaced by a huge value,
-    /// then a cut. Parsing never panics; whatever parses dequantises (or refuses to)
+    /// Mutated files: a few bytes overwritten, a u64 field replaced by any value, a u32
+    /// field by a small one (a dimension count, a type code), then a cut. Parsing never panics; whatever parses dequantises (or refuses to)
     /// without panicking, every tensor's data inside the file.
     #[test]
     fn mutated_files_never_panic(
         seed in 0u64..4,
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
         wide in prop::option::of((any::<prop::sample::Index>(), any::<u64>())),
+        small in prop::option::of((any::<prop::sample::Index>(), 0u32..64)),
         cut in any::<prop::sample::Index>(),
         cut_it in any::<bool>(),
     ) {
@@ -483,6 +490,10 @@ proptest! {
         if let Some((i, v)) = wide {
             let at = i.index(bytes.len() - 8);
             bytes[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        if let Some((i, v)) = small {
+            let at = i.index(bytes.len() - 4);
+            bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
         }
         if cut_it {
             bytes.truncate(cut.index(bytes.len()));

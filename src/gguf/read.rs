@@ -224,14 +224,13 @@ impl<'a> Cursor<'a> {
             value: format!("{code} (tensor {name:?})"),
         })?;
         let block = ggml_type.block_size();
-        if dims.first().copied().unwrap_or(1) % block != 0 {
+        // A tensor of no dimension is one value: a whole block only of plain types.
+        let first = dims.first().copied().unwrap_or(1);
+        if !first.is_multiple_of(block) {
             return Err(Error::Invalid {
                 offset: dims_at + 4,
                 what: "first dimension (a whole number of blocks)",
-                value: format!(
-                    "{} for {ggml_type} blocks of {block} (tensor {name:?})",
-                    dims[0]
-                ),
+                value: format!("{first} for {ggml_type} blocks of {block} (tensor {name:?})"),
             });
         }
         let offset = self.u64("tensor data offset")?;
