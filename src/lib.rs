@@ -28,7 +28,9 @@
 //! * [`verify`] — every DMA range of a program inside the buffers of its job;
 //! * [`trace`] — the trace file format (docs/trace-format.md): reading, writing,
 //!   recording, import and the text dump;
-//! * [`replay`] — replaying traces: the static check, on the simulator, on a device.
+//! * [`replay`] — replaying traces: the static check, on the simulator, on a device;
+//! * [`gguf`] — GGUF model files: a bounded reader, dequantisation, loading weight
+//!   matrices into weight banks, and a writer (docs/gguf.md).
 //!
 //! Layers import only downward (`regs` ← `regcmd` ← `kernels`, `sim`); see
 //! `docs/architecture.md`. The crate denies the `unsafe_code` lint; only `src/sys/` opts
@@ -51,6 +53,7 @@ pub mod device;
 pub mod doctor;
 pub mod error;
 pub mod float;
+pub mod gguf;
 pub mod kernels;
 pub mod regcmd;
 pub mod regs;

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Writes a small GGUF file with llama.cpp's own Python writer (the `gguf` package on
+PyPI, gguf-py), for the test that reads a file written by a standard writer:
+
+    python3 -m pip install gguf          # brings numpy
+    python3 .ci/write-gguf.py OUT.gguf
+    RKNPU_GGUF_PY=OUT.gguf cargo test --test gguf standard_writer
+
+Tensors (seeded values, numpy shape (n, k), GGUF dims [k, n]):
+  w.f32   F32   4 x 64
+  w.f16   F16   6 x 96
+  w.q8_0  Q8_0  8 x 128  (quantised by gguf.quants.quantize)
+  w.q4_0  Q4_0  8 x 128  (quantised by gguf.quants.quantize)
+  w.q4_k  Q4_K  2 x 256  (random block bytes with finite scales: gguf-py has no Q4_K quantiser)
+  w.q6_k  Q6_K  2 x 256  (likewise)
+and for each NAME a tensor NAME.ref, F32 of the same shape: gguf.quants.dequantize of
+NAME's data, the values the Rust reader must produce; for w.q8_0 and w.q4_0 also
+NAME.src, the f32 values gguf-py quantised, which the Rust writer must quantise to the
+same bytes. Metadata: general.name,
+general.alignment (64), an array of strings and an array of i32.
+"""
+
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T
+
+SEED = 20261201
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: write-gguf.py OUT.gguf")
+    rng = np.random.default_rng(SEED)
+    w = gguf.GGUFWriter(sys.argv[1], arch="rknpu-test")
+    w.add_name("rknpu-driver gguf-py interoperability")
+    w.add_custom_alignment(64)
+    w.add_array("test.strings", ["alpha", "beta", "gamma"])
+    w.add_array("test.ints", [1, -2, 3])
+
+    def put(name: str, qtype: int, data: np.ndarray) -> None:
+        w.add_tensor(name, data, raw_dtype=qtype)
+        ref = gguf.quants.dequantize(data, qtype).astype(np.float32)
+        w.add_tensor(name + ".ref", ref)
+
+    def values(n: int, k: int) -> np.ndarray:
+        return (rng.standard_normal((n, k)) * 0.5).astype(np.float32)
+
+    put("w.f32", T.F32, values(4, 64))
+    put("w.f16", T.F16, values(6, 96).astype(np.float16))
+    for name, qtype in (("w.q8_0", T.Q8_0), ("w.q4_0", T.Q4_0)):
+        src = values(8, 128)
+        put(name, qtype, gguf.quants.quantize(src, qtype))
+        w.add_tensor(name + ".src", src)
+
+    # K types: random quants and scale bytes, each block's f16 scale(s) set finite.
+    for name, qtype, scale_at in (("w.q4_k", T.Q4_K, (0, 2)), ("w.q6_k", T.Q6_K, (208,))):
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        raw = rng.integers(0, 256, size=(2, 256 // block * size), dtype=np.uint8)
+        for at in scale_at:
+            d = (rng.uniform(0.001, 0.05, size=2)).astype(np.float16).view(np.uint8)
+            raw[:, at : at + 2] = d.reshape(2, 2)
+        put(name, qtype, raw)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+if __name__ == "__main__":
+    main()

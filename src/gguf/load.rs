@@ -1,0 +1,191 @@
+//! Weight matrices of a GGUF file into weight banks, with the error the bank's type adds
+//! measured on the bank's own contents.
+
+use super::{Error, GgmlType, Gguf, Result};
+use crate::device::Device;
+use crate::device::matmul::WeightBank;
+use crate::float::{bf16_to_f32, f16_to_f32};
+use crate::kernels::single::Dtype;
+use half::bf16;
+use std::fmt;
+
+/// How far a bank's values are from the dequantised tensor it was loaded from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadReport {
+    /// The tensor.
+    pub tensor: String,
+    /// Its type in the file.
+    pub source: GgmlType,
+    /// The bank's type.
+    pub bank: Dtype,
+    /// Output channels (rows of the tensor, its `dims[1]`).
+    pub n: u32,
+    /// Inputs (values a row, its `dims[0]`).
+    pub k: u32,
+    /// The largest `|bank − tensor|` over all values.
+    pub max_abs: f64,
+    /// The root mean square of `bank − tensor`.
+    pub rms: f64,
+    /// [`LoadReport::rms`] over the root mean square of the tensor (0 when both are 0,
+    /// infinite when only the tensor's is).
+    pub rel_rms: f64,
+}
+
+impl fmt::Display for LoadReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} [{} x {}] -> {:?} bank: max |err| {:.3e}, rms {:.3e}, relative rms {:.3e}",
+            self.tensor,
+            self.source,
+            self.n,
+            self.k,
+            self.bank,
+            self.max_abs,
+            self.rms,
+            self.rel_rms
+        )
+    }
+}
+
+/// The weight matrix `name` as `(n, k)`: GGUF dims `[k, n]` (trailing dims of 1 allowed).
+fn matrix_shape(name: &str, dims: &[u64]) -> Result<(u32, u32)> {
+    let shape_error = || Error::Unsupported {
+        tensor: name.to_string(),
+        what: format!("dims {dims:?} are not a matrix [k, n] of at most 2^32 - 1 each"),
+    };
+    if dims.is_empty() || dims.iter().skip(2).any(|&d| d != 1) {
+        return Err(shape_error());
+    }
+    let k = u32::try_from(dims[0]).map_err(|_| shape_error())?;
+    let n = u32::try_from(dims.get(1).copied().unwrap_or(1)).map_err(|_| shape_error())?;
+    Ok((n, k))
+}
+
+/// Loads the weight matrix `name` (GGUF dims `[k, n]`: `n` output channels of `k`
+/// inputs, ggml's `src0` of `mul_mat`) into a bank of type `dtype` on `dev`:
+///
+/// * [`Dtype::Fp16`] / [`Dtype::Bf16`]: the dequantised values rounded to that type
+///   (exact for F16, resp. BF16, tensors);
+/// * [`Dtype::Int8`] / [`Dtype::Int4`]: the dequantised values requantised per output
+///   channel ([`WeightBank::quantize_f32_nk`]: ±127, resp. ±7, symmetric), with their
+///   scales.
+///
+/// Any type [`super::dequantize`] converts loads. The report compares the values the
+/// bank holds — its packed bytes read back from the device and unpacked, times its
+/// scales ([`bank_values`]) — with the dequantised tensor.
+pub fn load_weights(
+    dev: &Device,
+    gguf: &Gguf,
+    name: &str,
+    dtype: Dtype,
+) -> Result<(WeightBank, LoadReport)> {
+    let info = gguf.tensor(name).ok_or_else(|| Error::NoSuchTensor {
+        name: name.to_string(),
+    })?;
+    let (n, k) = matrix_shape(name, &info.dims)?;
+    let w = gguf.dequantize(name)?;
+    let bank = match dtype {
+        Dtype::Fp16 => WeightBank::from_f32_nk(dev, n, k, &w)?,
+        Dtype::Bf16 => {
+            let b: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+            WeightBank::from_bf16_nk(dev, n, k, &b)?
+        }
+        Dtype::Int8 | Dtype::Int4 => WeightBank::quantize_f32_nk(dev, n, k, &w, dtype)?,
+        d => {
+            return Err(Error::Unsupported {
+                tensor: name.to_string(),
+                what: format!("a {d:?} weight bank (fp16, bf16, int8 and int4 load)"),
+            });
+        }
+    };
+    let got = bank_values(&bank)?;
+    let (mut max_abs, mut err2, mut ref2) = (0f64, 0f64, 0f64);
+    for (&b, &t) in got.iter().zip(&w) {
+        let e = (f64::from(b) - f64::from(t)).abs();
+        max_abs = max_abs.max(e);
+        err2 += e * e;
+        ref2 += f64::from(t) * f64::from(t);
+    }
+    let count = w.len().max(1) as f64;
+    let rms = (err2 / count).sqrt();
+    let rel_rms = match (err2 == 0.0, ref2 == 0.0) {
+        (true, _) => 0.0,
+        (false, true) => f64::INFINITY,
+        (false, false) => (err2 / ref2).sqrt(),
+    };
+    let report = LoadReport {
+        tensor: name.to_string(),
+        source: info.ggml_type,
+        bank: dtype,
+        n,
+        k,
+        max_abs,
+        rms,
+        rel_rms,
+    };
+    Ok((bank, report))
+}
+
+/// The values a bank holds, `n` rows of `k` (`[out][in]`) as f32: its packed bytes read
+/// back from the device, unpacked by the layout's atoms, each channel times its scale
+/// when the bank has scales.
+///
+/// A layout's K waves each hold their channels (padded to 32) in 1024-byte atoms; an
+/// atom holds 32 channels of 1024 / run kernels (output channels), one run each: 32
+/// bytes for int8, 64 bytes (32 fp16/bf16 values) for 16-bit types, 16 bytes for int4
+/// (the even channel in the high nibble). The atoms of a group of kernels follow each
+/// other over the wave's channels ([`crate::kernels::matmul::WeightLayout`]).
+pub fn bank_values(bank: &WeightBank) -> Result<Vec<f32>> {
+    let layout = bank.layout();
+    let bytes = bank.packed()?;
+    let run = match layout.dtype {
+        Dtype::Int8 => 32,
+        Dtype::Int4 => 16,
+        Dtype::Fp16 | Dtype::Bf16 => 64,
+        d => {
+            return Err(Error::Unsupported {
+                tensor: String::new(),
+                what: format!("reading back a {d:?} bank"),
+            });
+        }
+    };
+    let per_atom = 1024 / run;
+    let (n, k) = (layout.n as usize, layout.k as usize);
+    let mut out = vec![0f32; n * k];
+    let short = |at: usize| Error::Unsupported {
+        tensor: String::new(),
+        what: format!(
+            "a bank of {} bytes read back where its layout puts a run at {at}",
+            bytes.len()
+        ),
+    };
+    for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+        let kb_count = wave.ai as usize / 32;
+        for (j, row) in out.chunks_exact_mut(k.max(1)).enumerate() {
+            let (g, nn) = (j / per_atom, j % per_atom);
+            for kb in 0..kb_count {
+                let k0 = wave.k0 as usize + kb * 32;
+                let len = (wave.kw as usize).saturating_sub(kb * 32).min(32);
+                let at = base as usize + (g * kb_count + kb) * 1024 + nn * run;
+                let src = bytes.get(at..at + run).ok_or_else(|| short(at))?;
+                let dst = row.get_mut(k0..k0 + len).ok_or_else(|| short(at))?;
+                for (c, y) in dst.iter_mut().enumerate() {
+                    *y = match layout.dtype {
+                        Dtype::Int8 => src[c] as i8 as f32,
+                        Dtype::Int4 if c % 2 == 0 => ((src[c / 2] as i8) >> 4) as f32,
+                        Dtype::Int4 => (((src[c / 2] << 4) as i8) >> 4) as f32,
+                        Dtype::Fp16 => f16_to_f32(u16::from_le_bytes([src[2 * c], src[2 * c + 1]])),
+                        _ => bf16_to_f32(u16::from_le_bytes([src[2 * c], src[2 * c + 1]])),
+                    };
+                }
+            }
+        }
+    }
+    if let Some(scales) = bank.scales() {
+        for (row, &s) in out.chunks_exact_mut(k.max(1)).zip(scales) {
+            row.iter_mut().for_each(|v| *v *= s);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,376 @@
+//! GGUF model files (the format of llama.cpp and ggml): a bounded reader of versions 2
+//! and 3, dequantisation of the common tensor types to f32, loading of weight matrices
+//! into [`WeightBank`](crate::device::matmul::WeightBank)s with a report of the error the
+//! bank's type adds, and a writer for tests and tools (docs/gguf.md).
+//!
+//! The reader never trusts the file: every count and length is checked against the bytes
+//! that are left before anything is allocated for it, every tensor's data against the
+//! data section, and every failure is an [`Error`] that names the byte offset and what
+//! was wrong there. Layout facts follow the GGUF specification (`docs/gguf.md` of
+//! github.com/ggml-org/ggml) and the block definitions of `ggml-common.h`.
+//!
+//! ```
+//! use rknpu_driver::gguf::{GgmlType, Gguf, Value, write::Writer};
+//!
+//! // A file with one Q8_0 tensor of 2 rows (ne1) of 32 values (ne0).
+//! let w: Vec<f32> = (0..64).map(|i| (i as f32 - 32.0) / 8.0).collect();
+//! let mut out = Writer::new();
+//! out.metadata("general.name", Value::String("example".into()))?;
+//! out.tensor_q8_0("blk.0.ffn_up.weight", &[32, 2], &w)?;
+//! let file = Gguf::parse(&out.to_bytes())?;
+//!
+//! let info = file.tensor("blk.0.ffn_up.weight").expect("written above");
+//! assert_eq!((info.ggml_type, info.dims.as_slice()), (GgmlType::Q8_0, &[32u64, 2][..]));
+//! assert_eq!(file.metadata("general.name").and_then(Value::as_str), Some("example"));
+//! let x = file.dequantize("blk.0.ffn_up.weight")?;
+//! // Q8_0 keeps each value within half a step (amax / 127 / 2) of its block.
+//! assert!(x.iter().zip(&w).all(|(a, b)| (a - b).abs() <= 4.0 / 127.0 / 2.0 + 1e-3));
+//! # Ok::<(), rknpu_driver::gguf::Error>(())
+//! ```
+
+mod dequant;
+mod load;
+mod read;
+mod types;
+pub mod write;
+
+pub use dequant::{DEQUANTIZED, dequantize};
+pub use load::{LoadReport, bank_values, load_weights};
+pub use types::{Array, GgmlType, Value, ValueType};
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+/// `GGUF` as a little-endian `u32`: the first four bytes of every file.
+pub const MAGIC: [u8; 4] = *b"GGUF";
+/// The alignment of tensor data when the file does not set `general.alignment`.
+pub const DEFAULT_ALIGNMENT: u32 = 32;
+/// The metadata key that sets the alignment (a `u32`, a power of two).
+pub const ALIGNMENT_KEY: &str = "general.alignment";
+/// The most dimensions a tensor has (ggml's `GGML_MAX_DIMS`).
+pub const MAX_DIMS: u32 = 4;
+/// How deeply metadata arrays may nest (arrays of arrays): deeper files are refused
+/// rather than read by unbounded recursion.
+pub const MAX_ARRAY_DEPTH: u32 = 4;
+
+/// What can be wrong with a GGUF file, or with loading one of its tensors.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file ends inside a field.
+    Truncated {
+        /// Byte offset where the field starts.
+        offset: u64,
+        /// The field.
+        what: &'static str,
+        /// Bytes it needs.
+        needed: u64,
+        /// Bytes that are left.
+        available: u64,
+    },
+    /// The first four bytes are not `GGUF`.
+    BadMagic {
+        /// What they are.
+        found: [u8; 4],
+    },
+    /// A version this reader does not read (it reads 2 and 3; a big-endian file shows
+    /// its version byte-swapped).
+    UnsupportedVersion {
+        /// The version field.
+        version: u32,
+    },
+    /// A count or length larger than the rest of the file could hold (or than a limit of
+    /// the format).
+    TooLarge {
+        /// Byte offset of the field.
+        offset: u64,
+        /// The field.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The most it could be here.
+        limit: u64,
+    },
+    /// A field whose value the format does not allow: an unknown type code, a boolean
+    /// that is neither 0 nor 1, a string that is not UTF-8, a bad alignment, a tensor
+    /// shape or offset that breaks the rules of its type.
+    Invalid {
+        /// Byte offset of the field.
+        offset: u64,
+        /// The field and the rule.
+        what: &'static str,
+        /// The value found.
+        value: String,
+    },
+    /// A metadata key or tensor name that appears twice.
+    Duplicate {
+        /// Byte offset of the second occurrence.
+        offset: u64,
+        /// `metadata key` or `tensor name`.
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A tensor whose data lies (partly) outside the data section.
+    OutOfBounds {
+        /// The tensor.
+        tensor: String,
+        /// First byte of its data in the file.
+        start: u64,
+        /// One past its last byte.
+        end: u64,
+        /// Bytes in the file.
+        file_len: u64,
+    },
+    /// No tensor of that name.
+    NoSuchTensor {
+        /// The name asked for.
+        name: String,
+    },
+    /// A valid file asked for something this library does not do (dequantise a type
+    /// it does not know, load a tensor that is not a matrix, a bank of another type).
+    Unsupported {
+        /// The tensor (empty when none is concerned).
+        tensor: String,
+        /// What, and why not.
+        what: String,
+    },
+    /// The file could not be read or written.
+    Io {
+        /// The path.
+        path: String,
+        /// The operating system's error, as text.
+        error: String,
+    },
+    /// The weights were refused by the bank constructors, or the device failed.
+    Bank(crate::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Truncated {
+                offset,
+                what,
+                needed,
+                available,
+            } => write!(
+                f,
+                "GGUF truncated at byte {offset}: {what} needs {needed} bytes, {available} are left"
+            ),
+            Error::BadMagic { found } => {
+                write!(f, "not a GGUF file: magic {found:02x?}, expected \"GGUF\"")
+            }
+            Error::UnsupportedVersion { version } => {
+                write!(f, "GGUF version {version} is not supported (2 and 3 are)")
+            }
+            Error::TooLarge {
+                offset,
+                what,
+                value,
+                limit,
+            } => write!(
+                f,
+                "GGUF byte {offset}: {what} is {value}, more than the {limit} possible there"
+            ),
+            Error::Invalid {
+                offset,
+                what,
+                value,
+            } => write!(f, "GGUF byte {offset}: invalid {what}: {value}"),
+            Error::Duplicate { offset, what, name } => {
+                write!(f, "GGUF byte {offset}: duplicate {what} {name:?}")
+            }
+            Error::OutOfBounds {
+                tensor,
+                start,
+                end,
+                file_len,
+            } => write!(
+                f,
+                "GGUF tensor {tensor:?}: data {start}..{end} is outside the data section of a {file_len}-byte file"
+            ),
+            Error::NoSuchTensor { name } => write!(f, "GGUF has no tensor {name:?}"),
+            Error::Unsupported { tensor, what } if tensor.is_empty() => {
+                write!(f, "GGUF: {what}")
+            }
+            Error::Unsupported { tensor, what } => write!(f, "GGUF tensor {tensor:?}: {what}"),
+            Error::Io { path, error } => write!(f, "{path}: {error}"),
+            Error::Bank(e) => write!(f, "loading GGUF weights: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Bank(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<crate::Error> for Error {
+    fn from(e: crate::Error) -> Error {
+        Error::Bank(e)
+    }
+}
+
+/// The result of this module's functions.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// One tensor's header entry: its name, type, shape and where its data is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// The name (`blk.0.attn_q.weight`, ...).
+    pub name: String,
+    /// The element type.
+    pub ggml_type: GgmlType,
+    /// The shape in GGUF order: `dims[0]` (ggml's `ne0`) is the innermost, contiguous
+    /// dimension. A weight matrix of `n` output channels of `k` inputs is `[k, n]`.
+    pub dims: Vec<u64>,
+    /// Byte offset of the data from the start of the data section (a multiple of the
+    /// file's alignment).
+    pub offset: u64,
+}
+
+impl TensorInfo {
+    /// Elements: the product of the dims (checked against overflow when the file was
+    /// read; saturating for an info built by hand).
+    pub fn elements(&self) -> u64 {
+        self.dims.iter().fold(1u64, |p, &d| p.saturating_mul(d))
+    }
+
+    /// Bytes of data: whole blocks of the type (saturating, as [`TensorInfo::elements`]).
+    pub fn bytes(&self) -> u64 {
+        (self.elements() / self.ggml_type.block_size()).saturating_mul(self.ggml_type.type_size())
+    }
+}
+
+/// A parsed GGUF file: its metadata and tensor infos, and the bytes the tensors' data
+/// is read from. The whole file is held in memory (the crate maps no files).
+#[derive(Clone, Debug)]
+pub struct Gguf {
+    version: u32,
+    metadata: Vec<(String, Value)>,
+    keys: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    names: HashMap<String, usize>,
+    alignment: u32,
+    data_offset: u64,
+    bytes: Vec<u8>,
+}
+
+impl Gguf {
+    /// Parses a file held in memory (copied; [`Gguf::from_vec`] takes ownership instead).
+    pub fn parse(bytes: &[u8]) -> Result<Gguf> {
+        Gguf::from_vec(bytes.to_vec())
+    }
+
+    /// Parses a file held in memory, keeping `bytes` for the tensors' data.
+    pub fn from_vec(bytes: Vec<u8>) -> Result<Gguf> {
+        let header = read::header(&bytes)?;
+        let keys = header
+            .metadata
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.clone(), i))
+            .collect();
+        let names = header
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Ok(Gguf {
+            version: header.version,
+            metadata: header.metadata,
+            keys,
+            tensors: header.tensors,
+            names,
+            alignment: header.alignment,
+            data_offset: header.data_offset,
+            bytes,
+        })
+    }
+
+    /// Reads and parses the file at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Gguf> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            error: e.to_string(),
+        })?;
+        Gguf::from_vec(bytes)
+    }
+
+    /// The format version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The metadata key/value pairs in file order.
+    pub fn metadata_entries(&self) -> &[(String, Value)] {
+        &self.metadata
+    }
+
+    /// The value of a metadata key.
+    pub fn metadata(&self, key: &str) -> Option<&Value> {
+        self.keys.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    /// The tensor infos in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The tensor info of `name`.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.names.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The alignment of tensor data (`general.alignment`, or 32).
+    pub fn alignment(&self) -> u32 {
+        self.alignment
+    }
+
+    /// Byte offset of the data section in the file.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// The raw data of tensor `name` (bounds checked when the file was parsed).
+    pub fn tensor_data(&self, name: &str) -> Result<&[u8]> {
+        let info = self.tensor(name).ok_or_else(|| Error::NoSuchTensor {
+            name: name.to_string(),
+        })?;
+        let start = self.data_offset.saturating_add(info.offset);
+        let end = start.saturating_add(info.bytes());
+        let range = usize::try_from(start).ok().zip(usize::try_from(end).ok());
+        range
+            .and_then(|(s, e)| self.bytes.get(s..e))
+            .ok_or_else(|| Error::OutOfBounds {
+                tensor: name.to_string(),
+                start,
+                end,
+                file_len: self.bytes.len() as u64,
+            })
+    }
+
+    /// Tensor `name` dequantised to f32, in GGUF order (`dims[0]` innermost): for a
+    /// weight matrix `[k, n]`, `n` rows of `k` values.
+    pub fn dequantize(&self, name: &str) -> Result<Vec<f32>> {
+        let data = self.tensor_data(name)?;
+        let info = self.tensor(name).ok_or_else(|| Error::NoSuchTensor {
+            name: name.to_string(),
+        })?;
+        dequantize(info.ggml_type, data, info.elements()).map_err(|e| match e {
+            Error::Unsupported { what, .. } => Error::Unsupported {
+                tensor: name.to_string(),
+                what,
+            },
+            e => e,
+        })
+    }
+}
