@@ -153,7 +153,7 @@ pub fn replay_model(t: &Trace) -> ReplayReport {
 ///
 /// let t = Trace::from_bytes(&std::fs::read("fixtures/traces/int8-64x256x128.rknputrace")?)?;
 /// // 256 MiB lower: only the trace's relocations can make the program find its data.
-/// let moved = ReplayOptions { shift: 0xF000_0000, ..ReplayOptions::for_trace(&t) };
+/// let moved = ReplayOptions::for_trace(&t).with_shift(0xF000_0000);
 /// assert!(replay_model_with(&t, &moved).is_match());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

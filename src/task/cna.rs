@@ -185,7 +185,7 @@ impl Cna {
             return Err(DecodeError::unsupported(
                 CbufCon0::WEIGHT_BANK,
                 b.weight_banks,
-                "no validated matmul program keeps fewer than 2 weight banks (the board-validated matmul programs (docs/provenance.md), quirk 3)",
+                "no validated matmul program keeps fewer than 2 weight banks (the board-validated matmul programs, docs/hardware/quirks.md#quirk-3)",
             ));
         }
         let data_bytes = self.feature.cube_bytes(self.precision);
