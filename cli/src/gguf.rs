@@ -165,7 +165,7 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
     );
     let c = check(&x, &w, &y, (m, k, n), dtype, report.max_abs);
     outln!(
-        "largest error: {:e}, relative rms error {:e}, largest error / bound {:.3}",
+        "largest error: {:.3e}, relative rms error {:.3e}, largest error / bound {:.3}",
         c.largest,
         c.rel_rms,
         c.worst_ratio

@@ -52,10 +52,10 @@ pub(crate) struct MatmulArgs {
     /// Rows of A and C.
     #[arg(long, value_name = "M", value_parser = parse_positive)]
     m: u32,
-    /// Columns of A, rows of B (with --gguf: the tensor's dims[0]).
+    /// Columns of A, rows of B (with --gguf: the tensor's first dimension).
     #[arg(long, value_name = "K", value_parser = parse_positive, required_unless_present = "gguf", conflicts_with = "gguf")]
     k: Option<u32>,
-    /// Columns of B and C (with --gguf: the tensor's dims[1]).
+    /// Columns of B and C (with --gguf: the tensor's second dimension).
     #[arg(long, value_name = "N", value_parser = parse_positive, required_unless_present = "gguf", conflicts_with = "gguf")]
     n: Option<u32>,
     /// The input precision (with --gguf, the bank's type; default int8 for quantised
