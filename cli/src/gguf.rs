@@ -191,12 +191,14 @@ struct Checked {
 }
 
 /// The error of one activation the NPU sees instead of `v`: int8 per row (the step of
-/// `quantize_rows_i8`, `max|row| / 127`, halved) for integer banks; fp16 rounding for
-/// fp16 banks (half an ulp: 2^-11 relative, 2^-25 below the normal range).
+/// `quantize_rows_i8`, `max|row| / 127`, halved) for integer banks; half an ulp for
+/// float banks (fp16: 2^-11 relative, 2^-25 below the normal range; bf16: 2^-8
+/// relative, 2^-134 below it).
 fn activation_error(row: &[f32], dtype: Dtype) -> impl Fn(f32) -> f64 {
     let half_step = row.iter().fold(0f64, |a, &v| a.max(f64::from(v).abs())) / 127.0 * 0.5;
     move |v| match dtype {
-        Dtype::Fp16 | Dtype::Bf16 => f64::from(v).abs() * 2f64.powi(-11) + 2f64.powi(-25),
+        Dtype::Fp16 => f64::from(v).abs() * 2f64.powi(-11) + 2f64.powi(-25),
+        Dtype::Bf16 => f64::from(v).abs() * 2f64.powi(-8) + 2f64.powi(-134),
         _ => half_step,
     }
 }

@@ -76,7 +76,7 @@ enum Command {
     /// Seeded random matrices are multiplied on the NPU (or, with no NPU, the emulated
     /// kernel) and checked against a CPU reference; the plan, a time breakdown, the
     /// largest error and OK are printed. --plan-only only plans the product; --emit only
-    /// writes its program.
+    /// writes its program; --gguf takes the weights from a tensor of a GGUF file.
     Matmul(matmul::MatmulArgs),
     /// Check a program's DMA ranges against the buffers of a job.
     ///
