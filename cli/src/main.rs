@@ -31,6 +31,7 @@ mod bench;
 mod decode;
 mod doctor;
 mod emit;
+mod gguf;
 mod info;
 mod matmul;
 mod sim;
@@ -75,7 +76,7 @@ enum Command {
     /// Seeded random matrices are multiplied on the NPU (or, with no NPU, the emulated
     /// kernel) and checked against a CPU reference; the plan, a time breakdown, the
     /// largest error and OK are printed. --plan-only only plans the product; --emit only
-    /// writes its program.
+    /// writes its program; --gguf takes the weights from a tensor of a GGUF file.
     Matmul(matmul::MatmulArgs),
     /// Check a program's DMA ranges against the buffers of a job.
     ///
@@ -107,6 +108,12 @@ enum Command {
     /// rung (ok, skip or FAIL, with its time); it stops at the first failure with a
     /// diagnosis. Exit 0 when every rung passes, 1 at the first failure.
     Doctor(doctor::DoctorArgs),
+    /// List the tensors of a GGUF file.
+    ///
+    /// The format version, metadata count and alignment, then one line a tensor (name,
+    /// ggml type, shape in GGUF order: ne0 first) and the line `<N> tensors`; --json
+    /// prints one JSON document. Exit 1 on a file the reader refuses.
+    Gguf(gguf::GgufArgs),
 }
 
 /// A failure with its exit code: 1 for bad input or a failed check, 2 for usage.
@@ -251,6 +258,7 @@ fn main() -> ExitCode {
         Command::Trace { command } => trace::run(command),
         Command::Info => info::run(),
         Command::Doctor(a) => doctor::run(a),
+        Command::Gguf(a) => gguf::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

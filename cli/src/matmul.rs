@@ -22,6 +22,17 @@ enum DtypeArg {
     Fp16,
 }
 
+impl DtypeArg {
+    /// The library's type.
+    fn dtype(self) -> Dtype {
+        match self {
+            DtypeArg::Int8 => Dtype::Int8,
+            DtypeArg::Int4 => Dtype::Int4,
+            DtypeArg::Fp16 => Dtype::Fp16,
+        }
+    }
+}
+
 /// The result type `--out` names.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum OutArg {
@@ -41,15 +52,25 @@ pub(crate) struct MatmulArgs {
     /// Rows of A and C.
     #[arg(long, value_name = "M", value_parser = parse_positive)]
     m: u32,
-    /// Columns of A, rows of B.
-    #[arg(long, value_name = "K", value_parser = parse_positive)]
-    k: u32,
-    /// Columns of B and C.
-    #[arg(long, value_name = "N", value_parser = parse_positive)]
-    n: u32,
-    /// The input precision.
-    #[arg(long, value_enum)]
-    dtype: DtypeArg,
+    /// Columns of A, rows of B (with --gguf: the tensor's first dimension).
+    #[arg(long, value_name = "K", value_parser = parse_positive, required_unless_present = "gguf", conflicts_with = "gguf")]
+    k: Option<u32>,
+    /// Columns of B and C (with --gguf: the tensor's second dimension).
+    #[arg(long, value_name = "N", value_parser = parse_positive, required_unless_present = "gguf", conflicts_with = "gguf")]
+    n: Option<u32>,
+    /// The input precision (with --gguf, the bank's type; default int8 for quantised
+    /// tensors, fp16 for F16, F32 and BF16).
+    #[arg(long, value_enum, required_unless_present = "gguf")]
+    dtype: Option<DtypeArg>,
+    /// Take the weights from this GGUF file (the tensor --tensor names, n rows of k:
+    /// ggml's src0 of mul_mat) through the library's loader, multiply seeded f32
+    /// activations with mul_mat and check them against an f64 product with the
+    /// dequantised tensor.
+    #[arg(long, value_name = "FILE", requires = "tensor", conflicts_with_all = ["out", "trace", "emit", "plan_only", "incremental"])]
+    gguf: Option<String>,
+    /// The tensor of --gguf to load.
+    #[arg(long, value_name = "NAME", requires = "gguf")]
+    tensor: Option<String>,
     /// The result type, where the precision offers it: int32 (int8, int4), int16 (int4),
     /// fp32 or fp16 (fp16). Default: the widest, int32 or fp32.
     #[arg(long, value_enum, value_name = "TYPE")]
@@ -149,13 +170,25 @@ fn dma_line(spec: &MatmulSpec, dma: &DmaCounters) -> String {
     )
 }
 
-fn fail(e: &dyn std::fmt::Display) -> Failure {
+/// A failure of exit code 1 with `e`'s message.
+pub(crate) fn fail(e: &dyn std::fmt::Display) -> Failure {
     Failure(1, e.to_string())
 }
 
 /// Plans, runs and checks one matmul, printing the plan, a time breakdown, the largest
 /// error and OK.
 pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
+    if let Some(file) = &a.gguf {
+        return crate::gguf::matmul(&crate::gguf::GgufMatmul {
+            file,
+            tensor: a.tensor.as_deref().unwrap_or_default(),
+            m: a.m,
+            dtype: a.dtype.map(DtypeArg::dtype),
+            cores: a.cores,
+            device: a.device.as_deref().unwrap_or("auto"),
+            seed: a.seed.unwrap_or(1),
+        });
+    }
     check(&a)?;
     let spec = product_spec(&a)?;
     if let Some(file) = &a.emit {
@@ -240,6 +273,9 @@ pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
 
 /// Checks the combination of options: `--emit` and `--plan-only` build no run.
 fn check(a: &MatmulArgs) -> Result<(), Failure> {
+    if a.tensor.is_some() {
+        return Err(usage("matmul: --tensor names a tensor of --gguf FILE"));
+    }
     let run_option = a.device.is_some() || a.seed.is_some() || a.trace.is_some();
     if a.emit.is_some() && run_option {
         return Err(usage(
@@ -261,14 +297,14 @@ fn check(a: &MatmulArgs) -> Result<(), Failure> {
 
 /// The product `a` asks for.
 fn product_spec(a: &MatmulArgs) -> Result<MatmulSpec, Failure> {
-    let dtype = match a.dtype {
-        DtypeArg::Int8 => Dtype::Int8,
-        DtypeArg::Int4 => Dtype::Int4,
-        DtypeArg::Fp16 => Dtype::Fp16,
-    };
+    // clap requires --k, --n and --dtype without --gguf.
+    let missing = |what: &str| usage(format!("matmul: {what} is required without --gguf"));
+    let k = a.k.ok_or_else(|| missing("--k"))?;
+    let n = a.n.ok_or_else(|| missing("--n"))?;
+    let dtype = a.dtype.ok_or_else(|| missing("--dtype"))?.dtype();
     Ok(MatmulSpec {
         out: out_type(dtype, a.out)?,
-        ..MatmulSpec::new(a.m, a.k, a.n, dtype)
+        ..MatmulSpec::new(a.m, k, n, dtype)
     }
     .on_cores(a.cores))
 }
@@ -311,7 +347,7 @@ fn out_type(dtype: Dtype, out: Option<OutArg>) -> Result<OutType, Failure> {
 
 /// The device `--device` names; `auto` falls back to the emulated kernel when no NPU
 /// is found.
-fn open(device: &str) -> Result<Device, Failure> {
+pub(crate) fn open(device: &str) -> Result<Device, Failure> {
     Ok(match device {
         "auto" => match Device::open() {
             Ok(d) => d,

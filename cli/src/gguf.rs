@@ -1,0 +1,323 @@
+//! `rknpu gguf`: the tensors of a GGUF file, as text or one JSON document; and
+//! `rknpu matmul --gguf`: a tensor of one loaded as weights and multiplied.
+
+use crate::Failure;
+use crate::matmul::fail;
+use rknpu_driver::device::matmul::{Matmul, MatmulOptions};
+use rknpu_driver::gguf::{GgmlType, Gguf, load_weights};
+use rknpu_driver::kernels::single::Dtype;
+use rknpu_driver::seeded::Rng;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The arguments of `rknpu gguf`.
+#[derive(clap::Args)]
+pub(crate) struct GgufArgs {
+    /// The GGUF file.
+    #[arg(value_name = "FILE")]
+    file: String,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Reads the file `path`; a bad file is exit 1 with the reader's error.
+pub(crate) fn open(path: &str) -> Result<Gguf, Failure> {
+    Gguf::open(path).map_err(|e| match e {
+        // The reader's I/O error names the path already.
+        rknpu_driver::gguf::Error::Io { .. } => Failure(1, e.to_string()),
+        e => Failure(1, format!("{path}: {e}")),
+    })
+}
+
+/// A shape in GGUF order (`dims[0]`, ggml's `ne0`, first), as ggml prints it:
+/// `[4096, 11008]`.
+fn shape(dims: &[u64]) -> String {
+    let dims: Vec<String> = dims.iter().map(u64::to_string).collect();
+    format!("[{}]", dims.join(", "))
+}
+
+/// Lists the tensors of the file: a header line, one line a tensor, a count.
+pub(crate) fn run(a: GgufArgs) -> Result<(), Failure> {
+    let g = open(&a.file)?;
+    if a.json {
+        outln!("{}", json(&g));
+        return Ok(());
+    }
+    outln!(
+        "GGUF version {}, {} metadata entries, alignment {}",
+        g.version(),
+        g.metadata_entries().len(),
+        g.alignment()
+    );
+    let name_width = g.tensors().iter().map(|t| t.name.len()).max().unwrap_or(0);
+    let type_width = g
+        .tensors()
+        .iter()
+        .map(|t| t.ggml_type.name().len())
+        .max()
+        .unwrap_or(0);
+    for t in g.tensors() {
+        outln!(
+            "{:name_width$}  {:type_width$}  {}",
+            t.name,
+            t.ggml_type.name(),
+            shape(&t.dims)
+        );
+    }
+    outln!("{} tensors", g.tensors().len());
+    Ok(())
+}
+
+/// The file as one JSON document: version, metadata count, alignment and the tensors
+/// (name, type, shape in GGUF order, offset in the data section, bytes).
+fn json(g: &Gguf) -> serde_json::Value {
+    let tensors: Vec<serde_json::Value> = g
+        .tensors()
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t.name,
+                "type": t.ggml_type.name(),
+                "shape": t.dims,
+                "offset": t.offset,
+                "bytes": t.bytes(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "version": g.version(),
+        "metadata_count": g.metadata_entries().len(),
+        "alignment": g.alignment(),
+        "tensors": tensors,
+        "tensor_count": g.tensors().len(),
+    })
+}
+
+/// What `rknpu matmul --gguf` runs.
+pub(crate) struct GgufMatmul<'a> {
+    /// The GGUF file.
+    pub(crate) file: &'a str,
+    /// The weight tensor.
+    pub(crate) tensor: &'a str,
+    /// Rows of the activations.
+    pub(crate) m: u32,
+    /// The bank's type; `None` for the default of the tensor's type.
+    pub(crate) dtype: Option<Dtype>,
+    /// The most cores.
+    pub(crate) cores: u32,
+    /// The device `--device` names.
+    pub(crate) device: &'a str,
+    /// The seed of the activations.
+    pub(crate) seed: u64,
+}
+
+/// The bank type a tensor loads into by default: fp16 for the float types, int8 for
+/// the quantised ones.
+fn default_dtype(ty: GgmlType) -> Dtype {
+    match ty {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => Dtype::Fp16,
+        _ => Dtype::Int8,
+    }
+}
+
+/// Loads the tensor as a weight bank, prints the load report, multiplies seeded
+/// activations with `mul_mat` and checks the result against an f64 product with the
+/// dequantised tensor, within the bound of [`error_bound`].
+pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
+    let g = open(p.file)?;
+    let info = g.tensor(p.tensor).ok_or_else(|| {
+        Failure(
+            1,
+            format!(
+                "{}: no tensor named {:?} ({} tensors)",
+                p.file,
+                p.tensor,
+                g.tensors().len()
+            ),
+        )
+    })?;
+    let dtype = p.dtype.unwrap_or(default_dtype(info.ggml_type));
+    let dev = crate::matmul::open(p.device)?;
+    outln!("device: {}", dev.info());
+    let t = Instant::now();
+    let (bank, report) = load_weights(&dev, &g, p.tensor, dtype)
+        .map_err(|e| Failure(1, format!("{}: {e}", p.file)))?;
+    let t_load = t.elapsed();
+    outln!("load: {report}");
+    let w = g
+        .dequantize(p.tensor)
+        .map_err(|e| Failure(1, format!("{}: {e}", p.file)))?;
+    let (m, k, n) = (p.m as usize, report.k as usize, report.n as usize);
+    let mut rng = Rng::from_seed(p.seed);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.unit()).collect();
+    let options = MatmulOptions::default().cores(p.cores);
+    let mut mm = Matmul::with_options(&Arc::new(bank), p.m, options).map_err(|e| fail(&e))?;
+    outln!("plan: {}", mm.plan());
+    let mut y = vec![0f32; m * n];
+    let t = Instant::now();
+    mm.mul_mat(&x, &mut y).map_err(|e| fail(&e))?;
+    let t_run = t.elapsed();
+    outln!(
+        "time: load {:.3} ms, mul_mat {:.3} ms",
+        t_load.as_secs_f64() * 1e3,
+        t_run.as_secs_f64() * 1e3
+    );
+    let c = check(&x, &w, &y, (m, k, n), dtype, report.max_abs);
+    outln!(
+        "largest error: {:.3e}, relative rms error {:.3e}, largest error / bound {:.3}",
+        c.largest,
+        c.rel_rms,
+        c.worst_ratio
+    );
+    if c.worst_ratio > 1.0 {
+        return Err(Failure(
+            1,
+            "MISMATCH: the result is further from the f64 reference than the load report and the activations' rounding allow".into(),
+        ));
+    }
+    outln!("OK");
+    Ok(())
+}
+
+/// How far `mul_mat`'s result is from the f64 reference.
+struct Checked {
+    /// The largest `|y − reference|`.
+    largest: f64,
+    /// The RMS of `y − reference` over the RMS of the reference (0 when both are 0).
+    rel_rms: f64,
+    /// The largest `|y − reference| / bound` (0 where both are 0).
+    worst_ratio: f64,
+}
+
+/// The error of one activation the NPU sees instead of `v`: int8 per row (the step of
+/// `quantize_rows_i8`, `max|row| / 127`, halved) for integer banks; half an ulp for
+/// float banks (fp16: 2^-11 relative, 2^-25 below the normal range; bf16: 2^-8
+/// relative, 2^-134 below it).
+fn activation_error(row: &[f32], dtype: Dtype) -> impl Fn(f32) -> f64 {
+    let half_step = row.iter().fold(0f64, |a, &v| a.max(f64::from(v).abs())) / 127.0 * 0.5;
+    move |v| match dtype {
+        Dtype::Fp16 => f64::from(v).abs() * 2f64.powi(-11) + 2f64.powi(-25),
+        Dtype::Bf16 => f64::from(v).abs() * 2f64.powi(-8) + 2f64.powi(-134),
+        _ => half_step,
+    }
+}
+
+/// The bound on `|y[i][j] − Σ x·w|` (docs/cli.md): with `D` the report's largest weight
+/// error, `e(x)` the activation error ([`activation_error`]) and `c = (k + 8) 2^-24` for
+/// the f32 arithmetic (fp32 sums, the scales, the last rounding),
+/// `Σ |x|·D + e(x)·(|w| + D) + c·(|x| + e(x))·(|w| + D)`.
+fn error_bound(x: &[f32], w: &[f32], e: &dyn Fn(f32) -> f64, max_abs: f64, k: usize) -> f64 {
+    let c = (k as f64 + 8.0) * 2f64.powi(-24);
+    x.iter()
+        .zip(w)
+        .map(|(&a, &b)| {
+            let (a, ea) = (f64::from(a).abs(), e(a));
+            let wb = f64::from(b).abs() + max_abs;
+            a * max_abs + ea * wb + c * (a + ea) * wb
+        })
+        .sum()
+}
+
+/// Compares `y` (m×n) with the f64 product of `x` (m×k) and `w` (n rows of k).
+fn check(
+    x: &[f32],
+    w: &[f32],
+    y: &[f32],
+    (m, k, n): (usize, usize, usize),
+    dtype: Dtype,
+    max_abs: f64,
+) -> Checked {
+    let (mut largest, mut err2, mut ref2, mut worst_ratio) = (0f64, 0f64, 0f64, 0f64);
+    for i in 0..m {
+        let row = &x[i * k..(i + 1) * k];
+        let e = activation_error(row, dtype);
+        for j in 0..n {
+            let wrow = &w[j * k..(j + 1) * k];
+            let want: f64 = row
+                .iter()
+                .zip(wrow)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            let err = (f64::from(y[i * n + j]) - want).abs();
+            let bound = error_bound(row, wrow, &e, max_abs, k);
+            largest = largest.max(err);
+            err2 += err * err;
+            ref2 += want * want;
+            // A result that is not a number fails the check.
+            let ratio = match err {
+                e if e.is_nan() => f64::INFINITY,
+                0.0 => 0.0,
+                e => e / bound,
+            };
+            worst_ratio = worst_ratio.max(ratio);
+        }
+    }
+    let rel_rms = if err2 == 0.0 {
+        0.0
+    } else {
+        (err2 / ref2).sqrt()
+    };
+    Checked {
+        largest,
+        rel_rms,
+        worst_ratio,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check, error_bound};
+    use rknpu_driver::kernels::single::Dtype;
+
+    #[test]
+    fn the_bound_adds_the_weight_and_activation_errors() {
+        // One product of k = 2: x = [1, -0.5], w = [0.25, 2], D = 0.01, fp16.
+        let x = [1.0f32, -0.5];
+        let w = [0.25f32, 2.0];
+        let e = |v: f32| f64::from(v).abs() * 2f64.powi(-11) + 2f64.powi(-25);
+        let b = error_bound(&x, &w, &e, 0.01, 2);
+        let c = 10.0 * 2f64.powi(-24);
+        let mut want = 0.0;
+        for (a, w) in [(1.0f64, 0.25f64), (0.5, 2.0)] {
+            let ea = a * 2f64.powi(-11) + 2f64.powi(-25);
+            want += a * 0.01 + ea * (w + 0.01) + c * (a + ea) * (w + 0.01);
+        }
+        assert!((b - want).abs() <= 1e-15, "{b} vs {want}");
+    }
+
+    #[test]
+    fn a_result_past_the_bound_fails_the_check() {
+        let x = [1.0f32, -0.5];
+        let w = [0.25f32, 2.0];
+        let e = |_: f32| 0.5 / 127.0;
+        let exact = (0.25 - 1.0) as f32;
+        let bound = error_bound(&x, &w, &e, 0.01, 2);
+        let ok = check(&x, &w, &[exact], (1, 2, 1), Dtype::Int8, 0.01);
+        assert_eq!((ok.largest, ok.worst_ratio), (0.0, 0.0));
+        let near = check(
+            &x,
+            &w,
+            &[exact + (bound * 0.5) as f32],
+            (1, 2, 1),
+            Dtype::Int8,
+            0.01,
+        );
+        assert!(
+            near.worst_ratio > 0.4 && near.worst_ratio < 0.6,
+            "{}",
+            near.worst_ratio
+        );
+        let far = check(
+            &x,
+            &w,
+            &[exact + (bound * 2.0) as f32],
+            (1, 2, 1),
+            Dtype::Int8,
+            0.01,
+        );
+        assert!(far.worst_ratio > 1.0, "{}", far.worst_ratio);
+        let nan = check(&x, &w, &[f32::NAN], (1, 2, 1), Dtype::Int8, 0.01);
+        assert!(nan.worst_ratio > 1.0);
+    }
+}
