@@ -48,6 +48,8 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--emit",
             "--plan-only",
             "--incremental",
+            "--gguf",
+            "--tensor",
         ],
     ),
     (
@@ -69,6 +71,7 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
     ),
     (&["trace", "dump"], &["FILE"]),
     (&["trace", "replay"], &["FILE", "--mode", "--ulps"]),
+    (&["gguf"], &["FILE", "--json"]),
     (&["info"], &[]),
     (&["doctor"], &["--device", "--bundle", "--timeout"]),
 ];
