@@ -33,15 +33,26 @@ fn matmul(d: &Device, tasks: usize) -> Mm {
 
 /// [`matmul`] of A all `ones` (every result `128 * ones`).
 pub(super) fn matmul_of(d: &Device, tasks: usize, ones: i32) -> Mm {
-    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    let mm = mm_4x64x32();
+    let mut a = d.alloc(mm.a_bytes(), BoFlags::default()).unwrap();
+    a.write(0, &mm.pack_a_int(&[ones; 4 * 64]).unwrap())
+        .unwrap();
+    matmul_reading(d, tasks, a)
+}
+
+/// The 4×64×32 int8 matmul [`matmul`] runs.
+pub(super) fn mm_4x64x32() -> SingleMatmul {
+    SingleMatmul::new(4, 64, 32, Dtype::Int8)
+}
+
+/// [`matmul`] reading A from `a` (packed for [`mm_4x64x32`]), B all 2.
+pub(super) fn matmul_reading(d: &Device, tasks: usize, a: Bo) -> Mm {
+    let mm = mm_4x64x32();
     let mut p = ProgramBuilder::new(single::REGCMD);
     for _ in 0..tasks {
         p.push_task(mm.body().unwrap(), mm.enable());
     }
     let program = p.build().unwrap();
-    let mut a = d.alloc(mm.a_bytes(), BoFlags::default()).unwrap();
-    a.write(0, &mm.pack_a_int(&[ones; 4 * 64]).unwrap())
-        .unwrap();
     let mut b = d.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
     b.write(0, &mm.pack_b_int(&[2; 64 * 32]).unwrap()).unwrap();
     let c = d.alloc(mm.c_bytes(), BoFlags::default()).unwrap();

@@ -4,11 +4,10 @@
 //! frees what it made. Each test runs on an emulated kernel of its own, so its object
 //! counts are its own.
 
+use super::behaviour_tests::{matmul_reading, mm_4x64x32};
 use super::emu::{EmuKernel, Flavour, node_path};
 use super::*;
 use crate::OsError;
-use crate::kernels::single::{self, Dtype, SingleMatmul};
-use crate::regcmd::{ProgramBuilder, words_to_le_bytes};
 use crate::sys::uapi::*;
 use crate::sys::{Errno, Ioctl, Kernel, VendorOp};
 use std::os::fd::AsFd;
@@ -19,6 +18,24 @@ fn pair(flavour: Flavour) -> (Arc<EmuKernel>, Device, Device) {
     let d1 = Device::open_emulator(k.clone()).unwrap();
     let d2 = Device::open_emulator(k.clone()).unwrap();
     (k, d1, d2)
+}
+
+/// Exports `handle` of `fd` as a dma-buf the caller owns, and lends the kernel a
+/// duplicate of it (the number an import request names), as `Device::import_dmabuf` does.
+fn export_and_lend(
+    k: &EmuKernel,
+    fd: crate::sys::Fd,
+    handle: u32,
+) -> (std::os::fd::OwnedFd, crate::sys::Fd) {
+    let mut p = DrmPrimeHandle {
+        handle,
+        flags: DRM_CLOEXEC | DRM_RDWR,
+        fd: -1,
+    };
+    k.ioctl(fd, &mut Ioctl::PrimeHandleToFd(&mut p)).unwrap();
+    let dmabuf = k.release(crate::sys::Fd(p.fd)).unwrap();
+    let lent = k.adopt(dmabuf.as_fd()).unwrap();
+    (dmabuf, lent)
 }
 
 #[test]
@@ -143,14 +160,7 @@ fn an_imported_handle_is_mapped_through_its_dma_buf_not_the_driver() {
         ..RknpuMemCreate::default()
     };
     vendor(&k, f1, VendorOp::MemCreate(&mut c)).unwrap();
-    let mut p = DrmPrimeHandle {
-        handle: c.handle,
-        flags: DRM_CLOEXEC | DRM_RDWR,
-        fd: -1,
-    };
-    k.ioctl(f1, &mut Ioctl::PrimeHandleToFd(&mut p)).unwrap();
-    let dmabuf = k.release(crate::sys::Fd(p.fd)).unwrap();
-    let lent = k.adopt(dmabuf.as_fd()).unwrap();
+    let (dmabuf, lent) = export_and_lend(&k, f1, c.handle);
     let mut q = DrmPrimeHandle {
         fd: lent.0,
         ..DrmPrimeHandle::default()
@@ -214,7 +224,7 @@ fn rocket_exports_and_refuses_an_import_before_asking_the_kernel() {
 #[test]
 fn a_matmul_reads_its_activations_from_an_imported_buffer() {
     let (k, producer, npu) = pair(Flavour::Vendor098);
-    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    let mm = mm_4x64x32();
     // Uncached, so what the producer's CPU writes is what the NPU reads: an imported
     // buffer cannot be synced by the importer.
     let mut shared = producer
@@ -226,35 +236,13 @@ fn a_matmul_reads_its_activations_from_an_imported_buffer() {
     let a = npu
         .import_dmabuf(shared.export_dmabuf().unwrap().as_fd())
         .unwrap();
-    let mut p = ProgramBuilder::new(single::REGCMD);
-    p.push_task(mm.body().unwrap(), mm.enable());
-    let program = p.build().unwrap();
-    let mut b = npu.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
-    b.write(0, &mm.pack_b_int(&[2; 64 * 32]).unwrap()).unwrap();
-    let mut c = npu.alloc(mm.c_bytes(), BoFlags::default()).unwrap();
-    let mut regcmd = npu.alloc(program.byte_len(), BoFlags::default()).unwrap();
-    let words = program
-        .bind(|id| {
-            Some(u64::from(match id {
-                single::REGCMD => regcmd.dma_addr(),
-                single::A => a.dma_addr(),
-                single::B => b.dma_addr(),
-                _ => c.dma_addr(),
-            }))
-        })
-        .unwrap();
-    regcmd.write(0, &words_to_le_bytes(&words)).unwrap();
-    let job = Job::from_program(&regcmd, &program)
-        .reads(&a)
-        .reads(&b)
-        .writes(&c);
-    npu.submit(&job).unwrap();
-    drop(job);
+    let mut run = matmul_reading(&npu, 1, a);
+    npu.submit(&run.job()).unwrap();
     let out = mm
-        .unpack_c_int(&c.read_all().unwrap()[..mm.c_bytes()])
+        .unpack_c_int(&run.c.read_all().unwrap()[..mm.c_bytes()])
         .unwrap();
     assert!(out.iter().all(|&v| v == 3 * 2 * 64), "{:?}", &out[..4]);
-    drop((a, b, c, regcmd, shared));
+    drop((run, shared));
     assert_eq!(k.live_objects(), 0);
 }
 
@@ -268,14 +256,7 @@ fn rocket_gives_back_only_its_own_fds_objects() {
         ..DrmRocketCreateBo::default()
     };
     k.ioctl(f1, &mut Ioctl::RocketCreateBo(&mut c)).unwrap();
-    let mut p = DrmPrimeHandle {
-        handle: c.handle,
-        flags: DRM_CLOEXEC | DRM_RDWR,
-        fd: -1,
-    };
-    k.ioctl(f1, &mut Ioctl::PrimeHandleToFd(&mut p)).unwrap();
-    let dmabuf = k.release(crate::sys::Fd(p.fd)).unwrap();
-    let lent = k.adopt(dmabuf.as_fd()).unwrap();
+    let (dmabuf, lent) = export_and_lend(&k, f1, c.handle);
     let mut q = DrmPrimeHandle {
         fd: lent.0,
         ..DrmPrimeHandle::default()
