@@ -4,8 +4,10 @@
 use rknpu_driver::gguf::GgmlType;
 use rknpu_driver::gguf::write::Writer;
 use rknpu_driver::seeded::Rng;
-use std::path::PathBuf;
 use std::process::{Command, Output};
+
+mod common;
+use common::Temp;
 
 const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
 
@@ -19,24 +21,6 @@ fn run(args: &[&str]) -> Output {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A file in the temporary directory, removed when dropped.
-struct Temp(PathBuf);
-
-impl Temp {
-    fn new(name: &str) -> Temp {
-        Temp(std::env::temp_dir().join(format!("rknpu-cli-gguf-{}-{name}", std::process::id())))
-    }
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// Weights of `n` rows of `k` (GGUF dims `[k, n]`).

@@ -1,7 +1,9 @@
 //! `rknpu trace import | dump | replay` and `rknpu matmul --trace` as child processes.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
+
+mod common;
+use common::Temp;
 
 const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
 
@@ -14,24 +16,6 @@ fn fixture(ext: &str) -> String {
 
 fn run(args: &[&str]) -> Output {
     Command::new(RKNPU).args(args).output().unwrap()
-}
-
-/// A file in the temporary directory, removed when dropped.
-struct Temp(PathBuf);
-
-impl Temp {
-    fn new(name: &str) -> Temp {
-        Temp(std::env::temp_dir().join(format!("rknpu-cli-trace-{}-{name}", std::process::id())))
-    }
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 fn import(out: &Temp, expect: &str) -> Output {

@@ -6,8 +6,10 @@ use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::regcmd::{self, RegCmd};
 use rknpu_driver::regs::{Register, cna};
-use std::path::PathBuf;
 use std::process::{Command, Output};
+
+mod common;
+use common::Temp;
 
 const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
 
@@ -27,24 +29,6 @@ fn stdout(o: &Output) -> String {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A file in the temporary directory, removed when dropped.
-struct Temp(PathBuf);
-
-impl Temp {
-    fn new(name: &str) -> Temp {
-        Temp(std::env::temp_dir().join(format!("rknpu-cli-verify-{}-{name}", std::process::id())))
-    }
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// A buffer line of `--emit`: `buffer ID NAME at ADDR LEN bytes ACCESS`.
