@@ -28,7 +28,13 @@ pub(crate) fn run(a: DecodeArgs) -> Result<(), Failure> {
     let bytes = std::fs::read(file).map_err(|e| Failure(1, format!("{file}: {e}")))?;
     let decoded = regcmd::decode_bytes(&bytes).map_err(|e| Failure(1, format!("{file}: {e}")))?;
     if a.json {
-        outln!("{}", decoded.to_json());
+        // The library writes its JSON without serde (its users do not compile serde);
+        // reading it back through serde_json here means what the command prints is
+        // always one document serde accepts, or an error — never a broken document.
+        let text = decoded.to_json();
+        let document: &serde_json::value::RawValue = serde_json::from_str(&text)
+            .map_err(|e| Failure(1, format!("{file}: the decoder's JSON is invalid: {e}")))?;
+        outln!("{}", document.get());
     } else {
         out!("{}", decoded.to_text(a.addr));
     }
