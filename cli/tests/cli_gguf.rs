@@ -4,20 +4,9 @@
 use rknpu_driver::gguf::GgmlType;
 use rknpu_driver::gguf::write::Writer;
 use rknpu_driver::seeded::Rng;
-use std::process::{Command, Output};
 
 mod common;
-use common::Temp;
-
-const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
-
-fn run(args: &[&str]) -> Output {
-    Command::new(RKNPU)
-        .args(args)
-        .env_remove("RKNPU_DEVICE")
-        .output()
-        .unwrap_or_else(|e| panic!("run {RKNPU}: {e}"))
-}
+use common::{Temp, run};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

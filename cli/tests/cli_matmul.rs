@@ -1,16 +1,9 @@
 //! `rknpu matmul` and `rknpu bench pack` as child processes.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
-
-fn run(args: &[&str]) -> Output {
-    Command::new(RKNPU)
-        .args(args)
-        .env_remove("RKNPU_DEVICE")
-        .output()
-        .unwrap()
-}
+mod common;
+use common::run;
 
 fn out_text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -1,6 +1,21 @@
-//! What several CLI test files share.
+//! What several CLI test files share (each file uses some of it).
+#![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The `rknpu` binary under test.
+pub const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
+
+/// Runs `rknpu ARGS` with no `RKNPU_DEVICE` set (so "auto" finds no board here and uses
+/// the emulated kernel).
+pub fn run(args: &[&str]) -> Output {
+    Command::new(RKNPU)
+        .args(args)
+        .env_remove("RKNPU_DEVICE")
+        .output()
+        .unwrap_or_else(|e| panic!("run {RKNPU}: {e}"))
+}
 
 /// A file in the temporary directory, named after this test process and `name`,
 /// removed when dropped.
