@@ -361,7 +361,7 @@ fn dma_buf_export_and_import_where_the_driver_allows_them() {
     // Both drivers export through DRM PRIME.
     let fd = bo.export_dmabuf().unwrap();
     // Another open of the same node imports it.
-    let other = Device::open_spec(&d.info().node).unwrap();
+    let other = d.open_again().unwrap();
     match d.info().interface {
         Interface::Vendor => {
             let mut imported = other.import_dmabuf(fd.as_fd()).unwrap();

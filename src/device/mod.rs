@@ -245,6 +245,18 @@ impl Device {
         Device::open_with(emu.clone(), Some(emu), node)
     }
 
+    /// Opens this device's node once more, on the same kernel: a second client of the
+    /// driver, with buffer handles of its own (a board's node path, or the same emulated
+    /// kernel). Buffers pass between the two only as dma-bufs ([`Bo::export_dmabuf`],
+    /// [`Device::import_dmabuf`]).
+    pub fn open_again(&self) -> Result<Device> {
+        Device::open_with(
+            self.inner.port.kernel.clone(),
+            self.inner.emu.clone(),
+            &self.inner.info.node,
+        )
+    }
+
     fn open_with(
         kernel: Arc<dyn Kernel>,
         emu: Option<Arc<EmuKernel>>,
