@@ -1,6 +1,6 @@
 //! On a board: NPU throughput of a 128×1024×8192 matmul in each precision, next to the
 //! published figures for Rockchip's own matmul API at that shape
-//! (docs/hardware/matmul-recipe.md#performance: about 1.8 TOPS int8, 0.9 TFLOPS fp16, almost 4 TOPS int4 on one
+//! (docs/hardware/matmul-programs.md#performance: about 1.8 TOPS int8, 0.9 TFLOPS fp16, almost 4 TOPS int4 on one
 //! core). Built only with `--features hw`:
 //!
 //! ```text

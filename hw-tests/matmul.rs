@@ -88,7 +88,7 @@ fn matmul_grid_matches_the_cpu_and_reports_throughput() {
         MatmulSpec::new(128, 4096, 11008, Dtype::Int8).on_cores(3),
         MatmulSpec::new(1, 2048, 2048, Dtype::Int4),
         MatmulSpec::new(64, 1024, 1024, Dtype::Fp16),
-        // The shape of the published vendor figures (docs/hardware/matmul-recipe.md#performance).
+        // The shape of the published vendor figures (docs/hardware/matmul-programs.md#performance).
         MatmulSpec::new(128, 1024, 8192, Dtype::Int8),
         MatmulSpec::new(128, 1024, 8192, Dtype::Int4),
         MatmulSpec::new(128, 1024, 8192, Dtype::Fp16),

@@ -70,7 +70,7 @@ pub struct BufferTask {
 }
 
 /// The cores the vendor kernel starts for `core_mask` and the `subcore_task` slot each
-/// reads, as `(core, slot)` in core order (docs/hardware/matmul-recipe.md#multi-core, quirk 8, docs/hardware/quirks.md#quirk-8). For mask 0
+/// reads, as `(core, slot)` in core order (docs/hardware/matmul-programs.md#multi-core, quirk 8, docs/hardware/quirks.md#quirk-8). For mask 0
 /// the kernel picks one core, which reads the slot of its index; the emulated kernel and
 /// trace replay take core 0. `None` for the masks that start no core: 5 and 6, which the
 /// kernel accepts and never starts, and those above 7, which name no core.

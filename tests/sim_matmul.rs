@@ -338,7 +338,7 @@ fn int4_to_int16_including_saturation() {
 
 #[test]
 fn int4_nibble_order_is_even_index_high() {
-    // An asymmetric vector (docs/hardware/matmul-recipe.md#int4-nibble-order): A = [1, 0, 0, ...], B column j = [j - 8, 3, ...].
+    // An asymmetric vector (docs/hardware/matmul-programs.md#int4-nibble-order): A = [1, 0, 0, ...], B column j = [j - 8, 3, ...].
     let mm = SingleMatmul::new(1, 32, 64, Dtype::Int4);
     let mut a = vec![0; 32];
     a[0] = 1;
@@ -395,7 +395,7 @@ fn fp16_and_bf16_within_the_fp32_summation_bound() {
 }
 
 /// K split in two waves of native int32 partials, then the DPU-only add task
-/// (docs/hardware/matmul-recipe.md#npu-k-reduction) sums them: three chained tasks in one kick.
+/// (docs/hardware/matmul-programs.md#npu-k-reduction) sums them: three chained tasks in one kick.
 #[test]
 fn split_k_waves_chained_with_an_add_task() {
     let (m, k, n) = (8u32, 128u32, 64u32);

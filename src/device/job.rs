@@ -9,7 +9,7 @@ use crate::submit::{self, TaskDesc};
 use crate::verify::{self, BufferAccess, JobBuffer};
 use std::time::{Duration, Instant};
 
-/// Which cores run a job (vendor `core_mask`, docs/hardware/matmul-recipe.md#multi-core).
+/// Which cores run a job (vendor `core_mask`, docs/hardware/matmul-programs.md#multi-core).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CoreMask {
     /// The kernel picks the least busy core.

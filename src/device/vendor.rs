@@ -1,6 +1,6 @@
 //! The vendor `rknpu` driver (DRM flavour, 0.9.6 and later 0.9.x): MEM_CREATE / MEM_MAP
 //! / MEM_SYNC / MEM_DESTROY buffers, task arrays in a kernel-mapped buffer, per-core
-//! `subcore_task` ranges, blocking submission or an out-fence (docs/hardware/matmul-recipe.md#multi-core, docs/hardware/kernel-behaviours.md).
+//! `subcore_task` ranges, blocking submission or an out-fence (docs/hardware/matmul-programs.md#multi-core, docs/hardware/kernel-behaviours.md).
 
 use super::backend::{Backend, InFlight, Port, prime_export};
 use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo};

@@ -153,7 +153,7 @@ fn hint(rung: Rung, finding: &Finding) -> String {
         Finding::Device(e) => device_hint(rung, e),
         Finding::Build(_) => format!("a library bug, not the board: {SEND}"),
         Finding::TaskCounter { .. } => format!(
-            "the kernel reported completion before every task ran: the driver's task_number / subcore_task handling differs from the vendor and rocket driver sources (docs/provenance.md); {SEND}"
+            "the kernel reported completion before every task ran: the driver's handling of the submitted task count and per-core task ranges differs from the vendor and rocket driver sources (docs/provenance.md); {SEND}"
         ),
         Finding::Leak { .. } => {
             format!("a free (MEM_DESTROY / GEM_CLOSE) or an unmap did not happen: {SEND}")

@@ -348,6 +348,14 @@ impl<R: Register> fmt::Debug for Field<R> {
     }
 }
 
+/// Prints `BLOCK.REG.field` as `Debug` does, so messages name a field through its
+/// typed constant: `format!("{} is 3", cna::ConvCon2::FEATURE_GRAINS)`.
+impl<R: Register> fmt::Display for Field<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
 impl<R: Register> Field<R> {
     /// The field described by `info`, one of `R::INFO.fields`.
     ///

@@ -200,7 +200,7 @@ fn out_cube(d: &task::Dpu, main: &Main, at: At) -> Result<Cube, SimError> {
     Ok(out)
 }
 
-/// SIZE_E and SURFACE_ADD: the values of docs/hardware/matmul-recipe.md#validated-values for convolution tasks, 0
+/// SIZE_E and SURFACE_ADD: the values of docs/hardware/matmul-programs.md#validated-values for convolution tasks, 0
 /// and free for DPU-only (flying) tasks.
 fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
     let size_e = d.ow.size_e;
@@ -210,7 +210,8 @@ fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
             dpu::BsOwCfg::SIZE_E_1,
             size_e[1],
             format!(
-                "differs from size_e_0 {} (every validated program writes three equal values)",
+                "differs from {} {} (every validated program writes three equal values)",
+                dpu::BsOwCfg::SIZE_E_0,
                 size_e[0]
             ),
         ));
@@ -240,7 +241,8 @@ fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
             dpu::SurfaceAdd::SURF_ADD,
             d.out.surface_add,
             format!(
-                "{input} to {out} programs validated on boards write {ratio} x DST_SURF_STRIDE ({})",
+                "{input} to {out} programs validated on boards write {ratio} x {} ({})",
+                dpu::DstSurfStride::DST_SURF_STRIDE,
                 ratio * d.out.surf_stride
             ),
         ));

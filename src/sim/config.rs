@@ -235,7 +235,10 @@ fn conv_main(
             at,
             cna::DataSize1::DATAIN_CHANNEL_REAL,
             f.channels_real.wrapping_sub(1),
-            format!("differs from datain_channel {c} - 1 (channel padding is not modelled)"),
+            format!(
+                "differs from {} {c} - 1 (channel padding is not modelled)",
+                cna::DataSize1::DATAIN_CHANNEL
+            ),
         ));
     }
     check_output_geometry(cna, core, at)?;
@@ -437,7 +440,7 @@ fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Re
         });
     }
     // One feature line in 64-byte entries; int4 rounds per pixel (W × ⌈C/128⌉), as every
-    // validated int4 program does (docs/hardware/matmul-recipe.md#validated-values).
+    // validated int4 program does (docs/hardware/matmul-programs.md#validated-values).
     let need = if prec == Precision::Int4 {
         u64::from(f.width) * u64::from(f.channels).div_ceil(128)
     } else {
@@ -509,8 +512,9 @@ fn flying_cube(t: &task::Task, dpu: &task::Dpu, at: At) -> Result<Cube, SimError
             dpu_rdma::RdmaFeatureModeCfg::IN_PRECISION,
             rdma.precision.code(),
             format!(
-                "the DPU processes {} (DPU_RDMA proc_precision {})",
+                "the DPU processes {} ({} {})",
                 dpu.precision,
+                dpu_rdma::RdmaFeatureModeCfg::PROC_PRECISION,
                 rdma.precision.code()
             ),
         ));

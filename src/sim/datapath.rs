@@ -141,7 +141,7 @@ fn conv(
     let g = w.prec.kernels_per_atom() as usize;
     let row_bytes = 32 * w.prec.bits() as usize / 8;
     let kblocks = c / 32;
-    // Offset of kernel j's 32-channel block kb in the weight atoms (docs/hardware/matmul-recipe.md#weights).
+    // Offset of kernel j's 32-channel block kb in the weight atoms (docs/hardware/matmul-programs.md#weights).
     let woff = |j: usize, kb: usize| ((j / g) * kblocks + kb) * 1024 + (j % g) * row_bytes;
 
     // Visits every feature atom: (pixel, first channel, 16 bytes).

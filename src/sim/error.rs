@@ -180,7 +180,8 @@ impl fmt::Display for SimError {
                 needed_bytes,
             } => write!(
                 f,
-                "{at}: CNA.CBUF_CON0: {what} needs {needed_bytes} bytes but has {banks} bank(s) of 32768 bytes"
+                "{at}: {}: {what} needs {needed_bytes} bytes but has {banks} bank(s) of 32768 bytes",
+                <crate::regs::cna::CbufCon0 as crate::regs::Register>::NAME
             ),
             SimError::BadEntry {
                 at,

@@ -3,7 +3,7 @@
 use super::error::{At, Lint, LintKind};
 use super::exec::{EwSrc, Main, Task};
 use super::reg_name;
-use crate::regs::cna;
+use crate::regs::{Register, cna, dpu};
 use crate::task::Precision;
 
 fn lint(out: &mut Vec<Lint>, at: At, kind: LintKind, message: String) {
@@ -57,12 +57,14 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
             at,
             LintKind::OutputOverlap,
             format!(
-                "output atoms overlap: {} surfaces of {}x{} atoms with line stride {} and surface stride {} bytes (DPU.DATA_CUBE_NOTCH_ADDR / DST_SURF_STRIDE)",
+                "output atoms overlap: {} surfaces of {}x{} atoms with line stride {} and surface stride {} bytes ({} / {})",
                 o.c as u64 / epa,
                 o.w,
                 o.h,
                 o.line,
-                o.surf
+                o.surf,
+                <dpu::DataCubeNotchAddr as Register>::NAME,
+                dpu::DstSurfStride::DST_SURF_STRIDE
             ),
         );
     }
@@ -98,7 +100,10 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
             out,
             at,
             LintKind::Fp16EwAddDropped,
-            "fp16 element-wise ADD with DPU.EW_CFG.ew_op_cvt_bypass = 1: the hardware drops the operand (the simulator does too)".into(),
+            format!(
+                "fp16 element-wise ADD with {} = 1: the hardware drops the operand (the simulator does too)",
+                dpu::EwCfg::EW_OP_CVT_BYPASS
+            ),
         );
     }
     if let Main::Conv { feature, .. } = &t.main {

@@ -344,7 +344,7 @@ pub struct RangeRun {
 }
 
 impl Simulator {
-    /// Runs `count` tasks on `core` as the vendor kernel does (docs/hardware/matmul-recipe.md#multi-core):
+    /// Runs `count` tasks on `core` as the vendor kernel does (docs/hardware/matmul-programs.md#multi-core):
     /// kicks of at most [`MAX_TASKS`] tasks, each at its first task's list and with its
     /// last task's interrupt mask, until every task ran or one did not complete.
     /// `task(i)` describes the range's `i`-th task, its `offset` being the list's device

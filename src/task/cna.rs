@@ -1,6 +1,6 @@
 //! CNA: the feature and weight loader, the CBUF split and the convolution geometry.
 //!
-//! The model covers what the board-validated matmul programs use (docs/hardware/matmul-recipe.md, docs/hardware/cbuf.md):
+//! The model covers what the board-validated matmul programs use (docs/hardware/matmul-programs.md, docs/hardware/cbuf.md):
 //! a 1×1, stride-1, unpadded direct convolution of a feature cube in NC1HWC2 layout with
 //! weights in 1024-byte atoms, the input converter bypassed, no decompression.
 
@@ -376,7 +376,10 @@ impl Cna {
                 )
             })?;
         r.agree(ConvCon1::PROC_PRECISION, in_code, || {
-            format!("differs from in_precision {in_code} (input conversion is not modelled)")
+            format!(
+                "differs from {} {in_code} (input conversion is not modelled)",
+                ConvCon1::IN_PRECISION
+            )
         })?;
         let kw = r.get(WeightSize2::WEIGHT_WIDTH);
         if kw != 1 {
@@ -501,13 +504,13 @@ fn decode_feature(r: &mut Reader<'_>) -> Decoded<Feature> {
     let channels = r.get(DataSize1::DATAIN_CHANNEL);
     let channels_real = r.get(DataSize1::DATAIN_CHANNEL_REAL) + 1;
     r.agree(FcDataSize0::DMA_WIDTH, width, || {
-        format!("DATA_SIZE0 width is {width}")
+        format!("{} is {width}", DataSize0::DATAIN_WIDTH)
     })?;
     r.agree(FcDataSize0::DMA_HEIGHT, height, || {
-        format!("DATA_SIZE0 height is {height}")
+        format!("{} is {height}", DataSize0::DATAIN_HEIGHT)
     })?;
     r.agree(FcDataSize1::DMA_CHANNEL, channels, || {
-        format!("DATA_SIZE1 channel is {channels}")
+        format!("{} is {channels}", DataSize1::DATAIN_CHANNEL)
     })?;
     Ok(Feature {
         addr: DmaAddr::Fixed(r.address::<FeatureDataAddr>()),

@@ -162,7 +162,7 @@ impl DpuRdma {
             )
         })?;
         r.agree(RdmaFeatureModeCfg::IN_PRECISION, code, || {
-            format!("differs from proc_precision {code}")
+            format!("differs from {} {code}", RdmaFeatureModeCfg::PROC_PRECISION)
         })?;
         let mrdma = if r.flag(RdmaFeatureModeCfg::MRDMA_DISABLE) {
             None

@@ -375,7 +375,7 @@ impl Task {
     }
 
     /// Every DMA range the task reads or writes, for addresses that are fixed (a decoded
-    /// or bound task). Sizes follow the layouts of docs/hardware/matmul-recipe.md#layouts and the strides the
+    /// or bound task). Sizes follow the layouts of docs/hardware/matmul-programs.md#layouts and the strides the
     /// registers give; the verifier checks each against the buffers of a job.
     pub fn dma(&self) -> Vec<DmaRange> {
         let mut out = Vec::new();

@@ -21,7 +21,7 @@
 //!   the rows of the largest tiles run on boards (int8 256, fp16 and bf16 365, int4 128).
 //! * **Cores** split K (when they divide the waves and the cost model finds it faster), N
 //!   or M, each running as many tasks; each core's tasks form their own chain in one
-//!   program, so one submission runs them all (docs/hardware/matmul-recipe.md#multi-core), in the order that keeps the most
+//!   program, so one submission runs them all (docs/hardware/matmul-programs.md#multi-core), in the order that keeps the most
 //!   bytes in the CBUF ([`Reuse`]).
 //!
 //! [`Plan::cheapest`] costs a handful of such plans ([`cost`]) and keeps the fastest.

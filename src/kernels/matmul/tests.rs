@@ -1,5 +1,5 @@
 //! Plans stay clear of every documented failure boundary (docs/hardware/quirks.md),
-//! and the packers put bytes where the layout formulas of docs/hardware/matmul-recipe.md#layouts say.
+//! and the packers put bytes where the layout formulas of docs/hardware/matmul-programs.md#layouts say.
 
 use super::*;
 use crate::float::f16_to_f32;
@@ -183,7 +183,7 @@ fn chains_end_at_each_core_boundary() {
 
 #[test]
 fn weights_land_where_the_layout_formulas_say() {
-    // docs/hardware/matmul-recipe.md#weights: int8 ((n/32)(ai/32) + k/32)·1024 + (n%32)·32 + k%32;
+    // docs/hardware/matmul-programs.md#weights: int8 ((n/32)(ai/32) + k/32)·1024 + (n%32)·32 + k%32;
     // fp16 (elements) ((n/16)(ai/32) + k/32)·512 + (n%16)·32 + k%32;
     // int4 (bytes) (((n/64)(pk/32) + k/32)·64 + n%64)·16 + (k%32)/2, even k high.
     let (k, n) = (70u32, 130u32);

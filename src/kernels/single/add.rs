@@ -9,7 +9,7 @@ use crate::task::{
 };
 
 /// The DPU-only task that adds two int32 partial results in the native layout
-/// `[channels/4][rows][4]` — the split-K accumulate of docs/hardware/matmul-recipe.md#npu-k-reduction: MRDMA reads
+/// `[channels/4][rows][4]` — the split-K accumulate of docs/hardware/matmul-programs.md#npu-k-reduction: MRDMA reads
 /// `acc`, ERDMA reads `partial`, the EW ALU adds, the write DMA stores to `out`. Limits are
 /// the board-validated ones (rows ≤ 128, channels ≤ 1024, channels a multiple of 4).
 pub fn add_task(

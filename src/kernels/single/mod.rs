@@ -2,15 +2,15 @@
 //! NPU's convolution path takes, with the host-side packers that lay operands out the way
 //! the task reads them.
 //!
-//! One task is one 1×1 convolution (docs/hardware/matmul-recipe.md#mapping): the M rows of A are
+//! One task is one 1×1 convolution (docs/hardware/matmul-programs.md#mapping): the M rows of A are
 //! pixels, K is the channel count, the N columns of B are kernels. The register values
-//! follow the board-validated matmul programs (docs/hardware/matmul-recipe.md#validated-values; the full-body habit of docs/hardware/registers.md#ping-pong: every register of
+//! follow the board-validated matmul programs (docs/hardware/matmul-programs.md#validated-values; the full-body habit of docs/hardware/registers.md#ping-pong: every register of
 //! every started block is written, zeros included, so nothing depends on earlier
 //! programs). The shape must fit one task: the whole A tile in the CBUF data banks and one
 //! kernel group of B in the weight banks (docs/hardware/cbuf.md#weight-groups). Tiling larger shapes across tasks
 //! and cores is the planner's job.
 //!
-//! Layouts (docs/hardware/matmul-recipe.md#layouts; `ai` = K padded to 32, `ao` = N padded to 32, or 64 for int4):
+//! Layouts (docs/hardware/matmul-programs.md#layouts; `ai` = K padded to 32, `ao` = N padded to 32, or 64 for int4):
 //!
 //! | operand | [`Layout::Plain`] | [`Layout::Native`] |
 //! |---|---|---|
@@ -19,7 +19,7 @@
 //!
 //! B is always in the weight-atom layout: 1024-byte atoms of 32 input channels × G kernels
 //! (G = 32 int8, 64 int4, 16 for 16-bit types), `[ao/G][ai/32][G][32]`. int4 packs two
-//! values per byte, the even index in the high nibble (docs/hardware/matmul-recipe.md#int4-nibble-order).
+//! values per byte, the even index in the high nibble (docs/hardware/matmul-programs.md#int4-nibble-order).
 //!
 //! ```
 //! use rknpu_driver::kernels::single::{Dtype, SingleMatmul};
@@ -160,14 +160,17 @@ impl SingleMatmul {
         }
         if self.m > 2047 {
             return Err(unsupported(format!(
-                "M = {} rows; CNA DATA_SIZE0 holds at most 2047",
-                self.m
+                "M = {} rows; {} (M in the native layout, else {}) holds at most 2047",
+                self.m,
+                crate::regs::cna::DataSize0::DATAIN_WIDTH,
+                crate::regs::cna::DataSize0::DATAIN_HEIGHT,
             )));
         }
         if ao > 8192 {
             return Err(unsupported(format!(
-                "N = {} pads to {ao}; the DPU's 13-bit channel field holds 8192",
-                self.n
+                "N = {} pads to {ao}; {} (channels minus one, 13 bits) holds 8192",
+                self.n,
+                crate::regs::dpu::DataCubeChannel::CHANNEL,
             )));
         }
         let ok_out = match self.dtype {
@@ -228,7 +231,7 @@ impl SingleMatmul {
     }
 
     /// CBUF data banks: the A tile, at least 1, at most 10 (at least 2 weight banks remain,
-    /// docs/hardware/matmul-recipe.md#validated-values).
+    /// docs/hardware/matmul-programs.md#validated-values).
     fn data_banks(&self) -> u32 {
         data_banks(self.m, self.padded_k(), self.dtype)
     }
@@ -261,7 +264,7 @@ impl SingleMatmul {
 
     /// The task model reading A, B (and E) and writing C at the given addresses
     /// (the board-validated matmul programs, with the values every one of them uses:
-    /// docs/hardware/matmul-recipe.md#validated-values).
+    /// docs/hardware/matmul-programs.md#validated-values).
     pub fn task_at(&self, a: DmaAddr, b: DmaAddr, c: DmaAddr, e: DmaAddr) -> Result<Task> {
         self.check()?;
         let (w, h) = self.feature_dims();

@@ -66,7 +66,7 @@ impl OutCvt {
 pub struct OwCfg {
     /// `OD_BYPASS`.
     pub od_bypass: bool,
-    /// `SIZE_E_0..2`: output-line channel groups, per output type (docs/hardware/matmul-recipe.md#validated-values).
+    /// `SIZE_E_0..2`: output-line channel groups, per output type (docs/hardware/matmul-programs.md#validated-values).
     pub size_e: [u32; 3],
     /// `OW_SRC`.
     pub ow_src: u32,
@@ -300,7 +300,7 @@ impl Dpu {
             )
         })?;
         r.agree(DataFormat::IN_PRECISION, proc_code, || {
-            format!("differs from proc_precision {proc_code}")
+            format!("differs from {} {proc_code}", DataFormat::PROC_PRECISION)
         })?;
         let ((w, h, c), notch) = decode_cube(r)?;
         r.expect(BsOwCfg::TP_ORG_EN, 0, "transpose is not modelled")?;
@@ -411,7 +411,10 @@ fn decode_cube(r: &mut Reader<'_>) -> Decoded<((u32, u32, u32), u32)> {
         return Err(E::unsupported(
             DataCubeNotchAddr::NOTCH_ADDR_1,
             notch1,
-            format!("differs from notch_addr_0 {notch} (per-line notches are not modelled)"),
+            format!(
+                "differs from {} {notch} (per-line notches are not modelled)",
+                DataCubeNotchAddr::NOTCH_ADDR_0
+            ),
         ));
     }
     Ok(((w, h, c), notch))
