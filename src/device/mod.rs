@@ -47,6 +47,7 @@ mod error;
 mod job;
 mod leak;
 pub mod matmul;
+pub mod ops;
 mod recording;
 mod rocket;
 mod sentinel;

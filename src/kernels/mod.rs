@@ -2,5 +2,6 @@
 //! no device; every DMA address is a relocation.
 
 pub mod matmul;
+pub mod ops;
 pub mod single;
 pub mod worked_example;
