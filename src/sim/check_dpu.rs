@@ -114,6 +114,7 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         grains,
         group_line_off: glo,
         line_stride_field: line_field,
+        unvalidated: Vec::new(),
     })
 }
 

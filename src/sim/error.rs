@@ -241,6 +241,10 @@ pub enum LintKind {
     UnverifiedGeometry,
     /// S_POINTER names another core than the one running the program.
     CoreIndex,
+    /// A configuration no board-recorded or board-tested program uses, which the model
+    /// runs because it is derived from ones that are (the message names the derivation,
+    /// docs/simulator.md "Validated values"): results on a board are not yet confirmed.
+    Unvalidated,
 }
 
 impl LintKind {
@@ -261,6 +265,7 @@ impl LintKind {
             LintKind::Fp16NTileScatter => "fp16-n-tile-scatter",
             LintKind::UnverifiedGeometry => "unverified-geometry",
             LintKind::CoreIndex => "core-index",
+            LintKind::Unvalidated => "unvalidated",
         }
     }
 }

@@ -27,6 +27,9 @@ fn may_overlap(w: u64, h: u64, surfaces: u64, line: u64, surf: u64) -> bool {
 
 /// Lints one checked task.
 pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
+    for why in &t.unvalidated {
+        lint(out, at, LintKind::Unvalidated, why.clone());
+    }
     if needs_rdma(t) && t.enable.0 & 0x10 == 0 {
         lint(
             out,
