@@ -163,7 +163,7 @@ impl<'a> Job<'a> {
         self
     }
 
-    fn check(&self, dev: &Device) -> Result<()> {
+    pub(super) fn check(&self, dev: &Device) -> Result<()> {
         let invalid = |what: String| Err(DeviceError::InvalidArgument { what });
         if self.tasks.is_empty() {
             return invalid("a job with no task".into());

@@ -45,6 +45,7 @@ mod bo;
 pub mod emu;
 mod error;
 mod job;
+pub mod layer;
 mod leak;
 pub mod matmul;
 pub mod ops;
@@ -477,5 +478,7 @@ mod behaviour_tests;
 mod dmabuf_tests;
 #[cfg(test)]
 mod incremental_tests;
+#[cfg(test)]
+mod layer_tests;
 #[cfg(test)]
 mod tests;

@@ -1132,12 +1132,47 @@ impl Plan {
     /// (a spare data bank, the [`Reuse`] bit). What [`Plan::push_core`] emits and
     /// [`Plan::cost`] counts.
     pub fn task(&self, t: &TaskTile, [a, b, c]: [DmaAddr; 3]) -> Result<Task> {
-        let mut task = self.task_matmul(t).task_at(
-            offset(a, t.a_offset)?,
-            offset(b, self.b_offset(t))?,
-            offset(c, t.c_offset)?,
-            c,
-        )?;
+        self.task_of(self.task_matmul(t), t, offset(a, t.a_offset)?, [b, c])
+    }
+
+    /// [`Plan::task`] reading A in the native layout `[K/E][M][E]` at `a` — the NC1HWC2
+    /// cube of M pixels of K channels (E per 16 bytes) that an earlier operation of a
+    /// chain wrote (`kernels::ops::Cube::new(m, 1, k, ..)`), instead of the plan's own A
+    /// blocks. For plans of one M tile and one K wave, whose every task reads all of A;
+    /// K must be a multiple of 32 (a weight atom's depth), so that the cube has no
+    /// padding channels the task would read past.
+    pub fn task_native_a(&self, t: &TaskTile, [a, b, c]: [DmaAddr; 3]) -> Result<Task> {
+        if self.layout.waves.len() != 1 || t.m0 != 0 || t.rows != self.spec.m {
+            return Err(unsupported(format!(
+                "a native A is read whole: the plan has {} K wave(s) and M tiles of {} rows for M = {}",
+                self.layout.waves.len(),
+                self.m_tile,
+                self.spec.m
+            )));
+        }
+        if !self.spec.k.is_multiple_of(32) {
+            return Err(unsupported(format!(
+                "a native A of K = {} channels; K must be a multiple of 32",
+                self.spec.k
+            )));
+        }
+        let mm = SingleMatmul {
+            a_layout: Layout::Native,
+            ..self.task_matmul(t)
+        };
+        self.task_of(mm, t, a, [b, c])
+    }
+
+    /// The task of `mm` (tile `t`) reading A at `a`, with the plan's weights and C
+    /// offsets and its CBUF decisions.
+    fn task_of(
+        &self,
+        mm: SingleMatmul,
+        t: &TaskTile,
+        a: DmaAddr,
+        [b, c]: [DmaAddr; 2],
+    ) -> Result<Task> {
+        let mut task = mm.task_at(a, offset(b, self.b_offset(t))?, offset(c, t.c_offset)?, c)?;
         if let Some(cna) = task.cna.as_mut() {
             let cbuf = &mut cna.cbuf;
             if t.spare_data_bank {

@@ -1,0 +1,234 @@
+//! Layer programs on the emulated kernel: tensors placed and reused, steps chained into
+//! one job, the same work as one job per step, refusals, nothing leaked.
+
+use super::Device;
+use super::layer::{LayerBuilder, MatmulInput, Tensor};
+use super::matmul::WeightBank;
+use crate::error::Error;
+use crate::float::{f16_to_f32, f32_to_f16};
+use crate::kernels::matmul::{Plan, pack};
+use crate::kernels::ops::Cube;
+use crate::kernels::single::{
+    OutType, add_task_model, dequant_task_model, pack_dequant_coefficients,
+};
+use crate::regcmd::DmaAddr;
+use crate::seeded::Rng;
+use crate::task::Precision;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn emu() -> Device {
+    Device::open_spec("emu").unwrap()
+}
+
+/// `ins[0] + ins[1]` on int32 cubes of `cube`'s shape (one pixel line).
+fn add(cube: Cube) -> impl FnOnce(&[DmaAddr], DmaAddr) -> crate::Result<Vec<crate::task::Task>> {
+    move |ins, out| {
+        Ok(vec![add_task_model(
+            cube.width,
+            cube.channels,
+            ins[0],
+            ins[1],
+            out,
+        )?])
+    }
+}
+
+fn values(seed: u64, n: usize) -> Vec<i32> {
+    let mut rng = Rng::from_seed(seed);
+    (0..n).map(|_| rng.int(-1 << 20, 1 << 20)).collect()
+}
+
+/// a, b → t1 = a + b → t2 = t1 + a → t3 = t2 + b → y = t3 + a: t1 is dead once t2 is
+/// written, so t3 takes its bytes.
+struct Chain {
+    cube: Cube,
+    a: Tensor,
+    b: Tensor,
+    t1: Tensor,
+    t3: Tensor,
+    y: Tensor,
+}
+
+fn chain(b: &mut LayerBuilder) -> Chain {
+    let cube = Cube::new(16, 1, 32, Precision::Int32).unwrap();
+    let a = b.input("a", cube).unwrap();
+    let x = b.input("b", cube).unwrap();
+    let t1 = b.op("t1", &[a, x], cube, add(cube)).unwrap();
+    let t2 = b.op("t2", &[t1, a], cube, add(cube)).unwrap();
+    let t3 = b.op("t3", &[t2, x], cube, add(cube)).unwrap();
+    let y = b.op("y", &[t3, a], cube, add(cube)).unwrap();
+    b.output(y).unwrap();
+    Chain {
+        cube,
+        a,
+        b: x,
+        t1,
+        t3,
+        y,
+    }
+}
+
+#[test]
+fn a_chain_runs_as_one_job_and_reuses_dead_intermediates() {
+    let dev = emu();
+    let mut b = LayerBuilder::new(&dev);
+    let c = chain(&mut b);
+    let mut layer = b.build().unwrap();
+    assert_eq!(layer.program().tasks().len(), 4);
+    assert_eq!(layer.steps().len(), 4);
+    let len = c.cube.bytes();
+    // Three intermediates of `len` bytes each, two live at a time.
+    assert_eq!(layer.scratch_bytes(), (2 * len, 3 * len));
+    let t1 = layer.tensor(c.t1).unwrap().scratch_offset;
+    assert_eq!(layer.tensor(c.t3).unwrap().scratch_offset, t1);
+    assert_eq!(layer.tensor(c.y).unwrap().scratch_offset, None);
+    let (va, vb) = (values(1, 512), values(2, 512));
+    layer.write(c.a, &c.cube.pack(&va).unwrap()).unwrap();
+    layer.write(c.b, &c.cube.pack(&vb).unwrap()).unwrap();
+    let r = layer.run().unwrap();
+    assert_eq!(r.task_counter, 4);
+    let y: Vec<i32> = c.cube.unpack(&layer.read(c.y).unwrap()).unwrap();
+    for i in 0..512 {
+        assert_eq!(y[i], 3 * va[i] + 2 * vb[i], "element {i}");
+    }
+}
+
+#[test]
+fn one_job_per_step_and_an_asynchronous_run_give_the_same_result() {
+    let dev = emu();
+    let mut b = LayerBuilder::new(&dev);
+    let c = chain(&mut b);
+    let mut layer = b.build().unwrap();
+    let (va, vb) = (values(3, 512), values(4, 512));
+    layer.write(c.a, &c.cube.pack(&va).unwrap()).unwrap();
+    layer.write(c.b, &c.cube.pack(&vb).unwrap()).unwrap();
+    let times = layer.run_steps_separately().unwrap();
+    assert_eq!(times.len(), 4);
+    let separate = layer.read(c.y).unwrap();
+    let want: Vec<i32> = (0..512).map(|i| 3 * va[i] + 2 * vb[i]).collect();
+    assert_eq!(c.cube.unpack::<i32>(&separate).unwrap(), want);
+    // The same layer built again, run as one job without blocking.
+    let mut b2 = LayerBuilder::new(&dev);
+    let c2 = chain(&mut b2);
+    let mut layer2 = b2.build().unwrap();
+    layer2.write(c2.a, &c2.cube.pack(&va).unwrap()).unwrap();
+    layer2.write(c2.b, &c2.cube.pack(&vb).unwrap()).unwrap();
+    let pending = layer2.submit().unwrap();
+    pending
+        .wait(Instant::now() + Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(layer2.read(c2.y).unwrap(), separate);
+}
+
+#[test]
+fn a_matmul_and_its_dequantisation_chain_on_the_device() {
+    let dev = emu();
+    let (m, k, n) = (3u32, 96u32, 64u32);
+    let mut rng = Rng::from_seed(7);
+    let w: Vec<i8> = (0..n * k).map(|_| rng.int(-127, 127) as i8).collect();
+    let x: Vec<i8> = (0..m * k).map(|_| rng.int(-128, 127) as i8).collect();
+    let row_scales = [0.5f32, 0.03125, 0.0078125];
+    let w_scales: Vec<f32> = (0..n).map(|i| 0.001 * (i + 1) as f32).collect();
+    let bank = Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w).unwrap());
+    let plan = Plan::for_layout(bank.layout(), m, OutType::Fp32, 1).unwrap();
+    let mut b = LayerBuilder::new(&dev);
+    let xa = b.input_bytes("x", plan.a_bytes as usize).unwrap();
+    let acc = b
+        .matmul("x.W", &bank, xa, m, OutType::Fp32, MatmulInput::Packed)
+        .unwrap();
+    let coeffs = b
+        .constant("w scales", pack_dequant_coefficients(&w_scales).unwrap())
+        .unwrap();
+    let y = b
+        .op_raw(
+            "dequant",
+            &[acc, coeffs],
+            (m * n * 4) as usize,
+            move |ins, out| {
+                (0..m)
+                    .map(|r| {
+                        let at = |a: DmaAddr, by: u32| match a {
+                            DmaAddr::Reloc(x) => DmaAddr::reloc(x.buffer, x.offset + by),
+                            fixed => fixed,
+                        };
+                        dequant_task_model(
+                            m,
+                            r,
+                            n,
+                            row_scales[r as usize],
+                            ins[0],
+                            ins[1],
+                            at(out, r * n * 4),
+                        )
+                    })
+                    .collect()
+            },
+        )
+        .unwrap();
+    b.output(y).unwrap();
+    let mut layer = b.build().unwrap();
+    assert_eq!(layer.steps()[0].tasks, 0..plan.tasks.len());
+    layer
+        .write(xa, &pack::activations_i8(&plan, &x).unwrap())
+        .unwrap();
+    layer.run().unwrap();
+    let out = layer.read(y).unwrap();
+    let q = |v: f32| f16_to_f32(f32_to_f16(v));
+    for r in 0..m as usize {
+        for j in 0..n as usize {
+            let acc: i32 = (0..k as usize)
+                .map(|i| x[r * k as usize + i] as i32 * w[j * k as usize + i] as i32)
+                .sum();
+            let want = (acc as f32 * q(row_scales[r])) * q(w_scales[j]);
+            let at = (r * n as usize + j) * 4;
+            let got = f32::from_le_bytes(out[at..at + 4].try_into().unwrap());
+            assert_eq!(got, want, "row {r} column {j}");
+        }
+    }
+}
+
+#[test]
+fn bad_layers_are_refused_and_nothing_leaks() {
+    let dev = emu();
+    let before = dev.live_buffers();
+    let cube = Cube::new(4, 1, 8, Precision::Int32).unwrap();
+    // No step.
+    assert!(LayerBuilder::new(&dev).build().is_err());
+    // A tensor of another builder.
+    let mut other = LayerBuilder::new(&dev);
+    for i in 0..3 {
+        other.input(&format!("i{i}"), cube).unwrap();
+    }
+    let foreign = other.input("foreign", cube).unwrap();
+    let mut b = LayerBuilder::new(&dev);
+    let a = b.input("a", cube).unwrap();
+    assert!(b.op("x", &[a, foreign], cube, add(cube)).is_err());
+    assert!(b.output(foreign).is_err());
+    // A step that makes no task.
+    let mut b = LayerBuilder::new(&dev);
+    let a = b.input("a", cube).unwrap();
+    b.op("nothing", &[a], cube, |_, _| Ok(vec![])).unwrap();
+    assert!(matches!(b.build(), Err(Error::InvalidArgument { .. })));
+    // A step whose task reads past its input: the verifier refuses the chain at build.
+    let mut b = LayerBuilder::new(&dev);
+    let a = b.input("a", cube).unwrap();
+    let big = Cube::new(64, 1, 1024, Precision::Int32).unwrap();
+    let y = b.op("too wide", &[a, a], cube, add(big)).unwrap();
+    b.output(y).unwrap();
+    let e = b.build().unwrap_err();
+    assert!(matches!(e, Error::Verify { .. }), "{e}");
+    // Writing what is not an input, reading what is not an output, too many bytes.
+    let mut b = LayerBuilder::new(&dev);
+    let a = b.input("a", cube).unwrap();
+    let t = b.op("t", &[a, a], cube, add(cube)).unwrap();
+    let y = b.op("y", &[t, a], cube, add(cube)).unwrap();
+    b.output(y).unwrap();
+    let mut layer = b.build().unwrap();
+    assert!(layer.write(y, &[0; 16]).is_err());
+    assert!(layer.read(t).is_err());
+    assert!(layer.read(a).is_err());
+    assert!(layer.write(a, &vec![0; cube.bytes() as usize + 1]).is_err());
+    drop(layer);
+    assert_eq!(dev.live_buffers(), before);
+}
