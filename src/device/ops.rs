@@ -79,8 +79,9 @@ impl ProgramBuffers {
 /// Runs `program` on `dev` with `buffers`: allocates one buffer object per id (and one
 /// for the program), writes the inputs, binds and submits the program as one job on one
 /// core, waits for it and returns the outputs' bytes in the order they were given. Every
-/// buffer the program relocates must be given once, as an input or an output; the
-/// pre-submit verifier checks every DMA range against them. Everything allocated is freed
+/// buffer the program relocates must be given once, as an input or an output (which its
+/// tasks may read as well as write); the pre-submit verifier checks every DMA range
+/// against them. Everything allocated is freed
 /// when this returns, on every path.
 pub fn run_program(
     dev: &Device,
@@ -143,8 +144,10 @@ pub fn run_program(
     for (_, bo) in &inputs {
         job = job.reads(bo);
     }
+    // An output may also be read by a later task of the chain (an operation's own
+    // intermediate, or an in-place second pass).
     for (_, bo) in &outputs {
-        job = job.writes(bo);
+        job = job.reads(bo).writes(bo);
     }
     dev.submit(&job)?;
     drop(job);
