@@ -49,6 +49,7 @@ mod exec;
 mod lint;
 mod memory;
 mod pc;
+mod ppu;
 
 #[cfg(test)]
 mod tests;
