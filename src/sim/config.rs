@@ -134,7 +134,7 @@ pub(super) fn check(
     let enable = t.enable();
     if t.ppu.is_some() || t.ppu_rdma.is_some() {
         // Pooling (the PPU does not touch the CBUF): its own checks, super::ppu.
-        return super::ppu::check(t, at).map(Checked::Ppu);
+        return super::ppu::check(t, at).map(|p| Checked::Ppu(Box::new(p)));
     }
     let Some(dpu) = &t.dpu else {
         return Err(err(
@@ -178,7 +178,7 @@ pub(super) fn check(
             ));
         }
     };
-    super::check_dpu::dpu(t, dpu, main, at).map(Checked::Dpu)
+    super::check_dpu::dpu(t, dpu, main, at).map(|t| Checked::Dpu(Box::new(t)))
 }
 
 /// The CNA and CORE of a convolution task.

@@ -156,7 +156,7 @@ pub(super) struct Task {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Checked {
     /// A convolution or DPU-only task.
-    Dpu(Task),
+    Dpu(Box<Task>),
     /// A stand-alone pooling task ([`super::ppu`]).
-    Ppu(super::ppu::Pool),
+    Ppu(Box<super::ppu::Pool>),
 }

@@ -317,7 +317,7 @@ fn run_task(
     }
     lint::stale(&stale, &never, at, &mut out.lints);
     let t = match checked {
-        Checked::Dpu(t) => t,
+        Checked::Dpu(t) => *t,
         Checked::Ppu(p) => return run_pool(sim, at, group, &p, small_pools, out),
     };
     lint::task(&t, at, &mut out.lints);

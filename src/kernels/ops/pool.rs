@@ -238,12 +238,10 @@ impl Pool2d {
                 "kernel {kw}x{kh}: a task holds at most {MAX_KERNEL}x{MAX_KERNEL}; larger windows run only as a global pool"
             )));
         }
-        if sx > MAX_KERNEL || sy > MAX_KERNEL {
-            if !global {
-                return Err(self.refuse(format!(
-                    "stride {sx}x{sy}: a task holds at most {MAX_KERNEL}"
-                )));
-            }
+        if !global && (sx > MAX_KERNEL || sy > MAX_KERNEL) {
+            return Err(self.refuse(format!(
+                "stride {sx}x{sy}: a task holds at most {MAX_KERNEL}"
+            )));
         }
         let [l, t, r, b] = self.padding;
         for (name, pad, k) in [

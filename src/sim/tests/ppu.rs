@@ -117,7 +117,10 @@ fn padding_counts_in_the_average_and_never_wins_a_max() {
     let pool = Pool2d::new(c, PoolKind::Avg, 3).with_pad(1);
     let (sim, r) = run(&tasks(&pool), pack(&c, &[1.0; 72])).unwrap();
     assert!(r.lints.is_empty(), "{:?}", r.lints);
-    assert_eq!(output(&sim, &pool.output().unwrap()), vec![0.4443359375; 8]);
+    assert_eq!(
+        output(&sim, &pool.output().unwrap()),
+        vec![1820.0 / 4096.0; 8]
+    );
     // Negative values and a -inf pad: the max is the largest real value, not 0.
     let pool = Pool2d::new(c, PoolKind::Max, 3).with_pad(1);
     assert_eq!(tasks(&pool)[0].ppu.unwrap().pad_values, (0xFC00, 0));
@@ -205,7 +208,8 @@ fn each_check_names_its_field() {
     fn field<R: Register>(f: Field<R>) -> (&'static str, &'static str) {
         (R::NAME, f.name())
     }
-    let cases: Vec<(Box<dyn FnOnce(&mut Task)>, (&str, &str))> = vec![
+    type Case = (Box<dyn FnOnce(&mut Task)>, (&'static str, &'static str));
+    let cases: Vec<Case> = vec![
         (
             Box::new(|t| t.ppu.as_mut().unwrap().from_memory = false),
             field(ppu::OperationModeCfg::FLYING_MODE),
