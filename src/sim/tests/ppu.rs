@@ -354,3 +354,29 @@ fn the_half_of_the_ppu_pair_follows_the_ping_pong_group() {
     assert_eq!(r.raw_status, 0xC00, "groups 0 and 1");
     assert!(r.completed);
 }
+
+#[test]
+fn a_ppu_last_kick_waiting_for_the_dpu_pair_never_completes() {
+    // What mainline rocket does for every task (docs/device.md, "Pooling on rocket"):
+    // the PPU finishes and writes its output, but the interrupt it waits for never comes.
+    let c = f16_cube(4, 4, 8);
+    let pool = Pool2d::new(c, PoolKind::Max, 2);
+    let program = crate::kernels::ops::chain(&tasks(&pool)).unwrap();
+    let words = program.bind(|_| Some(u64::from(REGCMD_AT))).unwrap();
+    let mut sim = Simulator::new();
+    let m = sim.memory_mut();
+    m.map(REGCMD_AT, words_to_le_bytes(&words)).unwrap();
+    m.map(IN_AT, pack(&c, &[3.0; 128])).unwrap();
+    m.map_zeroed(OUT_AT, 64).unwrap();
+    let t = program.tasks()[0];
+    assert_eq!(t.int_mask, 0xC00, "the program asks for the PPU pair");
+    let r = sim
+        .kick(&Kick {
+            task_number: Some(1),
+            ..Kick::new(REGCMD_AT, t.regcfg_amount)
+        })
+        .unwrap();
+    assert_eq!((r.raw_status, r.int_status, r.completed), (0x400, 0, false));
+    assert_eq!(lint_kinds(&r), vec![LintKind::EarlyIntMask]);
+    assert_eq!(output(&sim, &pool.output().unwrap()), vec![3.0; 32]);
+}
