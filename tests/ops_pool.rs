@@ -370,3 +370,34 @@ fn golden_decoded_programs() {
         common::check_text_fixture(&path, &text);
     }
 }
+
+/// The average's error, kernel by kernel: within the bound its fp16 reciprocals allow.
+/// Each reciprocal is off by e = |fp16(65536/k)·k/65536 − 1| (0 for powers of two,
+/// 2.4·10⁻⁴ for most k, 3.1·10⁻⁴ for k = 11); the result is then rounded to fp16 (at most
+/// 2^−11 relative), so |NPU − mean| ≤ (2e + 2^−11 + 10⁻⁶)·|mean|. `--nocapture` prints
+/// the measured table (docs/ops.md "Pooling").
+#[test]
+fn average_error_stays_within_the_reciprocals_bound() {
+    for k in 2..=16u32 {
+        let input = Cube::new(2 * k, 2 * k, 32, Precision::Fp16).unwrap();
+        let pool = Pool2d::new(input, PoolKind::Avg, k);
+        let x = values(input.elems(), u64::from(k), false);
+        let got = npu(&pool, &x);
+        let want = cpu(&pool, &x);
+        let r = f16::from_f64(65536.0 / f64::from(k)).to_f64();
+        let e = (r * f64::from(k) / 65536.0 - 1.0).abs();
+        let bound = 2.0 * e + 2f64.powi(-11) + 1e-6;
+        let mut worst = 0f64;
+        for (g, w) in got.iter().zip(&want) {
+            let err = (g - w).abs();
+            assert!(err <= bound * w.abs() + 1e-7, "k {k}: NPU {g}, mean {w}");
+            if w.abs() > 0.05 {
+                worst = worst.max(err / w.abs());
+            }
+        }
+        eprintln!(
+            "k {k:2}: reciprocal {:#06x}, its error {e:.1e}, worst relative error {worst:.1e} (bound {bound:.1e})",
+            f16::from_f64(65536.0 / f64::from(k)).to_bits()
+        );
+    }
+}
