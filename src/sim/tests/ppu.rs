@@ -380,3 +380,75 @@ fn a_ppu_last_kick_waiting_for_the_dpu_pair_never_completes() {
     assert_eq!(lint_kinds(&r), vec![LintKind::EarlyIntMask]);
     assert_eq!(output(&sim, &pool.output().unwrap()), vec![3.0; 32]);
 }
+
+mod random {
+    use super::*;
+    use crate::task::{PoolMethod, Ppu, PpuRdma};
+    use proptest::prelude::*;
+
+    prop_compose! {
+        fn pool_task()(
+            cube_in in (1u32..=12, 1u32..=12, prop::sample::select(vec![4u32, 8, 16, 32])),
+            cube_out in (1u32..=12, 1u32..=12),
+            method in prop::sample::select(vec![PoolMethod::Average, PoolMethod::Max, PoolMethod::Min]),
+            from_memory in prop::bool::weighted(0.9),
+            kernel in (1u32..=16, 1u32..=16),
+            stride in (1u32..=16, 1u32..=16),
+            recip in prop::sample::select(vec![(0u32, 0u32), (0x7800, 0x7800), (0x7555, 0x7800), (0x7555, 0x7555)]),
+            padding in prop::array::uniform4(0u32..=7),
+            pad in prop::sample::select(vec![0u32, 0xFC00, 0x7C00, 0x7_FF80, 0x3C00]),
+            precision in prop::sample::select(vec![Precision::Fp16, Precision::Int8, Precision::Int16]),
+            size_code in 0u32..=3,
+            strides in (0u32..=160, 0u32..=1200, 0u32..=1200),
+            burst in prop::sample::select(vec![3u32, 15]),
+        ) -> Task {
+            let (iw, ih, c) = cube_in;
+            Task {
+                cna: None,
+                core: None,
+                dpu: None,
+                dpu_rdma: None,
+                ppu: Some(Ppu {
+                    ping_pong: true,
+                    cube_in,
+                    cube_out: (cube_out.0, cube_out.1, c),
+                    method,
+                    from_memory,
+                    kernel,
+                    stride,
+                    recip,
+                    padding,
+                    pad_values: (pad, 0),
+                    out: fixed(OUT_AT),
+                    surf_stride: strides.2,
+                    precision,
+                    index_add: strides.2,
+                    burst_len: burst,
+                }),
+                ppu_rdma: Some(PpuRdma {
+                    ping_pong: true,
+                    cube_in: (iw, ih, c),
+                    size_code,
+                    src: fixed(IN_AT),
+                    line_stride: strides.0,
+                    surf_stride: strides.1,
+                }),
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Whatever the values, a pooling task runs or stops with an error that names a
+        /// field or a DMA; nothing panics.
+        #[test]
+        fn random_pooling_tasks_run_or_name_what_they_refuse(t in pool_task()) {
+            match run(&[t], vec![0x3C; 1 << 14]) {
+                Ok((_, r)) => prop_assert!(r.completed),
+                Err(SimError::Unsupported { .. } | SimError::Inconsistent { .. } | SimError::Dma { .. }) => {}
+                Err(other) => prop_assert!(false, "{other}"),
+            }
+        }
+    }
+}
