@@ -124,6 +124,21 @@ impl Backend for Rocket {
                 what: "rocket signals completion only through written buffers: name one with Job::writes".into(),
             });
         }
+        // Mainline rocket runs each task alone and unmasks and waits for the DPU pair
+        // only: a task that ends with the PPU never completes, the scheduler stops the job
+        // after 500 ms and resets the core (docs/device.md, "Pooling on rocket").
+        let ppu = crate::regcmd::BlockMask::PPU.0 | crate::regcmd::BlockMask::PPU_RDMA.0;
+        if let Some(i) = job
+            .tasks
+            .iter()
+            .position(|t| t.int_mask & crate::submit::irq::PPU != 0 || t.enable & ppu != 0)
+        {
+            return Err(DeviceError::NotOffered {
+                what: format!(
+                    "task {i} runs the PPU (pooling): the rocket driver waits for DPU interrupts only, so the task would time out after 500 ms and the core be reset; pool on the vendor driver or on the host"
+                ),
+            });
+        }
         Ok(())
     }
 

@@ -7,7 +7,7 @@
 //! errors, never silently ignored.
 
 use super::error::{At, SimError};
-use super::exec::{Cube, Feature, Main, Task, Weights};
+use super::exec::{Checked, Cube, Feature, Main, Weights};
 use crate::regs::{Register, cna, core, dpu, dpu_rdma};
 use crate::task::{self, DecodeError, DecodeErrorKind, DpuInput, Precision, cbuf};
 
@@ -118,7 +118,7 @@ pub(super) fn task(
     enable: crate::regcmd::BlockMask,
     first: bool,
     cbuf: &mut CbufState,
-) -> Result<Task, SimError> {
+) -> Result<Checked, SimError> {
     let at = v.at;
     let t = task::Task::decode(v, enable).map_err(|e| err(at, e))?;
     check(&t, at, first, cbuf)
@@ -130,16 +130,11 @@ pub(super) fn check(
     at: At,
     first: bool,
     cbuf: &mut CbufState,
-) -> Result<Task, SimError> {
+) -> Result<Checked, SimError> {
     let enable = t.enable();
     if t.ppu.is_some() || t.ppu_rdma.is_some() {
-        return Err(err(
-            at,
-            DecodeError::enable_error(
-                enable.0,
-                "PPU and PPU_RDMA (pooling) decode into the task model but are not executed by the simulator",
-            ),
-        ));
+        // Pooling (the PPU does not touch the CBUF): its own checks, super::ppu.
+        return super::ppu::check(t, at).map(|p| Checked::Ppu(Box::new(p)));
     }
     let Some(dpu) = &t.dpu else {
         return Err(err(
@@ -183,7 +178,7 @@ pub(super) fn check(
             ));
         }
     };
-    super::check_dpu::dpu(t, dpu, main, at)
+    super::check_dpu::dpu(t, dpu, main, at).map(|t| Checked::Dpu(Box::new(t)))
 }
 
 /// The CNA and CORE of a convolution task.

@@ -151,3 +151,12 @@ pub(super) struct Task {
     /// each, reported as `unvalidated` lints.
     pub unvalidated: Vec<String>,
 }
+
+/// A checked task of either kind the model executes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Checked {
+    /// A convolution or DPU-only task.
+    Dpu(Box<Task>),
+    /// A stand-alone pooling task ([`super::ppu`]).
+    Ppu(Box<super::ppu::Pool>),
+}

@@ -4,10 +4,10 @@
 //! as docs/hardware/registers.md describes, per-core ping-pong register groups, CNA feature
 //! and weight fetch in the NC1HWC2 / weight-atom layouts, CORE multiply-accumulate for
 //! int8, int4, int16, fp16 and bf16, the DPU's BS/BN/EW stages, output converter and write
-//! DMA, DPU_RDMA operand reads (element-wise add, flying mode), and interrupt status as the
-//! kernels read it. It is strict: a register value it does not model is an error naming
-//! the task, register, field and value; nothing is guessed. docs/simulator.md lists what
-//! is modelled, with what fidelity, and what is not.
+//! DMA, DPU_RDMA operand reads (element-wise add, flying mode), stand-alone PPU pooling
+//! tasks, and interrupt status as the kernels read it. It is strict: a register value it
+//! does not model is an error naming the task, register, field and value; nothing is
+//! guessed. docs/simulator.md lists what is modelled, with what fidelity, and what is not.
 //!
 //! The simulator is pure: it imports only [`crate::regs`], [`crate::regcmd`],
 //! [`crate::submit`] and [`crate::float`].
@@ -49,6 +49,7 @@ mod exec;
 mod lint;
 mod memory;
 mod pc;
+mod ppu;
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,8 @@
 
 use super::config::{self, View};
 use super::error::{At, Lint, LintKind, SimError};
+use super::exec::Checked;
+use super::ppu as pooling;
 use super::{CoreRun, Kick, MAX_TASKS, Simulator, Stall, block_name, bounds, datapath, irq, lint};
 use crate::regcmd::{BlockMask, RegCmd, TAIL_ENTRIES};
 use crate::regs::{self, Block, Register, cna, core, dpu, pc, ppu};
@@ -196,6 +198,8 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
     let mut last_enable = 0;
     let mut task = 0usize;
     let mut cbuf = config::CbufState::default();
+    // Byte ranges of PPU outputs smaller than 4×4 written by this kick's tasks.
+    let mut small_pools = Vec::new();
     loop {
         let at = At { core, task };
         sim.serial += 1;
@@ -221,7 +225,15 @@ pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError>
             });
             break;
         }
-        let ran = run_task(sim, at, group, enable, &mut cbuf, &mut out)?;
+        let ran = run_task(
+            sim,
+            at,
+            group,
+            enable,
+            &mut cbuf,
+            &mut small_pools,
+            &mut out,
+        )?;
         if !ran {
             break;
         }
@@ -277,12 +289,13 @@ fn run_task(
     group: usize,
     enable: u32,
     cbuf: &mut config::CbufState,
+    small_pools: &mut Vec<(u64, u64)>,
     out: &mut CoreRun,
 ) -> Result<bool, SimError> {
     let core = at.core;
     let c = &sim.cores[core];
     let mut view = View::new(&c.groups[group], &c.written[group], c.kick_start, at);
-    let t = config::task(&mut view, BlockMask(enable), at.task == 0, cbuf)?;
+    let checked = config::task(&mut view, BlockMask(enable), at.task == 0, cbuf)?;
     let stale = std::mem::take(&mut view.stale);
     let never: Vec<u16> = stale
         .iter()
@@ -303,6 +316,10 @@ fn run_task(
         }
     }
     lint::stale(&stale, &never, at, &mut out.lints);
+    let t = match checked {
+        Checked::Dpu(t) => *t,
+        Checked::Ppu(p) => return run_pool(sim, at, group, &p, small_pools, out),
+    };
     lint::task(&t, at, &mut out.lints);
     if lint::needs_rdma(&t) && enable & 0x10 == 0 {
         out.stall = Some(Stall {
@@ -334,6 +351,33 @@ fn run_task(
     if enable & 0x08 != 0 {
         out.raw_status |= irq::DPU & (0x100 << g);
     }
+    if read_err {
+        out.raw_status |= irq::DMA_READ_ERROR;
+    }
+    if write_err {
+        out.raw_status |= irq::DMA_WRITE_ERROR;
+    }
+    Ok(true)
+}
+
+/// Lints, checks against the kick's earlier pooling outputs, executes a pooling task and
+/// sets the PPU's interrupt bit for its group.
+fn run_pool(
+    sim: &mut Simulator,
+    at: At,
+    group: usize,
+    p: &pooling::Pool,
+    small_pools: &mut Vec<(u64, u64)>,
+    out: &mut CoreRun,
+) -> Result<bool, SimError> {
+    lint::pool(p, at, &mut out.lints);
+    pooling::check_input(p, small_pools, at)?;
+    let read_err = sim.faults.dma_read_error == Some(at);
+    let write_err = sim.faults.dma_write_error == Some(at);
+    sim.charge(at, super::BUDGET_TASK, pooling::work(p))?;
+    pooling::execute(&mut sim.memory, p, at, !(read_err || write_err))?;
+    small_pools.extend(pooling::small_output(p));
+    out.raw_status |= irq::PPU & (0x400 << group as u32);
     if read_err {
         out.raw_status |= irq::DMA_READ_ERROR;
     }

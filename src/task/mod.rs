@@ -1,8 +1,9 @@
 //! The typed task model: one hardware task as configuration values, one file per block.
 //!
 //! A task of the NPU is a list of register writes followed by an op-enable entry that
-//! starts some blocks (CNA → CORE → DPU, with DPU_RDMA for memory operands). This module
-//! is the one place that knows what those registers mean:
+//! starts some blocks (CNA → CORE → DPU, with DPU_RDMA for memory operands; PPU and
+//! PPU_RDMA for pooling). This module is the one place that knows what those registers
+//! mean:
 //!
 //! * kernels build a [`Task`] from shapes and [`Task::emit`] it into a
 //!   [`TaskBuilder`];
@@ -232,8 +233,8 @@ pub(crate) fn fixed(addr: DmaAddr) -> Option<u64> {
 /// One hardware task: the configuration of each block it starts.
 ///
 /// A block that is `Some` is started by the task's op-enable entry ([`Task::enable`]);
-/// the CNA and CORE go together (a convolution), the DPU is always present in tasks the
-/// model describes.
+/// the CNA and CORE go together (a convolution) and feed the DPU; a pooling task starts
+/// the PPU and PPU_RDMA only.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Task {
     /// Feature and weight loading, CBUF, convolution geometry.

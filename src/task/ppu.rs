@@ -1,6 +1,6 @@
-//! PPU: the planar processing unit (pooling). Described here so that pooling tasks decode
-//! field by field and can be built; the simulator does not execute them yet and refuses
-//! them by name.
+//! PPU: the planar processing unit (pooling). Stand-alone pooling tasks decode field by
+//! field, are built by `kernels::ops::pool` and are executed by the simulator
+//! (docs/hardware/pooling.md#registers; docs/ops.md "Pooling").
 
 use super::pointer;
 use super::read::{DecodeError as E, Decoded, Reader};
@@ -58,11 +58,13 @@ pub struct Ppu {
     pub kernel: (u32, u32),
     /// Strides x and y (stored plus one).
     pub stride: (u32, u32),
-    /// `RECIP_KERNEL_WIDTH` / `HEIGHT`: 2^16 / k for averages.
+    /// `RECIP_KERNEL_WIDTH` / `HEIGHT`: for averages the fp16 bits of 65536 / k per
+    /// axis (k = 2 gives 0x7800), 0 for max and min (docs/hardware/pooling.md#average).
     pub recip: (u32, u32),
-    /// Padding left, top, right, bottom (counts).
+    /// Padding left, top, right, bottom (counts, not minus one).
     pub padding: [u32; 4],
-    /// `PADDING_VALUE_1_CFG` / `PADDING_VALUE_2_CFG`.
+    /// `PADDING_VALUE_1_CFG` / `PADDING_VALUE_2_CFG`: the value a padded position holds
+    /// (fp16 bits; for int8 a 19-bit two's complement number), bits 31:0 and 34:32.
     pub pad_values: (u32, u32),
     /// `DST_BASE_ADDR`.
     pub out: DmaAddr,
@@ -70,7 +72,8 @@ pub struct Ppu {
     pub surf_stride: u32,
     /// `DATA_FORMAT.PROC_PRECISION`.
     pub precision: Precision,
-    /// `DATA_FORMAT.INDEX_ADD` (16-byte units).
+    /// `DATA_FORMAT.INDEX_ADD` (16-byte units): without pooling indices, every program
+    /// repeats `surf_stride` here.
     pub index_add: u32,
     /// `MISC_CTRL.BURST_LEN`.
     pub burst_len: u32,
@@ -137,6 +140,21 @@ impl Ppu {
             MiscCtrl::MC_SURF_OUT,
             0,
             "serial surface output is not modelled",
+        )?;
+        r.expect(
+            MiscCtrl::SURF_LEN,
+            0,
+            "the surface count of non-aligned output is not modelled",
+        )?;
+        r.expect(
+            OperationModeCfg::NOTCH_ADDR,
+            0,
+            "an output line notch is not modelled (lines are the output width)",
+        )?;
+        r.expect(
+            OperationModeCfg::USE_CNT,
+            0,
+            "USE_CNT has no documented meaning",
         )?;
         let ping_pong = pointer::decode::<SPointer>(r)?;
         let code = r.get(OperationModeCfg::POOLING_METHOD);

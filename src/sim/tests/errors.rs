@@ -102,7 +102,7 @@ fn unsupported_field_values_are_named() {
             other => panic!("{register}.{field}: {other:?}"),
         }
     }
-    // PPU tasks are not modelled.
+    // The PPU beside the convolution blocks is not modelled.
     let mut s = Setup::int8(4, 64, 32);
     let i = s
         .words

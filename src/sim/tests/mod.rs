@@ -153,6 +153,7 @@ mod dma;
 mod errors;
 mod incremental;
 mod lints;
+mod ppu;
 
 // ----- stalls -----
 

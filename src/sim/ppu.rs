@@ -1,0 +1,732 @@
+//! The PPU of a stand-alone pooling task (op-enable 0x60: PPU + PPU_RDMA, the input read
+//! from memory): the checks of what the model executes and of the validated values, the
+//! checked description, and the pooling arithmetic (docs/ops.md "Pooling",
+//! docs/hardware/pooling.md).
+//!
+//! What runs clean: fp16 max and average with the register values of the board-tested
+//! `gregordinary/rocket-userspace` `gen_pool_fp16` (docs/hardware/pooling.md#registers).
+//! What runs with the `unvalidated` lint: fp16 min, pad values other than −inf (max) and 0
+//! (average), line and surface strides of a window into a larger cube, and int8 max/min
+//! (docs/hardware/pooling.md#int8). Everything else is an error naming the field.
+
+use super::config::{err, inconsistent, unsupported};
+use super::datapath::run;
+use super::error::{At, SimError};
+use super::exec::Cube;
+use super::memory::Memory;
+use crate::float::{f16_to_f32, f32_to_f16};
+use crate::regcmd::BlockMask;
+use crate::regs::{Register, ppu, ppu_rdma};
+use crate::task::{self, Access, DecodeError, DmaRange, PoolMethod, Precision};
+
+/// Output rows one task may have for an input `iw` pixels wide: ⌊8191 / iw⌋, the limit
+/// `allbilly/rk3588` `experimental/pool.py` keeps to (docs/hardware/pooling.md#limits).
+pub(crate) const fn max_rows(iw: u32) -> u32 {
+    8191 / iw
+}
+
+/// The smallest PPU-written cube (width and height) that a later PPU pass reads
+/// correctly (docs/hardware/pooling.md#chains).
+pub(crate) const MIN_INTERMEDIATE: u32 = 4;
+
+/// The int8 pad value for max pooling: −128 sign-extended in the 19-bit field
+/// (docs/hardware/pooling.md#int8).
+pub(crate) const INT8_MAX_PAD: u32 = 0x7_FF80;
+
+/// fp16 −inf, the pad value of padded max pooling.
+pub(crate) const FP16_NEG_INF: u32 = 0xFC00;
+
+/// The average reciprocal of a kernel side `k`: the fp16 bits of 65536 / k, `None` for
+/// k = 1 (65536 does not fit fp16) or k = 0 (docs/hardware/pooling.md#average).
+pub(crate) fn fp16_recip(k: u32) -> Option<u32> {
+    (k >= 2).then(|| u32::from(f32_to_f16(65536.0 / k as f32)))
+}
+
+/// One pooling task, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Pool {
+    pub enable: BlockMask,
+    pub method: PoolMethod,
+    /// fp16 or int8.
+    pub prec: Precision,
+    pub input: Cube,
+    pub out: Cube,
+    pub kernel: (u32, u32),
+    pub stride: (u32, u32),
+    /// Left, top, right, bottom.
+    pub padding: [u32; 4],
+    /// The pad value's bits: fp16 bits, or the 19-bit signed int8 value.
+    pub pad: u32,
+    /// The average's reciprocals (fp16 bits), 0 for max and min.
+    pub recip: (u32, u32),
+    /// The task's DMA ranges ([`task::Task::dma`], which the pre-submit verifier checks
+    /// too).
+    pub dma: Vec<DmaRange>,
+    /// What is derived rather than board-validated, one message each (`unvalidated`
+    /// lints).
+    pub unvalidated: Vec<String>,
+}
+
+fn enable_error(enable: u32, why: &str) -> DecodeError {
+    DecodeError::enable_error(enable, why)
+}
+
+/// Checks a decoded task that starts the PPU or PPU_RDMA.
+pub(super) fn check(t: &task::Task, at: At) -> Result<Pool, SimError> {
+    let enable = t.enable();
+    let (Some(p), Some(r), None, None, None, None) =
+        (&t.ppu, &t.ppu_rdma, &t.cna, &t.core, &t.dpu, &t.dpu_rdma)
+    else {
+        return Err(err(
+            at,
+            enable_error(
+                enable.0,
+                "the model runs stand-alone pooling tasks (0x60: PPU + PPU_RDMA, the input from memory); DPU to PPU flying input and the PPU with other blocks are not modelled",
+            ),
+        ));
+    };
+    let mut unvalidated = Vec::new();
+    if !p.from_memory {
+        return Err(unsupported(
+            at,
+            ppu::OperationModeCfg::FLYING_MODE,
+            0,
+            "input from the DPU (no public program runs DPU to PPU flying pooling; the model needs 1, input from PPU_RDMA)",
+        ));
+    }
+    let (iw, ih, c) = p.cube_in;
+    same(
+        at,
+        r.cube_in.0,
+        iw,
+        ppu_rdma::RdmaCubeInWidth::CUBE_IN_WIDTH,
+    )?;
+    same(
+        at,
+        r.cube_in.1,
+        ih,
+        ppu_rdma::RdmaCubeInHeight::CUBE_IN_HEIGHT,
+    )?;
+    if r.cube_in.2 != c {
+        return Err(inconsistent(
+            at,
+            ppu_rdma::RdmaCubeInChannel::CUBE_IN_CHANNEL,
+            r.cube_in.2 - 1,
+            format!("the PPU pools {c} channels"),
+        ));
+    }
+    let (ow, oh, oc) = p.cube_out;
+    if oc != c {
+        return Err(inconsistent(
+            at,
+            ppu::DataCubeOutChannel::CUBE_OUT_CHANNEL,
+            oc - 1,
+            format!("pooling keeps the {c} input channels"),
+        ));
+    }
+    let prec = p.precision;
+    let size_code = match prec {
+        Precision::Fp16 => 2,
+        Precision::Int8 => 1,
+        _ => {
+            return Err(unsupported(
+                at,
+                ppu::DataFormat::PROC_PRECISION,
+                prec.code(),
+                "the model pools fp16 (board-validated) and int8 max/min; no public program pools another type",
+            ));
+        }
+    };
+    if r.size_code != size_code {
+        return Err(inconsistent(
+            at,
+            ppu_rdma::RdmaDataFormat::IN_PRECISION,
+            r.size_code,
+            format!(
+                "the PPU processes {prec}, whose elements the read DMA codes as {size_code} (0 4-bit, 1 8-bit, 2 16-bit, 3 32-bit)"
+            ),
+        ));
+    }
+    let (kw, kh) = p.kernel;
+    let (sx, sy) = p.stride;
+    let [pl, pt, pr, pb] = p.padding;
+    let pads = [
+        (pl, kw, ppu::PoolingPaddingCfg::PAD_LEFT),
+        (pt, kh, ppu::PoolingPaddingCfg::PAD_TOP),
+        (pr, kw, ppu::PoolingPaddingCfg::PAD_RIGHT),
+        (pb, kh, ppu::PoolingPaddingCfg::PAD_BOTTOM),
+    ];
+    for (pad, k, field) in pads {
+        if pad >= k {
+            return Err(unsupported(
+                at,
+                field,
+                pad,
+                format!(
+                    "padding of at least the kernel side {k} gives windows of padding only; no program pads so much"
+                ),
+            ));
+        }
+    }
+    geometry(
+        at,
+        iw,
+        pl + pr,
+        kw,
+        sx,
+        ow,
+        ppu::DataCubeOutWidth::CUBE_OUT_WIDTH,
+    )?;
+    geometry(
+        at,
+        ih,
+        pt + pb,
+        kh,
+        sy,
+        oh,
+        ppu::DataCubeOutHeight::CUBE_OUT_HEIGHT,
+    )?;
+    let padded = p.padding.iter().any(|&v| v != 0);
+    method(at, p, prec, padded, &mut unvalidated)?;
+    if p.pad_values.1 != 0 {
+        return Err(unsupported(
+            at,
+            ppu::PaddingValue2Cfg::PAD_VALUE_1,
+            p.pad_values.1,
+            "bits 34:32 of the pad value; every program writes 0",
+        ));
+    }
+    pad_value(at, p, prec, padded, &mut unvalidated)?;
+    if p.burst_len != 3 {
+        return Err(unsupported(
+            at,
+            ppu::MiscCtrl::BURST_LEN,
+            p.burst_len,
+            "every pooling program writes 3 (burst 4)",
+        ));
+    }
+    if oh > max_rows(iw) {
+        return Err(unsupported(
+            at,
+            ppu::DataCubeOutHeight::CUBE_OUT_HEIGHT,
+            oh - 1,
+            format!(
+                "{oh} output rows of an input {iw} wide; programs keep at most 8191 / width = {} rows per task",
+                max_rows(iw)
+            ),
+        ));
+    }
+    let atom = 16 / prec.bytes();
+    if !c.is_multiple_of(atom) {
+        return Err(unsupported(
+            at,
+            ppu::DataCubeInChannel::CUBE_IN_CHANNEL,
+            c - 1,
+            format!("{c} channels: every program pools whole {atom}-channel atoms of {prec}"),
+        ));
+    }
+    let surfaces = c / atom;
+    // The read: line and surface strides in 16-byte units.
+    if ih > 1 && r.line_stride < iw {
+        return Err(inconsistent(
+            at,
+            ppu_rdma::RdmaSrcLineStride::SRC_LINE_STRIDE,
+            r.line_stride,
+            format!("lines of {iw} atoms overlap"),
+        ));
+    }
+    if surfaces > 1
+        && u64::from(r.surf_stride) < u64::from(r.line_stride) * u64::from(ih - 1) + u64::from(iw)
+    {
+        return Err(inconsistent(
+            at,
+            ppu_rdma::RdmaSrcSurfStride::SRC_SURF_STRIDE,
+            r.surf_stride,
+            format!(
+                "surfaces of {ih} lines of stride {} atoms overlap",
+                r.line_stride
+            ),
+        ));
+    }
+    let line_ok = ih == 1 || r.line_stride == iw;
+    let surf_ok = surfaces == 1 || u64::from(r.surf_stride) == u64::from(iw) * u64::from(ih);
+    if !(line_ok && surf_ok) {
+        unvalidated.push(format!(
+            "{} = {} and {} = {} atoms read a {iw}x{ih} window of a larger cube; board programs read whole cubes ({iw} and {} atoms) [derived from the vendor's convolution slices]",
+            ppu_rdma::RdmaSrcLineStride::SRC_LINE_STRIDE,
+            r.line_stride,
+            ppu_rdma::RdmaSrcSurfStride::SRC_SURF_STRIDE,
+            r.surf_stride,
+            iw * ih
+        ));
+    }
+    // The write: lines of `ow` atoms, surfaces `surf_stride` atoms apart.
+    if surfaces > 1 && u64::from(p.surf_stride) < u64::from(ow) * u64::from(oh) {
+        return Err(inconsistent(
+            at,
+            ppu::DstSurfStride::DST_SURF_STRIDE,
+            p.surf_stride,
+            format!("output surfaces of {ow}x{oh} atoms overlap"),
+        ));
+    }
+    if p.index_add != p.surf_stride {
+        return Err(inconsistent(
+            at,
+            ppu::DataFormat::INDEX_ADD,
+            p.index_add,
+            format!(
+                "without pooling indices it repeats {} ({}), as in every program",
+                ppu::DstSurfStride::DST_SURF_STRIDE,
+                p.surf_stride
+            ),
+        ));
+    }
+    if surfaces > 1 && u64::from(p.surf_stride) != u64::from(ow) * u64::from(oh) {
+        unvalidated.push(format!(
+            "{} = {} atoms writes a {ow}x{oh} window of a larger cube; board programs write whole cubes ({} atoms) [derived from the vendor's convolution slices]",
+            ppu::DstSurfStride::DST_SURF_STRIDE,
+            p.surf_stride,
+            ow * oh
+        ));
+    }
+    let input = Cube {
+        base: super::config::addr(r.src),
+        w: iw,
+        h: ih,
+        c,
+        prec,
+        line: u64::from(r.line_stride) * 16,
+        surf: u64::from(r.surf_stride) * 16,
+        register: ppu_rdma::RdmaSrcBaseAddr::NAME,
+        block: "PPU_RDMA",
+    };
+    let out = Cube {
+        base: super::config::addr(p.out),
+        w: ow,
+        h: oh,
+        c,
+        prec,
+        line: u64::from(ow) * 16,
+        surf: u64::from(p.surf_stride) * 16,
+        register: ppu::DstBaseAddr::NAME,
+        block: "PPU",
+    };
+    Ok(Pool {
+        enable,
+        method: p.method,
+        prec,
+        input,
+        out,
+        kernel: p.kernel,
+        stride: p.stride,
+        padding: p.padding,
+        pad: p.pad_values.0,
+        recip: p.recip,
+        dma: t.dma(),
+        unvalidated,
+    })
+}
+
+/// The output size along one axis: `(n + pads − k) / s + 1`, every window starting in
+/// the padded input.
+fn geometry<R: Register>(
+    at: At,
+    n: u32,
+    pads: u32,
+    k: u32,
+    s: u32,
+    out: u32,
+    field: crate::regs::Field<R>,
+) -> Result<(), SimError> {
+    let span = n + pads;
+    if span < k {
+        return Err(inconsistent(
+            at,
+            field,
+            out - 1,
+            format!("a kernel of {k} does not fit {n} + {pads} padded pixels"),
+        ));
+    }
+    let want = (span - k) / s + 1;
+    if out != want {
+        return Err(inconsistent(
+            at,
+            field,
+            out - 1,
+            format!(
+                "a kernel of {k} with stride {s} over {n} pixels and {pads} of padding gives {want} (stored {})",
+                want - 1
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A PPU_RDMA cube dimension that must repeat the PPU's.
+fn same<R: Register>(
+    at: At,
+    got: u32,
+    want: u32,
+    field: crate::regs::Field<R>,
+) -> Result<(), SimError> {
+    if got != want {
+        return Err(inconsistent(
+            at,
+            field,
+            got - 1,
+            format!("the PPU pools a cube of {want} (stored {})", want - 1),
+        ));
+    }
+    Ok(())
+}
+
+/// A reciprocal register: the fp16 bits of 65536 / k for an average over a kernel side
+/// of `k`, 0 for max and min (`k` = 0).
+fn recip<R: Register>(
+    at: At,
+    k: u32,
+    value: u32,
+    field: crate::regs::Field<R>,
+) -> Result<(), SimError> {
+    if k == 0 {
+        if value != 0 {
+            return Err(unsupported(
+                at,
+                field,
+                value,
+                "max and min programs write 0 (the reciprocal is the average's)",
+            ));
+        }
+        return Ok(());
+    }
+    match fp16_recip(k) {
+        Some(want) if want == value => Ok(()),
+        Some(want) => Err(unsupported(
+            at,
+            field,
+            value,
+            format!(
+                "the model executes the board-validated reciprocal, the fp16 bits of 65536 / {k} = {want:#x}"
+            ),
+        )),
+        None => Err(unsupported(
+            at,
+            field,
+            value,
+            "an average over a kernel side of 1 needs 65536, which fp16 cannot hold",
+        )),
+    }
+}
+
+/// The method and its reciprocals.
+fn method(
+    at: At,
+    p: &task::Ppu,
+    prec: Precision,
+    padded: bool,
+    unvalidated: &mut Vec<String>,
+) -> Result<(), SimError> {
+    let (kw, kh) = p.kernel;
+    match p.method {
+        PoolMethod::Average => {
+            if prec == Precision::Int8 {
+                return Err(unsupported(
+                    at,
+                    ppu::OperationModeCfg::POOLING_METHOD,
+                    0,
+                    "int8 average: its reciprocal encoding and rounding have no board confirmation the model can follow (docs/hardware/pooling.md#int8)",
+                ));
+            }
+            recip(at, kw, p.recip.0, ppu::RecipKernelWidth::RECIP_KERNEL_WIDTH)?;
+            recip(
+                at,
+                kh,
+                p.recip.1,
+                ppu::RecipKernelHeight::RECIP_KERNEL_HEIGHT,
+            )?;
+        }
+        PoolMethod::Max | PoolMethod::Min => {
+            recip(at, 0, p.recip.0, ppu::RecipKernelWidth::RECIP_KERNEL_WIDTH)?;
+            recip(
+                at,
+                0,
+                p.recip.1,
+                ppu::RecipKernelHeight::RECIP_KERNEL_HEIGHT,
+            )?;
+        }
+    }
+    if prec == Precision::Int8 {
+        let copy = p.kernel == (1, 1) && p.stride == (1, 1) && !padded;
+        unvalidated.push(if copy {
+            "int8 1x1 max/min: the vendor's dummy PPU task, whose output no board run observed (docs/hardware/pooling.md#int8)".into()
+        } else {
+            "native int8 max/min pooling: one board report found it wrong, a later one bit-exact with these precision codes (docs/hardware/pooling.md#int8)".into()
+        });
+    } else if p.method == PoolMethod::Min {
+        unvalidated.push(format!(
+            "{} = 2 (min): the code is the TRM's; no board-run fp16 program pools min [derived from max]",
+            ppu::OperationModeCfg::POOLING_METHOD
+        ));
+    }
+    Ok(())
+}
+
+/// The pad value: unused (0) without padding; validated values with it.
+fn pad_value(
+    at: At,
+    p: &task::Ppu,
+    prec: Precision,
+    padded: bool,
+    unvalidated: &mut Vec<String>,
+) -> Result<(), SimError> {
+    let v = p.pad_values.0;
+    let field = ppu::PaddingValue1Cfg::PAD_VALUE_0;
+    if !padded {
+        if v != 0 {
+            return Err(unsupported(
+                at,
+                field,
+                v,
+                "a pad value without padding; every unpadded program writes 0",
+            ));
+        }
+        return Ok(());
+    }
+    match prec {
+        Precision::Int8 => {
+            if p.method != PoolMethod::Max || v != INT8_MAX_PAD {
+                return Err(unsupported(
+                    at,
+                    field,
+                    v,
+                    format!(
+                        "padded int8 pooling is modelled for max with {INT8_MAX_PAD:#x} (-128) only"
+                    ),
+                ));
+            }
+        }
+        _ => {
+            if v > 0xFFFF {
+                return Err(unsupported(
+                    at,
+                    field,
+                    v,
+                    "an fp16 pad value keeps bits 15:0; no program sets higher bits",
+                ));
+            }
+            let validated = match p.method {
+                PoolMethod::Max => v == FP16_NEG_INF,
+                PoolMethod::Average => v == 0,
+                PoolMethod::Min => false,
+            };
+            if !validated {
+                unvalidated.push(format!(
+                    "{field} = {v:#06x} ({}) for {:?}: board programs pad max with -inf (0xfc00) and averages with 0 [derived]",
+                    f16_to_f32(v as u16),
+                    p.method
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Work units: the output elements times the kernel, plus the input elements.
+pub(super) fn work(p: &Pool) -> u64 {
+    let elems = |c: &Cube| u64::from(c.w) * u64::from(c.h) * u64::from(c.c);
+    elems(&p.out)
+        .saturating_mul(u64::from(p.kernel.0) * u64::from(p.kernel.1))
+        .saturating_add(elems(&p.input))
+}
+
+/// The byte range a PPU-written cube smaller than 4×4 covers, which a later pass may
+/// not read (docs/hardware/pooling.md#chains).
+pub(super) fn small_output(p: &Pool) -> Option<(u64, u64)> {
+    (p.out.w < MIN_INTERMEDIATE || p.out.h < MIN_INTERMEDIATE)
+        .then(|| p.dma.iter().find(|r| r.access == Access::Write))
+        .flatten()
+        .map(|r| (r.start, r.end()))
+}
+
+/// Refuses a task whose input overlaps a cube smaller than 4×4 that an earlier PPU task
+/// of the kick wrote: boards mis-read such intermediates.
+pub(super) fn check_input(p: &Pool, small: &[(u64, u64)], at: At) -> Result<(), SimError> {
+    let Some(read) = p.dma.iter().find(|r| r.access == Access::Read) else {
+        return Ok(());
+    };
+    if small.iter().any(|&(s, e)| read.start < e && s < read.end()) {
+        return Err(unsupported(
+            at,
+            ppu_rdma::RdmaSrcBaseAddr::SRC_BASE_ADDR,
+            p.input.base,
+            format!(
+                "reads a cube an earlier PPU task wrote at less than {MIN_INTERMEDIATE}x{MIN_INTERMEDIATE}: boards mis-read such intermediates (half the channels 0 or garbage)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs a checked pooling task against memory: every DMA range is checked first, then
+/// the input is read, pooled per channel and (when `write_output`) written.
+pub(super) fn execute(
+    mem: &mut Memory,
+    p: &Pool,
+    at: At,
+    write_output: bool,
+) -> Result<(), SimError> {
+    for r in &p.dma {
+        let ok = match r.access {
+            Access::Read => usize::try_from(r.len)
+                .ok()
+                .and_then(|len| mem.read(r.start, len))
+                .is_some(),
+            Access::Write => usize::try_from(r.len)
+                .ok()
+                .and_then(|len| mem.write(r.start, len))
+                .is_some(),
+        };
+        if !ok || r.end() > 1 << 32 {
+            return Err(SimError::Dma {
+                at,
+                addr: r.start,
+                len: r.len,
+                block: r.block.name(),
+                register: r.register,
+                write: r.access == Access::Write,
+            });
+        }
+    }
+    let limit = super::bounds::MAX_ELEMENTS
+        .min(mem.mapped_bytes().saturating_add(super::bounds::SMALL_CUBE));
+    for cube in [&p.input, &p.out] {
+        let n = u64::from(cube.w) * u64::from(cube.h) * u64::from(cube.c);
+        if n > limit {
+            return Err(SimError::Unsupported {
+                at,
+                register: cube.register,
+                field: ppu::DataCubeInChannel::CUBE_IN_CHANNEL.name(),
+                value: n,
+                why: format!("a cube of {n} elements; the simulator holds at most {limit}"),
+            });
+        }
+    }
+    let input = read(mem, &p.input, at)?;
+    let out = pool(p, &input);
+    if write_output {
+        write(mem, &p.out, &out, at)?;
+    }
+    Ok(())
+}
+
+/// The cube's elements as `[y][x][channel]` values (fp16 exactly as f32, int8 as f32).
+fn read(mem: &Memory, c: &Cube, at: At) -> Result<Vec<f32>, SimError> {
+    let (w, h, ch) = (c.w as usize, c.h as usize, c.c as usize);
+    let epa = c.atom_elems() as usize;
+    let mut v = vec![0f32; w * h * ch];
+    for c1 in 0..ch.div_ceil(epa) {
+        for y in 0..h {
+            let addr = c.base as u64 + c1 as u64 * c.surf + y as u64 * c.line;
+            let bytes = run(mem, addr as i64, w * 16, at, c.block, c.register)?;
+            for x in 0..w {
+                for e in 0..epa.min(ch - c1 * epa) {
+                    let k = (y * w + x) * ch + c1 * epa + e;
+                    v[k] = match c.prec {
+                        Precision::Int8 => f32::from(bytes[x * 16 + e] as i8),
+                        _ => f16_to_f32(u16::from_le_bytes([
+                            bytes[x * 16 + 2 * e],
+                            bytes[x * 16 + 2 * e + 1],
+                        ])),
+                    };
+                }
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// The pad value as a number.
+fn pad(p: &Pool) -> f32 {
+    match p.prec {
+        // 19-bit two's complement.
+        Precision::Int8 => f32::from((((p.pad << 13) as i32) >> 13) as i16),
+        _ => f16_to_f32(p.pad as u16),
+    }
+}
+
+/// Pools `[y][x][channel]` values: max and min over the window, where a padded position
+/// holds the pad value; the average is `Σ · r_w · r_h · 2^−32` in fp32 with the fp16
+/// reciprocals, the sum over every window position (padding included), in row order.
+fn pool(p: &Pool, input: &[f32]) -> Vec<f32> {
+    let (iw, ih, c) = (p.input.w as i64, p.input.h as i64, p.input.c as usize);
+    let (ow, oh) = (p.out.w as usize, p.out.h as usize);
+    let (kw, kh) = (p.kernel.0 as i64, p.kernel.1 as i64);
+    let (sx, sy) = (p.stride.0 as i64, p.stride.1 as i64);
+    let (pl, pt) = (p.padding[0] as i64, p.padding[1] as i64);
+    let padv = pad(p);
+    let (rw, rh) = (f16_to_f32(p.recip.0 as u16), f16_to_f32(p.recip.1 as u16));
+    let mut out = vec![0f32; ow * oh * c];
+    for oy in 0..oh {
+        for ox in 0..ow {
+            for ch in 0..c {
+                let mut acc: Option<f32> = None;
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let (y, x) = (oy as i64 * sy + ky - pt, ox as i64 * sx + kx - pl);
+                        let v = if (0..ih).contains(&y) && (0..iw).contains(&x) {
+                            input[((y * iw + x) as usize) * c + ch]
+                        } else {
+                            padv
+                        };
+                        acc = Some(match (acc, p.method) {
+                            (None, _) => v,
+                            (Some(a), PoolMethod::Max) => a.max(v),
+                            (Some(a), PoolMethod::Min) => a.min(v),
+                            (Some(a), PoolMethod::Average) => a + v,
+                        });
+                    }
+                }
+                let a = acc.unwrap_or(padv);
+                out[(oy * ow + ox) * c + ch] = match p.method {
+                    PoolMethod::Average => a * rw * rh * (-32f32).exp2(),
+                    _ => a,
+                };
+            }
+        }
+    }
+    out
+}
+
+/// Writes `[y][x][channel]` values as the output cube; the padding lanes of the last
+/// atom are written as 0.
+fn write(mem: &mut Memory, c: &Cube, v: &[f32], at: At) -> Result<(), SimError> {
+    let (w, h, ch) = (c.w as usize, c.h as usize, c.c as usize);
+    let epa = c.atom_elems() as usize;
+    let mut buf = vec![0u8; w * 16];
+    for c1 in 0..ch.div_ceil(epa) {
+        for y in 0..h {
+            buf.fill(0);
+            for x in 0..w {
+                for e in 0..epa.min(ch - c1 * epa) {
+                    let k = (y * w + x) * ch + c1 * epa + e;
+                    match c.prec {
+                        Precision::Int8 => buf[x * 16 + e] = v[k] as i8 as u8,
+                        _ => buf[x * 16 + 2 * e..x * 16 + 2 * e + 2]
+                            .copy_from_slice(&f32_to_f16(v[k]).to_le_bytes()),
+                    }
+                }
+            }
+            let addr = c.base as u64 + c1 as u64 * c.surf + y as u64 * c.line;
+            let target = mem.write(addr, buf.len()).ok_or(SimError::Dma {
+                at,
+                addr,
+                len: buf.len() as u64,
+                block: c.block,
+                register: c.register,
+                write: true,
+            })?;
+            target.copy_from_slice(&buf);
+        }
+    }
+    Ok(())
+}
