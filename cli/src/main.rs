@@ -34,6 +34,8 @@ mod emit;
 mod gguf;
 mod info;
 mod matmul;
+mod op;
+mod op_pool;
 mod sim;
 mod trace;
 mod verify;
@@ -114,6 +116,16 @@ enum Command {
     /// ggml type, shape in GGUF order: ne0 first) and the line `<N> tensors`; --json
     /// prints one JSON document. Exit 1 on a file the reader refuses.
     Gguf(gguf::GgufArgs),
+    /// Run one operation beyond matmul on seeded data and check it against the CPU.
+    ///
+    /// Convolution, element-wise, LUT activation or pooling, on the NPU (or, with no
+    /// NPU, the emulated kernel): prints the program summary, the time, the largest error
+    /// against the library's CPU reference with its bound, and OK (docs/ops.md).
+    Op {
+        /// The operation.
+        #[command(subcommand)]
+        command: op::OpCommand,
+    },
 }
 
 /// A failure with its exit code: 1 for bad input or a failed check, 2 for usage.
@@ -259,6 +271,7 @@ fn main() -> ExitCode {
         Command::Info => info::run(),
         Command::Doctor(a) => doctor::run(a),
         Command::Gguf(a) => gguf::run(a),
+        Command::Op { command } => op::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,95 @@
+//! `rknpu op`: one operation beyond matmul (convolution, element-wise, LUT activation,
+//! pooling) on seeded data, on the NPU or the emulated kernel, checked against the
+//! library's CPU reference of it (docs/cli.md, docs/ops.md).
+
+use crate::Failure;
+use crate::matmul::open;
+use rknpu_driver::device::Device;
+use rknpu_driver::device::ops::{ProgramBuffers, run_program};
+use rknpu_driver::regcmd::Program;
+use std::time::Instant;
+
+/// The options every operation takes.
+#[derive(clap::Args)]
+pub(crate) struct Common {
+    /// The device: auto (the NPU, else the emulated kernel), emu, emu:rocket,
+    /// emu:vendor-0.9.6 or a node path. Default: auto.
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<String>,
+    /// The seed of the random data (default 1).
+    #[arg(long, value_name = "S")]
+    seed: Option<u64>,
+}
+
+impl Common {
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed.unwrap_or(1)
+    }
+
+    pub(crate) fn open(&self) -> Result<Device, Failure> {
+        let dev = open(self.device.as_deref().unwrap_or("auto"))?;
+        outln!("device: {}", dev.info());
+        Ok(dev)
+    }
+}
+
+/// The operations.
+#[derive(clap::Subcommand)]
+pub(crate) enum OpCommand {
+    /// Pooling of a seeded tensor on the PPU.
+    ///
+    /// max, avg or min over K×K windows (stride, padding) of an H×W×C tensor. Prints the
+    /// program summary, the largest error against the CPU and OK.
+    Pool(super::op_pool::PoolArgs),
+}
+
+pub(crate) fn run(cmd: OpCommand) -> Result<(), Failure> {
+    match cmd {
+        OpCommand::Pool(a) => super::op_pool::run(a),
+    }
+}
+
+/// Prints the program's summary line: tasks, regcmd entries, the op-enable of each.
+pub(crate) fn summary(program: &Program) {
+    let tasks = program.tasks();
+    let mut enables: Vec<String> = tasks.iter().map(|t| format!("{:#x}", t.enable)).collect();
+    enables.dedup();
+    outln!(
+        "program: {} task(s), {} regcmd entries, op-enable {}",
+        tasks.len(),
+        program.words().len(),
+        enables.join(" ")
+    );
+}
+
+/// Runs `program` with `buffers` on `dev`, printing the time it took.
+pub(crate) fn execute(
+    dev: &Device,
+    program: &Program,
+    buffers: ProgramBuffers,
+) -> Result<Vec<Vec<u8>>, Failure> {
+    let t0 = Instant::now();
+    let out = run_program(dev, program, buffers).map_err(|e| crate::matmul::fail(&e))?;
+    outln!(
+        "time: submit+wait {:.3} ms",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(out)
+}
+
+/// Prints the error line and ends with OK, or fails with MISMATCH when an element is
+/// outside its bound (`bound` says what the bound is).
+pub(crate) fn verdict(err: f64, within: bool, bound: &str) -> Result<(), Failure> {
+    outln!(
+        "largest error: {err:.3e} ({bound}: {})",
+        if within { "respected" } else { "EXCEEDED" }
+    );
+    if !within || err.is_nan() {
+        return Err(Failure(
+            1,
+            "MISMATCH: the result differs from the CPU reference".into(),
+        ));
+    }
+    outln!("OK");
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! `rknpu op` as a child process: each operation on seeded data against the CPU, on the
+//! emulated kernels, ending in OK; shapes the operations refuse end in a message and a
+//! non-zero exit, never a panic.
+
+use std::process::Output;
+
+mod common;
+use common::run;
+
+fn out_text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs `rknpu op ARGS` and asserts it ends in OK with a program line and an error line.
+fn passes(args: &[&str]) -> String {
+    let mut all = vec!["op"];
+    all.extend_from_slice(args);
+    let o = run(&all);
+    let text = out_text(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{args:?}: {text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.lines().any(|l| l.starts_with("program: ")), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("largest error: ")),
+        "{text}"
+    );
+    assert_eq!(text.lines().last(), Some("OK"), "{text}");
+    text
+}
+
+/// Runs `rknpu op ARGS` and asserts it fails with `code` and a message naming `what`.
+fn refused(args: &[&str], code: i32, what: &str) {
+    let mut all = vec!["op"];
+    all.extend_from_slice(args);
+    let o = run(&all);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+    assert!(err.contains(what), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn pool_max_avg_and_min_pass_on_the_emulated_kernels() {
+    let max = passes(&[
+        "pool", "--kind", "max", "--h", "8", "--w", "8", "--c", "16", "--k", "2", "--dtype",
+        "fp16", "--device", "emu",
+    ]);
+    assert!(max.contains("op-enable 0x60"), "{max}");
+    assert!(max.contains("(exact: respected)"), "{max}");
+    passes(&[
+        "pool",
+        "--kind",
+        "avg",
+        "--h",
+        "9",
+        "--w",
+        "7",
+        "--c",
+        "20",
+        "--k",
+        "3",
+        "--stride",
+        "2",
+        "--pad",
+        "1",
+        "--dtype",
+        "fp16",
+        "--device",
+        "emu:vendor-0.9.6",
+        "--seed",
+        "5",
+    ]);
+    passes(&[
+        "pool",
+        "--kind",
+        "min",
+        "--h",
+        "6",
+        "--w",
+        "6",
+        "--c",
+        "32",
+        "--k",
+        "3",
+        "--stride",
+        "1",
+        "--dtype",
+        "int8",
+        "--device",
+        "emu:async",
+    ]);
+}
+
+#[test]
+fn pool_refusals_name_the_reason() {
+    // The int8 average has no board-confirmed arithmetic.
+    refused(
+        &[
+            "pool", "--kind", "avg", "--h", "6", "--w", "6", "--c", "32", "--k", "3", "--dtype",
+            "int8", "--device", "emu",
+        ],
+        2,
+        "int8 average",
+    );
+    // rocket waits for DPU interrupts only: a pooling job is refused before submission.
+    refused(
+        &[
+            "pool",
+            "--kind",
+            "max",
+            "--h",
+            "4",
+            "--w",
+            "4",
+            "--c",
+            "8",
+            "--k",
+            "2",
+            "--dtype",
+            "fp16",
+            "--device",
+            "emu:rocket",
+        ],
+        1,
+        "rocket",
+    );
+    // A window larger than the padded input.
+    refused(
+        &[
+            "pool", "--kind", "max", "--h", "2", "--w", "2", "--c", "8", "--k", "3", "--dtype",
+            "fp16",
+        ],
+        2,
+        "op pool",
+    );
+}
