@@ -62,6 +62,20 @@ prop_compose! {
 }
 
 prop_compose! {
+    fn kernel()(
+        width in upto(cna::WeightSize2::WEIGHT_WIDTH),
+        height in upto(cna::WeightSize2::WEIGHT_HEIGHT),
+        pad_left in upto(cna::PadCon0::PAD_LEFT),
+        pad_top in upto(cna::PadCon0::PAD_TOP),
+        pad_value in any::<u32>(),
+        dilation in (1..=max(cna::ConvCon3::ATROUS_X_DILATION) + 1, 1..=max(cna::ConvCon3::ATROUS_Y_DILATION) + 1),
+        depthwise in any::<bool>(),
+    ) -> Kernel {
+        Kernel { width, height, pad_left, pad_top, pad_value, dilation, depthwise }
+    }
+}
+
+prop_compose! {
     fn cna_block()(
         precision in conv_precision(),
         feature in feature(),
@@ -76,12 +90,14 @@ prop_compose! {
         cvt in (any::<bool>(), any::<bool>(), any::<bool>()),
         scales in prop::array::uniform4(upto(cna::CvtCon1::CVT_SCALE0)),
         burst in (upto(cna::DmaCon0::DATA_BURST_LEN), upto(cna::DmaCon0::WEIGHT_BURST_LEN)),
+        kernel in kernel(),
     ) -> Cna {
         Cna {
             precision,
             feature,
             weights: Weights { addr: waddr, kernels },
             conv: Conv { out_width, out_atomics, stride },
+            kernel,
             cbuf: Cbuf {
                 data_banks: banks.0,
                 weight_banks: banks.1,
@@ -235,11 +251,12 @@ prop_compose! {
     fn core_block()(
         precision in conv_precision(),
         qd_en in any::<bool>(),
+        depthwise in any::<bool>(),
         w in 1..=max(core_regs::DataoutSize0::DATAOUT_WIDTH) + 1,
         h in 1..=max(core_regs::DataoutSize0::DATAOUT_HEIGHT) + 1,
         c in 1..=max(core_regs::DataoutSize1::DATAOUT_CHANNEL) + 1,
     ) -> Core {
-        Core { precision, qd_en, out: (w, h, c) }
+        Core { precision, qd_en, depthwise, out: (w, h, c) }
     }
 }
 
@@ -304,7 +321,7 @@ prop_compose! {
 
 /// CNA values whose derived registers (weight bytes) fit their fields.
 fn fits(c: &Cna) -> bool {
-    let kernel = u64::from(c.feature.channels) * u64::from(c.precision.bits()) / 8;
+    let kernel = c.kernel_bytes();
     kernel <= u64::from(max(cna::WeightSize1::WEIGHT_BYTES_PER_KERNEL))
         && kernel * u64::from(c.weights.kernels) <= u64::from(max(cna::WeightSize0::WEIGHT_BYTES))
         && c.feature.channels <= max(cna::DataSize1::DATAIN_CHANNEL)
