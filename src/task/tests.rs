@@ -688,3 +688,38 @@ fn the_dequant_task_touches_its_row_its_coefficients_and_its_output() {
     want.sort_by_key(|r| r.0);
     assert_eq!(got, want);
 }
+
+#[test]
+fn kxk_conv_dma_ranges_cover_the_band_and_the_kernels() {
+    use crate::kernels::ops::Cube;
+    use crate::kernels::ops::conv::Conv2d;
+    // 40 × 40 × 160 fp16, 32 kernels of 3 × 3: two bands of 23 and 19 input rows
+    // (rows 0..23 and 21..40), each task reading its rows of all 20 surfaces.
+    let cv = Conv2d::new(Cube::new(40, 40, 160, Precision::Fp16).unwrap(), 32, (3, 3));
+    let tasks = cv
+        .tasks(
+            DmaAddr::Fixed(0x10_0000),
+            DmaAddr::Fixed(0x80_0000),
+            DmaAddr::Fixed(0x100_0000),
+        )
+        .unwrap();
+    assert_eq!(tasks.len(), 2);
+    let surface = 40 * 40 * 16;
+    let ranges = tasks[1].dma();
+    let find = |what| ranges.iter().find(|d| d.what == what).copied().unwrap();
+    let f = find("feature");
+    assert_eq!(f.start, 0x10_0000 + 21 * 40 * 16);
+    assert_eq!(f.len, 19 * surface + 18 * 40 * 16 + 40 * 16);
+    let w = find("weights");
+    // 32 kernels of 3 · 3 · 160 halves.
+    assert_eq!((w.start, w.len), (0x80_0000, 32 * 3 * 3 * 160 * 2));
+    let o = find("output");
+    // Output rows 21..38 of a 38 × 38 plane, in four surfaces of 8 fp16 channels.
+    let plane = 38 * 38 * 16;
+    assert_eq!(o.start, 0x100_0000 + 21 * 38 * 16);
+    assert_eq!(o.len, 3 * plane + 16 * 38 * 16 + 38 * 16);
+    // Every field of both tasks survives a round trip.
+    for t in &tasks {
+        assert_eq!(round_trip(t).as_ref(), Ok(t));
+    }
+}
