@@ -795,9 +795,9 @@ impl Conv2d {
 
     /// Packs weights given as `[oc][kh][kw][c / groups]` (depthwise: `[c][kh][kw]`)
     /// into the native layout (docs/hardware/convolution.md#weights): direct kernels in
-    /// 1024-byte atoms of (16 fp16 | 32 int8) kernels × 32 channels, ordered [kernel
-    /// atom][channel block][kh][kw]; depthwise windows in groups of (32 fp16 | 64 int8)
-    /// channels, ordered [channel group][kh][kw][channel]. Padding kernels and channels
+    /// 1024-byte atoms of (16 fp16 | 32 int8) kernels × 32 channels, ordered `[kernel
+    /// atom][channel block][kh][kw]`; depthwise windows in groups of (32 fp16 | 64 int8)
+    /// channels, ordered `[channel group][kh][kw][channel]`. Padding kernels and channels
     /// are 0. Each group's kernels follow the previous group's.
     pub fn pack_weights<T: Element>(&self, w: &[T]) -> Result<Vec<u8>> {
         self.check()?;
@@ -915,7 +915,7 @@ pub fn reference(
     Ok(out)
 }
 
-/// fp16 values as f64 (for [`reference`]).
+/// fp16 values as f64 (for [`reference()`]).
 pub fn f16s_to_f64(v: &[f16]) -> Vec<f64> {
     v.iter().map(|x| f64::from(x.to_f32())).collect()
 }
