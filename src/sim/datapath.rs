@@ -402,19 +402,8 @@ fn window_int(
             |s, v| s + v,
         );
     }
-    let n = w.n as usize;
-    let mut acc = vec![0i64; out_pixels * n];
-    for p in 0..out_pixels {
-        let ar = &cols[p * k..(p + 1) * k];
-        for j in 0..n {
-            acc[p * n + j] = ar
-                .iter()
-                .zip(&b[j * k..(j + 1) * k])
-                .map(|(&x, &y)| i64::from(x) * i64::from(y))
-                .sum::<i64>() as i32 as i64;
-        }
-    }
-    acc
+    // 32-bit sums, as the 1×1 path.
+    gemm_i16(&cols, &b, out_pixels, w.n as usize, k)
 }
 
 /// An fp16 K×K or depthwise window: products exact in f32, summed in f32 (the lane
