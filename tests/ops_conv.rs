@@ -306,6 +306,12 @@ fn tall_inputs_are_cut_into_bands_of_rows() {
         .collect();
     assert_eq!(tops[0], 1);
     assert!(tops[1..].iter().all(|&t| t == 0), "{tops:?}");
+    // Later bands keep the weights the first loaded (they fit the weight banks).
+    let reuse: Vec<bool> = tasks
+        .iter()
+        .map(|t| t.cna.as_ref().unwrap().cbuf.weight_reuse)
+        .collect();
+    assert!(!reuse[0] && reuse[1..].iter().all(|&r| r), "{reuse:?}");
     check_fp16(&cv, 7, true);
     // int8, stride 2.
     let cv = Conv2d::new(
@@ -326,6 +332,22 @@ fn tall_inputs_are_cut_into_bands_of_rows() {
             >= 2
     );
     check_int8(&cv, 8, false);
+}
+
+#[test]
+fn a_tall_narrow_input_keeps_bands_within_the_fetch_ahead_field() {
+    // 3000 rows of 1 × 32 fp16: the CBUF would hold them all, FEATURE_GRAINS not.
+    let cv = Conv2d::new(Cube::new(1, 3000, 32, Precision::Fp16).unwrap(), 16, (3, 1));
+    let tasks = cv
+        .tasks(
+            ops::at(ops::INPUT, 0),
+            ops::at(ops::WEIGHTS, 0),
+            ops::at(ops::OUTPUT, 0),
+        )
+        .unwrap();
+    assert_eq!(tasks.len(), 3);
+    let run = check_fp16(&cv, 11, false);
+    assert!(run.lints.is_empty(), "{:?}", run.lints);
 }
 
 #[test]

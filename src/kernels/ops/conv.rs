@@ -511,7 +511,11 @@ impl Conv2d {
         } else {
             (cbuf::BANKS - group_banks, group_banks)
         };
-        let rows_fit = (u64::from(data_banks - slack) * cbuf::BANK_BYTES / row) as u32;
+        // At most FEATURE_GRAINS' 1023 − 1 rows a task, so that rows + 1 lines can be
+        // fetched ahead (docs/hardware/quirks.md#quirk-5).
+        let max_rows = u64::from(cna_regs::ConvCon2::FEATURE_GRAINS.max() - 1);
+        let rows_fit =
+            (u64::from(data_banks - slack) * cbuf::BANK_BYTES / row).min(max_rows) as u32;
         let (sy, ey) = (self.stride.0, self.extent().0);
         if rows_fit < ey {
             return Err(unsupported(format!(
@@ -564,10 +568,28 @@ impl Conv2d {
         self.check()?;
         let plan = self.plan()?;
         let slices = self.slices(&plan)?;
-        slices
+        let mut tasks = slices
             .iter()
             .map(|s| self.task(s, &plan, input, weights, output))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        // A later band of the same kernels keeps the weights the band before it loaded
+        // when they all fit the weight banks, as the vendor's banded programs do
+        // (docs/hardware/cbuf.md#reuse).
+        let tile_fits = |s: &Slice| {
+            self.kernel_bytes() * u64::from(s.kernels)
+                <= u64::from(plan.weight_banks) * cbuf::BANK_BYTES
+        };
+        for i in 1..tasks.len() {
+            let (a, b) = (&slices[i - 1], &slices[i]);
+            if a.group == b.group
+                && a.k0 == b.k0
+                && tile_fits(b)
+                && let Some(cna) = tasks[i].cna.as_mut()
+            {
+                cna.cbuf.weight_reuse = true;
+            }
+        }
+        Ok(tasks)
     }
 
     fn task(
