@@ -15,7 +15,9 @@
 //!    give the whole output from their row windows, through the vendor's full-tensor
 //!    strides and moved base addresses.
 //! 2. The first task of each case, field by field, against what `Conv2d` generates for
-//!    the same shape; the deviations that are allowed are listed with their reason.
+//!    the same shape; the deviations that are allowed are listed with their reason. The
+//!    CNA and CORE of `oRKLLM-ork-driver/rknn-conv-task0`, a padded 3×3 convolution whose
+//!    bias comes through DPU_RDMA (not this model's), are compared the same way.
 //! 3. The `rknn-conv-fp16-inline-*` cases, whose buffers are present, feed a 1-channel
 //!    planar input (`ARGB_IN`): the simulator refuses them with that named field. Their
 //!    buffers were dumped once, at an unknown point relative to the run, so no output is
@@ -64,6 +66,11 @@ fn words(path: &Path) -> Vec<u64> {
 
 /// The task a task file's entries leave in a fresh register file.
 fn decode(path: &Path) -> Option<Task> {
+    decode_blocks(path, None)
+}
+
+/// The same, decoding only the blocks of `only` when given.
+fn decode_blocks(path: &Path, only: Option<BlockMask>) -> Option<Task> {
     let w = words(path);
     let enable = w
         .iter()
@@ -76,7 +83,13 @@ fn decode(path: &Path) -> Option<Task> {
             .map(|&e| ((e & 0xFFFF) as u16, ((e >> 16) & 0xFFFF_FFFF) as u32)),
     );
     let mut snap = snap;
-    Task::decode(&mut snap, BlockMask(enable)).ok()
+    match Task::decode(&mut snap, only.unwrap_or(BlockMask(enable))) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            None
+        }
+    }
 }
 
 fn hex(meta: &str, key: &str) -> Vec<u32> {
@@ -324,6 +337,25 @@ fn vendor_conv_first_tasks_agree_with_the_generator() {
         let (c, h, w, oc, k) = case.shape;
         let v = decode(&case.tasks[0]).unwrap();
         let cv = Conv2d::new(Cube::new(w, h, c, Precision::Fp16).unwrap(), oc, (k, k));
+        compare(&case.name, &v, &cv, true);
+    }
+    // oRKLLM/ork-driver's padded 3×3 convolution 8×8×32 → 64 (with a bias through
+    // DPU_RDMA: its CNA and CORE only).
+    let path = root.join("oRKLLM-ork-driver/rknn-conv-task0/regcmd.bin");
+    if path.is_file() {
+        let v = decode_blocks(&path, Some(BlockMask(BlockMask::CNA.0 | BlockMask::CORE.0)))
+            .expect("the padded convolution's CNA and CORE decode");
+        let cv = Conv2d::new(Cube::new(8, 8, 32, Precision::Fp16).unwrap(), 64, (3, 3))
+            .with_pad_symmetric(1);
+        compare("oRKLLM-ork-driver/rknn-conv-task0", &v, &cv, false);
+    }
+}
+
+/// The vendor task `v` field by field against the first task `Conv2d` generates for the
+/// same shape (the DPU too when `dpu`).
+fn compare(name: &str, v: &Task, cv: &Conv2d, dpu: bool) {
+    {
+        let case_name = name;
         let ours = cv
             .tasks(
                 ops::at(ops::INPUT, 0),
@@ -334,8 +366,7 @@ fn vendor_conv_first_tasks_agree_with_the_generator() {
             .remove(0);
         let (vc, oc_) = (v.cna.as_ref().unwrap(), ours.cna.as_ref().unwrap());
         let (vk, ok) = (v.core.as_ref().unwrap(), ours.core.as_ref().unwrap());
-        let (vd, od) = (v.dpu.as_ref().unwrap(), ours.dpu.as_ref().unwrap());
-        let fields: Vec<(&str, String, String)> = vec![
+        let mut fields: Vec<(&str, String, String)> = vec![
             (
                 "precision",
                 format!("{:?}", vc.precision),
@@ -410,35 +441,40 @@ fn vendor_conv_first_tasks_agree_with_the_generator() {
             ),
             ("QD_EN", vk.qd_en.to_string(), ok.qd_en.to_string()),
             ("core out", format!("{:?}", vk.out), format!("{:?}", ok.out)),
-            (
-                "DPU cube",
-                format!("{:?}", vd.cube),
-                format!("{:?}", od.cube),
-            ),
-            (
-                "DPU precision",
-                format!("{:?}", vd.precision),
-                format!("{:?}", od.precision),
-            ),
-            (
-                "output",
-                format!(
-                    "{:?}/{}/{}/{}",
-                    vd.out.precision, vd.out.surf_stride, vd.out.notch, vd.out.surface_add
-                ),
-                format!(
-                    "{:?}/{}/{}/{}",
-                    od.out.precision, od.out.surf_stride, od.out.notch, od.out.surface_add
-                ),
-            ),
-            ("ow", format!("{:?}", vd.ow), format!("{:?}", od.ow)),
-            (
-                "out_cvt",
-                format!("{:?}", vd.out_cvt),
-                format!("{:?}", od.out_cvt),
-            ),
-            ("bs", format!("{:?}", vd.bs), format!("{:?}", od.bs)),
         ];
+        if dpu {
+            let (vd, od) = (v.dpu.as_ref().unwrap(), ours.dpu.as_ref().unwrap());
+            fields.extend(vec![
+                (
+                    "DPU cube",
+                    format!("{:?}", vd.cube),
+                    format!("{:?}", od.cube),
+                ),
+                (
+                    "DPU precision",
+                    format!("{:?}", vd.precision),
+                    format!("{:?}", od.precision),
+                ),
+                (
+                    "output",
+                    format!(
+                        "{:?}/{}/{}/{}",
+                        vd.out.precision, vd.out.surf_stride, vd.out.notch, vd.out.surface_add
+                    ),
+                    format!(
+                        "{:?}/{}/{}/{}",
+                        od.out.precision, od.out.surf_stride, od.out.notch, od.out.surface_add
+                    ),
+                ),
+                ("ow", format!("{:?}", vd.ow), format!("{:?}", od.ow)),
+                (
+                    "out_cvt",
+                    format!("{:?}", vd.out_cvt),
+                    format!("{:?}", od.out_cvt),
+                ),
+                ("bs", format!("{:?}", vd.bs), format!("{:?}", od.bs)),
+            ]);
+        }
         let mut deviations = Vec::new();
         // The band's rows decide these: they may differ only where the rows do.
         const ROW_DEPENDENT: &[&str] = &["conv", "core out", "DPU cube"];
@@ -453,15 +489,14 @@ fn vendor_conv_first_tasks_agree_with_the_generator() {
                 .or_else(|| (rows_differ && ROW_DEPENDENT.contains(&name)).then_some(&ROW_ALLOWED));
             assert!(
                 allowed.is_some(),
-                "{}: {name}: vendor {vendor}, generator {generated}",
-                case.name
+                "{case_name}: {name}: vendor {vendor}, generator {generated}"
             );
             let why = allowed.map_or("", |a| a.why);
             deviations.push(format!(
                 "{name}: vendor {vendor}, generator {generated} ({why})"
             ));
         }
-        eprintln!("{}: deviations {deviations:?}", case.name);
+        eprintln!("{case_name}: deviations {deviations:?}");
     }
 }
 
