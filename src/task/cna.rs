@@ -121,9 +121,10 @@ impl Default for Kernel {
 impl Kernel {
     /// The window's extent in input pixels, `(k − 1) · dilation + 1`, along x and y.
     pub fn extent(&self) -> (u32, u32) {
+        let e = |k: u32, d: u32| (k.max(1) - 1).saturating_mul(d).saturating_add(1);
         (
-            (self.width.max(1) - 1) * self.dilation.0 + 1,
-            (self.height.max(1) - 1) * self.dilation.1 + 1,
+            e(self.width, self.dilation.0),
+            e(self.height, self.dilation.1),
         )
     }
 }
