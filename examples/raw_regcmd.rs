@@ -26,8 +26,8 @@ use rknpu_driver::device::{Bo, BoFlags, Device, Job};
 use rknpu_driver::regcmd::{BufferId, DmaAddr, ProgramBuilder, words_to_le_bytes};
 use rknpu_driver::seeded::Rng;
 use rknpu_driver::task::{
-    Cbuf, Cna, Conv, Core, Dpu, DpuInput, Feature, InputCvt, OutCvt, Output, OwCfg, Precision,
-    Stage, Task, Weights, cbuf,
+    Cbuf, Cna, Conv, Core, Dpu, DpuInput, Feature, InputCvt, Kernel, OutCvt, Output, OwCfg,
+    Precision, Stage, Task, Weights, cbuf,
 };
 use std::error::Error;
 use std::process::ExitCode;
@@ -95,6 +95,7 @@ fn matmul_task() -> Res<Task> {
             out_atomics: M,
             stride: (1, 1),
         },
+        kernel: Kernel::default(),
         // The 12 CBUF banks: A fits one, the other 11 hold weights.
         cbuf: Cbuf {
             data_banks,
@@ -110,6 +111,7 @@ fn matmul_task() -> Res<Task> {
     let core = Core {
         precision: p,
         qd_en: true,
+        depthwise: false,
         out: (1, M, NP),
     };
     let dpu = Dpu {

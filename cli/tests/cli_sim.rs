@@ -137,13 +137,14 @@ fn missing_operand_exits_1_naming_the_dma() {
 #[test]
 fn unsupported_field_exits_1_naming_register_field_and_value() {
     let mut words = std::fs::read(golden()).unwrap();
-    // Entry 1 is CNA.CONV_CON1 = 0: make it depthwise (conv_mode 3).
-    words[8 + 2] = 3;
+    // Entry 1 is CNA.CONV_CON1 = 0: give it the reserved conv_mode 1 (0 direct and 3
+    // depthwise are modelled).
+    words[8 + 2] = 1;
     let prog = Temp::new("unsupported", "prog", &words);
     let o = run(&["sim", "run", "--regcmd", prog.path()]);
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
     assert!(
-        err(&o).contains("CNA.CONV_CON1.conv_mode = 3"),
+        err(&o).contains("CNA.CONV_CON1.conv_mode = 1"),
         "{}",
         err(&o)
     );

@@ -25,10 +25,19 @@ pub(super) fn work(t: &Task) -> u64 {
             .saturating_mul(c.c as u64)
     };
     let main = match &t.main {
-        Main::Conv { feature, weights } => (feature.w as u64)
-            .saturating_mul(feature.h as u64)
+        Main::Conv {
+            feature,
+            weights,
+            window,
+        } => (window.out_w as u64)
+            .saturating_mul(window.out_h as u64)
             .saturating_mul(weights.n as u64)
-            .saturating_mul(feature.c as u64),
+            .saturating_mul(if window.depthwise {
+                1
+            } else {
+                feature.c as u64
+            })
+            .saturating_mul(window.taps()),
         Main::Flying(cube) => elems(cube),
     };
     let operand = match t.ew.as_ref().map(|e| &e.src) {
@@ -44,9 +53,13 @@ pub(super) fn check_first(mem: &Memory, t: &Task, at: At) -> Result<(), SimError
     let elems = |c: &Cube| c.w as u64 * c.h as u64 * c.c as u64;
     let mut counts = vec![(elems(&t.out), t.out.register)];
     match &t.main {
-        Main::Conv { feature, weights } => {
+        Main::Conv {
+            feature,
+            weights,
+            window,
+        } => {
             counts.push((
-                feature.w as u64 * feature.h as u64 * weights.n as u64,
+                window.out_w as u64 * window.out_h as u64 * weights.n as u64,
                 cna::DcompAddr0::NAME,
             ));
             let epa = feature.prec.atom_elems() as u64;

@@ -133,7 +133,10 @@ fn out_cube(d: &task::Dpu, main: &Main, at: At) -> Result<Cube, SimError> {
         ));
     }
     let (mw, mh, mc) = match main {
-        Main::Conv { feature, weights } => (feature.w, feature.h, weights.n),
+        // A convolution delivers its output geometry, not the feature's.
+        Main::Conv {
+            weights, window, ..
+        } => (window.out_w, window.out_h, weights.n),
         Main::Flying(c) => (c.w, c.h, c.c),
     };
     if cw != mw {

@@ -7,7 +7,7 @@
 //! errors, never silently ignored.
 
 use super::error::{At, SimError};
-use super::exec::{Checked, Cube, Feature, Main, Weights};
+use super::exec::{Checked, Cube, Feature, Main, Weights, Window};
 use crate::regs::{Register, cna, core, dpu, dpu_rdma};
 use crate::task::{self, DecodeError, DecodeErrorKind, DpuInput, Precision, cbuf};
 
@@ -145,6 +145,7 @@ pub(super) fn check(
             ),
         ));
     };
+    let mut derived = Vec::new();
     let main = match (&t.cna, &t.core) {
         (Some(cna), Some(core)) => {
             if dpu.input == DpuInput::Flying {
@@ -155,7 +156,7 @@ pub(super) fn check(
                     "the op-enable entry starts CNA and CORE, whose output the DPU would ignore",
                 ));
             }
-            conv_main(dpu, cna, core, at, first, cbuf)?
+            conv_main(dpu, cna, core, at, first, cbuf, &mut derived)?
         }
         (None, None) => {
             if dpu.input == DpuInput::Core {
@@ -178,10 +179,13 @@ pub(super) fn check(
             ));
         }
     };
-    super::check_dpu::dpu(t, dpu, main, at).map(|t| Checked::Dpu(Box::new(t)))
+    let mut task = super::check_dpu::dpu(t, dpu, main, at)?;
+    task.unvalidated.extend(derived);
+    Ok(Checked::Dpu(Box::new(task)))
 }
 
-/// The CNA and CORE of a convolution task.
+/// The CNA and CORE of a convolution task. Configurations derived from validated ones
+/// (docs/hardware/convolution.md) are added to `derived`, one message each.
 fn conv_main(
     dpu: &task::Dpu,
     cna: &task::Cna,
@@ -189,6 +193,7 @@ fn conv_main(
     at: At,
     first: bool,
     cbuf_state: &mut CbufState,
+    derived: &mut Vec<String>,
 ) -> Result<Main, SimError> {
     let prec = cna.precision;
     if core.precision != prec {
@@ -225,18 +230,22 @@ fn conv_main(
             "channels must be a positive multiple of 32 (one weight atom holds 32 channels)",
         ));
     }
-    if f.channels_real != c {
+    // Every channel holds data: the real count is the padded one, written either as
+    // channels − 1 (the matmul programs, Mesa) or as (channels − 1) mod 64 (every vendor
+    // convolution program, docs/hardware/convolution.md#registers).
+    let real_field = f.channels_real.wrapping_sub(1);
+    if f.channels_real != c && real_field != (c - 1) % 64 {
         return Err(unsupported(
             at,
             cna::DataSize1::DATAIN_CHANNEL_REAL,
-            f.channels_real.wrapping_sub(1),
+            real_field,
             format!(
-                "differs from {} {c} - 1 (channel padding is not modelled)",
+                "differs from {} {c} - 1 and from its value mod 64 (channel padding is not modelled)",
                 cna::DataSize1::DATAIN_CHANNEL
             ),
         ));
     }
-    check_output_geometry(cna, core, at)?;
+    let window = check_window(cna, core, at, derived)?;
     if !cna.cvt.bypass {
         return Err(unsupported(
             at,
@@ -255,7 +264,35 @@ fn conv_main(
     }
     let kernels = cna.weights.kernels;
     let g = prec.kernels_per_atom();
-    if kernels == 0 || !kernels.is_multiple_of(g) {
+    if window.depthwise {
+        if kernels != 1 {
+            return Err(unsupported(
+                at,
+                cna::WeightSize2::WEIGHT_KERNELS,
+                kernels,
+                "a depthwise task has one kernel holding every channel's window (the model needs 1)",
+            ));
+        }
+        let group = depthwise_group(prec);
+        if !c.is_multiple_of(group) {
+            return Err(unsupported(
+                at,
+                cna::DataSize1::DATAIN_CHANNEL,
+                c,
+                format!(
+                    "depthwise {prec} weights come in groups of {group} channels; the channels must fill whole groups"
+                ),
+            ));
+        }
+        if core.out.2 != c {
+            return Err(inconsistent(
+                at,
+                core::DataoutSize1::DATAOUT_CHANNEL,
+                core.out.2 - 1,
+                format!("a depthwise convolution of {c} channels has {c} output channels"),
+            ));
+        }
+    } else if kernels == 0 || !kernels.is_multiple_of(g) {
         return Err(unsupported(
             at,
             cna::WeightSize2::WEIGHT_KERNELS,
@@ -266,7 +303,7 @@ fn conv_main(
         ));
     }
     let cc = core.out.2;
-    if cc != kernels {
+    if !window.depthwise && cc != kernels {
         return Err(inconsistent(
             at,
             core::DataoutSize1::DATAOUT_CHANNEL,
@@ -298,11 +335,18 @@ fn conv_main(
         },
         weights: Weights {
             base: wbase,
-            n: kernels,
+            n: if window.depthwise { c } else { kernels },
             c,
             prec,
         },
+        window,
     })
+}
+
+/// Channels per depthwise weight group: 32 fp16 (gregordinary/rockchip-npu-notes
+/// `depthwise-conv.md`, a board sweep), 64 int8 (Mesa `rkt_coefs.c`).
+pub(super) fn depthwise_group(prec: Precision) -> u32 {
+    if prec == Precision::Int8 { 64 } else { 32 }
 }
 
 /// Line and surface strides in bytes (docs/simulator.md, "Feature addressing"), positive
@@ -337,63 +381,229 @@ fn feature_strides(f: &task::Feature, prec: Precision, at: At) -> Result<(i64, i
     Ok((line, surf))
 }
 
-/// A 1×1, stride-1, unpadded convolution: the output is the feature cube's size, and the
-/// CORE agrees.
-fn check_output_geometry(cna: &task::Cna, core: &task::Core, at: At) -> Result<(), SimError> {
+/// The convolution window and the output geometry (docs/hardware/convolution.md#geometry):
+/// kernel, stride, dilation, padding and pad value as the validated programs use them;
+/// the output size the CNA's `DATA_SIZE2/3` and the CORE's `DATAOUT_SIZE` give must be
+/// the one the window gives over the task's input rows, with the right and bottom
+/// padding implied by it (between −(stride − 1), the rows a floor division drops, and
+/// the 15 the left and top fields hold).
+fn check_window(
+    cna: &task::Cna,
+    core: &task::Core,
+    at: At,
+    derived: &mut Vec<String>,
+) -> Result<Window, SimError> {
+    use Precision::*;
     let f = &cna.feature;
+    let k = &cna.kernel;
+    let prec = cna.precision;
     let (w, h) = (f.width, f.height);
     let (sx, sy) = cna.conv.stride;
-    if sx != 1 {
+    let unit = k.width == 1
+        && k.height == 1
+        && (sx, sy) == (1, 1)
+        && k.dilation == (1, 1)
+        && (k.pad_left, k.pad_top) == (0, 0)
+        && !k.depthwise;
+    // Beyond the 1×1 window of the matmul programs: int8 and fp16 only, the precisions
+    // of the vendor, Mesa and gregordinary convolution programs.
+    if !unit && !matches!(prec, Int8 | Fp16) {
         return Err(unsupported(
             at,
-            cna::ConvCon3::CONV_X_STRIDE,
-            sx,
-            "only stride 1 is modelled",
+            cna::ConvCon1::IN_PRECISION,
+            prec.code(),
+            format!(
+                "{prec} convolutions beyond 1x1 stride 1: no board program, weight layout unknown"
+            ),
         ));
     }
-    if sy != 1 {
-        return Err(unsupported(
-            at,
-            cna::ConvCon3::CONV_Y_STRIDE,
-            sy,
-            "only stride 1 is modelled",
-        ));
+    for (field, v) in [
+        (cna::WeightSize2::WEIGHT_WIDTH, k.width),
+        (cna::WeightSize2::WEIGHT_HEIGHT, k.height),
+    ] {
+        if v == 0 {
+            return Err(inconsistent(at, field, 0, "an empty kernel"));
+        }
     }
-    if cna.conv.out_width != w {
+    if sx == 0 {
         return Err(inconsistent(
             at,
-            cna::DataSize2::DATAOUT_WIDTH,
-            cna.conv.out_width,
-            format!("a 1x1 stride-1 unpadded convolution of width {w} gives width {w}"),
+            cna::ConvCon3::CONV_X_STRIDE,
+            0,
+            "stride 0",
         ));
     }
-    let pixels = u64::from(w) * u64::from(h);
-    if u64::from(cna.conv.out_atomics) != pixels {
+    if sy == 0 {
+        return Err(inconsistent(
+            at,
+            cna::ConvCon3::CONV_Y_STRIDE,
+            0,
+            "stride 0",
+        ));
+    }
+    if k.dilation != (1, 1) && prec == Int8 {
+        derived.push(format!(
+            "int8 dilation {:?}: the ATROUS fields are board-checked on fp16 convolutions only",
+            k.dilation
+        ));
+    }
+    if k.depthwise && k.dilation != (1, 1) {
+        derived.push(format!(
+            "depthwise convolution with dilation {:?}: no board program combines them",
+            k.dilation
+        ));
+    }
+    let (ex, ey) = k.extent();
+    if k.pad_left >= ex {
+        return Err(unsupported(
+            at,
+            cna::PadCon0::PAD_LEFT,
+            k.pad_left,
+            format!(
+                "padding as wide as the {ex}-column window: outputs of padding only are not validated"
+            ),
+        ));
+    }
+    if k.pad_top >= ey {
+        return Err(unsupported(
+            at,
+            cna::PadCon0::PAD_TOP,
+            k.pad_top,
+            format!(
+                "padding as high as the {ey}-row window: outputs of padding only are not validated"
+            ),
+        ));
+    }
+    let pad_value = pad_value(cna, at, derived)?;
+    let ow = cna.conv.out_width;
+    if ow == 0 || cna.conv.out_atomics == 0 || !cna.conv.out_atomics.is_multiple_of(ow) {
         return Err(inconsistent(
             at,
             cna::DataSize3::DATAOUT_ATOMICS,
             cna.conv.out_atomics,
-            format!("the output has {w} x {h} = {pixels} pixels"),
+            format!(
+                "the output is {} x {ow}: the pixels must be whole lines",
+                cna::DataSize2::DATAOUT_WIDTH
+            ),
+        ));
+    }
+    let oh = cna.conv.out_atomics / ow;
+    // Right / bottom padding the sizes imply.
+    let implied = |o: u32, s: u32, e: u32, n: u32, p: u32| {
+        i64::from(o - 1) * i64::from(s) + i64::from(e) - i64::from(n) - i64::from(p)
+    };
+    let right = implied(ow, sx, ex, w, k.pad_left);
+    let bottom = implied(oh, sy, ey, h, k.pad_top);
+    if right < -(i64::from(sx) - 1) || right > 15 || right >= i64::from(ex) {
+        return Err(inconsistent(
+            at,
+            cna::DataSize2::DATAOUT_WIDTH,
+            ow,
+            format!(
+                "{ow} output columns of a {ex}-column window at stride {sx} over {w} columns padded {} on the left need {right} columns of padding on the right",
+                k.pad_left
+            ),
+        ));
+    }
+    if bottom < -(i64::from(sy) - 1) || bottom > 15 || bottom >= i64::from(ey) {
+        return Err(inconsistent(
+            at,
+            cna::DataSize3::DATAOUT_ATOMICS,
+            cna.conv.out_atomics,
+            format!(
+                "{oh} output rows of a {ey}-row window at stride {sy} over {h} rows padded {} on top need {bottom} rows of padding below",
+                k.pad_top
+            ),
+        ));
+    }
+    if k.depthwise != core.depthwise {
+        return Err(inconsistent(
+            at,
+            core::MiscCfg::DW_EN,
+            core.depthwise.into(),
+            format!(
+                "{} is {}",
+                cna::ConvCon1::CONV_MODE,
+                if k.depthwise { 3 } else { 0 }
+            ),
         ));
     }
     let (cw, ch, _) = core.out;
-    if cw != w {
+    if cw != ow {
         return Err(inconsistent(
             at,
             core::DataoutSize0::DATAOUT_WIDTH,
             cw - 1,
-            format!("the output is {w} wide"),
+            format!("the output is {ow} wide"),
         ));
     }
-    if ch != h {
+    if ch != oh {
         return Err(inconsistent(
             at,
             core::DataoutSize0::DATAOUT_HEIGHT,
             ch - 1,
-            format!("the output is {h} high"),
+            format!("the output is {oh} high"),
         ));
     }
-    Ok(())
+    Ok(Window {
+        kw: k.width,
+        kh: k.height,
+        stride: (sx, sy),
+        dilation: k.dilation,
+        pad: (k.pad_left, k.pad_top),
+        pad_value,
+        depthwise: k.depthwise,
+        out_w: ow,
+        out_h: oh,
+    })
+}
+
+/// `PAD_CON1`: the int8 value as Mesa writes it (sign-extended, or its low byte twice,
+/// optionally with the upper half set: Mesa `rkt_regcmd.c`), fp16 bits in the low half
+/// (0 in every program; another value is derived).
+fn pad_value(cna: &task::Cna, at: At, derived: &mut Vec<String>) -> Result<i64, SimError> {
+    let v = cna.kernel.pad_value;
+    let field = cna::PadCon1::PAD_VALUE;
+    match cna.precision {
+        Precision::Int8 => {
+            let b = v & 0xFF;
+            let twice = b | (b << 8);
+            if v == (b as u8 as i8 as i32 as u32) || v == twice || v == (0xFFFF_0000 | twice) {
+                Ok(i64::from(b as u8 as i8))
+            } else {
+                Err(unsupported(
+                    at,
+                    field,
+                    v,
+                    "int8 padding values are modelled as Mesa writes them: sign-extended, or the byte twice",
+                ))
+            }
+        }
+        Precision::Fp16 => {
+            if v > 0xFFFF {
+                return Err(unsupported(
+                    at,
+                    field,
+                    v,
+                    "an fp16 padding value holds the half's bits in the low 16 bits",
+                ));
+            }
+            if v != 0 {
+                derived.push(format!(
+                    "fp16 padding value {:#06x}: every board program pads with 0",
+                    v
+                ));
+            }
+            Ok(i64::from(v))
+        }
+        _ if v == 0 => Ok(0),
+        p => Err(unsupported(
+            at,
+            field,
+            v,
+            format!("{p} convolutions pad with 0 only"),
+        )),
+    }
 }
 
 /// The CBUF split, reuse bits and entries (docs/hardware/cbuf.md#split, docs/hardware/cbuf.md#reuse).

@@ -4,7 +4,7 @@
 
 use super::dma::DmaCounters;
 use super::error::{At, SimError};
-use super::exec::{Alu, Cube, EwOp, EwSrc, Feature, Main, OutCvt, Stage, Task, Weights};
+use super::exec::{Alu, Cube, EwOp, EwSrc, Feature, Main, OutCvt, Stage, Task, Weights, Window};
 use super::memory::Memory;
 use crate::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::regs::{Register, cna};
@@ -34,9 +34,21 @@ pub(super) fn execute(
 ) -> Result<u64, SimError> {
     super::bounds::check_first(mem, t, at)?;
     let (main, macs) = match &t.main {
-        Main::Conv { feature, weights } => {
+        Main::Conv {
+            feature,
+            weights,
+            window,
+        } => {
             let (mut fetched, mut weighed) = (0, 0);
-            let r = conv(mem, feature, weights, at, &mut fetched, &mut weighed)?;
+            let r = conv(
+                mem,
+                feature,
+                weights,
+                window,
+                at,
+                &mut fetched,
+                &mut weighed,
+            )?;
             if !t.data_reuse {
                 dma.cna_feature += fetched;
             }
@@ -120,10 +132,18 @@ fn nibble(v: u8) -> i16 {
 
 /// CNA feature fetch, CORE multiply-accumulate. Adds the bytes of every feature run to
 /// `fetched` and of the weight read to `weighed`.
+///
+/// A 1×1 window is the matmul path of the board-validated programs, unchanged. A K×K
+/// window gathers, for every output pixel, the input pixels under each kernel tap
+/// (stride, dilation, padding with the pad value) into one row of taps × C values and
+/// multiplies it with the kernels laid out the same way (docs/simulator.md,
+/// "Convolution"): int8 sums in 32 bits, exactly; fp16 products are exact in f32 and
+/// summed in f32.
 fn conv(
     mem: &Memory,
     f: &Feature,
     w: &Weights,
+    win: &Window,
     at: At,
     fetched: &mut u64,
     weighed: &mut u64,
@@ -131,18 +151,26 @@ fn conv(
     let pixels = f.w as usize * f.h as usize;
     let c = f.c as usize;
     let n = w.n as usize;
-    let macs = pixels as u64 * n as u64 * c as u64;
+    let taps = win.taps() as usize;
+    let out_pixels = win.out_w as usize * win.out_h as usize;
+    let macs =
+        out_pixels as u64 * n as u64 * taps as u64 * if win.depthwise { 1 } else { c as u64 };
     let feature_reg = cna::FeatureDataAddr::NAME;
     let weight_reg = cna::DcompAddr0::NAME;
-    let wbytes = n * c * w.prec.bits() as usize / 8;
+    let kernels = if win.depthwise { 1 } else { n };
+    let wbytes = kernels * taps * c * w.prec.bits() as usize / 8;
     let wdata = run(mem, w.base as i64, wbytes, at, "CNA", weight_reg)?;
     *weighed += wdata.len() as u64;
     let epa = f.prec.atom_elems() as usize;
     let g = w.prec.kernels_per_atom() as usize;
     let row_bytes = 32 * w.prec.bits() as usize / 8;
     let kblocks = c / 32;
-    // Offset of kernel j's 32-channel block kb in the weight atoms (docs/hardware/matmul-programs.md#weights).
-    let woff = |j: usize, kb: usize| ((j / g) * kblocks + kb) * 1024 + (j % g) * row_bytes;
+    // Offset of kernel j's 32-channel block kb at tap t in the weight atoms: atoms of g
+    // kernels × 32 channels, ordered [kernel group][channel block][tap]
+    // (docs/hardware/convolution.md#weights; at 1×1 docs/hardware/matmul-programs.md#weights).
+    let woff = |j: usize, kb: usize, t: usize| {
+        (((j / g) * kblocks + kb) * taps + t) * 1024 + (j % g) * row_bytes
+    };
 
     // Visits every feature atom: (pixel, first channel, 16 bytes).
     let mut each_atom = |visit: &mut dyn FnMut(usize, usize, &[u8])| -> Result<(), SimError> {
@@ -158,6 +186,7 @@ fn conv(
         }
         Ok(())
     };
+    let unit = taps == 1 && out_pixels == pixels && win.pad == (0, 0) && !win.depthwise;
 
     let values = match f.prec {
         Precision::Int8 | Precision::Int4 => {
@@ -176,10 +205,14 @@ fn conv(
                     }
                 }
             })?;
+            if !unit {
+                let pad = win.pad_value as i16;
+                return Ok((Values::Int(window_int(&a, wdata, f, w, win, pad)), macs));
+            }
             let mut b = vec![0i16; n * c];
             for j in 0..n {
                 for kb in 0..kblocks {
-                    let src = &wdata[woff(j, kb)..woff(j, kb) + row_bytes];
+                    let src = &wdata[woff(j, kb, 0)..woff(j, kb, 0) + row_bytes];
                     let dst = &mut b[j * c + kb * 32..j * c + kb * 32 + 32];
                     if int4 {
                         for (i, &v) in src.iter().enumerate() {
@@ -213,7 +246,7 @@ fn conv(
             let mut b = vec![0i32; n * c];
             for j in 0..n {
                 for kb in 0..kblocks {
-                    let o = woff(j, kb);
+                    let o = woff(j, kb, 0);
                     for e in 0..32 {
                         b[j * c + kb * 32 + e] = le16(wdata, o + 2 * e) as i16 as i32;
                     }
@@ -246,10 +279,14 @@ fn conv(
                     a[p * c + ch + e] = conv(le16(atom, 2 * e));
                 }
             })?;
+            if !unit {
+                let pad = conv(win.pad_value as u16);
+                return Ok((Values::Float(window_f32(&a, wdata, f, w, win, pad)), macs));
+            }
             let mut b = vec![0f32; n * c];
             for j in 0..n {
                 for kb in 0..kblocks {
-                    let o = woff(j, kb);
+                    let o = woff(j, kb, 0);
                     for e in 0..32 {
                         b[j * c + kb * 32 + e] = conv(le16(wdata, o + 2 * e));
                     }
@@ -259,6 +296,172 @@ fn conv(
         }
     };
     Ok((values, macs))
+}
+
+/// The input pixel under tap `(kx, ky)` of output pixel `(ox, oy)`, or `None` in the
+/// padding.
+fn tap_pixel(
+    f: &Feature,
+    win: &Window,
+    ox: usize,
+    oy: usize,
+    kx: usize,
+    ky: usize,
+) -> Option<usize> {
+    let x = (ox * win.stride.0 as usize + kx * win.dilation.0 as usize) as i64 - win.pad.0 as i64;
+    let y = (oy * win.stride.1 as usize + ky * win.dilation.1 as usize) as i64 - win.pad.1 as i64;
+    ((0..f.w as i64).contains(&x) && (0..f.h as i64).contains(&y))
+        .then(|| y as usize * f.w as usize + x as usize)
+}
+
+/// For every output pixel, the feature values under each tap (`[pixel][tap][channel]`),
+/// the pad value outside the feature.
+fn gather<T: Copy>(a: &[T], f: &Feature, win: &Window, pad: T) -> Vec<T> {
+    let c = f.c as usize;
+    let (ow, oh) = (win.out_w as usize, win.out_h as usize);
+    let (kw, kh) = (win.kw as usize, win.kh as usize);
+    let mut out = Vec::with_capacity(ow * oh * kw * kh * c);
+    for oy in 0..oh {
+        for ox in 0..ow {
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    match tap_pixel(f, win, ox, oy, kx, ky) {
+                        Some(p) => out.extend_from_slice(&a[p * c..(p + 1) * c]),
+                        None => out.extend(std::iter::repeat_n(pad, c)),
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The kernels as rows of `[tap][channel]` (direct), or `[tap][channel]` once for all
+/// channels (depthwise: channel group of [`super::config::depthwise_group`] channels,
+/// `[group][tap][channel in group]`, docs/hardware/convolution.md#weights).
+fn kernel_rows<T: Copy + Default>(
+    wdata: &[u8],
+    f: &Feature,
+    w: &Weights,
+    win: &Window,
+    elem: impl Fn(&[u8], usize) -> T,
+) -> Vec<T> {
+    let c = f.c as usize;
+    let taps = win.taps() as usize;
+    let size = w.prec.bytes() as usize;
+    if win.depthwise {
+        let group = super::config::depthwise_group(w.prec) as usize;
+        let mut out = vec![T::default(); taps * c];
+        for ch in 0..c {
+            for t in 0..taps {
+                let i = ((ch / group) * taps + t) * group + ch % group;
+                out[t * c + ch] = elem(wdata, i * size);
+            }
+        }
+        return out;
+    }
+    let n = w.n as usize;
+    let g = w.prec.kernels_per_atom() as usize;
+    let kblocks = c / 32;
+    let mut out = vec![T::default(); n * taps * c];
+    for j in 0..n {
+        for kb in 0..kblocks {
+            for t in 0..taps {
+                let atom = (((j / g) * kblocks + kb) * taps + t) * 1024 + (j % g) * 32 * size;
+                for e in 0..32 {
+                    out[(j * taps + t) * c + kb * 32 + e] = elem(wdata, atom + e * size);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// An int8 K×K or depthwise window: exact integer sums.
+fn window_int(
+    a: &[i16],
+    wdata: &[u8],
+    f: &Feature,
+    w: &Weights,
+    win: &Window,
+    pad: i16,
+) -> Vec<i64> {
+    let cols = gather(a, f, win, pad);
+    let b = kernel_rows(wdata, f, w, win, |d, i| d[i] as i8 as i16);
+    let k = win.taps() as usize * f.c as usize;
+    let out_pixels = win.out_w as usize * win.out_h as usize;
+    if win.depthwise {
+        return depthwise(
+            &cols,
+            &b,
+            out_pixels,
+            win.taps() as usize,
+            f.c as usize,
+            |x, y| i64::from(x) * i64::from(y),
+            0i64,
+            |s, v| s + v,
+        );
+    }
+    // 32-bit sums, as the 1×1 path.
+    gemm_i16(&cols, &b, out_pixels, w.n as usize, k)
+}
+
+/// An fp16 K×K or depthwise window: products exact in f32, summed in f32 (the lane
+/// order of [`gemm_f32`]).
+fn window_f32(
+    a: &[f32],
+    wdata: &[u8],
+    f: &Feature,
+    w: &Weights,
+    win: &Window,
+    pad: f32,
+) -> Vec<f32> {
+    let cols = gather(a, f, win, pad);
+    let b = kernel_rows(wdata, f, w, win, |d, i| f16_to_f32(le16(d, i)));
+    let out_pixels = win.out_w as usize * win.out_h as usize;
+    if win.depthwise {
+        return depthwise(
+            &cols,
+            &b,
+            out_pixels,
+            win.taps() as usize,
+            f.c as usize,
+            |x, y| x * y,
+            0f32,
+            |s, v| s + v,
+        );
+    }
+    gemm_f32(
+        &cols,
+        &b,
+        out_pixels,
+        w.n as usize,
+        win.taps() as usize * f.c as usize,
+    )
+}
+
+/// Depthwise: output channel `ch` of pixel `p` sums channel `ch` over the taps.
+#[allow(clippy::too_many_arguments)]
+fn depthwise<T: Copy, A: Copy>(
+    cols: &[T],
+    b: &[T],
+    out_pixels: usize,
+    taps: usize,
+    c: usize,
+    mul: impl Fn(T, T) -> A,
+    zero: A,
+    add: impl Fn(A, A) -> A,
+) -> Vec<A> {
+    let mut acc = vec![zero; out_pixels * c];
+    for p in 0..out_pixels {
+        for t in 0..taps {
+            let row = &cols[(p * taps + t) * c..(p * taps + t + 1) * c];
+            for ch in 0..c {
+                acc[p * c + ch] = add(acc[p * c + ch], mul(row[ch], b[t * c + ch]));
+            }
+        }
+    }
+    acc
 }
 
 /// `acc[p][j] = Σ_k a[p][k] × b[j][k]` for 8- and 4-bit inputs held as i16; the sums fit

@@ -18,13 +18,38 @@ pub(super) struct Feature {
     pub surf: i64,
 }
 
-/// The CNA weight read: N kernels of 1×1×C in 1024-byte atoms.
+/// The CNA weight read: N kernels of KW×KH×C in 1024-byte atoms (direct), or one
+/// KW×KH window per channel in groups of channels (depthwise).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Weights {
     pub base: u32,
+    /// Output channels (depthwise: the feature's channels).
     pub n: u32,
     pub c: u32,
     pub prec: Precision,
+}
+
+/// The convolution window and the output geometry (docs/simulator.md, "Convolution").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Window {
+    pub kw: u32,
+    pub kh: u32,
+    pub stride: (u32, u32),
+    pub dilation: (u32, u32),
+    /// Columns and rows of padding before the first input column and row.
+    pub pad: (u32, u32),
+    /// The value of a padding element: an int8 value, or fp16 bits.
+    pub pad_value: i64,
+    pub depthwise: bool,
+    pub out_w: u32,
+    pub out_h: u32,
+}
+
+impl Window {
+    /// Kernel taps.
+    pub(super) fn taps(&self) -> u64 {
+        u64::from(self.kw) * u64::from(self.kh)
+    }
 }
 
 /// A cube the DPU or DPU_RDMA reads or writes: NC1HWC2 with 16-byte atoms.
@@ -55,7 +80,11 @@ impl Cube {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Main {
     /// CNA → CORE convolution (a matmul is a 1×1 convolution).
-    Conv { feature: Feature, weights: Weights },
+    Conv {
+        feature: Feature,
+        weights: Weights,
+        window: Window,
+    },
     /// Flying mode: DPU_RDMA's MRDMA reads the main data from memory.
     Flying(Cube),
 }

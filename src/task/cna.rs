@@ -1,8 +1,9 @@
 //! CNA: the feature and weight loader, the CBUF split and the convolution geometry.
 //!
-//! The model covers what the board-validated matmul programs use (docs/hardware/matmul-programs.md, docs/hardware/cbuf.md):
-//! a 1×1, stride-1, unpadded direct convolution of a feature cube in NC1HWC2 layout with
-//! weights in 1024-byte atoms, the input converter bypassed, no decompression.
+//! The model covers the board-validated matmul programs (docs/hardware/matmul-programs.md,
+//! docs/hardware/cbuf.md) and K×K convolutions (docs/hardware/convolution.md): a direct or
+//! depthwise convolution of a feature cube in NC1HWC2 layout with kernel size, stride,
+//! padding and dilation ([`Kernel`]), the input converter bypassed, no decompression.
 
 use super::read::{DecodeError, Decoded, Reader};
 use super::{Access, DmaRange, Precision, cbuf, fixed};
@@ -77,6 +78,55 @@ pub struct Conv {
     pub out_atomics: u32,
     /// `CONV_CON3` x and y strides.
     pub stride: (u32, u32),
+}
+
+/// The convolution window (docs/hardware/convolution.md#registers): kernel size
+/// (`WEIGHT_SIZE2`), padding (`PAD_CON0`, `PAD_CON1`), dilation (`CONV_CON3` ATROUS
+/// fields) and mode (`CONV_CON1.CONV_MODE`). [`Kernel::default`] is the 1×1 direct,
+/// unpadded, undilated window of the matmul programs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    /// `WEIGHT_SIZE2.WEIGHT_WIDTH`.
+    pub width: u32,
+    /// `WEIGHT_SIZE2.WEIGHT_HEIGHT`.
+    pub height: u32,
+    /// `PAD_CON0.PAD_LEFT`: columns of padding before the first input column.
+    pub pad_left: u32,
+    /// `PAD_CON0.PAD_TOP`: rows of padding above the first input row.
+    pub pad_top: u32,
+    /// `PAD_CON1.PAD_VALUE`: the padding value, raw (int8: sign-extended value; fp16:
+    /// the half's bits).
+    pub pad_value: u32,
+    /// Dilation (x, y), 1 for none (`CONV_CON3.ATROUS_X_DILATION` /
+    /// `ATROUS_Y_DILATION` hold it minus one).
+    pub dilation: (u32, u32),
+    /// `CONV_CON1.CONV_MODE` 3: depthwise (one kernel per channel).
+    pub depthwise: bool,
+}
+
+impl Default for Kernel {
+    fn default() -> Kernel {
+        Kernel {
+            width: 1,
+            height: 1,
+            pad_left: 0,
+            pad_top: 0,
+            pad_value: 0,
+            dilation: (1, 1),
+            depthwise: false,
+        }
+    }
+}
+
+impl Kernel {
+    /// The window's extent in input pixels, `(k − 1) · dilation + 1`, along x and y.
+    pub fn extent(&self) -> (u32, u32) {
+        let e = |k: u32, d: u32| (k.max(1) - 1).saturating_mul(d).saturating_add(1);
+        (
+            e(self.width, self.dilation.0),
+            e(self.height, self.dilation.1),
+        )
+    }
 }
 
 /// The CBUF split and reuse bits (`CBUF_CON0`, `CBUF_CON1`).
@@ -154,6 +204,8 @@ pub struct Cna {
     pub weights: Weights,
     /// Output geometry.
     pub conv: Conv,
+    /// The convolution window (1×1 for a matmul).
+    pub kernel: Kernel,
     /// CBUF split.
     pub cbuf: Cbuf,
     /// Input converter.
@@ -181,7 +233,14 @@ impl Cna {
                 "every validated program writes 0; other values corrupted outputs on boards (board-validated programs; docs/provenance.md)",
             ));
         }
-        if b.weight_banks < 2 {
+        // One weight bank: only as the vendor's fp16 convolution of a 56×56 tensor keeps
+        // it, all its weights in the bank (docs/hardware/convolution.md#cbuf).
+        let one_bank_conv = b.weight_banks == 1
+            && self.precision == Precision::Fp16
+            && self.feature.width > 1
+            && self.feature.height > 1
+            && self.kernel_bytes() * u64::from(self.weights.kernels) <= cbuf::BANK_BYTES;
+        if b.weight_banks < 2 && !one_bank_conv {
             return Err(DecodeError::unsupported(
                 CbufCon0::WEIGHT_BANK,
                 b.weight_banks,
@@ -246,9 +305,14 @@ impl Cna {
         Ok(now)
     }
 
-    /// Bytes of one kernel.
+    /// Bytes of one kernel (`WEIGHT_SIZE1`): width × height × channels elements; a
+    /// depthwise task's one "kernel" holds every channel's window.
     pub fn kernel_bytes(&self) -> u64 {
-        u64::from(self.feature.channels) * u64::from(self.precision.bits()) / 8
+        u64::from(self.kernel.width)
+            * u64::from(self.kernel.height)
+            * u64::from(self.feature.channels)
+            * u64::from(self.precision.bits())
+            / 8
     }
 
     fn cbuf0(&self) -> Result<cna::CbufCon0> {
@@ -263,7 +327,9 @@ impl Cna {
 
     fn con1(&self) -> Result<cna::ConvCon1> {
         let p = self.precision.code();
-        let r = cna::ConvCon1::IN_PRECISION.set(cna::ConvCon1::new(), p)?;
+        let mode = if self.kernel.depthwise { 3 } else { 0 };
+        let r = cna::ConvCon1::CONV_MODE.set(cna::ConvCon1::new(), mode)?;
+        let r = cna::ConvCon1::IN_PRECISION.set(r, p)?;
         let r = cna::ConvCon1::PROC_PRECISION.set(r, p)?;
         cna::ConvCon1::GROUP_LINE_OFF.set(r, self.feature.group_line_off.into())
     }
@@ -281,13 +347,18 @@ impl Cna {
     pub(super) fn emit(&self, t: &mut TaskBuilder) -> Result<()> {
         use cna::*;
         let f = &self.feature;
-        let bits = self.precision.bits();
-        let kernel_bytes = f.channels * bits / 8;
+        let k = &self.kernel;
+        // Saturated: a size beyond 32 bits then fails its field's range check.
+        let kernel_bytes = u32::try_from(self.kernel_bytes()).unwrap_or(u32::MAX);
+        let weight_bytes = u32::try_from(self.kernel_bytes() * u64::from(self.weights.kernels))
+            .unwrap_or(u32::MAX);
         t.write(self.con1()?)
             .write_fields(&[(ConvCon2::FEATURE_GRAINS, f.grains)])?
             .write_fields(&[
                 (ConvCon3::CONV_X_STRIDE, self.conv.stride.0),
                 (ConvCon3::CONV_Y_STRIDE, self.conv.stride.1),
+                (ConvCon3::ATROUS_X_DILATION, k.dilation.0.wrapping_sub(1)),
+                (ConvCon3::ATROUS_Y_DILATION, k.dilation.1.wrapping_sub(1)),
             ])?
             .write_fields(&[
                 (DataSize0::DATAIN_WIDTH, f.width),
@@ -302,15 +373,12 @@ impl Cna {
             ])?
             .write_fields(&[(DataSize2::DATAOUT_WIDTH, self.conv.out_width)])?
             .write_fields(&[(DataSize3::DATAOUT_ATOMICS, self.conv.out_atomics)])?
-            .write_fields(&[(
-                WeightSize0::WEIGHT_BYTES,
-                self.weights.kernels.wrapping_mul(kernel_bytes),
-            )])?
+            .write_fields(&[(WeightSize0::WEIGHT_BYTES, weight_bytes)])?
             .write_fields(&[(WeightSize1::WEIGHT_BYTES_PER_KERNEL, kernel_bytes)])?
             .write_fields(&[
                 (WeightSize2::WEIGHT_KERNELS, self.weights.kernels),
-                (WeightSize2::WEIGHT_HEIGHT, 1),
-                (WeightSize2::WEIGHT_WIDTH, 1),
+                (WeightSize2::WEIGHT_HEIGHT, k.height),
+                (WeightSize2::WEIGHT_WIDTH, k.width),
             ])?
             .write(self.cbuf0()?)
             .write_fields(&[(CbufCon1::DATA_ENTRIES, self.cbuf.data_entries)])?
@@ -325,7 +393,10 @@ impl Cna {
             .write_fields(&[(CvtCon4::CVT_SCALE3, self.cvt.scales[3])])?
             .write(FcCon0::new())
             .write(FcCon1::new())
-            .write(PadCon0::new())
+            .write_fields(&[
+                (PadCon0::PAD_TOP, k.pad_top),
+                (PadCon0::PAD_LEFT, k.pad_left),
+            ])?
             .write_addr::<FeatureDataAddr>(f.addr)?
             .write(FcCon2::new())
             .write_fields(&[
@@ -345,7 +416,8 @@ impl Cna {
         for i in 0..DCOMP_AMOUNT.len() {
             t.write_at(&DCOMP_AMOUNT, i, DcompAmount::new())?;
         }
-        t.write(CvtCon5::new()).write(PadCon1::new());
+        t.write(CvtCon5::new())
+            .write_fields(&[(PadCon1::PAD_VALUE, k.pad_value)])?;
         Ok(())
     }
 
@@ -353,11 +425,14 @@ impl Cna {
     pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<Cna> {
         use super::read::DecodeError as E;
         use cna::*;
-        r.expect(
-            ConvCon1::CONV_MODE,
-            0,
-            "only direct convolution is modelled",
-        )?;
+        let mode = r.get(ConvCon1::CONV_MODE);
+        if mode != 0 && mode != 3 {
+            return Err(E::unsupported(
+                ConvCon1::CONV_MODE,
+                mode,
+                "direct (0) and depthwise (3) convolutions are modelled",
+            ));
+        }
         r.expect(ConvCon1::ARGB_IN, 0, "image input is not modelled")?;
         r.expect(ConvCon1::DECONV, 0, "deconvolution is not modelled")?;
         r.expect(
@@ -381,31 +456,32 @@ impl Cna {
                 ConvCon1::IN_PRECISION
             )
         })?;
-        let kw = r.get(WeightSize2::WEIGHT_WIDTH);
-        if kw != 1 {
-            return Err(E::unsupported(
-                WeightSize2::WEIGHT_WIDTH,
-                kw,
-                "only 1x1 kernels are modelled",
-            ));
-        }
-        r.expect(
-            WeightSize2::WEIGHT_HEIGHT,
-            1,
-            "only 1x1 kernels are modelled",
-        )?;
+        let kernel = Kernel {
+            width: r.get(WeightSize2::WEIGHT_WIDTH),
+            height: r.get(WeightSize2::WEIGHT_HEIGHT),
+            pad_left: r.get(PadCon0::PAD_LEFT),
+            pad_top: r.get(PadCon0::PAD_TOP),
+            pad_value: r.get(PadCon1::PAD_VALUE),
+            dilation: (
+                r.get(ConvCon3::ATROUS_X_DILATION) + 1,
+                r.get(ConvCon3::ATROUS_Y_DILATION) + 1,
+            ),
+            depthwise: mode == 3,
+        };
+        let (kw, kh) = (kernel.width, kernel.height);
 
         let feature = decode_feature(r)?;
         let channels = feature.channels;
         let kernels = r.get(WeightSize2::WEIGHT_KERNELS);
-        let kernel_bytes = u64::from(channels) * u64::from(precision.bits()) / 8;
+        let kernel_bytes =
+            u64::from(kw) * u64::from(kh) * u64::from(channels) * u64::from(precision.bits()) / 8;
         let bpk = r.get(WeightSize1::WEIGHT_BYTES_PER_KERNEL);
         if u64::from(bpk) != kernel_bytes {
             return Err(E::inconsistent(
                 WeightSize1::WEIGHT_BYTES_PER_KERNEL,
                 bpk,
                 format!(
-                    "a 1x1 kernel of {channels} {precision} channels holds {kernel_bytes} bytes"
+                    "a {kw}x{kh} kernel of {channels} {precision} channels holds {kernel_bytes} bytes"
                 ),
             ));
         }
@@ -441,6 +517,7 @@ impl Cna {
                     r.get(ConvCon3::CONV_Y_STRIDE),
                 ),
             },
+            kernel,
             cbuf: Cbuf {
                 data_banks: r.get(CbufCon0::DATA_BANK),
                 weight_banks: r.get(CbufCon0::WEIGHT_BANK),

@@ -13,6 +13,8 @@ pub struct Core {
     pub precision: Precision,
     /// `MISC_CFG.QD_EN`: integer quantised data path (set for integer inputs).
     pub qd_en: bool,
+    /// `MISC_CFG.DW_EN`: depthwise convolution (with the CNA's `CONV_MODE` 3).
+    pub depthwise: bool,
     /// Output width, height and channels (`DATAOUT_SIZE_0/1`, stored plus one).
     pub out: (u32, u32, u32),
 }
@@ -24,6 +26,7 @@ impl Core {
         let (w, h, c) = self.out;
         t.write_fields(&[
             (MiscCfg::QD_EN, self.qd_en.into()),
+            (MiscCfg::DW_EN, self.depthwise.into()),
             (MiscCfg::PROC_PRECISION, self.precision.code()),
         ])?
         .write_fields(&[
@@ -39,7 +42,6 @@ impl Core {
     /// Reads the CORE registers.
     pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<Core> {
         use core::*;
-        r.expect(MiscCfg::DW_EN, 0, "depthwise convolution is not modelled")?;
         r.expect(
             ClipTruncate::CLIP_TRUNCATE,
             0,
@@ -54,6 +56,7 @@ impl Core {
         Ok(Core {
             precision,
             qd_en: r.flag(MiscCfg::QD_EN),
+            depthwise: r.flag(MiscCfg::DW_EN),
             out: (
                 r.get(DataoutSize0::DATAOUT_WIDTH) + 1,
                 r.get(DataoutSize0::DATAOUT_HEIGHT) + 1,

@@ -44,7 +44,7 @@ pub(crate) mod read;
 mod tests;
 
 pub use self::core::Core;
-pub use cna::{Cbuf, CbufHeld, Cna, Conv, Feature, InputCvt, Weights};
+pub use cna::{Cbuf, CbufHeld, Cna, Conv, Feature, InputCvt, Kernel, Weights};
 pub use dpu::{
     Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, Mul, OpCvt, OutCvt, Output, OwCfg, Stage,
 };

@@ -62,6 +62,20 @@ prop_compose! {
 }
 
 prop_compose! {
+    fn kernel()(
+        width in upto(cna::WeightSize2::WEIGHT_WIDTH),
+        height in upto(cna::WeightSize2::WEIGHT_HEIGHT),
+        pad_left in upto(cna::PadCon0::PAD_LEFT),
+        pad_top in upto(cna::PadCon0::PAD_TOP),
+        pad_value in any::<u32>(),
+        dilation in (1..=max(cna::ConvCon3::ATROUS_X_DILATION) + 1, 1..=max(cna::ConvCon3::ATROUS_Y_DILATION) + 1),
+        depthwise in any::<bool>(),
+    ) -> Kernel {
+        Kernel { width, height, pad_left, pad_top, pad_value, dilation, depthwise }
+    }
+}
+
+prop_compose! {
     fn cna_block()(
         precision in conv_precision(),
         feature in feature(),
@@ -76,12 +90,14 @@ prop_compose! {
         cvt in (any::<bool>(), any::<bool>(), any::<bool>()),
         scales in prop::array::uniform4(upto(cna::CvtCon1::CVT_SCALE0)),
         burst in (upto(cna::DmaCon0::DATA_BURST_LEN), upto(cna::DmaCon0::WEIGHT_BURST_LEN)),
+        kernel in kernel(),
     ) -> Cna {
         Cna {
             precision,
             feature,
             weights: Weights { addr: waddr, kernels },
             conv: Conv { out_width, out_atomics, stride },
+            kernel,
             cbuf: Cbuf {
                 data_banks: banks.0,
                 weight_banks: banks.1,
@@ -235,11 +251,12 @@ prop_compose! {
     fn core_block()(
         precision in conv_precision(),
         qd_en in any::<bool>(),
+        depthwise in any::<bool>(),
         w in 1..=max(core_regs::DataoutSize0::DATAOUT_WIDTH) + 1,
         h in 1..=max(core_regs::DataoutSize0::DATAOUT_HEIGHT) + 1,
         c in 1..=max(core_regs::DataoutSize1::DATAOUT_CHANNEL) + 1,
     ) -> Core {
-        Core { precision, qd_en, out: (w, h, c) }
+        Core { precision, qd_en, depthwise, out: (w, h, c) }
     }
 }
 
@@ -304,7 +321,7 @@ prop_compose! {
 
 /// CNA values whose derived registers (weight bytes) fit their fields.
 fn fits(c: &Cna) -> bool {
-    let kernel = u64::from(c.feature.channels) * u64::from(c.precision.bits()) / 8;
+    let kernel = c.kernel_bytes();
     kernel <= u64::from(max(cna::WeightSize1::WEIGHT_BYTES_PER_KERNEL))
         && kernel * u64::from(c.weights.kernels) <= u64::from(max(cna::WeightSize0::WEIGHT_BYTES))
         && c.feature.channels <= max(cna::DataSize1::DATAIN_CHANNEL)
@@ -813,4 +830,39 @@ fn pooling_dma_ranges_follow_the_strides() {
         (write.start, write.len, write.access),
         (0x9000, 2 * 3 * 2 * 16, Access::Write)
     );
+}
+
+#[test]
+fn kxk_conv_dma_ranges_cover_the_band_and_the_kernels() {
+    use crate::kernels::ops::Cube;
+    use crate::kernels::ops::conv::Conv2d;
+    // 40 × 40 × 160 fp16, 32 kernels of 3 × 3: two bands of 23 and 19 input rows
+    // (rows 0..23 and 21..40), each task reading its rows of all 20 surfaces.
+    let cv = Conv2d::new(Cube::new(40, 40, 160, Precision::Fp16).unwrap(), 32, (3, 3));
+    let tasks = cv
+        .tasks(
+            DmaAddr::Fixed(0x10_0000),
+            DmaAddr::Fixed(0x80_0000),
+            DmaAddr::Fixed(0x100_0000),
+        )
+        .unwrap();
+    assert_eq!(tasks.len(), 2);
+    let surface = 40 * 40 * 16;
+    let ranges = tasks[1].dma();
+    let find = |what| ranges.iter().find(|d| d.what == what).copied().unwrap();
+    let f = find("feature");
+    assert_eq!(f.start, 0x10_0000 + 21 * 40 * 16);
+    assert_eq!(f.len, 19 * surface + 18 * 40 * 16 + 40 * 16);
+    let w = find("weights");
+    // 32 kernels of 3 · 3 · 160 halves.
+    assert_eq!((w.start, w.len), (0x80_0000, 32 * 3 * 3 * 160 * 2));
+    let o = find("output");
+    // Output rows 21..38 of a 38 × 38 plane, in four surfaces of 8 fp16 channels.
+    let plane = 38 * 38 * 16;
+    assert_eq!(o.start, 0x100_0000 + 21 * 38 * 16);
+    assert_eq!(o.len, 3 * plane + 16 * 38 * 16 + 38 * 16);
+    // Every field of both tasks survives a round trip.
+    for t in &tasks {
+        assert_eq!(round_trip(t).as_ref(), Ok(t));
+    }
 }

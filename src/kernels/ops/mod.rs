@@ -24,6 +24,7 @@
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
 
+pub mod conv;
 pub mod pool;
 
 use crate::error::{Error, Result};

@@ -276,6 +276,7 @@ impl SingleMatmul {
             core: Some(Core {
                 precision: p,
                 qd_en: true,
+                depthwise: false,
                 out: (w, h, self.padded_n()),
             }),
             dpu: Some(self.dpu_task(c)),
@@ -344,6 +345,7 @@ impl SingleMatmul {
                 out_atomics: m,
                 stride: (1, 1),
             },
+            kernel: task::Kernel::default(),
             cbuf: Cbuf {
                 data_banks: db,
                 weight_banks: task::cbuf::BANKS - db,

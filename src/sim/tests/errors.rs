@@ -47,10 +47,11 @@ fn unsupported_field_values_are_named() {
     type Case = (fn(Setup) -> Setup, &'static str, &'static str, u32);
     let cases: [Case; 6] = [
         (
-            |s| s.field(cna::ConvCon1::CONV_MODE, 3),
+            // 0 direct and 3 depthwise are modelled; 1 and 2 are reserved.
+            |s| s.field(cna::ConvCon1::CONV_MODE, 1),
             cna::ConvCon1::NAME,
             cna::ConvCon1::CONV_MODE.name(),
-            3,
+            1,
         ),
         (
             |s| s.field(cna::ConvCon1::IN_PRECISION, 7),
@@ -65,10 +66,11 @@ fn unsupported_field_values_are_named() {
             1,
         ),
         (
-            |s| s.field(cna::WeightSize2::WEIGHT_WIDTH, 3),
-            cna::WeightSize2::NAME,
-            cna::WeightSize2::WEIGHT_WIDTH.name(),
-            3,
+            // K×K kernels are modelled; an int8 padding value not as Mesa writes it is not.
+            |s| s.field(cna::PadCon1::PAD_VALUE, 0x1234),
+            cna::PadCon1::NAME,
+            cna::PadCon1::PAD_VALUE.name(),
+            0x1234,
         ),
         // The EW stage is bypassed in the base program; enable it to reach the LUT check.
         (
