@@ -35,6 +35,7 @@ mod gguf;
 mod info;
 mod matmul;
 mod op;
+mod op_conv;
 mod op_pool;
 mod sim;
 mod trace;

@@ -36,6 +36,11 @@ impl Common {
 /// The operations.
 #[derive(clap::Subcommand)]
 pub(crate) enum OpCommand {
+    /// A K×K convolution (stride, padding, dilation, depthwise) of seeded data.
+    ///
+    /// Input H×W×C, OC kernels of KH×KW; int8 (int32 results) or fp16. Prints the
+    /// program summary, the largest error against the CPU's direct convolution and OK.
+    Conv(super::op_conv::ConvArgs),
     /// Pooling of a seeded tensor on the PPU.
     ///
     /// max, avg or min over K×K windows (stride, padding) of an H×W×C tensor. Prints the
@@ -45,6 +50,7 @@ pub(crate) enum OpCommand {
 
 pub(crate) fn run(cmd: OpCommand) -> Result<(), Failure> {
     match cmd {
+        OpCommand::Conv(a) => super::op_conv::run(a),
         OpCommand::Pool(a) => super::op_pool::run(a),
     }
 }

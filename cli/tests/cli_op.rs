@@ -138,3 +138,96 @@ fn pool_refusals_name_the_reason() {
         "op pool",
     );
 }
+
+#[test]
+fn conv_int8_and_fp16_pass_on_the_emulated_kernels() {
+    let int8 = passes(&[
+        "conv", "--h", "9", "--w", "9", "--c", "40", "--oc", "24", "--kh", "3", "--kw", "3",
+        "--stride", "2", "--pad", "1", "--dtype", "int8", "--device", "emu",
+    ]);
+    assert!(int8.contains("-> 5x5x24"), "{int8}");
+    assert!(int8.contains("(exact: respected)"), "{int8}");
+    passes(&[
+        "conv",
+        "--h",
+        "6",
+        "--w",
+        "5",
+        "--c",
+        "16",
+        "--oc",
+        "16",
+        "--kh",
+        "3",
+        "--kw",
+        "3",
+        "--pad",
+        "1",
+        "--dilation",
+        "2",
+        "--dtype",
+        "fp16",
+        "--device",
+        "emu:rocket",
+    ]);
+    passes(&[
+        "conv",
+        "--h",
+        "8",
+        "--w",
+        "8",
+        "--c",
+        "32",
+        "--oc",
+        "32",
+        "--kh",
+        "3",
+        "--kw",
+        "3",
+        "--depthwise",
+        "--pad",
+        "1",
+        "--dtype",
+        "fp16",
+        "--device",
+        "emu:vendor-0.9.6",
+        "--seed",
+        "3",
+    ]);
+}
+
+#[test]
+fn conv_refusals_name_the_reason() {
+    // A depthwise convolution has one kernel per channel.
+    refused(
+        &[
+            "conv",
+            "--h",
+            "4",
+            "--w",
+            "4",
+            "--c",
+            "16",
+            "--oc",
+            "8",
+            "--kh",
+            "3",
+            "--kw",
+            "3",
+            "--depthwise",
+            "--dtype",
+            "fp16",
+        ],
+        2,
+        "op conv",
+    );
+    // A kernel larger than the padded input.
+    refused(
+        &[
+            "conv", "--h", "2", "--w", "2", "--c", "8", "--oc", "8", "--kh", "5", "--kw", "5",
+            "--dtype", "int8",
+        ],
+        2,
+        "op conv",
+    );
+}
