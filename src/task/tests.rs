@@ -215,6 +215,9 @@ prop_compose! {
         mrdma in prop::option::of((addr(), upto(dpu_rdma::RdmaSrcDmaCfg::LINE_NOTCH_ADDR), upto(dpu_rdma::RdmaSurfNotch::SURF_NOTCH_ADDR))),
         erdma in prop::option::of((addr(), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_SIZE), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_MODE), upto(dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE), upto(dpu_rdma::RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR))),
         arbiter in prop::array::uniform4(upto(dpu_rdma::RdmaWeight::M_WEIGHT)),
+        fp16_to_fp32 in any::<bool>(),
+        brdma in prop::option::of((addr(), 1..=max(dpu_rdma::RdmaBrdmaCfg::BRDMA_DATA_USE))),
+        nrdma in prop::option::of((addr(), 1..=max(dpu_rdma::RdmaNrdmaCfg::NRDMA_DATA_USE))),
     ) -> DpuRdma {
         DpuRdma {
             ping_pong,
@@ -227,6 +230,9 @@ prop_compose! {
                 addr, data_size, data_mode, surf_stride, line_notch,
             }),
             arbiter,
+            fp16_to_fp32,
+            brdma: brdma.map(|(addr, data_use)| OperandRead { addr, data_use }),
+            nrdma: nrdma.map(|(addr, data_use)| OperandRead { addr, data_use }),
         }
     }
 }

@@ -24,6 +24,9 @@
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
 
+pub mod eltwise;
+pub mod epilogue;
+
 use crate::error::{Error, Result};
 use crate::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder};
 use crate::task::{Precision, Task};

@@ -93,6 +93,9 @@ pub fn add_task_model(
             line_notch: 0,
         }),
         arbiter: RDMA_ARBITER,
+        fp16_to_fp32: false,
+        brdma: None,
+        nrdma: None,
     };
     Ok(Task {
         cna: None,

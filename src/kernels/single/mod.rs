@@ -473,6 +473,9 @@ impl SingleMatmul {
                 line_notch: notch,
             }),
             arbiter: RDMA_ARBITER,
+            fp16_to_fp32: false,
+            brdma: None,
+            nrdma: None,
         })
     }
 

@@ -1,0 +1,1 @@
+//! Requantisation epilogues (filled in below).
