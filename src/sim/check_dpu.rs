@@ -19,7 +19,7 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         Int16 => matches!(out_prec, Int16 | Int32),
         Fp16 => matches!(out_prec, Fp16 | Fp32),
         Bf16 => matches!(out_prec, Bf16 | Fp32),
-        Int32 => matches!(out_prec, Int32 | Fp32),
+        Int32 => matches!(out_prec, Int32 | Fp32 | Int8),
         Fp32 => matches!(out_prec, Fp32 | Fp16),
     };
     if !ok {
@@ -44,6 +44,13 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
     }
     let float = proc.is_float();
     let mut unvalidated = Vec::new();
+    if proc == Int32 && out_prec == Int8 {
+        unvalidated.push(format!(
+            "{} {}: int32 to int8 requantisation on a flying task is derived from Mesa's int8 convolution (docs/hardware/dpu-ops.md#requantisation)",
+            dpu::DataFormat::OUT_PRECISION,
+            out_prec.code()
+        ));
+    }
     // fp32 processing: the dequantisation task, its published values only.
     let (mut bs, bs_f16_mul) = if proc == Fp32 {
         (None, Some(fp32_dequant(t, d, at, &mut unvalidated)?))

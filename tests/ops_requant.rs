@@ -1,0 +1,365 @@
+//! Requantisation epilogues (`kernels::ops::epilogue`) on the emulated kernel and the
+//! simulator against an independent CPU reference (plain loops on row-major data written
+//! here): the fp32 → fp16 dequantisation over a whole cube and its chain into an fp16
+//! element-wise multiply (the feed-forward path), the int32 → int8 requantisation with
+//! bias and per-channel multipliers, the output converter's rounding, and refusals.
+
+mod common;
+
+use common::Rng;
+use half::f16;
+use proptest::prelude::*;
+use rknpu_driver::Error;
+use rknpu_driver::device::Device;
+use rknpu_driver::device::ops::{ProgramBuffers, run_program};
+use rknpu_driver::kernels::ops::epilogue::{Dequant, OutScale, Requant};
+use rknpu_driver::kernels::ops::{self, Cube, eltwise};
+use rknpu_driver::regcmd::{BufferId, DmaAddr, Program, words_to_le_bytes};
+use rknpu_driver::sim::{CoreRun, Kick, LintKind, Simulator};
+use rknpu_driver::task::Precision;
+
+/// The intermediate tensor of a two-operation chain.
+const MIDDLE: BufferId = BufferId(6);
+
+fn addr(b: BufferId) -> Option<u64> {
+    Some(0x1000_0000 * (b.0 as u64 + 1))
+}
+
+/// Runs a program on the simulator with the given inputs; returns the run and the
+/// output buffer's first `out_len` bytes.
+fn on_sim(p: &Program, inputs: &[(BufferId, Vec<u8>)], out_len: usize) -> (CoreRun, Vec<u8>) {
+    let words = p.bind(addr).unwrap();
+    let a32 = |id| addr(id).unwrap() as u32;
+    let mut sim = Simulator::new();
+    let m = sim.memory_mut();
+    m.map(a32(ops::REGCMD), words_to_le_bytes(&words)).unwrap();
+    for (id, bytes) in inputs {
+        m.map(a32(*id), bytes.clone()).unwrap();
+    }
+    m.map_zeroed(a32(ops::OUTPUT), out_len).unwrap();
+    let r = sim
+        .kick(&Kick::new(a32(ops::REGCMD), p.tasks()[0].regcfg_amount))
+        .unwrap();
+    assert!(r.completed, "{r:?}");
+    let out = sim.memory().read_vec(a32(ops::OUTPUT), out_len).unwrap();
+    (r, out)
+}
+
+fn f16r(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+/// The independent dequantisation reference: `(x · fp16(s)) · fp16(w[c])` in fp32.
+fn dequant_ref(x: &[f32], s: f32, w: &[f32], fp16: bool) -> Vec<f32> {
+    let c = w.len();
+    let mut out = Vec::new();
+    for p in 0..x.len() / c {
+        for ch in 0..c {
+            let y = (x[p * c + ch] * f16r(s)) * f16r(w[ch]);
+            out.push(if fp16 { f16r(y) } else { y });
+        }
+    }
+    out
+}
+
+/// Row-major `[m][n]` values as an fp32 cube `Cube::new(m, 1, n)`.
+fn dequant_case(m: u32, n: u32, out: Precision, seed: u64) {
+    let mut rng = Rng(seed | 1);
+    let cube = Cube::new(m, 1, n, Precision::Fp32).unwrap();
+    let x: Vec<f32> = (0..m * n).map(|_| rng.int(-40000, 40000) as f32).collect();
+    let w: Vec<f32> = (0..n).map(|_| rng.float() * 0.01 + 0.02).collect();
+    let s = 0.003f32;
+    let dq = Dequant::new(s, out).unwrap();
+    let tasks = dq
+        .tasks(
+            cube,
+            ops::at(ops::INPUT, 0),
+            ops::at(ops::PARAMS, 0),
+            ops::at(ops::OUTPUT, 0),
+        )
+        .unwrap();
+    let program = ops::chain(&tasks).unwrap();
+    let oc = cube.with_precision(out).unwrap();
+    let dev = Device::open_spec("emu").unwrap();
+    let got = run_program(
+        &dev,
+        &program,
+        ProgramBuffers::new()
+            .input(ops::INPUT, cube.pack(&x).unwrap())
+            .input(ops::PARAMS, Dequant::coefficients(&w).unwrap())
+            .output(ops::OUTPUT, oc.bytes() as usize),
+    )
+    .unwrap();
+    let want = dequant_ref(&x, s, &w, out == Precision::Fp16);
+    let got: Vec<f32> = if out == Precision::Fp16 {
+        oc.unpack::<f16>(&got[0])
+            .unwrap()
+            .iter()
+            .map(|v| v.to_f32())
+            .collect()
+    } else {
+        oc.unpack::<f32>(&got[0]).unwrap()
+    };
+    assert_eq!(got, want, "{m}x{n} to {out}");
+    assert_eq!(dq.reference(&x, &w).unwrap(), want);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn dequant_over_a_cube_matches_the_reference(
+        m in 1u32..=9, n8 in 1u32..=6, fp16 in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let out = if fp16 { Precision::Fp16 } else { Precision::Fp32 };
+        dequant_case(m, n8 * 8, out, seed);
+    }
+
+    #[test]
+    fn requant_matches_the_reference(
+        w in 1u32..=5, h in 1u32..=2, c16 in 1u32..=3, bias in any::<bool>(),
+        per_channel in any::<bool>(), zp in -20i32..=20, seed in any::<u64>(),
+    ) {
+        requant_case(w, h, c16 * 16, bias, per_channel, zp, seed);
+    }
+}
+
+#[test]
+fn dequant_edges() {
+    // fp32 channel counts not a multiple of 8; one pixel; the tiling limit.
+    dequant_case(3, 12, Precision::Fp32, 5);
+    dequant_case(1, 64, Precision::Fp16, 6);
+    dequant_case(eltwise::MAX_TASK_WIDTH + 1, 8, Precision::Fp16, 7);
+}
+
+/// The feed-forward path after the int8 matmul's fp32 output: dequantisation to fp16,
+/// then an fp16 multiply by a second tensor (`SiLU(gate) · up` with the activation
+/// computed elsewhere), in one program with the intermediate tensor in device memory.
+#[test]
+fn dequant_to_fp16_then_fp16_multiply_in_one_program() {
+    let (m, n) = (6u32, 32u32);
+    let mut rng = Rng(99);
+    let cube = Cube::new(m, 1, n, Precision::Fp32).unwrap();
+    let x: Vec<f32> = (0..m * n).map(|_| rng.int(-3000, 3000) as f32).collect();
+    let w: Vec<f32> = (0..n).map(|_| rng.float() * 0.004 + 0.005).collect();
+    let up: Vec<f16> = (0..m * n)
+        .map(|_| f16::from_f32(rng.float() * 4.0))
+        .collect();
+    let s = 0.02;
+    let h16 = cube.with_precision(Precision::Fp16).unwrap();
+    let mut tasks = Dequant::new(s, Precision::Fp16)
+        .unwrap()
+        .tasks(
+            cube,
+            ops::at(ops::INPUT, 0),
+            ops::at(ops::PARAMS, 0),
+            ops::at(MIDDLE, 0),
+        )
+        .unwrap();
+    let mul = eltwise::Eltwise::new(eltwise::EltwiseOp::Mul, h16, eltwise::Operand::Tensor)
+        .unwrap()
+        .tasks(
+            ops::at(MIDDLE, 0),
+            ops::at(ops::OPERAND, 0),
+            ops::at(ops::OUTPUT, 0),
+        )
+        .unwrap();
+    tasks.extend(mul);
+    let program = ops::chain(&tasks).unwrap();
+    // On the simulator: `run_program` gives each buffer one direction, and the
+    // intermediate tensor is written, then read.
+    let (r, out) = on_sim(
+        &program,
+        &[
+            (ops::INPUT, cube.pack(&x).unwrap()),
+            (ops::PARAMS, Dequant::coefficients(&w).unwrap()),
+            (ops::OPERAND, h16.pack(&up).unwrap()),
+            (MIDDLE, vec![0; h16.bytes() as usize]),
+        ],
+        h16.bytes() as usize,
+    );
+    let got: Vec<f16> = h16.unpack(&out).unwrap();
+    let middle = dequant_ref(&x, s, &w, true);
+    for (i, g) in got.iter().enumerate() {
+        let want = f16r(middle[i] * up[i].to_f32());
+        assert_eq!(g.to_f32(), want, "element {i}");
+    }
+    // The fp16 output of the fp32 pipeline is derived: the simulator says so.
+    assert_eq!(r.tasks_run, 2);
+    assert!(
+        r.lints.iter().any(|l| l.kind == LintKind::Unvalidated),
+        "{:?}",
+        r.lints
+    );
+}
+
+/// `v ⟫ s` rounded to nearest: ties up or to even (written here independently).
+fn round_shift(v: i64, s: u32, half_up: bool) -> i64 {
+    if s == 0 {
+        return v;
+    }
+    let d = (1i64 << s) as f64;
+    let exact = v as f64 / d;
+    let fl = exact.floor();
+    let frac = exact - fl;
+    let fl = fl as i64;
+    if frac > 0.5 || (frac == 0.5 && (half_up || fl % 2 != 0)) {
+        fl + 1
+    } else {
+        fl
+    }
+}
+
+fn requant_case(w: u32, h: u32, c: u32, bias: bool, per_channel: bool, zp: i32, seed: u64) {
+    let mut rng = Rng(seed | 1);
+    let cube = Cube::new(w, h, c, Precision::Int32).unwrap();
+    let acc: Vec<i32> = (0..cube.elems()).map(|_| rng.int(-60000, 60000)).collect();
+    let b: Vec<i32> = if bias {
+        (0..c).map(|_| rng.int(-5000, 5000)).collect()
+    } else {
+        Vec::new()
+    };
+    let (rq, mults) = if per_channel {
+        let scales: Vec<f32> = (0..c).map(|_| rng.float().abs() * 0.002 + 0.0005).collect();
+        let (mut rq, m) = Requant::per_channel(&scales, zp).unwrap();
+        if bias {
+            rq = rq.with_bias();
+        }
+        (rq, m)
+    } else {
+        let mut rq = Requant::per_tensor(OutScale::from_scale(0.0017, zp).unwrap());
+        if bias {
+            rq = rq.with_bias();
+        }
+        (rq, Vec::new())
+    };
+    let params = rq.params(c, &b, &mults).unwrap();
+    let tasks = rq
+        .tasks(
+            cube,
+            ops::at(ops::INPUT, 0),
+            ops::at(ops::PARAMS, 0),
+            ops::at(ops::OUTPUT, 0),
+        )
+        .unwrap();
+    let oc = cube.with_precision(Precision::Int8).unwrap();
+    let dev = Device::open_spec("emu").unwrap();
+    let out = run_program(
+        &dev,
+        &ops::chain(&tasks).unwrap(),
+        ProgramBuffers::new()
+            .input(ops::INPUT, cube.pack(&acc).unwrap())
+            .input(ops::PARAMS, params)
+            .output(ops::OUTPUT, oc.bytes() as usize),
+    )
+    .unwrap();
+    let got: Vec<i8> = oc.unpack(&out[0]).unwrap();
+    for (i, &a) in acc.iter().enumerate() {
+        let ch = i % c as usize;
+        let mut v = a as i64;
+        if bias {
+            v += b[ch] as i64;
+        }
+        if let Some(s) = rq.channel_shift {
+            v = round_shift(v * mults[ch] as i64, s, true);
+        }
+        v = round_shift(v * rq.out.scale as i64, rq.out.shift, false) + rq.out.offset as i64;
+        assert_eq!(got[i] as i64, v.clamp(-128, 127), "element {i} ({a})");
+    }
+    assert_eq!(rq.reference(&acc, c as usize, &b, &mults).unwrap(), got);
+}
+
+#[test]
+fn requant_edges() {
+    requant_case(3, 1, 16, true, true, 5, 1);
+    requant_case(eltwise::MAX_TASK_WIDTH + 2, 1, 16, true, false, -3, 2);
+}
+
+/// The output converter rounds ties to even and adds its offset after the rounding
+/// shift, then saturates: the RK3588 measurement of gregordinary/rocket-userspace
+/// (`tests/requant_model.h`, probe `tests/requant_round_probe`). With SCALE 1, SHIFT 1,
+/// OFFSET 1: 3 → round(1.5) = 2, + 1 = 3 (adding the offset first would give
+/// (3 + 1) / 2 = 2); 5 → round(2.5) = 2 → 3; 7 → 4 → 5; −3 → −2 → −1; 300 → 151 → 127.
+#[test]
+fn the_output_converter_rounds_ties_to_even_and_offsets_after_rounding() {
+    let rq = Requant::per_tensor(OutScale::new(1, 1, 1));
+    let cube = Cube::new(1, 1, 16, Precision::Int32).unwrap();
+    let mut acc = vec![0i32; 16];
+    acc[..6].copy_from_slice(&[3, 5, 7, -3, 300, -300]);
+    let tasks = rq
+        .tasks(
+            cube,
+            ops::at(ops::INPUT, 0),
+            ops::at(ops::PARAMS, 0),
+            ops::at(ops::OUTPUT, 0),
+        )
+        .unwrap();
+    let (r, out) = on_sim(
+        &ops::chain(&tasks).unwrap(),
+        &[
+            (ops::INPUT, cube.pack(&acc).unwrap()),
+            (ops::PARAMS, vec![0; 16]),
+        ],
+        16,
+    );
+    assert_eq!(
+        out[..6].iter().map(|&b| b as i8).collect::<Vec<_>>(),
+        [3, 3, 5, -1, 127, -128]
+    );
+    // A flying int32 → int8 task is derived from Mesa's convolution: the lint says so.
+    assert!(r.lints.iter().any(|l| l.kind == LintKind::Unvalidated));
+}
+
+#[test]
+fn refusals_are_typed_errors() {
+    let a = ops::at(ops::INPUT, 0);
+    assert!(matches!(
+        Dequant::new(1e9, Precision::Fp16),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        Dequant::new(0.5, Precision::Int8),
+        Err(Error::Unsupported { .. })
+    ));
+    let dq = Dequant::new(0.5, Precision::Fp16).unwrap();
+    let odd = Cube::new(2, 1, 12, Precision::Fp32).unwrap();
+    assert!(matches!(
+        dq.tasks(odd, a, a, a),
+        Err(Error::Unsupported { .. })
+    ));
+    let i32c = Cube::new(2, 1, 8, Precision::Int32).unwrap();
+    assert!(matches!(
+        dq.tasks(i32c, a, a, a),
+        Err(Error::Unsupported { .. })
+    ));
+    let rq = Requant::per_tensor(OutScale::new(1, 0, 0));
+    assert!(matches!(
+        rq.tasks(i32c, a, a, a),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(matches!(
+        rq.with_channel_multipliers(64),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        Requant::per_channel(&[0.1, -0.2], 0),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        rq.with_bias().params(4, &[1, 2], &[]),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let mut no_dpu = rknpu_driver::kernels::single::add_task_model(
+        4,
+        4,
+        DmaAddr::Fixed(0),
+        DmaAddr::Fixed(0),
+        DmaAddr::Fixed(0),
+    )
+    .unwrap();
+    no_dpu.dpu = None;
+    assert!(matches!(
+        rq.apply(&mut no_dpu, a),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
