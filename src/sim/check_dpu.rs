@@ -526,9 +526,7 @@ fn ew_stage(
     if let Some(r) = &t.dpu_rdma
         && r.flying
         && proc != Precision::Fp32
-        && (r
-            .mrdma
-            .is_some_and(|m| m.line_notch != 0 || m.surf_notch != 0)
+        && (r.mrdma.is_some_and(|m| m.line_notch != 0)
             || r.erdma.is_some_and(|e| e.line_notch != 0))
     {
         unvalidated.push(format!(
@@ -680,6 +678,20 @@ fn erdma_cube(
         ));
     }
     let (line, surf) = rdma.erdma_strides(er);
+    if er.surf_notch != 0 {
+        let by_notch = line * u64::from(h) + u64::from(er.surf_notch) * 16;
+        if per_channel || by_notch != surf {
+            return Err(inconsistent(
+                at,
+                dpu_rdma::RdmaEwSurfNotch::EW_SURF_NOTCH,
+                er.surf_notch,
+                format!(
+                    "gives {by_notch}-byte surfaces, {} gives {surf}",
+                    dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE
+                ),
+            ));
+        }
+    }
     let (w, h, line) = if per_channel {
         (1, 1, 16)
     } else {

@@ -33,6 +33,10 @@ pub struct Erdma {
     pub surf_stride: u32,
     /// `DATA_CUBE_HEIGHT.EW_LINE_NOTCH_ADDR`.
     pub line_notch: u32,
+    /// `RDMA_EW_SURF_NOTCH`: atoms between one surface's end and the next (the vendor
+    /// writes it beside `EW_SURF_STRIDE` for a task over part of a taller cube; the two
+    /// must then agree).
+    pub surf_notch: u32,
 }
 
 /// `ERDMA_DATA_MODE` / `EW_DATA_MODE` 0: one operand per channel, the same for every
@@ -192,7 +196,10 @@ impl DpuRdma {
             (RdmaWeight::N_WEIGHT, self.arbiter[2]),
             (RdmaWeight::E_WEIGHT, self.arbiter[3]),
         ])?
-        .write(RdmaEwSurfNotch::new());
+        .write_fields(&[(
+            RdmaEwSurfNotch::EW_SURF_NOTCH,
+            e.map_or(0, |e| e.surf_notch),
+        )])?;
         Ok(())
     }
 
@@ -250,6 +257,7 @@ impl DpuRdma {
                 data_mode: r.get(RdmaErdmaCfg::ERDMA_DATA_MODE),
                 surf_stride: r.get(RdmaEwSurfStride::EW_SURF_STRIDE),
                 line_notch: r.get(RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR),
+                surf_notch: r.get(RdmaEwSurfNotch::EW_SURF_NOTCH),
             })
         };
         let brdma = match r.get(RdmaBrdmaCfg::BRDMA_DATA_USE) {

@@ -213,7 +213,7 @@ prop_compose! {
         flying in any::<bool>(),
         burst_len in upto(dpu_rdma::RdmaFeatureModeCfg::BURST_LEN),
         mrdma in prop::option::of((addr(), upto(dpu_rdma::RdmaSrcDmaCfg::LINE_NOTCH_ADDR), upto(dpu_rdma::RdmaSurfNotch::SURF_NOTCH_ADDR))),
-        erdma in prop::option::of((addr(), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_SIZE), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_MODE), upto(dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE), upto(dpu_rdma::RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR))),
+        erdma in prop::option::of((addr(), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_SIZE), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_MODE), upto(dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE), upto(dpu_rdma::RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR), upto(dpu_rdma::RdmaEwSurfNotch::EW_SURF_NOTCH))),
         arbiter in prop::array::uniform4(upto(dpu_rdma::RdmaWeight::M_WEIGHT)),
         fp16_to_fp32 in any::<bool>(),
         brdma in prop::option::of((addr(), 1..=max(dpu_rdma::RdmaBrdmaCfg::BRDMA_DATA_USE))),
@@ -226,8 +226,8 @@ prop_compose! {
             flying,
             burst_len,
             mrdma: mrdma.map(|(addr, line_notch, surf_notch)| Mrdma { addr, line_notch, surf_notch }),
-            erdma: erdma.map(|(addr, data_size, data_mode, surf_stride, line_notch)| Erdma {
-                addr, data_size, data_mode, surf_stride, line_notch,
+            erdma: erdma.map(|(addr, data_size, data_mode, surf_stride, line_notch, surf_notch)| Erdma {
+                addr, data_size, data_mode, surf_stride, line_notch, surf_notch,
             }),
             arbiter,
             fp16_to_fp32,

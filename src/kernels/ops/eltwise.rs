@@ -251,6 +251,7 @@ impl Eltwise {
                 data_mode,
                 surf_stride: 1,
                 line_notch: 0,
+                surf_notch: 0,
             }
         } else {
             Erdma {
@@ -259,6 +260,7 @@ impl Eltwise {
                 data_mode,
                 surf_stride: surface,
                 line_notch: notch,
+                surf_notch: 0,
             }
         };
         let dpu_rdma = DpuRdma {

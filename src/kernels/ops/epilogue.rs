@@ -554,6 +554,7 @@ impl Dequant {
                 data_mode: EW_PER_CHANNEL,
                 surf_stride: 1,
                 line_notch: 0,
+                surf_notch: 0,
             });
             Ok(t)
         })
