@@ -363,3 +363,38 @@ fn refusals_are_typed_errors() {
         Err(Error::InvalidArgument { .. })
     ));
 }
+
+/// The decoded programs, reviewed: the dequantisation to fp16 of a 4 × 1 × 32 fp32 cube,
+/// and the int32 → int8 requantisation with bias and per-channel multipliers of a
+/// 4 × 1 × 16 cube.
+#[test]
+fn decoded_programs_match_the_golden_fixtures() {
+    let fixture = |name: &str| {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/ops")
+            .join(name)
+    };
+    let (i, p, o) = (
+        ops::at(ops::INPUT, 0),
+        ops::at(ops::PARAMS, 0),
+        ops::at(ops::OUTPUT, 0),
+    );
+    let dq = Dequant::new(0.125, Precision::Fp16)
+        .unwrap()
+        .tasks(Cube::new(4, 1, 32, Precision::Fp32).unwrap(), i, p, o)
+        .unwrap();
+    common::check_text_fixture(
+        &fixture("requant-dequant-fp16-4x1x32.txt"),
+        &ops::chain(&dq).unwrap().decode().to_text(None),
+    );
+    let rq = Requant::per_tensor(OutScale::from_scale(0.0017, -5).unwrap())
+        .with_bias()
+        .with_channel_multipliers(14)
+        .unwrap()
+        .tasks(Cube::new(4, 1, 16, Precision::Int32).unwrap(), i, p, o)
+        .unwrap();
+    common::check_text_fixture(
+        &fixture("requant-int8-bias-per-channel-4x1x16.txt"),
+        &ops::chain(&rq).unwrap().decode().to_text(None),
+    );
+}
