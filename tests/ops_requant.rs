@@ -398,3 +398,73 @@ fn decoded_programs_match_the_golden_fixtures() {
         &ops::chain(&rq).unwrap().decode().to_text(None),
     );
 }
+
+/// The epilogue on an int8 matmul's DPU (the conv-fed path of Mesa's int8 convolution):
+/// bias through BRDMA and the per-tensor converter, int8 out in the native layout
+/// `[N/16][M][16]`, checked against plain loops. Only the bias path is Mesa's; the
+/// per-channel multiplier variant raises `unvalidated`.
+#[test]
+fn the_epilogue_on_an_int8_matmul() {
+    use rknpu_driver::kernels::single::{Dtype, Layout, SingleMatmul};
+    let (m, k, n) = (4u32, 64u32, 32u32);
+    let mut rng = Rng(5);
+    let a: Vec<i32> = (0..m * k).map(|_| rng.int(-128, 127)).collect();
+    let b: Vec<i32> = (0..k * n).map(|_| rng.int(-128, 127)).collect();
+    let bias: Vec<i32> = (0..n).map(|_| rng.int(-20000, 20000)).collect();
+    let mm = SingleMatmul {
+        c_layout: Layout::Native,
+        ..SingleMatmul::new(m, k, n, Dtype::Int8)
+    };
+    for per_channel in [false, true] {
+        let (rq, mults) = if per_channel {
+            let scales: Vec<f32> = (0..n).map(|c| 0.001 + c as f32 * 0.0001).collect();
+            let (rq, ms) = Requant::per_channel(&scales, 3).unwrap();
+            (rq.with_bias(), ms)
+        } else {
+            (
+                Requant::per_tensor(OutScale::from_scale(0.0021, 3).unwrap()).with_bias(),
+                Vec::new(),
+            )
+        };
+        let mut task = mm
+            .task_at(
+                ops::at(ops::INPUT, 0),
+                ops::at(ops::WEIGHTS, 0),
+                ops::at(ops::OUTPUT, 0),
+                ops::at(ops::OPERAND, 0),
+            )
+            .unwrap();
+        rq.apply(&mut task, ops::at(ops::PARAMS, 0)).unwrap();
+        let program = ops::chain(&[task]).unwrap();
+        let oc = Cube::new(m, 1, n, Precision::Int8).unwrap();
+        let (r, out) = on_sim(
+            &program,
+            &[
+                (ops::INPUT, mm.pack_a_int(&a).unwrap()),
+                (ops::WEIGHTS, mm.pack_b_int(&b).unwrap()),
+                (ops::PARAMS, rq.params(n, &bias, &mults).unwrap()),
+            ],
+            oc.bytes() as usize,
+        );
+        let got: Vec<i8> = oc.unpack(&out).unwrap();
+        let mut acc = vec![0i32; (m * n) as usize];
+        for i in 0..m as usize {
+            for j in 0..n as usize {
+                acc[i * n as usize + j] = (0..k as usize)
+                    .map(|x| a[i * k as usize + x] * b[x * n as usize + j])
+                    .sum();
+            }
+        }
+        for (i, &v) in acc.iter().enumerate() {
+            let ch = i % n as usize;
+            let mut x = v as i64 + bias[ch] as i64;
+            if per_channel {
+                x = round_shift(x * mults[ch] as i64, 14, true);
+            }
+            x = round_shift(x * rq.out.scale as i64, rq.out.shift, false) + rq.out.offset as i64;
+            assert_eq!(got[i] as i64, x.clamp(-128, 127), "element {i}");
+        }
+        let derived = r.lints.iter().any(|l| l.kind == LintKind::Unvalidated);
+        assert_eq!(derived, per_channel, "{:?}", r.lints);
+    }
+}

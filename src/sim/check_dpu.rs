@@ -736,7 +736,7 @@ fn published<R: Register>(what: &str, word: u32) -> String {
 /// 16 bytes, BS_OW_CFG 2, burst 15, MRDMA SURF_NOTCH up to 127 atoms (128 rows). Any
 /// other value of these fields is refused by name. Returns the BS operand's fp16 bits.
 ///
-/// Generalised, with the same stage values ([derived], raising `unvalidated`;
+/// Generalised, with the same stage values (derived, raising `unvalidated`;
 /// docs/hardware/dpu-ops.md#dequantisation-over-a-cube): a whole `W × H × C` cube (C a
 /// multiple of 4) with the EW operand one value per channel (`ERDMA_DATA_MODE` 0), and an
 /// fp16 output through `FP32TOFP16_EN`.

@@ -677,3 +677,70 @@ fn the_dequant_task_touches_its_row_its_coefficients_and_its_output() {
     want.sort_by_key(|r| r.0);
     assert_eq!(got, want);
 }
+
+/// The requantisation epilogue's BRDMA and NRDMA reads and the per-channel EW operand:
+/// their registers round-trip, and the DMA ranges cover one operand per channel.
+#[test]
+fn per_channel_operand_reads_round_trip_and_touch_one_value_per_channel() {
+    use crate::kernels::ops::Cube;
+    use crate::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
+    use crate::kernels::ops::epilogue::{OutScale, Requant};
+    let cube = Cube::new(4, 1, 32, Precision::Int32).unwrap();
+    let rq = Requant::per_tensor(OutScale::new(1, 0, 0))
+        .with_bias()
+        .with_channel_multipliers(3)
+        .unwrap();
+    let t = rq
+        .tasks(
+            cube,
+            DmaAddr::Fixed(0x10_0000),
+            DmaAddr::Fixed(0x20_0000),
+            DmaAddr::Fixed(0x30_0000),
+        )
+        .unwrap()
+        .remove(0);
+    assert_eq!(round_trip(&t), Ok(t.clone()));
+    let r = t.dpu_rdma.unwrap();
+    assert_eq!(
+        r.brdma,
+        Some(OperandRead {
+            addr: DmaAddr::Fixed(0x20_0000),
+            data_use: OperandRead::ALU
+        })
+    );
+    assert_eq!(r.nrdma.unwrap().addr, DmaAddr::Fixed(0x20_0000 + 32 * 4));
+    let ranges: Vec<(u64, u64)> = t
+        .dma()
+        .iter()
+        .filter(|x| x.access == Access::Read)
+        .map(|x| (x.start, x.len))
+        .collect();
+    assert!(ranges.contains(&(0x20_0000, 32 * 4)), "{ranges:x?}");
+    assert!(
+        ranges.contains(&(0x20_0000 + 32 * 4, 32 * 2)),
+        "{ranges:x?}"
+    );
+    // A per-channel EW operand: one atom per surface, 16 bytes apart.
+    let e = Eltwise::new(
+        EltwiseOp::Add,
+        Cube::new(3, 2, 16, Precision::Fp16).unwrap(),
+        Operand::PerChannel,
+    )
+    .unwrap()
+    .tasks(
+        DmaAddr::Fixed(0x10_0000),
+        DmaAddr::Fixed(0x20_0000),
+        DmaAddr::Fixed(0x30_0000),
+    )
+    .unwrap()
+    .remove(0);
+    assert_eq!(round_trip(&e), Ok(e.clone()));
+    assert!(e.dpu_rdma.unwrap().fp16_to_fp32);
+    assert!(
+        e.dma()
+            .iter()
+            .any(|x| x.what == "EW operand" && (x.start, x.len) == (0x20_0000, 32)),
+        "{:x?}",
+        e.dma()
+    );
+}

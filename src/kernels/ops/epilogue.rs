@@ -13,7 +13,7 @@
 //!   task of `kernels::single::dequant_task_model` generalised to `W × H × C` cubes with
 //!   the per-channel operand read once per channel, and an fp16 output.
 //!
-//! The register paths that no board program runs are marked [derived] in
+//! The register paths that no board program runs are marked **derived** in
 //! docs/hardware/dpu-ops.md; the simulator runs them and raises the `unvalidated` lint.
 
 use super::Cube;
@@ -51,7 +51,7 @@ impl OutScale {
         let bits = s.to_bits();
         let exp = (bits >> 23) as i64;
         let shift = 141 - exp;
-        if !(s.is_finite() && s > 0.0 && s.is_normal()) || !(0..=63).contains(&shift) {
+        if !(s > 0.0 && s.is_normal() && (0..=63).contains(&shift)) {
             return Err(Error::OutOfRange {
                 what: "requantisation scale",
                 index: 0,
@@ -256,7 +256,8 @@ impl Requant {
 
     /// Puts the epilogue on the DPU of a task whose accumulators are int32 (an int8
     /// convolution or matmul, or a flying int32 task): BS, BN and the output converter
-    /// are replaced, the output becomes int8, and the BRDMA/NRDMA reads are added to its
+    /// are replaced, the output becomes int8 (on a convolution task with the int8 writer's
+    /// SIZE_E; its surface strides, in atoms, stay), and the BRDMA/NRDMA reads are added to its
     /// DPU_RDMA (which is created, MRDMA and ERDMA off, when the task has none; the
     /// task's op-enable then includes DPU_RDMA). A task without a DPU is
     /// `Error::InvalidArgument`.
@@ -271,6 +272,12 @@ impl Requant {
         d.bn = bn;
         d.out_cvt = cvt;
         d.out.precision = Precision::Int8;
+        // A convolution's writer writes int8 lines as the validated int8 programs do.
+        if d.input == DpuInput::Core
+            && let Some(size_e) = Dpu::validated_size_e(d.precision, Precision::Int8)
+        {
+            d.ow.size_e = [size_e; 3];
+        }
         if brdma.is_none() && nrdma.is_none() {
             return Ok(());
         }
