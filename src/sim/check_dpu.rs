@@ -483,7 +483,10 @@ fn ew_stage(
 ) -> Result<Ew, SimError> {
     use dpu::{EwCfg, EwCvtScaleValue};
     let float = proc.is_float();
-    if matches!(proc, Precision::Int8 | Precision::Int16) && e.op.is_some() {
+    // Flying only: the conv-fed EW add of a matmul's int32 operand is the fused matmul's
+    // (docs/hardware/matmul-programs.md), not this derivation.
+    let flying = t.dpu.as_ref().is_some_and(|d| d.input == DpuInput::Flying);
+    if flying && matches!(proc, Precision::Int8 | Precision::Int16) && e.op.is_some() {
         unvalidated.push(format!(
             "{}: {proc} EW arithmetic has no board-recorded program; it is derived from the integer EW path (docs/hardware/dpu-ops.md#integer-ew)",
             EwCfg::EW_OP_TYPE

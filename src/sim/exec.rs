@@ -111,7 +111,8 @@ pub(super) struct Ew {
     pub per_channel: bool,
 }
 
-/// The output converter: `((x × scale) + offset) >> shift` or `((x + offset) × scale) >> shift`.
+/// The output converter: `round((x × scale) >> shift) + offset` or `round(((x + offset) ×
+/// scale) >> shift)` (add first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct OutCvt {
     pub offset: i64,
