@@ -437,3 +437,31 @@ fn register_words_are_the_recorded_ones() {
     let pc = words(EltwiseOp::Add, Operand::PerChannel);
     assert_eq!((pc.0, pc.1), (0x0082_02C0, 0x0000_0008));
 }
+
+/// The measured error of the fp16 operations on the emulated kernel: the largest
+/// `|result − exact| / ulp` over 4096 seeded pairs per operation (printed; docs/ops.md
+/// quotes it), which must stay within half an ulp plus the fp32 rounding.
+#[test]
+fn fp16_error_in_ulps() {
+    let cube = Cube::new(64, 8, 8, Precision::Fp16).unwrap();
+    let mut rng = Rng(2024);
+    let a: Vec<f16> = (0..cube.elems())
+        .map(|_| f16::from_f32(rng.float() * 1000.0))
+        .collect();
+    let b: Vec<f16> = (0..cube.elems())
+        .map(|_| f16::from_f32(rng.float() * 10.0))
+        .collect();
+    for op in EltwiseOp::ALL {
+        let got = on_emu(&Eltwise::new(op, cube, Operand::Tensor).unwrap(), &a, &b);
+        let worst = got
+            .iter()
+            .zip(a.iter().zip(&b))
+            .map(|(g, (x, y))| {
+                let e = exact(op, x.to_f64(), y.to_f64());
+                (g.to_f64() - e).abs() / (2.0 * half_ulp(f16::from_f64(e)))
+            })
+            .fold(0f64, f64::max);
+        eprintln!("fp16 {}: worst error {worst:.3} ulp", op.name());
+        assert!(worst <= 0.5 + 1e-3, "{op:?}: {worst}");
+    }
+}
