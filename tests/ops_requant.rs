@@ -468,3 +468,60 @@ fn the_epilogue_on_an_int8_matmul() {
         assert_eq!(derived, per_channel, "{:?}", r.lints);
     }
 }
+
+/// int32 accumulators → fp32 (a flying cast into a scratch cube) → fp16 dequantisation,
+/// against plain loops; the cast and the fp16 output are derived and say so.
+#[test]
+fn dequant_from_int32_accumulators() {
+    const SCRATCH: BufferId = BufferId(7);
+    let (m, n) = (5u32, 24u32);
+    let mut rng = Rng(17);
+    let cube = Cube::new(m, 1, n, Precision::Int32).unwrap();
+    // Full-range values: most need rounding to fit fp32's 24 bits.
+    let acc: Vec<i32> = (0..m * n).map(|_| (rng.next() >> 32) as i32).collect();
+    let w: Vec<f32> = (0..n).map(|_| rng.float() * 0.001 + 0.002).collect();
+    let s = 1.0 / 4096.0;
+    let tasks = Dequant::new(s, Precision::Fp16)
+        .unwrap()
+        .int32_tasks(
+            cube,
+            ops::at(ops::INPUT, 0),
+            ops::at(SCRATCH, 0),
+            ops::at(ops::PARAMS, 0),
+            ops::at(ops::OUTPUT, 0),
+        )
+        .unwrap();
+    assert_eq!(tasks.len(), 2);
+    let oc = cube.with_precision(Precision::Fp16).unwrap();
+    let (r, out) = on_sim(
+        &ops::chain(&tasks).unwrap(),
+        &[
+            (ops::INPUT, cube.pack(&acc).unwrap()),
+            (ops::PARAMS, Dequant::coefficients(&w).unwrap()),
+            (SCRATCH, vec![0; cube.bytes() as usize]),
+        ],
+        oc.bytes() as usize,
+    );
+    assert_eq!(r.tasks_run, 2);
+    let got: Vec<f16> = oc.unpack(&out).unwrap();
+    // int32 → fp32 rounds to nearest even, as `as f32` does.
+    let x: Vec<f32> = acc.iter().map(|&v| v as f32).collect();
+    let want = dequant_ref(&x, s, &w, true);
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.to_f32(), want[i], "element {i}");
+    }
+    let derived = r
+        .lints
+        .iter()
+        .filter(|l| l.kind == LintKind::Unvalidated)
+        .count();
+    assert!(derived >= 2, "{:?}", r.lints);
+    let f32cube = cube.with_precision(Precision::Fp32).unwrap();
+    let a = ops::at(ops::INPUT, 0);
+    assert!(matches!(
+        Dequant::new(s, Precision::Fp16)
+            .unwrap()
+            .int32_tasks(f32cube, a, a, a, a),
+        Err(Error::Unsupported { .. })
+    ));
+}

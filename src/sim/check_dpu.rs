@@ -44,6 +44,13 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
     }
     let float = proc.is_float();
     let mut unvalidated = Vec::new();
+    if proc == Int32 && out_prec == Fp32 && d.input == DpuInput::Flying && d.ew.is_none() {
+        unvalidated.push(format!(
+            "{} {}: a flying int32 to fp32 conversion without the EW add is derived from the split-K add's fp32 output (docs/hardware/dpu-ops.md#dequantisation-over-a-cube)",
+            dpu::DataFormat::OUT_PRECISION,
+            out_prec.code()
+        ));
+    }
     if proc == Int32 && out_prec == Int8 {
         unvalidated.push(format!(
             "{} {}: int32 to int8 requantisation on a flying task is derived from Mesa's int8 convolution (docs/hardware/dpu-ops.md#requantisation)",

@@ -567,6 +567,43 @@ impl Dequant {
         })
     }
 
+    /// The tasks for an int32 cube at `input` (a matmul's int32 accumulators): first one
+    /// flying task per band converting it to fp32 at `scratch` (which holds
+    /// `cube.with_precision(Fp32)`, as many bytes as the int32 cube; the conversion
+    /// rounds to nearest even), then [`Dequant::tasks`] from `scratch`. The cast task is
+    /// the split-K add's int32 → fp32 output without the add (derived, raising
+    /// `unvalidated` in the simulator; docs/hardware/dpu-ops.md#dequantisation-over-a-cube).
+    /// Cubes other than int32 are `Error::Unsupported`.
+    pub fn int32_tasks(
+        &self,
+        cube: Cube,
+        input: DmaAddr,
+        scratch: DmaAddr,
+        coeffs: DmaAddr,
+        output: DmaAddr,
+    ) -> Result<Vec<Task>> {
+        if cube.precision != Precision::Int32 {
+            return Err(Error::Unsupported {
+                what: "dequantisation task",
+                why: format!("a {} cube; int32_tasks reads int32 cubes", cube.precision),
+            });
+        }
+        let f = cube.with_precision(Precision::Fp32)?;
+        let mut tasks = bands(cube, |x0, wt| {
+            flying(
+                cube,
+                x0,
+                wt,
+                Precision::Int32,
+                input,
+                scratch,
+                Precision::Fp32,
+            )
+        })?;
+        tasks.extend(self.tasks(f, scratch, coeffs, output)?);
+        Ok(tasks)
+    }
+
     /// The CPU definition on row-major `[pixel][channel]` fp32 data: `(x · fp16(scale)) ·
     /// fp16(w[c])`, each product rounded to fp32, the result rounded to the output type
     /// (nearest even). Returns fp32 values (exactly fp16 values for an fp16 output).
