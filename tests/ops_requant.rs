@@ -525,3 +525,83 @@ fn dequant_from_int32_accumulators() {
         Err(Error::Unsupported { .. })
     ));
 }
+
+/// The feed-forward path from the matmul itself: an int8 matmul writing fp32 in the native
+/// layout, the dequantisation to fp16 and the fp16 multiply, chained in one program: the
+/// matmul's output cube is `Cube::new(m, 1, n, Fp32)` and the multiply's output is the
+/// fp16 cube an fp16 matmul reads.
+#[test]
+fn int8_matmul_then_dequant_then_fp16_multiply() {
+    use rknpu_driver::kernels::single::{Dtype, Layout, OutType, SingleMatmul};
+    const ACC: BufferId = BufferId(7);
+    let (m, k, n) = (3u32, 64u32, 32u32);
+    let mut rng = Rng(41);
+    let a: Vec<i32> = (0..m * k).map(|_| rng.int(-128, 127)).collect();
+    let b: Vec<i32> = (0..k * n).map(|_| rng.int(-128, 127)).collect();
+    let w: Vec<f32> = (0..n).map(|_| rng.float() * 0.002 + 0.003).collect();
+    let up: Vec<f16> = (0..m * n)
+        .map(|_| f16::from_f32(rng.float() * 2.0))
+        .collect();
+    let s = 0.01;
+    let mm = SingleMatmul {
+        out: OutType::Fp32,
+        c_layout: Layout::Native,
+        ..SingleMatmul::new(m, k, n, Dtype::Int8)
+    };
+    let acc_cube = Cube::new(m, 1, n, Precision::Fp32).unwrap();
+    let h16 = acc_cube.with_precision(Precision::Fp16).unwrap();
+    let mut tasks = vec![
+        mm.task_at(
+            ops::at(ops::INPUT, 0),
+            ops::at(ops::WEIGHTS, 0),
+            ops::at(ACC, 0),
+            ops::at(ops::OPERAND, 0),
+        )
+        .unwrap(),
+    ];
+    tasks.extend(
+        Dequant::new(s, Precision::Fp16)
+            .unwrap()
+            .tasks(
+                acc_cube,
+                ops::at(ACC, 0),
+                ops::at(ops::PARAMS, 0),
+                ops::at(MIDDLE, 0),
+            )
+            .unwrap(),
+    );
+    tasks.extend(
+        eltwise::Eltwise::new(eltwise::EltwiseOp::Mul, h16, eltwise::Operand::Tensor)
+            .unwrap()
+            .tasks(
+                ops::at(MIDDLE, 0),
+                ops::at(ops::OPERAND, 0),
+                ops::at(ops::OUTPUT, 0),
+            )
+            .unwrap(),
+    );
+    let (r, out) = on_sim(
+        &ops::chain(&tasks).unwrap(),
+        &[
+            (ops::INPUT, mm.pack_a_int(&a).unwrap()),
+            (ops::WEIGHTS, mm.pack_b_int(&b).unwrap()),
+            (ops::PARAMS, Dequant::coefficients(&w).unwrap()),
+            (ops::OPERAND, h16.pack(&up).unwrap()),
+            (ACC, vec![0; acc_cube.bytes() as usize]),
+            (MIDDLE, vec![0; h16.bytes() as usize]),
+        ],
+        h16.bytes() as usize,
+    );
+    assert_eq!(r.tasks_run, 3);
+    let got: Vec<f16> = h16.unpack(&out).unwrap();
+    for i in 0..m as usize {
+        for j in 0..n as usize {
+            let sum: i32 = (0..k as usize)
+                .map(|x| a[i * k as usize + x] * b[x * n as usize + j])
+                .sum();
+            let d = f16r((sum as f32 * f16r(s)) * f16r(w[j]));
+            let want = f16r(d * up[i * n as usize + j].to_f32());
+            assert_eq!(got[i * n as usize + j].to_f32(), want, "({i}, {j})");
+        }
+    }
+}
