@@ -91,7 +91,9 @@ fn int_reference(mm: &SingleMatmul, a: &[i32], b: &[i32], e: &[i32]) -> Vec<i64>
                 x += e[i * n + j] as i64;
             }
             if let Some((offset, scale, shift)) = p.out_cvt {
-                x = shr_half_even(x * scale as i64 + offset as i64, shift as u32);
+                // Offset after the rounding shift, as measured on RK3588
+                // (gregordinary/rocket-userspace `tests/requant_model.h`).
+                x = shr_half_even(x * scale as i64, shift as u32) + offset as i64;
             }
             let (lo, hi) = match mm.out {
                 OutType::Int8 => (i8::MIN as i64, i8::MAX as i64),

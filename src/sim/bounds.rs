@@ -86,6 +86,15 @@ pub(super) fn check_first(mem: &Memory, t: &Task, at: At) -> Result<(), SimError
         counts.push((elems(cube), cube.register));
         check_cube(mem, cube, at, false)?;
     }
+    for s in [t.bs.as_ref(), t.bn.as_ref()].into_iter().flatten() {
+        for cube in [s.alu_mem.as_ref(), s.mul_mem.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            counts.push((elems(cube), cube.register));
+            check_cube(mem, cube, at, false)?;
+        }
+    }
     if let Some(&(n, register)) = counts.iter().find(|(n, _)| *n > limit) {
         return Err(SimError::Unsupported {
             at,

@@ -16,11 +16,11 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
     let ok = match proc {
         Int8 => matches!(out_prec, Int8 | Int32 | Fp32),
         Int4 => matches!(out_prec, Int16),
-        Int16 => matches!(out_prec, Int32),
+        Int16 => matches!(out_prec, Int16 | Int32),
         Fp16 => matches!(out_prec, Fp16 | Fp32),
         Bf16 => matches!(out_prec, Bf16 | Fp32),
-        Int32 => matches!(out_prec, Int32 | Fp32),
-        Fp32 => matches!(out_prec, Fp32),
+        Int32 => matches!(out_prec, Int32 | Fp32 | Int8),
+        Fp32 => matches!(out_prec, Fp32 | Fp16),
     };
     if !ok {
         return Err(unsupported(
@@ -31,16 +31,43 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         ));
     }
     validated_layout(d, at)?;
+    if let Some(r) = &t.dpu_rdma
+        && r.fp16_to_fp32
+        && r.precision != Fp16
+    {
+        return Err(unsupported(
+            at,
+            dpu_rdma::RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN,
+            1,
+            format!("widens fp16 main data, but DPU_RDMA reads {}", r.precision),
+        ));
+    }
     let float = proc.is_float();
+    let mut unvalidated = Vec::new();
+    if proc == Int32 && out_prec == Fp32 && d.input == DpuInput::Flying && d.ew.is_none() {
+        unvalidated.push(format!(
+            "{} {}: a flying int32 to fp32 conversion without the EW add is derived from the split-K add's fp32 output (docs/hardware/dpu-ops.md#dequantisation-over-a-cube)",
+            dpu::DataFormat::OUT_PRECISION,
+            out_prec.code()
+        ));
+    }
+    if proc == Int32 && out_prec == Int8 {
+        unvalidated.push(format!(
+            "{} {}: int32 to int8 requantisation on a flying task is derived from Mesa's int8 convolution (docs/hardware/dpu-ops.md#requantisation)",
+            dpu::DataFormat::OUT_PRECISION,
+            out_prec.code()
+        ));
+    }
     // fp32 processing: the dequantisation task, its published values only.
-    let (bs, bs_f16_mul) = if proc == Fp32 {
-        (None, Some(fp32_dequant(t, d, at)?))
+    let (mut bs, bs_f16_mul) = if proc == Fp32 {
+        (None, Some(fp32_dequant(t, d, at, &mut unvalidated)?))
     } else {
         (stage(&d.bs, float, at, false)?, None)
     };
-    let bn = stage(&d.bn, float, at, true)?;
+    let mut bn = stage(&d.bn, float, at, true)?;
+    stage_operands(t, d, &mut bs, &mut bn, at, &mut unvalidated)?;
     let ew = match &d.ew {
-        Some(e) => Some(ew_stage(t, e, &out, proc, at)?),
+        Some(e) => Some(ew_stage(t, e, &out, proc, at, &mut unvalidated)?),
         None => None,
     };
     let c = &d.out_cvt;
@@ -114,7 +141,7 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         grains,
         group_line_off: glo,
         line_stride_field: line_field,
-        unvalidated: Vec::new(),
+        unvalidated,
     })
 }
 
@@ -280,14 +307,7 @@ fn stage(s: &task::Stage, float: bool, at: At, bn: bool) -> Result<Option<Stage>
     let alu = match s.alu {
         None => None,
         Some(a) => {
-            if a.from_memory {
-                let why = "operands read from memory (BRDMA/NRDMA) are not modelled";
-                return Err(if bn {
-                    unsupported(at, BnCfg::BN_ALU_SRC, 1, why)
-                } else {
-                    unsupported(at, BsCfg::BS_ALU_SRC, 1, why)
-                });
-            }
+            // A per-channel operand from memory is attached by `stage_operands`.
             if !matches!(a.op, task::AluOp::Add | task::AluOp::Minus) {
                 let why = "the TRM names 2 (add) and 4 (minus) only";
                 let code = a.op.code();
@@ -303,15 +323,16 @@ fn stage(s: &task::Stage, float: bool, at: At, bn: bool) -> Result<Option<Stage>
     let mul = match s.mul {
         None => None,
         Some(m) => {
-            if m.from_memory || m.shift_from_memory {
-                let why = "operands and shifts read from memory are not modelled";
-                return Err(match (bn, m.from_memory) {
-                    (true, true) => unsupported(at, BnMulCfg::BN_MUL_SRC, 1, why),
-                    (true, false) => unsupported(at, BnMulCfg::BN_TRUNCATE_SRC, 1, why),
-                    (false, true) => unsupported(at, BsMulCfg::BS_MUL_SRC, 1, why),
-                    (false, false) => unsupported(at, BsMulCfg::BS_TRUNCATE_SRC, 1, why),
+            if m.shift_from_memory {
+                // No program reads shifts from memory: their layout is unknown.
+                let why = "shifts read from memory have no known memory layout";
+                return Err(if bn {
+                    unsupported(at, BnMulCfg::BN_TRUNCATE_SRC, 1, why)
+                } else {
+                    unsupported(at, BsMulCfg::BS_TRUNCATE_SRC, 1, why)
                 });
             }
+            // A per-channel multiplier from memory is attached by `stage_operands`.
             Some((i64::from(m.operand), m.shift, m.shift_neg, m.prelu))
         }
     };
@@ -320,7 +341,145 @@ fn stage(s: &task::Stage, float: bool, at: At, bn: bool) -> Result<Option<Stage>
         mul,
         relu: s.relu,
         relux: s.relux.map(i64::from),
+        alu_mem: None,
+        mul_mem: None,
     }))
+}
+
+/// The per-channel operands of the integer BS and BN stages read from memory (BRDMA,
+/// NRDMA): checks that `BRDMA_DATA_USE` / `NRDMA_DATA_USE` name exactly the operands the
+/// stages take from memory and attaches their 1 × 1 × C cubes. The board-validated case is
+/// Mesa's int8 convolution bias (BS_CFG 0x20150, BRDMA_CFG 0x2: one int32 per output
+/// channel, bminor/mesa-mesa `src/gallium/drivers/rocket/rkt_regcmd.c`, `rkt_coefs.c`);
+/// the same bias on a flying task, the BN read and the 16-bit multiplier per channel are
+/// derived (docs/hardware/dpu-ops.md#per-channel-operands) and raise `unvalidated`.
+fn stage_operands(
+    t: &task::Task,
+    d: &task::Dpu,
+    bs: &mut Option<Stage>,
+    bn: &mut Option<Stage>,
+    at: At,
+    unvalidated: &mut Vec<String>,
+) -> Result<(), SimError> {
+    use dpu::{BnCfg, BnMulCfg, BsCfg, BsMulCfg};
+    use dpu_rdma::{RdmaBrdmaCfg, RdmaNrdmaCfg};
+    use task::OperandRead as O;
+    let c = d.cube.2;
+    for bn_stage in [false, true] {
+        let (st, read) = if bn_stage {
+            (bn.as_mut(), t.dpu_rdma.as_ref().and_then(|r| r.nrdma))
+        } else {
+            (bs.as_mut(), t.dpu_rdma.as_ref().and_then(|r| r.brdma))
+        };
+        let src = if bn_stage { &d.bn } else { &d.bs };
+        let alu_mem = !src.bypass && src.alu.is_some_and(|a| a.from_memory);
+        let mul_mem = !src.bypass && src.mul.is_some_and(|m| m.from_memory);
+        let want = if alu_mem { O::ALU } else { 0 } | if mul_mem { O::MUL } else { 0 };
+        let have = read.map_or(0, |r| r.data_use);
+        let use_field = |v: u32, why: String| {
+            if bn_stage {
+                unsupported(at, RdmaNrdmaCfg::NRDMA_DATA_USE, v, why)
+            } else {
+                unsupported(at, RdmaBrdmaCfg::BRDMA_DATA_USE, v, why)
+            }
+        };
+        if want == 0 && have == 0 {
+            continue;
+        }
+        if t.dpu_rdma.is_none() {
+            return Err(if bn_stage {
+                unsupported(
+                    at,
+                    BnCfg::BN_ALU_SRC,
+                    1,
+                    "the operand comes through NRDMA, which the task does not start",
+                )
+            } else {
+                unsupported(
+                    at,
+                    BsCfg::BS_ALU_SRC,
+                    1,
+                    "the operand comes through BRDMA, which the task does not start",
+                )
+            });
+        }
+        if have != want {
+            return Err(use_field(
+                have,
+                format!(
+                    "the stage takes {want:#x} from memory (1 ALU, 4 multiplier); other uses and mixtures have no known memory layout"
+                ),
+            ));
+        }
+        if d.precision.is_float() {
+            return Err(use_field(
+                have,
+                "per-channel operands from memory are modelled on integer paths only".into(),
+            ));
+        }
+        let (Some(st), Some(read)) = (st, read) else {
+            // A bypassed stage with a memory read configured.
+            return Err(use_field(have, "the stage is bypassed".into()));
+        };
+        let base = addr(read.addr);
+        if !base.is_multiple_of(16) {
+            return Err(use_field(
+                have,
+                format!("the operand address {base:#x} is not 16-byte aligned"),
+            ));
+        }
+        let (prec, register) = if bn_stage {
+            (
+                if alu_mem {
+                    Precision::Int32
+                } else {
+                    Precision::Int16
+                },
+                dpu_rdma::RdmaBnBaseAddr::NAME,
+            )
+        } else {
+            (
+                if alu_mem {
+                    Precision::Int32
+                } else {
+                    Precision::Int16
+                },
+                dpu_rdma::RdmaBsBaseAddr::NAME,
+            )
+        };
+        let cube = Cube {
+            base,
+            w: 1,
+            h: 1,
+            c: c.div_ceil(16 / prec.bytes()) * (16 / prec.bytes()),
+            prec,
+            line: 16,
+            surf: 16,
+            register,
+            block: "DPU_RDMA",
+        };
+        let validated =
+            !bn_stage && alu_mem && d.input == DpuInput::Core && d.precision == Precision::Int8;
+        if !validated {
+            let (stage_name, what) = match (bn_stage, alu_mem) {
+                (true, true) => (BnCfg::BN_ALU_SRC.to_string(), "a 32-bit ALU operand"),
+                (false, true) => (BsCfg::BS_ALU_SRC.to_string(), "a 32-bit ALU operand"),
+                (true, false) => (BnMulCfg::BN_MUL_SRC.to_string(), "a 16-bit multiplier"),
+                (false, false) => (BsMulCfg::BS_MUL_SRC.to_string(), "a 16-bit multiplier"),
+            };
+            unvalidated.push(format!(
+                "{stage_name}: {what} per channel from memory on a {} {} task is derived from Mesa's int8 convolution bias (docs/hardware/dpu-ops.md#per-channel-operands)",
+                d.precision,
+                if d.input == DpuInput::Flying { "flying" } else { "convolution" },
+            ));
+        }
+        if alu_mem {
+            st.alu_mem = Some(cube);
+        } else {
+            st.mul_mem = Some(cube);
+        }
+    }
+    Ok(())
 }
 
 /// The EW stage and its ERDMA operand.
@@ -330,9 +489,19 @@ fn ew_stage(
     out: &Cube,
     proc: Precision,
     at: At,
+    unvalidated: &mut Vec<String>,
 ) -> Result<Ew, SimError> {
     use dpu::{EwCfg, EwCvtScaleValue};
     let float = proc.is_float();
+    // Flying only: the conv-fed EW add of a matmul's int32 operand is the fused matmul's
+    // (docs/hardware/matmul-programs.md), not this derivation.
+    let flying = t.dpu.as_ref().is_some_and(|d| d.input == DpuInput::Flying);
+    if flying && matches!(proc, Precision::Int8 | Precision::Int16) && e.op.is_some() {
+        unvalidated.push(format!(
+            "{}: {proc} EW arithmetic has no board-recorded program; it is derived from the integer EW path (docs/hardware/dpu-ops.md#integer-ew)",
+            EwCfg::EW_OP_TYPE
+        ));
+    }
     let op = match e.op {
         None => None,
         Some(task::EwOp::Mul(t, tn)) => {
@@ -367,8 +536,31 @@ fn ew_stage(
             ))
         }
     };
+    if let Some(r) = &t.dpu_rdma
+        && r.flying
+        && proc != Precision::Fp32
+        && (r.mrdma.is_some_and(|m| m.line_notch != 0)
+            || r.erdma.is_some_and(|e| e.line_notch != 0))
+    {
+        unvalidated.push(format!(
+            "{}: a flying EW task over part of a wider cube (non-zero line notches) is derived; the board-recorded tasks write 0 (docs/hardware/dpu-ops.md#limits)",
+            dpu_rdma::RdmaSrcDmaCfg::LINE_NOTCH_ADDR
+        ));
+    }
+    let mut per_channel = false;
     let src = match e.src {
-        TEwSrc::Memory => EwSrc::Memory(erdma_cube(t, e, out, float, at)?),
+        TEwSrc::Memory => {
+            let cube = erdma_cube(t, e, out, float, at)?;
+            per_channel = e.data_mode == task::EW_PER_CHANNEL;
+            if per_channel && out.w * out.h > 1 {
+                unvalidated.push(format!(
+                    "{} 0: a per-channel operand broadcast over {} pixels is derived from the vendor's one-pixel tasks (docs/hardware/dpu-ops.md#per-channel-operand)",
+                    dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_MODE,
+                    out.w * out.h
+                ));
+            }
+            EwSrc::Memory(cube)
+        }
         TEwSrc::Register => {
             if float {
                 return Err(unsupported(
@@ -400,6 +592,7 @@ fn ew_stage(
         dropped,
         // Checked by `fp32_dequant`: the multiply with a 32-bit ERDMA operand.
         f16_low_half: proc == Precision::Fp32,
+        per_channel,
     })
 }
 
@@ -436,12 +629,12 @@ fn erdma_cube(
             "the EW operand comes from ERDMA (the model needs 0)",
         ));
     };
-    if er.data_mode != 1 {
+    if er.data_mode > 1 {
         return Err(unsupported(
             at,
             RdmaErdmaCfg::ERDMA_DATA_MODE,
             er.data_mode,
-            "per-pixel operands are modelled (the model needs 1)",
+            "per-channel (0) and per-pixel (1) operands are modelled",
         ));
     }
     if e.data_size != er.data_size {
@@ -456,12 +649,21 @@ fn erdma_cube(
             ),
         ));
     }
-    if e.data_mode != 1 {
-        return Err(unsupported(
+    if e.data_mode != er.data_mode {
+        return Err(inconsistent(
             at,
             dpu::EwCfg::EW_DATA_MODE,
             e.data_mode,
-            "per-pixel operands (1) are modelled",
+            format!("{} says {}", RdmaErdmaCfg::ERDMA_DATA_MODE, er.data_mode),
+        ));
+    }
+    let per_channel = er.data_mode == task::EW_PER_CHANNEL;
+    if per_channel && er.surf_stride != 1 {
+        return Err(unsupported(
+            at,
+            dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE,
+            er.surf_stride,
+            "a per-channel operand is one atom per surface (the TRM and the vendor write 1, 16 bytes)",
         ));
     }
     let prec = er.precision(float).ok_or_else(|| {
@@ -469,7 +671,11 @@ fn erdma_cube(
             at,
             RdmaErdmaCfg::ERDMA_DATA_SIZE,
             er.data_size,
-            "16- and 32-bit operands are modelled",
+            if float {
+                "16- and 32-bit operands are modelled"
+            } else {
+                "8-, 16- and 32-bit operands are modelled"
+            },
         )
     })?;
     let (w, h, c) = rdma.cube;
@@ -485,6 +691,25 @@ fn erdma_cube(
         ));
     }
     let (line, surf) = rdma.erdma_strides(er);
+    if er.surf_notch != 0 {
+        let by_notch = line * u64::from(h) + u64::from(er.surf_notch) * 16;
+        if per_channel || by_notch != surf {
+            return Err(inconsistent(
+                at,
+                dpu_rdma::RdmaEwSurfNotch::EW_SURF_NOTCH,
+                er.surf_notch,
+                format!(
+                    "gives {by_notch}-byte surfaces, {} gives {surf}",
+                    dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE
+                ),
+            ));
+        }
+    }
+    let (w, h, line) = if per_channel {
+        (1, 1, 16)
+    } else {
+        (w, h, line)
+    };
     let cube = Cube {
         base: addr(er.addr),
         w,
@@ -523,7 +748,17 @@ fn published<R: Register>(what: &str, word: u32) -> String {
 /// 0x4000_000C, EW_SURF_STRIDE 16 bytes), output fp32 with DST_SURF_STRIDE = SURFACE_ADD =
 /// 16 bytes, BS_OW_CFG 2, burst 15, MRDMA SURF_NOTCH up to 127 atoms (128 rows). Any
 /// other value of these fields is refused by name. Returns the BS operand's fp16 bits.
-fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> {
+///
+/// Generalised, with the same stage values (derived, raising `unvalidated`;
+/// docs/hardware/dpu-ops.md#dequantisation-over-a-cube): a whole `W × H × C` cube (C a
+/// multiple of 4) with the EW operand one value per channel (`ERDMA_DATA_MODE` 0), and an
+/// fp16 output through `FP32TOFP16_EN`.
+fn fp32_dequant(
+    t: &task::Task,
+    d: &task::Dpu,
+    at: At,
+    unvalidated: &mut Vec<String>,
+) -> Result<u16, SimError> {
     use dpu::{
         BnCfg, BsCfg, BsMulCfg, BsOwCfg, BsOwOp, DataCubeChannel, DataCubeHeight,
         DataCubeNotchAddr, DataCubeWidth, DataFormat, DstSurfStride, EwCfg, FeatureModeCfg,
@@ -538,29 +773,36 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
         return Err(unsupported(at, FeatureModeCfg::FLYING_MODE, 0, WHY));
     }
     let (w, h, c) = d.cube;
-    if w != 1 {
-        return Err(unsupported(
-            at,
+    // The published envelope: one pixel of 32..=1024 channels in steps of 32, fp32 out.
+    let published_shape = w == 1 && h == 1 && c <= 1024 && c.is_multiple_of(32);
+    if !published_shape {
+        unvalidated.push(format!(
+            "{} {}, {} {}, {} {}: fp32 dequantisation over a {w}x{h}x{c} cube; the published task reads one pixel of 32..=1024 channels in steps of 32 (docs/hardware/dpu-ops.md#dequantisation-over-a-cube)",
             DataCubeWidth::WIDTH,
             w - 1,
-            "the task reads one pixel (0)",
-        ));
-    }
-    if h != 1 {
-        return Err(unsupported(
-            at,
             DataCubeHeight::HEIGHT,
             h - 1,
-            "the task reads one pixel (0)",
+            DataCubeChannel::CHANNEL,
+            c - 1
         ));
     }
-    if c > 1024 || !c.is_multiple_of(32) {
-        return Err(unsupported(
-            at,
-            DataCubeChannel::CHANNEL,
-            c - 1,
-            "the published task covers 32..=1024 channels in steps of 32",
-        ));
+    match d.out.precision {
+        Precision::Fp32 => {}
+        Precision::Fp16 if d.out_cvt.fp32_to_fp16 => unvalidated.push(format!(
+            "{} 1: fp16 output of the fp32 dequantisation is derived from the fp16 pipelines' use of the same converter (docs/hardware/dpu-ops.md#dequantisation-over-a-cube)",
+            dpu::OutCvtScale::FP32TOFP16_EN
+        )),
+        p => {
+            return Err(unsupported(
+                at,
+                DataFormat::OUT_PRECISION,
+                p.code(),
+                format!(
+                    "fp32 processing writes fp32, or fp16 with {} 1",
+                    dpu::OutCvtScale::FP32TOFP16_EN
+                ),
+            ));
+        }
     }
     if d.burst_len != 15 {
         return Err(unsupported(
@@ -766,7 +1008,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
     }
     // Output: one compact row of fp32, CPEND bypassed.
     let o = &d.out;
-    if o.surf_stride != 1 {
+    if published_shape && o.surf_stride != 1 {
         return Err(unsupported(
             at,
             DstSurfStride::DST_SURF_STRIDE,
@@ -774,7 +1016,7 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             "the published task writes 1 (16 bytes)",
         ));
     }
-    if o.notch != 0 {
+    if published_shape && o.notch != 0 {
         return Err(unsupported(
             at,
             DataCubeNotchAddr::NOTCH_ADDR_0,
@@ -818,7 +1060,9 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             "the published task writes 15",
         ));
     }
-    if let Some(m) = &r.mrdma {
+    if let Some(m) = &r.mrdma
+        && published_shape
+    {
         if m.line_notch != 0 {
             return Err(unsupported(
                 at,
@@ -836,7 +1080,9 @@ fn fp32_dequant(t: &task::Task, d: &task::Dpu, at: At) -> Result<u16, SimError> 
             ));
         }
     }
-    if let Some(er) = &r.erdma {
+    if let Some(er) = &r.erdma
+        && published_shape
+    {
         if er.surf_stride != 1 {
             return Err(unsupported(
                 at,

@@ -76,7 +76,26 @@ pub(super) fn execute(
         }),
         _ => None,
     };
-    let out = post(t, main, operand);
+    // BRDMA/NRDMA reads have no DMA counter of their own (docs/simulator.md, "DMA
+    // counters"): they are not counted.
+    let mut uncounted = 0;
+    let mut per_channel =
+        |s: Option<&Stage>, pick: fn(&Stage) -> Option<&Cube>| match s.and_then(pick) {
+            Some(cube) => match read_cube(mem, cube, at, &mut uncounted)? {
+                Values::Int(v) => Ok(Some(v)),
+                Values::Float(_) => Err(SimError::Setup {
+                    why: "per-channel float operands are refused by the configuration check".into(),
+                }),
+            },
+            None => Ok(None),
+        };
+    let ops = StageOperands {
+        bs_alu: per_channel(t.bs.as_ref(), |s| s.alu_mem.as_ref())?,
+        bs_mul: per_channel(t.bs.as_ref(), |s| s.mul_mem.as_ref())?,
+        bn_alu: per_channel(t.bn.as_ref(), |s| s.alu_mem.as_ref())?,
+        bn_mul: per_channel(t.bn.as_ref(), |s| s.mul_mem.as_ref())?,
+    };
+    let out = post(t, main, operand, &ops);
     if write_output {
         write_cube(mem, &t.out, &out, at, &mut dma.dpu_write)?;
     }
@@ -607,13 +626,24 @@ fn alu_int(op: Alu, x: i64, o: i64) -> i64 {
     }
 }
 
-fn stage_int(s: &Stage, mut x: i64) -> i64 {
+/// The per-channel operands the BS and BN stages read from memory (BRDMA, NRDMA).
+struct StageOperands {
+    bs_alu: Option<Vec<i64>>,
+    bs_mul: Option<Vec<i64>>,
+    bn_alu: Option<Vec<i64>>,
+    bn_mul: Option<Vec<i64>>,
+}
+
+/// One integer BS/BN stage; `alu` and `mul` replace the register operands when the stage
+/// reads them per channel from memory.
+fn stage_int(s: &Stage, mut x: i64, alu: Option<i64>, mul: Option<i64>) -> i64 {
     if let Some((op, o)) = s.alu {
-        x = alu_int(op, x, o);
+        x = alu_int(op, x, alu.unwrap_or(o));
     }
     if let Some((m, sp, sn, prelu)) = s.mul
         && (!prelu || x < 0)
     {
+        let m = mul.unwrap_or(m);
         let shift = if x >= 0 { sp } else { sn };
         x = shr_round(x.saturating_mul(m), shift, true);
     }
@@ -635,19 +665,37 @@ fn saturate(x: i64, prec: Precision) -> i64 {
     }
 }
 
+/// The integer output converter. Multiply first (`CVT_TYPE` 0): `round((x × scale) >>
+/// shift) + offset`, the offset added after the rounding shift, as measured on an RK3588
+/// (gregordinary/rocket-userspace `tests/requant_model.h`, probe
+/// `tests/requant_round_probe`: ties to even, offset after rounding, saturation after the
+/// offset). Add first (`CVT_TYPE` 1): `round(((x + offset) × scale) >> shift)`.
 fn out_cvt_int(c: &OutCvt, x: i64) -> i64 {
-    let v = if c.add_first {
-        x.saturating_add(c.offset).saturating_mul(c.scale)
+    if c.add_first {
+        shr_round(
+            x.saturating_add(c.offset).saturating_mul(c.scale),
+            c.shift,
+            c.half_up,
+        )
     } else {
-        x.saturating_mul(c.scale).saturating_add(c.offset)
-    };
-    shr_round(v, c.shift, c.half_up)
+        shr_round(x.saturating_mul(c.scale), c.shift, c.half_up).saturating_add(c.offset)
+    }
 }
 
 /// BS → BN → EW → output converter, element by element (float data: the fp32 BS
 /// multiplier, then EW).
-fn post(t: &Task, main: Values, operand: Option<Values>) -> Values {
+fn post(t: &Task, main: Values, operand: Option<Values>, so: &StageOperands) -> Values {
     let ew = t.ew.as_ref();
+    let channels = t.out.c as usize;
+    // The operand index of element `i` (`[pixel][channel]`): per channel or per element.
+    let at_op = |i: usize| {
+        if ew.is_some_and(|e| e.per_channel) {
+            i % channels
+        } else {
+            i
+        }
+    };
+    let pick = |v: &Option<Vec<i64>>, ch: usize| v.as_ref().map(|v| v[ch]);
     match main {
         Values::Int(mut xs) => {
             let ops = match &operand {
@@ -656,16 +704,17 @@ fn post(t: &Task, main: Values, operand: Option<Values>) -> Values {
             };
             for (i, x) in xs.iter_mut().enumerate() {
                 let mut v = *x;
+                let ch = i % channels;
                 if let Some(s) = &t.bs {
-                    v = stage_int(s, v);
+                    v = stage_int(s, v, pick(&so.bs_alu, ch), pick(&so.bs_mul, ch));
                 }
                 if let Some(s) = &t.bn {
-                    v = stage_int(s, v);
+                    v = stage_int(s, v, pick(&so.bn_alu, ch), pick(&so.bn_mul, ch));
                 }
                 if let Some(e) = ew {
                     let mut o = match (&e.src, ops) {
                         (EwSrc::Register(r), _) => *r as i32 as i64,
-                        (EwSrc::Memory(_), Some(o)) => o[i],
+                        (EwSrc::Memory(_), Some(o)) => o[at_op(i)],
                         (EwSrc::Memory(_), None) => 0,
                     };
                     if let Some((off, scale, shift, add_first)) = e.cvt {
@@ -717,7 +766,7 @@ fn post(t: &Task, main: Values, operand: Option<Values>) -> Values {
             }
             if let Some(e) = ew {
                 for (i, x) in xs.iter_mut().enumerate() {
-                    let o = ops.map_or(0.0, |o| o[i]);
+                    let o = ops.map_or(0.0, |o| o[at_op(i)]);
                     match e.op {
                         _ if e.dropped => {}
                         Some(EwOp::Alu(Alu::Add)) => *x += o,

@@ -100,6 +100,10 @@ pub(super) struct Stage {
     pub mul: Option<(i64, u32, u32, bool)>,
     pub relu: bool,
     pub relux: Option<i64>,
+    /// The ALU operand read per channel from memory (BRDMA/NRDMA): a 1 × 1 × C cube.
+    pub alu_mem: Option<Cube>,
+    /// The multiplier operand read per channel from memory: a 1 × 1 × C cube.
+    pub mul_mem: Option<Cube>,
 }
 
 /// The EW operation.
@@ -131,9 +135,13 @@ pub(super) struct Ew {
     /// The fp32 multiply of the dequantisation task: each 32-bit operand element carries
     /// an fp16 value in its low half (docs/simulator.md, "Dequantisation task").
     pub f16_low_half: bool,
+    /// The ERDMA operand is one value per channel (a 1 × 1 × C cube), broadcast over
+    /// every pixel (`ERDMA_DATA_MODE` 0).
+    pub per_channel: bool,
 }
 
-/// The output converter: `((x × scale) + offset) >> shift` or `((x + offset) × scale) >> shift`.
+/// The output converter: `round((x × scale) >> shift) + offset` or `round(((x + offset) ×
+/// scale) >> shift)` (add first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct OutCvt {
     pub offset: i64,

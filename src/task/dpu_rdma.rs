@@ -1,6 +1,5 @@
-//! DPU_RDMA: the DPU's read DMA — MRDMA (the main data in flying mode) and ERDMA (the EW
-//! operand). The BS/BN operand reads (BRDMA, NRDMA) are not modelled: their registers
-//! must hold zeros.
+//! DPU_RDMA: the DPU's read DMA — MRDMA (the main data in flying mode), BRDMA and NRDMA
+//! (the per-channel operands of the BS and BN stages) and ERDMA (the EW operand).
 
 use super::dpu::cube_extent;
 use super::pointer;
@@ -34,12 +33,57 @@ pub struct Erdma {
     pub surf_stride: u32,
     /// `DATA_CUBE_HEIGHT.EW_LINE_NOTCH_ADDR`.
     pub line_notch: u32,
+    /// `RDMA_EW_SURF_NOTCH`: atoms between one surface's end and the next (the vendor
+    /// writes it beside `EW_SURF_STRIDE` for a task over part of a taller cube; the two
+    /// must then agree).
+    pub surf_notch: u32,
+}
+
+/// `ERDMA_DATA_MODE` / `EW_DATA_MODE` 0: one operand per channel, the same for every
+/// pixel (the operand is one atom per surface, `EW_SURF_STRIDE` 16 bytes).
+pub const EW_PER_CHANNEL: u32 = 0;
+/// `ERDMA_DATA_MODE` / `EW_DATA_MODE` 1: one operand per element, laid out like the cube.
+pub const EW_PER_PIXEL: u32 = 1;
+
+/// BRDMA or NRDMA: the per-channel operands of the BS or BN stage read from memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OperandRead {
+    /// `RDMA_BS_BASE_ADDR` or `RDMA_BN_BASE_ADDR`.
+    pub addr: DmaAddr,
+    /// `BRDMA_DATA_USE` / `NRDMA_DATA_USE` (non-zero): which operands come from memory,
+    /// one bit each ([`OperandRead::ALU`], [`OperandRead::CPEND`], [`OperandRead::MUL`],
+    /// [`OperandRead::TRUNCATE`]).
+    pub data_use: u32,
+}
+
+impl OperandRead {
+    /// `DATA_USE` bit: the ALU operand.
+    pub const ALU: u32 = 1;
+    /// `DATA_USE` bit: the CPEND (zero-point) operand.
+    pub const CPEND: u32 = 2;
+    /// `DATA_USE` bit: the multiplier operand.
+    pub const MUL: u32 = 4;
+    /// `DATA_USE` bit: the shift (truncate) value.
+    pub const TRUNCATE: u32 = 8;
+
+    /// Bytes of one channel's operand in memory, for the layouts this project knows: a
+    /// 32-bit ALU operand alone (Mesa's int8 bias, bminor/mesa-mesa
+    /// `src/gallium/drivers/rocket/rkt_coefs.c`) or a 16-bit multiplier alone
+    /// (docs/hardware/dpu-ops.md#per-channel-operands); `None` for other combinations.
+    pub const fn bytes_per_channel(&self) -> Option<u32> {
+        match self.data_use {
+            OperandRead::ALU => Some(4),
+            OperandRead::MUL => Some(2),
+            _ => None,
+        }
+    }
 }
 
 impl Erdma {
     /// The operand's element type for a DPU processing integers or floats.
     pub fn precision(&self, float: bool) -> Option<Precision> {
         Some(match (self.data_size, float) {
+            (1, false) => Precision::Int8,
             (2, false) => Precision::Int16,
             (3, false) => Precision::Int32,
             (2, true) => Precision::Fp16,
@@ -68,6 +112,13 @@ pub struct DpuRdma {
     pub erdma: Option<Erdma>,
     /// `RDMA_WEIGHT`: arbiter weights of the M, B, N and E reads.
     pub arbiter: [u32; 4],
+    /// `FEATURE_MODE_CFG.MRDMA_FP16TOFP32_EN`: MRDMA widens fp16 main data to fp32 (every
+    /// vendor flying fp16 task sets it).
+    pub fp16_to_fp32: bool,
+    /// The BS operand read (BRDMA), `None` when `BRDMA_DATA_USE` is 0.
+    pub brdma: Option<OperandRead>,
+    /// The BN operand read (NRDMA), `None` when `NRDMA_DATA_USE` is 0.
+    pub nrdma: Option<OperandRead>,
 }
 
 impl DpuRdma {
@@ -90,15 +141,27 @@ impl DpuRdma {
             Some(m) => t.write_addr::<RdmaSrcBaseAddr>(m.addr)?,
             None => t.write(RdmaSrcBaseAddr::new()),
         };
-        t.write(RdmaBrdmaCfg::new())
-            .write(RdmaBsBaseAddr::new())
-            .write(RdmaNrdmaCfg::new())
-            .write(RdmaBnBaseAddr::new())
-            .write_fields(&[
-                (RdmaErdmaCfg::ERDMA_DISABLE, u32::from(e.is_none())),
-                (RdmaErdmaCfg::ERDMA_DATA_SIZE, e.map_or(0, |e| e.data_size)),
-                (RdmaErdmaCfg::ERDMA_DATA_MODE, e.map_or(0, |e| e.data_mode)),
-            ])?;
+        t.write_fields(&[(
+            RdmaBrdmaCfg::BRDMA_DATA_USE,
+            self.brdma.map_or(0, |b| b.data_use),
+        )])?;
+        match self.brdma {
+            Some(b) => t.write_addr::<RdmaBsBaseAddr>(b.addr)?,
+            None => t.write(RdmaBsBaseAddr::new()),
+        };
+        t.write_fields(&[(
+            RdmaNrdmaCfg::NRDMA_DATA_USE,
+            self.nrdma.map_or(0, |b| b.data_use),
+        )])?;
+        match self.nrdma {
+            Some(b) => t.write_addr::<RdmaBnBaseAddr>(b.addr)?,
+            None => t.write(RdmaBnBaseAddr::new()),
+        };
+        t.write_fields(&[
+            (RdmaErdmaCfg::ERDMA_DISABLE, u32::from(e.is_none())),
+            (RdmaErdmaCfg::ERDMA_DATA_SIZE, e.map_or(0, |e| e.data_size)),
+            (RdmaErdmaCfg::ERDMA_DATA_MODE, e.map_or(0, |e| e.data_mode)),
+        ])?;
         match e {
             Some(e) => t.write_addr::<RdmaEwBaseAddr>(e.addr)?,
             None => t.write(RdmaEwBaseAddr::new()),
@@ -110,6 +173,10 @@ impl DpuRdma {
         .write_fields(&[
             (RdmaFeatureModeCfg::FLYING_MODE, u32::from(self.flying)),
             (RdmaFeatureModeCfg::MRDMA_DISABLE, u32::from(m.is_none())),
+            (
+                RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN,
+                u32::from(self.fp16_to_fp32),
+            ),
             (RdmaFeatureModeCfg::PROC_PRECISION, self.precision.code()),
             (RdmaFeatureModeCfg::IN_PRECISION, self.precision.code()),
             (RdmaFeatureModeCfg::BURST_LEN, self.burst_len),
@@ -129,7 +196,10 @@ impl DpuRdma {
             (RdmaWeight::N_WEIGHT, self.arbiter[2]),
             (RdmaWeight::E_WEIGHT, self.arbiter[3]),
         ])?
-        .write(RdmaEwSurfNotch::new());
+        .write_fields(&[(
+            RdmaEwSurfNotch::EW_SURF_NOTCH,
+            e.map_or(0, |e| e.surf_notch),
+        )])?;
         Ok(())
     }
 
@@ -140,11 +210,6 @@ impl DpuRdma {
             RdmaFeatureModeCfg::CONV_MODE,
             0,
             "only direct mode is modelled",
-        )?;
-        r.expect(
-            RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN,
-            0,
-            "input widening is not modelled",
         )?;
         r.expect(
             RdmaFeatureModeCfg::COMB_USE,
@@ -192,9 +257,27 @@ impl DpuRdma {
                 data_mode: r.get(RdmaErdmaCfg::ERDMA_DATA_MODE),
                 surf_stride: r.get(RdmaEwSurfStride::EW_SURF_STRIDE),
                 line_notch: r.get(RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR),
+                surf_notch: r.get(RdmaEwSurfNotch::EW_SURF_NOTCH),
             })
         };
+        let brdma = match r.get(RdmaBrdmaCfg::BRDMA_DATA_USE) {
+            0 => None,
+            data_use => Some(OperandRead {
+                addr: DmaAddr::Fixed(r.address::<RdmaBsBaseAddr>()),
+                data_use,
+            }),
+        };
+        let nrdma = match r.get(RdmaNrdmaCfg::NRDMA_DATA_USE) {
+            0 => None,
+            data_use => Some(OperandRead {
+                addr: DmaAddr::Fixed(r.address::<RdmaBnBaseAddr>()),
+                data_use,
+            }),
+        };
         Ok(DpuRdma {
+            fp16_to_fp32: r.flag(RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN),
+            brdma,
+            nrdma,
             ping_pong,
             cube: (
                 r.get(RdmaDataCubeWidth::WIDTH) + 1,
@@ -244,18 +327,43 @@ impl DpuRdma {
                 access: Access::Read,
             });
         }
+        for (read, register, what) in [
+            (self.brdma, dpu_rdma::RdmaBsBaseAddr::NAME, "BS operands"),
+            (self.nrdma, dpu_rdma::RdmaBnBaseAddr::NAME, "BN operands"),
+        ] {
+            if let Some(b) = read
+                && let Some(start) = fixed(b.addr)
+            {
+                // Unknown layouts are refused by the simulator; the range assumes 4
+                // bytes per channel so that the verifier still sees the read.
+                let per = u64::from(b.bytes_per_channel().unwrap_or(4));
+                out.push(DmaRange {
+                    block: Block::DpuRdma,
+                    register,
+                    what,
+                    start,
+                    len: (u64::from(c) * per).div_ceil(16) * 16,
+                    access: Access::Read,
+                });
+            }
+        }
         if let Some(e) = &self.erdma
             && let Some(start) = fixed(e.addr)
         {
             let float = dpu.map_or(self.precision.is_float(), |d| d.precision.is_float());
             let p = e.precision(float).unwrap_or(Precision::Int32);
             let (line, surf) = self.erdma_strides(e);
+            let len = if e.data_mode == EW_PER_CHANNEL {
+                cube_extent(1, 1, c, p, 16, surf)
+            } else {
+                cube_extent(w, h, c, p, line, surf)
+            };
             out.push(DmaRange {
                 block: Block::DpuRdma,
                 register: dpu_rdma::RdmaEwBaseAddr::NAME,
                 what: "EW operand",
                 start,
-                len: cube_extent(w, h, c, p, line, surf),
+                len,
                 access: Access::Read,
             });
         }

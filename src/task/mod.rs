@@ -48,7 +48,7 @@ pub use cna::{Cbuf, CbufHeld, Cna, Conv, Feature, InputCvt, Kernel, Weights};
 pub use dpu::{
     Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, Mul, OpCvt, OutCvt, Output, OwCfg, Stage,
 };
-pub use dpu_rdma::{DpuRdma, Erdma, Mrdma};
+pub use dpu_rdma::{DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Mrdma, OperandRead};
 pub use ppu::{PoolMethod, Ppu};
 pub use ppu_rdma::PpuRdma;
 pub use read::{DecodeError, DecodeErrorKind, RegisterFile, Snapshot};

@@ -229,8 +229,11 @@ prop_compose! {
         flying in any::<bool>(),
         burst_len in upto(dpu_rdma::RdmaFeatureModeCfg::BURST_LEN),
         mrdma in prop::option::of((addr(), upto(dpu_rdma::RdmaSrcDmaCfg::LINE_NOTCH_ADDR), upto(dpu_rdma::RdmaSurfNotch::SURF_NOTCH_ADDR))),
-        erdma in prop::option::of((addr(), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_SIZE), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_MODE), upto(dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE), upto(dpu_rdma::RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR))),
+        erdma in prop::option::of((addr(), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_SIZE), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_MODE), upto(dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE), upto(dpu_rdma::RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR), upto(dpu_rdma::RdmaEwSurfNotch::EW_SURF_NOTCH))),
         arbiter in prop::array::uniform4(upto(dpu_rdma::RdmaWeight::M_WEIGHT)),
+        fp16_to_fp32 in any::<bool>(),
+        brdma in prop::option::of((addr(), 1..=max(dpu_rdma::RdmaBrdmaCfg::BRDMA_DATA_USE))),
+        nrdma in prop::option::of((addr(), 1..=max(dpu_rdma::RdmaNrdmaCfg::NRDMA_DATA_USE))),
     ) -> DpuRdma {
         DpuRdma {
             ping_pong,
@@ -239,10 +242,13 @@ prop_compose! {
             flying,
             burst_len,
             mrdma: mrdma.map(|(addr, line_notch, surf_notch)| Mrdma { addr, line_notch, surf_notch }),
-            erdma: erdma.map(|(addr, data_size, data_mode, surf_stride, line_notch)| Erdma {
-                addr, data_size, data_mode, surf_stride, line_notch,
+            erdma: erdma.map(|(addr, data_size, data_mode, surf_stride, line_notch, surf_notch)| Erdma {
+                addr, data_size, data_mode, surf_stride, line_notch, surf_notch,
             }),
             arbiter,
+            fp16_to_fp32,
+            brdma: brdma.map(|(addr, data_use)| OperandRead { addr, data_use }),
+            nrdma: nrdma.map(|(addr, data_use)| OperandRead { addr, data_use }),
         }
     }
 }
@@ -865,4 +871,71 @@ fn kxk_conv_dma_ranges_cover_the_band_and_the_kernels() {
     for t in &tasks {
         assert_eq!(round_trip(t).as_ref(), Ok(t));
     }
+}
+
+/// The requantisation epilogue's BRDMA and NRDMA reads and the per-channel EW operand:
+/// their registers round-trip, and the DMA ranges cover one operand per channel.
+#[test]
+fn per_channel_operand_reads_round_trip_and_touch_one_value_per_channel() {
+    use crate::kernels::ops::Cube;
+    use crate::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
+    use crate::kernels::ops::epilogue::{OutScale, Requant};
+    let cube = Cube::new(4, 1, 32, Precision::Int32).unwrap();
+    let rq = Requant::per_tensor(OutScale::new(1, 0, 0))
+        .with_bias()
+        .with_channel_multipliers(3)
+        .unwrap();
+    let t = rq
+        .tasks(
+            cube,
+            DmaAddr::Fixed(0x10_0000),
+            DmaAddr::Fixed(0x20_0000),
+            DmaAddr::Fixed(0x30_0000),
+        )
+        .unwrap()
+        .remove(0);
+    assert_eq!(round_trip(&t), Ok(t.clone()));
+    let r = t.dpu_rdma.unwrap();
+    assert_eq!(
+        r.brdma,
+        Some(OperandRead {
+            addr: DmaAddr::Fixed(0x20_0000),
+            data_use: OperandRead::ALU
+        })
+    );
+    assert_eq!(r.nrdma.unwrap().addr, DmaAddr::Fixed(0x20_0000 + 32 * 4));
+    let ranges: Vec<(u64, u64)> = t
+        .dma()
+        .iter()
+        .filter(|x| x.access == Access::Read)
+        .map(|x| (x.start, x.len))
+        .collect();
+    assert!(ranges.contains(&(0x20_0000, 32 * 4)), "{ranges:x?}");
+    assert!(
+        ranges.contains(&(0x20_0000 + 32 * 4, 32 * 2)),
+        "{ranges:x?}"
+    );
+    // A per-channel EW operand: one atom per surface, 16 bytes apart.
+    let e = Eltwise::new(
+        EltwiseOp::Add,
+        Cube::new(3, 2, 16, Precision::Fp16).unwrap(),
+        Operand::PerChannel,
+    )
+    .unwrap()
+    .tasks(
+        DmaAddr::Fixed(0x10_0000),
+        DmaAddr::Fixed(0x20_0000),
+        DmaAddr::Fixed(0x30_0000),
+    )
+    .unwrap()
+    .remove(0);
+    assert_eq!(round_trip(&e), Ok(e.clone()));
+    assert!(e.dpu_rdma.unwrap().fp16_to_fp32);
+    assert!(
+        e.dma()
+            .iter()
+            .any(|x| x.what == "EW operand" && (x.start, x.len) == (0x20_0000, 32)),
+        "{:x?}",
+        e.dma()
+    );
 }

@@ -25,6 +25,8 @@
 //! ```
 
 pub mod conv;
+pub mod eltwise;
+pub mod epilogue;
 pub mod pool;
 
 use crate::error::{Error, Result};

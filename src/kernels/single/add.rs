@@ -91,8 +91,12 @@ pub fn add_task_model(
             data_mode: 1,
             surf_stride: stride,
             line_notch: 0,
+            surf_notch: 0,
         }),
         arbiter: RDMA_ARBITER,
+        fp16_to_fp32: false,
+        brdma: None,
+        nrdma: None,
     };
     Ok(Task {
         cna: None,

@@ -236,8 +236,12 @@ pub fn dequant_task_model(
             data_mode: 1,
             surf_stride: 1,
             line_notch: 0,
+            surf_notch: 0,
         }),
         arbiter: RDMA_ARBITER,
+        fp16_to_fp32: false,
+        brdma: None,
+        nrdma: None,
     };
     Ok(Task {
         cna: None,

@@ -473,8 +473,12 @@ impl SingleMatmul {
                 data_mode: 1,
                 surf_stride: dst_surf,
                 line_notch: notch,
+                surf_notch: 0,
             }),
             arbiter: RDMA_ARBITER,
+            fp16_to_fp32: false,
+            brdma: None,
+            nrdma: None,
         })
     }
 

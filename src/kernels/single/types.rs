@@ -183,6 +183,7 @@ pub struct PostOps {
     /// Adds E, an operand shaped and laid out like C with 32-bit elements (int32 for
     /// integer inputs, fp32 for float inputs), read by DPU_RDMA.
     pub add: bool,
-    /// Output converter `((x × scale) + offset) >> shift`, integer outputs only.
+    /// Output converter `round_half_even((x × scale) >> shift) + offset` (the offset after
+    /// the rounding shift, as measured on RK3588), integer outputs only.
     pub out_cvt: Option<(i32, u16, u16)>,
 }

@@ -27,7 +27,9 @@ pub enum DpuInput {
     Flying,
 }
 
-/// The output converter `((x × scale) + offset) >> shift`.
+/// The output converter: `round((x × scale) >> shift) + offset` (`CVT_TYPE` 0; the
+/// offset after the rounding shift, as measured on RK3588) or `round(((x + offset) ×
+/// scale) >> shift)` (`CVT_TYPE` 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct OutCvt {
     /// Offset (`OUT_CVT_OFFSET`).
