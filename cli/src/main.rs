@@ -36,6 +36,7 @@ mod info;
 mod matmul;
 mod op;
 mod op_conv;
+mod op_ew;
 mod op_pool;
 mod sim;
 mod trace;

@@ -41,6 +41,11 @@ pub(crate) enum OpCommand {
     /// Input H×W×C, OC kernels of KH×KW; int8 (int32 results) or fp16. Prints the
     /// program summary, the largest error against the CPU's direct convolution and OK.
     Conv(super::op_conv::ConvArgs),
+    /// An element-wise operation of two seeded tensors of the same shape.
+    ///
+    /// add, sub, mul, max or min of two H×W×C tensors of int8, int16 or fp16. Prints the
+    /// program summary, the largest error against the CPU and OK.
+    Ew(super::op_ew::EwArgs),
     /// Pooling of a seeded tensor on the PPU.
     ///
     /// max, avg or min over K×K windows (stride, padding) of an H×W×C tensor. Prints the
@@ -51,6 +56,7 @@ pub(crate) enum OpCommand {
 pub(crate) fn run(cmd: OpCommand) -> Result<(), Failure> {
     match cmd {
         OpCommand::Conv(a) => super::op_conv::run(a),
+        OpCommand::Ew(a) => super::op_ew::run(a),
         OpCommand::Pool(a) => super::op_pool::run(a),
     }
 }

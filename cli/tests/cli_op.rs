@@ -231,3 +231,39 @@ fn conv_refusals_name_the_reason() {
         "op conv",
     );
 }
+
+#[test]
+fn ew_every_operation_and_type_passes() {
+    for (op, dtype) in [
+        ("add", "fp16"),
+        ("sub", "int8"),
+        ("mul", "int16"),
+        ("max", "fp16"),
+        ("min", "int8"),
+    ] {
+        let text = passes(&[
+            "ew", "--op", op, "--h", "3", "--w", "5", "--c", "20", "--dtype", dtype, "--device",
+            "emu",
+        ]);
+        assert!(text.contains("op-enable 0x18"), "{text}");
+        assert!(text.contains("(exact: respected)"), "{text}");
+    }
+    passes(&[
+        "ew",
+        "--op",
+        "mul",
+        "--h",
+        "2",
+        "--w",
+        "4",
+        "--c",
+        "16",
+        "--dtype",
+        "fp16",
+        "--per-channel",
+        "--device",
+        "emu:rocket",
+        "--seed",
+        "2",
+    ]);
+}
