@@ -44,8 +44,10 @@ mod tests;
 
 pub use self::core::Core;
 pub use cna::{Cbuf, CbufHeld, Cna, Conv, Feature, InputCvt, Weights};
+pub(crate) use dpu::is_lut_port;
 pub use dpu::{
-    Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, Mul, OpCvt, OutCvt, Output, OwCfg, Stage,
+    Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, LUT_ENTRIES, LUT_SEGMENTS, Lut, LutRange, LutSlope,
+    LutTables, Mul, OpCvt, OutCvt, Output, OwCfg, Stage,
 };
 pub use dpu_rdma::{DpuRdma, Erdma, Mrdma};
 pub use ppu::{PoolMethod, Ppu};

@@ -24,6 +24,8 @@
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
 
+pub mod lut;
+
 use crate::error::{Error, Result};
 use crate::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder};
 use crate::task::{Precision, Task};

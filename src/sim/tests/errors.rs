@@ -70,14 +70,15 @@ fn unsupported_field_values_are_named() {
             cna::WeightSize2::WEIGHT_WIDTH.name(),
             3,
         ),
-        // The EW stage is bypassed in the base program; enable it to reach the LUT check.
+        // The EW stage is bypassed in the base program; enable it to reach the LUT check,
+        // which refuses the LUT in an integer (int8, code 0) pipeline.
         (
             |s| {
                 s.field(dpu::EwCfg::EW_LUT_BYPASS, 0)
                     .field(dpu::EwCfg::EW_BYPASS, 0)
             },
-            dpu::EwCfg::NAME,
-            dpu::EwCfg::EW_LUT_BYPASS.name(),
+            dpu::DataFormat::NAME,
+            dpu::DataFormat::PROC_PRECISION.name(),
             0,
         ),
         (
