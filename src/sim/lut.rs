@@ -290,11 +290,12 @@ pub(super) fn check(
     }
     if l.uflow_lo || !l.oflow_lo || !l.hybrid_lo {
         unvalidated.push(format!(
-            "{} priorities underflow {}, overflow {}, hybrid {}: every program that ran writes 0, 1, 1 (LUT_CFG 0x68); the model follows the NVDLA selection rules",
+            "{} priorities underflow {}, overflow {}, hybrid {}: every program that ran writes 0, 1, 1 ({} 0x68); the model follows the NVDLA selection rules",
             LutCfg::NAME,
             u32::from(l.uflow_lo),
             u32::from(l.oflow_lo),
-            u32::from(l.hybrid_lo)
+            u32::from(l.hybrid_lo),
+            LutCfg::NAME
         ));
     }
     let range = |r: &task::LutRange, le: bool| -> Result<Range, SimError> {

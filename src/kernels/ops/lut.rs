@@ -7,10 +7,10 @@
 //! | sigmoid | LUT | "unit": Q0.15 table of f on ±6.31 (index scale 2596), decode `(q + 1)·2^−15` |
 //! | tanh | LUT | "affine": Q0.15 table of `(f + 1)/2` on ±3.14 (scale 5216), decode `(q − 16384)·2^−14` |
 //! | exp | LUT | "shifted": one table of f on [−16, 0] (scale 1024, bias 16384), decode `q·2^−15` |
-//! | SiLU | LUT + EW multiply | sigmoid gate, then `x · gate` |
-//! | GELU | LUT + EW multiply | Φ gate (unit recipe), then `x · gate` |
-//! | ReLU | EW max | `max(x, 0)` against a constant operand |
-//! | ReLU6 | EW max + EW min | `min(max(x, 0), 6)` against constant operands |
+//! | SiLU | LUT | "affine": Q0.15 table of `(f + 0.5)/32` on ±16 (scale 1024), decode `(q − 512)·2^−10` |
+//! | GELU | LUT | as SiLU (boards are known to mis-decode this single-pass GELU, docs/ops.md) |
+//! | ReLU | EW max | `max(x, 0)` against a constant operand of zeros |
+//! | ReLU6 | BN ReLU + EW min | `min(max(x, 0), 6)`: BN clamps at 0, EW takes the minimum with sixes |
 //!
 //! The element-wise ops do not depend on the layout, so the cube's bytes are cut into
 //! tasks of at most 4096 atoms per line (boards corrupt outputs of wider DPU cubes),
@@ -24,7 +24,7 @@
 //! let cube = Cube::new(64, 2, 16, Precision::Fp16)?;
 //! let op = ActivationOp::new(Activation::Silu, cube)?;
 //! let tasks = op.tasks(ops::at(ops::INPUT, 0), ops::at(ops::OUTPUT, 0), ops::at(ops::OPERAND, 0))?;
-//! assert_eq!(tasks.len(), 2); // the sigmoid gate, then x · gate
+//! assert_eq!(tasks.len(), 1); // 64 × 2 × 2 atoms: one tile
 //! assert!(tasks[0].dpu.unwrap().ew.unwrap().lut.unwrap().upload.is_some());
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
@@ -112,7 +112,8 @@ impl Activation {
     pub const fn input_range(self) -> (f64, f64) {
         match self {
             Activation::Relu | Activation::Relu6 => (-16.0, 16.0),
-            Activation::Silu | Activation::Gelu | Activation::Sigmoid => (-8.0, 8.0),
+            Activation::Sigmoid => (-8.0, 8.0),
+            Activation::Silu | Activation::Gelu => (-16.0, 16.0),
             Activation::Tanh => (-4.0, 4.0),
             Activation::Exp => (-16.0, 0.0),
         }
@@ -167,14 +168,18 @@ fn erf(x: f64) -> f64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Gate {
-    /// sigmoid (also SiLU's gate).
+    /// sigmoid.
     Sigmoid,
-    /// Φ, GELU's gate.
+    /// Φ, the standard normal CDF (a `[0, 1]` gate for a two-pass GELU).
     Phi,
     /// tanh.
     Tanh,
     /// exp on [−16, 0].
     Exp,
+    /// SiLU on ±16.
+    Silu,
+    /// GELU on ±16.
+    Gelu,
 }
 
 impl Gate {
@@ -184,6 +189,8 @@ impl Gate {
             Gate::Phi => phi(x),
             Gate::Tanh => x.tanh(),
             Gate::Exp => x.exp(),
+            Gate::Silu => x * sigmoid(x),
+            Gate::Gelu => x * phi(x),
         }
     }
 }
@@ -221,6 +228,8 @@ pub fn recipe(gate: Gate) -> LutRecipe {
         Gate::Tanh => (5216.0, |g, x| (g.f(x) + 1.0) / 2.0, -16384, 14),
         // "shifted": one table over [-16, 0], decode q 2^-15.
         Gate::Exp => (1024.0, |g, x| g.f(x), 0, 15),
+        // "affine": q = 32768 (f + 0.5) / 32, decode (q - 512) 2^-10.
+        Gate::Silu | Gate::Gelu => (1024.0, |g, x| (g.f(x) + 0.5) / 32.0, -512, 10),
     };
     let mut tables = LutTables {
         le: [0; LUT_ENTRIES],
@@ -247,6 +256,15 @@ pub fn recipe(gate: Gate) -> LutRecipe {
         lut.le.slope = LutSlope {
             uflow_scale: 23107,
             uflow_shift: 22,
+            ..LutSlope::default()
+        };
+    }
+    // Above the LO table SiLU and GELU continue as x: one code per index unit
+    // (8192 / 2^13, the slope of the published fp32 SiLU program).
+    if matches!(gate, Gate::Silu | Gate::Gelu) {
+        lut.lo.slope = LutSlope {
+            oflow_scale: 8192,
+            oflow_shift: 13,
             ..LutSlope::default()
         };
     }
@@ -432,9 +450,9 @@ pub fn lut_task(
     )
 }
 
-/// The flying fp16 EW task `out = a <op> b` over one tile (EW_CFG 0x108002C0 max,
+/// The flying fp16 EW task `out = bn(a) <op> b` over one tile (EW_CFG 0x108002C0 max,
 /// 0x108102C0 min, 0x108003C4 multiply; ERDMA_CFG 0x40000008).
-fn ew_task(op: EwOp, t: Tile, a: DmaAddr, b: DmaAddr, out: DmaAddr) -> Task {
+fn ew_task(op: EwOp, t: Tile, a: DmaAddr, b: DmaAddr, out: DmaAddr, bn: Stage) -> Task {
     let cvt = match op {
         // ALU operations keep the operand converter on with the identity (bypassed, an
         // fp16 add drops its operand on boards); the multiply bypasses it.
@@ -459,7 +477,7 @@ fn ew_task(op: EwOp, t: Tile, a: DmaAddr, b: DmaAddr, out: DmaAddr) -> Task {
     };
     let mut cvt_out = OutCvt::IDENTITY;
     cvt_out.fp32_to_fp16 = true;
-    flying(t, a, out, Some(b), Stage::BYPASSED, ew, cvt_out)
+    flying(t, a, out, Some(b), bn, ew, cvt_out)
 }
 
 /// One activation over one cube: its tasks and the constant operand they read.
@@ -511,8 +529,9 @@ impl ActivationOp {
     pub fn gate(&self) -> Option<Gate> {
         Some(match self.activation {
             Activation::Relu | Activation::Relu6 => return None,
-            Activation::Silu | Activation::Sigmoid => Gate::Sigmoid,
-            Activation::Gelu => Gate::Phi,
+            Activation::Sigmoid => Gate::Sigmoid,
+            Activation::Silu => Gate::Silu,
+            Activation::Gelu => Gate::Gelu,
             Activation::Tanh => Gate::Tanh,
             Activation::Exp => Gate::Exp,
         })
@@ -523,33 +542,26 @@ impl ActivationOp {
     }
 
     /// The bytes the `operand` buffer of [`ActivationOp::tasks`] must hold, `None` when
-    /// the tasks read none: fp16 zeros for ReLU, zeros then sixes for ReLU6 (one tile's
-    /// worth each; every tile reads the same constants).
+    /// the tasks read none: fp16 zeros for ReLU, sixes for ReLU6 (one tile's worth;
+    /// every tile reads the same constants).
     pub fn operand(&self) -> Result<Option<Vec<u8>>> {
         let first = self.tiles()?[0];
         let n = first.w as usize * first.h as usize * 16;
-        let sixes = || f16::from_f32(6.0).to_le_bytes().repeat(n / 2);
         Ok(match self.activation {
             Activation::Relu => Some(vec![0; n]),
-            Activation::Relu6 => {
-                let mut v = vec![0; n];
-                v.extend(sixes());
-                Some(v)
-            }
+            Activation::Relu6 => Some(f16::from_f32(6.0).to_le_bytes().repeat(n / 2)),
             _ => None,
         })
     }
 
-    /// The tasks: `input` and `output` hold the cube (they may be the same buffer);
-    /// `operand` holds [`ActivationOp::operand`] (unused when that is `None`). SiLU and
-    /// GELU write the gate to `output`, then multiply it by `input` in place; ReLU6 takes
-    /// the minimum in place.
+    /// The tasks: `input` and `output` hold the cube; `operand` holds
+    /// [`ActivationOp::operand`] (unused when that is `None`). One task per tile.
     pub fn tasks(&self, input: DmaAddr, output: DmaAddr, operand: DmaAddr) -> Result<Vec<Task>> {
         let tiles = self.tiles()?;
         let mut out = Vec::new();
         let at = |a: DmaAddr, t: &Tile| plus(a, t.offset);
         match self.activation {
-            Activation::Relu | Activation::Relu6 => {
+            Activation::Relu => {
                 for t in &tiles {
                     out.push(ew_task(
                         EwOp::Alu(AluOp::Max),
@@ -557,14 +569,29 @@ impl ActivationOp {
                         at(input, t)?,
                         operand,
                         at(output, t)?,
+                        Stage::BYPASSED,
                     ));
                 }
-                if self.activation == Activation::Relu6 {
-                    let sixes = plus(operand, tiles[0].w * tiles[0].h * 16)?;
-                    for t in &tiles {
-                        let o = at(output, t)?;
-                        out.push(ew_task(EwOp::Alu(AluOp::Min), *t, o, sixes, o));
-                    }
+            }
+            Activation::Relu6 => {
+                // BN clamps at 0 (BN_CFG with ALU and multiplier bypassed, ReLU on), then
+                // the EW stage takes the minimum with the sixes.
+                let relu = Stage {
+                    bypass: false,
+                    alu: None,
+                    mul: None,
+                    relu: true,
+                    relux: None,
+                };
+                for t in &tiles {
+                    out.push(ew_task(
+                        EwOp::Alu(AluOp::Min),
+                        *t,
+                        at(input, t)?,
+                        operand,
+                        at(output, t)?,
+                        relu,
+                    ));
                 }
             }
             _ => {
@@ -578,12 +605,6 @@ impl ActivationOp {
                         at(output, t)?,
                         self.upload && i == 0,
                     ));
-                }
-                if matches!(self.activation, Activation::Silu | Activation::Gelu) {
-                    for t in &tiles {
-                        let o = at(output, t)?;
-                        out.push(ew_task(EwOp::Mul(0, 0), *t, o, at(input, t)?, o));
-                    }
                 }
             }
         }
