@@ -485,3 +485,58 @@ fn golden_decoded_programs() {
         common::check_text_fixture(&fixture(name), &text);
     }
 }
+
+#[test]
+fn the_vendor_float_scalar_add_and_multiply_run_clean() {
+    use rknpu_driver::task::{Alu, AluOp, Mul, Stage};
+    // The vendor's fp16 "+2" (BS_CFG 0x20050, BS_ALU_CFG fp32 2.0) and "×2" (BS_CFG 0x42,
+    // BS_MUL_CFG fp16 2.0 << 16) stages on a flying fp16 task.
+    let add = Stage {
+        bypass: false,
+        alu: Some(Alu {
+            op: AluOp::Add,
+            operand: 2f32.to_bits() as i32,
+            from_memory: false,
+        }),
+        mul: None,
+        relu: false,
+        relux: None,
+    };
+    let mul = Stage {
+        bypass: false,
+        alu: None,
+        mul: Some(Mul::fp16(f16::from_f32(2.0).to_bits())),
+        relu: false,
+        relux: None,
+    };
+    let cube = Cube::new(2, 1, 8, Precision::Fp16).unwrap();
+    let xs: Vec<f16> = (0..16)
+        .map(|i| f16::from_f32(i as f32 * 0.37 - 3.0))
+        .collect();
+    for (stage, f) in [
+        (add, (|x: f32| x + 2.0) as fn(f32) -> f32),
+        (mul, |x| x * 2.0),
+    ] {
+        let mut t = lut_task(
+            &hand_recipe(),
+            2,
+            1,
+            ops::at(ops::INPUT, 0),
+            ops::at(ops::OUTPUT, 0),
+            false,
+        );
+        let d = t.dpu.as_mut().unwrap();
+        d.ew = None;
+        d.bn = Stage::BYPASSED;
+        d.bs = stage;
+        d.out_cvt = OutCvt::IDENTITY;
+        d.out_cvt.fp32_to_fp16 = true;
+        let (run, bytes) = simulate(&[t], cube.pack(&xs).unwrap(), 32);
+        let run = run.unwrap();
+        assert!(run.lints.is_empty(), "{:?}", run.lints);
+        let out: Vec<f16> = cube.unpack(&bytes).unwrap();
+        for (x, y) in xs.iter().zip(&out) {
+            assert_eq!(y.to_f32(), f16::from_f32(f(x.to_f32())).to_f32(), "x = {x}");
+        }
+    }
+}
