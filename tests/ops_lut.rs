@@ -140,7 +140,7 @@ fn measure(dev: &Device, a: Activation) -> (usize, f64, f64, Option<f64>) {
     let (lo, hi) = a.input_range();
     let mut xs = every_fp16(lo, hi);
     // Whole atoms: pad with zeros (f(0) is measured too).
-    while xs.len() % 8 != 0 {
+    while !xs.len().is_multiple_of(8) {
         xs.push(f16::ZERO);
     }
     let cube = Cube::new((xs.len() / 8) as u32, 1, 8, Precision::Fp16).unwrap();

@@ -384,8 +384,7 @@ pub(super) fn check(
         ));
     }
     let scale = c.scale as u16 as i16;
-    let validated = (c.add_first && scale == 1)
-        || (!c.add_first && scale == 1 && c.offset == 0 && c.minus_exp == 0);
+    let validated = scale == 1 && (c.add_first || (c.offset == 0 && c.minus_exp == 0));
     if !validated {
         unvalidated.push(format!(
             "LUT output converter {} {}, scale {scale}, offset {}, {} {}: the programs that ran add first with scale 1, or write the raw code (scale 1, offset 0, exponent 0)",
@@ -480,12 +479,11 @@ mod tests {
     }
 
     fn ramp() -> [[i16; LUT_ENTRIES]; 2] {
-        let mut t = [[0i16; LUT_ENTRIES]; 2];
-        for i in 0..LUT_ENTRIES {
-            t[0][i] = -1000 + 2 * i as i16; // LE: -1000 at START .. 24 at 0
-            t[1][i] = 3 * i as i16 + 7; // LO: 7 at 0 .. 1543 at END
-        }
-        t
+        // LE: -1000 at START .. 24 at 0; LO: 7 at 0 .. 1543 at END.
+        [
+            std::array::from_fn(|i| -1000 + 2 * i as i16),
+            std::array::from_fn(|i| 3 * i as i16 + 7),
+        ]
     }
 
     #[test]

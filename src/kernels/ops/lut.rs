@@ -217,11 +217,14 @@ fn q15(y: f64) -> i16 {
     (y * 32768.0).round().clamp(1.0, 32767.0) as i16
 }
 
+/// What a table stores of the gate's value at an input.
+type Stored = fn(Gate, f64) -> f64;
+
 /// The recipe of a gate (docs/ops.md, "LUT activations", for the values and their
 /// sources).
 pub fn recipe(gate: Gate) -> LutRecipe {
     let mut lut = Lut::hybrid(5).expect("select 5 fits");
-    let (scale, g, offset, minus_exp): (f64, fn(Gate, f64) -> f64, i32, u32) = match gate {
+    let (scale, g, offset, minus_exp): (f64, Stored, i32, u32) = match gate {
         // "unit": q = 32768 f, decode (q + 1) 2^-15.
         Gate::Sigmoid | Gate::Phi => (2596.0, |g, x| g.f(x), 1, 15),
         // "affine": q = 32768 (f + 1) / 2, decode (q - 16384) 2^-14.
