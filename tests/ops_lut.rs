@@ -350,11 +350,16 @@ fn the_tables_persist_across_a_chain_and_a_lut_task_without_them_is_refused() {
 
 #[test]
 fn board_measured_hazards_are_linted() {
-    // Tables with a zero entry and a long flat run, and tanh's signed decode.
+    // Tables with a zero entry and a long flat run, and tanh's signed decode; the raw
+    // decode of the fp32 SiLU (whose table holds zeros) and sigmoid have none (below and
+    // `the_fp32_silu_runs_clean_and_its_error_is_bounded`).
     let cube = Cube::new(1, 1, 8, Precision::Fp16).unwrap();
     let xs = vec![f16::from_f32(0.5); 8];
     let mut r = hand_recipe();
     r.tables.lo[..100].fill(0);
+    // Zero entries were measured with the fixed-point decode.
+    r.out_cvt.minus_exp = 15;
+    r.out_cvt.add_first = true;
     let t = lut_task(
         &r,
         1,
@@ -539,4 +544,48 @@ fn the_vendor_float_scalar_add_and_multiply_run_clean() {
             assert_eq!(y.to_f32(), f16::from_f32(f(x.to_f32())).to_f32(), "x = {x}");
         }
     }
+}
+
+#[test]
+fn the_fp32_silu_runs_clean_and_its_error_is_bounded() {
+    use rknpu_driver::kernels::ops::lut::{FP32_SILU_CARRIER, fp32_silu_tasks};
+    // Every fp16 value in [-8, 8], as fp32.
+    let xs: Vec<f32> = every_fp16(-8.0, 8.0).iter().map(|x| x.to_f32()).collect();
+    let atoms = xs.len().div_ceil(4);
+    let h = atoms.div_ceil(4096);
+    let cube = Cube::new(4096, h as u32, 4, Precision::Fp32).unwrap();
+    let mut padded = xs.clone();
+    padded.resize(cube.elems(), 0.0);
+    let tasks =
+        fp32_silu_tasks(&cube, ops::at(ops::INPUT, 0), ops::at(ops::OUTPUT, 0), true).unwrap();
+    // The published program's values: no lint at all.
+    let (run, _) = simulate(&tasks, cube.pack(&padded).unwrap(), cube.bytes() as usize);
+    let run = run.unwrap();
+    assert!(run.lints.is_empty(), "{:?}", run.lints);
+    let program = ops::chain(&tasks).unwrap();
+    let out = run_program(
+        &emu(),
+        &program,
+        ProgramBuffers::new()
+            .input(ops::INPUT, cube.pack(&padded).unwrap())
+            .output(ops::OUTPUT, cube.bytes() as usize),
+    )
+    .unwrap();
+    let ys: Vec<f32> = cube.unpack(&out[0]).unwrap();
+    let (mut max, mut sq, mut rel) = (0f64, 0f64, 0f64);
+    for (x, y) in xs.iter().zip(&ys) {
+        let want = exact(Activation::Silu, f64::from(*x));
+        let e = (f64::from(*y / FP32_SILU_CARRIER) - want).abs();
+        max = max.max(e);
+        sq += e * e;
+        if want.abs() >= 1.0 / 64.0 {
+            rel = rel.max(e / want.abs());
+        }
+    }
+    let rms = (sq / xs.len() as f64).sqrt();
+    println!(
+        "| silu (fp32 pipeline, x 4096 carrier) | [-8, 8] | {} | {max:.3e} | {rms:.3e} | {rel:.3e} | 2.5e-4 |",
+        xs.len()
+    );
+    assert!(max <= 2.5e-4, "fp32 SiLU max abs error {max}");
 }

@@ -32,8 +32,9 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
     }
     validated_layout(d, at)?;
     let float = proc.is_float();
-    // fp32 processing: the dequantisation task, its published values only.
-    let (bs, bs_f16_mul) = if proc == Fp32 {
+    // fp32 processing: the dequantisation task, its published values only, or a LUT task.
+    let lut_task = d.ew.as_ref().is_some_and(|e| e.lut.is_some());
+    let (bs, bs_f16_mul) = if proc == Fp32 && !lut_task {
         (None, Some(fp32_dequant(t, d, at)?))
     } else {
         (stage(&d.bs, float, at, false)?, None)
@@ -45,7 +46,7 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
     let (bn, bn_float) = if float { (None, bn) } else { (bn, None) };
     if float {
         // The fp32 pipeline's BS is the dequantisation task's, checked by `fp32_dequant`.
-        if proc != Fp32 {
+        if proc != Fp32 || lut_task {
             float_stage_notes(&d.bs, proc, false, &mut unvalidated);
         }
         float_stage_notes(&d.bn, proc, true, &mut unvalidated);
@@ -448,7 +449,9 @@ fn float_stage_notes(s: &task::Stage, proc: Precision, bn: bool, out: &mut Vec<S
             | (None, true, false)
             | (Some(task::AluOp::Add), true, true)
     );
-    if !run || s.relu || proc != Precision::Fp16 {
+    // The fp32 LUT program of rknpu2_matmul_open runs the same BN multiply-then-add.
+    let fp32_bn = proc == Precision::Fp32 && bn && s.alu.is_some() && s.mul.is_some();
+    if !run || s.relu || !(proc == Precision::Fp16 || fp32_bn) {
         out.push(format!(
             "{proc} {name}: ALU {:?}, multiplier {}, ReLU {}: the float stages that ran are the fp16 BS add, the fp16 BS multiply and the fp16 BN multiply-then-add; the model multiplies first, then adds, then clamps",
             s.alu.map(|a| a.op),

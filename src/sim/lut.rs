@@ -215,20 +215,32 @@ pub(super) fn check(
         DataFormat, EwCfg, LutCfg, LutInfo, LutLeEnd, LutLeStart, LutLoEnd, LutLoStart,
         OutCvtScale, OutCvtShift,
     };
-    if d.precision != Precision::Fp16 {
+    let fp32 = match d.precision {
+        Precision::Fp16 => false,
+        Precision::Fp32 => true,
+        p => {
+            return Err(unsupported(
+                at,
+                DataFormat::PROC_PRECISION,
+                p.code(),
+                "the LUT is modelled in the fp16 and fp32 pipelines of the board-run programs only (an integer LUT pipeline has no published program)",
+            ));
+        }
+    };
+    if fp32 && (d.out.precision != Precision::Fp32 || d.out_cvt.fp32_to_fp16) {
         return Err(unsupported(
             at,
-            DataFormat::PROC_PRECISION,
-            d.precision.code(),
-            "the LUT is modelled in the fp16 pipeline of the board-run programs only (an integer LUT pipeline has no published program)",
+            DataFormat::OUT_PRECISION,
+            d.out.precision.code(),
+            "the fp32 LUT program that ran writes fp32 (without FP32TOFP16_EN)",
         ));
     }
-    if d.out.precision != Precision::Fp16 || !d.out_cvt.fp32_to_fp16 {
+    if !fp32 && (d.out.precision != Precision::Fp16 || !d.out_cvt.fp32_to_fp16) {
         return Err(unsupported(
             at,
             OutCvtScale::FP32TOFP16_EN,
             u32::from(d.out_cvt.fp32_to_fp16),
-            "the LUT programs that ran write fp16 through FP32TOFP16_EN (fp16 output, 1)",
+            "the fp16 LUT programs that ran write fp16 through FP32TOFP16_EN (fp16 output, 1)",
         ));
     }
     // The EW stage around the LUT: every unit but the LUT bypassed (EW_CFG 0x302).
@@ -395,10 +407,12 @@ pub(super) fn check(
             c.minus_exp
         ));
     }
-    unvalidated.push(format!(
-        "LUT task: the task model does not carry MRDMA_FP16TOFP32_EN, which every board-run LUT program sets ({} 0x17849); the model reads fp16 exactly either way",
-        crate::regs::dpu_rdma::RdmaFeatureModeCfg::NAME
-    ));
+    if !fp32 {
+        unvalidated.push(format!(
+            "fp16 LUT task: the task model does not carry MRDMA_FP16TOFP32_EN, which every board-run fp16 LUT program sets ({} 0x17849); the model reads fp16 exactly either way",
+            crate::regs::dpu_rdma::RdmaFeatureModeCfg::NAME
+        ));
+    }
     Ok(Lut {
         le,
         lo,
@@ -415,13 +429,15 @@ pub(super) fn check(
 }
 
 /// Board-measured hazards of the tables a task uses (docs/hardware/lut.md#quirks), one
-/// message each.
+/// message each: zero entries under a fixed-point decode, long flat runs, a signed decode.
 pub(super) fn quirks(l: &Lut) -> Vec<String> {
     let mut out = Vec::new();
     for (id, t) in l.tables.iter().enumerate() {
         let name = if id == 0 { "LE" } else { "LO" };
         let zeros = t.iter().filter(|&&v| v == 0).count();
-        if zeros > 0 {
+        // Measured with the fixed-point decode (MINUS_EXP > 0); the raw-code programs'
+        // tables hold zeros and ran.
+        if zeros > 0 && l.exp != 1.0 {
             out.push(format!(
                 "the {name} table holds {zeros} entries equal to 0: boards decode such entries to about 4.0 (floor entries to 1); the model interpolates them as 0"
             ));
