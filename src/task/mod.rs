@@ -20,6 +20,11 @@
 //! Adding a field: add it to the block's struct, write it in the block's `emit`, read it
 //! in the block's `decode`; the property test of that block covers the round trip.
 //!
+//! One thing a body writes is not register-file state: the DPU LUT's tables, uploaded
+//! through the access port (`LUT_ACCESS_CFG`, `LUT_ACCESS_DATA`) into a RAM of the core.
+//! [`Lut::upload`] is emitted but never decoded; a register file ([`Snapshot`], the
+//! simulator's groups) does not hold the two port registers.
+//!
 //! ```
 //! use rknpu_driver::kernels::single::{Dtype, SingleMatmul};
 //! use rknpu_driver::task::Task;
