@@ -589,3 +589,90 @@ fn the_fp32_silu_runs_clean_and_its_error_is_bounded() {
     );
     assert!(max <= 2.5e-4, "fp32 SiLU max abs error {max}");
 }
+
+#[test]
+fn each_activation_raises_the_lints_its_docs_name() {
+    // (activation, lut-quirk messages expected: signed decode, flat run; unvalidated)
+    let cases = [
+        (Activation::Relu, false, false, false),
+        (Activation::Relu6, false, false, true),
+        (Activation::Sigmoid, false, false, true),
+        (Activation::Tanh, true, false, true),
+        (Activation::Exp, false, false, true),
+        (Activation::Silu, true, true, true),
+        (Activation::Gelu, true, true, true),
+    ];
+    let cube = Cube::new(1, 1, 8, Precision::Fp16).unwrap();
+    let xs = vec![f16::from_f32(-0.75); 8];
+    for (a, signed, flat, unvalidated) in cases {
+        let op = ActivationOp::new(a, cube).unwrap();
+        let tasks = op
+            .tasks(
+                ops::at(ops::INPUT, 0),
+                ops::at(ops::OUTPUT, 0),
+                ops::at(ops::OPERAND, 0),
+            )
+            .unwrap();
+        let program = ops::chain(&tasks).unwrap();
+        let addr = |b: BufferId| -> Option<u64> {
+            Some(match b {
+                ops::REGCMD => 0x10_0000,
+                ops::INPUT => 0x20_0000,
+                ops::OPERAND => 0x30_0000,
+                ops::OUTPUT => 0x40_0000,
+                _ => return None,
+            })
+        };
+        let words = program.bind(addr).unwrap();
+        let mut sim = Simulator::new();
+        sim.memory_mut()
+            .map(0x10_0000, words_to_le_bytes(&words))
+            .unwrap();
+        sim.memory_mut()
+            .map(0x20_0000, cube.pack(&xs).unwrap())
+            .unwrap();
+        if let Some(o) = op.operand().unwrap() {
+            sim.memory_mut().map(0x30_0000, o).unwrap();
+        }
+        sim.memory_mut().map_zeroed(0x40_0000, 16).unwrap();
+        let run = sim
+            .kick(&Kick::new(0x10_0000, program.tasks()[0].regcfg_amount))
+            .unwrap();
+        let has = |kind: LintKind, text: &str| {
+            run.lints
+                .iter()
+                .any(|l| l.kind == kind && l.message.contains(text))
+        };
+        assert_eq!(
+            has(LintKind::LutQuirk, "signed"),
+            signed,
+            "{a}: {:?}",
+            run.lints
+        );
+        assert_eq!(
+            has(LintKind::LutQuirk, "flat run"),
+            flat,
+            "{a}: {:?}",
+            run.lints
+        );
+        assert!(
+            !has(LintKind::LutQuirk, "equal to 0"),
+            "{a}: {:?}",
+            run.lints
+        );
+        assert_eq!(
+            has(LintKind::Unvalidated, ""),
+            unvalidated,
+            "{a}: {:?}",
+            run.lints
+        );
+        let out: Vec<f16> = cube
+            .unpack(&sim.memory().read_vec(0x40_0000, 16).unwrap())
+            .unwrap();
+        let want = exact(a, -0.75);
+        assert!(
+            (f64::from(out[0].to_f32()) - want).abs() <= bound(a).max(1e-3),
+            "{a}"
+        );
+    }
+}

@@ -446,7 +446,9 @@ pub(super) fn quirks(l: &Lut) -> Vec<String> {
         let mut longest = (1, 0i16);
         for w in t.windows(2) {
             run = if w[0] == w[1] { run + 1 } else { 1 };
-            if run > longest.0 && w[1] != i16::MAX {
+            // The floor 1 and ceiling 32767 of the Q0.15 recipes: their flat tails ran
+            // clean on boards (the unit and shifted recipes).
+            if run > longest.0 && w[1] != 1 && w[1] != i16::MAX {
                 longest = (run, w[1]);
             }
         }
