@@ -58,19 +58,57 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
             out_prec.code()
         ));
     }
-    // fp32 processing: the dequantisation task, its published values only.
-    let (mut bs, bs_f16_mul) = if proc == Fp32 {
+    // fp32 processing: the dequantisation task, its published values only, or a LUT task.
+    let lut_task = d.ew.as_ref().is_some_and(|e| e.lut.is_some());
+    let (mut bs, bs_f16_mul) = if proc == Fp32 && !lut_task {
         (None, Some(fp32_dequant(t, d, at, &mut unvalidated)?))
     } else {
         (stage(&d.bs, float, at, false)?, None)
     };
     let mut bn = stage(&d.bn, float, at, true)?;
     stage_operands(t, d, &mut bs, &mut bn, at, &mut unvalidated)?;
+    // Float pipelines: the BS/BN stages run with fp16/fp32 register operands.
+    let (bs, bs_float) = if float { (None, bs) } else { (bs, None) };
+    let (bn, bn_float) = if float { (None, bn) } else { (bn, None) };
+    if float {
+        // The fp32 pipeline's BS is the dequantisation task's, checked by `fp32_dequant`.
+        if proc != Fp32 || lut_task {
+            float_stage_notes(&d.bs, proc, false, &mut unvalidated);
+        }
+        float_stage_notes(&d.bn, proc, true, &mut unvalidated);
+    }
+    let mut lut = None;
     let ew = match &d.ew {
+        Some(e) if e.lut.is_some() => {
+            let l = e
+                .lut
+                .as_ref()
+                .map(|l| super::lut::check(d, e, l, at, &mut unvalidated));
+            lut = l.transpose()?;
+            // The EW stage holds nothing but the LUT (checked by `lut::check`).
+            Some(Ew {
+                src: EwSrc::Register(0),
+                cvt: None,
+                op: None,
+                relu: false,
+                relux: None,
+                dropped: false,
+                f16_low_half: false,
+                per_channel: false,
+            })
+        }
         Some(e) => Some(ew_stage(t, e, &out, proc, at, &mut unvalidated)?),
         None => None,
     };
     let c = &d.out_cvt;
+    if c.minus_exp != 0 && lut.is_none() {
+        return Err(unsupported(
+            at,
+            dpu::OutCvtShift::MINUS_EXP,
+            c.minus_exp,
+            "the exponent adjustment is modelled in the LUT's float decode only",
+        ));
+    }
     if c.shift > 63 {
         return Err(unsupported(
             at,
@@ -86,7 +124,7 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         add_first: c.add_first,
         half_up: c.round_half_up,
     };
-    if (float || out_prec.is_float()) && !out_cvt.is_identity() {
+    if (float || out_prec.is_float()) && !out_cvt.is_identity() && lut.is_none() {
         return Err(unsupported(
             at,
             dpu::OutCvtScale::OUT_CVT_SCALE,
@@ -142,6 +180,9 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         group_line_off: glo,
         line_stride_field: line_field,
         unvalidated,
+        lut,
+        bs_float,
+        bn_float,
     })
 }
 
@@ -288,21 +329,7 @@ fn stage(s: &task::Stage, float: bool, at: At, bn: bool) -> Result<Option<Stage>
         return Ok(None);
     }
     if float {
-        return Err(if bn {
-            unsupported(
-                at,
-                BnCfg::BN_BYPASS,
-                0,
-                "BS/BN stages are modelled on integer paths only",
-            )
-        } else {
-            unsupported(
-                at,
-                BsCfg::BS_BYPASS,
-                0,
-                "BS/BN stages are modelled on integer paths only",
-            )
-        });
+        return float_stage(s, at, bn);
     }
     let alu = match s.alu {
         None => None,
@@ -480,6 +507,122 @@ fn stage_operands(
         }
     }
     Ok(())
+}
+
+/// A BS or BN stage of a float pipeline: register operands only — the multiplier's
+/// fp16, the ALU's fp32 bits — the multiplier before the ALU (the order the LUT's index
+/// scale and bias were measured in, docs/hardware/lut.md#index), add or minus, ReLU;
+/// no shifts, PReLU, ReLUX or memory operands.
+fn float_stage(s: &task::Stage, at: At, bn: bool) -> Result<Option<Stage>, SimError> {
+    use dpu::{BnCfg, BnMulCfg, BsCfg, BsMulCfg, DataFormat};
+    let alu = match s.alu {
+        None => None,
+        Some(a) => {
+            if a.from_memory {
+                let why =
+                    "operands read from memory (BRDMA/NRDMA) are not modelled in float pipelines";
+                return Err(if bn {
+                    unsupported(at, BnCfg::BN_ALU_SRC, 1, why)
+                } else {
+                    unsupported(at, BsCfg::BS_ALU_SRC, 1, why)
+                });
+            }
+            if !matches!(a.op, task::AluOp::Add | task::AluOp::Minus) {
+                let why = "the TRM names 2 (add) and 4 (minus) only";
+                let code = a.op.code();
+                return Err(if bn {
+                    unsupported(at, BnCfg::BN_ALU_ALGO, code, why)
+                } else {
+                    unsupported(at, BsCfg::BS_ALU_ALGO, code, why)
+                });
+            }
+            Some((a.op, i64::from(a.operand as u32)))
+        }
+    };
+    let mul = match s.mul {
+        None => None,
+        Some(m) => {
+            if m.from_memory {
+                let why =
+                    "operands read from memory (BRDMA/NRDMA) are not modelled in float pipelines";
+                return Err(if bn {
+                    unsupported(at, BnMulCfg::BN_MUL_SRC, 1, why)
+                } else {
+                    unsupported(at, BsMulCfg::BS_MUL_SRC, 1, why)
+                });
+            }
+            if m.shift_from_memory || m.shift != 0 {
+                let why = "float multiply has no shift";
+                return Err(if bn {
+                    unsupported(at, BnMulCfg::BN_MUL_SHIFT_VALUE, m.shift, why)
+                } else {
+                    unsupported(at, BsMulCfg::BS_MUL_SHIFT_VALUE, m.shift, why)
+                });
+            }
+            if m.shift_neg != 0 {
+                let why = "float multiply has no shift";
+                return Err(if bn {
+                    unsupported(at, DataFormat::BN_MUL_SHIFT_VALUE_NEG, m.shift_neg, why)
+                } else {
+                    unsupported(at, DataFormat::BS_MUL_SHIFT_VALUE_NEG, m.shift_neg, why)
+                });
+            }
+            if m.prelu {
+                let why = "PReLU is not modelled in float pipelines";
+                return Err(if bn {
+                    unsupported(at, BnCfg::BN_MUL_PRELU, 1, why)
+                } else {
+                    unsupported(at, BsCfg::BS_MUL_PRELU, 1, why)
+                });
+            }
+            Some((i64::from(m.fp16_bits()), 0, 0, false))
+        }
+    };
+    if s.relux.is_some() {
+        let why = "the ReLUX operand's format in float pipelines is not known";
+        return Err(if bn {
+            unsupported(at, BnCfg::BN_RELUX_EN, 1, why)
+        } else {
+            unsupported(at, BsCfg::BS_RELUX_EN, 1, why)
+        });
+    }
+    Ok(Some(Stage {
+        alu,
+        mul,
+        relu: s.relu,
+        relux: None,
+        alu_mem: None,
+        mul_mem: None,
+    }))
+}
+
+/// What a float BS or BN stage does that no board-run program does, as `unvalidated`
+/// messages: the runs are the vendor's fp16 scalar add (BS ALU add, BS_CFG 0x20050) and
+/// multiply (BS MUL, BS_CFG 0x42) and the LUT programs' BN multiply-then-add (BN_CFG
+/// 0x20040).
+fn float_stage_notes(s: &task::Stage, proc: Precision, bn: bool, out: &mut Vec<String>) {
+    use dpu::{BnCfg, BsCfg};
+    if s.bypass {
+        return;
+    }
+    let name = if bn { BnCfg::NAME } else { BsCfg::NAME };
+    let shape = (s.alu.map(|a| a.op), s.mul.is_some(), bn);
+    let run = matches!(
+        shape,
+        (Some(task::AluOp::Add), false, false)
+            | (None, true, false)
+            | (Some(task::AluOp::Add), true, true)
+    );
+    // The fp32 LUT program of rknpu2_matmul_open runs the same BN multiply-then-add.
+    let fp32_bn = proc == Precision::Fp32 && bn && s.alu.is_some() && s.mul.is_some();
+    if !run || s.relu || !(proc == Precision::Fp16 || fp32_bn) {
+        out.push(format!(
+            "{proc} {name}: ALU {:?}, multiplier {}, ReLU {}: the float stages that ran are the fp16 BS add, the fp16 BS multiply and the fp16 BN multiply-then-add; the model multiplies first, then adds, then clamps",
+            s.alu.map(|a| a.op),
+            if s.mul.is_some() { "on" } else { "off" },
+            if s.relu { "on" } else { "off" },
+        ));
+    }
 }
 
 /// The EW stage and its ERDMA operand.

@@ -656,6 +656,25 @@ fn stage_int(s: &Stage, mut x: i64, alu: Option<i64>, mul: Option<i64>) -> i64 {
     x
 }
 
+/// A float BS or BN stage: multiply by the fp16 operand, then add or subtract the fp32
+/// operand, then ReLU, each rounded to fp32 (docs/simulator.md, "Float BS and BN").
+fn stage_float(s: &Stage, mut x: f32) -> f32 {
+    if let Some((m, ..)) = s.mul {
+        x *= f16_to_f32(m as u16);
+    }
+    if let Some((op, o)) = s.alu {
+        let a = f32::from_bits(o as u32);
+        x = match op {
+            Alu::Minus => x - a,
+            _ => x + a,
+        };
+    }
+    if s.relu {
+        x = x.max(0.0);
+    }
+    x
+}
+
 fn saturate(x: i64, prec: Precision) -> i64 {
     match prec {
         Precision::Int8 => x.clamp(i8::MIN as i64, i8::MAX as i64),
@@ -764,6 +783,11 @@ fn post(t: &Task, main: Values, operand: Option<Values>, so: &StageOperands) -> 
                     *x *= m;
                 }
             }
+            for s in [&t.bs_float, &t.bn_float].into_iter().flatten() {
+                for x in xs.iter_mut() {
+                    *x = stage_float(s, *x);
+                }
+            }
             if let Some(e) = ew {
                 for (i, x) in xs.iter_mut().enumerate() {
                     let o = ops.map_or(0.0, |o| o[at_op(i)]);
@@ -779,6 +803,12 @@ fn post(t: &Task, main: Values, operand: Option<Values>, so: &StageOperands) -> 
                     if e.relu {
                         *x = x.max(0.0);
                     }
+                }
+            }
+            // The LUT (the EW stage's only unit when it is on) and its output decode.
+            if let Some(l) = &t.lut {
+                for x in xs.iter_mut() {
+                    *x = super::lut::decode_out(l, super::lut::lookup(l, *x));
                 }
             }
             Values::Float(xs)

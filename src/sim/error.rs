@@ -245,6 +245,10 @@ pub enum LintKind {
     /// runs because it is derived from ones that are (the message names the derivation,
     /// docs/simulator.md "Validated values"): results on a board are not yet confirmed.
     Unvalidated,
+    /// LUT tables or a LUT decode that boards are known to get wrong (zero entries, flat
+    /// runs, the signed decode near 0; docs/hardware/lut.md#quirks), which the model
+    /// computes as designed.
+    LutQuirk,
 }
 
 impl LintKind {
@@ -266,6 +270,7 @@ impl LintKind {
             LintKind::UnverifiedGeometry => "unverified-geometry",
             LintKind::CoreIndex => "core-index",
             LintKind::Unvalidated => "unvalidated",
+            LintKind::LutQuirk => "lut-quirk",
         }
     }
 }

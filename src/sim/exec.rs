@@ -187,6 +187,13 @@ pub(super) struct Task {
     /// What the checks let through as derived rather than board-validated: one message
     /// each, reported as `unvalidated` lints.
     pub unvalidated: Vec<String>,
+    /// The LUT of the EW stage (float pipelines), its tables filled from the core's LUT
+    /// RAM when the task starts.
+    pub lut: Option<super::lut::Lut>,
+    /// The BS and BN stages of a float pipeline (`bs`/`bn` are then `None`): fp16
+    /// multiplier operand and fp32 ALU operand bits, multiplier before ALU.
+    pub bs_float: Option<Stage>,
+    pub bn_float: Option<Stage>,
 }
 
 /// A checked task of either kind the model executes.

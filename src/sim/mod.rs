@@ -47,6 +47,7 @@ mod dma;
 mod error;
 mod exec;
 mod lint;
+mod lut;
 mod memory;
 mod pc;
 mod ppu;
@@ -166,6 +167,9 @@ struct CoreState {
     /// The serial number of the last task before the current kick: a register written
     /// after it was written by this kick's chain.
     kick_start: u64,
+    /// The LUT RAM, which the access-port registers write and tasks read (state of the
+    /// core, not of a register group).
+    lut: lut::LutRam,
 }
 
 const WINDOW_WORDS: usize = 0x8000 / 4;
@@ -183,6 +187,7 @@ impl CoreState {
             written: [vec![0; WINDOW_WORDS], vec![0; WINDOW_WORDS]],
             parity: 0,
             kick_start: 0,
+            lut: lut::LutRam::new(),
         }
     }
 }
@@ -281,7 +286,7 @@ impl Simulator {
         }
     }
 
-    /// Resets every core's registers (the kernel's soft reset); memory is kept.
+    /// Resets every core's registers and LUT RAM (the kernel's soft reset); memory is kept.
     pub fn reset(&mut self) {
         self.cores = (0..CORES).map(|_| CoreState::new()).collect();
     }

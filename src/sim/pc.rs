@@ -148,6 +148,10 @@ fn fetch_and_apply(
                         info.full_name
                     )));
                 }
+                if crate::task::is_lut_port(e.offset()) {
+                    core.lut.port_write(e.offset(), e.value()).map_err(bad)?;
+                    continue;
+                }
                 let idx = e.offset() as usize / 4;
                 core.groups[group][idx] = e.value();
                 core.written[group][idx] = serial;
@@ -295,7 +299,19 @@ fn run_task(
     let core = at.core;
     let c = &sim.cores[core];
     let mut view = View::new(&c.groups[group], &c.written[group], c.kick_start, at);
-    let checked = config::task(&mut view, BlockMask(enable), at.task == 0, cbuf)?;
+    let mut checked = config::task(&mut view, BlockMask(enable), at.task == 0, cbuf)?;
+    if let Checked::Dpu(t) = &mut checked
+        && let Some(l) = t.lut.as_mut()
+    {
+        l.tables = c.lut.tables(at)?;
+        for message in super::lut::quirks(l) {
+            out.lints.push(Lint {
+                at,
+                kind: LintKind::LutQuirk,
+                message,
+            });
+        }
+    }
     let stale = std::mem::take(&mut view.stale);
     let never: Vec<u16> = stale
         .iter()

@@ -21,6 +21,11 @@
 //! Adding a field: add it to the block's struct, write it in the block's `emit`, read it
 //! in the block's `decode`; the property test of that block covers the round trip.
 //!
+//! One thing a body writes is not register-file state: the DPU LUT's tables, uploaded
+//! through the access port (`LUT_ACCESS_CFG`, `LUT_ACCESS_DATA`) into a RAM of the core.
+//! [`Lut::upload`] is emitted but never decoded; a register file ([`Snapshot`], the
+//! simulator's groups) does not hold the two port registers.
+//!
 //! ```
 //! use rknpu_driver::kernels::single::{Dtype, SingleMatmul};
 //! use rknpu_driver::task::Task;
@@ -45,8 +50,10 @@ mod tests;
 
 pub use self::core::Core;
 pub use cna::{Cbuf, CbufHeld, Cna, Conv, Feature, InputCvt, Kernel, Weights};
+pub(crate) use dpu::is_lut_port;
 pub use dpu::{
-    Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, Mul, OpCvt, OutCvt, Output, OwCfg, Stage,
+    Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, LUT_ENTRIES, LUT_SEGMENTS, Lut, LutRange, LutSlope,
+    LutTables, Mul, OpCvt, OutCvt, Output, OwCfg, Stage,
 };
 pub use dpu_rdma::{DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Mrdma, OperandRead};
 pub use ppu::{PoolMethod, Ppu};

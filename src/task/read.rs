@@ -52,8 +52,12 @@ impl Snapshot {
         s
     }
 
-    /// Sets one register (offsets outside the window are ignored).
+    /// Sets one register (offsets outside the window are ignored, and so are the LUT
+    /// access-port registers, which write the LUT RAM and are no register-file state).
     pub fn set(&mut self, offset: u16, value: u32) {
+        if super::is_lut_port(offset) {
+            return;
+        }
         if let Some(v) = self.values.get_mut(offset as usize / 4) {
             *v = value;
         }

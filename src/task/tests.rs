@@ -157,6 +157,7 @@ prop_compose! {
         data_size in upto(dpu::EwCfg::EDATA_SIZE),
         data_mode in upto(dpu::EwCfg::EW_DATA_MODE),
         values in prop::array::uniform8(any::<u32>()),
+        lut in prop::option::of(lut_block()),
     ) -> Ew {
         Ew {
             op,
@@ -167,6 +168,7 @@ prop_compose! {
             data_size,
             data_mode,
             values,
+            lut,
         }
     }
 }
@@ -186,7 +188,7 @@ prop_compose! {
         bn in stage(),
         ew in prop::option::of(ew()),
         ow in (any::<bool>(), prop::array::uniform3(upto(dpu::BsOwCfg::SIZE_E_0)), upto(dpu::BsOwCfg::OW_SRC), upto(dpu::BsOwOp::OW_OP)),
-        cvt in (any::<i32>(), upto(dpu::OutCvtScale::OUT_CVT_SCALE), upto(dpu::OutCvtShift::OUT_CVT_SHIFT), any::<bool>(), any::<bool>(), any::<bool>()),
+        cvt in (any::<i32>(), upto(dpu::OutCvtScale::OUT_CVT_SCALE), upto(dpu::OutCvtShift::OUT_CVT_SHIFT), any::<bool>(), any::<bool>(), any::<bool>(), upto(dpu::OutCvtShift::MINUS_EXP)),
         out in (addr(), upto(dpu::DstSurfStride::DST_SURF_STRIDE), upto(dpu::DataCubeNotchAddr::NOTCH_ADDR_0), upto(dpu::SurfaceAdd::SURF_ADD)),
     ) -> Dpu {
         Dpu {
@@ -207,6 +209,7 @@ prop_compose! {
                 add_first: cvt.3,
                 round_half_up: cvt.4,
                 fp32_to_fp16: cvt.5,
+                minus_exp: cvt.6,
             },
             out: Output {
                 addr: out.0,
@@ -938,4 +941,135 @@ fn per_channel_operand_reads_round_trip_and_touch_one_value_per_channel() {
         "{:x?}",
         e.dma()
     );
+}
+
+// The LUT configuration (every field of LUT_CFG, LUT_INFO, the ranges and the slopes)
+// round-trips through the DPU block above (`ew()` draws it); the upload is written by
+// the body but is no register-file state.
+
+prop_compose! {
+    fn lut_slope()(
+        us in any::<i16>(),
+        ush in upto(dpu::LutLeSlopeShift::LUT_LE_SLOPE_UFLOW_SHIFT),
+        os in any::<i16>(),
+        osh in upto(dpu::LutLeSlopeShift::LUT_LE_SLOPE_OFLOW_SHIFT),
+    ) -> LutSlope {
+        LutSlope { uflow_scale: us, uflow_shift: ush, oflow_scale: os, oflow_shift: osh }
+    }
+}
+
+prop_compose! {
+    fn lut_range()(
+        start in any::<i32>(),
+        end in any::<i32>(),
+        index_select in upto(dpu::LutInfo::LUT_LE_INDEX_SELECT),
+        slope in lut_slope(),
+    ) -> LutRange {
+        LutRange { start, end, index_select, slope }
+    }
+}
+
+prop_compose! {
+    fn lut_block()(
+        flags in prop::array::uniform6(any::<bool>()),
+        mux in upto(dpu::LutCfg::LUT_LO_LE_MUX),
+        le in lut_range(),
+        lo in lut_range(),
+    ) -> Lut {
+        Lut {
+            road_sel: flags[0],
+            expand: flags[1],
+            lo_le_mux: mux,
+            uflow_lo: flags[2],
+            oflow_lo: flags[3],
+            hybrid_lo: flags[4],
+            cal_sel: flags[5],
+            le,
+            lo,
+            upload: None,
+        }
+    }
+}
+
+fn lut_task(lut: Lut) -> Task {
+    use crate::kernels::ops::lut::{Gate, lut_task, recipe};
+    let r = recipe(Gate::Sigmoid);
+    let mut t = lut_task(
+        &r,
+        4,
+        2,
+        DmaAddr::Fixed(0x1000),
+        DmaAddr::Fixed(0x2000),
+        false,
+    );
+    t.dpu.as_mut().unwrap().ew.as_mut().unwrap().lut = Some(lut);
+    t
+}
+
+fn tables(seed: i16) -> LutTables {
+    let mut t = LutTables {
+        le: [0; LUT_ENTRIES],
+        lo: [0; LUT_ENTRIES],
+    };
+    for i in 0..LUT_ENTRIES {
+        t.le[i] = (i as i16).wrapping_mul(37).wrapping_add(seed);
+        t.lo[i] = (i as i16).wrapping_mul(-91).wrapping_sub(seed);
+    }
+    t
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn a_lut_task_round_trips_without_its_upload(l in lut_block(), seed in any::<i16>()) {
+        let plain = lut_task(l);
+        prop_assert_eq!(&round_trip(&plain).unwrap(), &plain);
+        // With an upload the register file is the same: the port is not state.
+        let uploading = lut_task(l.with_upload(tables(seed)));
+        prop_assert_eq!(&round_trip(&uploading).unwrap(), &plain);
+    }
+}
+
+#[test]
+fn the_upload_is_two_runs_of_513_port_writes_in_the_body() {
+    let lut = Lut::hybrid(5).unwrap().with_upload(tables(3));
+    let task = lut_task(lut);
+    let body = task.body().unwrap();
+    let e = body.entries();
+    let cfg = dpu::LutAccessCfg::OFFSET;
+    let data = dpu::LutAccessData::OFFSET;
+    let starts: Vec<usize> = e
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.offset() == cfg)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(starts.len(), 2);
+    assert_eq!(e[starts[0]].value(), 0x0002_0000);
+    assert_eq!(e[starts[1]].value(), 0x0003_0000);
+    assert_eq!(starts[1] - starts[0], 514);
+    let t = tables(3);
+    for i in 0..LUT_ENTRIES {
+        assert_eq!(e[starts[0] + 1 + i].offset(), data);
+        assert_eq!(e[starts[0] + 1 + i].value(), u32::from(t.le[i] as u16));
+        assert_eq!(e[starts[1] + 1 + i].value(), u32::from(t.lo[i] as u16));
+    }
+    // Without an upload the port gets its two zero words, as in every DPU body.
+    let plain = lut_task(lut.without_upload()).body().unwrap();
+    let port: Vec<u32> = plain
+        .entries()
+        .iter()
+        .filter(|x| x.offset() == cfg || x.offset() == data)
+        .map(|x| x.value())
+        .collect();
+    assert_eq!(port, vec![0, 0]);
+    // LUT_CFG of the hybrid configuration is the 0x68 of every program that ran.
+    let lut_cfg = plain
+        .entries()
+        .iter()
+        .find(|x| x.offset() == dpu::LutCfg::OFFSET)
+        .unwrap()
+        .value();
+    assert_eq!(lut_cfg, 0x68);
 }

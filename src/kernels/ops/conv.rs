@@ -736,6 +736,7 @@ impl Conv2d {
                 add_first: false,
                 round_half_up: false,
                 fp32_to_fp16: out_p == Precision::Fp16,
+                minus_exp: 0,
             },
             out: Output {
                 addr: offset(output, out_off)?,

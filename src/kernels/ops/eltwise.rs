@@ -225,6 +225,7 @@ impl Eltwise {
                 data_size,
                 data_mode,
                 values: [0; 8],
+                lut: None,
             }),
             ow: OwCfg {
                 od_bypass: true,

@@ -237,6 +237,7 @@ impl Requant {
             add_first: false,
             round_half_up: false,
             fp32_to_fp16: false,
+            minus_exp: 0,
         };
         let reads = (
             self.bias.then_some(OperandRead {
@@ -553,6 +554,7 @@ impl Dequant {
                 data_size: 3,
                 data_mode: EW_PER_CHANNEL,
                 values: [0; 8],
+                lut: None,
             });
             d.out_cvt.fp32_to_fp16 = self.out == Precision::Fp16;
             r.erdma = Some(Erdma {

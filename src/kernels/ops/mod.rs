@@ -27,6 +27,7 @@
 pub mod conv;
 pub mod eltwise;
 pub mod epilogue;
+pub mod lut;
 pub mod pool;
 
 use crate::error::{Error, Result};

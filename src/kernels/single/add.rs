@@ -58,6 +58,7 @@ pub fn add_task_model(
             data_size: 3,
             data_mode: 1,
             values: [0; 8],
+            lut: None,
         }),
         ow: OwCfg {
             od_bypass: true,

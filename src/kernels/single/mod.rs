@@ -408,6 +408,7 @@ impl SingleMatmul {
             data_size: 3,
             data_mode: 1,
             values: [0; 8],
+            lut: None,
         });
         let (cvt_offset, cvt_scale, cvt_shift) = post.out_cvt.unwrap_or((0, 1, 0));
         let size_e = task::Dpu::validated_size_e(p, out).unwrap_or(7);
@@ -436,6 +437,7 @@ impl SingleMatmul {
                 add_first: false,
                 round_half_up: false,
                 fp32_to_fp16: self.out == OutType::Fp16,
+                minus_exp: 0,
             },
             out: Output {
                 addr: c,

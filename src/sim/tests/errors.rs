@@ -72,14 +72,15 @@ fn unsupported_field_values_are_named() {
             cna::PadCon1::PAD_VALUE.name(),
             0x1234,
         ),
-        // The EW stage is bypassed in the base program; enable it to reach the LUT check.
+        // The EW stage is bypassed in the base program; enable it to reach the LUT check,
+        // which refuses the LUT in an integer (int8, code 0) pipeline.
         (
             |s| {
                 s.field(dpu::EwCfg::EW_LUT_BYPASS, 0)
                     .field(dpu::EwCfg::EW_BYPASS, 0)
             },
-            dpu::EwCfg::NAME,
-            dpu::EwCfg::EW_LUT_BYPASS.name(),
+            dpu::DataFormat::NAME,
+            dpu::DataFormat::PROC_PRECISION.name(),
             0,
         ),
         (

@@ -2,6 +2,7 @@
 //! operand converter, ReLU / ReLUX.
 
 use super::bit;
+use super::lut::{self, Lut};
 use super::stage::AluOp;
 use crate::error::Result;
 use crate::regcmd::TaskBuilder;
@@ -59,6 +60,8 @@ pub struct Ew {
     pub data_mode: u32,
     /// `EW_OP_VALUE0..7`.
     pub values: [u32; 8],
+    /// The LUT (`EW_LUT_BYPASS` clear), `None` when bypassed.
+    pub lut: Option<Lut>,
 }
 
 /// Writes EW_CFG and the operand-converter and ReLUX registers.
@@ -79,7 +82,7 @@ pub(super) fn emit(t: &mut TaskBuilder, e: Option<Ew>) -> Result<()> {
             EwCfg::EW_OP_SRC,
             bit(e.is_some_and(|e| e.src == EwSrc::Memory)),
         ),
-        (EwCfg::EW_LUT_BYPASS, 1),
+        (EwCfg::EW_LUT_BYPASS, bit(e.is_none_or(|e| e.lut.is_none()))),
         (EwCfg::EW_OP_CVT_BYPASS, bit(cvt.is_none())),
         (EwCfg::EW_RELU_BYPASS, bit(e.is_none_or(|e| !e.relu))),
         (
@@ -169,7 +172,11 @@ pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<Option<Ew>> {
             add_first: r.flag(EwCfg::EW_CVT_TYPE),
         })
     };
-    r.expect(EwCfg::EW_LUT_BYPASS, 1, "the LUT is not modelled")?;
+    let lut = if r.flag(EwCfg::EW_LUT_BYPASS) {
+        None
+    } else {
+        Some(lut::decode(r)?)
+    };
     let values = [
         r.get(EwOpValue0::EW_OPERAND_0),
         r.get(EwOpValue1::EW_OPERAND_1),
@@ -197,6 +204,7 @@ pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<Option<Ew>> {
         data_size: r.get(EwCfg::EDATA_SIZE),
         data_mode: r.get(EwCfg::EW_DATA_MODE),
         values,
+        lut,
     };
     if bypass {
         let canonical = Ew {
@@ -208,6 +216,7 @@ pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<Option<Ew>> {
             data_size: 0,
             data_mode: 0,
             values: [0; 8],
+            lut: None,
         };
         if ew != canonical {
             return Err(E::unsupported(

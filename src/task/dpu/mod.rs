@@ -5,9 +5,12 @@
 //! zeros (the identity scale where the vendor bodies write 1), which decoding checks.
 
 mod ew;
+mod lut;
 mod stage;
 
 pub use ew::{Ew, EwOp, EwSrc, OpCvt};
+pub(crate) use lut::is_port as is_lut_port;
+pub use lut::{LUT_ENTRIES, LUT_SEGMENTS, Lut, LutRange, LutSlope, LutTables};
 use stage::StageRegs;
 pub use stage::{Alu, AluOp, Mul, Stage};
 
@@ -29,7 +32,8 @@ pub enum DpuInput {
 
 /// The output converter: `round((x × scale) >> shift) + offset` (`CVT_TYPE` 0; the
 /// offset after the rounding shift, as measured on RK3588) or `round(((x + offset) ×
-/// scale) >> shift)` (`CVT_TYPE` 1).
+/// scale) >> shift)` (`CVT_TYPE` 1, `add_first`); float paths scale by `2^−minus_exp`
+/// instead of shifting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct OutCvt {
     /// Offset (`OUT_CVT_OFFSET`).
@@ -44,6 +48,9 @@ pub struct OutCvt {
     pub round_half_up: bool,
     /// `FP32TOFP16_EN`: the fp32 result is narrowed to fp16.
     pub fp32_to_fp16: bool,
+    /// `MINUS_EXP`: the exponent subtracted in float paths (the LUT's fixed-point
+    /// decode, docs/hardware/lut.md#output).
+    pub minus_exp: u32,
 }
 
 impl OutCvt {
@@ -55,11 +62,12 @@ impl OutCvt {
         add_first: false,
         round_half_up: false,
         fp32_to_fp16: false,
+        minus_exp: 0,
     };
 
     /// Whether it leaves values unchanged (apart from the fp16 narrowing).
     pub const fn is_identity(&self) -> bool {
-        self.offset == 0 && self.scale == 1 && self.shift == 0
+        self.offset == 0 && self.scale == 1 && self.shift == 0 && self.minus_exp == 0
     }
 }
 
@@ -221,6 +229,7 @@ impl Dpu {
             ])?
             .write_fields(&[
                 (OutCvtShift::OUT_CVT_SHIFT, cvt.shift),
+                (OutCvtShift::MINUS_EXP, cvt.minus_exp),
                 (OutCvtShift::CVT_TYPE, bit(cvt.add_first)),
                 (OutCvtShift::CVT_ROUND, bit(cvt.round_half_up)),
             ])?;
@@ -229,19 +238,8 @@ impl Dpu {
             t.write_at(&EW_OP_VALUE, i, EwOpValue::from_raw(*v))?;
         }
         t.write_fields(&[(SurfaceAdd::SURF_ADD, o.surface_add)])?
-            .write(Unk40c4::new())
-            .write(LutAccessCfg::new())
-            .write(LutAccessData::new())
-            .write(LutCfg::new())
-            .write(LutInfo::new())
-            .write(LutLeStart::new())
-            .write(LutLeEnd::new())
-            .write(LutLoStart::new())
-            .write(LutLoEnd::new())
-            .write(LutLeSlopeScale::new())
-            .write(LutLeSlopeShift::new())
-            .write(LutLoSlopeScale::new())
-            .write(LutLoSlopeShift::new());
+            .write(Unk40c4::new());
+        lut::emit(t, self.ew.as_ref().and_then(|e| e.lut.as_ref()))?;
         Ok(())
     }
 
@@ -307,11 +305,6 @@ impl Dpu {
         let ((w, h, c), notch) = decode_cube(r)?;
         r.expect(BsOwCfg::TP_ORG_EN, 0, "transpose is not modelled")?;
         r.expect(BsOwCfg::RGP_CNTER, 0, "output regroup is not modelled")?;
-        r.expect(
-            OutCvtShift::MINUS_EXP,
-            0,
-            "exponent adjustment is not modelled",
-        )?;
         let bs = stage::decode(r, StageRegs::BS)?;
         let bn = stage::decode(r, StageRegs::BN)?;
         let ew = ew::decode(r)?;
@@ -346,6 +339,7 @@ impl Dpu {
                 add_first: r.flag(OutCvtShift::CVT_TYPE),
                 round_half_up: r.flag(OutCvtShift::CVT_ROUND),
                 fp32_to_fp16: r.flag(OutCvtScale::FP32TOFP16_EN),
+                minus_exp: r.get(OutCvtShift::MINUS_EXP),
             },
             out: Output {
                 addr: DmaAddr::Fixed(r.address::<DstBaseAddr>()),
