@@ -37,6 +37,7 @@ mod matmul;
 mod op;
 mod op_conv;
 mod op_ew;
+mod op_lut;
 mod op_pool;
 mod sim;
 mod trace;

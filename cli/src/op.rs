@@ -46,6 +46,12 @@ pub(crate) enum OpCommand {
     /// add, sub, mul, max or min of two H×W×C tensors of int8, int16 or fp16. Prints the
     /// program summary, the largest error against the CPU and OK.
     Ew(super::op_ew::EwArgs),
+    /// A LUT activation of a seeded tensor.
+    ///
+    /// relu, relu6, silu, gelu, sigmoid, tanh or exp of an H×W×C tensor. Prints the
+    /// program summary, the largest error against the exact function (and the bound it
+    /// is held to) and OK.
+    Lut(super::op_lut::LutArgs),
     /// Pooling of a seeded tensor on the PPU.
     ///
     /// max, avg or min over K×K windows (stride, padding) of an H×W×C tensor. Prints the
@@ -57,6 +63,7 @@ pub(crate) fn run(cmd: OpCommand) -> Result<(), Failure> {
     match cmd {
         OpCommand::Conv(a) => super::op_conv::run(a),
         OpCommand::Ew(a) => super::op_ew::run(a),
+        OpCommand::Lut(a) => super::op_lut::run(a),
         OpCommand::Pool(a) => super::op_pool::run(a),
     }
 }

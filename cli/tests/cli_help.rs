@@ -74,6 +74,48 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
     (&["gguf"], &["FILE", "--json"]),
     (&["info"], &[]),
     (&["doctor"], &["--device", "--bundle", "--timeout"]),
+    (
+        &["op", "conv"],
+        &[
+            "--h",
+            "--w",
+            "--c",
+            "--oc",
+            "--kh",
+            "--kw",
+            "--stride",
+            "--pad",
+            "--dilation",
+            "--depthwise",
+            "--dtype",
+            "--device",
+            "--seed",
+        ],
+    ),
+    (
+        &["op", "ew"],
+        &[
+            "--op",
+            "--h",
+            "--w",
+            "--c",
+            "--dtype",
+            "--per-channel",
+            "--device",
+            "--seed",
+        ],
+    ),
+    (
+        &["op", "lut"],
+        &["--fn", "--h", "--w", "--c", "--dtype", "--device", "--seed"],
+    ),
+    (
+        &["op", "pool"],
+        &[
+            "--kind", "--h", "--w", "--c", "--k", "--stride", "--pad", "--dtype", "--device",
+            "--seed",
+        ],
+    ),
 ];
 
 /// Asserts a help text: exit 0, on standard output, naming the command's usage and each

@@ -267,3 +267,21 @@ fn ew_every_operation_and_type_passes() {
         "2",
     ]);
 }
+
+#[test]
+fn lut_every_function_passes_and_int8_is_refused() {
+    for f in ["relu", "relu6", "silu", "gelu", "sigmoid", "tanh", "exp"] {
+        let text = passes(&[
+            "lut", "--fn", f, "--h", "2", "--w", "5", "--c", "16", "--dtype", "fp16", "--device",
+            "emu",
+        ]);
+        assert!(text.contains("against the exact function"), "{text}");
+    }
+    refused(
+        &[
+            "lut", "--fn", "silu", "--h", "2", "--w", "2", "--c", "8", "--dtype", "int8",
+        ],
+        2,
+        "integer pipeline",
+    );
+}
