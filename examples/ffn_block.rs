@@ -185,7 +185,7 @@ fn run() -> Res {
         rel * 100.0,
         BOUND * 100.0
     );
-    if !(rel <= BOUND) {
+    if rel.is_nan() || rel > BOUND {
         return Err(format!("relative RMS error {rel} above the bound {BOUND}").into());
     }
 

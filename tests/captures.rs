@@ -3,13 +3,10 @@
 //! unknown entry, each task file must be one task with a recognised tail, and chained
 //! tails must agree with the task that follows.
 
+mod common;
+use common::captures_dir;
 use rknpu_driver::regcmd::{self, pc_data_amount};
 use std::path::{Path, PathBuf};
-
-fn captures_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures");
-    dir.is_dir().then_some(dir)
-}
 
 /// Capture cases: folders holding `regcmd.bin` or `task-NN.regcmd.bin`, files sorted.
 fn cases(dir: &Path) -> Vec<(PathBuf, Vec<PathBuf>)> {

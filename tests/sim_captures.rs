@@ -4,13 +4,10 @@
 //! value it does not model, or a DMA to memory the capture did not record). None may
 //! panic, and none may stop on an entry the model does not understand.
 
+mod common;
+use common::captures_dir;
 use rknpu_driver::sim::{Kick, SimError, Simulator};
 use std::path::{Path, PathBuf};
-
-fn captures_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures");
-    dir.is_dir().then_some(dir)
-}
 
 /// Every `"key": "0x..."` value in a JSON text, in order (meta.json is flat enough).
 fn hex_values(json: &str, key: &str) -> Vec<u32> {

@@ -23,6 +23,8 @@
 //!    buffers were dumped once, at an unknown point relative to the run, so no output is
 //!    compared.
 
+mod common;
+use common::captures_dir;
 use rknpu_driver::kernels::ops::conv::Conv2d;
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::regcmd::BlockMask;
@@ -30,15 +32,6 @@ use rknpu_driver::regs::cna;
 use rknpu_driver::sim::{Kick, Simulator};
 use rknpu_driver::task::{Precision, Snapshot, Task};
 use std::path::{Path, PathBuf};
-
-/// `../shared/captures` beside the crate root, or the directory `RKNPU_CAPTURES` names
-/// (a checkout elsewhere, e.g. a git worktree).
-fn captures_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("RKNPU_CAPTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures"));
-    dir.is_dir().then_some(dir)
-}
 
 /// `c{C}h{H}w{W}-oc{OC}-k{K}` from a case name.
 fn shape(name: &str) -> Option<(u32, u32, u32, u32, u32)> {

@@ -12,6 +12,8 @@
 //!   `wtwver-npu/own-ew-1task-gemdump` (the author's own fp16 divide, no published
 //!   result): each task must decode or be refused with a named error.
 
+mod common;
+use common::captures_dir;
 use half::f16;
 use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
@@ -19,11 +21,6 @@ use rknpu_driver::regcmd::{BlockMask, DmaAddr, RegCmd, words_from_le_bytes};
 use rknpu_driver::sim::{Kick, Simulator};
 use rknpu_driver::task::{Precision, Snapshot, Task};
 use std::path::{Path, PathBuf};
-
-fn captures_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures");
-    dir.is_dir().then_some(dir)
-}
 
 fn words(file: &Path) -> Vec<RegCmd> {
     words_from_le_bytes(&std::fs::read(file).unwrap()).unwrap()

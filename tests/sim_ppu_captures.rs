@@ -10,17 +10,12 @@
 //! destination equal it. Whether the buffers were dumped before or after a run is not
 //! known for every capture, so the last check confirms the data, not the timing.
 
+mod common;
+use common::captures_dir;
 use rknpu_driver::regcmd::{BlockMask, RegCmd};
 use rknpu_driver::sim::{Kick, LintKind, Simulator};
 use rknpu_driver::task::{Snapshot, Task};
 use std::path::{Path, PathBuf};
-
-fn captures_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("RKNPU_CAPTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures"));
-    dir.is_dir().then_some(dir)
-}
 
 /// Every `"key": "0x..."` value of a flat JSON text, in order.
 fn hex_values(json: &str, key: &str) -> Vec<u32> {

@@ -283,6 +283,19 @@ impl Task {
         BlockMask(m)
     }
 
+    /// A DPU-only task: the DPU with its read DMA (a flying element-wise, LUT or
+    /// conversion task, op-enable 0x18).
+    pub fn dpu_only(dpu: Dpu, dpu_rdma: DpuRdma) -> Task {
+        Task {
+            cna: None,
+            core: None,
+            dpu: Some(dpu),
+            dpu_rdma: Some(dpu_rdma),
+            ppu: None,
+            ppu_rdma: None,
+        }
+    }
+
     /// The task's registers as a new body ([`Task::emit`] into an empty builder).
     pub fn body(&self) -> Result<TaskBuilder> {
         let mut t = TaskBuilder::with_capacity(130);

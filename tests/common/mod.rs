@@ -129,3 +129,15 @@ pub fn assert_dma_is_the_cost(
         assert_eq!(got, want, "{what}: {engine}");
     }
 }
+
+/// The captured board programs: `../shared/captures` beside the crate root (a development
+/// checkout), or the directory `RKNPU_CAPTURES` names; `None` when it is absent (a fresh
+/// clone), and the tests that read captures skip with a note.
+pub fn captures_dir() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("RKNPU_CAPTURES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures")
+        });
+    dir.is_dir().then_some(dir)
+}

@@ -281,14 +281,7 @@ impl Eltwise {
             brdma: None,
             nrdma: None,
         };
-        Ok(Task {
-            cna: None,
-            core: None,
-            dpu: Some(dpu),
-            dpu_rdma: Some(dpu_rdma),
-            ppu: None,
-            ppu_rdma: None,
-        })
+        Ok(Task::dpu_only(dpu, dpu_rdma))
     }
 }
 

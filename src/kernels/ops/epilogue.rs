@@ -466,14 +466,7 @@ fn flying(
         brdma: None,
         nrdma: None,
     };
-    Ok(Task {
-        cna: None,
-        core: None,
-        dpu: Some(dpu),
-        dpu_rdma: Some(dpu_rdma),
-        ppu: None,
-        ppu_rdma: None,
-    })
+    Ok(Task::dpu_only(dpu, dpu_rdma))
 }
 
 /// An fp32 dequantisation over a whole cube: `y[p][c] = (x[p][c] · fp16(scale)) ·

@@ -419,14 +419,7 @@ fn flying(
         }),
         arbiter: [1, 1, 1, 1],
     };
-    Task {
-        cna: None,
-        core: None,
-        dpu: Some(dpu),
-        dpu_rdma: Some(dpu_rdma),
-        ppu: None,
-        ppu_rdma: None,
-    }
+    Task::dpu_only(dpu, dpu_rdma)
 }
 
 /// The LUT task of `recipe` over a one-surface fp16 cube of `w × h` atoms (8 lanes),
