@@ -166,8 +166,9 @@ fn dequant_to_fp16_then_fp16_multiply_in_one_program() {
         .unwrap();
     tasks.extend(mul);
     let program = ops::chain(&tasks).unwrap();
-    // On the simulator: `run_program` gives each buffer one direction, and the
-    // intermediate tensor is written, then read.
+    // On the simulator, with the intermediate tensor in a region of its own: written by
+    // the first task, read by the second (the layer programs of examples/ffn_block.rs
+    // run the same chain through the emulated kernel).
     let (r, out) = on_sim(
         &program,
         &[
