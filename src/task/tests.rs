@@ -56,8 +56,12 @@ prop_compose! {
         surf_stride in -(1i32 << 27)..(1i32 << 27),
         group_line_off in any::<bool>(),
         grains in upto(cna::ConvCon2::FEATURE_GRAINS),
+        planar_width in prop::option::of(upto(cna::DataSize0::DATAIN_WIDTH)),
     ) -> Feature {
-        Feature { addr, width, height, channels, channels_real, line_stride, surf_stride, group_line_off, grains }
+        // A planar input fetches line by line and reads at most its padded width.
+        let group_line_off = group_line_off || planar_width.is_some();
+        let width = planar_width.map_or(width, |pw| width.min(pw));
+        Feature { addr, width, height, channels, channels_real, line_stride, surf_stride, group_line_off, grains, planar_width }
     }
 }
 
