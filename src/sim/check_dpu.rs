@@ -189,7 +189,12 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
 /// The written cube: its size must be the main data's.
 fn out_cube(d: &task::Dpu, main: &Main, at: At) -> Result<Cube, SimError> {
     let (cw, ch, cc) = d.cube;
-    if d.orig_channels != cc {
+    // Over the planar input the vendor writes the CORE's 16 channels with one real
+    // (ORIG_CHANNEL 0); channels 1..15 hold the zeros the CORE computes for them.
+    let planar_padding = matches!(main, Main::Conv { feature, .. } if feature.planar)
+        && d.orig_channels == 1
+        && cc == super::config::PLANAR_CORE_CHANNELS;
+    if d.orig_channels != cc && !planar_padding {
         return Err(unsupported(
             at,
             dpu::DataCubeChannel::ORIG_CHANNEL,

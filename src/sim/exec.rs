@@ -16,6 +16,9 @@ pub(super) struct Feature {
     pub line: i64,
     /// Bytes between surfaces (groups of `atom_elems` channels).
     pub surf: i64,
+    /// The 1-channel planar input: each line holds `w` elements of channel 0, `line`
+    /// bytes apart; the other channels read as zero.
+    pub planar: bool,
 }
 
 /// The CNA weight read: N kernels of KW×KH×C in 1024-byte atoms (direct), or one

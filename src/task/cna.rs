@@ -199,6 +199,9 @@ pub struct InputCvt {
     pub signed: bool,
     /// `CVT_SCALE0..3`.
     pub scales: [u32; 4],
+    /// `CVT_CON5.PER_CHANNEL_CVT_EN`: one enable bit per channel; 0 in every program but
+    /// those over the 1-channel planar input, which write 0xFFFF.
+    pub per_channel: u32,
 }
 
 impl InputCvt {
@@ -209,6 +212,7 @@ impl InputCvt {
             cvt_type: true,
             signed,
             scales: [1; 4],
+            per_channel: 0,
         }
     }
 }
@@ -439,7 +443,7 @@ impl Cna {
         for i in 0..DCOMP_AMOUNT.len() {
             t.write_at(&DCOMP_AMOUNT, i, DcompAmount::new())?;
         }
-        t.write(CvtCon5::new())
+        t.write_fields(&[(CvtCon5::PER_CHANNEL_CVT_EN, self.cvt.per_channel)])?
             .write_fields(&[(PadCon1::PAD_VALUE, k.pad_value)])?;
         Ok(())
     }
@@ -569,6 +573,7 @@ impl Cna {
                 cvt_type: r.flag(CvtCon0::CVT_TYPE),
                 signed: r.flag(CvtCon0::DATA_SIGN),
                 scales,
+                per_channel: r.get(CvtCon5::PER_CHANNEL_CVT_EN),
             },
             burst: (
                 r.get(DmaCon0::DATA_BURST_LEN),

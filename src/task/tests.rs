@@ -93,6 +93,7 @@ prop_compose! {
         data_entries in upto(cna::CbufCon1::DATA_ENTRIES),
         cvt in (any::<bool>(), any::<bool>(), any::<bool>()),
         scales in prop::array::uniform4(upto(cna::CvtCon1::CVT_SCALE0)),
+        per_channel in any::<u32>(),
         burst in (upto(cna::DmaCon0::DATA_BURST_LEN), upto(cna::DmaCon0::WEIGHT_BURST_LEN)),
         kernel in kernel(),
     ) -> Cna {
@@ -110,7 +111,7 @@ prop_compose! {
                 weight_reuse: reuse.1,
                 data_entries,
             },
-            cvt: InputCvt { bypass: cvt.0, cvt_type: cvt.1, signed: cvt.2, scales },
+            cvt: InputCvt { bypass: cvt.0, cvt_type: cvt.1, signed: cvt.2, scales, per_channel },
             burst,
         }
     }
