@@ -95,7 +95,23 @@ pub(super) fn execute(
         bn_alu: per_channel(t.bn.as_ref(), |s| s.alu_mem.as_ref())?,
         bn_mul: per_channel(t.bn.as_ref(), |s| s.mul_mem.as_ref())?,
     };
-    let out = post(t, main, operand, &ops);
+    let mut out = post(t, main, operand, &ops);
+    // Channels beyond DATA_CUBE_CHANNEL.ORIG_CHANNEL come out zero.
+    let (c, real) = (t.out.c as usize, t.real_channels as usize);
+    if real < c {
+        match &mut out {
+            Values::Int(v) => v.iter_mut().enumerate().for_each(|(i, x)| {
+                if i % c >= real {
+                    *x = 0
+                }
+            }),
+            Values::Float(v) => v.iter_mut().enumerate().for_each(|(i, x)| {
+                if i % c >= real {
+                    *x = 0.0
+                }
+            }),
+        }
+    }
     if write_output {
         write_cube(mem, &t.out, &out, at, &mut dma.dpu_write)?;
     }

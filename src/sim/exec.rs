@@ -187,6 +187,9 @@ pub(super) struct Task {
     /// CNA GROUP_LINE_OFF and the raw stride field, for the geometry lint.
     pub group_line_off: bool,
     pub line_stride_field: u32,
+    /// DPU `ORIG_CHANNEL` + 1: channels of `out` that hold data; the others are written
+    /// as zero.
+    pub real_channels: u32,
     /// What the checks let through as derived rather than board-validated: one message
     /// each, reported as `unvalidated` lints.
     pub unvalidated: Vec<String>,
