@@ -55,16 +55,31 @@ fn nums(meta: &str, key: &str) -> Vec<u32> {
 
 /// The multi-operation captures: case directory and what the simulator must reach at
 /// least (tasks of the single-core chain run before it stops, or all of them).
-const CASES: &[&str] = &[
-    "allbilly-rk3588/rknn-add-gemdump",
-    "allbilly-rk3588/rknn-conv-fp16-inline-case1",
-    "allbilly-rk3588/rknn-conv-fp16-inline-case4",
-    "phhusson-rknpu-reverse-engineering/dump-dumb",
-    "phhusson-rknpu-reverse-engineering/dump-plus1",
-    "phhusson-rknpu-reverse-engineering/dump-plus2",
-    "phhusson-rknpu-reverse-engineering/dump-plus2-0x54",
-    "phhusson-rknpu-reverse-engineering/dump-x2",
+const CASES: &[(&str, u32)] = &[
+    // Task 1 writes at the end of the internal GEM, whose IOVA and size are inferred.
+    ("allbilly-rk3588/rknn-add-gemdump", 1),
+    // Several-kernel 8-channel weights (layout unknown).
+    ("allbilly-rk3588/rknn-conv-fp16-inline-case1", 0),
+    ("allbilly-rk3588/rknn-conv-fp16-inline-case4", 0),
+    // Task 2: the int16 transpose flying task.
+    ("phhusson-rknpu-reverse-engineering/dump-dumb", 2),
+    // Regcmd buffer only; its first convolution has 12 kernels.
+    ("phhusson-rknpu-reverse-engineering/dump-plus1", 0),
+    ("phhusson-rknpu-reverse-engineering/dump-plus2", 2),
+    ("phhusson-rknpu-reverse-engineering/dump-plus2-0x54", 2),
+    ("phhusson-rknpu-reverse-engineering/dump-x2", 2),
 ];
+
+/// The task index in an error's "core N task M" prefix.
+fn failing_task(e: &SimError) -> Option<u32> {
+    let s = e.to_string();
+    let i = s.find(" task ")? + 6;
+    s[i..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
 
 struct Loaded {
     sim: Simulator,
@@ -143,7 +158,7 @@ fn multi_operation_captures_run_or_stop_on_a_named_refusal() {
         return;
     };
     let mut not_named = Vec::new();
-    for case in CASES {
+    for &(case, reached) in CASES {
         let dir = root.join(case);
         let Some(mut l) = load(&dir, &[]) else {
             eprintln!("note: {case} is absent");
@@ -153,6 +168,11 @@ fn multi_operation_captures_run_or_stop_on_a_named_refusal() {
             Ok(s) => eprintln!("{case}: runs: {s}"),
             Err(e) => {
                 eprintln!("{case}: stops: {e}");
+                let at = failing_task(&e);
+                assert!(
+                    at.is_some_and(|t| t >= reached),
+                    "{case}: stops before task {reached}: {e}"
+                );
                 match e {
                     SimError::Unsupported { .. }
                     | SimError::Inconsistent { .. }
@@ -162,7 +182,102 @@ fn multi_operation_captures_run_or_stop_on_a_named_refusal() {
                 }
             }
         }
-        let _ = &l.buffers;
     }
     assert!(not_named.is_empty(), "{}", not_named.join("\n"));
+}
+
+/// The phhusson toy graphs: case, the input's width and height (its registers: the
+/// convolution's `FC_DATA_SIZE0`), and the element-wise function the model's name gives
+/// (`None` where the name does not say).
+const TOY_GRAPHS: &[(&str, usize, usize, Option<fn(f32) -> f32>)] = &[
+    ("dump-dumb", 84, 84, None),
+    ("dump-plus2", 85, 85, Some(|x| x + 2.0)),
+    ("dump-plus2-0x54", 84, 84, Some(|x| x + 2.0)),
+    ("dump-x2", 85, 85, Some(|x| x * 2.0)),
+];
+
+/// The buffer of a meta.json `role` that starts with `role`.
+fn buffer_addr(meta: &str, role: &str) -> Option<u32> {
+    let i = meta.find(&format!("\"role\": \"{role}"))?;
+    let obj_start = meta[..i].rfind('{')?;
+    let obj_end = i + meta[i..].find('}')?;
+    hex(&meta[obj_start..obj_end], "addr").first().copied()
+}
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
+}
+
+/// The phhusson dumps hold the GEMs of a board that had run the model (its internal and
+/// output GEMs are not zero), with IOVAs inferred from the programs. Their contents are
+/// those of the chain's first two tasks: the planar identity convolution (1-channel fp16
+/// input, lines padded to a multiple of 8, into an 8-channel cube of the internal GEM)
+/// and the flying BS task after it (into the output GEM); the third task, an int16
+/// transpose writing at the internal GEM's start, left nothing there, so the later tasks
+/// did not run (or ran on other buffers) before the dump. With the internal and output
+/// GEMs zeroed, the simulator runs those two tasks over the captured input and must
+/// leave both GEMs byte for byte as the board did; where the model's name gives the
+/// function (`x2`, `plus2`), the output's channel 0 must also be that function of the
+/// captured input, computed here from the planar input bytes, and every other channel 0.
+#[test]
+fn toy_graphs_first_two_tasks_reproduce_the_captured_gems() {
+    let Some(root) = captures_dir() else {
+        eprintln!("note: the captures are absent (a fresh clone); nothing to compare");
+        return;
+    };
+    for &(name, w, h, f) in TOY_GRAPHS {
+        let dir = root.join("phhusson-rknpu-reverse-engineering").join(name);
+        let Ok(meta) = std::fs::read_to_string(dir.join("meta.json")) else {
+            eprintln!("note: {name} is absent");
+            continue;
+        };
+        let internal = buffer_addr(&meta, "internal feature memory").unwrap();
+        let output = buffer_addr(&meta, "model output").unwrap();
+        let input = buffer_addr(&meta, "model input").unwrap();
+        let mut l = load(&dir, &[internal, output]).unwrap();
+        let captured = |a: u32| l.buffers.iter().find(|b| b.0 == a).unwrap().1.clone();
+        let (cap_internal, cap_output, cap_input) =
+            (captured(internal), captured(output), captured(input));
+        let kick = Kick {
+            task_number: Some(2),
+            ..Kick::new(l.first, l.amount)
+        };
+        let r = l.sim.kick(&kick).unwrap();
+        assert!(r.completed && r.tasks_run == 2, "{name}: {r:?}");
+        let ours = |a: u32, n: usize| l.sim.memory().read_vec(a, n).unwrap();
+        let (our_internal, our_output) = (
+            ours(internal, cap_internal.len()),
+            ours(output, cap_output.len()),
+        );
+        let differing = |a: &[u8], b: &[u8]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+        assert_eq!(
+            differing(&our_internal, &cap_internal),
+            0,
+            "{name}: internal GEM"
+        );
+        assert_eq!(differing(&our_output, &cap_output), 0, "{name}: output GEM");
+        let mut checked = "both GEMs byte-exact".to_string();
+        if let Some(f) = f {
+            let pitch = w.next_multiple_of(8);
+            for y in 0..h {
+                for x in 0..w {
+                    let want = half::f16::from_f32(f(f16_at(&cap_input, 2 * (y * pitch + x))));
+                    let at = 16 * (y * w + x);
+                    assert_eq!(f16_at(&our_output, at), want.to_f32(), "{name} ({x}, {y})");
+                    for c in 1..8 {
+                        assert_eq!(
+                            f16_at(&our_output, at + 2 * c),
+                            0.0,
+                            "{name} ({x}, {y}) c{c}"
+                        );
+                    }
+                }
+            }
+            checked += &format!(", output = f(input) over {w}x{h}");
+        }
+        let lints: Vec<String> = r.lints.iter().map(|l| format!("{:?}", l.kind)).collect();
+        eprintln!(
+            "phhusson-rknpu-reverse-engineering/{name}: tasks 0-1 (planar conv, flying BS): {checked}; lints {lints:?}"
+        );
+    }
 }
