@@ -281,3 +281,72 @@ fn toy_graphs_first_two_tasks_reproduce_the_captured_gems() {
         );
     }
 }
+
+/// The same two vendor tasks over a seeded input instead of the captured all-ones one:
+/// every real pixel a different fp16 value, the padding columns of each planar line
+/// (the real width up to `DATAIN_WIDTH`) a value that must not reach the output. The
+/// output's channel 0 must be the function the model's name gives, computed here in f32
+/// and rounded to fp16 (the BS stage's float arithmetic), the other channels zero.
+#[test]
+fn toy_graphs_first_two_tasks_over_a_seeded_input() {
+    let Some(root) = captures_dir() else {
+        eprintln!("note: the captures are absent (a fresh clone); nothing to run");
+        return;
+    };
+    for &(name, w, h, f) in TOY_GRAPHS {
+        let Some(f) = f else { continue };
+        let dir = root.join("phhusson-rknpu-reverse-engineering").join(name);
+        let Ok(meta) = std::fs::read_to_string(dir.join("meta.json")) else {
+            eprintln!("note: {name} is absent");
+            continue;
+        };
+        let internal = buffer_addr(&meta, "internal feature memory").unwrap();
+        let output = buffer_addr(&meta, "model output").unwrap();
+        let input = buffer_addr(&meta, "model input").unwrap();
+        let mut l = load(&dir, &[internal, output]).unwrap();
+        let len = l.buffers.iter().find(|b| b.0 == input).unwrap().1.len();
+        let pitch = w.next_multiple_of(8);
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut bytes = vec![0u8; len];
+        let mut values = vec![0f32; w * h];
+        for y in 0..h {
+            for x in 0..pitch {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                // Values in [-8, 8) on a 1/64 grid; padding columns a huge 60000.
+                let v = if x < w {
+                    ((seed >> 40) % 1024) as f32 / 64.0 - 8.0
+                } else {
+                    60000.0
+                };
+                if x < w {
+                    values[y * w + x] = v;
+                }
+                let b = half::f16::from_f32(v).to_bits().to_le_bytes();
+                bytes[2 * (y * pitch + x)..2 * (y * pitch + x) + 2].copy_from_slice(&b);
+            }
+        }
+        l.sim.memory_mut().unmap(input).unwrap();
+        l.sim.memory_mut().map(input, bytes).unwrap();
+        let kick = Kick {
+            task_number: Some(2),
+            ..Kick::new(l.first, l.amount)
+        };
+        let r = l.sim.kick(&kick).unwrap();
+        assert!(r.completed && r.tasks_run == 2, "{name}: {r:?}");
+        let out = l.sim.memory().read_vec(output, 16 * w * h).unwrap();
+        let mut exact = 0;
+        for (p, &v) in values.iter().enumerate() {
+            let want = half::f16::from_f32(f(v)).to_f32();
+            assert_eq!(f16_at(&out, 16 * p), want, "{name} pixel {p}: f({v})");
+            for c in 1..8 {
+                assert_eq!(f16_at(&out, 16 * p + 2 * c), 0.0, "{name} pixel {p} c{c}");
+            }
+            exact += 1;
+        }
+        eprintln!(
+            "phhusson-rknpu-reverse-engineering/{name}: seeded input: {exact} pixels = f(input) exactly"
+        );
+    }
+}
