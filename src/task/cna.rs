@@ -637,25 +637,25 @@ impl Cna {
 fn decode_feature(r: &mut Reader<'_>, planar: bool) -> Decoded<Feature> {
     use super::read::DecodeError as E;
     use cna::*;
-    let datain_width = r.get(DataSize0::DATAIN_WIDTH);
+    let padded_width = r.get(DataSize0::DATAIN_WIDTH);
     let height = r.get(DataSize0::DATAIN_HEIGHT);
     let channels = r.get(DataSize1::DATAIN_CHANNEL);
     let channels_real = r.get(DataSize1::DATAIN_CHANNEL_REAL) + 1;
     let (width, planar_width) = if planar {
         let width = r.get(FcDataSize0::DMA_WIDTH);
-        if width > datain_width {
+        if width > padded_width {
             return Err(E::inconsistent(
                 FcDataSize0::DMA_WIDTH,
                 width,
                 format!(
-                    "a planar line holds {} {datain_width} elements",
+                    "a planar line holds {} {padded_width} elements",
                     DataSize0::DATAIN_WIDTH
                 ),
             ));
         }
-        (width, Some(datain_width))
+        (width, Some(padded_width))
     } else {
-        let width = datain_width;
+        let width = padded_width;
         r.agree(FcDataSize0::DMA_WIDTH, width, || {
             format!("{} is {width}", DataSize0::DATAIN_WIDTH)
         })?;
