@@ -186,10 +186,12 @@ fn multi_operation_captures_run_or_stop_on_a_named_refusal() {
     assert!(not_named.is_empty(), "{}", not_named.join("\n"));
 }
 
+type ToyGraph = (&'static str, usize, usize, Option<fn(f32) -> f32>);
+
 /// The phhusson toy graphs: case, the input's width and height (its registers: the
 /// convolution's `FC_DATA_SIZE0`), and the element-wise function the model's name gives
 /// (`None` where the name does not say).
-const TOY_GRAPHS: &[(&str, usize, usize, Option<fn(f32) -> f32>)] = &[
+const TOY_GRAPHS: &[ToyGraph] = &[
     ("dump-dumb", 84, 84, None),
     ("dump-plus2", 85, 85, Some(|x| x + 2.0)),
     ("dump-plus2-0x54", 84, 84, Some(|x| x + 2.0)),
@@ -450,8 +452,8 @@ fn planar_convolution_from_task_values_against_the_cpu() {
             r.lints
         );
         // fp16 output, 16 channels in two 8-channel surfaces of W·H atoms.
-        for p in 0..wu * hu {
-            let want = half::f16::from_f32(x[p] * wv).to_f32();
+        for (p, &xp) in x.iter().enumerate() {
+            let want = half::f16::from_f32(xp * wv).to_f32();
             assert_eq!(f16_at(&out, 16 * p), want, "{w}x{h} pixel {p}");
             for c in 1..16 {
                 let at = (c / 8) * 16 * wu * hu + 16 * p + 2 * (c % 8);
@@ -468,7 +470,8 @@ fn planar_convolution_from_task_values_against_the_cpu() {
 fn planar_convolution_refusals_name_their_field() {
     use rknpu_driver::regs::cna;
     let (w, h) = (10u32, 3u32);
-    let cases: [(&str, fn(&mut rknpu_driver::task::Task)); 4] = [
+    type Change = fn(&mut rknpu_driver::task::Task);
+    let cases: [(&str, Change); 4] = [
         (cna::WeightSize2::WEIGHT_KERNELS.name(), |t| {
             t.cna.as_mut().unwrap().weights.kernels = 2
         }),
