@@ -85,6 +85,7 @@ fn matmul_task() -> Res<Task> {
             surf_stride: 0,
             group_line_off: true,
             grains: M + 1,
+            planar_width: None,
         },
         weights: Weights {
             addr: DmaAddr::reloc(B, 0),

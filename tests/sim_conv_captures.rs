@@ -19,16 +19,15 @@
 //!    CNA and CORE of `oRKLLM-ork-driver/rknn-conv-task0`, a padded 3×3 convolution whose
 //!    bias comes through DPU_RDMA (not this model's), are compared the same way.
 //! 3. The `rknn-conv-fp16-inline-*` cases, whose buffers are present, feed a 1-channel
-//!    planar input (`ARGB_IN`): the simulator refuses them with that named field. Their
-//!    buffers were dumped once, at an unknown point relative to the run, so no output is
-//!    compared.
+//!    planar input (`ARGB_IN`): they decode as such (tests/sim_graph_captures.rs runs
+//!    them; the simulator refuses their several-kernel weights by name). Their buffers
+//!    are all zero, so no output is compared.
 
 mod common;
 use common::captures_dir;
 use rknpu_driver::kernels::ops::conv::Conv2d;
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::regcmd::BlockMask;
-use rknpu_driver::regs::cna;
 use rknpu_driver::sim::{Kick, Simulator};
 use rknpu_driver::task::{Precision, Snapshot, Task};
 use std::path::{Path, PathBuf};
@@ -494,7 +493,7 @@ fn compare(name: &str, v: &Task, cv: &Conv2d, dpu: bool) {
 }
 
 #[test]
-fn the_inline_cases_are_refused_at_their_planar_input() {
+fn the_inline_cases_decode_as_planar_inputs() {
     let Some(root) = captures_dir() else {
         eprintln!(
             "note: ../shared/captures is absent; the inline convolution cases are not checked"
@@ -519,8 +518,18 @@ fn the_inline_cases_are_refused_at_their_planar_input() {
                 .filter(|&&e| e >> 48 != 0 && e & 0xFFFF < 0x8000)
                 .map(|&e| ((e & 0xFFFF) as u16, ((e >> 16) & 0xFFFF_FFFF) as u32)),
         );
-        let r = Task::decode(&mut snap, BlockMask(0x0D));
-        let e = r.expect_err("the planar input is not modelled");
-        assert_eq!(e.field, cna::ConvCon1::ARGB_IN.name(), "{name}: {e}");
+        let t = Task::decode(&mut snap, BlockMask(0x0D)).expect("the planar input decodes");
+        let f = t.cna.expect("a CNA task").feature;
+        // The real width (7 and 10) in DMA_WIDTH, the line padded to a multiple of 8
+        // elements in DATAIN_WIDTH and LINE_STRIDE (docs/hardware/convolution.md#planar-input).
+        let real = if name.ends_with("case1") { 7 } else { 10 };
+        assert_eq!(f.width, real, "{name}");
+        assert_eq!(
+            f.planar_width,
+            Some(if real == 7 { 8 } else { 16 }),
+            "{name}"
+        );
+        assert_eq!(Some(f.line_stride), f.planar_width, "{name}");
+        assert_eq!((f.channels, f.channels_real), (8, 1), "{name}");
     }
 }

@@ -63,14 +63,19 @@ pub(super) fn check_first(mem: &Memory, t: &Task, at: At) -> Result<(), SimError
                 cna::DcompAddr0::NAME,
             ));
             let epa = feature.prec.atom_elems() as u64;
-            let runs = (0..feature.c as u64 / epa.max(1))
-                .flat_map(|c1| (0..feature.h as u64).map(move |y| (c1, y)));
+            // A planar input reads one plane of 2-byte elements.
+            let (surfaces, elem) = if feature.planar {
+                (1, 2)
+            } else {
+                (feature.c as u64 / epa.max(1), 16)
+            };
+            let runs = (0..surfaces).flat_map(|c1| (0..feature.h as u64).map(move |y| (c1, y)));
             for (c1, y) in runs {
                 let addr = feature.base as i64 + c1 as i64 * feature.surf + y as i64 * feature.line;
                 run(
                     mem,
                     addr,
-                    feature.w as usize * 16,
+                    feature.w as usize * elem,
                     at,
                     "CNA",
                     cna::FeatureDataAddr::NAME,

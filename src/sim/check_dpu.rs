@@ -10,6 +10,7 @@ use crate::task::{self, DpuInput, EwSrc as TEwSrc, Precision};
 /// Checks the DPU's registers against the main data and builds the executed task.
 pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<Task, SimError> {
     let out = out_cube(d, &main, at)?;
+    let real_channels = d.orig_channels.min(out.c);
     let out_prec = out.prec;
     let proc = d.precision;
     use Precision::*;
@@ -44,6 +45,14 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
     }
     let float = proc.is_float();
     let mut unvalidated = Vec::new();
+    if d.orig_channels < out.c {
+        unvalidated.push(format!(
+            "{} = {} of {} channels: the channels beyond the real one are written as zero (the vendor's captured outputs hold zeros there, over buffers that may have been zero before)",
+            dpu::DataCubeChannel::ORIG_CHANNEL,
+            d.orig_channels - 1,
+            out.c
+        ));
+    }
     if proc == Int32 && out_prec == Fp32 && d.input == DpuInput::Flying && d.ew.is_none() {
         unvalidated.push(format!(
             "{} {}: a flying int32 to fp32 conversion without the EW add is derived from the split-K add's fp32 output (docs/hardware/dpu-ops.md#dequantisation-over-a-cube)",
@@ -179,6 +188,7 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         grains,
         group_line_off: glo,
         line_stride_field: line_field,
+        real_channels,
         unvalidated,
         lut,
         bs_float,
@@ -189,7 +199,18 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
 /// The written cube: its size must be the main data's.
 fn out_cube(d: &task::Dpu, main: &Main, at: At) -> Result<Cube, SimError> {
     let (cw, ch, cc) = d.cube;
-    if d.orig_channels != cc {
+    // The vendor's programs over the 1-channel planar input write cubes of one real
+    // channel (ORIG_CHANNEL 0): the CORE's 16 channels after the planar convolution, 8
+    // channels in the flying tasks after it. The channels beyond come out zero
+    // (docs/hardware/convolution.md#planar-input).
+    let one_real = d.orig_channels == 1
+        && match main {
+            Main::Conv { feature, .. } => {
+                feature.planar && cc == super::config::PLANAR_CORE_CHANNELS
+            }
+            Main::Flying(c) => c.c == cc && cc == 8,
+        };
+    if d.orig_channels != cc && !one_real {
         return Err(unsupported(
             at,
             dpu::DataCubeChannel::ORIG_CHANNEL,

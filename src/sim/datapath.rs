@@ -95,7 +95,23 @@ pub(super) fn execute(
         bn_alu: per_channel(t.bn.as_ref(), |s| s.alu_mem.as_ref())?,
         bn_mul: per_channel(t.bn.as_ref(), |s| s.mul_mem.as_ref())?,
     };
-    let out = post(t, main, operand, &ops);
+    let mut out = post(t, main, operand, &ops);
+    // Channels beyond DATA_CUBE_CHANNEL.ORIG_CHANNEL come out zero.
+    let (c, real) = (t.out.c as usize, t.real_channels as usize);
+    if real < c {
+        match &mut out {
+            Values::Int(v) => v.iter_mut().enumerate().for_each(|(i, x)| {
+                if i % c >= real {
+                    *x = 0
+                }
+            }),
+            Values::Float(v) => v.iter_mut().enumerate().for_each(|(i, x)| {
+                if i % c >= real {
+                    *x = 0.0
+                }
+            }),
+        }
+    }
     if write_output {
         write_cube(mem, &t.out, &out, at, &mut dma.dpu_write)?;
     }
@@ -176,7 +192,9 @@ fn conv(
         out_pixels as u64 * n as u64 * taps as u64 * if win.depthwise { 1 } else { c as u64 };
     let feature_reg = cna::FeatureDataAddr::NAME;
     let weight_reg = cna::DcompAddr0::NAME;
-    let kernels = if win.depthwise { 1 } else { n };
+    // Depthwise: one window per channel; planar: the one kernel in memory, the CORE's
+    // other 15 channels come from no weights (zero).
+    let kernels = if win.depthwise || f.planar { 1 } else { n };
     let wbytes = kernels * taps * c * w.prec.bits() as usize / 8;
     let wdata = run(mem, w.base as i64, wbytes, at, "CNA", weight_reg)?;
     *weighed += wdata.len() as u64;
@@ -193,6 +211,21 @@ fn conv(
 
     // Visits every feature atom: (pixel, first channel, 16 bytes).
     let mut each_atom = |visit: &mut dyn FnMut(usize, usize, &[u8])| -> Result<(), SimError> {
+        if f.planar {
+            // One plane of fp16 lines; the atom of each pixel holds it in channel 0 and
+            // zero in the padded channels (docs/hardware/convolution.md#planar-input).
+            for y in 0..f.h as usize {
+                let addr = f.base as i64 + y as i64 * f.line;
+                let bytes = run(mem, addr, f.w as usize * 2, at, "CNA", feature_reg)?;
+                *fetched += bytes.len() as u64;
+                for x in 0..f.w as usize {
+                    let mut atom = [0u8; 16];
+                    atom[..2].copy_from_slice(&bytes[2 * x..2 * x + 2]);
+                    visit(y * f.w as usize + x, 0, &atom);
+                }
+            }
+            return Ok(());
+        }
         for c1 in 0..c / epa {
             for y in 0..f.h as usize {
                 let addr = f.base as i64 + c1 as i64 * f.surf + y as i64 * f.line;
@@ -303,6 +336,12 @@ fn conv(
                 return Ok((Values::Float(window_f32(&a, wdata, f, w, win, pad)), macs));
             }
             let mut b = vec![0f32; n * c];
+            if f.planar {
+                // The one 1x1 kernel over the 8 padded channels: 8 halves in order.
+                for (e, v) in b.iter_mut().take(c).enumerate() {
+                    *v = conv(le16(wdata, 2 * e));
+                }
+            }
             for j in 0..n {
                 for kb in 0..kblocks {
                     let o = woff(j, kb, 0);

@@ -16,6 +16,9 @@ pub(super) struct Feature {
     pub line: i64,
     /// Bytes between surfaces (groups of `atom_elems` channels).
     pub surf: i64,
+    /// The 1-channel planar input: each line holds `w` elements of channel 0, `line`
+    /// bytes apart; the other channels read as zero.
+    pub planar: bool,
 }
 
 /// The CNA weight read: N kernels of KW×KH×C in 1024-byte atoms (direct), or one
@@ -184,6 +187,9 @@ pub(super) struct Task {
     /// CNA GROUP_LINE_OFF and the raw stride field, for the geometry lint.
     pub group_line_off: bool,
     pub line_stride_field: u32,
+    /// DPU `ORIG_CHANNEL` + 1: channels of `out` that hold data; the others are written
+    /// as zero.
+    pub real_channels: u32,
     /// What the checks let through as derived rather than board-validated: one message
     /// each, reported as `unvalidated` lints.
     pub unvalidated: Vec<String>,

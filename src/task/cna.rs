@@ -11,6 +11,10 @@ use crate::error::Result;
 use crate::regcmd::{DmaAddr, TaskBuilder};
 use crate::regs::{Block, Register, cna};
 
+/// `CONV_CON1.ARGB_IN` of the 1-channel planar input, the one non-zero value any capture
+/// shows (docs/hardware/convolution.md#planar-input).
+const PLANAR_ARGB_IN: u32 = 8;
+
 /// The feature (activation) cube the CNA reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Feature {
@@ -32,6 +36,12 @@ pub struct Feature {
     pub group_line_off: bool,
     /// `CONV_CON2.FEATURE_GRAINS`: lines the CNA fetches ahead.
     pub grains: u32,
+    /// The 1-channel planar input of the vendor programs (`CONV_CON1.ARGB_IN` 8 with
+    /// `NONALIGN_DMA` and `GROUP_LINE_OFF`; docs/hardware/convolution.md#planar-input):
+    /// `Some(DATAIN_WIDTH)`, the padded line width in elements, while
+    /// [`Feature::width`] is the real width `FC_DATA_SIZE0.DMA_WIDTH`. `None` for the
+    /// NC1HWC2 cubes of every other program.
+    pub planar_width: Option<u32>,
 }
 
 impl Feature {
@@ -39,6 +49,12 @@ impl Feature {
     /// addressing"). They may be zero or negative: the simulator refuses such a cube when
     /// it has several lines or surfaces.
     pub fn strides(&self) -> (i64, i64) {
+        if self.planar_width.is_some() {
+            // Planar fp16 lines: LINE_STRIDE elements of 2 bytes; the next plane starts
+            // LINE_STRIDE + SURF_STRIDE elements on (docs/hardware/convolution.md#planar-input).
+            let line = i64::from(self.line_stride);
+            return (line * 2, (line + i64::from(self.surf_stride)) * 2);
+        }
         let w = i64::from(self.width);
         let surf = i64::from(self.surf_stride);
         let (line, surf) = if self.group_line_off {
@@ -51,6 +67,10 @@ impl Feature {
 
     /// Bytes of one line of the cube in the CBUF (`W × C` elements).
     pub fn row_bytes(&self, precision: Precision) -> u64 {
+        if let Some(pw) = self.planar_width {
+            // One plane's line of the padded width (docs/hardware/convolution.md#planar-input).
+            return u64::from(pw) * u64::from(precision.bits()) / 8;
+        }
         u64::from(self.width) * u64::from(self.channels) * u64::from(precision.bits()) / 8
     }
 
@@ -179,6 +199,9 @@ pub struct InputCvt {
     pub signed: bool,
     /// `CVT_SCALE0..3`.
     pub scales: [u32; 4],
+    /// `CVT_CON5.PER_CHANNEL_CVT_EN`: one enable bit per channel; 0 in every program but
+    /// those over the 1-channel planar input, which write 0xFFFF.
+    pub per_channel: u32,
 }
 
 impl InputCvt {
@@ -189,6 +212,7 @@ impl InputCvt {
             cvt_type: true,
             signed,
             scales: [1; 4],
+            per_channel: 0,
         }
     }
 }
@@ -331,7 +355,10 @@ impl Cna {
         let r = cna::ConvCon1::CONV_MODE.set(cna::ConvCon1::new(), mode)?;
         let r = cna::ConvCon1::IN_PRECISION.set(r, p)?;
         let r = cna::ConvCon1::PROC_PRECISION.set(r, p)?;
-        cna::ConvCon1::GROUP_LINE_OFF.set(r, self.feature.group_line_off.into())
+        let r = cna::ConvCon1::GROUP_LINE_OFF.set(r, self.feature.group_line_off.into())?;
+        let planar = self.feature.planar_width.is_some();
+        let r = cna::ConvCon1::ARGB_IN.set(r, if planar { PLANAR_ARGB_IN } else { 0 })?;
+        cna::ConvCon1::NONALIGN_DMA.set(r, planar.into())
     }
 
     /// The vendor bodies' preamble: CBUF split, decompression off, precisions.
@@ -361,7 +388,7 @@ impl Cna {
                 (ConvCon3::ATROUS_Y_DILATION, k.dilation.1.wrapping_sub(1)),
             ])?
             .write_fields(&[
-                (DataSize0::DATAIN_WIDTH, f.width),
+                (DataSize0::DATAIN_WIDTH, f.planar_width.unwrap_or(f.width)),
                 (DataSize0::DATAIN_HEIGHT, f.height),
             ])?
             .write_fields(&[
@@ -416,7 +443,7 @@ impl Cna {
         for i in 0..DCOMP_AMOUNT.len() {
             t.write_at(&DCOMP_AMOUNT, i, DcompAmount::new())?;
         }
-        t.write(CvtCon5::new())
+        t.write_fields(&[(CvtCon5::PER_CHANNEL_CVT_EN, self.cvt.per_channel)])?
             .write_fields(&[(PadCon1::PAD_VALUE, k.pad_value)])?;
         Ok(())
     }
@@ -433,13 +460,28 @@ impl Cna {
                 "direct (0) and depthwise (3) convolutions are modelled",
             ));
         }
-        r.expect(ConvCon1::ARGB_IN, 0, "image input is not modelled")?;
         r.expect(ConvCon1::DECONV, 0, "deconvolution is not modelled")?;
-        r.expect(
-            ConvCon1::NONALIGN_DMA,
-            0,
-            "non-aligned feature DMA is not modelled",
-        )?;
+        let argb = r.get(ConvCon1::ARGB_IN);
+        if argb != 0 && argb != PLANAR_ARGB_IN {
+            return Err(E::unsupported(
+                ConvCon1::ARGB_IN,
+                argb,
+                "only 0 (NC1HWC2 cube) and 8 (1-channel planar input, the vendor programs) are modelled",
+            ));
+        }
+        let planar = argb == PLANAR_ARGB_IN;
+        r.agree(ConvCon1::NONALIGN_DMA, planar.into(), || {
+            if planar {
+                format!("every program with {} {argb} sets it", ConvCon1::ARGB_IN)
+            } else {
+                "non-aligned feature DMA is modelled only for the 1-channel planar input".into()
+            }
+        })?;
+        if planar {
+            r.agree(ConvCon1::GROUP_LINE_OFF, 1, || {
+                format!("every program with {} {argb} sets it", ConvCon1::ARGB_IN)
+            })?;
+        }
         let in_code = r.get(ConvCon1::IN_PRECISION);
         let precision = Precision::from_code(in_code)
             .filter(|p| p.is_conv_input())
@@ -470,7 +512,7 @@ impl Cna {
         };
         let (kw, kh) = (kernel.width, kernel.height);
 
-        let feature = decode_feature(r)?;
+        let feature = decode_feature(r, planar)?;
         let channels = feature.channels;
         let kernels = r.get(WeightSize2::WEIGHT_KERNELS);
         let kernel_bytes =
@@ -531,6 +573,7 @@ impl Cna {
                 cvt_type: r.flag(CvtCon0::CVT_TYPE),
                 signed: r.flag(CvtCon0::DATA_SIGN),
                 scales,
+                per_channel: r.get(CvtCon5::PER_CHANNEL_CVT_EN),
             },
             burst: (
                 r.get(DmaCon0::DATA_BURST_LEN),
@@ -546,19 +589,35 @@ impl Cna {
             // Lines and surfaces may step backwards (negative strides): the range runs
             // from the lowest atom read to one past the highest.
             let (line, surf) = f.strides();
-            let surfaces = i64::from(f.channels.div_ceil(self.precision.atom_elems()).max(1));
-            let lines = i64::from(f.height.max(1));
-            let (s, l) = ((surfaces - 1) * surf, (lines - 1) * line);
-            let lo = s.min(0) + l.min(0);
-            let hi = s.max(0) + l.max(0) + i64::from(f.width) * 16;
-            out.push(DmaRange {
-                block: Block::Cna,
-                register: cna::FeatureDataAddr::NAME,
-                what: "feature",
-                start: base.saturating_add_signed(lo),
-                len: (hi - lo) as u64,
-                access: Access::Read,
-            });
+            if f.planar_width.is_some() {
+                // One plane of `height` lines of `width` elements is read.
+                let bytes = i64::from(self.precision.bits() / 8);
+                let l = (i64::from(f.height.max(1)) - 1) * line;
+                let lo = l.min(0);
+                let hi = l.max(0) + i64::from(f.width) * bytes;
+                out.push(DmaRange {
+                    block: Block::Cna,
+                    register: cna::FeatureDataAddr::NAME,
+                    what: "feature",
+                    start: base.saturating_add_signed(lo),
+                    len: (hi - lo) as u64,
+                    access: Access::Read,
+                });
+            } else {
+                let surfaces = i64::from(f.channels.div_ceil(self.precision.atom_elems()).max(1));
+                let lines = i64::from(f.height.max(1));
+                let (s, l) = ((surfaces - 1) * surf, (lines - 1) * line);
+                let lo = s.min(0) + l.min(0);
+                let hi = s.max(0) + l.max(0) + i64::from(f.width) * 16;
+                out.push(DmaRange {
+                    block: Block::Cna,
+                    register: cna::FeatureDataAddr::NAME,
+                    what: "feature",
+                    start: base.saturating_add_signed(lo),
+                    len: (hi - lo) as u64,
+                    access: Access::Read,
+                });
+            }
         }
         if let Some(start) = fixed(self.weights.addr) {
             out.push(DmaRange {
@@ -574,15 +633,34 @@ impl Cna {
 }
 
 /// The feature cube's registers; the sizes that `FC_DATA_SIZE*` repeat must agree.
-fn decode_feature(r: &mut Reader<'_>) -> Decoded<Feature> {
+/// A planar input's lines are `DATAIN_WIDTH` elements, of which `DMA_WIDTH` hold data.
+fn decode_feature(r: &mut Reader<'_>, planar: bool) -> Decoded<Feature> {
+    use super::read::DecodeError as E;
     use cna::*;
-    let width = r.get(DataSize0::DATAIN_WIDTH);
+    let padded_width = r.get(DataSize0::DATAIN_WIDTH);
     let height = r.get(DataSize0::DATAIN_HEIGHT);
     let channels = r.get(DataSize1::DATAIN_CHANNEL);
     let channels_real = r.get(DataSize1::DATAIN_CHANNEL_REAL) + 1;
-    r.agree(FcDataSize0::DMA_WIDTH, width, || {
-        format!("{} is {width}", DataSize0::DATAIN_WIDTH)
-    })?;
+    let (width, planar_width) = if planar {
+        let width = r.get(FcDataSize0::DMA_WIDTH);
+        if width > padded_width {
+            return Err(E::inconsistent(
+                FcDataSize0::DMA_WIDTH,
+                width,
+                format!(
+                    "a planar line holds {} {padded_width} elements",
+                    DataSize0::DATAIN_WIDTH
+                ),
+            ));
+        }
+        (width, Some(padded_width))
+    } else {
+        let width = padded_width;
+        r.agree(FcDataSize0::DMA_WIDTH, width, || {
+            format!("{} is {width}", DataSize0::DATAIN_WIDTH)
+        })?;
+        (width, None)
+    };
     r.agree(FcDataSize0::DMA_HEIGHT, height, || {
         format!("{} is {height}", DataSize0::DATAIN_HEIGHT)
     })?;
@@ -599,5 +677,6 @@ fn decode_feature(r: &mut Reader<'_>) -> Decoded<Feature> {
         surf_stride: r.signed(DmaCon2::SURF_STRIDE) as i32,
         group_line_off: r.flag(ConvCon1::GROUP_LINE_OFF),
         grains: r.get(ConvCon2::FEATURE_GRAINS),
+        planar_width,
     })
 }

@@ -56,8 +56,12 @@ prop_compose! {
         surf_stride in -(1i32 << 27)..(1i32 << 27),
         group_line_off in any::<bool>(),
         grains in upto(cna::ConvCon2::FEATURE_GRAINS),
+        planar_width in prop::option::of(upto(cna::DataSize0::DATAIN_WIDTH)),
     ) -> Feature {
-        Feature { addr, width, height, channels, channels_real, line_stride, surf_stride, group_line_off, grains }
+        // A planar input fetches line by line and reads at most its padded width.
+        let group_line_off = group_line_off || planar_width.is_some();
+        let width = planar_width.map_or(width, |pw| width.min(pw));
+        Feature { addr, width, height, channels, channels_real, line_stride, surf_stride, group_line_off, grains, planar_width }
     }
 }
 
@@ -89,6 +93,7 @@ prop_compose! {
         data_entries in upto(cna::CbufCon1::DATA_ENTRIES),
         cvt in (any::<bool>(), any::<bool>(), any::<bool>()),
         scales in prop::array::uniform4(upto(cna::CvtCon1::CVT_SCALE0)),
+        per_channel in any::<u32>(),
         burst in (upto(cna::DmaCon0::DATA_BURST_LEN), upto(cna::DmaCon0::WEIGHT_BURST_LEN)),
         kernel in kernel(),
     ) -> Cna {
@@ -106,7 +111,7 @@ prop_compose! {
                 weight_reuse: reuse.1,
                 data_entries,
             },
-            cvt: InputCvt { bypass: cvt.0, cvt_type: cvt.1, signed: cvt.2, scales },
+            cvt: InputCvt { bypass: cvt.0, cvt_type: cvt.1, signed: cvt.2, scales, per_channel },
             burst,
         }
     }

@@ -664,6 +664,7 @@ impl Conv2d {
                 surf_stride: (i64::from(w) * (i64::from(h) - 4)) as i32,
                 group_line_off: false,
                 grains: (rows + 1).min(cna_regs::ConvCon2::FEATURE_GRAINS.max()),
+                planar_width: None,
             },
             weights: Weights {
                 addr: offset(weights, w_off)?,

@@ -335,6 +335,7 @@ impl SingleMatmul {
                 surf_stride,
                 group_line_off: !native_a,
                 grains: if native_a { 2 } else { (m + 1).min(1023) },
+                planar_width: None,
             },
             weights: Weights {
                 addr: b,

@@ -1,0 +1,579 @@
+//! The captured vendor programs that chain several operations (`../shared/captures/`,
+//! beside a development checkout, or the directory `RKNPU_CAPTURES` names; absent from a
+//! fresh clone, when every test here skips with a note) on the simulator.
+//!
+//! Each case's buffers are mapped at the addresses its meta.json gives (inferred ones as
+//! inferred), and its single-core chain (task 0 along the tails to the first zero next
+//! address, as the task descriptors lay it out) runs. The chains start with a convolution
+//! over the CNA's 1-channel planar input (docs/hardware/convolution.md#planar-input).
+//!
+//! What is checked, per case (one summary line each with `--nocapture`):
+//!
+//! * every case runs to its end or stops on an error that names a register, field and
+//!   value (or a DMA outside the recorded memory) — never anything the model does not
+//!   name;
+//! * every other chain of the task table (the further single-core chains, one chain per
+//!   core of each multi-core variant) does the same, each on its own;
+//! * how many tasks of the chain ran is at least what the model covers today (tasks
+//!   refused further on are listed in docs/ops.md, "Simulator fidelity against board
+//!   captures");
+//! * where a chain runs to its end and the capture holds the output of an inference of
+//!   the same input, the bytes the simulator writes are compared with the captured
+//!   output GEM; where it stops earlier, the tasks before the refusal are checked against
+//!   a CPU computation from the captured input (the planar convolution's output cube).
+
+use rknpu_driver::sim::{Kick, SimError, Simulator};
+use std::path::{Path, PathBuf};
+
+/// `../shared/captures` beside the crate root, or the directory `RKNPU_CAPTURES` names.
+fn captures_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("RKNPU_CAPTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures"));
+    dir.is_dir().then_some(dir)
+}
+
+/// Every `"key": "0x..."` value in a JSON text, in order (meta.json is flat enough).
+fn hex(meta: &str, key: &str) -> Vec<u32> {
+    let pat = format!("\"{key}\": \"0x");
+    meta.match_indices(&pat)
+        .filter_map(|(i, _)| {
+            let r = &meta[i + pat.len()..];
+            u32::from_str_radix(&r[..r.find('"')?], 16).ok()
+        })
+        .collect()
+}
+
+/// Every `"key": N` number in a JSON text, in order.
+fn nums(meta: &str, key: &str) -> Vec<u32> {
+    let pat = format!("\"{key}\": ");
+    meta.match_indices(&pat)
+        .filter_map(|(i, _)| {
+            let r = &meta[i + pat.len()..];
+            r[..r.find(|c: char| !c.is_ascii_digit())?].parse().ok()
+        })
+        .collect()
+}
+
+/// The multi-operation captures: case directory and what the simulator must reach at
+/// least (tasks of the single-core chain run before it stops, or all of them).
+const CASES: &[(&str, u32)] = &[
+    // Task 1 writes at the end of the internal GEM, whose IOVA and size are inferred.
+    ("allbilly-rk3588/rknn-add-gemdump", 1),
+    // Several-kernel 8-channel weights (layout unknown).
+    ("allbilly-rk3588/rknn-conv-fp16-inline-case1", 0),
+    ("allbilly-rk3588/rknn-conv-fp16-inline-case4", 0),
+    // Task 2: the int16 transpose flying task.
+    ("phhusson-rknpu-reverse-engineering/dump-dumb", 2),
+    // Regcmd buffer only; its first convolution has 12 kernels.
+    ("phhusson-rknpu-reverse-engineering/dump-plus1", 0),
+    ("phhusson-rknpu-reverse-engineering/dump-plus2", 2),
+    ("phhusson-rknpu-reverse-engineering/dump-plus2-0x54", 2),
+    ("phhusson-rknpu-reverse-engineering/dump-x2", 2),
+];
+
+/// The task index in an error's "core N task M" prefix.
+fn failing_task(e: &SimError) -> Option<u32> {
+    let s = e.to_string();
+    let i = s.find(" task ")? + 6;
+    s[i..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+struct Loaded {
+    sim: Simulator,
+    first: u32,
+    amount: u32,
+    /// (address, captured bytes) of every buffer with an address.
+    buffers: Vec<(u32, Vec<u8>)>,
+}
+
+/// Maps a case's buffers (`zeroed` ones as zeros of their size) and its task files where
+/// no buffer holds them.
+fn load(dir: &Path, zeroed: &[u32]) -> Option<Loaded> {
+    let meta = std::fs::read_to_string(dir.join("meta.json")).ok()?;
+    let mut sim = Simulator::new();
+    let mut buffers = Vec::new();
+    let mut tasks = Vec::new();
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.ends_with(".regcmd.bin") {
+            tasks.push(e.path());
+        } else if let Some(addr) = name
+            .strip_prefix("buf-")
+            .and_then(|n| n.strip_suffix(".bin"))
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+        {
+            buffers.push((addr, std::fs::read(e.path()).ok()?));
+        }
+    }
+    tasks.sort();
+    buffers.sort();
+    for (addr, bytes) in &buffers {
+        if zeroed.contains(addr) {
+            sim.memory_mut().map_zeroed(*addr, bytes.len()).ok()?;
+        } else {
+            sim.memory_mut().map(*addr, bytes.clone()).ok()?;
+        }
+    }
+    let addrs = hex(&meta, "regcmd_addr");
+    for (file, addr) in tasks.iter().zip(&addrs) {
+        let bytes = std::fs::read(file).ok()?;
+        if sim.memory().read(*addr as u64, bytes.len()).is_none() {
+            sim.memory_mut().map(*addr, bytes).ok()?;
+        }
+    }
+    let first = *addrs.first()?;
+    let amount = match nums(&meta, "regcfg_amount").first() {
+        Some(&a) => a,
+        None => (std::fs::read(tasks.first()?).ok()?.len() / 8 - 4) as u32,
+    };
+    Some(Loaded {
+        sim,
+        first,
+        amount,
+        buffers,
+    })
+}
+
+/// Runs the single-core chain: `(tasks run, summary)` or the error with the tasks before it.
+fn run_chain(l: &mut Loaded) -> Result<String, SimError> {
+    let r = l.sim.kick(&Kick::new(l.first, l.amount))?;
+    Ok(format!(
+        "{} task(s) run, completed {}, {} lint(s){}",
+        r.tasks_run,
+        r.completed,
+        r.lints.len(),
+        r.stall
+            .map(|s| format!(", stalls at {}: {}", s.at, s.why))
+            .unwrap_or_default()
+    ))
+}
+
+#[test]
+fn multi_operation_captures_run_or_stop_on_a_named_refusal() {
+    let Some(root) = captures_dir() else {
+        eprintln!("note: the captures are absent (a fresh clone); nothing to run");
+        return;
+    };
+    let mut not_named = Vec::new();
+    for &(case, reached) in CASES {
+        let dir = root.join(case);
+        let Some(mut l) = load(&dir, &[]) else {
+            eprintln!("note: {case} is absent");
+            continue;
+        };
+        match run_chain(&mut l) {
+            Ok(s) => eprintln!("{case}: runs: {s}"),
+            Err(e) => {
+                eprintln!("{case}: stops: {e}");
+                let at = failing_task(&e);
+                assert!(
+                    at.is_some_and(|t| t >= reached),
+                    "{case}: stops before task {reached}: {e}"
+                );
+                match e {
+                    SimError::Unsupported { .. }
+                    | SimError::Inconsistent { .. }
+                    | SimError::CbufOverflow { .. }
+                    | SimError::Dma { .. } => {}
+                    other => not_named.push(format!("{case}: {other}")),
+                }
+            }
+        }
+    }
+    assert!(not_named.is_empty(), "{}", not_named.join("\n"));
+}
+
+/// The chains of a case's task table: `(first task, last task, regcmd_addr, amount)`.
+/// A task whose tail has no next-task address (offset 0x0010) ends its chain; the
+/// vendor's tables hold the single-core chain first, then one chain per core of each
+/// multi-core variant.
+fn chains(dir: &Path) -> Vec<(usize, usize, u32, u32)> {
+    let meta = std::fs::read_to_string(dir.join("meta.json")).unwrap_or_default();
+    let addrs = hex(&meta, "regcmd_addr");
+    let amounts = nums(&meta, "regcfg_amount");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.to_string_lossy().ends_with(".regcmd.bin"));
+    files.sort();
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, f) in files.iter().enumerate() {
+        let bytes = std::fs::read(f).unwrap();
+        let words: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let chained = words
+            .iter()
+            .any(|&e| e & 0xFFFF == 0x0010 && e >> 48 != 0 && (e >> 16) & 0xFFFF_FFFF != 0);
+        if !chained || i + 1 == files.len() {
+            let Some(&addr) = addrs.get(start) else { break };
+            let amount = amounts
+                .get(start)
+                .copied()
+                .unwrap_or_else(|| (std::fs::read(&files[start]).unwrap().len() / 8 - 4) as u32);
+            out.push((start, i, addr, amount));
+            start = i + 1;
+        }
+    }
+    out
+}
+
+/// Every chain of each task table (not only the single-core one), each on a fresh
+/// simulator with the captured buffers, on core 0 (the captures do not record which
+/// core ran which chain): each runs or stops on a named error; one line per chain.
+#[test]
+fn every_chain_of_the_task_tables_runs_or_stops_on_a_named_refusal() {
+    let Some(root) = captures_dir() else {
+        eprintln!("note: the captures are absent (a fresh clone); nothing to run");
+        return;
+    };
+    let mut not_named = Vec::new();
+    for &(case, _) in CASES {
+        let dir = root.join(case);
+        for (a, b, addr, amount) in chains(&dir) {
+            let Some(mut l) = load(&dir, &[]) else {
+                continue;
+            };
+            l.first = addr;
+            l.amount = amount;
+            match run_chain(&mut l) {
+                Ok(s) => eprintln!("{case} chain of tasks {a}..={b}: runs: {s}"),
+                Err(e) => {
+                    eprintln!("{case} chain of tasks {a}..={b}: stops: {e}");
+                    if !matches!(
+                        e,
+                        SimError::Unsupported { .. }
+                            | SimError::Inconsistent { .. }
+                            | SimError::CbufOverflow { .. }
+                            | SimError::Dma { .. }
+                    ) {
+                        not_named.push(format!("{case} tasks {a}..={b}: {e}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(not_named.is_empty(), "{}", not_named.join("\n"));
+}
+
+type ToyGraph = (&'static str, usize, usize, Option<fn(f32) -> f32>);
+
+/// The phhusson toy graphs: case, the input's width and height (its registers: the
+/// convolution's `FC_DATA_SIZE0`), and the element-wise function the model's name gives
+/// (`None` where the name does not say).
+const TOY_GRAPHS: &[ToyGraph] = &[
+    ("dump-dumb", 84, 84, None),
+    ("dump-plus2", 85, 85, Some(|x| x + 2.0)),
+    ("dump-plus2-0x54", 84, 84, Some(|x| x + 2.0)),
+    ("dump-x2", 85, 85, Some(|x| x * 2.0)),
+];
+
+/// The buffer of a meta.json `role` that starts with `role`.
+fn buffer_addr(meta: &str, role: &str) -> Option<u32> {
+    let i = meta.find(&format!("\"role\": \"{role}"))?;
+    let obj_start = meta[..i].rfind('{')?;
+    let obj_end = i + meta[i..].find('}')?;
+    hex(&meta[obj_start..obj_end], "addr").first().copied()
+}
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
+}
+
+/// The phhusson dumps hold the GEMs of a board that had run the model (its internal and
+/// output GEMs are not zero), with IOVAs inferred from the programs. Their contents are
+/// those of the chain's first two tasks: the planar identity convolution (1-channel fp16
+/// input, lines padded to a multiple of 8, into an 8-channel cube of the internal GEM)
+/// and the flying BS task after it (into the output GEM); the third task, an int16
+/// transpose writing at the internal GEM's start, left nothing there, so the later tasks
+/// did not run (or ran on other buffers) before the dump. With the internal and output
+/// GEMs zeroed, the simulator runs those two tasks over the captured input and must
+/// leave both GEMs byte for byte as the board did; where the model's name gives the
+/// function (`x2`, `plus2`), the output's channel 0 must also be that function of the
+/// captured input, computed here from the planar input bytes, and every other channel 0.
+#[test]
+fn toy_graphs_first_two_tasks_reproduce_the_captured_gems() {
+    let Some(root) = captures_dir() else {
+        eprintln!("note: the captures are absent (a fresh clone); nothing to compare");
+        return;
+    };
+    for &(name, w, h, f) in TOY_GRAPHS {
+        let dir = root.join("phhusson-rknpu-reverse-engineering").join(name);
+        let Ok(meta) = std::fs::read_to_string(dir.join("meta.json")) else {
+            eprintln!("note: {name} is absent");
+            continue;
+        };
+        let internal = buffer_addr(&meta, "internal feature memory").unwrap();
+        let output = buffer_addr(&meta, "model output").unwrap();
+        let input = buffer_addr(&meta, "model input").unwrap();
+        let mut l = load(&dir, &[internal, output]).unwrap();
+        let captured = |a: u32| l.buffers.iter().find(|b| b.0 == a).unwrap().1.clone();
+        let (cap_internal, cap_output, cap_input) =
+            (captured(internal), captured(output), captured(input));
+        let kick = Kick {
+            task_number: Some(2),
+            ..Kick::new(l.first, l.amount)
+        };
+        let r = l.sim.kick(&kick).unwrap();
+        assert!(r.completed && r.tasks_run == 2, "{name}: {r:?}");
+        let ours = |a: u32, n: usize| l.sim.memory().read_vec(a, n).unwrap();
+        let (our_internal, our_output) = (
+            ours(internal, cap_internal.len()),
+            ours(output, cap_output.len()),
+        );
+        let differing = |a: &[u8], b: &[u8]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+        assert_eq!(
+            differing(&our_internal, &cap_internal),
+            0,
+            "{name}: internal GEM"
+        );
+        assert_eq!(differing(&our_output, &cap_output), 0, "{name}: output GEM");
+        let mut checked = "both GEMs byte-exact".to_string();
+        if let Some(f) = f {
+            let pitch = w.next_multiple_of(8);
+            for y in 0..h {
+                for x in 0..w {
+                    let want = half::f16::from_f32(f(f16_at(&cap_input, 2 * (y * pitch + x))));
+                    let at = 16 * (y * w + x);
+                    assert_eq!(f16_at(&our_output, at), want.to_f32(), "{name} ({x}, {y})");
+                    for c in 1..8 {
+                        assert_eq!(
+                            f16_at(&our_output, at + 2 * c),
+                            0.0,
+                            "{name} ({x}, {y}) c{c}"
+                        );
+                    }
+                }
+            }
+            checked += &format!(", output = f(input) over {w}x{h}");
+        }
+        let lints: Vec<String> = r.lints.iter().map(|l| format!("{:?}", l.kind)).collect();
+        eprintln!(
+            "phhusson-rknpu-reverse-engineering/{name}: tasks 0-1 (planar conv, flying BS): {checked}; lints {lints:?}"
+        );
+    }
+}
+
+/// The same two vendor tasks over a seeded input instead of the captured all-ones one:
+/// every real pixel a different fp16 value, the padding columns of each planar line
+/// (the real width up to `DATAIN_WIDTH`) a value that must not reach the output. The
+/// output's channel 0 must be the function the model's name gives, computed here in f32
+/// and rounded to fp16 (the BS stage's float arithmetic), the other channels zero.
+#[test]
+fn toy_graphs_first_two_tasks_over_a_seeded_input() {
+    let Some(root) = captures_dir() else {
+        eprintln!("note: the captures are absent (a fresh clone); nothing to run");
+        return;
+    };
+    for &(name, w, h, f) in TOY_GRAPHS {
+        let Some(f) = f else { continue };
+        let dir = root.join("phhusson-rknpu-reverse-engineering").join(name);
+        let Ok(meta) = std::fs::read_to_string(dir.join("meta.json")) else {
+            eprintln!("note: {name} is absent");
+            continue;
+        };
+        let internal = buffer_addr(&meta, "internal feature memory").unwrap();
+        let output = buffer_addr(&meta, "model output").unwrap();
+        let input = buffer_addr(&meta, "model input").unwrap();
+        let mut l = load(&dir, &[internal, output]).unwrap();
+        let len = l.buffers.iter().find(|b| b.0 == input).unwrap().1.len();
+        let pitch = w.next_multiple_of(8);
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut bytes = vec![0u8; len];
+        let mut values = vec![0f32; w * h];
+        for y in 0..h {
+            for x in 0..pitch {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                // Values in [-8, 8) on a 1/64 grid; padding columns a huge 60000.
+                let v = if x < w {
+                    ((seed >> 40) % 1024) as f32 / 64.0 - 8.0
+                } else {
+                    60000.0
+                };
+                if x < w {
+                    values[y * w + x] = v;
+                }
+                let b = half::f16::from_f32(v).to_bits().to_le_bytes();
+                bytes[2 * (y * pitch + x)..2 * (y * pitch + x) + 2].copy_from_slice(&b);
+            }
+        }
+        l.sim.memory_mut().unmap(input).unwrap();
+        l.sim.memory_mut().map(input, bytes).unwrap();
+        let kick = Kick {
+            task_number: Some(2),
+            ..Kick::new(l.first, l.amount)
+        };
+        let r = l.sim.kick(&kick).unwrap();
+        assert!(r.completed && r.tasks_run == 2, "{name}: {r:?}");
+        let out = l.sim.memory().read_vec(output, 16 * w * h).unwrap();
+        let mut exact = 0;
+        for (p, &v) in values.iter().enumerate() {
+            let want = half::f16::from_f32(f(v)).to_f32();
+            assert_eq!(f16_at(&out, 16 * p), want, "{name} pixel {p}: f({v})");
+            for c in 1..8 {
+                assert_eq!(f16_at(&out, 16 * p + 2 * c), 0.0, "{name} pixel {p} c{c}");
+            }
+            exact += 1;
+        }
+        eprintln!(
+            "phhusson-rknpu-reverse-engineering/{name}: seeded input: {exact} pixels = f(input) exactly"
+        );
+    }
+}
+
+/// A planar-input convolution built from task values (no capture needed): the vendor's
+/// registers for a `w` × `h` 1-channel fp16 input (docs/hardware/convolution.md#planar-input)
+/// on a 1×1 convolution task of the generator, one kernel, 16 CORE channels.
+fn planar_task(w: u32, h: u32) -> rknpu_driver::task::Task {
+    use rknpu_driver::kernels::ops::conv::Conv2d;
+    use rknpu_driver::kernels::ops::{self, Cube};
+    use rknpu_driver::task::Precision;
+    let cv = Conv2d::new(Cube::new(w, h, 32, Precision::Fp16).unwrap(), 16, (1, 1));
+    let mut t = cv
+        .tasks(
+            ops::at(ops::INPUT, 0),
+            ops::at(ops::WEIGHTS, 0),
+            ops::at(ops::OUTPUT, 0),
+        )
+        .unwrap()
+        .remove(0);
+    let cna = t.cna.as_mut().unwrap();
+    let pw = w.next_multiple_of(8);
+    let f = &mut cna.feature;
+    f.channels = 8;
+    f.channels_real = 1;
+    f.planar_width = Some(pw);
+    f.group_line_off = true;
+    f.line_stride = pw;
+    f.surf_stride = (pw * (h - 1)) as i32;
+    cna.cbuf.data_entries = pw * h;
+    cna.weights.kernels = 1;
+    cna.cvt.per_channel = 0xFFFF;
+    t.dpu.as_mut().unwrap().orig_channels = 1;
+    t
+}
+
+/// Runs one task on the simulator: input (planar lines), 16 bytes of weights, output.
+fn run_planar(
+    t: &rknpu_driver::task::Task,
+    input: Vec<u8>,
+    weights: Vec<u8>,
+    out_bytes: usize,
+) -> Result<(rknpu_driver::sim::CoreRun, Vec<u8>), SimError> {
+    use rknpu_driver::kernels::ops;
+    use rknpu_driver::regcmd::{BufferId, words_to_le_bytes};
+    let program = ops::chain(std::slice::from_ref(t)).unwrap();
+    let addr = |b: BufferId| Some(0x1000_0000 * (b.0 as u64 + 1));
+    let a = |b: BufferId| addr(b).unwrap() as u32;
+    let words = program.bind(addr).unwrap();
+    let mut sim = Simulator::new();
+    let mem = sim.memory_mut();
+    mem.map(a(ops::REGCMD), words_to_le_bytes(&words))?;
+    mem.map(a(ops::INPUT), input)?;
+    mem.map(a(ops::WEIGHTS), weights)?;
+    mem.map_zeroed(a(ops::OUTPUT), out_bytes)?;
+    let r = sim.kick(&Kick::new(a(ops::REGCMD), program.tasks()[0].regcfg_amount))?;
+    let out = sim.memory().read_vec(a(ops::OUTPUT), out_bytes).unwrap();
+    Ok((r, out))
+}
+
+/// Over seeded planar inputs of widths that do and do not need padding, the planar
+/// convolution's output channel 0 is x·w (f32 product rounded to fp16, computed here
+/// from the row-major input), channels 1..15 zero; the padding columns, filled with a
+/// large value, are never read; the run raises `unvalidated` for the zero channels.
+#[test]
+fn planar_convolution_from_task_values_against_the_cpu() {
+    for (w, h, seed) in [(7u32, 5u32, 1u64), (10, 3, 2), (16, 4, 3), (85, 2, 4)] {
+        let pw = w.next_multiple_of(8) as usize;
+        let (wu, hu) = (w as usize, h as usize);
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) % 2048) as f32 / 128.0 - 8.0
+        };
+        let mut x = vec![0f32; wu * hu];
+        let mut input = vec![0u8; pw * hu * 2];
+        for y in 0..hu {
+            for c in 0..pw {
+                let v = if c < wu { next() } else { 30000.0 };
+                if c < wu {
+                    x[y * wu + c] = v;
+                }
+                let b = half::f16::from_f32(v).to_bits().to_le_bytes();
+                input[2 * (y * pw + c)..2 * (y * pw + c) + 2].copy_from_slice(&b);
+            }
+        }
+        let wv = 0.75f32;
+        let mut weights = vec![0u8; 16];
+        weights[..2].copy_from_slice(&half::f16::from_f32(wv).to_bits().to_le_bytes());
+        let t = planar_task(w, h);
+        let out_bytes = 2 * 16 * wu * hu;
+        let (r, out) = run_planar(&t, input, weights, out_bytes).unwrap();
+        assert!(r.completed, "{w}x{h}: {r:?}");
+        assert!(
+            r.lints
+                .iter()
+                .any(|l| format!("{:?}", l.kind) == "Unvalidated"),
+            "{w}x{h}: {:?}",
+            r.lints
+        );
+        // fp16 output, 16 channels in two 8-channel surfaces of W·H atoms.
+        for (p, &xp) in x.iter().enumerate() {
+            let want = half::f16::from_f32(xp * wv).to_f32();
+            assert_eq!(f16_at(&out, 16 * p), want, "{w}x{h} pixel {p}");
+            for c in 1..16 {
+                let at = (c / 8) * 16 * wu * hu + 16 * p + 2 * (c % 8);
+                assert_eq!(f16_at(&out, at), 0.0, "{w}x{h} pixel {p} channel {c}");
+            }
+        }
+    }
+}
+
+/// What no capture shows is refused by name: several kernels over the planar input, a
+/// LINE_STRIDE other than DATAIN_WIDTH, DATA_ENTRIES other than DATAIN_WIDTH × rows, a
+/// DATAIN_WIDTH other than the width rounded up to 8.
+#[test]
+fn planar_convolution_refusals_name_their_field() {
+    use rknpu_driver::regs::cna;
+    let (w, h) = (10u32, 3u32);
+    type Change = fn(&mut rknpu_driver::task::Task);
+    let cases: [(&str, Change); 4] = [
+        (cna::WeightSize2::WEIGHT_KERNELS.name(), |t| {
+            t.cna.as_mut().unwrap().weights.kernels = 2
+        }),
+        (cna::DmaCon1::LINE_STRIDE.name(), |t| {
+            t.cna.as_mut().unwrap().feature.line_stride += 8
+        }),
+        (cna::CbufCon1::DATA_ENTRIES.name(), |t| {
+            t.cna.as_mut().unwrap().cbuf.data_entries += 1
+        }),
+        (cna::DataSize0::DATAIN_WIDTH.name(), |t| {
+            let f = &mut t.cna.as_mut().unwrap().feature;
+            f.planar_width = Some(24);
+            f.line_stride = 24;
+        }),
+    ];
+    for (field, change) in cases {
+        let mut t = planar_task(w, h);
+        change(&mut t);
+        let input = vec![0u8; 24 * h as usize * 2];
+        match run_planar(&t, input, vec![0; 32], 2 * 16 * (w * h) as usize) {
+            Err(SimError::Unsupported { field: f, .. })
+            | Err(SimError::Inconsistent { field: f, .. }) => {
+                assert_eq!(f, field)
+            }
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+}
