@@ -22,16 +22,10 @@
 //!   output GEM; where it stops earlier, the tasks before the refusal are checked against
 //!   a CPU computation from the captured input (the planar convolution's output cube).
 
+mod common;
+use common::captures_dir;
 use rknpu_driver::sim::{Kick, SimError, Simulator};
 use std::path::{Path, PathBuf};
-
-/// `../shared/captures` beside the crate root, or the directory `RKNPU_CAPTURES` names.
-fn captures_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("RKNPU_CAPTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures"));
-    dir.is_dir().then_some(dir)
-}
 
 /// Every `"key": "0x..."` value in a JSON text, in order (meta.json is flat enough).
 fn hex(meta: &str, key: &str) -> Vec<u32> {
