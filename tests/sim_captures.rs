@@ -5,80 +5,8 @@
 //! panic, and none may stop on an entry the model does not understand.
 
 mod common;
-use common::captures_dir;
+use common::{CaptureCase as Case, capture_cases as cases, captures_dir};
 use rknpu_driver::sim::{Kick, SimError, Simulator};
-use std::path::{Path, PathBuf};
-
-/// Every `"key": "0x..."` value in a JSON text, in order (meta.json is flat enough).
-fn hex_values(json: &str, key: &str) -> Vec<u32> {
-    let pat = format!("\"{key}\": \"0x");
-    json.match_indices(&pat)
-        .filter_map(|(i, _)| {
-            let rest = &json[i + pat.len()..];
-            let end = rest.find('"')?;
-            u32::from_str_radix(&rest[..end], 16).ok()
-        })
-        .collect()
-}
-
-/// Every `"key": N` number in a JSON text, in order.
-fn numbers(json: &str, key: &str) -> Vec<u32> {
-    let pat = format!("\"{key}\": ");
-    json.match_indices(&pat)
-        .filter_map(|(i, _)| {
-            let rest = &json[i + pat.len()..];
-            let end = rest.find(|c: char| !c.is_ascii_digit())?;
-            rest[..end].parse().ok()
-        })
-        .collect()
-}
-
-struct Case {
-    name: String,
-    buffers: Vec<(u32, PathBuf)>,
-    tasks: Vec<PathBuf>,
-    regcmd_addrs: Vec<u32>,
-    regcfg_amounts: Vec<u32>,
-}
-
-fn cases(dir: &Path) -> Vec<Case> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let mut buffers = Vec::new();
-        let mut tasks = Vec::new();
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = entry.path();
-            let name = p.file_name().unwrap().to_string_lossy().to_string();
-            if p.is_dir() {
-                stack.push(p);
-            } else if name.ends_with("regcmd.bin") {
-                tasks.push(p);
-            } else if let Some(hex) = name
-                .strip_prefix("buf-")
-                .and_then(|n| n.strip_suffix(".bin"))
-                && let Ok(addr) = u32::from_str_radix(hex, 16)
-            {
-                buffers.push((addr, p));
-            }
-        }
-        if tasks.is_empty() || buffers.is_empty() {
-            continue;
-        }
-        tasks.sort();
-        buffers.sort();
-        let meta = std::fs::read_to_string(d.join("meta.json")).unwrap_or_default();
-        out.push(Case {
-            name: d.strip_prefix(dir).unwrap().display().to_string(),
-            buffers,
-            tasks,
-            regcmd_addrs: hex_values(&meta, "regcmd_addr"),
-            regcfg_amounts: numbers(&meta, "regcfg_amount"),
-        });
-    }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
-}
 
 /// Loads a case and runs it: `Ok(summary)` or the simulator's error.
 fn run(case: &Case) -> Result<String, SimError> {

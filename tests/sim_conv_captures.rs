@@ -24,7 +24,7 @@
 //!    are all zero, so no output is compared.
 
 mod common;
-use common::captures_dir;
+use common::{captures_dir, meta_hex, meta_numbers};
 use rknpu_driver::kernels::ops::conv::Conv2d;
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::regcmd::BlockMask;
@@ -82,26 +82,6 @@ fn decode_blocks(path: &Path, only: Option<BlockMask>) -> Option<Task> {
             None
         }
     }
-}
-
-fn hex(meta: &str, key: &str) -> Vec<u32> {
-    let pat = format!("\"{key}\": \"0x");
-    meta.match_indices(&pat)
-        .filter_map(|(i, _)| {
-            let r = &meta[i + pat.len()..];
-            u32::from_str_radix(&r[..r.find('"')?], 16).ok()
-        })
-        .collect()
-}
-
-fn nums(meta: &str, key: &str) -> Vec<u32> {
-    let pat = format!("\"{key}\": ");
-    meta.match_indices(&pat)
-        .filter_map(|(i, _)| {
-            let r = &meta[i + pat.len()..];
-            r[..r.find(|c: char| !c.is_ascii_digit())?].parse().ok()
-        })
-        .collect()
 }
 
 struct Vendor {
@@ -168,8 +148,8 @@ fn vendor_single_core_conv_chains_compute_the_named_convolution() {
     for case in &cases {
         let (c, h, w, oc, k) = case.shape;
         let meta = std::fs::read_to_string(case.dir.join("meta.json")).unwrap();
-        let addrs = hex(&meta, "regcmd_addr");
-        let amounts = nums(&meta, "regcfg_amount");
+        let addrs = meta_hex(&meta, "regcmd_addr");
+        let amounts = meta_numbers(&meta, "regcfg_amount");
         // The regcmd window, saved as the buffer at its IOVA.
         let (win_addr, win_path) = std::fs::read_dir(&case.dir)
             .unwrap()

@@ -23,31 +23,9 @@
 //!   a CPU computation from the captured input (the planar convolution's output cube).
 
 mod common;
-use common::captures_dir;
+use common::{captures_dir, meta_hex, meta_numbers};
 use rknpu_driver::sim::{Kick, SimError, Simulator};
 use std::path::{Path, PathBuf};
-
-/// Every `"key": "0x..."` value in a JSON text, in order (meta.json is flat enough).
-fn hex(meta: &str, key: &str) -> Vec<u32> {
-    let pat = format!("\"{key}\": \"0x");
-    meta.match_indices(&pat)
-        .filter_map(|(i, _)| {
-            let r = &meta[i + pat.len()..];
-            u32::from_str_radix(&r[..r.find('"')?], 16).ok()
-        })
-        .collect()
-}
-
-/// Every `"key": N` number in a JSON text, in order.
-fn nums(meta: &str, key: &str) -> Vec<u32> {
-    let pat = format!("\"{key}\": ");
-    meta.match_indices(&pat)
-        .filter_map(|(i, _)| {
-            let r = &meta[i + pat.len()..];
-            r[..r.find(|c: char| !c.is_ascii_digit())?].parse().ok()
-        })
-        .collect()
-}
 
 /// The multi-operation captures: case directory and what the simulator must reach at
 /// least (tasks of the single-core chain run before it stops, or all of them).
@@ -113,7 +91,7 @@ fn load(dir: &Path, zeroed: &[u32]) -> Option<Loaded> {
             sim.memory_mut().map(*addr, bytes.clone()).ok()?;
         }
     }
-    let addrs = hex(&meta, "regcmd_addr");
+    let addrs = meta_hex(&meta, "regcmd_addr");
     for (file, addr) in tasks.iter().zip(&addrs) {
         let bytes = std::fs::read(file).ok()?;
         if sim.memory().read(*addr as u64, bytes.len()).is_none() {
@@ -121,7 +99,7 @@ fn load(dir: &Path, zeroed: &[u32]) -> Option<Loaded> {
         }
     }
     let first = *addrs.first()?;
-    let amount = match nums(&meta, "regcfg_amount").first() {
+    let amount = match meta_numbers(&meta, "regcfg_amount").first() {
         Some(&a) => a,
         None => (std::fs::read(tasks.first()?).ok()?.len() / 8 - 4) as u32,
     };
@@ -188,8 +166,8 @@ fn multi_operation_captures_run_or_stop_on_a_named_refusal() {
 /// multi-core variant.
 fn chains(dir: &Path) -> Vec<(usize, usize, u32, u32)> {
     let meta = std::fs::read_to_string(dir.join("meta.json")).unwrap_or_default();
-    let addrs = hex(&meta, "regcmd_addr");
-    let amounts = nums(&meta, "regcfg_amount");
+    let addrs = meta_hex(&meta, "regcmd_addr");
+    let amounts = meta_numbers(&meta, "regcfg_amount");
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
@@ -274,7 +252,7 @@ fn buffer_addr(meta: &str, role: &str) -> Option<u32> {
     let i = meta.find(&format!("\"role\": \"{role}"))?;
     let obj_start = meta[..i].rfind('{')?;
     let obj_end = i + meta[i..].find('}')?;
-    hex(&meta[obj_start..obj_end], "addr").first().copied()
+    meta_hex(&meta[obj_start..obj_end], "addr").first().copied()
 }
 
 fn f16_at(b: &[u8], i: usize) -> f32 {

@@ -11,86 +11,16 @@
 //! known for every capture, so the last check confirms the data, not the timing.
 
 mod common;
-use common::captures_dir;
+use common::{capture_cases as cases, captures_dir};
 use rknpu_driver::regcmd::{BlockMask, RegCmd};
 use rknpu_driver::sim::{Kick, LintKind, Simulator};
 use rknpu_driver::task::{Snapshot, Task};
-use std::path::{Path, PathBuf};
-
-/// Every `"key": "0x..."` value of a flat JSON text, in order.
-fn hex_values(json: &str, key: &str) -> Vec<u32> {
-    let pat = format!("\"{key}\": \"0x");
-    json.match_indices(&pat)
-        .filter_map(|(i, _)| {
-            let rest = &json[i + pat.len()..];
-            u32::from_str_radix(&rest[..rest.find('"')?], 16).ok()
-        })
-        .collect()
-}
-
-/// Every `"key": N` number of a flat JSON text, in order.
-fn numbers(json: &str, key: &str) -> Vec<u32> {
-    let pat = format!("\"{key}\": ");
-    json.match_indices(&pat)
-        .filter_map(|(i, _)| {
-            let rest = &json[i + pat.len()..];
-            rest[..rest.find(|c: char| !c.is_ascii_digit())?]
-                .parse()
-                .ok()
-        })
-        .collect()
-}
 
 fn words(bytes: &[u8]) -> Vec<RegCmd> {
     bytes
         .chunks_exact(8)
         .map(|c| RegCmd(u64::from_le_bytes(c.try_into().unwrap())))
         .collect()
-}
-
-/// A case directory's buffers at known addresses, task files, and descriptors.
-struct Case {
-    name: String,
-    buffers: Vec<(u32, PathBuf)>,
-    tasks: Vec<PathBuf>,
-    addrs: Vec<u32>,
-    amounts: Vec<u32>,
-}
-
-fn cases(dir: &Path) -> Vec<Case> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let (mut buffers, mut tasks) = (Vec::new(), Vec::new());
-        for p in std::fs::read_dir(&d).unwrap().flatten().map(|e| e.path()) {
-            let name = p.file_name().unwrap().to_string_lossy().to_string();
-            if p.is_dir() {
-                stack.push(p);
-            } else if name.ends_with("regcmd.bin") {
-                tasks.push(p);
-            } else if let Some(addr) = name
-                .strip_prefix("buf-")
-                .and_then(|n| n.strip_suffix(".bin"))
-                .and_then(|h| u32::from_str_radix(h, 16).ok())
-            {
-                buffers.push((addr, p));
-            }
-        }
-        if tasks.is_empty() || buffers.is_empty() {
-            continue;
-        }
-        tasks.sort();
-        let meta = std::fs::read_to_string(d.join("meta.json")).unwrap_or_default();
-        out.push(Case {
-            name: d.strip_prefix(dir).unwrap().display().to_string(),
-            buffers,
-            tasks,
-            addrs: hex_values(&meta, "regcmd_addr"),
-            amounts: numbers(&meta, "regcfg_amount"),
-        });
-    }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
 }
 
 #[test]
@@ -109,7 +39,9 @@ fn vendor_ppu_tasks_run_alone_and_copy_their_cube() {
             if list[pos].value() != 0x60 {
                 continue;
             }
-            let (Some(&addr), Some(&amount)) = (case.addrs.get(i), case.amounts.get(i)) else {
+            let (Some(&addr), Some(&amount)) =
+                (case.regcmd_addrs.get(i), case.regcfg_amounts.get(i))
+            else {
                 panic!("{}: task {i} has no descriptor", case.name);
             };
             // The task as the model reads it.

@@ -141,3 +141,83 @@ pub fn captures_dir() -> Option<std::path::PathBuf> {
         });
     dir.is_dir().then_some(dir)
 }
+
+/// Every `"key": "0x..."` value of a capture's meta.json, in order (the file is flat
+/// enough for a search).
+pub fn meta_hex(meta: &str, key: &str) -> Vec<u32> {
+    let pat = format!("\"{key}\": \"0x");
+    meta.match_indices(&pat)
+        .filter_map(|(i, _)| {
+            let rest = &meta[i + pat.len()..];
+            u32::from_str_radix(&rest[..rest.find('"')?], 16).ok()
+        })
+        .collect()
+}
+
+/// Every `"key": N` number of a capture's meta.json, in order.
+pub fn meta_numbers(meta: &str, key: &str) -> Vec<u32> {
+    let pat = format!("\"{key}\": ");
+    meta.match_indices(&pat)
+        .filter_map(|(i, _)| {
+            let rest = &meta[i + pat.len()..];
+            rest[..rest.find(|c: char| !c.is_ascii_digit())?]
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// A captured program with buffers: its folder under the captures directory, its task
+/// files in order, its buffers at their IOVAs, and the task descriptors' list addresses
+/// and body lengths from meta.json.
+pub struct CaptureCase {
+    /// `source/case`.
+    pub name: String,
+    /// The task files (`regcmd.bin` or `task-NN.regcmd.bin`), in task order.
+    pub tasks: Vec<std::path::PathBuf>,
+    /// `buf-<iova>.bin` files, by address.
+    pub buffers: Vec<(u32, std::path::PathBuf)>,
+    /// The descriptors' `regcmd_addr`, in task order.
+    pub regcmd_addrs: Vec<u32>,
+    /// The descriptors' `regcfg_amount`, in task order.
+    pub regcfg_amounts: Vec<u32>,
+}
+
+/// Every case below `dir` that has task files and at least one buffer at a known IOVA,
+/// sorted by name.
+pub fn capture_cases(dir: &std::path::Path) -> Vec<CaptureCase> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let (mut buffers, mut tasks) = (Vec::new(), Vec::new());
+        for p in std::fs::read_dir(&d).unwrap().flatten().map(|e| e.path()) {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if p.is_dir() {
+                stack.push(p);
+            } else if name.ends_with("regcmd.bin") {
+                tasks.push(p);
+            } else if let Some(hex) = name
+                .strip_prefix("buf-")
+                .and_then(|n| n.strip_suffix(".bin"))
+                && let Ok(addr) = u32::from_str_radix(hex, 16)
+            {
+                buffers.push((addr, p));
+            }
+        }
+        if tasks.is_empty() || buffers.is_empty() {
+            continue;
+        }
+        tasks.sort();
+        buffers.sort();
+        let meta = std::fs::read_to_string(d.join("meta.json")).unwrap_or_default();
+        out.push(CaptureCase {
+            name: d.strip_prefix(dir).unwrap().display().to_string(),
+            tasks,
+            buffers,
+            regcmd_addrs: meta_hex(&meta, "regcmd_addr"),
+            regcfg_amounts: meta_numbers(&meta, "regcfg_amount"),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
