@@ -402,6 +402,13 @@ impl Conv2d {
         if self.out_channels == 0 {
             return Err(invalid("0 output channels".into()));
         }
+        if self.out_channels > super::MAX_CUBE_DIM {
+            return Err(unsupported(format!(
+                "{} output channels; the output cube holds at most {}",
+                self.out_channels,
+                super::MAX_CUBE_DIM
+            )));
+        }
         if self.groups == 0 {
             return Err(invalid("0 groups".into()));
         }
