@@ -210,7 +210,7 @@ fn timeout_hint(rung: Rung, task_counter: u32) -> String {
             "the worked example ran but this task did not complete: a register value the generator writes for this precision stalls the pipeline on this board; {SEND}; {tail}"
         ),
         Rung::Chained => format!(
-            "single tasks run but the chain stopped after task {task_counter}: the program controller follows each task's tail to the next (its address and PC_DATA_AMOUNT); check the regcmd buffer's device address and the task count the driver programs; {tail}"
+            "single tasks run but the chain stopped after task {task_counter}: the program controller follows each task's tail to the next (its address and fetch amount); check the regcmd buffer's device address and the task count the driver programs; {tail}"
         ),
         Rung::Grid2 | Rung::Grid3 => format!(
             "one core runs the grid but a multi-core job did not complete: a core that is off or whose IOMMU is disabled never raises its interrupt (rocket: enable every rknn-core node and its IOMMU in the device tree); {tail}"

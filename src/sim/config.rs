@@ -554,7 +554,10 @@ fn feature_strides(f: &task::Feature, prec: Precision, at: At) -> Result<(i64, i
             at,
             cna::DmaCon1::LINE_STRIDE,
             f.line_stride,
-            "with group line fetch on (GROUP_LINE_OFF 0) the line stride counts 4-byte units and must be a multiple of 4",
+            format!(
+                "with group line fetch on ({} 0) the line stride counts 4-byte units and must be a multiple of 4",
+                cna::ConvCon1::GROUP_LINE_OFF
+            ),
         ));
     }
     let (line, surf) = f.strides();

@@ -232,7 +232,10 @@ pub(super) fn check(
             at,
             DataFormat::OUT_PRECISION,
             d.out.precision.code(),
-            "the fp32 LUT program that ran writes fp32 (without FP32TOFP16_EN)",
+            format!(
+                "the fp32 LUT program that ran writes fp32 (without {})",
+                OutCvtScale::FP32TOFP16_EN
+            ),
         ));
     }
     if !fp32 && (d.out.precision != Precision::Fp16 || !d.out_cvt.fp32_to_fp16) {
@@ -240,7 +243,10 @@ pub(super) fn check(
             at,
             OutCvtScale::FP32TOFP16_EN,
             u32::from(d.out_cvt.fp32_to_fp16),
-            "the fp16 LUT programs that ran write fp16 through FP32TOFP16_EN (fp16 output, 1)",
+            format!(
+                "the fp16 LUT programs that ran write fp16 through {} (fp16 output, 1)",
+                OutCvtScale::FP32TOFP16_EN
+            ),
         ));
     }
     // The EW stage around the LUT: every unit but the LUT bypassed (EW_CFG 0x302).
@@ -281,7 +287,11 @@ pub(super) fn check(
             at,
             EwCfg::EDATA_SIZE,
             e.data_size,
-            "the LUT programs write 0 to EDATA_SIZE, EW_DATA_MODE and the EW operand registers",
+            format!(
+                "the LUT programs write 0 to {}, {} and the EW operand registers",
+                EwCfg::EDATA_SIZE,
+                EwCfg::EW_DATA_MODE
+            ),
         ));
     }
     // LUT_CFG: only the board-run 0x68 has known semantics for its mux fields.
@@ -384,7 +394,10 @@ pub(super) fn check(
             at,
             OutCvtShift::OUT_CVT_SHIFT,
             c.shift,
-            "the LUT's float decode scales by MINUS_EXP; no program shifts",
+            format!(
+                "the LUT's float decode scales by {}; no program shifts",
+                OutCvtShift::MINUS_EXP
+            ),
         ));
     }
     if c.minus_exp > 31 {

@@ -268,10 +268,16 @@ fn check_kick(sim: &Simulator, kick: &Kick) -> Result<u32, SimError> {
         )));
     }
     match kick.task_number {
-        Some(0) => return Err(setup("TASK_NUMBER 0: the kernels refuse empty jobs")),
+        Some(0) => {
+            return Err(setup(format!(
+                "{} 0: the kernels refuse empty jobs",
+                pc::TaskCon::TASK_NUMBER
+            )));
+        }
         Some(n) if n > MAX_TASKS => {
             return Err(setup(format!(
-                "TASK_NUMBER {n} does not fit 12 bits (at most {MAX_TASKS})"
+                "{} {n} does not fit 12 bits (at most {MAX_TASKS})",
+                pc::TaskCon::TASK_NUMBER
             )));
         }
         _ => {}
@@ -428,7 +434,8 @@ fn next_link(
         out.stall = Some(Stall {
             at: next_at,
             why: format!(
-                "TASK_NUMBER is {} but task {} has no chain address",
+                "{} is {} but task {} has no chain address",
+                pc::TaskCon::TASK_NUMBER,
                 kick.task_number.unwrap_or(0),
                 task - 1
             ),
@@ -480,7 +487,8 @@ fn next_link(
             at: next_at,
             kind: LintKind::TaskCount,
             message: format!(
-                "the chain runs past {MAX_TASKS} tasks, more than TASK_NUMBER can count"
+                "the chain runs past {MAX_TASKS} tasks, more than {} can count",
+                pc::TaskCon::TASK_NUMBER
             ),
         });
     }

@@ -154,7 +154,7 @@ impl Ppu {
         r.expect(
             OperationModeCfg::USE_CNT,
             0,
-            "USE_CNT has no documented meaning",
+            "the field has no documented meaning",
         )?;
         let ping_pong = pointer::decode::<SPointer>(r)?;
         let code = r.get(OperationModeCfg::POOLING_METHOD);
