@@ -323,6 +323,21 @@ fn vendor_conv_first_tasks_agree_with_the_generator() {
     }
 }
 
+/// Reads one compared field of a task.
+type Get = fn(&Task) -> String;
+
+fn cna(t: &Task) -> &rknpu_driver::task::Cna {
+    t.cna.as_ref().unwrap()
+}
+
+fn core(t: &Task) -> &rknpu_driver::task::Core {
+    t.core.as_ref().unwrap()
+}
+
+fn dpu_of(t: &Task) -> &rknpu_driver::task::Dpu {
+    t.dpu.as_ref().unwrap()
+}
+
 /// The vendor task `v` field by field against the first task `Conv2d` generates for the
 /// same shape (the DPU too when `dpu`).
 fn compare(name: &str, v: &Task, cv: &Conv2d, dpu: bool) {
@@ -337,116 +352,53 @@ fn compare(name: &str, v: &Task, cv: &Conv2d, dpu: bool) {
             .unwrap()
             .remove(0);
         let (vc, oc_) = (v.cna.as_ref().unwrap(), ours.cna.as_ref().unwrap());
-        let (vk, ok) = (v.core.as_ref().unwrap(), ours.core.as_ref().unwrap());
-        let mut fields: Vec<(&str, String, String)> = vec![
-            (
-                "precision",
-                format!("{:?}", vc.precision),
-                format!("{:?}", oc_.precision),
-            ),
-            (
-                "width",
-                vc.feature.width.to_string(),
-                oc_.feature.width.to_string(),
-            ),
-            (
-                "rows",
-                vc.feature.height.to_string(),
-                oc_.feature.height.to_string(),
-            ),
-            (
-                "channels",
-                vc.feature.channels.to_string(),
-                oc_.feature.channels.to_string(),
-            ),
-            (
-                "DATAIN_CHANNEL_REAL",
-                vc.feature.channels_real.to_string(),
-                oc_.feature.channels_real.to_string(),
-            ),
-            (
-                "LINE_STRIDE",
-                vc.feature.line_stride.to_string(),
-                oc_.feature.line_stride.to_string(),
-            ),
-            (
-                "SURF_STRIDE",
-                vc.feature.surf_stride.to_string(),
-                oc_.feature.surf_stride.to_string(),
-            ),
-            (
-                "GROUP_LINE_OFF",
-                vc.feature.group_line_off.to_string(),
-                oc_.feature.group_line_off.to_string(),
-            ),
-            (
-                "FEATURE_GRAINS",
-                vc.feature.grains.to_string(),
-                oc_.feature.grains.to_string(),
-            ),
-            (
-                "WEIGHT_KERNELS",
-                vc.weights.kernels.to_string(),
-                oc_.weights.kernels.to_string(),
-            ),
-            ("conv", format!("{:?}", vc.conv), format!("{:?}", oc_.conv)),
-            (
-                "kernel",
-                format!("{:?}", vc.kernel),
-                format!("{:?}", oc_.kernel),
-            ),
-            (
-                "CBUF",
-                format!("{}/{}", vc.cbuf.data_banks, vc.cbuf.weight_banks),
-                format!("{}/{}", oc_.cbuf.data_banks, oc_.cbuf.weight_banks),
-            ),
-            (
-                "DATA_ENTRIES",
-                vc.cbuf.data_entries.to_string(),
-                oc_.cbuf.data_entries.to_string(),
-            ),
-            ("cvt", format!("{:?}", vc.cvt), format!("{:?}", oc_.cvt)),
-            (
-                "burst",
-                format!("{:?}", vc.burst),
-                format!("{:?}", oc_.burst),
-            ),
-            ("QD_EN", vk.qd_en.to_string(), ok.qd_en.to_string()),
-            ("core out", format!("{:?}", vk.out), format!("{:?}", ok.out)),
+        // Each compared field, read the same way from both tasks.
+        let mut getters: Vec<(&str, Get)> = vec![
+            ("precision", |t| format!("{:?}", cna(t).precision)),
+            ("width", |t| cna(t).feature.width.to_string()),
+            ("rows", |t| cna(t).feature.height.to_string()),
+            ("channels", |t| cna(t).feature.channels.to_string()),
+            ("DATAIN_CHANNEL_REAL", |t| {
+                cna(t).feature.channels_real.to_string()
+            }),
+            ("LINE_STRIDE", |t| cna(t).feature.line_stride.to_string()),
+            ("SURF_STRIDE", |t| cna(t).feature.surf_stride.to_string()),
+            ("GROUP_LINE_OFF", |t| {
+                cna(t).feature.group_line_off.to_string()
+            }),
+            ("FEATURE_GRAINS", |t| cna(t).feature.grains.to_string()),
+            ("WEIGHT_KERNELS", |t| cna(t).weights.kernels.to_string()),
+            ("conv", |t| format!("{:?}", cna(t).conv)),
+            ("kernel", |t| format!("{:?}", cna(t).kernel)),
+            ("CBUF", |t| {
+                format!("{}/{}", cna(t).cbuf.data_banks, cna(t).cbuf.weight_banks)
+            }),
+            ("DATA_ENTRIES", |t| cna(t).cbuf.data_entries.to_string()),
+            ("cvt", |t| format!("{:?}", cna(t).cvt)),
+            ("burst", |t| format!("{:?}", cna(t).burst)),
+            ("QD_EN", |t| core(t).qd_en.to_string()),
+            ("core out", |t| format!("{:?}", core(t).out)),
         ];
         if dpu {
-            let (vd, od) = (v.dpu.as_ref().unwrap(), ours.dpu.as_ref().unwrap());
-            fields.extend(vec![
-                (
-                    "DPU cube",
-                    format!("{:?}", vd.cube),
-                    format!("{:?}", od.cube),
-                ),
-                (
-                    "DPU precision",
-                    format!("{:?}", vd.precision),
-                    format!("{:?}", od.precision),
-                ),
-                (
-                    "output",
+            getters.extend::<[(&str, Get); 6]>([
+                ("DPU cube", |t| format!("{:?}", dpu_of(t).cube)),
+                ("DPU precision", |t| format!("{:?}", dpu_of(t).precision)),
+                ("output", |t| {
+                    let o = dpu_of(t).out;
                     format!(
                         "{:?}/{}/{}/{}",
-                        vd.out.precision, vd.out.surf_stride, vd.out.notch, vd.out.surface_add
-                    ),
-                    format!(
-                        "{:?}/{}/{}/{}",
-                        od.out.precision, od.out.surf_stride, od.out.notch, od.out.surface_add
-                    ),
-                ),
-                ("ow", format!("{:?}", vd.ow), format!("{:?}", od.ow)),
-                (
-                    "out_cvt",
-                    format!("{:?}", vd.out_cvt),
-                    format!("{:?}", od.out_cvt),
-                ),
-                ("bs", format!("{:?}", vd.bs), format!("{:?}", od.bs)),
+                        o.precision, o.surf_stride, o.notch, o.surface_add
+                    )
+                }),
+                ("ow", |t| format!("{:?}", dpu_of(t).ow)),
+                ("out_cvt", |t| format!("{:?}", dpu_of(t).out_cvt)),
+                ("bs", |t| format!("{:?}", dpu_of(t).bs)),
             ]);
         }
+        let fields: Vec<(&str, String, String)> = getters
+            .iter()
+            .map(|&(name, get)| (name, get(v), get(&ours)))
+            .collect();
         let mut deviations = Vec::new();
         // The band's rows decide these: they may differ only where the rows do.
         const ROW_DEPENDENT: &[&str] = &["conv", "core out", "DPU cube"];

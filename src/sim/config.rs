@@ -249,14 +249,7 @@ fn conv_main(
         ));
     }
     let window = check_window(cna, core, at, derived)?;
-    if !cna.cvt.bypass {
-        return Err(unsupported(
-            at,
-            cna::CvtCon0::CVT_BYPASS,
-            0,
-            "the input converter is modelled bypassed only (the model needs 1)",
-        ));
-    }
+    cvt_bypassed(cna, at)?;
     if cna.cvt.per_channel != 0 {
         return Err(unsupported(
             at,
@@ -325,15 +318,7 @@ fn conv_main(
     check_cbuf(cna, at, first, cbuf_state)?;
 
     let (line, surf) = feature_strides(f, prec, at)?;
-    let wbase = addr(cna.weights.addr);
-    if !wbase.is_multiple_of(16) {
-        return Err(inconsistent(
-            at,
-            cna::DcompAddr0::DECOMPRESS_ADDR0,
-            wbase,
-            "weights need 16-byte alignment",
-        ));
-    }
+    let wbase = weight_base(cna, at)?;
     Ok(Main::Conv {
         feature: Feature {
             base: addr(f.addr),
@@ -477,14 +462,7 @@ fn planar_main(
             ),
         ));
     }
-    if !cna.cvt.bypass {
-        return Err(unsupported(
-            at,
-            cna::CvtCon0::CVT_BYPASS,
-            0,
-            "the input converter is modelled bypassed only (the model needs 1)",
-        ));
-    }
+    cvt_bypassed(cna, at)?;
     // The vendor's planar programs enable 16 channels' converters (0xFFFF) with the
     // converter bypassed: no conversion either way.
     if !matches!(cna.cvt.per_channel, 0 | 0xFFFF) {
@@ -497,15 +475,7 @@ fn planar_main(
     }
     check_cbuf(cna, at, first, cbuf_state)?;
     let (line, plane) = f.strides();
-    let wbase = addr(cna.weights.addr);
-    if !wbase.is_multiple_of(16) {
-        return Err(inconsistent(
-            at,
-            cna::DcompAddr0::DECOMPRESS_ADDR0,
-            wbase,
-            "weights need 16-byte alignment",
-        ));
-    }
+    let wbase = weight_base(cna, at)?;
     derived.push(format!(
         "{} = {}: the 1-channel planar input's padded channels 1..7 are taken as zero (every captured weight for them is zero, so no capture tells), and the CORE's channels 1..15 beyond the one kernel as zero",
         cna::ConvCon1::ARGB_IN,
@@ -530,6 +500,33 @@ fn planar_main(
         },
         window,
     })
+}
+
+/// The CNA's input converter must be bypassed: the only way the model runs it.
+fn cvt_bypassed(cna: &task::Cna, at: At) -> Result<(), SimError> {
+    if !cna.cvt.bypass {
+        return Err(unsupported(
+            at,
+            cna::CvtCon0::CVT_BYPASS,
+            0,
+            "the input converter is modelled bypassed only (the model needs 1)",
+        ));
+    }
+    Ok(())
+}
+
+/// The weights' address, which the CNA needs 16-byte aligned.
+fn weight_base(cna: &task::Cna, at: At) -> Result<u32, SimError> {
+    let wbase = addr(cna.weights.addr);
+    if !wbase.is_multiple_of(16) {
+        return Err(inconsistent(
+            at,
+            cna::DcompAddr0::DECOMPRESS_ADDR0,
+            wbase,
+            "weights need 16-byte alignment",
+        ));
+    }
+    Ok(wbase)
 }
 
 /// `CONV_CON1.ARGB_IN` of the planar input (the task model accepts no other non-zero value).
