@@ -11,7 +11,10 @@ Tensors (seeded values, numpy shape (n, k), GGUF dims [k, n]):
   w.f16   F16   6 x 96
   w.q8_0  Q8_0  8 x 128  (quantised by gguf.quants.quantize)
   w.q4_0  Q4_0  8 x 128  (quantised by gguf.quants.quantize)
+  w.q4_1  Q4_1  8 x 128  (quantised by gguf.quants.quantize)
+  w.q5_0  Q5_0  8 x 128  (quantised by gguf.quants.quantize)
   w.q4_k  Q4_K  2 x 256  (random block bytes with finite scales: gguf-py has no Q4_K quantiser)
+  w.q5_k  Q5_K  2 x 256  (likewise)
   w.q6_k  Q6_K  2 x 256  (likewise)
 and for each NAME a tensor NAME.ref, F32 of the same shape: gguf.quants.dequantize of
 NAME's data, the values the Rust reader must produce; for w.q8_0 and w.q4_0 also
@@ -54,14 +57,24 @@ def main() -> None:
         put(name, qtype, gguf.quants.quantize(src, qtype))
         w.add_tensor(name + ".src", src)
 
-    # K types: random quants and scale bytes, each block's f16 scale(s) set finite.
-    for name, qtype, scale_at in (("w.q4_k", T.Q4_K, (0, 2)), ("w.q6_k", T.Q6_K, (208,))):
+    # K types: random quants and scale bytes, each block's f16 scale(s) set finite (byte
+    # offsets in the block: d and dmin of block_q4_K and block_q5_K, d of block_q6_K).
+    # Tensors added later come after the first ones, whose seeded bytes stay as they were.
+    for name, qtype, scale_at in (
+        ("w.q4_k", T.Q4_K, (0, 2)),
+        ("w.q6_k", T.Q6_K, (208,)),
+        ("w.q5_k", T.Q5_K, (0, 2)),
+    ):
         block, size = gguf.GGML_QUANT_SIZES[qtype]
         raw = rng.integers(0, 256, size=(2, 256 // block * size), dtype=np.uint8)
         for at in scale_at:
             d = (rng.uniform(0.001, 0.05, size=2)).astype(np.float16).view(np.uint8)
             raw[:, at : at + 2] = d.reshape(2, 2)
         put(name, qtype, raw)
+
+    # Quantised by gguf-py too; the Rust writer has no quantiser for these, so no .src.
+    for name, qtype in (("w.q4_1", T.Q4_1), ("w.q5_0", T.Q5_0)):
+        put(name, qtype, gguf.quants.quantize(values(8, 128), qtype))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -228,8 +228,8 @@ fn dequantisation_of_blocks_written_by_hand() {
     assert_eq!(y.unwrap(), [1.0, -3.0]);
 
     // A type the library reads but does not dequantise.
-    let g = raw_file(GgmlType::Q5_0, &[32], vec![0; 22]);
-    assert_eq!(g.tensor("t").unwrap().ggml_type, GgmlType::Q5_0);
+    let g = raw_file(GgmlType::Q5_1, &[32], vec![0; 24]);
+    assert_eq!(g.tensor("t").unwrap().ggml_type, GgmlType::Q5_1);
     assert!(matches!(
         g.dequantize("t"),
         Err(Error::Unsupported { ref tensor, .. }) if tensor == "t"
@@ -693,7 +693,10 @@ fn standard_writer() {
         ("w.f16", GgmlType::F16, [96, 6]),
         ("w.q8_0", GgmlType::Q8_0, [128, 8]),
         ("w.q4_0", GgmlType::Q4_0, [128, 8]),
+        ("w.q4_1", GgmlType::Q4_1, [128, 8]),
+        ("w.q5_0", GgmlType::Q5_0, [128, 8]),
         ("w.q4_k", GgmlType::Q4_K, [256, 2]),
+        ("w.q5_k", GgmlType::Q5_K, [256, 2]),
         ("w.q6_k", GgmlType::Q6_K, [256, 2]),
     ];
     assert_eq!(g.tensors().len(), 2 * want.len() + 2);
