@@ -175,6 +175,8 @@ impl RocketJob {
         dma: &mut DmaCounters,
     ) -> bool {
         sim.set_faults(self.faults.clone());
+        // The work budget bounds one job, not the device's lifetime.
+        sim.set_work_budget(sim.work_budget());
         let loaded = load_memory(sim, objects, log);
         let mut ok = true;
         for t in &self.tasks {

@@ -531,6 +531,8 @@ fn run_cores(sim: &mut Simulator, job: &VendorJob, plan: &Plan, log: &mut Vec<St
         elapsed: Duration::ZERO,
     };
     sim.set_faults(job.faults.clone());
+    // The work budget bounds one job, not the device's lifetime.
+    sim.set_work_budget(sim.work_budget());
     let loaded = load_memory(sim, &plan.objects, log);
     for (k, &(core, slot)) in plan.slots.iter().enumerate() {
         let range = job.sub.subcore_task[slot];
