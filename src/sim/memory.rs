@@ -1,6 +1,7 @@
 //! The memory image the simulated NPU reads and writes: regions at 32-bit device addresses.
 
 use super::error::SimError;
+use std::collections::HashMap;
 
 /// One region: a run of bytes at a device address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +29,12 @@ pub struct Memory {
     regions: Vec<Region>,
     /// The bytes of every region together.
     mapped: u64,
+    /// What each region written since it was mapped (or since
+    /// [`Memory::forget_writes`]) held before its first write, by its address: the one
+    /// copy a caller needs to tell what a run changed.
+    originals: HashMap<u32, Vec<u8>>,
+    /// The tag a caller gave a region when it mapped it ([`Memory::map_tagged`]).
+    tags: HashMap<u32, (u64, u64)>,
 }
 
 impl Memory {
@@ -73,8 +80,49 @@ impl Memory {
             });
         }
         self.mapped += bytes.len() as u64;
+        self.originals.remove(&addr);
+        self.tags.remove(&addr);
         self.regions.insert(i, Region { addr, bytes });
         Ok(())
+    }
+
+    /// [`Memory::map`] with a tag the caller chooses (an identity and a version of what
+    /// the bytes are a copy of), so that a later run can keep the region instead of
+    /// copying the same bytes in again ([`Memory::tag`]).
+    pub fn map_tagged(&mut self, addr: u32, bytes: Vec<u8>, tag: (u64, u64)) -> Result<(), SimError> {
+        self.map(addr, bytes)?;
+        self.tags.insert(addr, tag);
+        Ok(())
+    }
+
+    /// The tag of the region at `addr`, if it was mapped with one.
+    pub fn tag(&self, addr: u32) -> Option<(u64, u64)> {
+        self.tags.get(&addr).copied()
+    }
+
+    /// Sets the tag of the region at `addr` (a caller that brought the bytes it copies
+    /// from up to date with the region); nothing when no region starts there.
+    pub fn set_tag(&mut self, addr: u32, tag: (u64, u64)) {
+        if self.regions.binary_search_by_key(&addr, |r| r.addr).is_ok() {
+            self.tags.insert(addr, tag);
+        }
+    }
+
+    /// What the region at `addr` held before its first write since it was mapped or
+    /// since [`Memory::forget_writes`], and forgets it (`None`: not written since).
+    pub fn take_original(&mut self, addr: u32) -> Option<Vec<u8>> {
+        self.originals.remove(&addr)
+    }
+
+    /// The addresses of the regions written since they were mapped or since
+    /// [`Memory::forget_writes`].
+    pub fn written(&self) -> Vec<u32> {
+        self.originals.keys().copied().collect()
+    }
+
+    /// Forgets every region's pre-write copy: writes from now on count as new.
+    pub fn forget_writes(&mut self) {
+        self.originals.clear();
     }
 
     /// Places `len` zero bytes at `addr` (an output buffer).
@@ -84,10 +132,19 @@ impl Memory {
 
     /// Removes and returns the region that starts at `addr`.
     pub fn unmap(&mut self, addr: u32) -> Option<Region> {
+        self.unmap_written(addr).map(|(r, _)| r)
+    }
+
+    /// Removes the region that starts at `addr` and returns it with what it held before
+    /// its first write since it was mapped (`None`: it was not written, so it holds what
+    /// it was mapped with).
+    pub fn unmap_written(&mut self, addr: u32) -> Option<(Region, Option<Vec<u8>>)> {
         let i = self.regions.binary_search_by_key(&addr, |r| r.addr).ok()?;
         let r = self.regions.remove(i);
         self.mapped -= r.bytes.len() as u64;
-        Some(r)
+        let before = self.originals.remove(&addr);
+        self.tags.remove(&addr);
+        Some((r, before))
     }
 
     /// The regions, by address.
@@ -117,10 +174,15 @@ impl Memory {
         Some(&r.bytes[start..start + len])
     }
 
-    /// The bytes `[addr, addr + len)` for writing, if one region holds them all.
+    /// The bytes `[addr, addr + len)` for writing, if one region holds them all. The
+    /// first write to a region since it was mapped keeps a copy of what it held
+    /// ([`Memory::unmap_written`]).
     pub fn write(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
         let i = self.find(addr, len as u64)?;
         let r = &mut self.regions[i];
+        self.originals
+            .entry(r.addr)
+            .or_insert_with(|| r.bytes.clone());
         let start = (addr - r.addr as u64) as usize;
         Some(&mut r.bytes[start..start + len])
     }
@@ -128,5 +190,45 @@ impl Memory {
     /// Copies `[addr, addr + len)` out, if one region holds it.
     pub fn read_vec(&self, addr: u32, len: usize) -> Option<Vec<u8>> {
         self.read(addr as u64, len).map(<[u8]>::to_vec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Memory;
+
+    #[test]
+    fn the_first_write_keeps_what_a_region_held() {
+        let mut mem = Memory::new();
+        mem.map(0x1000, vec![1, 2, 3, 4]).unwrap();
+        mem.map(0x2000, vec![9; 4]).unwrap();
+        assert!(mem.written().is_empty());
+        mem.write(0x1001, 2).unwrap().copy_from_slice(&[7, 8]);
+        mem.write(0x1000, 1).unwrap()[0] = 5;
+        assert_eq!(mem.written(), vec![0x1000], "only the written region");
+        let (region, before) = mem.unmap_written(0x1000).unwrap();
+        assert_eq!(region.bytes, vec![5, 7, 8, 4]);
+        assert_eq!(before, Some(vec![1, 2, 3, 4]), "the bytes before the first write");
+        assert_eq!(mem.unmap_written(0x2000).unwrap().1, None, "never written");
+    }
+
+    #[test]
+    fn tags_last_until_the_region_is_replaced_and_writes_can_be_forgotten() {
+        let mut mem = Memory::new();
+        mem.map_tagged(0x1000, vec![0; 8], (3, 1)).unwrap();
+        assert_eq!(mem.tag(0x1000), Some((3, 1)));
+        mem.set_tag(0x1000, (3, 2));
+        assert_eq!(mem.tag(0x1000), Some((3, 2)));
+        mem.set_tag(0x5000, (1, 1));
+        assert_eq!(mem.tag(0x5000), None, "no region there");
+        mem.write(0x1000, 1).unwrap()[0] = 1;
+        mem.forget_writes();
+        assert!(mem.written().is_empty());
+        assert_eq!(mem.take_original(0x1000), None);
+        mem.write(0x1004, 1).unwrap()[0] = 2;
+        assert_eq!(mem.take_original(0x1000), Some(vec![1, 0, 0, 0, 0, 0, 0, 0]));
+        mem.unmap(0x1000);
+        mem.map(0x1000, vec![0; 8]).unwrap();
+        assert_eq!(mem.tag(0x1000), None, "a new region has no tag");
     }
 }

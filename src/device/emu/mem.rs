@@ -35,6 +35,18 @@ pub(super) struct EmuBo {
     /// a sync (clean or invalidate) resolves and which are otherwise evicted over what
     /// the NPU wrote.
     pub(super) dirty: bool,
+    /// Which object this is, for as long as the process runs ([`next_id`]).
+    pub(super) id: u64,
+    /// Counts the changes of `dev` made outside the simulator (syncs to the device,
+    /// write-backs): the simulator's copy of a cacheable object is current while its tag
+    /// holds this version, and is not copied in again for the next job.
+    pub(super) version: u64,
+}
+
+/// A new object identity.
+pub(super) fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl EmuBo {
@@ -48,6 +60,7 @@ impl EmuBo {
     }
 
     pub(super) fn set_device_bytes(&mut self, bytes: &[u8]) -> bool {
+        self.version += 1;
         match &mut self.dev {
             Some(d) => {
                 d.copy_from_slice(bytes);
@@ -67,6 +80,7 @@ impl EmuBo {
         let start = offset.min(self.size) as usize;
         let end = offset.saturating_add(size).min(self.size) as usize;
         let ok = if to_device {
+            self.version += 1;
             self.cpu.read(start, &mut dev[start..end])
         } else {
             self.cpu.write(start, &dev[start..end])
@@ -121,13 +135,20 @@ pub(super) fn lock_bo(bo: &Mutex<EmuBo>) -> MutexGuard<'_, EmuBo> {
     bo.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// What each object's device view held when a job started, by device address: the
-/// job's writes are those regions that differ from it afterwards.
-pub(super) type Loaded = HashMap<u32, Vec<u8>>;
+/// The objects a job's memory image holds, by device address, with the version of each
+/// one's device view when the job started.
+pub(super) type Loaded = HashMap<u32, u64>;
 
 /// Places every object's device view in the simulator's memory. An uncached buffer the
 /// CPU has mapped at this moment is left out (and logged): a program that reads it stops
 /// with a DMA error naming its address.
+///
+/// The memory image persists between jobs: a cacheable object whose device view has not
+/// changed since the simulator's copy was made (the same identity and version) keeps
+/// that copy, so a job copies in only what changed, not every buffer of the device (a
+/// model's weight banks are copied once). Regions of objects the job does not list are
+/// removed, as before. Uncached objects are copied every time (the CPU writes them
+/// through its mapping unseen).
 pub(super) fn load_memory(
     sim: &mut Simulator,
     objects: &[Arc<Mutex<EmuBo>>],
@@ -135,17 +156,38 @@ pub(super) fn load_memory(
 ) -> Loaded {
     let mut loaded = Loaded::new();
     let mem = sim.memory_mut();
+    mem.forget_writes();
+    let current: HashMap<u32, Option<(u64, u64)>> = objects
+        .iter()
+        .map(|bo| {
+            let b = lock_bo(bo);
+            (b.dma, b.dev.is_some().then_some((b.id, b.version)))
+        })
+        .collect();
     let addrs: Vec<u32> = mem.regions().iter().map(|r| r.addr).collect();
     for a in addrs {
-        mem.unmap(a);
+        let keep = matches!(current.get(&a), Some(Some(tag)) if mem.tag(a) == Some(*tag));
+        if !keep {
+            mem.unmap(a);
+        }
     }
     for bo in objects {
         let b = lock_bo(bo);
+        let tag = (b.id, b.version);
+        if b.dev.is_some() && mem.tag(b.dma) == Some(tag) {
+            loaded.insert(b.dma, b.version);
+            continue;
+        }
         match b.device_bytes() {
             // Objects never overlap: the allocators hand out disjoint ranges.
             Some(bytes) => {
-                if mem.map(b.dma, bytes.clone()).is_ok() {
-                    loaded.insert(b.dma, bytes);
+                let mapped = if b.dev.is_some() {
+                    mem.map_tagged(b.dma, bytes, tag)
+                } else {
+                    mem.map(b.dma, bytes)
+                };
+                if mapped.is_ok() {
+                    loaded.insert(b.dma, b.version);
                 }
             }
             None => log.push(format!(
@@ -161,19 +203,31 @@ pub(super) fn load_memory(
 /// job changed, so that what the CPU put in other buffers while an asynchronous job ran
 /// is kept. An object whose CPU cache lines are still dirty from its zeroing (vendor
 /// bit 10, never synced) then has them evicted over the NPU's output, as happens on a
-/// board sooner or later.
+/// board sooner or later. A region whose object the CPU changed during the job is
+/// dropped from the image, so the next job copies it in afresh.
 pub(super) fn store_memory(
     sim: &mut Simulator,
     objects: &[Arc<Mutex<EmuBo>>],
     loaded: &Loaded,
     log: &mut Vec<String>,
 ) {
+    let mem = sim.memory_mut();
     for bo in objects {
         let mut b = lock_bo(bo);
-        if let Some(region) = sim.memory_mut().unmap(b.dma)
-            && loaded.get(&b.dma) != Some(&region.bytes)
-        {
-            b.set_device_bytes(&region.bytes);
+        if let Some(&at_load) = loaded.get(&b.dma) {
+            let mut expected = at_load;
+            if let Some(before) = mem.take_original(b.dma)
+                && let Some(now) = mem.read(u64::from(b.dma), before.len())
+                && before != now
+            {
+                b.set_device_bytes(now);
+                expected += 1;
+            }
+            if b.dev.is_some() && b.version == expected {
+                mem.set_tag(b.dma, (b.id, b.version));
+            } else {
+                mem.unmap(b.dma);
+            }
         }
         if b.dirty {
             b.dirty = false;
@@ -184,5 +238,14 @@ pub(super) fn store_memory(
                 b.dma
             ));
         }
+    }
+}
+
+/// Drops from the simulator's memory every region the job wrote: a job whose outputs
+/// are not written back (a rocket timeout) must not leave them for the next job.
+pub(super) fn discard_writes(sim: &mut Simulator) {
+    let mem = sim.memory_mut();
+    for a in mem.written() {
+        mem.unmap(a);
     }
 }

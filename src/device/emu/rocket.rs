@@ -1,7 +1,9 @@
 //! The emulated `rocket` driver: CREATE_BO in a per-fd address space, SUBMIT as one
 //! kick per task, PREP_BO waiting for the jobs that write a buffer, FINI_BO.
 
-use super::mem::{EmuBo, bo_of, load_memory, lock_bo, store_memory};
+use super::mem::{
+    EmuBo, bo_of, discard_writes, load_memory, lock_bo, next_id, store_memory,
+};
 use super::worker::{Shared, lock_sim};
 use super::{File, PAGE, ROCKET_JOB_TIMEOUT, State};
 use crate::regcmd::TAIL_ENTRIES;
@@ -56,6 +58,8 @@ pub(super) fn rocket_create(
             busy_until: None,
             writer: None,
             dirty: false,
+            id: next_id(),
+            version: 0,
         })),
     );
     c.handle = handle;
@@ -216,6 +220,7 @@ impl RocketJob {
         } else {
             // The scheduler resets the core after its 500 ms job timeout; outputs are not
             // written and PREP_BO waits until then.
+            discard_writes(sim);
             sim.reset();
         }
         ok

@@ -2,7 +2,9 @@
 //! and SUBMIT, which runs each started core's range on the simulator as the driver
 //! kicks it (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
 
-use super::mem::{EmuBo, bo_of, load_memory, lock_bo, object, release, store_memory};
+use super::mem::{
+    EmuBo, bo_of, load_memory, lock_bo, next_id, object, release, store_memory,
+};
 use super::worker::{Job, Shared, lock_sim};
 use super::{EmuKernel, File, Flavour, PAGE, State};
 use crate::sim::{DmaCounters, Faults, MAX_TASKS, Simulator};
@@ -454,6 +456,8 @@ fn mem_create(
         busy_until: None,
         writer: None,
         dirty,
+        id: next_id(),
+        version: 0,
     }));
     let Some(File::Device {
         handles,
