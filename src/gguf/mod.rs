@@ -30,12 +30,14 @@
 
 mod dequant;
 mod load;
+mod raw;
 mod read;
 mod types;
 pub mod write;
 
 pub use dequant::{DEQUANTIZED, dequantize};
 pub use load::{LoadReport, bank_values, load_weights};
+pub use raw::{bank_from_raw, check_raw, raw_bank_dtype, raw_row_bytes};
 pub use types::{Array, GgmlType, Value, ValueType};
 
 use std::collections::HashMap;
