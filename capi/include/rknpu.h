@@ -10,6 +10,7 @@
 #ifndef RKNPU_H
 #define RKNPU_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -61,13 +62,36 @@ int rknpu_weights_i4(rknpu_device *dev, const uint8_t *w, const float *scale,
 int rknpu_weights_f16(rknpu_device *dev, const uint16_t *w,
                       uint32_t n, uint32_t k, rknpu_weights **out);
 
+/* Whether rknpu_weights_ggml takes n rows of k values of ggml type `type` (the */
+/* value of enum ggml_type) and a product of m rows can run against them: */
+/* 0 if so, else RKNPU_ERR_UNSUPPORTED or RKNPU_ERR_ARG with the reason. Plans */
+/* only; allocates nothing on the device. A backend's supports_op asks this. */
+int rknpu_ggml_supported(rknpu_device *dev, uint32_t type, uint32_t n, uint32_t k,
+                         uint32_t m);
+
+/* Weights from ggml's raw tensor data: n rows of k values of ggml type `type` */
+/* (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K), rows back to */
+/* back, size bytes in all (checked before any is read). The library converts */
+/* the blocks: BF16 to a bf16 bank, the rest to fp16 (dequantised in ggml's */
+/* arithmetic); a value fp16 cannot hold is refused. data is not kept. */
+int rknpu_weights_ggml(rknpu_device *dev, uint32_t type, const void *data, size_t size,
+                       uint32_t n, uint32_t k, rknpu_weights **out);
+
 /* Frees weights and the plans cached with them (NULL is ignored). */
 void rknpu_weights_free(rknpu_weights *w);
 
 /* y[m][n] = x[m][k] . w^T (ggml's mul_mat): x holds m rows of k floats and y */
-/* receives m rows of n floats, both row-major; any m >= 1. The plan for the */
-/* last m is kept, so repeated calls with one m do not plan again. */
+/* receives m rows of n floats, both row-major; any m >= 1. The plans of the */
+/* last 8 values of m are kept, so alternating prompt and decode sizes do not */
+/* plan again. */
 int rknpu_mul_mat(rknpu_weights *w, const float *x, uint32_t m, float *y);
+
+/* rknpu_mul_mat for rows in caller layout: m rows of k values of ggml type */
+/* x_type (F32, F16 or BF16), row i at byte i * x_stride of x; row i of y at */
+/* byte i * y_stride (a multiple of 4). F16 rows on fp16 weights (BF16 on bf16) */
+/* go to the NPU unrounded. Shares the plans rknpu_mul_mat caches. */
+int rknpu_mul_mat_ex(rknpu_weights *w, uint32_t x_type, const void *x, size_t x_stride,
+                     uint32_t m, float *y, size_t y_stride);
 
 /* The message of the last error on the calling thread ("" when the last call */
 /* succeeded), NUL-terminated, valid until the thread's next rknpu_ call. */

@@ -6,7 +6,10 @@
 //! catches panics. The C caller's side of each contract is in `include/rknpu.h` and
 //! docs/capi.md.
 
-use crate::{Failure, RknpuDevice, RknpuWeights, call, elements, weight_shape};
+use crate::{
+    Failure, RknpuDevice, RknpuWeights, Rows, XType, call, elements, ggml_supported, weight_shape,
+};
+use std::ffi::c_void;
 use std::ffi::{CStr, c_char, c_int};
 
 /// Fails with `RKNPU_ERR_ARG` when `p` is NULL.
@@ -189,6 +192,72 @@ pub unsafe extern "C" fn rknpu_weights_f16(
     })
 }
 
+/// Whether `rknpu_weights_ggml` takes an `n` × `k` tensor of ggml type `ty` and a
+/// product of `m` rows can run against it.
+///
+/// # Safety
+///
+/// `dev` is NULL or an open handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_ggml_supported(
+    dev: *mut RknpuDevice,
+    ty: u32,
+    n: u32,
+    k: u32,
+    m: u32,
+) -> c_int {
+    call(|| {
+        non_null(dev, "dev")?;
+        // SAFETY: `dev` is a live handle from `rknpu_open` (non-NULL, checked).
+        let dev = unsafe { &*dev };
+        ggml_supported(dev, ty, n, k, m)
+    })
+}
+
+/// Weights from ggml's raw data: `n` rows of `k` values of ggml type `ty`, `size`
+/// bytes in all.
+///
+/// # Safety
+///
+/// `dev` is an open handle; `data` points to `size` readable bytes; `out` is valid for
+/// a pointer write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_weights_ggml(
+    dev: *mut RknpuDevice,
+    ty: u32,
+    data: *const c_void,
+    size: usize,
+    n: u32,
+    k: u32,
+    out: *mut *mut RknpuWeights,
+) -> c_int {
+    call(|| {
+        non_null(dev, "dev")?;
+        non_null(data, "data")?;
+        non_null(out, "out")?;
+        if size > isize::MAX as usize {
+            return Err(Failure::arg(format!("size {size} is larger than memory")));
+        }
+        // The shape and the type's row size are checked against `size` before a byte
+        // is read.
+        let row = crate::ggml_type(ty).and_then(|t| {
+            rknpu_driver::gguf::raw_row_bytes(t, n, k).map_err(Failure::from)
+        })?;
+        if row.checked_mul(n as usize) != Some(size) {
+            return Err(Failure::arg(format!(
+                "size {size} is not {n} rows of {row} bytes ({k} values of type {ty})"
+            )));
+        }
+        // SAFETY: `dev` is a live handle (non-NULL, checked); `data` points to `size`
+        // readable bytes (the C contract; `size` fits an isize, checked).
+        let (dev, data) = unsafe { (&*dev, std::slice::from_raw_parts(data.cast::<u8>(), size)) };
+        let weights = RknpuWeights::ggml(dev, ty, data, n, k)?;
+        // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
+        unsafe { put(out, weights) };
+        Ok(())
+    })
+}
+
 /// Frees weights (NULL is ignored).
 ///
 /// # Safety
@@ -233,6 +302,57 @@ pub unsafe extern "C" fn rknpu_mul_mat(
             )
         };
         weights.mul_mat(x, m, y)
+    })
+}
+
+/// `y = x · wᵀ` for `m` rows of ggml type `x_type`, `x_stride` bytes apart, into rows
+/// of `y` `y_stride` bytes apart.
+///
+/// # Safety
+///
+/// `w` is a live weights handle; `x` points to the `(m - 1) · x_stride + k · size`
+/// bytes the rows span and `y` to the `(m - 1) · y_stride + 4 · n` bytes its rows span,
+/// 4-byte aligned, which nothing else accesses during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_mul_mat_ex(
+    w: *mut RknpuWeights,
+    x_type: u32,
+    x: *const c_void,
+    x_stride: usize,
+    m: u32,
+    y: *mut f32,
+    y_stride: usize,
+) -> c_int {
+    call(|| {
+        non_null(w, "w")?;
+        non_null(x, "x")?;
+        non_null(y, "y")?;
+        // SAFETY: `w` is a live handle (non-NULL, checked); shared, as calls on one
+        // handle take turns on its lock.
+        let weights = unsafe { &*w };
+        let ty = XType::from_code(x_type)?;
+        let x_len = Rows::span(ty, m, weights.k, x_stride)?;
+        if !y_stride.is_multiple_of(4) || !y.is_aligned() {
+            return Err(Failure::arg(format!(
+                "y and y_stride ({y_stride}) must be 4-byte aligned"
+            )));
+        }
+        let y_floats = Rows::span(XType::F32, m, weights.n, y_stride)? / 4;
+        // SAFETY: `x` spans `x_len` readable bytes and `y` `y_floats` aligned floats
+        // that no one else touches during the call (the C contract; the spans were
+        // computed without overflow).
+        let (x, y) = unsafe {
+            (
+                std::slice::from_raw_parts(x.cast::<u8>(), x_len),
+                std::slice::from_raw_parts_mut(y, y_floats),
+            )
+        };
+        let rows = Rows {
+            ty,
+            bytes: x,
+            stride: x_stride,
+        };
+        weights.mul_mat_rows(rows, m, y, y_stride / 4)
     })
 }
 

@@ -1,8 +1,10 @@
 //! The C API of rknpu-driver: `librknpu.so` / `librknpu.a` and `include/rknpu.h`.
 //!
 //! A C program (a ggml backend, say) opens an NPU with `rknpu_open`, packs a weight
-//! matrix once with `rknpu_weights_i8`, `rknpu_weights_i4` or `rknpu_weights_f16`, and
-//! runs `rknpu_mul_mat` for any number of activation rows against it. docs/capi.md
+//! matrix once with `rknpu_weights_i8`, `rknpu_weights_i4`, `rknpu_weights_f16` or, from
+//! ggml's raw block data of any type the library converts, `rknpu_weights_ggml`, and runs
+//! `rknpu_mul_mat` (or `rknpu_mul_mat_ex`, for f16 or strided rows) for any number of
+//! activation rows against it; `rknpu_ggml_supported` says beforehand whether a shape runs. docs/capi.md
 //! describes building, linking, the functions, the error codes and thread safety.
 //!
 //! The crate is split so that `unsafe` stays in one place: [`ffi`] holds the exported
@@ -16,7 +18,7 @@
 //! that text (`UPDATE_FIXTURES=1` rewrites it, as the project's other golden files) and
 //! checks the table's names against the exported functions and their signatures. This
 //! adds no build dependency (cbindgen would add a parser and many crates to every CI
-//! build, for eight functions), and the comments in the header are the table's.
+//! build, for eleven functions), and the comments in the header are the table's.
 
 #![deny(unsafe_code)]
 
@@ -27,6 +29,8 @@ pub mod header;
 use rknpu_driver::Error;
 use rknpu_driver::device::Device;
 use rknpu_driver::device::matmul::{Matmul, WeightBank};
+use rknpu_driver::gguf::{self, GgmlType};
+use rknpu_driver::kernels::single::Dtype;
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -145,6 +149,20 @@ impl From<Error> for Failure {
     }
 }
 
+impl From<gguf::Error> for Failure {
+    fn from(e: gguf::Error) -> Failure {
+        let code = match &e {
+            gguf::Error::Bank(inner) => Code::of(inner),
+            gguf::Error::Unsupported { .. } => Code::Unsupported,
+            _ => Code::Arg,
+        };
+        Failure {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
 /// What the safe functions return.
 pub type Result<T> = std::result::Result<T, Failure>;
 
@@ -199,7 +217,13 @@ pub struct RknpuDevice {
     pub device: Device,
 }
 
-/// Weights packed for the NPU (`rknpu_weights` in C), with the plan of the last `m`.
+/// How many plans (one per row count `m`) a weights handle keeps: alternating prompt and
+/// decode sizes, and the few batch sizes a ggml graph uses, never plan again, while a
+/// caller sweeping `m` holds at most this many programs and their buffers.
+pub const PLAN_CACHE: usize = 8;
+
+/// Weights packed for the NPU (`rknpu_weights` in C), with the plans of the last
+/// [`PLAN_CACHE`] row counts used.
 #[derive(Debug)]
 pub struct RknpuWeights {
     /// The packed weights.
@@ -208,8 +232,9 @@ pub struct RknpuWeights {
     pub n: u32,
     /// Values per row `k`.
     pub k: u32,
-    /// The matmul of the last `m` run; calls on one handle take turns on it.
-    last: Mutex<Option<Matmul>>,
+    /// The matmuls of the row counts used last, least recently used first; calls on one
+    /// handle take turns on it.
+    plans: Mutex<Vec<Matmul>>,
 }
 
 /// Opens the device `spec` names (`None` or empty: `RKNPU_DEVICE`, or else a board).
@@ -255,8 +280,16 @@ impl RknpuWeights {
             bank: Arc::new(bank),
             n,
             k,
-            last: Mutex::new(None),
+            plans: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Weights from ggml's raw data of type code `ty` (`enum ggml_type`): `n` rows of
+    /// `k` values, rows back to back (`gguf::bank_from_raw`).
+    pub fn ggml(dev: &RknpuDevice, ty: u32, data: &[u8], n: u32, k: u32) -> Result<Self> {
+        let ty = ggml_type(ty)?;
+        let bank = gguf::bank_from_raw(&dev.device, ty, n, k, data)?;
+        Ok(RknpuWeights::new(bank, n, k))
     }
 
     /// int8 weights (`n` rows of `k`) with per-row scales.
@@ -281,29 +314,208 @@ impl RknpuWeights {
         Ok(RknpuWeights::new(bank, n, k))
     }
 
-    /// `y = x · wᵀ` for `m` rows, planning again only when `m` differs from the last
-    /// call's.
-    pub fn mul_mat(&self, x: &[f32], m: u32, y: &mut [f32]) -> Result<()> {
-        let mut last = self.last.lock().unwrap_or_else(|poisoned| {
-            // A panic mid-run may have left the matmul half-updated: plan afresh.
+    /// Runs `body` on the matmul of `m` rows, planning it only when none of the cached
+    /// plans is for `m` (the least recently used is dropped beyond [`PLAN_CACHE`]).
+    fn with_plan<T>(&self, m: u32, body: impl FnOnce(&mut Matmul) -> Result<T>) -> Result<T> {
+        let mut plans = self.plans.lock().unwrap_or_else(|poisoned| {
+            // A panic mid-run may have left a matmul half-updated: plan afresh.
             let mut guard = poisoned.into_inner();
-            *guard = None;
+            guard.clear();
             guard
         });
-        if last.as_ref().is_none_or(|mm| mm.rows() != m) {
-            *last = None;
-            *last = Some(Matmul::new(&self.bank, m)?);
+        match plans.iter().position(|mm| mm.rows() == m) {
+            Some(i) => {
+                let mm = plans.remove(i);
+                plans.push(mm);
+            }
+            None => {
+                let mm = Matmul::new(&self.bank, m)?;
+                if plans.len() >= PLAN_CACHE {
+                    plans.remove(0);
+                }
+                plans.push(mm);
+            }
         }
-        let mm = last.as_mut().ok_or_else(|| Failure::arg("no plan"))?;
-        mm.mul_mat(x, y)?;
+        let mm = plans.last_mut().ok_or_else(|| Failure::arg("no plan"))?;
+        body(mm)
+    }
+
+    /// `y = x · wᵀ` for `m` rows of f32, contiguous.
+    pub fn mul_mat(&self, x: &[f32], m: u32, y: &mut [f32]) -> Result<()> {
+        self.with_plan(m, |mm| Ok(mm.mul_mat(x, y)?))
+    }
+
+    /// `y = x · wᵀ` for `m` rows of `x`'s element type, row `i` at byte `i · x.stride`
+    /// of `x.bytes`, into rows of `y` `y_stride` floats apart. fp16 rows on an fp16 bank
+    /// and bf16 rows on a bf16 bank go to the NPU as they are; other rows are read as
+    /// f32 and rounded to the bank's type (integer banks: quantised per row).
+    pub fn mul_mat_rows(&self, x: Rows<'_>, m: u32, y: &mut [f32], y_stride: usize) -> Result<()> {
+        let (k, n) = (self.k as usize, self.n as usize);
+        let rows = m as usize;
+        let out_len = elements("y", m, self.n)?;
+        let mut out = Vec::new();
+        let dense = y_stride == n;
+        let target: &mut [f32] = if dense {
+            y.get_mut(..out_len)
+                .ok_or_else(|| Failure::arg("y is shorter than m rows"))?
+        } else {
+            out.resize(out_len, 0f32);
+            &mut out
+        };
+        let native = matches!(
+            (x.ty, self.bank.layout().dtype),
+            (XType::F16, Dtype::Fp16) | (XType::Bf16, Dtype::Bf16)
+        );
+        match x.ty {
+            XType::F16 if native => {
+                let a: Vec<half::f16> = x.gather(rows, k, half::f16::from_bits)?;
+                self.with_plan(m, |mm| Ok(mm.run_f16_into(&a, target)?))?;
+            }
+            XType::Bf16 if native => {
+                let a: Vec<half::bf16> = x.gather(rows, k, half::bf16::from_bits)?;
+                self.with_plan(m, |mm| Ok(mm.run_bf16_into(&a, target)?))?;
+            }
+            _ => {
+                let a = x.gather_f32(rows, k)?;
+                self.with_plan(m, |mm| Ok(mm.mul_mat(&a, target)?))?;
+            }
+        }
+        if !dense {
+            for (r, src) in out.chunks_exact(n).enumerate() {
+                let at = r * y_stride;
+                y.get_mut(at..at + n)
+                    .ok_or_else(|| Failure::arg("y is shorter than m rows"))?
+                    .copy_from_slice(src);
+            }
+        }
         Ok(())
     }
 
-    /// The `m` whose plan is cached, if any.
-    pub fn cached_rows(&self) -> Option<u32> {
-        self.last
+    /// The row counts whose plans are cached, least recently used first.
+    pub fn cached_rows(&self) -> Vec<u32> {
+        self.plans
             .lock()
-            .ok()
-            .and_then(|g| g.as_ref().map(Matmul::rows))
+            .map(|g| g.iter().map(Matmul::rows).collect())
+            .unwrap_or_default()
     }
+}
+
+/// The element type of activation rows given to `rknpu_mul_mat_ex`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XType {
+    /// f32 (ggml type code 0).
+    F32,
+    /// IEEE binary16 (code 1).
+    F16,
+    /// bfloat16 (code 30).
+    Bf16,
+}
+
+impl XType {
+    /// The type of ggml type code `code`: F32, F16 or BF16.
+    pub fn from_code(code: u32) -> Result<XType> {
+        match ggml_type(code)? {
+            GgmlType::F32 => Ok(XType::F32),
+            GgmlType::F16 => Ok(XType::F16),
+            GgmlType::BF16 => Ok(XType::Bf16),
+            t => Err(Failure {
+                code: Code::Unsupported,
+                message: format!("activations of type {t} (F32, F16 and BF16 are taken)"),
+            }),
+        }
+    }
+
+    /// Bytes a value takes.
+    pub fn size(self) -> usize {
+        match self {
+            XType::F32 => 4,
+            XType::F16 | XType::Bf16 => 2,
+        }
+    }
+}
+
+/// Rows of activations in caller memory: `bytes` holds row `i` at `i · stride`.
+#[derive(Clone, Copy, Debug)]
+pub struct Rows<'a> {
+    /// The element type.
+    pub ty: XType,
+    /// The bytes from the first row's start to the last row's end.
+    pub bytes: &'a [u8],
+    /// Bytes from one row's start to the next's.
+    pub stride: usize,
+}
+
+impl Rows<'_> {
+    /// The bytes `m` rows of `k` values span at `stride`, refusing a stride shorter than
+    /// a row and overflow.
+    pub fn span(ty: XType, m: u32, k: u32, stride: usize) -> Result<usize> {
+        elements("x", m, k)?;
+        let row = k as usize * ty.size();
+        if stride < row {
+            return Err(Failure::arg(format!(
+                "x_stride {stride} is shorter than a row of {k} values ({row} bytes)"
+            )));
+        }
+        (m as usize - 1)
+            .checked_mul(stride)
+            .and_then(|b| b.checked_add(row))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| Failure::arg(format!("{m} rows {stride} bytes apart overflow")))
+    }
+
+    /// The 16-bit values of `m` rows of `k`, contiguous.
+    fn gather<T>(&self, m: usize, k: usize, make: fn(u16) -> T) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(m * k);
+        for r in 0..m {
+            let row = self.row(r, k)?;
+            out.extend(row.chunks_exact(2).map(|p| make(u16::from_le_bytes([p[0], p[1]]))));
+        }
+        Ok(out)
+    }
+
+    /// The values of `m` rows of `k` as f32, contiguous.
+    fn gather_f32(&self, m: usize, k: usize) -> Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(m * k);
+        for r in 0..m {
+            let row = self.row(r, k)?;
+            match self.ty {
+                XType::F32 => out.extend(
+                    row.chunks_exact(4)
+                        .map(|p| f32::from_le_bytes([p[0], p[1], p[2], p[3]])),
+                ),
+                XType::F16 => out.extend(
+                    row.chunks_exact(2)
+                        .map(|p| half::f16::from_le_bytes([p[0], p[1]]).to_f32()),
+                ),
+                XType::Bf16 => out.extend(
+                    row.chunks_exact(2)
+                        .map(|p| half::bf16::from_le_bytes([p[0], p[1]]).to_f32()),
+                ),
+            }
+        }
+        Ok(out)
+    }
+
+    fn row(&self, r: usize, k: usize) -> Result<&[u8]> {
+        let at = r * self.stride;
+        self.bytes
+            .get(at..at + k * self.ty.size())
+            .ok_or_else(|| Failure::arg("x is shorter than m rows"))
+    }
+}
+
+/// The ggml type of code `code`, or `RKNPU_ERR_UNSUPPORTED`.
+pub fn ggml_type(code: u32) -> Result<GgmlType> {
+    GgmlType::from_code(code).ok_or_else(|| Failure {
+        code: Code::Unsupported,
+        message: format!("ggml type code {code} is not one this library knows"),
+    })
+}
+
+/// Whether `rknpu_weights_ggml` takes an `n` × `k` tensor of type code `ty` on `dev` and
+/// a product of `m` rows can be planned against it (`gguf::check_raw`); allocates
+/// nothing on the device.
+pub fn ggml_supported(dev: &RknpuDevice, ty: u32, n: u32, k: u32, m: u32) -> Result<()> {
+    let ty = ggml_type(ty)?;
+    Ok(gguf::check_raw(&dev.device, ty, n, k, m)?)
 }

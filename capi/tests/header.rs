@@ -4,7 +4,7 @@
 use rknpu::header::{FUNCTIONS, header};
 use rknpu::{Code, RknpuDevice, RknpuWeights, ffi};
 use std::collections::BTreeSet;
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 
 /// The checked-in header is the generated text (`UPDATE_FIXTURES=1` rewrites it).
 #[test]
@@ -53,6 +53,25 @@ fn exported() -> Vec<(&'static str, usize)> {
     type Free = unsafe extern "C" fn(*mut RknpuWeights);
     type MulMat = unsafe extern "C" fn(*mut RknpuWeights, *const f32, u32, *mut f32) -> c_int;
     type LastError = extern "C" fn() -> *const c_char;
+    type Supported = unsafe extern "C" fn(*mut RknpuDevice, u32, u32, u32, u32) -> c_int;
+    type Ggml = unsafe extern "C" fn(
+        *mut RknpuDevice,
+        u32,
+        *const c_void,
+        usize,
+        u32,
+        u32,
+        *mut *mut RknpuWeights,
+    ) -> c_int;
+    type MulMatEx = unsafe extern "C" fn(
+        *mut RknpuWeights,
+        u32,
+        *const c_void,
+        usize,
+        u32,
+        *mut f32,
+        usize,
+    ) -> c_int;
     vec![
         ("rknpu_open", ffi::rknpu_open as Open as usize),
         ("rknpu_close", ffi::rknpu_close as Close as usize),
@@ -64,6 +83,18 @@ fn exported() -> Vec<(&'static str, usize)> {
             ffi::rknpu_weights_free as Free as usize,
         ),
         ("rknpu_mul_mat", ffi::rknpu_mul_mat as MulMat as usize),
+        (
+            "rknpu_ggml_supported",
+            ffi::rknpu_ggml_supported as Supported as usize,
+        ),
+        (
+            "rknpu_weights_ggml",
+            ffi::rknpu_weights_ggml as Ggml as usize,
+        ),
+        (
+            "rknpu_mul_mat_ex",
+            ffi::rknpu_mul_mat_ex as MulMatEx as usize,
+        ),
         (
             "rknpu_last_error",
             ffi::rknpu_last_error as LastError as usize,
