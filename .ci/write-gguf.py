@@ -16,6 +16,13 @@ Tensors (seeded values, numpy shape (n, k), GGUF dims [k, n]):
   w.q4_k  Q4_K  2 x 256  (random block bytes with finite scales: gguf-py has no Q4_K quantiser)
   w.q5_k  Q5_K  2 x 256  (likewise)
   w.q6_k  Q6_K  2 x 256  (likewise)
+  w.q5_1  Q5_1  8 x 128  (quantised by gguf.quants.quantize)
+  w.q2_k  Q2_K  2 x 256  (random block bytes with finite scales: gguf-py has no Q2_K quantiser)
+  w.q3_k  Q3_K  2 x 256  (likewise)
+  w.iq4_nl IQ4_NL 8 x 128 (likewise)
+  w.mxfp4 MXFP4 8 x 128  (random codes; e8m0 exponents 124..130, scales 2^-3..2^3)
+(no Q1_0 tensor: gguf-py 0.19.0 knows the type code but has no Q1_0 dequantiser, so
+there would be no reference; the Rust unit tests cover it)
 and for each NAME a tensor NAME.ref, F32 of the same shape: gguf.quants.dequantize of
 NAME's data, the values the Rust reader must produce; for w.q8_0 and w.q4_0 also
 NAME.src, the f32 values gguf-py quantised, which the Rust writer must quantise to the
@@ -75,6 +82,28 @@ def main() -> None:
     # Quantised by gguf-py too; the Rust writer has no quantiser for these, so no .src.
     for name, qtype in (("w.q4_1", T.Q4_1), ("w.q5_0", T.Q5_0)):
         put(name, qtype, gguf.quants.quantize(values(8, 128), qtype))
+
+    # Appended later, so the tensors above keep their bytes. Random blocks of n x k values
+    # of `qtype`; the f16 scales at byte offsets `f16_at` of each block are set finite and
+    # small, the e8m0 exponent bytes at `e8m0_at` near 127.
+    def random_blocks(qtype: int, n: int, k: int, f16_at=(), e8m0_at=()) -> np.ndarray:
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        nb = k // block
+        raw = rng.integers(0, 256, size=(n, nb, size), dtype=np.uint8)
+        for at in f16_at:
+            d = rng.uniform(0.001, 0.05, size=(n, nb)).astype(np.float16)
+            raw[:, :, at : at + 2] = d.view(np.uint8).reshape(n, nb, 2)
+        for at in e8m0_at:
+            raw[:, :, at] = rng.integers(124, 131, size=(n, nb), dtype=np.uint8)
+        return raw.reshape(n, nb * size)
+
+    put("w.q5_1", T.Q5_1, gguf.quants.quantize(values(8, 128), T.Q5_1))
+    # Offsets: d and dmin of block_q2_K at 80 and 82, d of block_q3_K at 108, d of
+    # block_iq4_nl at 0, e of block_mxfp4 at 0.
+    put("w.q2_k", T.Q2_K, random_blocks(T.Q2_K, 2, 256, f16_at=(80, 82)))
+    put("w.q3_k", T.Q3_K, random_blocks(T.Q3_K, 2, 256, f16_at=(108,)))
+    put("w.iq4_nl", T.IQ4_NL, random_blocks(T.IQ4_NL, 8, 128, f16_at=(0,)))
+    put("w.mxfp4", T.MXFP4, random_blocks(T.MXFP4, 8, 128, e8m0_at=(0,)))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -228,8 +228,8 @@ fn dequantisation_of_blocks_written_by_hand() {
     assert_eq!(y.unwrap(), [1.0, -3.0]);
 
     // A type the library reads but does not dequantise.
-    let g = raw_file(GgmlType::Q5_1, &[32], vec![0; 24]);
-    assert_eq!(g.tensor("t").unwrap().ggml_type, GgmlType::Q5_1);
+    let g = raw_file(GgmlType::Q8_1, &[32], vec![0; 40]);
+    assert_eq!(g.tensor("t").unwrap().ggml_type, GgmlType::Q8_1);
     assert!(matches!(
         g.dequantize("t"),
         Err(Error::Unsupported { ref tensor, .. }) if tensor == "t"
@@ -698,6 +698,11 @@ fn standard_writer() {
         ("w.q4_k", GgmlType::Q4_K, [256, 2]),
         ("w.q5_k", GgmlType::Q5_K, [256, 2]),
         ("w.q6_k", GgmlType::Q6_K, [256, 2]),
+        ("w.q5_1", GgmlType::Q5_1, [128, 8]),
+        ("w.q2_k", GgmlType::Q2_K, [256, 2]),
+        ("w.q3_k", GgmlType::Q3_K, [256, 2]),
+        ("w.iq4_nl", GgmlType::IQ4_NL, [128, 8]),
+        ("w.mxfp4", GgmlType::MXFP4, [128, 8]),
     ];
     assert_eq!(g.tensors().len(), 2 * want.len() + 2);
     // The writer's quantisers give gguf-py's bytes for the same f32 values.

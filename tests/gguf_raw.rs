@@ -348,9 +348,9 @@ fn shapes_and_lengths_are_refused_with_typed_errors() {
     }
     // Types without a conversion, with data of the right length.
     for ty in [
-        GgmlType::Q2_K,
-        GgmlType::IQ4_NL,
-        GgmlType::Q5_1,
+        GgmlType::IQ2_XXS,
+        GgmlType::TQ1_0,
+        GgmlType::NVFP4,
         GgmlType::I8,
     ] {
         let k = 256;

@@ -78,10 +78,11 @@ pub const FUNCTIONS: &[Function] = &[
         prototype: "int rknpu_weights_ggml(rknpu_device *dev, uint32_t type, const void *data, size_t size,\n                       uint32_t n, uint32_t k, rknpu_weights **out)",
         doc: &[
             "Weights from ggml's raw tensor data: n rows of k values of ggml type `type`",
-            "(F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K), rows back to",
-            "back, size bytes in all (checked before any is read). The library converts",
-            "the blocks: BF16 to a bf16 bank, the rest to fp16 (dequantised in ggml's",
-            "arithmetic); a value fp16 cannot hold is refused. data is not kept.",
+            "(F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,",
+            "IQ4_NL, MXFP4, Q1_0), rows back to back, size bytes in all (checked before any",
+            "is read). The library converts the blocks: BF16 to a bf16 bank, the rest to",
+            "fp16 (dequantised in ggml's arithmetic); a value fp16 cannot hold is refused.",
+            "data is not kept.",
         ],
     },
     Function {

@@ -468,7 +468,10 @@ impl Rows<'_> {
         let mut out = Vec::with_capacity(m * k);
         for r in 0..m {
             let row = self.row(r, k)?;
-            out.extend(row.chunks_exact(2).map(|p| make(u16::from_le_bytes([p[0], p[1]]))));
+            out.extend(
+                row.chunks_exact(2)
+                    .map(|p| make(u16::from_le_bytes([p[0], p[1]]))),
+            );
         }
         Ok(out)
     }

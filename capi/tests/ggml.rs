@@ -30,7 +30,7 @@ use std::ptr::{null, null_mut};
 const F32: u32 = 0;
 const F16: u32 = 1;
 const Q8_0: u32 = 8;
-const Q2_K: u32 = 10;
+const IQ2_XXS: u32 = 16;
 const Q4_K: u32 = 12;
 
 /// Relative RMS error allowed when weights or activations are rounded to fp16.
@@ -414,7 +414,7 @@ fn weights_are_refused_before_their_bytes_are_read() {
         );
     }
     assert!(out.is_null());
-    // An unknown type code; a known type without a conversion (Q2_K: 84 bytes a 256).
+    // An unknown type code; a known type without a conversion (IQ2_XXS: 66 bytes a 256).
     let (rc, out) = weights(dev, 99, &data[..256], n, k);
     failed(rc, Code::Unsupported, "type 99");
     assert!(
@@ -422,9 +422,9 @@ fn weights_are_refused_before_their_bytes_are_read() {
         "{}",
         last_error()
     );
-    let q2k = vec![0u8; 2 * 84];
-    let (rc, out) = weights(dev, Q2_K, &q2k, 2, 256);
-    failed(rc, Code::Unsupported, "Q2_K");
+    let iq2 = vec![0u8; 2 * 66];
+    let (rc, out) = weights(dev, IQ2_XXS, &iq2, 2, 256);
+    failed(rc, Code::Unsupported, "IQ2_XXS");
     assert!(out.is_null());
     // k not a whole number of Q8_0 blocks; a zero size.
     let (rc, out) = weights(dev, Q8_0, &[0u8; 2 * 51], 2, 48);
@@ -471,7 +471,7 @@ fn ggml_supported_answers_as_the_weights_do() {
         );
         assert_eq!(last_error(), "");
     }
-    failed(supported(Q2_K, 8, 256, 1), Code::Unsupported, "Q2_K");
+    failed(supported(IQ2_XXS, 8, 256, 1), Code::Unsupported, "IQ2_XXS");
     failed(supported(99, 8, 32, 1), Code::Unsupported, "type 99");
     let rc = supported(Q8_0, 8, 48, 1);
     assert!(rc == -1 || rc == -3, "Q8_0 k = 48: {rc}");

@@ -1,14 +1,14 @@
 //! Dequantisation of ggml tensor data to f32. Block layouts are those of `ggml-common.h`
 //! (github.com/ggml-org/ggml); the arithmetic is ggml's reference order (`d * q`, for
-//! Q4_1 `q * d + m`, for Q4_K and Q5_K `(d * scale) * q - dmin * min`), so results equal
-//! ggml's and gguf-py's bit for bit.
+//! Q4_1 and Q5_1 `q * d + m`, for Q2_K, Q4_K and Q5_K `(d * scale) * q - dmin * min`, for
+//! Q3_K and Q6_K `(d * scale) * q`), so results equal ggml's and gguf-py's bit for bit.
 
 use super::types::GgmlType;
 use super::{Error, Result};
 use crate::float::{bf16_to_f32, f16_to_f32};
 
 /// The types [`dequantize`] converts.
-pub const DEQUANTIZED: [GgmlType; 10] = [
+pub const DEQUANTIZED: [GgmlType; 16] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -16,9 +16,15 @@ pub const DEQUANTIZED: [GgmlType; 10] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::MXFP4,
+    GgmlType::Q1_0,
 ];
 
 fn f16_at(b: &[u8], at: usize) -> f32 {
@@ -70,6 +76,140 @@ fn q5_0(block: &[u8], out: &mut [f32]) {
     for (j, ((&b, l), h)) in block[6..22].iter().zip(lo).zip(hi).enumerate() {
         *l = (((b & 0xF) as i32 | fifth(j)) - 16) as f32 * d;
         *h = (((b >> 4) as i32 | fifth(j + 16)) - 16) as f32 * d;
+    }
+}
+
+/// Q5_1 (`block_q5_1`): an f16 scale `d`, an f16 offset `m`, the 32 fifth bits `qh` as
+/// one little-endian word (bit `i` belongs to value `i`), then 16 bytes of nibbles packed
+/// as in Q4_0. The 5-bit `q` is unsigned, without an offset: `x = q · d + m`.
+fn q5_1(block: &[u8], out: &mut [f32]) {
+    let (d, m) = (f16_at(block, 0), f16_at(block, 2));
+    let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+    let fifth = |i: usize| (((qh >> i) & 1) << 4) as u8;
+    let (lo, hi) = out.split_at_mut(16);
+    for (j, ((&b, l), h)) in block[8..24].iter().zip(lo).zip(hi).enumerate() {
+        *l = ((b & 0xF) | fifth(j)) as f32 * d + m;
+        *h = ((b >> 4) | fifth(j + 16)) as f32 * d + m;
+    }
+}
+
+/// Where value `16s + l` (sub-block `s` of 16, `l` in 0..16) of a Q2_K or Q3_K block
+/// keeps its two low bits: the first byte of its run of 16 in the 64 quant bytes and
+/// the shift of its bit pair. Each half of 128 values owns 32 bytes; within a half,
+/// pair `p` (bits `2p..2p+2`) of those bytes holds values `32p..32p+32`, so sub-block
+/// `s` reads bytes `32·(s / 8) + 16·(s mod 2)` onwards at shift `2·((s mod 8) / 2)`.
+fn k_pair_at(s: usize) -> (usize, u32) {
+    (32 * (s / 8) + 16 * (s % 2), 2 * ((s % 8) / 2) as u32)
+}
+
+/// Q2_K (`block_q2_K`, 256 values): 16 scale bytes (one per sub-block of 16 values:
+/// the low nibble its scale, the high nibble its minimum), 64 bytes of 2-bit quants
+/// (arranged as [`k_pair_at`] says), then f16 `d` and f16 `dmin`;
+/// `x = (d · scale) · q − dmin · min`.
+fn q2_k(block: &[u8], out: &mut [f32]) {
+    let (scales, rest) = block.split_at(16);
+    let (qs, rest) = rest.split_at(64);
+    let (d, dmin) = (f16_at(rest, 0), f16_at(rest, 2));
+    for (s, (y, &sc)) in out.chunks_exact_mut(16).zip(scales).enumerate() {
+        let (dl, ml) = (d * (sc & 0xF) as f32, dmin * (sc >> 4) as f32);
+        let (at, shift) = k_pair_at(s);
+        for (v, &b) in y.iter_mut().zip(&qs[at..at + 16]) {
+            *v = dl * ((b >> shift) & 3) as f32 - ml;
+        }
+    }
+}
+
+/// The scale of sub-block `s` (0..16) of a Q3_K block's 12 scale bytes, 6 bits offset
+/// by 32: its low four bits are the low nibble of byte `s` for `s` < 8 and the high
+/// nibble of byte `s − 8` otherwise; its top two bits are bits `2·(s / 4)..+2` of byte
+/// `8 + s mod 4`.
+fn scale_k3(sc: &[u8], s: usize) -> i32 {
+    let low = if s < 8 { sc[s] & 0xF } else { sc[s - 8] >> 4 };
+    let high = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+    (low | (high << 4)) as i32 - 32
+}
+
+/// Q3_K (`block_q3_K`, 256 values): 32 bytes `hmask`, 64 bytes of low bit pairs
+/// (arranged as [`k_pair_at`] says), 12 bytes of sixteen 6-bit scales ([`scale_k3`]),
+/// then an f16 `d`. Value `i` has its third bit in bit `i / 32` of `hmask[i mod 32]`;
+/// the bit *clear* subtracts 4, so `q` = pair − 4 · (1 − bit) lies in −4 to 3;
+/// `x = (d · scale) · q`.
+fn q3_k(block: &[u8], out: &mut [f32]) {
+    let (hmask, rest) = block.split_at(32);
+    let (qs, rest) = rest.split_at(64);
+    let (scales, d) = rest.split_at(12);
+    let d = f16_at(d, 0);
+    for (s, y) in out.chunks_exact_mut(16).enumerate() {
+        let dl = d * scale_k3(scales, s) as f32;
+        let (at, shift) = k_pair_at(s);
+        let bit = s / 2;
+        let hm = &hmask[16 * (s % 2)..16 * (s % 2) + 16];
+        for ((v, &b), &h) in y.iter_mut().zip(&qs[at..at + 16]).zip(hm) {
+            let minus = if (h >> bit) & 1 == 1 { 0 } else { 4 };
+            *v = dl * (((b >> shift) & 3) as i32 - minus) as f32;
+        }
+    }
+}
+
+/// The sixteen values a 4-bit IQ4_NL index stands for: `kvalues_iq4nl` of
+/// `ggml-common.h`.
+const IQ4_NL_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// IQ4_NL (`block_iq4_nl`): an f16 scale `d`, then 16 bytes of indices packed as in
+/// Q4_0 (byte `j`: value `j` low nibble, `j + 16` high), each index naming one of the
+/// sixteen non-uniform levels of [`IQ4_NL_VALUES`]; `x = d · level`.
+fn iq4_nl(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let level = |n: u8| IQ4_NL_VALUES[n as usize] as f32;
+    let (lo, hi) = out.split_at_mut(16);
+    for ((&b, l), h) in block[2..18].iter().zip(lo).zip(hi) {
+        *l = d * level(b & 0xF);
+        *h = d * level(b >> 4);
+    }
+}
+
+/// The e2m1 (fp4) values doubled, so that they are integers: `kvalues_mxfp4`
+/// (`kvalues_fp4`) of `ggml-common.h`, after the OCP Microscaling (MX) specification
+/// 1.0. Index bit 3 is the sign.
+const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// Half of the e8m0 scale `e`, i.e. 2^(e − 128), as ggml's `ggml_e8m0_to_fp32_half`
+/// (`ggml-impl.h`) builds it from bits: for `e` ≥ 2 the f32 exponent field is `e − 1`,
+/// for 0 and 1 the subnormals 2⁻¹²⁸ and 2⁻¹²⁷. Every byte is a power of two (ggml makes
+/// no NaN of 255), so there is no rounding.
+fn e8m0_half(e: u8) -> f32 {
+    f32::from_bits(if e < 2 {
+        0x0020_0000 << e
+    } else {
+        u32::from(e - 1) << 23
+    })
+}
+
+/// MXFP4 (`block_mxfp4`, 17 bytes): one e8m0 exponent byte `e`, then 16 bytes of e2m1
+/// codes packed as in Q4_0 (byte `j`: value `j` low nibble, `j + 16` high). Each code
+/// stands for twice its fp4 value ([`MXFP4_VALUES`]), which the halved scale undoes:
+/// `x = level · 2^(e − 128)`, exact.
+fn mxfp4(block: &[u8], out: &mut [f32]) {
+    let d = e8m0_half(block[0]);
+    let level = |n: u8| MXFP4_VALUES[n as usize] as f32;
+    let (lo, hi) = out.split_at_mut(16);
+    for ((&b, l), h) in block[1..17].iter().zip(lo).zip(hi) {
+        *l = level(b & 0xF) * d;
+        *h = level(b >> 4) * d;
+    }
+}
+
+/// Q1_0 (`block_q1_0`, 128 values, 18 bytes): an f16 scale `d`, then 16 bytes of sign
+/// bits, value `i` in bit `i mod 8` of byte `i / 8` (least significant first); a set bit
+/// is `d`, a clear one `−d`.
+fn q1_0(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    for (y, &b) in out.chunks_exact_mut(8).zip(&block[2..18]) {
+        for (bit, v) in y.iter_mut().enumerate() {
+            *v = if (b >> bit) & 1 == 1 { d } else { -d };
+        }
     }
 }
 
@@ -173,7 +313,7 @@ pub fn dequantize(ty: GgmlType, data: &[u8], count: u64) -> Result<Vec<f32>> {
         return Err(Error::Unsupported {
             tensor: String::new(),
             what: format!(
-                "dequantising {ty} (this library converts F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and Q6_K)"
+                "dequantising {ty} (this library converts F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4 and Q1_0)"
             ),
         });
     }
@@ -190,8 +330,9 @@ pub fn dequantize(ty: GgmlType, data: &[u8], count: u64) -> Result<Vec<f32>> {
             value: format!("{} bytes for {count} {ty} values", data.len()),
         });
     };
-    // `count` values take `data.len()` bytes, at least one each but for the 4- and 5-bit
-    // types (at most two a byte): so the output is at most eight times the data in memory.
+    // `count` values take `data.len()` bytes: the densest type, Q1_0, packs 128 values in
+    // 18 bytes, so the output (4 bytes a value) is at most 4 · 128 / 18 < 29 times the
+    // data in memory (at most eight times for the 4- to 8-bit types).
     let mut out = vec![0f32; len];
     let (block, size) = (block as usize, size as usize);
     match ty {
@@ -216,9 +357,15 @@ pub fn dequantize(ty: GgmlType, data: &[u8], count: u64) -> Result<Vec<f32>> {
                 GgmlType::Q4_0 => q4_0,
                 GgmlType::Q4_1 => q4_1,
                 GgmlType::Q5_0 => q5_0,
+                GgmlType::Q5_1 => q5_1,
+                GgmlType::Q2_K => q2_k,
+                GgmlType::Q3_K => q3_k,
                 GgmlType::Q4_K => q4_k,
                 GgmlType::Q5_K => q5_k,
-                _ => q6_k,
+                GgmlType::Q6_K => q6_k,
+                GgmlType::IQ4_NL => iq4_nl,
+                GgmlType::MXFP4 => mxfp4,
+                _ => q1_0,
             };
             for (y, b) in out.chunks_exact_mut(block).zip(data.chunks_exact(size)) {
                 f(b, y);
@@ -247,7 +394,7 @@ mod tests {
             Err(Error::Invalid { .. })
         ));
         assert!(matches!(
-            dequantize(GgmlType::Q2_K, &[0; 84], 256),
+            dequantize(GgmlType::IQ2_XXS, &[0; 66], 256),
             Err(Error::Unsupported { .. })
         ));
     }
@@ -398,5 +545,184 @@ mod tests {
         assert_eq!(y[224], 2.0 * 21.0 - 0.5 * 1.0);
         assert_eq!(y[255], 2.0 * 31.0 - 0.5 * 1.0);
         assert_eq!(y[223], -0.5 * 20.0);
+    }
+
+    #[test]
+    fn a_q5_1_block_by_hand() {
+        // d = 0.25 (0x3400), m = 1.0 (0x3C00). qh = 0x8002_0001 (bytes 01 00 02 80): fifth
+        // bits of values 0, 17 and 31.
+        let mut b = [0u8; 24];
+        b[0..2].copy_from_slice(&0x3400u16.to_le_bytes());
+        b[2..4].copy_from_slice(&0x3C00u16.to_le_bytes());
+        b[4..8].copy_from_slice(&[0x01, 0x00, 0x02, 0x80]);
+        // Byte 0 = 0x3A: value 0 = 16 + 10, value 16 = 3. Byte 1 = 0xF0: value 1 = 0,
+        // value 17 = 16 + 15. Byte 15 = 0x05: value 15 = 5, value 31 = 16 + 0.
+        b[8] = 0x3A;
+        b[9] = 0xF0;
+        b[8 + 15] = 0x05;
+        let y = dequantize(GgmlType::Q5_1, &b, 32).unwrap();
+        assert_eq!((y[0], y[16]), (26.0 * 0.25 + 1.0, 3.0 * 0.25 + 1.0));
+        assert_eq!((y[1], y[17]), (1.0, 31.0 * 0.25 + 1.0));
+        assert_eq!((y[15], y[31]), (5.0 * 0.25 + 1.0, 16.0 * 0.25 + 1.0));
+        for i in (2..15).chain(18..31) {
+            assert_eq!(y[i], 1.0, "value {i}: q = 0 is the minimum");
+        }
+    }
+
+    #[test]
+    fn a_q2_k_block_by_hand() {
+        // Scale bytes at 0..16 (low nibble scale, high nibble minimum of each 16 values),
+        // quants at 16..80, d = 2.0 (0x4000) at 80, dmin = 0.5 (0x3800) at 82.
+        let mut b = [0u8; 84];
+        b[80..82].copy_from_slice(&0x4000u16.to_le_bytes());
+        b[82..84].copy_from_slice(&0x3800u16.to_le_bytes());
+        let qs = 16;
+        b[0] = 0x32; // sub-block 0: scale 2, min 3
+        b[1] = 0x15; // sub-block 1: scale 5, min 1
+        b[2] = 0x04; // sub-block 2: scale 4, min 0
+        b[6] = 0xF1; // sub-block 6: scale 1, min 15
+        b[9] = 0x27; // sub-block 9: scale 7, min 2
+        b[15] = 0x0A; // sub-block 15: scale 10, min 0
+        // Value 0: bits 0..2 of quant byte 0 = 3; value 32 (sub-block 2): bits 2..4 of
+        // the same byte = 1.
+        b[qs] = 0b01_11;
+        // Value 16 (sub-block 1): bits 0..2 of byte 16 = 2.
+        b[qs + 16] = 0b10;
+        // Value 101 (sub-block 6, the fourth pair of the first half): bits 6..8 of byte 5.
+        b[qs + 5] = 0b10 << 6;
+        // Value 147 (sub-block 9, second half): bits 0..2 of byte 32 + 16 + 3 = 1.
+        b[qs + 51] = 0b01;
+        // Value 255 (sub-block 15): bits 6..8 of byte 63 = 3.
+        b[qs + 63] = 0b11 << 6;
+        let y = dequantize(GgmlType::Q2_K, &b, 256).unwrap();
+        assert_eq!(y[0], (2.0 * 2.0) * 3.0 - 0.5 * 3.0);
+        assert_eq!(y[1], -1.5, "q = 0: minus the minimum");
+        assert_eq!(y[16], (2.0 * 5.0) * 2.0 - 0.5 * 1.0);
+        assert_eq!(y[32], (2.0 * 4.0) * 1.0);
+        assert_eq!(y[101], (2.0 * 1.0) * 2.0 - 0.5 * 15.0);
+        assert_eq!(y[147], (2.0 * 7.0) * 1.0 - 0.5 * 2.0);
+        assert_eq!(y[255], (2.0 * 10.0) * 3.0);
+        assert_eq!(y[48], 0.0, "sub-block 3: scale and minimum 0");
+    }
+
+    #[test]
+    fn a_q3_k_block_by_hand() {
+        // hmask at 0..32, low bit pairs at 32..96, scales at 96..108, d = 0.5 (0x3800).
+        let mut b = [0u8; 110];
+        b[108..110].copy_from_slice(&0x3800u16.to_le_bytes());
+        let (qs, sc) = (32, 96);
+        // Sixteen 6-bit scales offset by 32. Scale 0 = 0b10_0011 − 32 = 3: low nibble
+        // of byte 0, top bits in bits 0..2 of byte 8. Scale 5 = 0b01_0100 − 32 = −12: low
+        // nibble of byte 5, bits 2..4 of byte 9. Scale 10 = 0b11_0111 − 32 = 23: high
+        // nibble of byte 2, bits 4..6 of byte 10. Scale 15 = 0b00_1001 − 32 = −23: high
+        // nibble of byte 7, bits 6..8 of byte 11. The others are 0 − 32.
+        b[sc] = 0x03;
+        b[sc + 8] = 0b10;
+        b[sc + 5] = 0x04;
+        b[sc + 9] = 0b01 << 2;
+        b[sc + 2] = 0x70;
+        b[sc + 10] = 0b11 << 4;
+        b[sc + 7] = 0x90;
+        // Value 0: pair 2 (bits 0..2 of byte 0), hmask[0] bit 0 set: q = 2.
+        b[qs] = 0b10;
+        b[0] = 1;
+        // Value 83 (sub-block 5: bits 4..6 of byte 16 + 3), hmask[19] bit 2 clear:
+        // q = 3 − 4. Value 84: pair 1, hmask[20] bit 2 set: q = 1.
+        b[qs + 19] = 0b11 << 4;
+        b[qs + 20] = 0b01 << 4;
+        b[20] = 1 << 2;
+        // Value 167 (second half, sub-block 10: bits 2..4 of byte 32 + 7), hmask[7]
+        // bit 5 set: q = 2.
+        b[qs + 39] = 0b10 << 2;
+        b[7] = 1 << 5;
+        // Value 255 (sub-block 15: bits 6..8 of byte 63), hmask[31] bit 7 set: q = 3.
+        b[qs + 63] = 0b11 << 6;
+        b[31] = 1 << 7;
+        let y = dequantize(GgmlType::Q3_K, &b, 256).unwrap();
+        assert_eq!(y[0], (0.5 * 3.0) * 2.0);
+        assert_eq!(y[1], (0.5 * 3.0) * -4.0, "pair 0, bit clear: q = −4");
+        assert_eq!(y[83], 6.0, "(0.5 · −12) · (3 − 4)");
+        assert_eq!(y[84], (0.5 * -12.0) * 1.0);
+        assert_eq!(y[167], (0.5 * 23.0) * 2.0);
+        assert_eq!(y[255], (0.5 * -23.0) * 3.0);
+        assert_eq!(y[254], (0.5 * -23.0) * -4.0);
+        // Value 32 (sub-block 2, scale 0 − 32): bits 2..4 of byte 0 are 0, hmask[0]
+        // bit 1 clear.
+        assert_eq!(y[32], (0.5 * -32.0) * -4.0);
+    }
+
+    #[test]
+    fn an_iq4_nl_block_by_hand() {
+        // d = 0.5; byte j holds index j (value j) and 15 − j (value j + 16): every level.
+        let mut b = [0u8; 18];
+        b[0..2].copy_from_slice(&0x3800u16.to_le_bytes());
+        for j in 0..16u8 {
+            b[2 + j as usize] = j | ((15 - j) << 4);
+        }
+        let y = dequantize(GgmlType::IQ4_NL, &b, 32).unwrap();
+        // Half of −127, −104, −83, −65, −49, −35, −22, −10, 1, 13, 25, 38, 53, 69, 89, 113.
+        let levels = [
+            -63.5, -52.0, -41.5, -32.5, -24.5, -17.5, -11.0, -5.0, 0.5, 6.5, 12.5, 19.0, 26.5,
+            34.5, 44.5, 56.5,
+        ];
+        for j in 0..16 {
+            assert_eq!((y[j], y[j + 16]), (levels[j], levels[15 - j]), "index {j}");
+        }
+    }
+
+    #[test]
+    fn mxfp4_blocks_by_hand() {
+        // Block 0: e = 127 (scale 1), byte j holds code j (value j) and 15 − j (value
+        // j + 16): the fp4 values themselves, sign in bit 3.
+        let fp4 = [
+            0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+        ];
+        let mut b = vec![127u8];
+        b.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        // Block 1: e = 130 (scale 8); byte 0 = 0x7F: value 0 is code 15 (−6), value 16
+        // code 7 (6); the rest code 0.
+        b.push(130);
+        b.push(0x7F);
+        b.extend([0u8; 15]);
+        // Blocks 2 and 3: e = 0 and 1, scales 2⁻¹²⁷ and 2⁻¹²⁶ (halved, the subnormals
+        // ggml builds from bits), code 1 (0.5) in value 0. Block 4: e = 254 (2¹²⁷),
+        // code 2 (1.0) in value 0; code 6 (4.0) in value 16 overflows to infinity, as in
+        // ggml.
+        for e in [0u8, 1] {
+            b.push(e);
+            b.push(0x01);
+            b.extend([0u8; 15]);
+        }
+        b.extend([254, 0x62]);
+        b.extend([0u8; 15]);
+        let y = dequantize(GgmlType::MXFP4, &b, 5 * 32).unwrap();
+        for j in 0..16 {
+            assert_eq!((y[j], y[j + 16]), (fp4[j], fp4[15 - j]), "code {j}");
+        }
+        assert_eq!((y[32], y[48], y[33]), (-48.0, 48.0, 0.0));
+        assert_eq!(y[64] as f64, 0.5 * 2f64.powi(-127));
+        assert_eq!(y[96] as f64, 0.5 * 2f64.powi(-126));
+        assert_eq!(y[65], 0.0);
+        assert_eq!(y[128] as f64, 2f64.powi(127));
+        assert_eq!(y[144], f32::INFINITY);
+    }
+
+    #[test]
+    fn q1_0_blocks_by_hand() {
+        // Block 0: d = 0.75 (0x3A00); byte 0 = 0b1010_0101: values 0..8 are the bits
+        // from the least significant, 1 0 1 0 0 1 0 1; byte 15 = 0x80: value 127 set.
+        // Block 1: d = −2 (0xC000); byte 0 = 1: value 128 is d, the rest −d.
+        let mut b = [0u8; 36];
+        b[0..2].copy_from_slice(&0x3A00u16.to_le_bytes());
+        b[2] = 0b1010_0101;
+        b[2 + 15] = 0x80;
+        b[18..20].copy_from_slice(&0xC000u16.to_le_bytes());
+        b[20] = 1;
+        let y = dequantize(GgmlType::Q1_0, &b, 256).unwrap();
+        let (p, n) = (0.75, -0.75);
+        assert_eq!(y[..8], [p, n, p, n, n, p, n, p]);
+        assert!(y[8..127].iter().all(|&v| v == n));
+        assert_eq!(y[127], p);
+        assert_eq!((y[128], y[129], y[255]), (-2.0, 2.0, 2.0));
     }
 }
