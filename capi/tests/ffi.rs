@@ -198,7 +198,11 @@ fn int8_int4_and_f16_products_on_emu() {
         }
         // SAFETY: `w` is live and unused elsewhere.
         let cached = unsafe { (*w).cached_rows() };
-        assert_eq!(cached, vec![5, 1], "the plans of both m are kept, the last used last");
+        assert_eq!(
+            cached,
+            vec![5, 1],
+            "the plans of both m are kept, the last used last"
+        );
         // SAFETY: `w` came from a weights function and is freed once.
         unsafe { rknpu_weights_free(w) };
     }

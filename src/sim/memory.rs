@@ -89,7 +89,12 @@ impl Memory {
     /// [`Memory::map`] with a tag the caller chooses (an identity and a version of what
     /// the bytes are a copy of), so that a later run can keep the region instead of
     /// copying the same bytes in again ([`Memory::tag`]).
-    pub fn map_tagged(&mut self, addr: u32, bytes: Vec<u8>, tag: (u64, u64)) -> Result<(), SimError> {
+    pub fn map_tagged(
+        &mut self,
+        addr: u32,
+        bytes: Vec<u8>,
+        tag: (u64, u64),
+    ) -> Result<(), SimError> {
         self.map(addr, bytes)?;
         self.tags.insert(addr, tag);
         Ok(())
@@ -208,7 +213,11 @@ mod tests {
         assert_eq!(mem.written(), vec![0x1000], "only the written region");
         let (region, before) = mem.unmap_written(0x1000).unwrap();
         assert_eq!(region.bytes, vec![5, 7, 8, 4]);
-        assert_eq!(before, Some(vec![1, 2, 3, 4]), "the bytes before the first write");
+        assert_eq!(
+            before,
+            Some(vec![1, 2, 3, 4]),
+            "the bytes before the first write"
+        );
         assert_eq!(mem.unmap_written(0x2000).unwrap().1, None, "never written");
     }
 
@@ -226,7 +235,10 @@ mod tests {
         assert!(mem.written().is_empty());
         assert_eq!(mem.take_original(0x1000), None);
         mem.write(0x1004, 1).unwrap()[0] = 2;
-        assert_eq!(mem.take_original(0x1000), Some(vec![1, 0, 0, 0, 0, 0, 0, 0]));
+        assert_eq!(
+            mem.take_original(0x1000),
+            Some(vec![1, 0, 0, 0, 0, 0, 0, 0])
+        );
         mem.unmap(0x1000);
         mem.map(0x1000, vec![0; 8]).unwrap();
         assert_eq!(mem.tag(0x1000), None, "a new region has no tag");

@@ -1,9 +1,7 @@
 //! The emulated `rocket` driver: CREATE_BO in a per-fd address space, SUBMIT as one
 //! kick per task, PREP_BO waiting for the jobs that write a buffer, FINI_BO.
 
-use super::mem::{
-    EmuBo, bo_of, discard_writes, load_memory, lock_bo, next_id, store_memory,
-};
+use super::mem::{EmuBo, bo_of, discard_writes, load_memory, lock_bo, next_id, store_memory};
 use super::worker::{Shared, lock_sim};
 use super::{File, PAGE, ROCKET_JOB_TIMEOUT, State};
 use crate::regcmd::TAIL_ENTRIES;

@@ -2,9 +2,7 @@
 //! and SUBMIT, which runs each started core's range on the simulator as the driver
 //! kicks it (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
 
-use super::mem::{
-    EmuBo, bo_of, load_memory, lock_bo, next_id, object, release, store_memory,
-};
+use super::mem::{EmuBo, bo_of, load_memory, lock_bo, next_id, object, release, store_memory};
 use super::worker::{Job, Shared, lock_sim};
 use super::{EmuKernel, File, Flavour, PAGE, State};
 use crate::sim::{DmaCounters, Faults, MAX_TASKS, Simulator};
