@@ -1,0 +1,67 @@
+// ggml-rknpu: what the backend's source files share.
+//
+// The backend is glue between ggml's backend interface and rknpu-driver's C API
+// (rknpu.h): the weight conversion, planning, program generation and the NPU jobs are
+// the library's; this code decides which ggml ops go to the NPU and moves their data.
+
+#pragma once
+
+#include "ggml-rknpu.h"
+
+#include "ggml-backend-impl.h"
+#include "ggml-impl.h"
+#include "rknpu.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+// weights packed for the NPU: one rknpu_weights per 2-D plane (ne[2] * ne[3] of them)
+struct ggml_rknpu_packed {
+    ggml_type                    type;
+    int64_t                      ne[4];
+    std::vector<rknpu_weights *> planes;
+
+    ggml_rknpu_packed() = default;
+    ggml_rknpu_packed(const ggml_rknpu_packed &) = delete;
+    ggml_rknpu_packed & operator=(const ggml_rknpu_packed &) = delete;
+    ~ggml_rknpu_packed();
+};
+
+// the one NPU this backend drives, opened when the registry is first asked for
+struct ggml_rknpu_device_context {
+    rknpu_device * dev = nullptr;
+    std::string    description;
+};
+
+// counters of what a backend instance ran
+struct ggml_rknpu_stats {
+    uint64_t graphs  = 0; // graph_compute calls
+    uint64_t mul_mat = 0; // MUL_MAT nodes computed
+    uint64_t jobs    = 0; // NPU jobs submitted
+    uint64_t packs   = 0; // weights packed during compute (src0 not in a weight buffer)
+};
+
+struct ggml_rknpu_backend_context {
+    rknpu_device *   dev = nullptr;
+    ggml_rknpu_stats stats;
+};
+
+// packs every plane of tensor t from data (t's bytes, laid out as t); nullptr and a
+// logged error when the library refuses
+std::unique_ptr<ggml_rknpu_packed> ggml_rknpu_pack(rknpu_device * dev, const ggml_tensor * t, const void * data);
+
+// buffer type
+ggml_backend_buffer_type_t ggml_backend_rknpu_buffer_type(ggml_backend_dev_t dev);
+bool                       ggml_backend_buffer_is_rknpu(ggml_backend_buffer_t buffer);
+
+// the packed weights of t when t lies in a weight buffer of this backend and was packed
+// when it was set; *overlaps is true when t's bytes overlap packed weights without being
+// exactly one packed tensor (a view into one), whose raw bytes the buffer does not hold
+const ggml_rknpu_packed * ggml_backend_rknpu_buffer_find_packed(const ggml_tensor * t, bool * overlaps);
+
+// MUL_MAT
+bool        ggml_rknpu_supports_mul_mat(rknpu_device * dev, const ggml_tensor * op);
+ggml_status ggml_rknpu_mul_mat(ggml_rknpu_backend_context * ctx, ggml_tensor * dst);

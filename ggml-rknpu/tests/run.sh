@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The ggml backend's tests on the emulated kernel (RKNPU_DEVICE=emu), after
+# `bash ggml-rknpu/build.sh`:
+#
+# 1. ggml's own test-backend-ops for every op the backend claims: every case it runs
+#    must pass, the run must show that the RKNPU backend itself was tested (the suite
+#    prints "backends passed" even when no device registered), and at least the given
+#    number of cases must have run.
+# 2. llama.cpp end to end: a seeded llama-architecture model with F16 weights
+#    (tests/make_tiny_llama.py) generates 32 greedy tokens with llama-simple, on the CPU
+#    alone and with the backend loaded; the texts must be identical and the backend must
+#    have run NPU jobs.
+#
+# Usage: bash ggml-rknpu/tests/run.sh      (needs python3 with gguf==0.19.0 for step 2)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out="$root/target/ggml"
+src="$root/target/ggml-src/llama.cpp-0.3.36"
+backend="$out/libggml-rknpu.so"
+logs="$out/test-logs"
+mkdir -p "$logs"
+
+fail() {
+    echo "error: $*" >&2
+    exit 1
+}
+
+# test-backend-ops OP MIN_CASES: the suite's cases of OP on the RKNPU backend
+backend_ops() {
+    local op=$1 min=$2 log="$logs/test-backend-ops-$1.log"
+    echo "-- test-backend-ops -o $op -b RKNPU"
+    if ! RKNPU_DEVICE=emu GGML_BACKEND_PATH="$backend" \
+        "$out/bin/test-backend-ops" test -o "$op" -b RKNPU >"$log" 2>&1; then
+        grep -E "FAIL|error" "$log" | head -n 40 >&2 || true
+        fail "test-backend-ops $op failed (log: $log)"
+    fi
+    grep -qE "^Backend [0-9]+/[0-9]+: RKNPU$" "$log" ||
+        fail "test-backend-ops did not test the RKNPU backend (log: $log)"
+    local summary passed total
+    summary=$(grep -E "^  [0-9]+/[0-9]+ tests passed$" "$log") ||
+        fail "no RKNPU test summary in $log"
+    [ "$(echo "$summary" | wc -l)" -eq 1 ] || fail "more than one test summary in $log"
+    passed=$(echo "$summary" | sed -E 's#^ *([0-9]+)/([0-9]+).*#\1#')
+    total=$(echo "$summary" | sed -E 's#^ *([0-9]+)/([0-9]+).*#\2#')
+    [ "$passed" -eq "$total" ] || fail "$op: $passed of $total cases passed"
+    [ "$total" -ge "$min" ] || fail "$op: only $total cases ran on RKNPU (at least $min expected)"
+    echo "   $op: $passed/$total cases passed on RKNPU ($(grep -c 'not supported' "$log") not claimed)"
+}
+
+backend_ops MUL_MAT 1000
+
+echo "-- llama-simple: 32 greedy tokens, CPU alone and with the backend (F16 weights)"
+model="$out/models/tiny-f16.gguf"
+mkdir -p "$out/models"
+python3 "$root/ggml-rknpu/tests/make_tiny_llama.py" \
+    --vocab "$src/models/ggml-vocab-llama-spm.gguf" --out "$model" --type f16 >/dev/null
+prompt="Once upon a time"
+"$out/bin/llama-simple" -m "$model" -n 32 "$prompt" >"$logs/simple-cpu.out" 2>"$logs/simple-cpu.err" ||
+    fail "llama-simple on the CPU failed (log: $logs/simple-cpu.err)"
+RKNPU_DEVICE=emu GGML_BACKEND_PATH="$backend" RKNPU_GGML_STATS=1 \
+    "$out/bin/llama-simple" -m "$model" -n 32 "$prompt" >"$logs/simple-npu.out" 2>"$logs/simple-npu.err" ||
+    fail "llama-simple with the backend failed (log: $logs/simple-npu.err)"
+if ! cmp -s "$logs/simple-cpu.out" "$logs/simple-npu.out"; then
+    diff "$logs/simple-cpu.out" "$logs/simple-npu.out" >&2 || true
+    fail "the backend's text differs from the CPU's"
+fi
+stats=$(grep -E "^rknpu: " "$logs/simple-npu.err") || fail "the backend printed no statistics"
+jobs=$(echo "$stats" | sed -E 's#.* ([0-9]+) NPU jobs.*#\1#')
+[ "$jobs" -gt 0 ] || fail "llama-simple ran no NPU job ($stats)"
+echo "   same text as the CPU: $(tr -d '\n' <"$logs/simple-npu.out" | cut -c1-100)"
+echo "   $stats"
+echo "ggml-rknpu: OK"
