@@ -644,6 +644,17 @@ fn bad_inputs_are_typed_errors() {
             ..
         })
     ));
+    // Members of another open of the (emulated) NPU: refused before anything runs.
+    let other = open("emu");
+    let foreign = Arc::new(WeightBank::from_i8_nk(&other, n, k, &w).unwrap());
+    assert!(!other.same_device(&dev) && dev.same_device(&dev.clone()));
+    assert!(matches!(
+        MatmulBatch::new(vec![
+            Matmul::new(&bank, m).unwrap(),
+            Matmul::new(&foreign, m).unwrap()
+        ]),
+        Err(Error::InvalidArgument { .. })
+    ));
     let mut batch = MatmulBatch::new(vec![Matmul::new(&bank, m).unwrap()]).unwrap();
     let x = vec![0.25f32; (m * k) as usize];
     let mut y1 = vec![0f32; (m * n) as usize];

@@ -316,6 +316,13 @@ impl Device {
         self.inner.live_maps.load(Ordering::SeqCst)
     }
 
+    /// Whether `other` is this device (a clone of the same open), not another open of
+    /// the same or another NPU: buffers and banks of one open are not addressable in
+    /// another's jobs.
+    pub fn same_device(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// NPU cores as far as the library knows: 3 (RK3588) until the driver refuses a
     /// core mask naming core 2, which only the RK3583's (two cores, `core_mask` limit
     /// 0x3) does; from then on 2, and masks naming core 2 are refused before the kernel.

@@ -42,7 +42,8 @@ fn ids(j: usize) -> [BufferId; 3] {
 }
 
 impl MatmulBatch {
-    /// Joins `members` (at least one, all on one device) into one program: core `c`
+    /// Joins `members` (at least one, all on one device: members of another device are
+    /// [`Error::InvalidArgument`]) into one program: core `c`
     /// runs every member's tasks for core `c`, in member order. The program has
     /// incremental bodies when every member was made with them
     /// ([`super::MatmulOptions::incremental`]).
@@ -60,6 +61,11 @@ impl MatmulBatch {
             });
         }
         let dev = first.bank.device().clone();
+        if members.iter().any(|m| !m.bank.device().same_device(&dev)) {
+            return Err(Error::InvalidArgument {
+                what: "batch members of different devices (one job runs on one device)".into(),
+            });
+        }
         let cores = members
             .iter()
             .map(|m| m.plan.per_core.len())
