@@ -21,6 +21,8 @@ extern "C" {
 typedef struct rknpu_device rknpu_device;
 /* Weights packed for the NPU, usable for any number of rows m. */
 typedef struct rknpu_weights rknpu_weights;
+/* Products against several weights sharing one input, run as one job. */
+typedef struct rknpu_batch rknpu_batch;
 
 /* An argument is invalid: a NULL pointer, a zero size, an odd k for int4, n * k or m * k too large, a scale that is not finite. */
 #define RKNPU_ERR_ARG (-1)
@@ -93,6 +95,21 @@ int rknpu_mul_mat(rknpu_weights *w, const float *x, uint32_t m, float *y);
 /* go to the NPU unrounded. Shares the plans rknpu_mul_mat caches. */
 int rknpu_mul_mat_ex(rknpu_weights *w, uint32_t x_type, const void *x, size_t x_stride,
                      uint32_t m, float *y, size_t y_stride);
+
+/* A batch: products of m rows against the count weights handles of ws (all of */
+/* one k, on one device), one NPU job per call. It plans and holds buffers of */
+/* its own; the weights handles may be freed before it. */
+int rknpu_batch_new(rknpu_weights *const *ws, uint32_t count, uint32_t m,
+                    rknpu_batch **out);
+
+/* ys[j] = x . w_j^T for every member j in one job (a layer's Q, K and V, say): */
+/* x as for rknpu_mul_mat_ex (the batch's m rows); row i of ys[j] at byte */
+/* i * y_strides[j]. Results equal the members' single products bit for bit. */
+int rknpu_batch_mul_mat(rknpu_batch *b, uint32_t x_type, const void *x, size_t x_stride,
+                        float *const *ys, const size_t *y_strides);
+
+/* Frees a batch and its plans and buffers (NULL is ignored). */
+void rknpu_batch_free(rknpu_batch *b);
 
 /* The message of the last error on the calling thread ("" when the last call */
 /* succeeded), NUL-terminated, valid until the thread's next rknpu_ call. */

@@ -7,7 +7,8 @@
 //! docs/capi.md.
 
 use crate::{
-    Failure, RknpuDevice, RknpuWeights, Rows, XType, call, elements, ggml_supported, weight_shape,
+    Failure, RknpuBatch, RknpuDevice, RknpuWeights, Rows, XType, call, elements, ggml_supported,
+    weight_shape,
 };
 use std::ffi::c_void;
 use std::ffi::{CStr, c_char, c_int};
@@ -353,6 +354,112 @@ pub unsafe extern "C" fn rknpu_mul_mat_ex(
         };
         weights.mul_mat_rows(rows, m, y, y_stride / 4)
     })
+}
+
+/// A batch of `m` rows against the `count` weights handles of `ws`, run as one job.
+///
+/// # Safety
+///
+/// `ws` points to `count` live weights handles; `out` is valid for a pointer write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_batch_new(
+    ws: *const *mut RknpuWeights,
+    count: u32,
+    m: u32,
+    out: *mut *mut RknpuBatch,
+) -> c_int {
+    call(|| {
+        non_null(ws, "ws")?;
+        non_null(out, "out")?;
+        if count == 0 {
+            return Err(Failure::arg("count is zero"));
+        }
+        // SAFETY: `ws` holds `count` pointers (the C contract).
+        let ptrs = unsafe { std::slice::from_raw_parts(ws, count as usize) };
+        let mut handles = Vec::with_capacity(ptrs.len());
+        for (i, &p) in ptrs.iter().enumerate() {
+            non_null(p, &format!("ws[{i}]"))?;
+            // SAFETY: each non-NULL entry is a live weights handle (the C contract),
+            // shared: the batch only reads its bank and shape.
+            handles.push(unsafe { &*p });
+        }
+        let batch = RknpuBatch::new(&handles, m)?;
+        // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
+        unsafe { put(out, batch) };
+        Ok(())
+    })
+}
+
+/// `ys[j] = x · W_jᵀ` for every member of a batch, in one job.
+///
+/// # Safety
+///
+/// `b` is a live batch; `x` spans its `m` rows at `x_stride` as for
+/// [`rknpu_mul_mat_ex`]; `ys` and `y_strides` hold one entry per member, each `ys[j]`
+/// pointing to the `(m - 1) · y_strides[j] + 4 · n_j` bytes its rows span, 4-byte
+/// aligned, which nothing else accesses during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_batch_mul_mat(
+    b: *mut RknpuBatch,
+    x_type: u32,
+    x: *const c_void,
+    x_stride: usize,
+    ys: *const *mut f32,
+    y_strides: *const usize,
+) -> c_int {
+    call(|| {
+        non_null(b, "b")?;
+        non_null(x, "x")?;
+        non_null(ys, "ys")?;
+        non_null(y_strides, "y_strides")?;
+        // SAFETY: `b` is a live batch (non-NULL, checked); calls take turns on its lock.
+        let batch = unsafe { &*b };
+        let count = batch.n.len();
+        let ty = XType::from_code(x_type)?;
+        let x_len = Rows::span(ty, batch.m, batch.k, x_stride)?;
+        // SAFETY: `ys` and `y_strides` hold one entry per member (the C contract).
+        let (ptrs, strides) = unsafe {
+            (
+                std::slice::from_raw_parts(ys, count),
+                std::slice::from_raw_parts(y_strides, count),
+            )
+        };
+        let mut outs = Vec::with_capacity(count);
+        let mut floats = Vec::with_capacity(count);
+        for (j, ((&p, &stride), &n)) in ptrs.iter().zip(strides).zip(&batch.n).enumerate() {
+            non_null(p, &format!("ys[{j}]"))?;
+            if !stride.is_multiple_of(4) || !p.is_aligned() {
+                return Err(Failure::arg(format!(
+                    "ys[{j}] and y_strides[{j}] ({stride}) must be 4-byte aligned"
+                )));
+            }
+            let len = Rows::span(XType::F32, batch.m, n, stride)? / 4;
+            // SAFETY: `ys[j]` spans `len` aligned floats that no one else touches during
+            // the call (the C contract; the span was computed without overflow).
+            outs.push(unsafe { std::slice::from_raw_parts_mut(p, len) });
+            floats.push(stride / 4);
+        }
+        // SAFETY: `x` spans `x_len` readable bytes (the C contract).
+        let x = unsafe { std::slice::from_raw_parts(x.cast::<u8>(), x_len) };
+        let rows = Rows {
+            ty,
+            bytes: x,
+            stride: x_stride,
+        };
+        batch.mul_mat_rows(rows, &mut outs, &floats)
+    })
+}
+
+/// Frees a batch (NULL is ignored).
+///
+/// # Safety
+///
+/// `b` is NULL or a handle `rknpu_batch_new` returned, not yet freed and not in use.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_batch_free(b: *mut RknpuBatch) {
+    // SAFETY: `b` is NULL or came from `put` in `rknpu_batch_new`, is freed once and is
+    // not in use (the C contract).
+    unsafe { release(b) }
 }
 
 /// The calling thread's last error message ("" after a success).

@@ -111,6 +111,29 @@ pub const FUNCTIONS: &[Function] = &[
         ],
     },
     Function {
+        name: "rknpu_batch_new",
+        prototype: "int rknpu_batch_new(rknpu_weights *const *ws, uint32_t count, uint32_t m,\n                    rknpu_batch **out)",
+        doc: &[
+            "A batch: products of m rows against the count weights handles of ws (all of",
+            "one k, on one device), one NPU job per call. It plans and holds buffers of",
+            "its own; the weights handles may be freed before it.",
+        ],
+    },
+    Function {
+        name: "rknpu_batch_mul_mat",
+        prototype: "int rknpu_batch_mul_mat(rknpu_batch *b, uint32_t x_type, const void *x, size_t x_stride,\n                        float *const *ys, const size_t *y_strides)",
+        doc: &[
+            "ys[j] = x . w_j^T for every member j in one job (a layer's Q, K and V, say):",
+            "x as for rknpu_mul_mat_ex (the batch's m rows); row i of ys[j] at byte",
+            "i * y_strides[j]. Results equal the members' single products bit for bit.",
+        ],
+    },
+    Function {
+        name: "rknpu_batch_free",
+        prototype: "void rknpu_batch_free(rknpu_batch *b)",
+        doc: &["Frees a batch and its plans and buffers (NULL is ignored)."],
+    },
+    Function {
         name: "rknpu_last_error",
         prototype: "const char *rknpu_last_error(void)",
         doc: &[
@@ -145,6 +168,8 @@ const BANNER: &[&str] = &[
     "typedef struct rknpu_device rknpu_device;",
     "/* Weights packed for the NPU, usable for any number of rows m. */",
     "typedef struct rknpu_weights rknpu_weights;",
+    "/* Products against several weights sharing one input, run as one job. */",
+    "typedef struct rknpu_batch rknpu_batch;",
     "",
 ];
 

@@ -4,7 +4,8 @@
 //! matrix once with `rknpu_weights_i8`, `rknpu_weights_i4`, `rknpu_weights_f16` or, from
 //! ggml's raw block data of any type the library converts, `rknpu_weights_ggml`, and runs
 //! `rknpu_mul_mat` (or `rknpu_mul_mat_ex`, for f16 or strided rows) for any number of
-//! activation rows against it; `rknpu_ggml_supported` says beforehand whether a shape runs. docs/capi.md
+//! activation rows against it; `rknpu_ggml_supported` says beforehand whether a shape runs,
+//! and `rknpu_batch_*` runs several weights that share one input as one job. docs/capi.md
 //! describes building, linking, the functions, the error codes and thread safety.
 //!
 //! The crate is split so that `unsafe` stays in one place: [`ffi`] holds the exported
@@ -18,13 +19,16 @@
 //! that text (`UPDATE_FIXTURES=1` rewrites it, as the project's other golden files) and
 //! checks the table's names against the exported functions and their signatures. This
 //! adds no build dependency (cbindgen would add a parser and many crates to every CI
-//! build, for eleven functions), and the comments in the header are the table's.
+//! build, for fourteen functions), and the comments in the header are the table's.
 
 #![deny(unsafe_code)]
 
+pub mod batch;
 #[allow(unsafe_code)]
 pub mod ffi;
 pub mod header;
+
+pub use batch::RknpuBatch;
 
 use rknpu_driver::Error;
 use rknpu_driver::device::Device;
@@ -477,7 +481,7 @@ impl Rows<'_> {
     }
 
     /// The values of `m` rows of `k` as f32, contiguous.
-    fn gather_f32(&self, m: usize, k: usize) -> Result<Vec<f32>> {
+    pub(crate) fn gather_f32(&self, m: usize, k: usize) -> Result<Vec<f32>> {
         let mut out = Vec::with_capacity(m * k);
         for r in 0..m {
             let row = self.row(r, k)?;

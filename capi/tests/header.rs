@@ -2,7 +2,7 @@
 //! exactly the exported functions, with the signatures its prototypes describe.
 
 use rknpu::header::{FUNCTIONS, header};
-use rknpu::{Code, RknpuDevice, RknpuWeights, ffi};
+use rknpu::{Code, RknpuBatch, RknpuDevice, RknpuWeights, ffi};
 use std::collections::BTreeSet;
 use std::ffi::{c_char, c_int, c_void};
 
@@ -63,6 +63,17 @@ fn exported() -> Vec<(&'static str, usize)> {
         u32,
         *mut *mut RknpuWeights,
     ) -> c_int;
+    type BatchNew =
+        unsafe extern "C" fn(*const *mut RknpuWeights, u32, u32, *mut *mut RknpuBatch) -> c_int;
+    type BatchMulMat = unsafe extern "C" fn(
+        *mut RknpuBatch,
+        u32,
+        *const c_void,
+        usize,
+        *const *mut f32,
+        *const usize,
+    ) -> c_int;
+    type BatchFree = unsafe extern "C" fn(*mut RknpuBatch);
     type MulMatEx = unsafe extern "C" fn(
         *mut RknpuWeights,
         u32,
@@ -94,6 +105,15 @@ fn exported() -> Vec<(&'static str, usize)> {
         (
             "rknpu_mul_mat_ex",
             ffi::rknpu_mul_mat_ex as MulMatEx as usize,
+        ),
+        ("rknpu_batch_new", ffi::rknpu_batch_new as BatchNew as usize),
+        (
+            "rknpu_batch_mul_mat",
+            ffi::rknpu_batch_mul_mat as BatchMulMat as usize,
+        ),
+        (
+            "rknpu_batch_free",
+            ffi::rknpu_batch_free as BatchFree as usize,
         ),
         (
             "rknpu_last_error",
