@@ -74,6 +74,24 @@ if [ ! -f "$src/.unpacked" ]; then
     touch "$src/.unpacked"
 fi
 
+# A build configured with tools that are gone (a cmake or ninja since uninstalled) is
+# configured again with the ones found now; its objects are kept.
+forget_stale_cache() {
+    local cache=$1 tool
+    [ -f "$cache" ] || return 0
+    for tool in CMAKE_MAKE_PROGRAM CMAKE_COMMAND; do
+        local path
+        path=$(sed -n "s/^$tool:[A-Z]*=//p" "$cache")
+        if [ -n "$path" ] && [ ! -x "$path" ]; then
+            echo "== $cache names $path, which is gone: configuring again"
+            rm -f "$cache"
+            return 0
+        fi
+    done
+}
+forget_stale_cache "$out/CMakeCache.txt"
+forget_stale_cache "$work/build-rknpu/CMakeCache.txt"
+
 # -- llama.cpp: only the CPU backend and the programs that test ours
 if [ ! -f "$out/CMakeCache.txt" ]; then
     echo "== configuring llama.cpp in $out"

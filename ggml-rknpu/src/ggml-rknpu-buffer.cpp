@@ -14,6 +14,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstring>
 
 static constexpr size_t GGML_RKNPU_ALIGNMENT = 64;
@@ -34,8 +35,10 @@ ggml_rknpu_packed::~ggml_rknpu_packed() {
 }
 
 std::unique_ptr<ggml_rknpu_packed> ggml_rknpu_pack(rknpu_device * dev, const ggml_tensor * t, const void * data) {
-    auto packed  = std::make_unique<ggml_rknpu_packed>();
-    packed->type = t->type;
+    static std::atomic<uint64_t> next_serial{ 1 };
+    auto                         packed = std::make_unique<ggml_rknpu_packed>();
+    packed->type                        = t->type;
+    packed->serial                      = next_serial++;
     for (int i = 0; i < 4; i++) {
         packed->ne[i] = t->ne[i];
     }

@@ -23,6 +23,7 @@ struct ggml_rknpu_packed {
     ggml_type                    type;
     int64_t                      ne[4];
     std::vector<rknpu_weights *> planes;
+    uint64_t                     serial; // unique for the process: names these weights in caches
 
     ggml_rknpu_packed() = default;
     ggml_rknpu_packed(const ggml_rknpu_packed &) = delete;
@@ -44,9 +45,23 @@ struct ggml_rknpu_stats {
     uint64_t packs   = 0; // weights packed during compute (src0 not in a weight buffer)
 };
 
+// batches (several weights sharing one input, one job) by their members' serials and m
+struct ggml_rknpu_batch_cache {
+    struct entry {
+        rknpu_batch * batch    = nullptr;
+        uint64_t      last_use = 0;
+    };
+    std::map<std::vector<uint64_t>, entry> entries;
+    uint64_t                               clock = 0;
+
+    ~ggml_rknpu_batch_cache();
+};
+
 struct ggml_rknpu_backend_context {
-    rknpu_device *   dev = nullptr;
-    ggml_rknpu_stats stats;
+    rknpu_device *         dev   = nullptr;
+    bool                   batch = true; // RKNPU_GGML_BATCH=0 turns batching off
+    ggml_rknpu_stats       stats;
+    ggml_rknpu_batch_cache batches;
 };
 
 // packs every plane of tensor t from data (t's bytes, laid out as t); nullptr and a
@@ -65,3 +80,10 @@ const ggml_rknpu_packed * ggml_backend_rknpu_buffer_find_packed(const ggml_tenso
 // MUL_MAT
 bool        ggml_rknpu_supports_mul_mat(rknpu_device * dev, const ggml_tensor * op);
 ggml_status ggml_rknpu_mul_mat(ggml_rknpu_backend_context * ctx, ggml_tensor * dst);
+
+// the MUL_MAT nodes from node i on that share node i's src1 and can run as one job
+// (2-D, weights packed in a weight buffer), skipping no-op nodes between them; node i
+// alone when none can join it
+std::vector<ggml_tensor *> ggml_rknpu_mul_mat_group(ggml_cgraph * cgraph, int i, int * last);
+ggml_status                ggml_rknpu_mul_mat_batch(ggml_rknpu_backend_context * ctx,
+                                                    const std::vector<ggml_tensor *> & group);

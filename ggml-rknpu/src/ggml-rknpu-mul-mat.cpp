@@ -106,3 +106,124 @@ ggml_status ggml_rknpu_mul_mat(ggml_rknpu_backend_context * ctx, ggml_tensor * d
     ctx->stats.mul_mat++;
     return GGML_STATUS_SUCCESS;
 }
+
+// products that share their input, in one job
+
+ggml_rknpu_batch_cache::~ggml_rknpu_batch_cache() {
+    for (auto & [key, e] : entries) {
+        rknpu_batch_free(e.batch);
+    }
+}
+
+static constexpr size_t GGML_RKNPU_MAX_BATCHES = 64;
+
+static bool ggml_rknpu_is_noop(const ggml_tensor * node) {
+    switch (node->op) {
+        case GGML_OP_NONE:
+        case GGML_OP_RESHAPE:
+        case GGML_OP_VIEW:
+        case GGML_OP_PERMUTE:
+        case GGML_OP_TRANSPOSE:
+            return true;
+        default:
+            return (node->flags & GGML_TENSOR_FLAG_COMPUTE) == 0 || ggml_is_empty(node);
+    }
+}
+
+// a MUL_MAT that can be a batch member: one plane, src0 packed when it was loaded
+static const ggml_rknpu_packed * ggml_rknpu_batchable(const ggml_tensor * node) {
+    const ggml_tensor * src0 = node->src[0];
+    const ggml_tensor * src1 = node->src[1];
+    if (node->op != GGML_OP_MUL_MAT || src0->ne[2] != 1 || src0->ne[3] != 1 || src1->ne[2] != 1 ||
+        src1->ne[3] != 1) {
+        return nullptr;
+    }
+    bool overlaps = false;
+    return ggml_backend_rknpu_buffer_find_packed(src0, &overlaps);
+}
+
+std::vector<ggml_tensor *> ggml_rknpu_mul_mat_group(ggml_cgraph * cgraph, int i, int * last) {
+    std::vector<ggml_tensor *> group = { cgraph->nodes[i] };
+    *last                            = i;
+    if (ggml_rknpu_batchable(cgraph->nodes[i]) == nullptr) {
+        return group;
+    }
+    const ggml_tensor * src1 = cgraph->nodes[i]->src[1];
+    for (int j = i + 1; j < cgraph->n_nodes; j++) {
+        ggml_tensor * node = cgraph->nodes[j];
+        if (ggml_rknpu_is_noop(node)) {
+            continue;
+        }
+        if (node->src[1] != src1 || ggml_rknpu_batchable(node) == nullptr) {
+            break;
+        }
+        group.push_back(node);
+        *last = j;
+    }
+    return group;
+}
+
+// the cached batch of these weights for m rows, made when missing (the least recently
+// used is dropped beyond GGML_RKNPU_MAX_BATCHES)
+static rknpu_batch * ggml_rknpu_batch_for(ggml_rknpu_batch_cache & cache,
+                                          const std::vector<const ggml_rknpu_packed *> & members, uint32_t m) {
+    std::vector<uint64_t> key;
+    for (const auto * w : members) {
+        key.push_back(w->serial);
+    }
+    key.push_back(m);
+    cache.clock++;
+    auto it = cache.entries.find(key);
+    if (it != cache.entries.end()) {
+        it->second.last_use = cache.clock;
+        return it->second.batch;
+    }
+    std::vector<rknpu_weights *> ws;
+    for (const auto * w : members) {
+        ws.push_back(w->planes[0]);
+    }
+    rknpu_batch * batch = nullptr;
+    if (rknpu_batch_new(ws.data(), (uint32_t) ws.size(), m, &batch) != 0) {
+        GGML_LOG_ERROR("%s: %zu weights, %u rows: %s\n", __func__, ws.size(), m, rknpu_last_error());
+        return nullptr;
+    }
+    if (cache.entries.size() >= GGML_RKNPU_MAX_BATCHES) {
+        auto oldest = cache.entries.begin();
+        for (auto e = cache.entries.begin(); e != cache.entries.end(); ++e) {
+            if (e->second.last_use < oldest->second.last_use) {
+                oldest = e;
+            }
+        }
+        rknpu_batch_free(oldest->second.batch);
+        cache.entries.erase(oldest);
+    }
+    cache.entries[key] = { batch, cache.clock };
+    return batch;
+}
+
+ggml_status ggml_rknpu_mul_mat_batch(ggml_rknpu_backend_context * ctx, const std::vector<ggml_tensor *> & group) {
+    const ggml_tensor *                     src1 = group[0]->src[1];
+    std::vector<const ggml_rknpu_packed *> members;
+    std::vector<float *>                   ys;
+    std::vector<size_t>                    strides;
+    for (ggml_tensor * node : group) {
+        members.push_back(ggml_rknpu_batchable(node));
+        ys.push_back((float *) node->data);
+        strides.push_back(node->nb[1]);
+    }
+    rknpu_batch * batch = ggml_rknpu_batch_for(ctx->batches, members, (uint32_t) src1->ne[1]);
+    if (batch == nullptr) {
+        return GGML_STATUS_FAILED;
+    }
+    std::vector<char> gathered;
+    size_t            x_stride = 0;
+    const char *      x        = ggml_rknpu_src1_rows(src1, (const char *) src1->data, gathered, &x_stride);
+    if (rknpu_batch_mul_mat(batch, (uint32_t) src1->type, x, x_stride, ys.data(), strides.data()) != 0) {
+        GGML_LOG_ERROR("%s: %s and %zu more sharing %s: %s\n", __func__, group[0]->name, group.size() - 1,
+                       src1->name, rknpu_last_error());
+        return GGML_STATUS_FAILED;
+    }
+    ctx->stats.jobs++;
+    ctx->stats.mul_mat += group.size();
+    return GGML_STATUS_SUCCESS;
+}

@@ -43,10 +43,16 @@ static ggml_status ggml_backend_rknpu_graph_compute(ggml_backend_t backend, ggml
         switch (node->op) {
             case GGML_OP_MUL_MAT:
                 {
-                    const ggml_status status = ggml_rknpu_mul_mat(ctx, node);
+                    int                              last  = i;
+                    const std::vector<ggml_tensor *> group = ctx->batch ?
+                                                                 ggml_rknpu_mul_mat_group(cgraph, i, &last) :
+                                                                 std::vector<ggml_tensor *>{ node };
+                    const ggml_status status =
+                        group.size() > 1 ? ggml_rknpu_mul_mat_batch(ctx, group) : ggml_rknpu_mul_mat(ctx, node);
                     if (status != GGML_STATUS_SUCCESS) {
                         return status;
                     }
+                    i = last;
                     break;
                 }
             case GGML_OP_NONE:
@@ -139,6 +145,8 @@ static ggml_backend_t ggml_backend_rknpu_device_init_backend(ggml_backend_dev_t 
     auto * dev_ctx = (ggml_rknpu_device_context *) dev->context;
     auto * ctx     = new ggml_rknpu_backend_context;
     ctx->dev       = dev_ctx->dev;
+    const char * b = getenv("RKNPU_GGML_BATCH");
+    ctx->batch     = b == nullptr || strcmp(b, "0") != 0;
     return new ggml_backend{
         /* .guid    = */ ggml_backend_rknpu_guid(),
         /* .iface   = */ ggml_backend_rknpu_i,

@@ -8,8 +8,8 @@
 #    number of cases must have run.
 # 2. llama.cpp end to end: a seeded llama-architecture model with F16 weights
 #    (tests/make_tiny_llama.py) generates 32 greedy tokens with llama-simple, on the CPU
-#    alone and with the backend loaded; the texts must be identical and the backend must
-#    have run NPU jobs.
+#    alone and with the backend loaded; the texts must be identical, the backend must
+#    have run NPU jobs, and products sharing their input must have run as one job.
 #
 # Usage: bash ggml-rknpu/tests/run.sh      (needs python3 with gguf==0.19.0 for step 2)
 set -euo pipefail
@@ -67,7 +67,10 @@ if ! cmp -s "$logs/simple-cpu.out" "$logs/simple-npu.out"; then
 fi
 stats=$(grep -E "^rknpu: " "$logs/simple-npu.err") || fail "the backend printed no statistics"
 jobs=$(echo "$stats" | sed -E 's#.* ([0-9]+) NPU jobs.*#\1#')
+products=$(echo "$stats" | sed -E 's#.* ([0-9]+) MUL_MAT nodes.*#\1#')
 [ "$jobs" -gt 0 ] || fail "llama-simple ran no NPU job ($stats)"
+# products sharing their input (K and V, gate and up) run as one job
+[ "$jobs" -lt "$products" ] || fail "no products were joined into one job ($stats)"
 echo "   same text as the CPU: $(tr -d '\n' <"$logs/simple-npu.out" | cut -c1-100)"
-echo "   $stats"
+echo "   $stats: $((jobs / 32)) jobs a token for $((products / 32)) products (32 evaluations)"
 echo "ggml-rknpu: OK"
