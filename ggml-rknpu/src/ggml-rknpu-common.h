@@ -77,6 +77,9 @@ bool                       ggml_backend_buffer_is_rknpu(ggml_backend_buffer_t bu
 // exactly one packed tensor (a view into one), whose raw bytes the buffer does not hold
 const ggml_rknpu_packed * ggml_backend_rknpu_buffer_find_packed(const ggml_tensor * t, bool * overlaps);
 
+// ops that move no data (views of their source): claimed always, nothing to compute
+bool ggml_rknpu_is_view_op(ggml_op op);
+
 // MUL_MAT
 bool        ggml_rknpu_supports_mul_mat(rknpu_device * dev, const ggml_tensor * op);
 ggml_status ggml_rknpu_mul_mat(ggml_rknpu_backend_context * ctx, ggml_tensor * dst);

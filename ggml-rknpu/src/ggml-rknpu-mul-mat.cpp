@@ -117,8 +117,8 @@ ggml_rknpu_batch_cache::~ggml_rknpu_batch_cache() {
 
 static constexpr size_t GGML_RKNPU_MAX_BATCHES = 64;
 
-static bool ggml_rknpu_is_noop(const ggml_tensor * node) {
-    switch (node->op) {
+bool ggml_rknpu_is_view_op(ggml_op op) {
+    switch (op) {
         case GGML_OP_NONE:
         case GGML_OP_RESHAPE:
         case GGML_OP_VIEW:
@@ -126,8 +126,13 @@ static bool ggml_rknpu_is_noop(const ggml_tensor * node) {
         case GGML_OP_TRANSPOSE:
             return true;
         default:
-            return (node->flags & GGML_TENSOR_FLAG_COMPUTE) == 0 || ggml_is_empty(node);
+            return false;
     }
+}
+
+// a node graph_compute has nothing to do for
+static bool ggml_rknpu_is_noop(const ggml_tensor * node) {
+    return ggml_rknpu_is_view_op(node->op) || (node->flags & GGML_TENSOR_FLAG_COMPUTE) == 0 || ggml_is_empty(node);
 }
 
 // a MUL_MAT that can be a batch member: one plane, src0 packed when it was loaded

@@ -37,7 +37,7 @@ static ggml_status ggml_backend_rknpu_graph_compute(ggml_backend_t backend, ggml
     ctx->stats.graphs++;
     for (int i = 0; i < cgraph->n_nodes; i++) {
         ggml_tensor * node = cgraph->nodes[i];
-        if ((node->flags & GGML_TENSOR_FLAG_COMPUTE) == 0 || ggml_is_empty(node)) {
+        if ((node->flags & GGML_TENSOR_FLAG_COMPUTE) == 0 || ggml_is_empty(node) || ggml_rknpu_is_view_op(node->op)) {
             continue;
         }
         switch (node->op) {
@@ -55,12 +55,6 @@ static ggml_status ggml_backend_rknpu_graph_compute(ggml_backend_t backend, ggml
                     i = last;
                     break;
                 }
-            case GGML_OP_NONE:
-            case GGML_OP_RESHAPE:
-            case GGML_OP_VIEW:
-            case GGML_OP_PERMUTE:
-            case GGML_OP_TRANSPOSE:
-                break;
             default:
                 GGML_LOG_ERROR("%s: %s: op %s is not one this backend claims\n", __func__, node->name,
                                ggml_op_desc(node));
@@ -161,18 +155,10 @@ static ggml_backend_buffer_type_t ggml_backend_rknpu_device_get_buffer_type(ggml
 
 static bool ggml_backend_rknpu_device_supports_op(ggml_backend_dev_t dev, const ggml_tensor * op) {
     auto * ctx = (ggml_rknpu_device_context *) dev->context;
-    switch (op->op) {
-        case GGML_OP_NONE:
-        case GGML_OP_RESHAPE:
-        case GGML_OP_VIEW:
-        case GGML_OP_PERMUTE:
-        case GGML_OP_TRANSPOSE:
-            return true;
-        case GGML_OP_MUL_MAT:
-            return ggml_rknpu_supports_mul_mat(ctx->dev, op);
-        default:
-            return false;
+    if (ggml_rknpu_is_view_op(op->op)) {
+        return true;
     }
+    return op->op == GGML_OP_MUL_MAT && ggml_rknpu_supports_mul_mat(ctx->dev, op);
 }
 
 static bool ggml_backend_rknpu_device_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {

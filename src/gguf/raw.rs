@@ -17,7 +17,8 @@ use crate::device::matmul::WeightBank;
 use crate::kernels::matmul::{Plan, WeightLayout};
 use crate::kernels::single::{Dtype, OutType};
 use half::{bf16, f16};
-use zerocopy::FromBytes;
+use std::borrow::Cow;
+use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 /// The bank type [`bank_from_raw`] packs data of type `ty` into: [`Dtype::Bf16`] for
 /// BF16, [`Dtype::Fp16`] for every other type [`super::dequantize`] converts, and
@@ -106,28 +107,14 @@ pub fn bank_from_raw(
     let (n_us, k_us) = (n as usize, k as usize);
     match (ty, dtype) {
         (GgmlType::F16, _) => {
-            let copied;
-            let w: &[f16] = match <[f16]>::ref_from_bytes(data) {
-                Ok(w) => w,
-                Err(_) => {
-                    copied = from_le_pairs(data, f16::from_bits);
-                    &copied
-                }
-            };
+            let w = halves(data, f16::from_bits);
             check_finite(w.iter().map(|v| v.is_finite()), k_us)?;
-            Ok(WeightBank::from_f16_nk(dev, n, k, w)?)
+            Ok(WeightBank::from_f16_nk(dev, n, k, &w)?)
         }
         (GgmlType::BF16, _) => {
-            let copied;
-            let w: &[bf16] = match <[bf16]>::ref_from_bytes(data) {
-                Ok(w) => w,
-                Err(_) => {
-                    copied = from_le_pairs(data, bf16::from_bits);
-                    &copied
-                }
-            };
+            let w = halves(data, bf16::from_bits);
             check_finite(w.iter().map(|v| v.is_finite()), k_us)?;
-            Ok(WeightBank::from_bf16_nk(dev, n, k, w)?)
+            Ok(WeightBank::from_bf16_nk(dev, n, k, &w)?)
         }
         _ => {
             let mut h = Vec::with_capacity(n_us * k_us);
@@ -146,11 +133,20 @@ pub fn bank_from_raw(
     }
 }
 
-/// Little-endian 16-bit values of `data` (an even length), for data that is not aligned.
-fn from_le_pairs<T>(data: &[u8], make: fn(u16) -> T) -> Vec<T> {
-    data.chunks_exact(2)
-        .map(|p| make(u16::from_le_bytes([p[0], p[1]])))
-        .collect()
+/// The 16-bit float values of `data` (an even length): `data` itself when it is 2-byte
+/// aligned, else a copy read as little-endian pairs.
+fn halves<T>(data: &[u8], make: fn(u16) -> T) -> Cow<'_, [T]>
+where
+    [T]: FromBytes + KnownLayout + Immutable + ToOwned<Owned = Vec<T>>,
+{
+    match <[T]>::ref_from_bytes(data) {
+        Ok(w) => Cow::Borrowed(w),
+        Err(_) => Cow::Owned(
+            data.chunks_exact(2)
+                .map(|p| make(u16::from_le_bytes([p[0], p[1]])))
+                .collect(),
+        ),
+    }
 }
 
 /// The first value that is not finite, in rows of `k`, as an error.
