@@ -4,8 +4,9 @@
 // NPU job of the library (rknpu_mul_mat_ex). src0 comes packed from a weight buffer, or
 // is packed for this call when it is an activation or a test's tensor (any row and plane
 // strides, rows themselves contiguous). src1 rows are read where they are (any row
-// stride); only a src1 whose values are not contiguous within a row (a permuted view) is
-// gathered first.
+// stride); only a src1 whose values are not contiguous within a row (a permuted view) or
+// whose rows overlap is gathered first. Products that share their src1 in a split run as
+// one job (ggml_rknpu_mul_mat_group, below).
 
 #include "ggml-rknpu-common.h"
 
@@ -35,12 +36,12 @@ bool ggml_rknpu_supports_mul_mat(rknpu_device * dev, const ggml_tensor * op) {
     return rknpu_ggml_supported(dev, (uint32_t) src0->type, (uint32_t) src0->ne[1], (uint32_t) src0->ne[0], m) == 0;
 }
 
-// the rows of one src1 plane, contiguous within each row: either the plane itself or a
-// gathered copy in buf
+// the rows of one src1 plane, contiguous within each row and not overlapping: either the
+// plane itself or a gathered copy in buf
 static const char * ggml_rknpu_src1_rows(const ggml_tensor * src1, const char * plane, std::vector<char> & buf,
                                          size_t * stride) {
     const size_t ts = ggml_type_size(src1->type);
-    if (src1->nb[0] == ts) {
+    if (src1->nb[0] == ts && (src1->ne[1] == 1 || src1->nb[1] >= ts * src1->ne[0])) {
         *stride = src1->nb[1];
         return plane;
     }
