@@ -4,7 +4,7 @@ PyPI, gguf-py), for the test that reads a file written by a standard writer:
 
     python3 -m pip install gguf          # brings numpy
     python3 .ci/write-gguf.py OUT.gguf
-    RKNPU_GGUF_PY=OUT.gguf cargo test --test gguf standard_writer
+    RKNPU_GGUF_PY=OUT.gguf cargo test --test gguf_py standard_writer
 
 Tensors (seeded values, numpy shape (n, k), GGUF dims [k, n]):
   w.f32   F32   4 x 64

@@ -1,7 +1,7 @@
 //! GGUF files: round trips through the writer and the reader, dequantisation against
 //! blocks written by hand, hostile files (every one an error, never a panic), weight
 //! banks loaded from a file and run on the emulated kernel against a CPU reference, and
-//! (with `RKNPU_GGUF_PY`) a file written by llama.cpp's gguf-py.
+//! (in tests/gguf_py.rs) a file written by llama.cpp's gguf-py.
 
 use half::f16;
 use proptest::prelude::*;
@@ -658,83 +658,4 @@ fn banks_from_a_gguf_file_multiply_within_the_reported_error() {
         load_weights(&dev, &g, "none", Dtype::Int8),
         Err(Error::NoSuchTensor { .. })
     ));
-}
-
-/// The file `.ci/write-gguf.py` writes with gguf-py, named by `RKNPU_GGUF_PY`: every
-/// tensor read, its name, type and shape as the script wrote them, and its values
-/// equal (bit for bit) to gguf-py's own dequantisation stored beside it as `NAME.ref`;
-/// Q8_0 and Q4_0 quantised by this crate's writer to gguf-py's bytes.
-#[test]
-fn standard_writer() {
-    let Ok(path) = std::env::var("RKNPU_GGUF_PY") else {
-        println!("skipped: RKNPU_GGUF_PY names no file written by .ci/write-gguf.py");
-        return;
-    };
-    let g = Gguf::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    assert_eq!(g.alignment(), 64);
-    assert_eq!(
-        g.metadata("general.architecture").and_then(Value::as_str),
-        Some("rknpu-test")
-    );
-    assert_eq!(
-        g.metadata("test.strings"),
-        Some(&Value::Array(Array::String(vec![
-            "alpha".into(),
-            "beta".into(),
-            "gamma".into()
-        ])))
-    );
-    assert_eq!(
-        g.metadata("test.ints"),
-        Some(&Value::Array(Array::I32(vec![1, -2, 3])))
-    );
-    let want = [
-        ("w.f32", GgmlType::F32, [64, 4]),
-        ("w.f16", GgmlType::F16, [96, 6]),
-        ("w.q8_0", GgmlType::Q8_0, [128, 8]),
-        ("w.q4_0", GgmlType::Q4_0, [128, 8]),
-        ("w.q4_1", GgmlType::Q4_1, [128, 8]),
-        ("w.q5_0", GgmlType::Q5_0, [128, 8]),
-        ("w.q4_k", GgmlType::Q4_K, [256, 2]),
-        ("w.q5_k", GgmlType::Q5_K, [256, 2]),
-        ("w.q6_k", GgmlType::Q6_K, [256, 2]),
-        ("w.q5_1", GgmlType::Q5_1, [128, 8]),
-        ("w.q2_k", GgmlType::Q2_K, [256, 2]),
-        ("w.q3_k", GgmlType::Q3_K, [256, 2]),
-        ("w.iq4_nl", GgmlType::IQ4_NL, [128, 8]),
-        ("w.mxfp4", GgmlType::MXFP4, [128, 8]),
-    ];
-    assert_eq!(g.tensors().len(), 2 * want.len() + 2);
-    // The writer's quantisers give gguf-py's bytes for the same f32 values.
-    for (name, quantize) in [
-        ("w.q8_0", quantize_q8_0 as fn(&[f32]) -> _),
-        ("w.q4_0", quantize_q4_0),
-    ] {
-        let src = g.dequantize(&format!("{name}.src")).unwrap();
-        let ours = quantize(&src).unwrap();
-        assert_eq!(ours, g.tensor_data(name).unwrap(), "{name}");
-    }
-    for (name, ty, dims) in want {
-        let t = g.tensor(name).unwrap_or_else(|| panic!("{name}"));
-        assert_eq!((t.ggml_type, t.dims.as_slice()), (ty, &dims[..]), "{name}");
-        let r = g.tensor(&format!("{name}.ref")).unwrap();
-        assert_eq!((r.ggml_type, r.dims.as_slice()), (GgmlType::F32, &dims[..]));
-        let got = g.dequantize(name).unwrap();
-        let reference = g.dequantize(&r.name).unwrap();
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&got), bits(&reference), "{name}");
-        assert!(got.iter().any(|&v| v != 0.0), "{name}: values, not zeros");
-    }
-    // And the matrices load into banks.
-    let dev = open();
-    let cases = [
-        ("w.q8_0", Dtype::Int8, 0.02),
-        ("w.q4_0", Dtype::Int4, 0.25),
-        ("w.q6_k", Dtype::Fp16, 1e-3),
-    ];
-    for (name, dtype, most) in cases {
-        let (_, report) = load_weights(&dev, &g, name, dtype).unwrap();
-        println!("{report}");
-        assert!(report.rel_rms > 0.0 && report.rel_rms < most, "{report}");
-    }
 }
