@@ -11,8 +11,8 @@
 //! it ten times and reports the best submit+wait time as TOPS (2·M·K·N operations). With
 //! `RKNPU_DEVICE=emu` it runs on the emulated kernel and the figure is the simulator's.
 
+use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
-use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
 

@@ -42,8 +42,8 @@ mod common;
 
 use common::{XorShift, cpu_int8_gemm};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
-use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::replay::replay_model;

@@ -1,7 +1,7 @@
 //! An LLM feed-forward block as one NPU job: `y = W_down · (SiLU(W_gate · x) ⊙ (W_up · x))`
 //! with int8 gate and up projections, the activation and the product on the DPU, and an
 //! fp16 down projection, every intermediate tensor staying in device memory
-//! (`device::layer`, docs/ops.md "Layer programs").
+//! (`compute::layer`, docs/ops.md "Layer programs").
 //!
 //! The layer's steps:
 //!
@@ -25,9 +25,9 @@
 //! ```
 
 use half::f16;
+use rknpu_driver::compute::layer::{LayerBuilder, MatmulInput};
+use rknpu_driver::compute::matmul::WeightBank;
 use rknpu_driver::device::Device;
-use rknpu_driver::device::layer::{LayerBuilder, MatmulInput};
-use rknpu_driver::device::matmul::WeightBank;
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{Plan, pack};
 use rknpu_driver::kernels::ops::Cube;

@@ -20,8 +20,8 @@
 //! cargo run --release --example llm_layer
 //! ```
 
+use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, MatmulOptions, WeightBank};
 use rknpu_driver::device::Device;
-use rknpu_driver::device::matmul::{Matmul, MatmulBatch, MatmulOptions, WeightBank};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;
 use std::error::Error;

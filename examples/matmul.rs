@@ -14,8 +14,8 @@
 //! cargo run --release --example matmul
 //! ```
 
+use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
-use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::seeded::Rng;
 use std::error::Error;
 use std::process::ExitCode;

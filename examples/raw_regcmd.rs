@@ -4,7 +4,7 @@
 //! the device addresses of buffers this example allocates, submitted, and its result read
 //! back and checked exactly against the CPU.
 //!
-//! This is the layer under `device::matmul`: what a new operation would start from. The
+//! This is the layer under `compute::matmul`: what a new operation would start from. The
 //! task is a 1×1 convolution — the M rows of A are pixels, K is the channel count, the N
 //! rows of B are kernels — with the values of the board-validated matmul programs
 //! (docs/provenance.md); `kernels::single::SingleMatmul` builds the same task from a

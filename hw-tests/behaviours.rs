@@ -5,8 +5,8 @@
 //! that never completes holds its core for good) runs on a private emulated kernel.
 
 use super::{cpu_matmul, dev, upload, upload_program, values};
-use rknpu_driver::device::emu::EmuKernel;
 use rknpu_driver::device::{Bo, BoFlags, Device, DeviceError, Interface, Job};
+use rknpu_driver::emu::EmuKernel;
 use rknpu_driver::kernels::single::{Dtype, SingleMatmul};
 use rknpu_driver::regcmd::Program;
 use rknpu_driver::sim::{At, Faults};

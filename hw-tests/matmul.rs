@@ -3,7 +3,7 @@
 //! NPU's). Run on a board with `cargo test --features hw -- --test-threads=1 --nocapture`
 //! to see the figures.
 
-use rknpu_driver::device::matmul::{Matmul, WeightBank};
+use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
 
@@ -153,8 +153,8 @@ fn costed_plans_with_cbuf_reuse_and_k_splits_match_the_cpu() {
 #[test]
 fn incremental_bodies_match_the_cpu_on_the_vendor_driver() {
     use rknpu_driver::Error;
+    use rknpu_driver::compute::matmul::MatmulOptions;
     use rknpu_driver::device::Interface;
-    use rknpu_driver::device::matmul::MatmulOptions;
     let dev = super::dev();
     for (m, k, n, cores) in [(601u32, 64u32, 256u32, 1u32), (640, 128, 768, 3)] {
         let w = super::values(n * k, 3);

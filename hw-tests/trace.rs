@@ -4,7 +4,7 @@
 //! at a new address (hw mode). The traces are kept in Cargo's test scratch directory
 //! (the path is printed) so that a board's recordings can be looked at and shared.
 
-use rknpu_driver::device::matmul::{Matmul, WeightBank};
+use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::replay::{replay_check, replay_hw, replay_model};

@@ -1,5 +1,25 @@
 //! Userspace driver library for the Rockchip RK3588 NPU.
 //!
+//! Most users want the compute API: open the NPU, pack weights once into a resident
+//! [`compute::matmul::WeightBank`], run [`compute::matmul::Matmul`]s of any row count
+//! against it (README.md, "Using the library", has the same path in f32):
+//!
+//! ```
+//! use rknpu_driver::compute::matmul::{Matmul, WeightBank};
+//! use rknpu_driver::device::Device;
+//! use std::sync::Arc;
+//!
+//! let dev = Device::open_or_emulated()?; // a board if there is one, else the emulator
+//! let (k, n) = (64u32, 32u32);
+//! let w: Vec<i8> = (0..k * n).map(|i| (i % 7) as i8 - 3).collect(); // B, k × n
+//! let bank = Arc::new(WeightBank::from_i8_kn(&dev, k, n, &w)?);
+//! let c = Matmul::new(&bank, 2)?.run_i8(&vec![1; 2 * k as usize])?; // C = A · B
+//! assert_eq!(c[0], (0..k).map(|r| i32::from(w[(r * n) as usize])).sum::<i32>());
+//! # Ok::<(), rknpu_driver::Error>(())
+//! ```
+//!
+//! The layers beneath, from the bottom:
+//!
 //! The NPU's three cores run register-command ("regcmd") programs: lists of 64-bit
 //! entries that each core's program controller fetches from memory, one register write
 //! per entry, grouped into chained tasks. This crate builds, checks and decodes them:
@@ -20,9 +40,12 @@
 //! * [`float`] — fp16/bf16 conversions shared by packers and simulator;
 //! * `sys` (private) — the kernels' structures and request codes, and the one seam every
 //!   request goes through (the only module where the `unsafe_code` lint is allowed);
-//! * [`device`] — open the NPU (vendor `rknpu`, `rocket`, or the emulated kernel),
-//!   allocate buffers, submit jobs and wait for them (docs/device.md); run planned
-//!   matmuls on resident weight banks ([`device::matmul`]);
+//! * [`device`] — the driver: open the NPU (vendor `rknpu`, `rocket`, or the emulated
+//!   kernel), allocate buffers, submit jobs and wait for them (docs/device.md);
+//! * [`emu`] — the emulated vendor and rocket kernels, in-process on the simulator,
+//!   behind the same seam as the real ones (`RKNPU_DEVICE=emu`; docs/hw-testing.md);
+//! * [`compute`] — what runs on a device: weight banks, planned matmuls, batches,
+//!   layer programs and the operation runner (docs/matmul.md, docs/ops.md);
 //! * [`doctor`] — the board bring-up ladder behind `rknpu doctor`: probe, buffers, then
 //!   programs from the smallest to the largest, with a diagnosis at the first failure;
 //! * [`verify`] — every DMA range of a program inside the buffers of its job;
@@ -49,8 +72,10 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub mod compute;
 pub mod device;
 pub mod doctor;
+pub mod emu;
 pub mod error;
 pub mod float;
 pub mod gguf;

@@ -1,4 +1,4 @@
-//! The backend-facing matmul API (`device::matmul`) against CPU references computed here:
+//! The backend-facing matmul API (`compute::matmul`) against CPU references computed here:
 //! one weight bank for any M, int8 / int4 / fp16 banks, quantised layers, typed errors,
 //! owned handles, the split across cores, batches of matmuls in one job, and the
 //! asynchronous calls. Everything runs on the emulated kernels (vendor and rocket), which
@@ -14,10 +14,10 @@ use common::Rng;
 use half::f16;
 use proptest::prelude::*;
 use rknpu_driver::Error;
-use rknpu_driver::device::Device;
-use rknpu_driver::device::matmul::{
+use rknpu_driver::compute::matmul::{
     Activations, Matmul, MatmulBatch, MatmulOptions, PendingMatmul, WeightBank, Weights,
 };
+use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::{Plan, WeightLayout, pack_weights_int_nk, quant};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::trace::{Chunk, MemorySink, Trace};
@@ -1464,7 +1464,7 @@ fn the_cost_model_counts_what_the_simulator_moves() {
 /// another type than its layout's are a typed error.
 #[test]
 fn a_bank_in_a_chosen_layout_serves_any_m() {
-    use rknpu_driver::device::matmul::Weights;
+    use rknpu_driver::compute::matmul::Weights;
     use rknpu_driver::kernels::matmul::cost::HardwareProfile;
     let (k, n) = (4096usize, 96usize);
     let mut rng = Rng(0x5eed_1a70);

@@ -18,8 +18,8 @@
 //! 2.3e-3, and the bound is 6e-3.
 
 use half::{bf16, f16};
+use rknpu_driver::compute::matmul::Matmul;
 use rknpu_driver::device::Device;
-use rknpu_driver::device::matmul::Matmul;
 use rknpu_driver::gguf::write::{quantize_q4_0, quantize_q8_0};
 use rknpu_driver::gguf::{
     self, Error, GgmlType, bank_from_raw, bank_values, check_raw, raw_bank_dtype, raw_row_bytes,

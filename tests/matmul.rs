@@ -12,8 +12,8 @@ mod common;
 use common::Rng;
 
 use proptest::prelude::*;
+use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
-use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use std::path::PathBuf;

@@ -10,8 +10,8 @@ mod common;
 
 use half::f16;
 use proptest::prelude::*;
+use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::Device;
-use rknpu_driver::device::ops::{ProgramBuffers, run_program};
 use rknpu_driver::kernels::ops::lut::{Activation, ActivationOp, LutRecipe, lut_task};
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::regcmd::{BufferId, DmaAddr, words_to_le_bytes};

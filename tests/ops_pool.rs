@@ -8,7 +8,7 @@ mod common;
 use half::f16;
 use proptest::prelude::*;
 use rknpu_driver::Error;
-use rknpu_driver::device::ops::{ProgramBuffers, run_program};
+use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::{BoFlags, Device, Job};
 use rknpu_driver::kernels::ops::pool::{Pool2d, PoolKind, SCRATCH, reference};
 use rknpu_driver::kernels::ops::{Cube, INPUT, OUTPUT};

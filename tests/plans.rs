@@ -14,7 +14,7 @@ use common::Rng;
 
 use half::{bf16, f16};
 use proptest::prelude::*;
-use rknpu_driver::device::matmul::{Matmul, WeightBank, Weights};
+use rknpu_driver::compute::matmul::{Matmul, WeightBank, Weights};
 use rknpu_driver::device::{Device, Interface};
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};

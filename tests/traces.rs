@@ -10,9 +10,9 @@
 mod common;
 
 use common::{Rng, first_difference};
+use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
-use rknpu_driver::device::emu::{EmuKernel, Flavour};
-use rknpu_driver::device::matmul::{Matmul, WeightBank};
+use rknpu_driver::emu::{EmuKernel, Flavour};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::replay::{

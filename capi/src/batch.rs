@@ -3,7 +3,7 @@
 //! one submission runs them all (`MatmulBatch`).
 
 use crate::{Failure, Result, RknpuWeights, Rows, elements};
-use rknpu_driver::device::matmul::{Matmul, MatmulBatch};
+use rknpu_driver::compute::matmul::{Matmul, MatmulBatch};
 use std::sync::Mutex;
 
 /// Matmuls of `m` rows against several weights of one `k`, joined into one program

@@ -31,8 +31,8 @@ pub mod header;
 pub use batch::RknpuBatch;
 
 use rknpu_driver::Error;
+use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
-use rknpu_driver::device::matmul::{Matmul, WeightBank};
 use rknpu_driver::gguf::{self, GgmlType};
 use rknpu_driver::kernels::single::Dtype;
 use std::cell::RefCell;

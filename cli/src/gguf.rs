@@ -3,7 +3,7 @@
 
 use crate::Failure;
 use crate::matmul::fail;
-use rknpu_driver::device::matmul::{Matmul, MatmulOptions};
+use rknpu_driver::compute::matmul::{Matmul, MatmulOptions};
 use rknpu_driver::gguf::{GgmlType, Gguf, load_weights};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;

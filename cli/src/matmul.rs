@@ -2,7 +2,7 @@
 //! and checked against the CPU.
 
 use crate::{Failure, parse_u32, usage};
-use rknpu_driver::device::matmul::{Matmul, MatmulOptions, Timings, WeightBank};
+use rknpu_driver::compute::matmul::{Matmul, MatmulOptions, Timings, WeightBank};
 use rknpu_driver::device::{Device, Interface};
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
@@ -482,7 +482,7 @@ fn run_int(
 
 /// The emulated kernel's DMA counters over one product: zeroed at the start (the kernel
 /// may be the process-wide one), read at the end. Nothing on a real device.
-struct Counting<'d>(Option<&'d rknpu_driver::device::emu::EmuKernel>);
+struct Counting<'d>(Option<&'d rknpu_driver::emu::EmuKernel>);
 
 impl<'d> Counting<'d> {
     fn start(dev: &'d Device) -> Counting<'d> {

@@ -4,8 +4,8 @@
 
 use crate::Failure;
 use crate::matmul::open;
+use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::Device;
-use rknpu_driver::device::ops::{ProgramBuffers, run_program};
 use rknpu_driver::regcmd::Program;
 use std::time::Instant;
 

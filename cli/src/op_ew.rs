@@ -3,7 +3,7 @@
 use crate::op::{Common, execute, summary, verdict};
 use crate::{Failure, usage};
 use half::f16;
-use rknpu_driver::device::ops::ProgramBuffers;
+use rknpu_driver::compute::ops::ProgramBuffers;
 use rknpu_driver::kernels::ops::eltwise::{EltwiseOp, EwElement, Operand, reference};
 use rknpu_driver::kernels::ops::{self, Cube, Element, INPUT, OPERAND, OUTPUT};
 use rknpu_driver::seeded::Rng;

@@ -3,7 +3,7 @@
 use crate::op::{Common, execute, summary, verdict};
 use crate::{Failure, usage};
 use half::f16;
-use rknpu_driver::device::ops::ProgramBuffers;
+use rknpu_driver::compute::ops::ProgramBuffers;
 use rknpu_driver::kernels::ops::pool::{Pool2d, PoolKind, SCRATCH, reference};
 use rknpu_driver::kernels::ops::{Cube, INPUT, OUTPUT};
 use rknpu_driver::seeded::Rng;

@@ -6,8 +6,8 @@
 //! finished holds the worker (`EmuKernel::hold_worker`) rather than relying on timing.
 
 use super::behaviour_tests::matmul_of as matmul;
-use super::emu::{EmuKernel, Flavour, node_path};
 use super::*;
+use crate::emu::{EmuKernel, Flavour, node_path};
 use crate::sys::uapi::*;
 use crate::sys::{Fd, Ioctl, Kernel, VendorOp};
 use std::sync::mpsc;

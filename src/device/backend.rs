@@ -4,7 +4,7 @@
 //! reports, and from then on every operation that depends on the interface — buffers,
 //! syncs, submission, completion, reset — asks it, never the interface enum.
 
-use super::{Bo, BoMeta, Device, DeviceError, DeviceInfo, Interface, Job, JobResult};
+use super::{Bo, BoMeta, Capabilities, Device, DeviceError, DeviceInfo, Interface, Job, JobResult};
 use super::{BoFlags, Result};
 use crate::sys::uapi::{
     DRM_CLOEXEC, DRM_RDWR, DmaBufSync, DrmPrimeHandle, RknpuAction, VendorNode,
@@ -156,8 +156,8 @@ pub(super) trait Backend: std::fmt::Debug + Send + Sync {
     /// Soft-resets every core.
     fn reset(&self, dev: &Device) -> Result<()>;
 
-    /// Whether the driver places jobs on cores itself, so that a job names no core.
-    fn picks_cores(&self) -> bool;
+    /// What this interface offers the layers above (which plans and jobs it runs).
+    fn capabilities(&self) -> Capabilities;
 
     /// Refuses what this interface cannot run, before asking the kernel (the checks
     /// every interface shares are done already).

@@ -3,8 +3,8 @@
 //! handling it. Each runs on an emulated kernel of its own, so hung cores and leaked
 //! buffers stay there.
 
-use super::emu::{EmuKernel, Flavour, MISC_NODE, node_path};
 use super::*;
+use crate::emu::{EmuKernel, Flavour, MISC_NODE, node_path};
 use crate::kernels::single::{self, Dtype, SingleMatmul};
 use crate::regcmd::{Program, ProgramBuilder, words_to_le_bytes};
 use crate::sim::{At, Faults};

@@ -5,9 +5,9 @@
 //! counts are its own.
 
 use super::behaviour_tests::{matmul_reading, mm_4x64x32};
-use super::emu::{EmuKernel, Flavour, node_path};
 use super::*;
 use crate::OsError;
+use crate::emu::{EmuKernel, Flavour, node_path};
 use crate::sys::uapi::*;
 use crate::sys::{Errno, Ioctl, Kernel, VendorOp};
 use std::os::fd::AsFd;

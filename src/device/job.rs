@@ -163,7 +163,9 @@ impl<'a> Job<'a> {
         self
     }
 
-    pub(super) fn check(&self, dev: &Device) -> Result<()> {
+    /// The checks every submit makes (tasks, split, cores, domain, verification against
+    /// the job's buffers), without submitting: what a layer build runs once.
+    pub(crate) fn check(&self, dev: &Device) -> Result<()> {
         let invalid = |what: String| Err(DeviceError::InvalidArgument { what });
         if self.tasks.is_empty() {
             return invalid("a job with no task".into());
@@ -393,7 +395,7 @@ impl Device {
     /// fence the kernel returns, which needs `CONFIG_ROCKCHIP_RKNPU_FENCE`; rocket: on the
     /// written buffers), and [`Pending::is_done`] tells without waiting whether it
     /// finished. On the emulated kernel the job runs before this returns unless the
-    /// kernel is in its asynchronous mode ([`super::emu::EmuKernel::set_async`],
+    /// kernel is in its asynchronous mode ([`crate::emu::EmuKernel::set_async`],
     /// `emu:async`).
     pub fn submit_nonblocking<'a>(&'a self, job: Job<'a>) -> Result<Pending<'a>> {
         job.check(self)?;

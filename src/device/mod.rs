@@ -10,7 +10,8 @@
 //! with a vendor (`vendor.rs`) and a rocket (`rocket.rs`) implementation that a device
 //! picks once, by the driver's name, when it is opened. Around it, the same for every
 //! interface: buffers and mappings (`bo.rs`), jobs and their checks (`job.rs`), recording
-//! (`recording.rs`), the matmul executor ([`matmul`]).
+//! (`recording.rs`). What runs on a device (weight banks, matmuls, layer programs) is
+//! [`crate::compute`]; the emulated kernels are [`crate::emu`].
 //!
 //! ```
 //! use rknpu_driver::device::{BoFlags, Device, Job};
@@ -42,13 +43,9 @@
 
 mod backend;
 mod bo;
-pub mod emu;
 mod error;
 mod job;
-pub mod layer;
 mod leak;
-pub mod matmul;
-pub mod ops;
 mod recording;
 mod rocket;
 mod sentinel;
@@ -59,12 +56,12 @@ pub use error::DeviceError;
 pub use job::{CoreMask, Job, JobResult, Pending};
 pub use leak::LeakedBuffer;
 
+use crate::emu::{self, EmuKernel, Flavour};
 use crate::sys::uapi::{self, DrmVersion, RknpuAction, VendorNode};
 use crate::sys::{Ioctl, Kernel, RealKernel, VendorOp};
 use crate::trace::Recorder;
 use backend::{Backend, Port};
 use bo::BoMeta;
-use emu::{EmuKernel, Flavour};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -80,6 +77,24 @@ pub enum Interface {
     Vendor,
     /// The mainline `rocket` accel driver.
     Rocket,
+}
+
+/// What a device's kernel interface offers the layers above it: the policy of each
+/// interface in one place, so that plans and jobs ask this instead of the
+/// [`Interface`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// The driver places each job on a core itself: a job names no core
+    /// ([`CoreMask::Auto`]) and cannot be split over cores by the caller.
+    pub picks_cores: bool,
+    /// The tasks of one job run back to back on a core, so a plan may keep data or
+    /// weights in the CBUF from one task to the next (otherwise
+    /// [`Plan::without_reuse`](crate::kernels::matmul::Plan::without_reuse)).
+    pub cbuf_reuse: bool,
+    /// Incremental task bodies (a task writing only the registers that differ from the
+    /// task two before it) run.
+    pub incremental_tasks: bool,
 }
 
 /// What [`Device::open`] found.
@@ -323,6 +338,11 @@ impl Device {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// What this device's kernel interface offers (one value per interface).
+    pub fn capabilities(&self) -> Capabilities {
+        self.inner.backend.capabilities()
+    }
+
     /// NPU cores as far as the library knows: 3 (RK3588) until the driver refuses a
     /// core mask naming core 2, which only the RK3583's (two cores, `core_mask` limit
     /// 0x3) does; from then on 2, and masks naming core 2 are refused before the kernel.
@@ -483,9 +503,5 @@ mod async_tests;
 mod behaviour_tests;
 #[cfg(test)]
 mod dmabuf_tests;
-#[cfg(test)]
-mod incremental_tests;
-#[cfg(test)]
-mod layer_tests;
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@
 use super::backend::{Backend, InFlight, Port, deadline_ns, prime_export};
 use super::sentinel;
 use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo};
-use super::{Interface, Job, JobResult, Result};
+use super::{Capabilities, Interface, Job, JobResult, Result};
 use crate::OsError;
 use crate::sys::uapi::*;
 use crate::sys::{Fd, Ioctl};
@@ -109,8 +109,15 @@ impl Backend for Rocket {
         })
     }
 
-    fn picks_cores(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        // Rocket places each job on a core itself and starts every task on its own, so
+        // nothing stays in the CBUF between tasks and a delta program did not run there
+        // (docs/device.md).
+        Capabilities {
+            picks_cores: true,
+            cbuf_reuse: false,
+            incremental_tasks: false,
+        }
     }
 
     fn check(&self, job: &Job<'_>) -> Result<()> {
@@ -206,7 +213,7 @@ impl Backend for Rocket {
     /// The scheduler's job timeout (500 ms) and a margin: by then a hung job has been
     /// stopped and its fences signalled.
     fn settle_bound(&self, _job: &Job<'_>) -> Duration {
-        super::emu::ROCKET_JOB_TIMEOUT + Duration::from_millis(500)
+        crate::emu::ROCKET_JOB_TIMEOUT + Duration::from_millis(500)
     }
 
     /// PREP_BO on every written buffer: once all return, the job's fences are signalled

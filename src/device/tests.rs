@@ -2,8 +2,8 @@
 //! what they do (caches, per-fd address spaces, dropped rocket jobs, timeouts), checked
 //! through the seam itself.
 
-use super::emu::{EmuKernel, Flavour, node_path};
 use super::*;
+use crate::emu::{EmuKernel, Flavour, node_path};
 use crate::regs::{Register, dpu};
 use crate::submit::TaskDesc;
 use crate::sys::uapi::*;

@@ -4,7 +4,7 @@
 
 use super::backend::{Backend, InFlight, Port, prime_export};
 use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo};
-use super::{Interface, Job, JobResult, Result};
+use super::{Capabilities, Interface, Job, JobResult, Result};
 use crate::OsError;
 use crate::submit::{self, irq};
 use crate::sys::uapi::{self, *};
@@ -219,8 +219,15 @@ impl Backend for Vendor {
             .map(|_| ())
     }
 
-    fn picks_cores(&self) -> bool {
-        false
+    fn capabilities(&self) -> Capabilities {
+        // The vendor driver runs a job's chains on the cores its mask names, the PC walks a
+        // job's tasks back to back (CBUF contents stay between them) and keeps registers
+        // from the task two before (docs/device.md).
+        Capabilities {
+            picks_cores: false,
+            cbuf_reuse: true,
+            incremental_tasks: true,
+        }
     }
 
     fn check(&self, _job: &Job<'_>) -> Result<()> {

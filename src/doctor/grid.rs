@@ -1,10 +1,10 @@
-//! The top rungs: planned matmuls through the executor ([`crate::device::matmul`]) on one,
+//! The top rungs: planned matmuls through the executor ([`crate::compute::matmul`]) on one,
 //! two and three cores, each checked against the CPU.
 
 use super::check::{Operands, Values};
 use super::rungs::{Ctx, Fail, dtype_name, judge};
-use crate::device::matmul::{Matmul, WeightBank};
-use crate::device::{DeviceError, Interface};
+use crate::compute::matmul::{Matmul, WeightBank};
+use crate::device::DeviceError;
 use crate::kernels::matmul::{MatmulSpec, Plan};
 use crate::kernels::single::Dtype;
 
@@ -44,7 +44,7 @@ pub(super) fn grid(c: &Ctx<'_>, cores: u32, detail: &mut String) -> Result<bool,
         *detail = format!("the driver reports {} core(s)", info.cores);
         return Ok(false);
     }
-    if cores > 1 && info.interface == Interface::Rocket {
+    if cores > 1 && c.dev.capabilities().picks_cores {
         *detail = format!(
             "rocket places every job on a core itself: a {cores}-core split cannot be asked for"
         );

@@ -22,7 +22,7 @@
 //!
 //! Tests inject the fault each rung exists to catch through an [`Observer`] (which sees
 //! every rung before it runs, with the device, so it can call
-//! [`crate::device::emu::EmuKernel::inject`]) or [`Options::corrupt`].
+//! [`crate::emu::EmuKernel::inject`]) or [`Options::corrupt`].
 
 mod bundle;
 mod check;

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::device::DeviceError;
-use crate::device::emu::{EmuKernel, Flavour};
+use crate::emu::{EmuKernel, Flavour};
 use crate::sim::{At, Faults};
 
 fn emulator(flavour: Flavour) -> Device {

@@ -2,8 +2,8 @@
 //! measured on the bank's own contents.
 
 use super::{Error, GgmlType, Gguf, Result};
+use crate::compute::matmul::WeightBank;
 use crate::device::Device;
-use crate::device::matmul::WeightBank;
 use crate::float::{bf16_to_f32, f16_to_f32};
 use crate::kernels::single::Dtype;
 use half::bf16;

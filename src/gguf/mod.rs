@@ -1,6 +1,6 @@
 //! GGUF model files (the format of llama.cpp and ggml): a bounded reader of versions 2
 //! and 3, dequantisation of the common tensor types to f32, loading of weight matrices
-//! into [`WeightBank`](crate::device::matmul::WeightBank)s with a report of the error the
+//! into [`WeightBank`](crate::compute::matmul::WeightBank)s with a report of the error the
 //! bank's type adds, and a writer for tests and tools (docs/gguf.md).
 //!
 //! The reader never trusts the file: every count and length is checked against the bytes

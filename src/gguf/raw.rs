@@ -12,8 +12,8 @@
 
 use super::dequant::{DEQUANTIZED, dequantize};
 use super::{Error, GgmlType, Result};
+use crate::compute::matmul::WeightBank;
 use crate::device::Device;
-use crate::device::matmul::WeightBank;
 use crate::kernels::matmul::{Plan, WeightLayout};
 use crate::kernels::single::{Dtype, OutType};
 use half::{bf16, f16};
@@ -60,7 +60,7 @@ pub fn raw_row_bytes(ty: GgmlType, n: u32, k: u32) -> Result<usize> {
 
 /// Checks, without allocating device memory, that [`bank_from_raw`] takes an `n` × `k`
 /// tensor of type `ty` on `dev` and that a product of `m` rows can be planned against
-/// the bank it makes (the plan [`crate::device::matmul::Matmul::new`] makes). A caller
+/// the bank it makes (the plan [`crate::compute::matmul::Matmul::new`] makes). A caller
 /// deciding what it offloads (a ggml backend's `supports_op`) asks this and claims
 /// exactly what it answers `Ok` for.
 pub fn check_raw(dev: &Device, ty: GgmlType, n: u32, k: u32, m: u32) -> Result<()> {

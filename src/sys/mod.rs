@@ -5,7 +5,7 @@
 //!
 //! Two kernels stand behind the seam: [`RealKernel`] calls the operating system through
 //! drm-rs (generic DRM requests) and nix (the rest); the emulated kernel
-//! (`crate::device::emu`) implements the drivers' semantics in-process on the
+//! (`crate::emu`) implements the drivers' semantics in-process on the
 //! simulator. Requests are typed ([`Ioctl`]): each carries the
 //! structure and, where the C interface takes user pointers, the borrowed slices they
 //! point to, so the emulated kernel reads the same data without pointers and the real

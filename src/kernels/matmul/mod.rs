@@ -1,7 +1,7 @@
 //! Matmul for any shape: a plan (tiles, K waves, CBUF banks, cores), the program it
 //! implies, packers between row-major host matrices and the buffers the tasks read and
 //! write, and the host reduction of partial results. Pure: shapes and values in, bytes
-//! and programs out. Execution on a device is [`crate::device::matmul`]'s.
+//! and programs out. Execution on a device is [`crate::compute::matmul`]'s.
 //!
 //! A plan cuts `C[M×N] = A[M×K] · B[K×N]` into tasks, each one
 //! [`SingleMatmul`] of `rows × kw × nt`:

@@ -20,7 +20,7 @@
 //! ```
 //! use half::f16;
 //! use rknpu_driver::device::Device;
-//! use rknpu_driver::device::ops::{ProgramBuffers, run_program};
+//! use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 //! use rknpu_driver::kernels::ops::{self, Cube, eltwise};
 //! use rknpu_driver::task::Precision;
 //!

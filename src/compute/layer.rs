@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use rknpu_driver::device::Device;
-//! use rknpu_driver::device::layer::LayerBuilder;
+//! use rknpu_driver::compute::layer::LayerBuilder;
 //! use rknpu_driver::kernels::ops::Cube;
 //! use rknpu_driver::kernels::single::add_task_model;
 //! use rknpu_driver::task::Precision;
@@ -40,7 +40,7 @@
 //! ```
 
 use super::matmul::WeightBank;
-use super::{Bo, BoFlags, Device, Interface, Job, JobResult, Pending};
+use crate::device::{Bo, BoFlags, Device, Job, JobResult, Pending};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::Plan;
 use crate::kernels::ops::Cube;
@@ -248,9 +248,9 @@ impl LayerBuilder {
         input: MatmulInput,
     ) -> Result<Tensor> {
         let plan = Plan::for_layout(bank.layout(), m, out, 1)?;
-        let plan = match self.dev.info().interface {
-            Interface::Rocket => plan.without_reuse(),
-            Interface::Vendor => plan,
+        let plan = match self.dev.capabilities().cbuf_reuse {
+            true => plan,
+            false => plan.without_reuse(),
         };
         let unsupported = |why: String| Error::Unsupported {
             what: "layer matmul step",

@@ -1,9 +1,9 @@
 //! Layer programs on the emulated kernel: tensors placed and reused, steps chained into
 //! one job, the same work as one job per step, refusals, nothing leaked.
 
-use super::Device;
 use super::layer::{LayerBuilder, MatmulInput, Tensor};
 use super::matmul::WeightBank;
+use crate::device::Device;
 use crate::error::Error;
 use crate::float::{f16_to_f32, f32_to_f16};
 use crate::kernels::matmul::{Plan, pack};

@@ -5,7 +5,7 @@
 //! public source). The row scales are register operands: each call writes them into
 //! the bound program's words in place (one entry per dequantisation task).
 
-use super::super::{Bo, BoFlags, Device};
+use crate::device::{Bo, BoFlags, Device};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{A, B, C, MAX_TASKS, Plan, REGCMD};
 use crate::kernels::single::{dequant_task, pack_dequant_coefficients};

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 ///
 /// ```
 /// use rknpu_driver::device::Device;
-/// use rknpu_driver::device::matmul::{Matmul, MatmulBatch, WeightBank};
+/// use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 /// use std::sync::Arc;
 ///
 /// let dev = Device::open_spec("emu")?;

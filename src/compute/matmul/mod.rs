@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use rknpu_driver::device::Device;
-//! use rknpu_driver::device::matmul::{Matmul, WeightBank};
+//! use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 //! use rknpu_driver::kernels::single::Dtype;
 //! use std::sync::Arc;
 //!
@@ -39,7 +39,7 @@ mod npu_dequant;
 pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
 
-use super::{Bo, BoFlags, CoreMask, Device, Interface, Job, JobResult, Pending};
+use crate::device::{Bo, BoFlags, CoreMask, Device, Job, JobResult, Pending};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{Plan, REGCMD, pack, quant};
 use crate::kernels::single::{Dtype, OutType};
@@ -196,7 +196,7 @@ enum Submitted {
 ///
 /// ```
 /// use rknpu_driver::device::Device;
-/// use rknpu_driver::device::matmul::{Matmul, MatmulOptions, WeightBank};
+/// use rknpu_driver::compute::matmul::{Matmul, MatmulOptions, WeightBank};
 /// use std::sync::Arc;
 ///
 /// let dev = Device::open_spec("emu")?;
@@ -268,7 +268,7 @@ fn submit_chains<'a>(
     timeout: Duration,
     buffers: impl Fn(Job<'a>) -> Job<'a>,
 ) -> Result<Vec<Pending<'a>>> {
-    let jobs = if dev.inner.backend.picks_cores() || per_core.len() == 1 {
+    let jobs = if dev.capabilities().picks_cores || per_core.len() == 1 {
         vec![Job::from_program(regcmd, program).on_cores(CoreMask::Auto, &[per_core.iter().sum()])]
     } else {
         let mut first = 0;
@@ -312,7 +312,7 @@ fn all_done(pending: &[Pending<'_>]) -> Result<bool> {
 
 /// Incremental bodies are validated on the vendor driver only (docs/device.md).
 fn refuse_incremental_on_rocket(dev: &Device, incremental: bool) -> Result<()> {
-    if incremental && dev.info().interface == Interface::Rocket {
+    if incremental && !dev.capabilities().incremental_tasks {
         return Err(Error::NotOffered {
             what: "incremental task bodies on the rocket driver: validated on the vendor driver only (a delta program did not work on rocket; docs/device.md)".into(),
         });
@@ -324,7 +324,7 @@ fn refuse_incremental_on_rocket(dev: &Device, incremental: bool) -> Result<()> {
 fn cores_of(dev: &Device, per_core: &[usize]) -> (CoreMask, Vec<usize>) {
     let mask = match per_core.len() {
         // A driver that places jobs on cores itself (rocket) is given none.
-        _ if dev.inner.backend.picks_cores() => CoreMask::Auto,
+        _ if dev.capabilities().picks_cores => CoreMask::Auto,
         // Core 0 named explicitly, as every board-validated vendor submit of a one-core
         // job does (mask 1), rather than the kernel's automatic pick.
         1 => CoreMask::Core0,
@@ -479,9 +479,9 @@ impl Matmul {
     ) -> Result<Matmul> {
         let dev = bank.device();
         // rocket starts each task on its own: nothing stays in the CBUF between them.
-        let plan = match dev.info().interface {
-            Interface::Rocket => plan.without_reuse(),
-            Interface::Vendor => plan,
+        let plan = match dev.capabilities().cbuf_reuse {
+            true => plan,
+            false => plan.without_reuse(),
         };
         let program = match &npu {
             // Each call's row scales are written into the bound words in place.
@@ -1000,7 +1000,7 @@ impl Matmul {
 ///
 /// ```
 /// use rknpu_driver::device::Device;
-/// use rknpu_driver::device::matmul::{Matmul, WeightBank};
+/// use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 /// use std::sync::Arc;
 /// use std::time::{Duration, Instant};
 ///

@@ -1,8 +1,8 @@
 //! Weight banks: weights packed once, in the layout of their [`WeightLayout`], resident in
 //! a device buffer, with the per-output-channel scales of a quantised layer.
 
-use super::super::{Bo, BoFlags, Device};
 use super::shape;
+use crate::device::{Bo, BoFlags, Device};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{self, WeightLayout, pack, quant};
 use crate::kernels::single::Dtype;
@@ -31,7 +31,7 @@ pub enum Weights<'a> {
 ///
 /// ```
 /// use rknpu_driver::device::Device;
-/// use rknpu_driver::device::matmul::{Matmul, WeightBank};
+/// use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 /// use std::sync::Arc;
 ///
 /// let dev = Device::open_spec("emu")?;

@@ -7,7 +7,7 @@
 //! ```
 //! use half::f16;
 //! use rknpu_driver::device::Device;
-//! use rknpu_driver::device::ops::{ProgramBuffers, run_program};
+//! use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 //! use rknpu_driver::kernels::ops::{self, Cube};
 //! use rknpu_driver::kernels::single::add_task_model;
 //! use rknpu_driver::task::Precision;
@@ -29,7 +29,7 @@
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
 
-use super::{Bo, BoFlags, Device, Job};
+use crate::device::{Bo, BoFlags, Device, Job};
 use crate::error::{Error, Result};
 use crate::regcmd::{BufferId, Program, words_to_le_bytes};
 use std::collections::BTreeSet;

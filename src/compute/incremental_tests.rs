@@ -3,12 +3,13 @@
 //! multi-core plan, a batch and NPU dequantisation, with fewer regcmd bytes fetched; and
 //! refused on rocket.
 
-use super::emu::{EmuKernel, Flavour};
 use super::matmul::{Activations, Matmul, MatmulBatch, MatmulOptions, WeightBank};
-use super::*;
+use crate::device::*;
+use crate::emu::{EmuKernel, Flavour};
 use crate::error::Error;
 use crate::seeded::Rng;
 use half::f16;
+use std::sync::Arc;
 
 /// The vendor specs, each as a kernel of its own (its DMA counters this test's alone).
 const VENDOR: [(&str, Flavour, bool); 3] = [

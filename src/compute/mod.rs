@@ -1,0 +1,37 @@
+//! The compute API: what a backend runs on an open [`Device`](crate::device::Device).
+//!
+//! * [`matmul`] — weight banks resident in NPU memory, planned matmuls over them, batches
+//!   of products that share one input, and NPU dequantisation;
+//! * [`layer`] — layer programs: several steps chained in one job, intermediates kept in
+//!   NPU memory;
+//! * [`ops`] — the runner for one operation program with named buffers.
+//!
+//! Everything here is built from the driver ([`crate::device`]) and the generators
+//! ([`crate::kernels`]); the C API and the ggml backend use this module and the device's
+//! `open`. The quick path is `Device` → [`matmul::WeightBank`] → [`matmul::Matmul`]:
+//!
+//! ```
+//! use rknpu_driver::compute::matmul::{Matmul, WeightBank};
+//! use rknpu_driver::device::Device;
+//! use std::sync::Arc;
+//!
+//! let dev = Device::open_spec("emu")?;
+//! let (m, k, n) = (2u32, 64u32, 32u32);
+//! // B of C = A·B, k rows of n values, packed into the NPU's layout once.
+//! let w: Vec<i8> = (0..k * n).map(|i| (i % 7) as i8 - 3).collect();
+//! let bank = Arc::new(WeightBank::from_i8_kn(&dev, k, n, &w)?);
+//! let mut mm = Matmul::new(&bank, m)?;
+//! let c = mm.run_i8(&vec![1i8; (m * k) as usize])?;
+//! let column0: i32 = (0..k).map(|kk| i32::from(w[(kk * n) as usize])).sum();
+//! assert_eq!(c[0], column0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod layer;
+pub mod matmul;
+pub mod ops;
+
+#[cfg(test)]
+mod incremental_tests;
+#[cfg(test)]
+mod layer_tests;
