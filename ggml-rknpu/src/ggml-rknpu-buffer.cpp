@@ -13,8 +13,10 @@
 #include "ggml-rknpu-common.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 
 static constexpr size_t GGML_RKNPU_ALIGNMENT = 64;
@@ -78,6 +80,30 @@ static bool ggml_rknpu_packable(rknpu_device * dev, const ggml_tensor * t) {
            rknpu_ggml_supported(dev, (uint32_t) t->type, (uint32_t) t->ne[1], (uint32_t) t->ne[0], 1) == 0;
 }
 
+// After packing, the caller's bytes are not needed again. llama.cpp hands set_tensor
+// the model file's own mapping, whose pages would otherwise stay resident beside the
+// banks: ask the kernel to reclaim them now. MADV_PAGEOUT never changes what the memory
+// holds (a file page is read again on the next access; anonymous memory without swap
+// simply stays), so this is safe whatever the bytes are.
+static void ggml_rknpu_release_source(const void * data, size_t size) {
+#ifdef MADV_PAGEOUT
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) {
+        return;
+    }
+    const uintptr_t mask  = (uintptr_t) page - 1;
+    const uintptr_t begin = ((uintptr_t) data + mask) & ~mask;
+    const uintptr_t end   = ((uintptr_t) data + size) & ~mask;
+    if (end > begin) {
+        // advice only: a kernel without MADV_PAGEOUT (before Linux 5.4) refuses it
+        (void) madvise((void *) begin, end - begin, MADV_PAGEOUT);
+    }
+#else
+    GGML_UNUSED(data);
+    GGML_UNUSED(size);
+#endif
+}
+
 // drops packed weights whose bytes overlap [begin, end)
 static void ggml_rknpu_buffer_forget(ggml_backend_rknpu_buffer_context * ctx, const char * begin, const char * end) {
     for (auto it = ctx->packed.begin(); it != ctx->packed.end();) {
@@ -124,6 +150,7 @@ static void ggml_backend_rknpu_buffer_set_tensor(ggml_backend_buffer_t buffer, g
         auto packed = ggml_rknpu_pack(ctx->dev, tensor, data);
         if (packed) {
             ctx->packed[tensor->data] = std::move(packed);
+            ggml_rknpu_release_source(data, size);
             return;
         }
         // refused: keep the bytes, so the op that uses them fails with the library's reason

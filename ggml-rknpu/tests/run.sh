@@ -10,6 +10,8 @@
 #    (tests/make_tiny_llama.py) generates 32 greedy tokens with llama-simple, on the CPU
 #    alone and with the backend loaded; the texts must be identical, the backend must
 #    have run NPU jobs, and products sharing their input must have run as one job.
+# 3. Memory: on an 87 MB F16 model, llama-simple's peak RSS with the backend is at most
+#    1.5x the CPU-only run's (the weights are held once).
 #
 # Usage: bash ggml-rknpu/tests/run.sh      (needs python3 with gguf==0.19.0 for step 2)
 set -euo pipefail
@@ -73,4 +75,29 @@ products=$(echo "$stats" | sed -E 's#.* ([0-9]+) MUL_MAT nodes.*#\1#')
 [ "$jobs" -lt "$products" ] || fail "no products were joined into one job ($stats)"
 echo "   same text as the CPU: $(tr -d '\n' <"$logs/simple-npu.out" | cut -c1-100)"
 echo "   $stats: $((jobs / 32)) jobs a token for $((products / 32)) products (32 evaluations)"
+echo "-- peak memory: llama-simple on an 87 MB F16 model, CPU alone and with the backend"
+# the weights are held once (docs/ggml.md): at most 1.5x the CPU-only run's peak RSS
+mem_model="$out/models/mem-f16.gguf"
+python3 "$root/ggml-rknpu/tests/make_tiny_llama.py" \
+    --vocab "$src/models/ggml-vocab-llama-spm.gguf" --out "$mem_model" --type f16 \
+    --embd 512 --ff 1024 --heads 8 --kv-heads 8 --layers 4 >/dev/null
+# peak_rss_kib LOG COMMAND...: runs COMMAND (output to LOG) and prints its peak RSS in KiB
+peak_rss_kib() {
+    python3 - "$@" <<'PY'
+import resource, subprocess, sys
+with open(sys.argv[1], "wb") as log:
+    rc = subprocess.run(sys.argv[2:], stdout=log, stderr=subprocess.STDOUT).returncode
+if rc != 0:
+    sys.exit(f"{sys.argv[2]} exited with {rc} (log: {sys.argv[1]})")
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+PY
+}
+cpu_kib=$(peak_rss_kib "$logs/mem-cpu.log" "$out/bin/llama-simple" -m "$mem_model" -n 32 "$prompt") ||
+    fail "llama-simple on the CPU failed"
+npu_kib=$(RKNPU_DEVICE=emu GGML_BACKEND_PATH="$backend" \
+    peak_rss_kib "$logs/mem-npu.log" "$out/bin/llama-simple" -m "$mem_model" -n 32 "$prompt") ||
+    fail "llama-simple with the backend failed"
+echo "   peak RSS: CPU alone $((cpu_kib / 1024)) MiB, with the backend $((npu_kib / 1024)) MiB"
+[ $((npu_kib * 2)) -le $((cpu_kib * 3)) ] ||
+    fail "peak RSS with the backend is more than 1.5x the CPU run's ($npu_kib KiB against $cpu_kib KiB)"
 echo "ggml-rknpu: OK"

@@ -24,8 +24,12 @@ pub(super) struct EmuBo {
     pub(super) mmap_offset: u64,
     /// What CPU mappings show.
     pub(super) cpu: Arc<DmaMem>,
-    /// What the NPU reads and writes, for cacheable buffers (otherwise `cpu`).
-    pub(super) dev: Option<Vec<u8>>,
+    /// What the NPU reads and writes, for cacheable buffers (otherwise `cpu`). Shared
+    /// without copies: a full sync to the device takes the CPU view's bytes
+    /// ([`DmaMem::hand_over`]) and the simulator maps the same bytes until it writes
+    /// them, so a buffer the CPU fills once and the NPU only reads (a weight bank) is
+    /// held once.
+    pub(super) dev: Option<Arc<Vec<u8>>>,
     /// Rocket: when the last job writing it finishes.
     pub(super) busy_until: Option<Instant>,
     /// Rocket, asynchronous mode: the ticket of the last queued job that writes it
@@ -52,21 +56,22 @@ pub(super) fn next_id() -> u64 {
 impl EmuBo {
     /// What the NPU sees; `None` for an uncached buffer the CPU has mapped right now
     /// (the emulation copies a buffer only while it is unmapped).
-    pub(super) fn device_bytes(&self) -> Option<Vec<u8>> {
+    pub(super) fn device_bytes(&self) -> Option<Arc<Vec<u8>>> {
         match &self.dev {
-            Some(d) => Some(d.clone()),
-            None => self.cpu.to_vec(),
+            Some(d) => Some(Arc::clone(d)),
+            None => self.cpu.to_vec().map(Arc::new),
         }
     }
 
-    pub(super) fn set_device_bytes(&mut self, bytes: &[u8]) -> bool {
+    /// Makes `bytes` what the NPU sees (shared, not copied, for a cacheable buffer).
+    pub(super) fn set_device_bytes(&mut self, bytes: Arc<Vec<u8>>) -> bool {
         self.version += 1;
         match &mut self.dev {
             Some(d) => {
-                d.copy_from_slice(bytes);
+                *d = bytes;
                 true
             }
-            None => self.cpu.write(0, bytes),
+            None => self.cpu.write(0, &bytes),
         }
     }
 
@@ -81,7 +86,18 @@ impl EmuBo {
         let end = offset.saturating_add(size).min(self.size) as usize;
         let ok = if to_device {
             self.version += 1;
-            self.cpu.read(start, &mut dev[start..end])
+            if start == 0 && end as u64 == self.size {
+                // The whole view: take the CPU's bytes rather than copy them.
+                match self.cpu.hand_over() {
+                    Some(bytes) => {
+                        *dev = bytes;
+                        true
+                    }
+                    None => false,
+                }
+            } else {
+                self.cpu.read(start, &mut Arc::make_mut(dev)[start..end])
+            }
         } else {
             self.cpu.write(start, &dev[start..end])
         };
@@ -182,9 +198,9 @@ pub(super) fn load_memory(
             // Objects never overlap: the allocators hand out disjoint ranges.
             Some(bytes) => {
                 let mapped = if b.dev.is_some() {
-                    mem.map_tagged(b.dma, bytes, tag)
+                    mem.map_shared(b.dma, bytes, tag)
                 } else {
-                    mem.map(b.dma, bytes)
+                    mem.map(b.dma, Arc::unwrap_or_clone(bytes))
                 };
                 if mapped.is_ok() {
                     loaded.insert(b.dma, b.version);
@@ -217,7 +233,7 @@ pub(super) fn store_memory(
         if let Some(&at_load) = loaded.get(&b.dma) {
             let mut expected = at_load;
             if let Some(before) = mem.take_original(b.dma)
-                && let Some(now) = mem.read(u64::from(b.dma), before.len())
+                && let Some(now) = mem.region_bytes(b.dma)
                 && before != now
             {
                 b.set_device_bytes(now);
@@ -232,7 +248,7 @@ pub(super) fn store_memory(
         if b.dirty {
             b.dirty = false;
             let zeros = vec![0u8; b.size as usize];
-            b.set_device_bytes(&zeros);
+            b.set_device_bytes(Arc::new(zeros));
             log.push(format!(
                 "buffer at {:#x}: dirty cache lines of its zeroing evicted over the NPU's writes (bit 10 without a clean)",
                 b.dma

@@ -52,7 +52,7 @@ pub(super) fn rocket_create(
             obj_addr: obj,
             mmap_offset: (handle as u64) << 32,
             cpu: Arc::new(DmaMem::zeroed(size as usize)),
-            dev: Some(vec![0u8; size as usize]),
+            dev: Some(Arc::new(vec![0u8; size as usize])),
             busy_until: None,
             writer: None,
             dirty: false,

@@ -450,7 +450,7 @@ fn mem_create(
         obj_addr: obj,
         mmap_offset: 0,
         cpu: Arc::new(DmaMem::zeroed(size as usize)),
-        dev: cacheable.then(|| vec![0u8; size as usize]),
+        dev: cacheable.then(|| Arc::new(vec![0u8; size as usize])),
         busy_until: None,
         writer: None,
         dirty,

@@ -2,14 +2,16 @@
 
 use super::error::SimError;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// One region: a run of bytes at a device address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Region {
     /// Device address of the first byte.
     pub addr: u32,
-    /// The contents.
-    pub bytes: Vec<u8>,
+    /// The contents, shared with whoever mapped them ([`Memory::map_shared`]) until the
+    /// first write makes the region's own copy.
+    pub bytes: Arc<Vec<u8>>,
 }
 
 impl Region {
@@ -32,7 +34,7 @@ pub struct Memory {
     /// What each region written since it was mapped (or since
     /// [`Memory::forget_writes`]) held before its first write, by its address: the one
     /// copy a caller needs to tell what a run changed.
-    originals: HashMap<u32, Vec<u8>>,
+    originals: HashMap<u32, Arc<Vec<u8>>>,
     /// The tag a caller gave a region when it mapped it ([`Memory::map_tagged`]).
     tags: HashMap<u32, (u64, u64)>,
 }
@@ -46,6 +48,31 @@ impl Memory {
     /// Places `bytes` at `addr`. Fails when the region is empty, runs past 2^32, or
     /// overlaps a region already placed.
     pub fn map(&mut self, addr: u32, bytes: Vec<u8>) -> Result<(), SimError> {
+        self.map_arc(addr, Arc::new(bytes))
+    }
+
+    /// Places shared `bytes` at `addr` without copying them: the region copies them
+    /// only when the simulated NPU first writes it, so a caller that keeps the same
+    /// bytes (the emulated kernel's device view of a weight bank) holds them once.
+    /// Tagged as in [`Memory::map_tagged`].
+    pub fn map_shared(
+        &mut self,
+        addr: u32,
+        bytes: Arc<Vec<u8>>,
+        tag: (u64, u64),
+    ) -> Result<(), SimError> {
+        self.map_arc(addr, bytes)?;
+        self.tags.insert(addr, tag);
+        Ok(())
+    }
+
+    /// The contents of the region that starts at `addr`, shared.
+    pub fn region_bytes(&self, addr: u32) -> Option<Arc<Vec<u8>>> {
+        let i = self.regions.binary_search_by_key(&addr, |r| r.addr).ok()?;
+        Some(Arc::clone(&self.regions[i].bytes))
+    }
+
+    fn map_arc(&mut self, addr: u32, bytes: Arc<Vec<u8>>) -> Result<(), SimError> {
         let end = addr as u64 + bytes.len() as u64;
         if bytes.is_empty() {
             return Err(SimError::Setup {
@@ -115,7 +142,7 @@ impl Memory {
 
     /// What the region at `addr` held before its first write since it was mapped or
     /// since [`Memory::forget_writes`], and forgets it (`None`: not written since).
-    pub fn take_original(&mut self, addr: u32) -> Option<Vec<u8>> {
+    pub fn take_original(&mut self, addr: u32) -> Option<Arc<Vec<u8>>> {
         self.originals.remove(&addr)
     }
 
@@ -143,7 +170,7 @@ impl Memory {
     /// Removes the region that starts at `addr` and returns it with what it held before
     /// its first write since it was mapped (`None`: it was not written, so it holds what
     /// it was mapped with).
-    pub fn unmap_written(&mut self, addr: u32) -> Option<(Region, Option<Vec<u8>>)> {
+    pub fn unmap_written(&mut self, addr: u32) -> Option<(Region, Option<Arc<Vec<u8>>>)> {
         let i = self.regions.binary_search_by_key(&addr, |r| r.addr).ok()?;
         let r = self.regions.remove(i);
         self.mapped -= r.bytes.len() as u64;
@@ -181,15 +208,16 @@ impl Memory {
 
     /// The bytes `[addr, addr + len)` for writing, if one region holds them all. The
     /// first write to a region since it was mapped keeps a copy of what it held
-    /// ([`Memory::unmap_written`]).
+    /// ([`Memory::unmap_written`]); a region whose bytes are shared gets its own copy
+    /// then.
     pub fn write(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
         let i = self.find(addr, len as u64)?;
         let r = &mut self.regions[i];
         self.originals
             .entry(r.addr)
-            .or_insert_with(|| r.bytes.clone());
+            .or_insert_with(|| Arc::clone(&r.bytes));
         let start = (addr - r.addr as u64) as usize;
-        Some(&mut r.bytes[start..start + len])
+        Some(&mut Arc::make_mut(&mut r.bytes)[start..start + len])
     }
 
     /// Copies `[addr, addr + len)` out, if one region holds it.
@@ -201,6 +229,7 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::Memory;
+    use std::sync::Arc;
 
     #[test]
     fn the_first_write_keeps_what_a_region_held() {
@@ -212,10 +241,10 @@ mod tests {
         mem.write(0x1000, 1).unwrap()[0] = 5;
         assert_eq!(mem.written(), vec![0x1000], "only the written region");
         let (region, before) = mem.unmap_written(0x1000).unwrap();
-        assert_eq!(region.bytes, vec![5, 7, 8, 4]);
+        assert_eq!(*region.bytes, vec![5, 7, 8, 4]);
         assert_eq!(
-            before,
-            Some(vec![1, 2, 3, 4]),
+            before.as_deref(),
+            Some(&vec![1, 2, 3, 4]),
             "the bytes before the first write"
         );
         assert_eq!(mem.unmap_written(0x2000).unwrap().1, None, "never written");
@@ -236,11 +265,34 @@ mod tests {
         assert_eq!(mem.take_original(0x1000), None);
         mem.write(0x1004, 1).unwrap()[0] = 2;
         assert_eq!(
-            mem.take_original(0x1000),
-            Some(vec![1, 0, 0, 0, 0, 0, 0, 0])
+            mem.take_original(0x1000).as_deref(),
+            Some(&vec![1, 0, 0, 0, 0, 0, 0, 0])
         );
         mem.unmap(0x1000);
         mem.map(0x1000, vec![0; 8]).unwrap();
         assert_eq!(mem.tag(0x1000), None, "a new region has no tag");
+    }
+
+    #[test]
+    fn shared_regions_are_copied_on_the_first_write_only() {
+        let mut mem = Memory::new();
+        let view = Arc::new(vec![1u8, 2, 3, 4]);
+        mem.map_shared(0x1000, Arc::clone(&view), (7, 1)).unwrap();
+        assert_eq!(mem.tag(0x1000), Some((7, 1)));
+        assert!(
+            Arc::ptr_eq(&mem.region_bytes(0x1000).unwrap(), &view),
+            "no copy to map"
+        );
+        assert_eq!(mem.read(0x1001, 2), Some(&[2u8, 3][..]));
+        mem.write(0x1000, 1).unwrap()[0] = 9;
+        assert_eq!(
+            *view,
+            vec![1, 2, 3, 4],
+            "the caller's bytes are not written"
+        );
+        let now = mem.region_bytes(0x1000).unwrap();
+        assert_eq!(*now, vec![9, 2, 3, 4]);
+        assert!(Arc::ptr_eq(&mem.take_original(0x1000).unwrap(), &view));
+        assert!(mem.region_bytes(0x2000).is_none());
     }
 }
