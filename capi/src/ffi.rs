@@ -7,9 +7,10 @@
 //! docs/capi.md.
 
 use crate::{
-    Failure, RknpuBatch, RknpuDevice, RknpuWeights, Rows, XType, call, elements, ggml_supported,
-    weight_shape,
+    Failure, RknpuBatch, RknpuDevice, RknpuWeights, Rows, XType, call, check_plan, elements,
+    ggml_supported, weight_shape,
 };
+use rknpu_driver::kernels::single::Dtype;
 use std::ffi::c_void;
 use std::ffi::{CStr, c_char, c_int};
 
@@ -97,19 +98,21 @@ unsafe fn scaled<T>(
     w: *const T,
     scale: *const f32,
     (n, k, bytes): (u32, u32, usize),
-    out: *mut *mut RknpuWeights,
+    (dtype, out): (Dtype, *mut *mut RknpuWeights),
     make: MakeScaled<T>,
 ) -> crate::Result<()> {
     non_null(dev, "dev")?;
     non_null(w, "w")?;
     non_null(scale, "scale")?;
     non_null(out, "out")?;
-    // SAFETY: `dev` is a live handle from `rknpu_open` (non-NULL, checked); `w` holds
-    // `bytes` values and `scale` `n` (this function's contract; the caller computed
-    // `bytes` without overflow).
-    let (dev, w, scale) = unsafe {
+    // SAFETY: `dev` is a live handle from `rknpu_open` (non-NULL, checked).
+    let dev = unsafe { &*dev };
+    // The shape is checked against what the NPU can run before `w` is read.
+    check_plan(&dev.device, dtype, n, k, 1)?;
+    // SAFETY: `w` holds `bytes` values and `scale` `n` (this function's contract; the
+    // caller computed `bytes` without overflow).
+    let (w, scale) = unsafe {
         (
-            &*dev,
             std::slice::from_raw_parts(w, bytes),
             std::slice::from_raw_parts(scale, n as usize),
         )
@@ -138,7 +141,16 @@ pub unsafe extern "C" fn rknpu_weights_i8(
     call(|| {
         let len = elements("weights", n, k)?;
         // SAFETY: the C contract is `scaled`'s, with `len` = `n * k` values.
-        unsafe { scaled(dev, w, scale, (n, k, len), out, RknpuWeights::i8) }
+        unsafe {
+            scaled(
+                dev,
+                w,
+                scale,
+                (n, k, len),
+                (Dtype::Int8, out),
+                RknpuWeights::i8,
+            )
+        }
     })
 }
 
@@ -160,7 +172,16 @@ pub unsafe extern "C" fn rknpu_weights_i4(
         weight_shape(n, k, true)?;
         let len = elements("weights", n, k / 2)?;
         // SAFETY: the C contract is `scaled`'s, with `len` = `n * k / 2` bytes.
-        unsafe { scaled(dev, w, scale, (n, k, len), out, RknpuWeights::i4) }
+        unsafe {
+            scaled(
+                dev,
+                w,
+                scale,
+                (n, k, len),
+                (Dtype::Int4, out),
+                RknpuWeights::i4,
+            )
+        }
     })
 }
 
@@ -183,9 +204,14 @@ pub unsafe extern "C" fn rknpu_weights_f16(
         non_null(w, "w")?;
         non_null(out, "out")?;
         let len = elements("weights", n, k)?;
-        // SAFETY: `dev` is a live handle (non-NULL, checked); `w` holds `n * k` values
-        // (the C contract; `len` did not overflow).
-        let (dev, w) = unsafe { (&*dev, std::slice::from_raw_parts(w, len)) };
+        // SAFETY: `dev` is a live handle (non-NULL, checked).
+        let dev = unsafe { &*dev };
+        // The shape is checked against what the NPU can run before `w` is read.
+        check_plan(&dev.device, Dtype::Fp16, n, k, 1)?;
+        // SAFETY: `w` holds `n * k` values (the C contract; `len` did not overflow), and
+        // `half::f16` is `repr(transparent)` over the `u16` of its bits, so the values
+        // are read in place, without a copy.
+        let w = unsafe { std::slice::from_raw_parts(w.cast::<half::f16>(), len) };
         let weights = RknpuWeights::f16(dev, w, n, k)?;
         // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
         unsafe { put(out, weights) };
@@ -248,9 +274,13 @@ pub unsafe extern "C" fn rknpu_weights_ggml(
                 "size {size} is not {n} rows of {row} bytes ({k} values of type {ty})"
             )));
         }
-        // SAFETY: `dev` is a live handle (non-NULL, checked); `data` points to `size`
-        // readable bytes (the C contract; `size` fits an isize, checked).
-        let (dev, data) = unsafe { (&*dev, std::slice::from_raw_parts(data.cast::<u8>(), size)) };
+        // SAFETY: `dev` is a live handle (non-NULL, checked).
+        let dev = unsafe { &*dev };
+        // The shape is checked against what the NPU can run before `data` is read.
+        ggml_supported(dev, ty, n, k, 1)?;
+        // SAFETY: `data` points to `size` readable bytes (the C contract; `size` fits an
+        // isize, checked).
+        let data = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) };
         let weights = RknpuWeights::ggml(dev, ty, data, n, k)?;
         // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
         unsafe { put(out, weights) };
@@ -293,6 +323,8 @@ pub unsafe extern "C" fn rknpu_mul_mat(
         let weights = unsafe { &*w };
         let x_len = elements("x", m, weights.k)?;
         let y_len = elements("y", m, weights.n)?;
+        // Plan before the caller's memory is touched: a refused m reads nothing.
+        weights.prepare(m)?;
         // SAFETY: `x` holds `m * k` floats and `y` `m * n` floats that no one else
         // touches during the call (the C contract; the lengths did not overflow).
         let (x, y) = unsafe {
@@ -338,6 +370,8 @@ pub unsafe extern "C" fn rknpu_mul_mat_ex(
             )));
         }
         let y_floats = Rows::span(XType::F32, m, weights.n, y_stride)? / 4;
+        // Plan before the caller's memory is touched: a refused m reads nothing.
+        weights.prepare(m)?;
         // SAFETY: `x` spans `x_len` readable bytes and `y` `y_floats` aligned floats
         // that no one else touches during the call (the C contract; the spans were
         // computed without overflow).

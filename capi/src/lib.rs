@@ -34,7 +34,8 @@ use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::{self, GgmlType};
-use rknpu_driver::kernels::single::Dtype;
+use rknpu_driver::kernels::matmul::{Plan, WeightLayout};
+use rknpu_driver::kernels::single::{Dtype, OutType};
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -278,6 +279,34 @@ pub fn weight_shape(n: u32, k: u32, int4: bool) -> Result<()> {
     Ok(())
 }
 
+/// Checks, from arithmetic alone (nothing is allocated and no caller memory is read),
+/// that a bank of `dtype` holding `n` rows of `k` values can be made on `dev` and that a
+/// product of `m` rows can be planned against it, as [`Matmul::new`] plans it.
+pub fn check_plan(dev: &Device, dtype: Dtype, n: u32, k: u32, m: u32) -> Result<()> {
+    weight_shape(n, k, dtype == Dtype::Int4)?;
+    elements("x", m, k)?;
+    elements("y", m, n)?;
+    let (out, rows) = match dtype {
+        Dtype::Fp16 | Dtype::Bf16 => (OutType::Fp32, Some(m)),
+        Dtype::Int8 => (OutType::Int32, Some(m)),
+        // int4 weights run twice as many int8 activation rows (W4A8).
+        Dtype::Int4 => (OutType::Int32, m.checked_mul(2)),
+        other => {
+            return Err(Failure {
+                code: Code::Unsupported,
+                message: format!("{} weights have no C API", other.name()),
+            });
+        }
+    };
+    let rows = rows.ok_or_else(|| Failure {
+        code: Code::Unsupported,
+        message: format!("{m} rows of int4 products (they run 2 * m rows)"),
+    })?;
+    let layout = WeightLayout::new(k, n, dtype)?;
+    Plan::for_layout(&layout, rows, out, dev.cores())?;
+    Ok(())
+}
+
 impl RknpuWeights {
     fn new(bank: WeightBank, n: u32, k: u32) -> RknpuWeights {
         RknpuWeights {
@@ -310,11 +339,10 @@ impl RknpuWeights {
         Ok(RknpuWeights::new(bank, n, k))
     }
 
-    /// fp16 weights (`n` rows of `k` binary16 bit patterns).
-    pub fn f16(dev: &RknpuDevice, w: &[u16], n: u32, k: u32) -> Result<Self> {
+    /// fp16 weights (`n` rows of `k` values), packed from `w` without a copy.
+    pub fn f16(dev: &RknpuDevice, w: &[half::f16], n: u32, k: u32) -> Result<Self> {
         weight_shape(n, k, false)?;
-        let w: Vec<half::f16> = w.iter().map(|&b| half::f16::from_bits(b)).collect();
-        let bank = WeightBank::from_f16_nk(&dev.device, n, k, &w)?;
+        let bank = WeightBank::from_f16_nk(&dev.device, n, k, w)?;
         Ok(RknpuWeights::new(bank, n, k))
     }
 
@@ -344,6 +372,12 @@ impl RknpuWeights {
         body(mm)
     }
 
+    /// Plans the product of `m` rows (or finds its plan cached), so that a shape the
+    /// library refuses is refused before any caller memory is read.
+    pub fn prepare(&self, m: u32) -> Result<()> {
+        self.with_plan(m, |_| Ok(()))
+    }
+
     /// `y = x · wᵀ` for `m` rows of f32, contiguous.
     pub fn mul_mat(&self, x: &[f32], m: u32, y: &mut [f32]) -> Result<()> {
         self.with_plan(m, |mm| Ok(mm.mul_mat(x, y)?))
@@ -357,6 +391,8 @@ impl RknpuWeights {
         let (k, n) = (self.k as usize, self.n as usize);
         let rows = m as usize;
         let out_len = elements("y", m, self.n)?;
+        // Plan first: a refused m must not cost a gather of m rows.
+        self.prepare(m)?;
         let mut out = Vec::new();
         let dense = y_stride == n;
         let target: &mut [f32] = if dense {
