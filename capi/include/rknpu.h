@@ -5,7 +5,9 @@
  *
  * Every int-returning function returns 0 on success and one of the negative
  * RKNPU_ERR_ codes below otherwise, with a message in rknpu_last_error().
- * Pointer arguments must not be NULL unless a comment says so. See docs/capi.md.
+ * Pointer arguments must not be NULL unless a comment says so. Handles are not
+ * addresses but entries of a table: a freed, twice-freed or wrong-kind handle is
+ * RKNPU_ERR_ARG. See docs/capi.md.
  */
 #ifndef RKNPU_H
 #define RKNPU_H
@@ -44,8 +46,10 @@ typedef struct rknpu_batch rknpu_batch;
 int rknpu_open(const char *spec, rknpu_device **out);
 
 /* Releases a device handle (NULL is ignored). Weights made on it stay valid: */
-/* the node closes when the last of them is freed too. */
-void rknpu_close(rknpu_device *dev);
+/* the node closes when the last of them is freed too. Returns 0, or */
+/* RKNPU_ERR_ARG for a handle that is not a live device handle (closed */
+/* already, or of another kind). */
+int rknpu_close(rknpu_device *dev);
 
 /* int8 weights: w holds n rows (output channels) of k values, row-major, as */
 /* ggml's src0; scale holds n finite floats, one per row. rknpu_mul_mat */
@@ -80,8 +84,9 @@ int rknpu_ggml_supported(rknpu_device *dev, uint32_t type, uint32_t n, uint32_t 
 int rknpu_weights_ggml(rknpu_device *dev, uint32_t type, const void *data, size_t size,
                        uint32_t n, uint32_t k, rknpu_weights **out);
 
-/* Frees weights and the plans cached with them (NULL is ignored). */
-void rknpu_weights_free(rknpu_weights *w);
+/* Frees weights and the plans cached with them (NULL is ignored). Returns 0, */
+/* or RKNPU_ERR_ARG for a handle that is not a live weights handle. */
+int rknpu_weights_free(rknpu_weights *w);
 
 /* y[m][n] = x[m][k] . w^T (ggml's mul_mat): x holds m rows of k floats and y */
 /* receives m rows of n floats, both row-major; any m >= 1. The plans of the */
@@ -108,8 +113,9 @@ int rknpu_batch_new(rknpu_weights *const *ws, uint32_t count, uint32_t m,
 int rknpu_batch_mul_mat(rknpu_batch *b, uint32_t x_type, const void *x, size_t x_stride,
                         float *const *ys, const size_t *y_strides);
 
-/* Frees a batch and its plans and buffers (NULL is ignored). */
-void rknpu_batch_free(rknpu_batch *b);
+/* Frees a batch and its plans and buffers (NULL is ignored). Returns 0, or */
+/* RKNPU_ERR_ARG for a handle that is not a live batch handle. */
+int rknpu_batch_free(rknpu_batch *b);
 
 /* The message of the last error on the calling thread ("" when the last call */
 /* succeeded), NUL-terminated, valid until the thread's next rknpu_ call. */

@@ -31,10 +31,12 @@ pub const FUNCTIONS: &[Function] = &[
     },
     Function {
         name: "rknpu_close",
-        prototype: "void rknpu_close(rknpu_device *dev)",
+        prototype: "int rknpu_close(rknpu_device *dev)",
         doc: &[
             "Releases a device handle (NULL is ignored). Weights made on it stay valid:",
-            "the node closes when the last of them is freed too.",
+            "the node closes when the last of them is freed too. Returns 0, or",
+            "RKNPU_ERR_ARG for a handle that is not a live device handle (closed",
+            "already, or of another kind).",
         ],
     },
     Function {
@@ -87,8 +89,11 @@ pub const FUNCTIONS: &[Function] = &[
     },
     Function {
         name: "rknpu_weights_free",
-        prototype: "void rknpu_weights_free(rknpu_weights *w)",
-        doc: &["Frees weights and the plans cached with them (NULL is ignored)."],
+        prototype: "int rknpu_weights_free(rknpu_weights *w)",
+        doc: &[
+            "Frees weights and the plans cached with them (NULL is ignored). Returns 0,",
+            "or RKNPU_ERR_ARG for a handle that is not a live weights handle.",
+        ],
     },
     Function {
         name: "rknpu_mul_mat",
@@ -130,8 +135,11 @@ pub const FUNCTIONS: &[Function] = &[
     },
     Function {
         name: "rknpu_batch_free",
-        prototype: "void rknpu_batch_free(rknpu_batch *b)",
-        doc: &["Frees a batch and its plans and buffers (NULL is ignored)."],
+        prototype: "int rknpu_batch_free(rknpu_batch *b)",
+        doc: &[
+            "Frees a batch and its plans and buffers (NULL is ignored). Returns 0, or",
+            "RKNPU_ERR_ARG for a handle that is not a live batch handle.",
+        ],
     },
     Function {
         name: "rknpu_last_error",
@@ -152,7 +160,9 @@ const BANNER: &[&str] = &[
     " *",
     " * Every int-returning function returns 0 on success and one of the negative",
     " * RKNPU_ERR_ codes below otherwise, with a message in rknpu_last_error().",
-    " * Pointer arguments must not be NULL unless a comment says so. See docs/capi.md.",
+    " * Pointer arguments must not be NULL unless a comment says so. Handles are not",
+    " * addresses but entries of a table: a freed, twice-freed or wrong-kind handle is",
+    " * RKNPU_ERR_ARG. See docs/capi.md.",
     " */",
     "#ifndef RKNPU_H",
     "#define RKNPU_H",

@@ -26,6 +26,7 @@
 pub mod batch;
 #[allow(unsafe_code)]
 pub mod ffi;
+pub mod handle;
 pub mod header;
 
 pub use batch::RknpuBatch;

@@ -1,8 +1,9 @@
 //! `include/rknpu.h` is the text the declaration table generates, and the table names
 //! exactly the exported functions, with the signatures its prototypes describe.
 
+use rknpu::handle::{BatchHandle, DeviceHandle, WeightsHandle};
 use rknpu::header::{FUNCTIONS, header};
-use rknpu::{Code, RknpuBatch, RknpuDevice, RknpuWeights, ffi};
+use rknpu::{Code, ffi};
 use std::collections::BTreeSet;
 use std::ffi::{c_char, c_int, c_void};
 
@@ -25,57 +26,57 @@ fn header_file_is_current() {
 /// Each exported function, by name, coerced to the Rust signature of its C prototype: a
 /// function missing from `ffi`, or one whose signature changed, does not compile.
 fn exported() -> Vec<(&'static str, usize)> {
-    type Open = unsafe extern "C" fn(*const c_char, *mut *mut RknpuDevice) -> c_int;
-    type Close = unsafe extern "C" fn(*mut RknpuDevice);
+    type Open = unsafe extern "C" fn(*const c_char, *mut *mut DeviceHandle) -> c_int;
+    type Close = extern "C" fn(*mut DeviceHandle) -> c_int;
     type I8 = unsafe extern "C" fn(
-        *mut RknpuDevice,
+        *mut DeviceHandle,
         *const i8,
         *const f32,
         u32,
         u32,
-        *mut *mut RknpuWeights,
+        *mut *mut WeightsHandle,
     ) -> c_int;
     type I4 = unsafe extern "C" fn(
-        *mut RknpuDevice,
+        *mut DeviceHandle,
         *const u8,
         *const f32,
         u32,
         u32,
-        *mut *mut RknpuWeights,
+        *mut *mut WeightsHandle,
     ) -> c_int;
     type F16 = unsafe extern "C" fn(
-        *mut RknpuDevice,
+        *mut DeviceHandle,
         *const u16,
         u32,
         u32,
-        *mut *mut RknpuWeights,
+        *mut *mut WeightsHandle,
     ) -> c_int;
-    type Free = unsafe extern "C" fn(*mut RknpuWeights);
-    type MulMat = unsafe extern "C" fn(*mut RknpuWeights, *const f32, u32, *mut f32) -> c_int;
+    type Free = extern "C" fn(*mut WeightsHandle) -> c_int;
+    type MulMat = unsafe extern "C" fn(*mut WeightsHandle, *const f32, u32, *mut f32) -> c_int;
     type LastError = extern "C" fn() -> *const c_char;
-    type Supported = unsafe extern "C" fn(*mut RknpuDevice, u32, u32, u32, u32) -> c_int;
+    type Supported = extern "C" fn(*mut DeviceHandle, u32, u32, u32, u32) -> c_int;
     type Ggml = unsafe extern "C" fn(
-        *mut RknpuDevice,
+        *mut DeviceHandle,
         u32,
         *const c_void,
         usize,
         u32,
         u32,
-        *mut *mut RknpuWeights,
+        *mut *mut WeightsHandle,
     ) -> c_int;
     type BatchNew =
-        unsafe extern "C" fn(*const *mut RknpuWeights, u32, u32, *mut *mut RknpuBatch) -> c_int;
+        unsafe extern "C" fn(*const *mut WeightsHandle, u32, u32, *mut *mut BatchHandle) -> c_int;
     type BatchMulMat = unsafe extern "C" fn(
-        *mut RknpuBatch,
+        *mut BatchHandle,
         u32,
         *const c_void,
         usize,
         *const *mut f32,
         *const usize,
     ) -> c_int;
-    type BatchFree = unsafe extern "C" fn(*mut RknpuBatch);
+    type BatchFree = extern "C" fn(*mut BatchHandle) -> c_int;
     type MulMatEx = unsafe extern "C" fn(
-        *mut RknpuWeights,
+        *mut WeightsHandle,
         u32,
         *const c_void,
         usize,

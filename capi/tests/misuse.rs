@@ -7,8 +7,9 @@
 //! fail before reading it.
 #![allow(unsafe_code)]
 
+use rknpu::Code;
 use rknpu::ffi::*;
-use rknpu::{Code, RknpuDevice, RknpuWeights};
+use rknpu::handle::{DeviceHandle, WeightsHandle};
 use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;
 
@@ -22,7 +23,7 @@ fn last_error() -> String {
 }
 
 /// Opens the emulated NPU.
-fn open_emu() -> *mut RknpuDevice {
+fn open_emu() -> *mut DeviceHandle {
     let mut dev = null_mut();
     // SAFETY: a NUL-terminated spec and a pointer to a local.
     let rc = unsafe { rknpu_open(c"emu".as_ptr(), &mut dev) };
@@ -31,7 +32,7 @@ fn open_emu() -> *mut RknpuDevice {
 }
 
 /// fp16 weights of `n` × `k` ones.
-fn f16_weights(dev: *mut RknpuDevice, n: u32, k: u32) -> *mut RknpuWeights {
+fn f16_weights(dev: *mut DeviceHandle, n: u32, k: u32) -> *mut WeightsHandle {
     let w = vec![0x3c00u16; (n * k) as usize];
     let mut out = null_mut();
     // SAFETY: `w` holds n * k values; `out` is a local.
@@ -89,8 +90,7 @@ fn huge_weight_shapes_are_refused_before_reading() {
     };
     refused(rc, "ggml");
     assert!(out.is_null());
-    // SAFETY: `dev` is live and closed once.
-    unsafe { rknpu_close(dev) };
+    rknpu_close(dev);
 }
 
 /// A huge row count against real weights, with a one-row buffer: the plan is refused
@@ -124,9 +124,139 @@ fn huge_row_counts_are_refused_before_reading() {
     let rc = unsafe { rknpu_mul_mat(w, x.as_ptr().cast(), m, y.as_mut_ptr()) };
     refused(rc, "mul_mat");
     assert!(y.iter().all(|&v| v == 0.0), "y was written");
-    // SAFETY: the handles are live and released once.
-    unsafe {
-        rknpu_weights_free(w);
-        rknpu_close(dev);
+    rknpu_weights_free(w);
+    rknpu_close(dev);
+}
+
+/// Expects `rc` to be `RKNPU_ERR_ARG` with a message containing `words`.
+fn arg_error(rc: i32, words: &str) {
+    let message = last_error();
+    assert_eq!(rc, Code::Arg as i32, "{message}");
+    assert!(message.contains(words), "{message:?} lacks {words:?}");
+}
+
+/// A weights handle used after it was freed, and freed twice, is an argument error;
+/// the device handle keeps working, and a new handle in the freed slot is not taken for
+/// the old one.
+#[test]
+fn use_after_free_and_double_free_are_errors() {
+    let dev = open_emu();
+    let (n, k) = (32u32, 64u32);
+    let w = f16_weights(dev, n, k);
+    let x = vec![0.5f32; k as usize];
+    let mut y = vec![0f32; n as usize];
+    // SAFETY: `x` holds one row of k floats and `y` one row of n.
+    let rc = unsafe { rknpu_mul_mat(w, x.as_ptr(), 1, y.as_mut_ptr()) };
+    assert_eq!(rc, 0, "{}", last_error());
+    assert!(y.iter().all(|&v| v == 32.0), "{y:?}");
+    assert_eq!(rknpu_weights_free(w), 0);
+    y.fill(0.0);
+    // SAFETY: as above; `w` is stale, which the call detects.
+    let rc = unsafe { rknpu_mul_mat(w, x.as_ptr(), 1, y.as_mut_ptr()) };
+    arg_error(rc, "not a live handle");
+    assert!(y.iter().all(|&v| v == 0.0), "a stale handle wrote y");
+    arg_error(rknpu_weights_free(w), "not a live handle");
+    // A new handle may reuse the slot: the old value still names nothing.
+    let w2 = f16_weights(dev, n, k);
+    assert_ne!(w2, w);
+    arg_error(rknpu_weights_free(w), "not a live handle");
+    // SAFETY: as above.
+    let rc = unsafe { rknpu_mul_mat(w2, x.as_ptr(), 1, y.as_mut_ptr()) };
+    assert_eq!(rc, 0, "{}", last_error());
+    assert_eq!(rknpu_weights_free(w2), 0);
+    assert_eq!(rknpu_close(dev), 0);
+    arg_error(rknpu_close(dev), "not a live handle");
+    // NULL stays a no-op for every free function.
+    assert_eq!(rknpu_close(null_mut()), 0);
+    assert_eq!(rknpu_weights_free(null_mut()), 0);
+}
+
+/// A handle of one kind where another is expected is an argument error naming both
+/// kinds, and the handle stays live.
+#[test]
+fn wrong_kind_handles_are_errors() {
+    let dev = open_emu();
+    let w = f16_weights(dev, 32, 64);
+    let as_weights: *mut WeightsHandle = dev.cast();
+    let as_device: *mut DeviceHandle = w.cast();
+    arg_error(
+        rknpu_weights_free(as_weights),
+        "a device handle, not a weights",
+    );
+    arg_error(rknpu_close(as_device), "a weights handle, not a device");
+    arg_error(
+        rknpu_batch_free(w.cast()),
+        "a weights handle, not a batch handle",
+    );
+    let mut out = null_mut();
+    let v = [0u16; 64];
+    // SAFETY: `v` holds 64 values for a 1 x 64 shape.
+    let rc = unsafe { rknpu_weights_f16(as_device, v.as_ptr(), 1, 64, &mut out) };
+    arg_error(rc, "not a device handle");
+    let x = [0f32; 64];
+    let mut y = [0f32; 32];
+    // SAFETY: `x` and `y` hold one row each.
+    let rc = unsafe { rknpu_mul_mat(as_weights, x.as_ptr(), 1, y.as_mut_ptr()) };
+    arg_error(rc, "not a weights handle");
+    // Both handles survived the misuse.
+    assert_eq!(rknpu_weights_free(w), 0);
+    assert_eq!(rknpu_close(dev), 0);
+}
+
+/// Values C never got from the library, NULL aside, are refused, not dereferenced:
+/// handles are not addresses.
+#[test]
+fn forged_handles_are_errors() {
+    let mut local = 0u64;
+    let forged: *mut WeightsHandle = (&raw mut local).cast();
+    arg_error(rknpu_weights_free(forged), "not a live handle");
+    let huge: *mut DeviceHandle = std::ptr::without_provenance_mut(usize::MAX);
+    arg_error(rknpu_close(huge), "not a live handle");
+    let x = [0f32; 4];
+    let mut y = [0f32; 4];
+    // SAFETY: the buffers are valid; the handle is not, which the call detects.
+    let rc = unsafe { rknpu_mul_mat(forged, x.as_ptr(), 1, y.as_mut_ptr()) };
+    arg_error(rc, "not a live handle");
+    assert_eq!(local, 0);
+}
+
+/// Freeing a weights handle while other threads multiply with it never crashes: each
+/// call either ran on the weights (a correct result) or found the handle gone.
+#[test]
+fn free_racing_calls_is_defined() {
+    let dev = open_emu();
+    let (n, k) = (32u32, 64u32);
+    for _ in 0..4 {
+        let w = f16_weights(dev, n, k);
+        let addr = w.addr();
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let w: *mut WeightsHandle = std::ptr::without_provenance_mut(addr);
+                    let x = vec![1f32; k as usize];
+                    let mut outcomes = (0, 0);
+                    for _ in 0..20 {
+                        let mut y = vec![0f32; n as usize];
+                        // SAFETY: `x` and `y` hold one row each.
+                        let rc = unsafe { rknpu_mul_mat(w, x.as_ptr(), 1, y.as_mut_ptr()) };
+                        if rc == 0 {
+                            assert!(y.iter().all(|&v| v == 64.0), "{y:?}");
+                            outcomes.0 += 1;
+                        } else {
+                            arg_error(rc, "not a live handle");
+                            outcomes.1 += 1;
+                        }
+                    }
+                    outcomes
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert_eq!(rknpu_weights_free(w), 0);
+        for t in threads {
+            let (ok, gone) = t.join().expect("no panic");
+            assert_eq!(ok + gone, 20);
+        }
     }
+    assert_eq!(rknpu_close(dev), 0);
 }
