@@ -25,6 +25,8 @@ typedef struct rknpu_device rknpu_device;
 typedef struct rknpu_weights rknpu_weights;
 /* Products against several weights sharing one input, run as one job. */
 typedef struct rknpu_batch rknpu_batch;
+/* A product running asynchronously (rknpu_mul_mat_submit, rknpu_batch_submit). */
+typedef struct rknpu_job rknpu_job;
 
 /* An argument is invalid: a NULL pointer, a zero size, an odd k for int4, n * k or m * k too large, a scale that is not finite. */
 #define RKNPU_ERR_ARG (-1)
@@ -38,6 +40,10 @@ typedef struct rknpu_batch rknpu_batch;
 #define RKNPU_ERR_NOT_FOUND (-5)
 /* Any other failure of the library. */
 #define RKNPU_ERR_INTERNAL (-6)
+/* The w_type of rknpu_mul_mat_supported for rknpu_weights_i8 weights. */
+#define RKNPU_WEIGHTS_I8 (256u)
+/* The w_type of rknpu_mul_mat_supported for rknpu_weights_i4 weights. */
+#define RKNPU_WEIGHTS_I4 (257u)
 
 /* Opens an NPU into *out. spec NULL or "": the device RKNPU_DEVICE names, or */
 /* else the board's NPU node; "emu", "emu:rocket", "emu:vendor-0.9.6": an */
@@ -116,6 +122,41 @@ int rknpu_batch_mul_mat(rknpu_batch *b, uint32_t x_type, const void *x, size_t x
 /* Frees a batch and its plans and buffers (NULL is ignored). Returns 0, or */
 /* RKNPU_ERR_ARG for a handle that is not a live batch handle. */
 int rknpu_batch_free(rknpu_batch *b);
+
+/* Whether a product of m rows of ggml type x_type (F32, F16 or BF16) runs */
+/* against n rows of k weights of w_type: RKNPU_WEIGHTS_I8 (rknpu_weights_i8), */
+/* RKNPU_WEIGHTS_I4 (rknpu_weights_i4) or a ggml type code as */
+/* rknpu_weights_ggml takes it (F16 is also rknpu_weights_f16's bank). 0 if so, */
+/* else RKNPU_ERR_UNSUPPORTED or RKNPU_ERR_ARG with the reason. Arithmetic */
+/* only: allocates nothing. A backend's supports_op asks this. */
+int rknpu_mul_mat_supported(rknpu_device *dev, uint32_t w_type, uint32_t x_type,
+                            uint32_t n, uint32_t k, uint32_t m);
+
+/* rknpu_mul_mat_ex started asynchronously: returns once x is copied and the */
+/* product planned, with a job in *out. y is written by rknpu_job_wait (never */
+/* by a worker thread), so it must stay valid until the job is waited for or */
+/* freed. Products on one weights handle still take turns. */
+int rknpu_mul_mat_submit(rknpu_weights *w, uint32_t x_type, const void *x,
+                         size_t x_stride, uint32_t m, float *y, size_t y_stride,
+                         rknpu_job **out);
+
+/* rknpu_batch_mul_mat started asynchronously, as rknpu_mul_mat_submit: x is */
+/* copied, and each ys[j] is written by rknpu_job_wait. */
+int rknpu_batch_submit(rknpu_batch *b, uint32_t x_type, const void *x, size_t x_stride,
+                       float *const *ys, const size_t *y_strides, rknpu_job **out);
+
+/* 1 if the job has ended (rknpu_job_wait returns at once), 0 while it runs, */
+/* RKNPU_ERR_ARG for a handle that is not a live job. */
+int rknpu_job_done(rknpu_job *job);
+
+/* Waits for the job and writes its results to the outputs given at */
+/* submission: 0, or the product's error (nothing written). A job is waited */
+/* for once; a second wait is RKNPU_ERR_ARG. Free the job afterwards. */
+int rknpu_job_wait(rknpu_job *job);
+
+/* Frees a job (NULL is ignored). A job still running is detached: it ends on */
+/* its own and its outputs are never written. Returns 0 or RKNPU_ERR_ARG. */
+int rknpu_job_free(rknpu_job *job);
 
 /* The message of the last error on the calling thread ("" when the last call */
 /* succeeded), NUL-terminated, valid until the thread's next rknpu_ call. */

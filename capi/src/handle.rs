@@ -19,7 +19,7 @@
 //! on a 64-bit system, 2^16 on a 32-bit one, when the generation wraps) is taken as
 //! that handle.
 
-use crate::{Failure, Result, RknpuBatch, RknpuDevice, RknpuWeights};
+use crate::{Failure, Job, Result, RknpuBatch, RknpuDevice, RknpuWeights};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// `rknpu_device` in C: an opaque type a device handle points to (never dereferenced).
@@ -40,12 +40,19 @@ pub struct BatchHandle {
     _opaque: [u8; 0],
 }
 
+/// `rknpu_job` in C: an opaque type a job handle points to.
+#[repr(C)]
+pub struct JobHandle {
+    _opaque: [u8; 0],
+}
+
 /// An object the table holds.
 #[derive(Clone, Debug)]
 enum Object {
     Device(Arc<RknpuDevice>),
     Weights(Arc<RknpuWeights>),
     Batch(Arc<RknpuBatch>),
+    Job(Arc<Job>),
 }
 
 impl Object {
@@ -54,6 +61,7 @@ impl Object {
             Object::Device(_) => "a device",
             Object::Weights(_) => "a weights",
             Object::Batch(_) => "a batch",
+            Object::Job(_) => "a job",
         }
     }
 }
@@ -98,6 +106,7 @@ macro_rules! handle {
 handle!(DeviceHandle, RknpuDevice, Device, "a device");
 handle!(WeightsHandle, RknpuWeights, Weights, "a weights");
 handle!(BatchHandle, RknpuBatch, Batch, "a batch");
+handle!(JobHandle, Job, Job, "a job");
 
 /// Bits of a handle that hold its slot (plus one, so no handle is NULL); the rest hold
 /// the slot's generation.
@@ -145,7 +154,12 @@ fn decode(value: usize) -> Option<(usize, usize)> {
 
 /// Stores `value` and returns its new handle.
 pub fn insert<H: Handle>(value: H::Target) -> Result<*mut H> {
-    let object = H::wrap(Arc::new(value));
+    insert_arc::<H>(Arc::new(value))
+}
+
+/// Stores a shared `value` and returns its new handle.
+pub fn insert_arc<H: Handle>(value: Arc<H::Target>) -> Result<*mut H> {
+    let object = H::wrap(value);
     let mut t = table();
     let slot = match t.free.pop() {
         Some(slot) => slot,

@@ -4,8 +4,11 @@
 //! matrix once with `rknpu_weights_i8`, `rknpu_weights_i4`, `rknpu_weights_f16` or, from
 //! ggml's raw block data of any type the library converts, `rknpu_weights_ggml`, and runs
 //! `rknpu_mul_mat` (or `rknpu_mul_mat_ex`, for f16 or strided rows) for any number of
-//! activation rows against it; `rknpu_ggml_supported` says beforehand whether a shape runs,
-//! and `rknpu_batch_*` runs several weights that share one input as one job. docs/capi.md
+//! activation rows against it; `rknpu_mul_mat_supported` (and `rknpu_ggml_supported`)
+//! says beforehand whether a shape runs, `rknpu_batch_*` runs several weights that share
+//! one input as one job, and `rknpu_mul_mat_submit` / `rknpu_batch_submit` start products
+//! that `rknpu_job_wait` collects. Handles are entries of a table ([`handle`]), so a freed
+//! or wrong-kind handle is an error code rather than undefined behaviour. docs/capi.md
 //! describes building, linking, the functions, the error codes and thread safety.
 //!
 //! The crate is split so that `unsafe` stays in one place: [`ffi`] holds the exported
@@ -19,7 +22,7 @@
 //! that text (`UPDATE_FIXTURES=1` rewrites it, as the project's other golden files) and
 //! checks the table's names against the exported functions and their signatures. This
 //! adds no build dependency (cbindgen would add a parser and many crates to every CI
-//! build, for fourteen functions), and the comments in the header are the table's.
+//! build, for twenty functions), and the comments in the header are the table's.
 
 #![deny(unsafe_code)]
 
@@ -28,8 +31,10 @@ pub mod batch;
 pub mod ffi;
 pub mod handle;
 pub mod header;
+pub mod job;
 
 pub use batch::RknpuBatch;
+pub use job::Job;
 
 use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
@@ -194,15 +199,19 @@ pub fn call(body: impl FnOnce() -> Result<()>) -> i32 {
             f.code as i32
         }
         Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
-            set_last_error(&format!("panic in rknpu: {what}"));
+            set_last_error(&format!("panic in rknpu: {}", panic_message(&*payload)));
             Code::Panic as i32
         }
     }
+}
+
+/// The message of a panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
 }
 
 /// A pointer to the calling thread's last error message, valid until the message is
@@ -554,6 +563,35 @@ pub fn ggml_type(code: u32) -> Result<GgmlType> {
         code: Code::Unsupported,
         message: format!("ggml type code {code} is not one this library knows"),
     })
+}
+
+/// The `w_type` of `rknpu_mul_mat_supported` for int8 weights (`rknpu_weights_i8`),
+/// beside ggml's type codes (all below 256).
+pub const WEIGHTS_I8: u32 = 256;
+/// The `w_type` of `rknpu_mul_mat_supported` for int4 weights (`rknpu_weights_i4`).
+pub const WEIGHTS_I4: u32 = 257;
+
+/// Whether a product of `m` rows of activations of ggml type `x_type` runs against
+/// `n` × `k` weights of `w_type` on `dev`: [`WEIGHTS_I8`], [`WEIGHTS_I4`], or a ggml
+/// type code as `rknpu_weights_ggml` takes it (F16 is also what `rknpu_weights_f16`
+/// makes). Arithmetic only: nothing is allocated.
+pub fn mul_mat_supported(
+    dev: &RknpuDevice,
+    w_type: u32,
+    x_type: u32,
+    (n, k, m): (u32, u32, u32),
+) -> Result<()> {
+    XType::from_code(x_type)?;
+    match w_type {
+        WEIGHTS_I8 => check_plan(&dev.device, Dtype::Int8, n, k, m),
+        WEIGHTS_I4 => check_plan(&dev.device, Dtype::Int4, n, k, m),
+        ty => {
+            ggml_supported(dev, ty, n, k, m)?;
+            elements("x", m, k)?;
+            elements("y", m, n)?;
+            Ok(())
+        }
+    }
 }
 
 /// Whether `rknpu_weights_ggml` takes an `n` × `k` tensor of type code `ty` on `dev` and
