@@ -386,6 +386,13 @@ pub unsafe extern "C" fn rknpu_batch_new(
         if count == 0 {
             return Err(Failure::arg("count is zero"));
         }
+        // SAFETY: `ws` holds `count` pointers, so at least one (the C contract; `count`
+        // is not zero, checked).
+        let first = handle::get(unsafe { ws.read() }, "ws[0]")?;
+        // Members share the first one's k: plan m against it before reading the rest of
+        // `ws`, so a refused m reads one entry, whatever `count` claims.
+        let dtype = first.bank.layout().dtype;
+        crate::check_plan(first.bank.device(), dtype, first.n, first.k, m)?;
         // SAFETY: `ws` holds `count` pointers (the C contract).
         let ptrs = unsafe { std::slice::from_raw_parts(ws, count as usize) };
         let handles = ptrs

@@ -260,3 +260,22 @@ fn free_racing_calls_is_defined() {
     }
     assert_eq!(rknpu_close(dev), 0);
 }
+
+/// A batch of a huge row count is refused after reading only its first member, whatever
+/// count is claimed: the plan of m is checked before the rest of the array is read.
+#[test]
+fn huge_batches_are_refused_before_reading_the_members() {
+    let dev = open_emu();
+    let w = f16_weights(dev, 32, 64);
+    let ws = [w];
+    let mut b = null_mut();
+    // SAFETY: `ws` holds one handle though 1000 are claimed: the call must refuse m
+    // after the first entry (reading further would be the bug this test catches, and
+    // would report the garbage entry as a handle error instead).
+    let rc = unsafe { rknpu_batch_new(ws.as_ptr(), 1000, 1 << 30, &mut b) };
+    let message = refused(rc, "batch");
+    assert_eq!(rc, Code::Unsupported as i32, "{message}");
+    assert!(b.is_null());
+    assert_eq!(rknpu_weights_free(w), 0);
+    assert_eq!(rknpu_close(dev), 0);
+}
