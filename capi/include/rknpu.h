@@ -28,7 +28,7 @@ typedef struct rknpu_batch rknpu_batch;
 /* A product running asynchronously (rknpu_mul_mat_submit, rknpu_batch_submit). */
 typedef struct rknpu_job rknpu_job;
 
-/* An argument is invalid: a NULL pointer, a zero size, an odd k for int4, n * k or m * k too large, a scale that is not finite. */
+/* An argument is invalid: a NULL pointer, a zero size, an odd k for int4, n * k or m * k too large, a scale that is not finite, a handle that is not live (freed already) or of the wrong kind. */
 #define RKNPU_ERR_ARG (-1)
 /* The device failed or refused a request (an ioctl error, a timeout, an unsupported driver). */
 #define RKNPU_ERR_DEVICE (-2)

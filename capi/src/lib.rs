@@ -93,7 +93,8 @@ impl Code {
         match self {
             Code::Arg => {
                 "An argument is invalid: a NULL pointer, a zero size, an odd k for int4, \
-                 n * k or m * k too large, a scale that is not finite."
+                 n * k or m * k too large, a scale that is not finite, a handle that is \
+                 not live (freed already) or of the wrong kind."
             }
             Code::Device => {
                 "The device failed or refused a request (an ioctl error, a timeout, an \
