@@ -354,3 +354,78 @@ fn supported_answers_what_the_library_accepts() {
     );
     assert_eq!(rknpu_close(dev), 0);
 }
+
+/// The largest `k` the query accepts for `w_type` (n = 32, m = 1), by bisection.
+fn k_limit(dev: *mut DeviceHandle, w_type: u32) -> u32 {
+    let (mut lo, mut hi) = (32u32, 1u32 << 30);
+    assert_eq!(rknpu_mul_mat_supported(dev, w_type, F32, 32, lo, 1), 0);
+    assert_ne!(rknpu_mul_mat_supported(dev, w_type, F32, 32, hi, 1), 0);
+    while hi - lo > 2 {
+        let mid = (lo + (hi - lo) / 2) & !1;
+        if rknpu_mul_mat_supported(dev, w_type, F32, 32, mid, 1) == 0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// At the limits the query finds, the constructors and products give the same answers:
+/// the largest int4 k is packed and runs, the next is refused with the query's code
+/// (before the short buffer passed is read), and so are a row count past the plan's
+/// limit and an fp16 k past the layout's.
+#[test]
+fn supported_is_exact_at_the_limits() {
+    let dev = open_emu();
+    let k = k_limit(dev, WEIGHTS_I4);
+    let past = k + 2;
+    let refused = rknpu_mul_mat_supported(dev, WEIGHTS_I4, F32, 32, past, 1);
+    assert_ne!(refused, 0);
+    let scale = [0.5f32; 32];
+    let packed = vec![0x11u8; 32 * past as usize / 2];
+    let mut w = null_mut();
+    // SAFETY: `packed` holds 32 rows of past / 2 bytes; `scale` 32 floats.
+    let rc = unsafe { rknpu_weights_i4(dev, packed.as_ptr(), scale.as_ptr(), 32, past, &mut w) };
+    assert_eq!(rc, refused, "{}", last_error());
+    // SAFETY: as above, with k / 2 bytes a row (the first 32 * k / 2 bytes).
+    let rc = unsafe { rknpu_weights_i4(dev, packed.as_ptr(), scale.as_ptr(), 32, k, &mut w) };
+    assert_eq!(rc, 0, "k {k}: {}", last_error());
+    let x = vec![1f32; k as usize];
+    let mut y = vec![0f32; 32];
+    // SAFETY: one row of k floats, one of 32.
+    let rc = unsafe { rknpu_mul_mat(w, x.as_ptr(), 1, y.as_mut_ptr()) };
+    assert_eq!(rc, 0, "{}", last_error());
+    // Every weight is 1 (nibbles 0x1) and x is 1: each sum is k · 0.5, up to the
+    // quantisation of x, which 1.0 survives exactly.
+    assert!(y.iter().all(|&v| v == k as f32 * 0.5), "{:?}", &y[..4]);
+    assert_eq!(rknpu_weights_free(w), 0);
+
+    // fp16: the k past the limit is refused by the constructor as by the query.
+    let k16 = k_limit(dev, F16) + 2;
+    let q = rknpu_mul_mat_supported(dev, F16, F32, 32, k16, 1);
+    let tiny = [0u16; 8];
+    // SAFETY: `tiny` is short on purpose: the shape is refused before it is read.
+    let rc = unsafe { rknpu_weights_f16(dev, tiny.as_ptr(), 32, k16, &mut w) };
+    assert_eq!((rc, q != 0), (q, true), "{}", last_error());
+
+    // Rows: the first m the query refuses is refused by the product with its code.
+    let w16 = weights(dev, &mut Rng::from_seed(1), 32, 64, false);
+    let (mut lo, mut hi) = (1u32, u32::MAX);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if rknpu_mul_mat_supported(dev, F32, F32, 32, 64, mid) == 0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let q = rknpu_mul_mat_supported(dev, F32, F32, 32, 64, hi);
+    let row = [0f32; 64];
+    let mut out = [0f32; 32];
+    // SAFETY: one row each, for `hi` claimed rows: refused before reading.
+    let rc = unsafe { rknpu_mul_mat(w16, row.as_ptr(), hi, out.as_mut_ptr()) };
+    assert_eq!(rc, q, "m {hi}: {}", last_error());
+    assert_eq!(rknpu_weights_free(w16), 0);
+    assert_eq!(rknpu_close(dev), 0);
+}
