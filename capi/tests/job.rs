@@ -429,3 +429,37 @@ fn supported_is_exact_at_the_limits() {
     assert_eq!(rknpu_weights_free(w16), 0);
     assert_eq!(rknpu_close(dev), 0);
 }
+
+/// A product that fails on its worker (int8 weights refuse a NaN activation) reports
+/// the synchronous call's code and message from the wait, and writes nothing.
+#[test]
+fn a_failing_job_reports_its_error_from_the_wait() {
+    let dev = open_emu();
+    let (n, k) = (32usize, 64usize);
+    let w = weights(dev, &mut Rng::from_seed(2), n, k, true);
+    let mut x = vec![0.5f32; k];
+    x[3] = f32::NAN;
+    let mut y = vec![f32::NAN; n + 3];
+    // SAFETY: one row of k floats, one of n + 3.
+    let want = unsafe {
+        rknpu_mul_mat_ex(
+            w,
+            F32,
+            x.as_ptr().cast(),
+            4 * k,
+            1,
+            y.as_mut_ptr(),
+            4 * (n + 3),
+        )
+    };
+    let want_message = last_error();
+    assert!(want < 0, "a NaN activation on int8 weights ran");
+    let (job, y) = submit(w, &x, 1, n, k);
+    // SAFETY: `y` is alive and unshared.
+    let rc = unsafe { rknpu_job_wait(job) };
+    assert_eq!((rc, last_error()), (want, want_message));
+    assert!(y.iter().all(|v| v.is_nan()), "a failed job wrote y");
+    assert_eq!(rknpu_job_free(job), 0);
+    assert_eq!(rknpu_weights_free(w), 0);
+    assert_eq!(rknpu_close(dev), 0);
+}
