@@ -1,10 +1,11 @@
 //! The exported C functions: the crate's only `unsafe` code.
 //!
-//! Each function checks its pointers for NULL, turns them into references and slices of
-//! the lengths its sizes give (validated by [`crate::elements`] before any slice is
-//! made), and calls the safe function of the crate root inside [`crate::call`], which
-//! catches panics. The C caller's side of each contract is in `include/rknpu.h` and
-//! docs/capi.md.
+//! Each function looks its handles up in the table of [`crate::handle`] (handles are
+//! never dereferenced), checks its data pointers for NULL, validates sizes and plans
+//! what can be planned without data, and only then turns the data pointers into slices
+//! of the lengths its sizes give; it calls the safe functions of the crate inside
+//! [`crate::call`], which catches panics. The C caller's side of each contract is in
+//! `include/rknpu.h` and docs/capi.md.
 
 use crate::handle::{self, BatchHandle, DeviceHandle, Handle, JobHandle, WeightsHandle};
 use crate::job::{Job, Output};
