@@ -3,10 +3,13 @@
  * Makes int8, int4 and fp16 weights from seeded values, runs rknpu_mul_mat for m = 1
  * and m = 5 against each, compares with a reference computed here in double (a
  * relative-error bound: the library quantises x to int8 per row for integer weights and
- * rounds it to fp16 for fp16 weights), checks some error paths, and prints OK last.
+ * rounds it to fp16 for fp16 weights), asks rknpu_mul_mat_supported before making each,
+ * runs the same products asynchronously (rknpu_mul_mat_submit, rknpu_job_wait) and
+ * as one batch job (rknpu_batch_submit) and checks they equal the synchronous ones,
+ * checks error paths and handle misuse, and prints OK last.
  *
  *   cargo build --release -p rknpu-capi
- *   cc -O2 -Icapi/include capi/examples/mul_mat.c -Ltarget/release -lrknpu -o mul_mat
+ *   cc -O2 -Icapi/include capi/examples/mul_mat.c -Ltarget/release -lrknpu -lm -o mul_mat
  *   LD_LIBRARY_PATH=target/release ./mul_mat
  */
 #include <math.h>
@@ -78,6 +81,28 @@ static void check(const char *name, rknpu_weights *w, const double *wref, uint32
     if (!(rel < bound)) fail(name);
 }
 
+/* Runs w against m rows both synchronously and as a job; the results must be equal bit
+ * for bit, and the job must leave y alone until it is waited for. */
+static void check_job(const char *name, rknpu_weights *w, uint32_t m) {
+    static float x[MAX_M * K], y[MAX_M * N], yj[MAX_M * N];
+    for (uint32_t i = 0; i < m * K; i++) x[i] = unit();
+    for (uint32_t i = 0; i < m * N; i++) yj[i] = -1.0f;
+    rknpu_job *job = NULL;
+    if (rknpu_mul_mat_submit(w, 0 /* F32 */, x, K * sizeof(float), m, yj, N * sizeof(float), &job) != 0) {
+        fail(name);
+        return;
+    }
+    /* x may be reused at once: the job copied it. */
+    if (rknpu_mul_mat(w, x, m, y) != 0) fail(name);
+    memset(x, 0, sizeof x);
+    int rc = rknpu_job_wait(job);
+    if (rc != 0) fail(name);
+    if (rknpu_job_wait(job) != RKNPU_ERR_ARG) fail("second wait");
+    if (rknpu_job_free(job) != 0) fail("rknpu_job_free");
+    if (rc == 0 && memcmp(y, yj, m * N * sizeof(float)) != 0) fail("job differs from rknpu_mul_mat");
+    printf("%-5s m=%u: job equals the synchronous product\n", name, m);
+}
+
 int main(void) {
     rknpu_device *dev = NULL;
     if (rknpu_open("emu", &dev) != 0) {
@@ -104,6 +129,13 @@ int main(void) {
         refh[i] = h;
     }
 
+    /* The limits query answers before anything is made, and agrees with what follows. */
+    if (rknpu_mul_mat_supported(dev, RKNPU_WEIGHTS_I8, 0, N, K, MAX_M) != 0) fail("supported i8");
+    if (rknpu_mul_mat_supported(dev, RKNPU_WEIGHTS_I4, 0, N, K, MAX_M) != 0) fail("supported i4");
+    if (rknpu_mul_mat_supported(dev, 1 /* F16 */, 0, N, K, MAX_M) != 0) fail("supported f16");
+    if (rknpu_mul_mat_supported(dev, RKNPU_WEIGHTS_I4, 0, N, K - 1, 1) != RKNPU_ERR_ARG) fail("odd k supported");
+    if (rknpu_mul_mat_supported(dev, 1, 0, 1, 1u << 28, 1) != RKNPU_ERR_UNSUPPORTED) fail("huge k supported");
+
     rknpu_weights *a = NULL, *b = NULL, *c = NULL;
     if (rknpu_weights_i8(dev, w8, scale, N, K, &a) != 0) fail("rknpu_weights_i8");
     if (rknpu_weights_i4(dev, w4, scale, N, K, &b) != 0) fail("rknpu_weights_i4");
@@ -113,6 +145,27 @@ int main(void) {
         check("int8", a, ref8, m, INT_BOUND);
         check("int4", b, ref4, m, INT_BOUND);
         check("f16", c, refh, m, F16_BOUND);
+        check_job("int8", a, m);
+        check_job("f16", c, m);
+    }
+
+    /* Two fp16 weights sharing their input, as one asynchronous NPU job. */
+    {
+        rknpu_weights *pair[2] = {c, c};
+        rknpu_batch *batch = NULL;
+        static float x[MAX_M * K], y0[MAX_M * N], y1[MAX_M * N], ys[MAX_M * N];
+        for (uint32_t i = 0; i < MAX_M * K; i++) x[i] = unit();
+        float *outs[2] = {y0, y1};
+        size_t strides[2] = {N * sizeof(float), N * sizeof(float)};
+        rknpu_job *job = NULL;
+        if (rknpu_batch_new(pair, 2, MAX_M, &batch) != 0) fail("rknpu_batch_new");
+        else if (rknpu_batch_submit(batch, 0, x, K * sizeof(float), outs, strides, &job) != 0) fail("rknpu_batch_submit");
+        else if (rknpu_job_wait(job) != 0) fail("batch job");
+        else if (rknpu_mul_mat(c, x, MAX_M, ys) != 0) fail("batch reference");
+        else if (memcmp(ys, y0, sizeof ys) != 0 || memcmp(ys, y1, sizeof ys) != 0) fail("batch job differs");
+        else printf("batch job of 2 equals the single products\n");
+        rknpu_job_free(job);
+        rknpu_batch_free(batch);
     }
 
     /* Error paths: each returns a negative code and leaves a message. */
@@ -130,10 +183,15 @@ int main(void) {
     rc = rknpu_open("emu", NULL);
     if (rc != RKNPU_ERR_ARG || strlen(rknpu_last_error()) == 0) fail("NULL out");
 
-    rknpu_weights_free(a);
-    rknpu_weights_free(b);
-    rknpu_weights_free(c);
-    rknpu_close(dev);
+    /* Handle misuse is an error code, not undefined behaviour. */
+    if (rknpu_weights_free(a) != 0) fail("rknpu_weights_free");
+    rc = rknpu_weights_free(a);
+    printf("double free: %d, \"%s\"\n", rc, rknpu_last_error());
+    if (rc != RKNPU_ERR_ARG) fail("double free");
+    if (rknpu_mul_mat(a, y, 1, y) != RKNPU_ERR_ARG) fail("use after free");
+    if (rknpu_close((rknpu_device *)b) != RKNPU_ERR_ARG) fail("wrong kind");
+    if (rknpu_weights_free(b) != 0 || rknpu_weights_free(c) != 0) fail("rknpu_weights_free");
+    if (rknpu_close(dev) != 0) fail("rknpu_close");
     if (failures) return 1;
     printf("OK\n");
     return 0;

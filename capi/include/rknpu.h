@@ -5,7 +5,9 @@
  *
  * Every int-returning function returns 0 on success and one of the negative
  * RKNPU_ERR_ codes below otherwise, with a message in rknpu_last_error().
- * Pointer arguments must not be NULL unless a comment says so. See docs/capi.md.
+ * Pointer arguments must not be NULL unless a comment says so. Handles are not
+ * addresses but entries of a table: a freed, twice-freed or wrong-kind handle is
+ * RKNPU_ERR_ARG. See docs/capi.md.
  */
 #ifndef RKNPU_H
 #define RKNPU_H
@@ -23,8 +25,10 @@ typedef struct rknpu_device rknpu_device;
 typedef struct rknpu_weights rknpu_weights;
 /* Products against several weights sharing one input, run as one job. */
 typedef struct rknpu_batch rknpu_batch;
+/* A product running asynchronously (rknpu_mul_mat_submit, rknpu_batch_submit). */
+typedef struct rknpu_job rknpu_job;
 
-/* An argument is invalid: a NULL pointer, a zero size, an odd k for int4, n * k or m * k too large, a scale that is not finite. */
+/* An argument is invalid: a NULL pointer, a zero size, an odd k for int4, n * k or m * k too large, a scale that is not finite, a handle that is not live (freed already) or of the wrong kind. */
 #define RKNPU_ERR_ARG (-1)
 /* The device failed or refused a request (an ioctl error, a timeout, an unsupported driver). */
 #define RKNPU_ERR_DEVICE (-2)
@@ -36,6 +40,10 @@ typedef struct rknpu_batch rknpu_batch;
 #define RKNPU_ERR_NOT_FOUND (-5)
 /* Any other failure of the library. */
 #define RKNPU_ERR_INTERNAL (-6)
+/* The w_type of rknpu_mul_mat_supported for rknpu_weights_i8 weights. */
+#define RKNPU_WEIGHTS_I8 (256u)
+/* The w_type of rknpu_mul_mat_supported for rknpu_weights_i4 weights. */
+#define RKNPU_WEIGHTS_I4 (257u)
 
 /* Opens an NPU into *out. spec NULL or "": the device RKNPU_DEVICE names, or */
 /* else the board's NPU node; "emu", "emu:rocket", "emu:vendor-0.9.6": an */
@@ -44,8 +52,10 @@ typedef struct rknpu_batch rknpu_batch;
 int rknpu_open(const char *spec, rknpu_device **out);
 
 /* Releases a device handle (NULL is ignored). Weights made on it stay valid: */
-/* the node closes when the last of them is freed too. */
-void rknpu_close(rknpu_device *dev);
+/* the node closes when the last of them is freed too. Returns 0, or */
+/* RKNPU_ERR_ARG for a handle that is not a live device handle (closed */
+/* already, or of another kind). */
+int rknpu_close(rknpu_device *dev);
 
 /* int8 weights: w holds n rows (output channels) of k values, row-major, as */
 /* ggml's src0; scale holds n finite floats, one per row. rknpu_mul_mat */
@@ -80,8 +90,9 @@ int rknpu_ggml_supported(rknpu_device *dev, uint32_t type, uint32_t n, uint32_t 
 int rknpu_weights_ggml(rknpu_device *dev, uint32_t type, const void *data, size_t size,
                        uint32_t n, uint32_t k, rknpu_weights **out);
 
-/* Frees weights and the plans cached with them (NULL is ignored). */
-void rknpu_weights_free(rknpu_weights *w);
+/* Frees weights and the plans cached with them (NULL is ignored). Returns 0, */
+/* or RKNPU_ERR_ARG for a handle that is not a live weights handle. */
+int rknpu_weights_free(rknpu_weights *w);
 
 /* y[m][n] = x[m][k] . w^T (ggml's mul_mat): x holds m rows of k floats and y */
 /* receives m rows of n floats, both row-major; any m >= 1. The plans of the */
@@ -108,8 +119,44 @@ int rknpu_batch_new(rknpu_weights *const *ws, uint32_t count, uint32_t m,
 int rknpu_batch_mul_mat(rknpu_batch *b, uint32_t x_type, const void *x, size_t x_stride,
                         float *const *ys, const size_t *y_strides);
 
-/* Frees a batch and its plans and buffers (NULL is ignored). */
-void rknpu_batch_free(rknpu_batch *b);
+/* Frees a batch and its plans and buffers (NULL is ignored). Returns 0, or */
+/* RKNPU_ERR_ARG for a handle that is not a live batch handle. */
+int rknpu_batch_free(rknpu_batch *b);
+
+/* Whether a product of m rows of ggml type x_type (F32, F16 or BF16) runs */
+/* against n rows of k weights of w_type: RKNPU_WEIGHTS_I8 (rknpu_weights_i8), */
+/* RKNPU_WEIGHTS_I4 (rknpu_weights_i4) or a ggml type code as */
+/* rknpu_weights_ggml takes it (F16 is also rknpu_weights_f16's bank). 0 if so, */
+/* else RKNPU_ERR_UNSUPPORTED or RKNPU_ERR_ARG with the reason. Arithmetic */
+/* only: allocates nothing. A backend's supports_op asks this. */
+int rknpu_mul_mat_supported(rknpu_device *dev, uint32_t w_type, uint32_t x_type,
+                            uint32_t n, uint32_t k, uint32_t m);
+
+/* rknpu_mul_mat_ex started asynchronously: returns once x is copied and the */
+/* product planned, with a job in *out. y is written by rknpu_job_wait (never */
+/* by a worker thread), so it must stay valid until the job is waited for or */
+/* freed. Products on one weights handle still take turns. */
+int rknpu_mul_mat_submit(rknpu_weights *w, uint32_t x_type, const void *x,
+                         size_t x_stride, uint32_t m, float *y, size_t y_stride,
+                         rknpu_job **out);
+
+/* rknpu_batch_mul_mat started asynchronously, as rknpu_mul_mat_submit: x is */
+/* copied, and each ys[j] is written by rknpu_job_wait. */
+int rknpu_batch_submit(rknpu_batch *b, uint32_t x_type, const void *x, size_t x_stride,
+                       float *const *ys, const size_t *y_strides, rknpu_job **out);
+
+/* 1 if the job has ended (rknpu_job_wait returns at once), 0 while it runs, */
+/* RKNPU_ERR_ARG for a handle that is not a live job. */
+int rknpu_job_done(rknpu_job *job);
+
+/* Waits for the job and writes its results to the outputs given at */
+/* submission: 0, or the product's error (nothing written). A job is waited */
+/* for once; a second wait is RKNPU_ERR_ARG. Free the job afterwards. */
+int rknpu_job_wait(rknpu_job *job);
+
+/* Frees a job (NULL is ignored). A job still running is detached: it ends on */
+/* its own and its outputs are never written. Returns 0 or RKNPU_ERR_ARG. */
+int rknpu_job_free(rknpu_job *job);
 
 /* The message of the last error on the calling thread ("" when the last call */
 /* succeeded), NUL-terminated, valid until the thread's next rknpu_ call. */

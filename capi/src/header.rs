@@ -31,10 +31,12 @@ pub const FUNCTIONS: &[Function] = &[
     },
     Function {
         name: "rknpu_close",
-        prototype: "void rknpu_close(rknpu_device *dev)",
+        prototype: "int rknpu_close(rknpu_device *dev)",
         doc: &[
             "Releases a device handle (NULL is ignored). Weights made on it stay valid:",
-            "the node closes when the last of them is freed too.",
+            "the node closes when the last of them is freed too. Returns 0, or",
+            "RKNPU_ERR_ARG for a handle that is not a live device handle (closed",
+            "already, or of another kind).",
         ],
     },
     Function {
@@ -87,8 +89,11 @@ pub const FUNCTIONS: &[Function] = &[
     },
     Function {
         name: "rknpu_weights_free",
-        prototype: "void rknpu_weights_free(rknpu_weights *w)",
-        doc: &["Frees weights and the plans cached with them (NULL is ignored)."],
+        prototype: "int rknpu_weights_free(rknpu_weights *w)",
+        doc: &[
+            "Frees weights and the plans cached with them (NULL is ignored). Returns 0,",
+            "or RKNPU_ERR_ARG for a handle that is not a live weights handle.",
+        ],
     },
     Function {
         name: "rknpu_mul_mat",
@@ -130,8 +135,66 @@ pub const FUNCTIONS: &[Function] = &[
     },
     Function {
         name: "rknpu_batch_free",
-        prototype: "void rknpu_batch_free(rknpu_batch *b)",
-        doc: &["Frees a batch and its plans and buffers (NULL is ignored)."],
+        prototype: "int rknpu_batch_free(rknpu_batch *b)",
+        doc: &[
+            "Frees a batch and its plans and buffers (NULL is ignored). Returns 0, or",
+            "RKNPU_ERR_ARG for a handle that is not a live batch handle.",
+        ],
+    },
+    Function {
+        name: "rknpu_mul_mat_supported",
+        prototype: "int rknpu_mul_mat_supported(rknpu_device *dev, uint32_t w_type, uint32_t x_type,\n                            uint32_t n, uint32_t k, uint32_t m)",
+        doc: &[
+            "Whether a product of m rows of ggml type x_type (F32, F16 or BF16) runs",
+            "against n rows of k weights of w_type: RKNPU_WEIGHTS_I8 (rknpu_weights_i8),",
+            "RKNPU_WEIGHTS_I4 (rknpu_weights_i4) or a ggml type code as",
+            "rknpu_weights_ggml takes it (F16 is also rknpu_weights_f16's bank). 0 if so,",
+            "else RKNPU_ERR_UNSUPPORTED or RKNPU_ERR_ARG with the reason. Arithmetic",
+            "only: allocates nothing. A backend's supports_op asks this.",
+        ],
+    },
+    Function {
+        name: "rknpu_mul_mat_submit",
+        prototype: "int rknpu_mul_mat_submit(rknpu_weights *w, uint32_t x_type, const void *x,\n                         size_t x_stride, uint32_t m, float *y, size_t y_stride,\n                         rknpu_job **out)",
+        doc: &[
+            "rknpu_mul_mat_ex started asynchronously: returns once x is copied and the",
+            "product planned, with a job in *out. y is written by rknpu_job_wait (never",
+            "by a worker thread), so it must stay valid until the job is waited for or",
+            "freed. Products on one weights handle still take turns.",
+        ],
+    },
+    Function {
+        name: "rknpu_batch_submit",
+        prototype: "int rknpu_batch_submit(rknpu_batch *b, uint32_t x_type, const void *x, size_t x_stride,\n                       float *const *ys, const size_t *y_strides, rknpu_job **out)",
+        doc: &[
+            "rknpu_batch_mul_mat started asynchronously, as rknpu_mul_mat_submit: x is",
+            "copied, and each ys[j] is written by rknpu_job_wait.",
+        ],
+    },
+    Function {
+        name: "rknpu_job_done",
+        prototype: "int rknpu_job_done(rknpu_job *job)",
+        doc: &[
+            "1 if the job has ended (rknpu_job_wait returns at once), 0 while it runs,",
+            "RKNPU_ERR_ARG for a handle that is not a live job.",
+        ],
+    },
+    Function {
+        name: "rknpu_job_wait",
+        prototype: "int rknpu_job_wait(rknpu_job *job)",
+        doc: &[
+            "Waits for the job and writes its results to the outputs given at",
+            "submission: 0, or the product's error (nothing written). A job is waited",
+            "for once; a second wait is RKNPU_ERR_ARG. Free the job afterwards.",
+        ],
+    },
+    Function {
+        name: "rknpu_job_free",
+        prototype: "int rknpu_job_free(rknpu_job *job)",
+        doc: &[
+            "Frees a job (NULL is ignored). A job still running is detached: it ends on",
+            "its own and its outputs are never written. Returns 0 or RKNPU_ERR_ARG.",
+        ],
     },
     Function {
         name: "rknpu_last_error",
@@ -152,7 +215,9 @@ const BANNER: &[&str] = &[
     " *",
     " * Every int-returning function returns 0 on success and one of the negative",
     " * RKNPU_ERR_ codes below otherwise, with a message in rknpu_last_error().",
-    " * Pointer arguments must not be NULL unless a comment says so. See docs/capi.md.",
+    " * Pointer arguments must not be NULL unless a comment says so. Handles are not",
+    " * addresses but entries of a table: a freed, twice-freed or wrong-kind handle is",
+    " * RKNPU_ERR_ARG. See docs/capi.md.",
     " */",
     "#ifndef RKNPU_H",
     "#define RKNPU_H",
@@ -170,10 +235,27 @@ const BANNER: &[&str] = &[
     "typedef struct rknpu_weights rknpu_weights;",
     "/* Products against several weights sharing one input, run as one job. */",
     "typedef struct rknpu_batch rknpu_batch;",
+    "/* A product running asynchronously (rknpu_mul_mat_submit, rknpu_batch_submit). */",
+    "typedef struct rknpu_job rknpu_job;",
     "",
 ];
 
-/// The header's text: the error codes of [`Code::ALL`] and the functions of
+/// The constants the header defines beside the error codes: name, value, comment.
+pub const CONSTANTS: &[(&str, u32, &str)] = &[
+    (
+        "RKNPU_WEIGHTS_I8",
+        crate::WEIGHTS_I8,
+        "The w_type of rknpu_mul_mat_supported for rknpu_weights_i8 weights.",
+    ),
+    (
+        "RKNPU_WEIGHTS_I4",
+        crate::WEIGHTS_I4,
+        "The w_type of rknpu_mul_mat_supported for rknpu_weights_i4 weights.",
+    ),
+];
+
+/// The header's text: the error codes of [`Code::ALL`], the [`CONSTANTS`] and the
+/// functions of
 /// [`FUNCTIONS`], with their comments.
 pub fn header() -> String {
     let mut h = String::new();
@@ -184,6 +266,9 @@ pub fn header() -> String {
     for code in Code::ALL {
         h.push_str(&format!("/* {} */\n", code.doc()));
         h.push_str(&format!("#define {} ({})\n", code.name(), *code as i32));
+    }
+    for (name, value, doc) in CONSTANTS {
+        h.push_str(&format!("/* {doc} */\n#define {name} ({value}u)\n"));
     }
     for f in FUNCTIONS {
         h.push('\n');

@@ -4,8 +4,11 @@
 //! matrix once with `rknpu_weights_i8`, `rknpu_weights_i4`, `rknpu_weights_f16` or, from
 //! ggml's raw block data of any type the library converts, `rknpu_weights_ggml`, and runs
 //! `rknpu_mul_mat` (or `rknpu_mul_mat_ex`, for f16 or strided rows) for any number of
-//! activation rows against it; `rknpu_ggml_supported` says beforehand whether a shape runs,
-//! and `rknpu_batch_*` runs several weights that share one input as one job. docs/capi.md
+//! activation rows against it; `rknpu_mul_mat_supported` (and `rknpu_ggml_supported`)
+//! says beforehand whether a shape runs, `rknpu_batch_*` runs several weights that share
+//! one input as one job, and `rknpu_mul_mat_submit` / `rknpu_batch_submit` start products
+//! that `rknpu_job_wait` collects. Handles are entries of a table ([`handle`]), so a freed
+//! or wrong-kind handle is an error code rather than undefined behaviour. docs/capi.md
 //! describes building, linking, the functions, the error codes and thread safety.
 //!
 //! The crate is split so that `unsafe` stays in one place: [`ffi`] holds the exported
@@ -19,22 +22,26 @@
 //! that text (`UPDATE_FIXTURES=1` rewrites it, as the project's other golden files) and
 //! checks the table's names against the exported functions and their signatures. This
 //! adds no build dependency (cbindgen would add a parser and many crates to every CI
-//! build, for fourteen functions), and the comments in the header are the table's.
+//! build, for twenty functions), and the comments in the header are the table's.
 
 #![deny(unsafe_code)]
 
 pub mod batch;
 #[allow(unsafe_code)]
 pub mod ffi;
+pub mod handle;
 pub mod header;
+pub mod job;
 
 pub use batch::RknpuBatch;
+pub use job::Job;
 
 use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::{self, GgmlType};
-use rknpu_driver::kernels::single::Dtype;
+use rknpu_driver::kernels::matmul::{Plan, WeightLayout};
+use rknpu_driver::kernels::single::{Dtype, OutType};
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -86,7 +93,8 @@ impl Code {
         match self {
             Code::Arg => {
                 "An argument is invalid: a NULL pointer, a zero size, an odd k for int4, \
-                 n * k or m * k too large, a scale that is not finite."
+                 n * k or m * k too large, a scale that is not finite, a handle that is \
+                 not live (freed already) or of the wrong kind."
             }
             Code::Device => {
                 "The device failed or refused a request (an ioctl error, a timeout, an \
@@ -192,15 +200,19 @@ pub fn call(body: impl FnOnce() -> Result<()>) -> i32 {
             f.code as i32
         }
         Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
-            set_last_error(&format!("panic in rknpu: {what}"));
+            set_last_error(&format!("panic in rknpu: {}", panic_message(&*payload)));
             Code::Panic as i32
         }
     }
+}
+
+/// The message of a panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
 }
 
 /// A pointer to the calling thread's last error message, valid until the message is
@@ -278,6 +290,34 @@ pub fn weight_shape(n: u32, k: u32, int4: bool) -> Result<()> {
     Ok(())
 }
 
+/// Checks, from arithmetic alone (nothing is allocated and no caller memory is read),
+/// that a bank of `dtype` holding `n` rows of `k` values can be made on `dev` and that a
+/// product of `m` rows can be planned against it, as [`Matmul::new`] plans it.
+pub fn check_plan(dev: &Device, dtype: Dtype, n: u32, k: u32, m: u32) -> Result<()> {
+    weight_shape(n, k, dtype == Dtype::Int4)?;
+    elements("x", m, k)?;
+    elements("y", m, n)?;
+    let (out, rows) = match dtype {
+        Dtype::Fp16 | Dtype::Bf16 => (OutType::Fp32, Some(m)),
+        Dtype::Int8 => (OutType::Int32, Some(m)),
+        // int4 weights run twice as many int8 activation rows (W4A8).
+        Dtype::Int4 => (OutType::Int32, m.checked_mul(2)),
+        other => {
+            return Err(Failure {
+                code: Code::Unsupported,
+                message: format!("{} weights have no C API", other.name()),
+            });
+        }
+    };
+    let rows = rows.ok_or_else(|| Failure {
+        code: Code::Unsupported,
+        message: format!("{m} rows of int4 products (they run 2 * m rows)"),
+    })?;
+    let layout = WeightLayout::new(k, n, dtype)?;
+    Plan::for_layout(&layout, rows, out, dev.cores())?;
+    Ok(())
+}
+
 impl RknpuWeights {
     fn new(bank: WeightBank, n: u32, k: u32) -> RknpuWeights {
         RknpuWeights {
@@ -310,11 +350,10 @@ impl RknpuWeights {
         Ok(RknpuWeights::new(bank, n, k))
     }
 
-    /// fp16 weights (`n` rows of `k` binary16 bit patterns).
-    pub fn f16(dev: &RknpuDevice, w: &[u16], n: u32, k: u32) -> Result<Self> {
+    /// fp16 weights (`n` rows of `k` values), packed from `w` without a copy.
+    pub fn f16(dev: &RknpuDevice, w: &[half::f16], n: u32, k: u32) -> Result<Self> {
         weight_shape(n, k, false)?;
-        let w: Vec<half::f16> = w.iter().map(|&b| half::f16::from_bits(b)).collect();
-        let bank = WeightBank::from_f16_nk(&dev.device, n, k, &w)?;
+        let bank = WeightBank::from_f16_nk(&dev.device, n, k, w)?;
         Ok(RknpuWeights::new(bank, n, k))
     }
 
@@ -344,6 +383,12 @@ impl RknpuWeights {
         body(mm)
     }
 
+    /// Plans the product of `m` rows (or finds its plan cached), so that a shape the
+    /// library refuses is refused before any caller memory is read.
+    pub fn prepare(&self, m: u32) -> Result<()> {
+        self.with_plan(m, |_| Ok(()))
+    }
+
     /// `y = x · wᵀ` for `m` rows of f32, contiguous.
     pub fn mul_mat(&self, x: &[f32], m: u32, y: &mut [f32]) -> Result<()> {
         self.with_plan(m, |mm| Ok(mm.mul_mat(x, y)?))
@@ -357,6 +402,8 @@ impl RknpuWeights {
         let (k, n) = (self.k as usize, self.n as usize);
         let rows = m as usize;
         let out_len = elements("y", m, self.n)?;
+        // Plan first: a refused m must not cost a gather of m rows.
+        self.prepare(m)?;
         let mut out = Vec::new();
         let dense = y_stride == n;
         let target: &mut [f32] = if dense {
@@ -517,6 +564,35 @@ pub fn ggml_type(code: u32) -> Result<GgmlType> {
         code: Code::Unsupported,
         message: format!("ggml type code {code} is not one this library knows"),
     })
+}
+
+/// The `w_type` of `rknpu_mul_mat_supported` for int8 weights (`rknpu_weights_i8`),
+/// beside ggml's type codes (all below 256).
+pub const WEIGHTS_I8: u32 = 256;
+/// The `w_type` of `rknpu_mul_mat_supported` for int4 weights (`rknpu_weights_i4`).
+pub const WEIGHTS_I4: u32 = 257;
+
+/// Whether a product of `m` rows of activations of ggml type `x_type` runs against
+/// `n` × `k` weights of `w_type` on `dev`: [`WEIGHTS_I8`], [`WEIGHTS_I4`], or a ggml
+/// type code as `rknpu_weights_ggml` takes it (F16 is also what `rknpu_weights_f16`
+/// makes). Arithmetic only: nothing is allocated.
+pub fn mul_mat_supported(
+    dev: &RknpuDevice,
+    w_type: u32,
+    x_type: u32,
+    (n, k, m): (u32, u32, u32),
+) -> Result<()> {
+    XType::from_code(x_type)?;
+    match w_type {
+        WEIGHTS_I8 => check_plan(&dev.device, Dtype::Int8, n, k, m),
+        WEIGHTS_I4 => check_plan(&dev.device, Dtype::Int4, n, k, m),
+        ty => {
+            ggml_supported(dev, ty, n, k, m)?;
+            elements("x", m, k)?;
+            elements("y", m, n)?;
+            Ok(())
+        }
+    }
 }
 
 /// Whether `rknpu_weights_ggml` takes an `n` × `k` tensor of type code `ty` on `dev` and

@@ -6,8 +6,9 @@
 //! pointers are to live Rust values at least as long as the call may read or write.
 #![allow(unsafe_code)]
 
+use rknpu::Code;
 use rknpu::ffi::*;
-use rknpu::{Code, RknpuBatch, RknpuDevice, RknpuWeights};
+use rknpu::handle::{BatchHandle, DeviceHandle, WeightsHandle};
 use rknpu_driver::seeded::Rng;
 use std::ffi::{CStr, c_int, c_void};
 use std::ptr::null_mut;
@@ -24,7 +25,7 @@ fn last_error() -> String {
         .into_owned()
 }
 
-fn open_emu() -> *mut RknpuDevice {
+fn open_emu() -> *mut DeviceHandle {
     let mut dev = null_mut();
     // SAFETY: a NUL-terminated spec and a pointer to a local.
     let rc = unsafe { rknpu_open(c"emu".as_ptr(), &mut dev) };
@@ -33,7 +34,7 @@ fn open_emu() -> *mut RknpuDevice {
 }
 
 /// F32 weights of `n` rows of `k` seeded values, as raw ggml bytes.
-fn weights(dev: *mut RknpuDevice, rng: &mut Rng, n: usize, k: usize) -> *mut RknpuWeights {
+fn weights(dev: *mut DeviceHandle, rng: &mut Rng, n: usize, k: usize) -> *mut WeightsHandle {
     let bytes: Vec<u8> = (0..n * k).flat_map(|_| rng.unit().to_le_bytes()).collect();
     let mut w = null_mut();
     // SAFETY: `bytes` holds n rows of k f32 values; `w` is a local.
@@ -53,7 +54,7 @@ fn weights(dev: *mut RknpuDevice, rng: &mut Rng, n: usize, k: usize) -> *mut Rkn
 }
 
 /// One member's single product of `m` dense F32 rows.
-fn single(w: *mut RknpuWeights, x: &[f32], m: u32, n: usize) -> Vec<f32> {
+fn single(w: *mut WeightsHandle, x: &[f32], m: u32, n: usize) -> Vec<f32> {
     let mut y = vec![0f32; m as usize * n];
     // SAFETY: `x` holds m rows of k floats, `y` m rows of n.
     let rc = unsafe { rknpu_mul_mat(w, x.as_ptr(), m, y.as_mut_ptr()) };
@@ -61,7 +62,7 @@ fn single(w: *mut RknpuWeights, x: &[f32], m: u32, n: usize) -> Vec<f32> {
     y
 }
 
-fn batch_new(ws: &[*mut RknpuWeights], m: u32) -> (c_int, *mut RknpuBatch) {
+fn batch_new(ws: &[*mut WeightsHandle], m: u32) -> (c_int, *mut BatchHandle) {
     let mut b = null_mut();
     // SAFETY: `ws` holds `ws.len()` handles; `b` is a local.
     let rc = unsafe { rknpu_batch_new(ws.as_ptr(), ws.len() as u32, m, &mut b) };
@@ -141,8 +142,7 @@ fn one_job_gives_each_members_single_product() {
         for ((w, &n), y) in ws.iter().zip(&ns).zip(&y16) {
             assert_eq!(y, &single(*w, &xr, m, n), "F16 rows, n={n}");
         }
-        // SAFETY: `b` came from rknpu_batch_new and is freed once.
-        unsafe { rknpu_batch_free(b) };
+        rknpu_batch_free(b);
     }
     // A batch outlives the weights handles it was made from.
     let x: Vec<f32> = (0..k).map(|_| rng.unit()).collect();
@@ -150,8 +150,7 @@ fn one_job_gives_each_members_single_product() {
     let (rc, b) = batch_new(&ws[..1], 1);
     assert_eq!(rc, 0, "{}", last_error());
     for &w in &ws {
-        // SAFETY: each handle came from rknpu_weights_ggml and is freed once.
-        unsafe { rknpu_weights_free(w) };
+        rknpu_weights_free(w);
     }
     let mut y = vec![0f32; ns[0]];
     let yp = [y.as_mut_ptr()];
@@ -168,12 +167,9 @@ fn one_job_gives_each_members_single_product() {
     };
     assert_eq!(rc, 0, "{}", last_error());
     assert_eq!(y, want);
-    // SAFETY: as above.
-    unsafe {
-        rknpu_batch_free(b);
-        rknpu_batch_free(null_mut());
-        rknpu_close(dev);
-    }
+    rknpu_batch_free(b);
+    rknpu_batch_free(null_mut());
+    rknpu_close(dev);
 }
 
 #[test]
@@ -226,11 +222,8 @@ fn bad_batches_are_refused_before_memory_is_touched() {
         last_error()
     );
     assert!(y.iter().all(|&v| v == 7.0), "y untouched");
-    // SAFETY: handles made above, freed once.
-    unsafe {
-        rknpu_batch_free(b);
-        rknpu_weights_free(a);
-        rknpu_weights_free(c);
-        rknpu_close(dev);
-    }
+    rknpu_batch_free(b);
+    rknpu_weights_free(a);
+    rknpu_weights_free(c);
+    rknpu_close(dev);
 }

@@ -5,8 +5,9 @@
 //! pointers are to live Rust values of the lengths the arguments give.
 #![allow(unsafe_code)]
 
+use rknpu::Code;
 use rknpu::ffi::*;
-use rknpu::{Code, RknpuDevice, RknpuWeights};
+use rknpu::handle::{DeviceHandle, WeightsHandle};
 use std::ffi::{CStr, c_int};
 use std::ptr::{null, null_mut};
 
@@ -20,7 +21,7 @@ fn last_error() -> String {
 }
 
 /// Opens the emulated NPU.
-fn open_emu() -> *mut RknpuDevice {
+fn open_emu() -> *mut DeviceHandle {
     let mut dev = null_mut();
     // SAFETY: a NUL-terminated spec and a pointer to a local.
     let rc = unsafe { rknpu_open(c"emu".as_ptr(), &mut dev) };
@@ -58,7 +59,7 @@ fn reference(x: &[f32], w: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
 }
 
 /// Runs `rknpu_mul_mat`, returning the code and `y`.
-fn mul_mat(w: *mut RknpuWeights, x: &[f32], m: u32, n: usize) -> (c_int, Vec<f32>) {
+fn mul_mat(w: *mut WeightsHandle, x: &[f32], m: u32, n: usize) -> (c_int, Vec<f32>) {
     let mut y = vec![f32::NAN; m as usize * n];
     // SAFETY: `w` is live; `x` holds m * k floats (the tests make it so) and `y` m * n.
     let rc = unsafe { rknpu_mul_mat(w, x.as_ptr(), m, y.as_mut_ptr()) };
@@ -196,18 +197,15 @@ fn int8_int4_and_f16_products_on_emu() {
             let err = relative_error(&y, &reference(&x, &wref, m as usize, n, k));
             assert!(err < bound, "{name} m={m}: relative error {err}");
         }
-        // SAFETY: `w` is live and unused elsewhere.
-        let cached = unsafe { (*w).cached_rows() };
+        let cached = rknpu::handle::get(w, "w").expect("live").cached_rows();
         assert_eq!(
             cached,
             vec![5, 1],
             "the plans of both m are kept, the last used last"
         );
-        // SAFETY: `w` came from a weights function and is freed once.
-        unsafe { rknpu_weights_free(w) };
+        rknpu_weights_free(w);
     }
-    // SAFETY: `dev` came from `rknpu_open` and is closed once.
-    unsafe { rknpu_close(dev) };
+    rknpu_close(dev);
 }
 
 #[test]
@@ -229,8 +227,7 @@ fn weights_outlive_their_device_handle() {
     assert_eq!(rc, 0, "{}", last_error());
     // Each result is 8 × 3 × 1 (x quantises exactly) × 0.5.
     assert!(y.iter().all(|&v| (v - 12.0).abs() < 1e-4), "{y:?}");
-    // SAFETY: `w` is freed once.
-    unsafe { rknpu_weights_free(w) };
+    rknpu_weights_free(w);
 }
 
 #[test]
@@ -245,8 +242,8 @@ fn a_panic_becomes_a_code() {
 #[test]
 fn handles_are_send_and_sync() {
     fn shared<T: Send + Sync>() {}
-    shared::<RknpuDevice>();
-    shared::<RknpuWeights>();
+    shared::<rknpu::RknpuDevice>();
+    shared::<rknpu::RknpuWeights>();
 }
 
 #[test]
@@ -266,7 +263,7 @@ fn one_weights_handle_from_several_threads() {
         for m in 1..=4u32 {
             let w8 = &w8;
             scope.spawn(move || {
-                let w = address as *mut RknpuWeights;
+                let w = address as *mut WeightsHandle;
                 let x: Vec<f32> = (0..m as usize * k)
                     .map(|i| if i % k == 0 { 127.0 } else { (i % 7) as f32 })
                     .collect();
@@ -285,9 +282,6 @@ fn one_weights_handle_from_several_threads() {
             });
         }
     });
-    // SAFETY: every thread has finished; each handle is released once.
-    unsafe {
-        rknpu_weights_free(w);
-        rknpu_close(dev);
-    }
+    rknpu_weights_free(w);
+    rknpu_close(dev);
 }

@@ -20,7 +20,8 @@
 
 use half::f16;
 use rknpu::ffi::*;
-use rknpu::{Code, RknpuDevice, RknpuWeights};
+use rknpu::handle::{DeviceHandle, WeightsHandle};
+use rknpu::{Code, RknpuWeights};
 use rknpu_driver::gguf::{self, GgmlType, write::quantize_q8_0};
 use rknpu_driver::seeded::Rng;
 use std::ffi::{CStr, c_int, c_void};
@@ -54,7 +55,7 @@ fn failed(rc: c_int, code: Code, what: &str) {
 }
 
 /// Opens the emulated NPU.
-fn open_emu() -> *mut RknpuDevice {
+fn open_emu() -> *mut DeviceHandle {
     let mut dev = null_mut();
     // SAFETY: a NUL-terminated spec and a pointer to a local.
     let rc = unsafe { rknpu_open(c"emu".as_ptr(), &mut dev) };
@@ -69,12 +70,12 @@ fn values(rng: &mut Rng, len: usize) -> Vec<f32> {
 
 /// `rknpu_weights_ggml` of `data`, returning the code and the handle.
 fn weights(
-    dev: *mut RknpuDevice,
+    dev: *mut DeviceHandle,
     ty: u32,
     data: &[u8],
     n: u32,
     k: u32,
-) -> (c_int, *mut RknpuWeights) {
+) -> (c_int, *mut WeightsHandle) {
     let mut out = null_mut();
     // SAFETY: `dev` is open and `data` holds `data.len()` bytes, the size passed.
     let rc =
@@ -82,19 +83,16 @@ fn weights(
     (rc, out)
 }
 
-/// The handle behind `w`.
-fn handle<'a>(w: *mut RknpuWeights) -> &'a RknpuWeights {
-    assert!(!w.is_null());
-    // SAFETY: `w` is a live handle `rknpu_weights_ggml` made, freed only after the
-    // returned reference's last use (each test's order).
-    unsafe { &*w }
+/// The weights handle `w` names (it must be live).
+fn handle(w: *mut WeightsHandle) -> std::sync::Arc<RknpuWeights> {
+    rknpu::handle::get(w, "w").expect("a live weights handle")
 }
 
 /// `rknpu_mul_mat_ex` on `x` into `y`, after checking that the buffers cover every
 /// byte the call may touch for the strides given (a stride shorter than a row counts
 /// as a row, which the call refuses before reading).
 fn mul_mat_ex(
-    w: *mut RknpuWeights,
+    w: *mut WeightsHandle,
     (x_type, x, x_stride): (u32, &[u8], usize),
     m: u32,
     (y, y_stride): (&mut [f32], usize),
@@ -185,7 +183,7 @@ fn q4_k_blocks(rng: &mut Rng, blocks: usize) -> Vec<u8> {
 /// `x_stride` bytes), into `y` rows `y_stride` bytes apart whose gaps must stay as
 /// they were; the dense result, checked against `w` within `bound`.
 fn product(
-    h: *mut RknpuWeights,
+    h: *mut WeightsHandle,
     w: &[f32],
     (x_type, x, x_stride): (u32, &[f32], usize),
     y_stride: usize,
@@ -229,7 +227,7 @@ fn product(
 }
 
 /// Weights of ggml type `ty` from `data`, multiplied by rows in every caller layout.
-fn rows_in_caller_layout(dev: *mut RknpuDevice, ty: u32, data: &[u8], (n, k): (usize, usize)) {
+fn rows_in_caller_layout(dev: *mut DeviceHandle, ty: u32, data: &[u8], (n, k): (usize, usize)) {
     let gtype = GgmlType::from_code(ty).unwrap();
     let w = gguf::dequantize(gtype, data, (n * k) as u64).unwrap();
     let (rc, h) = weights(dev, ty, data, n as u32, k as u32);
@@ -290,8 +288,7 @@ fn rows_in_caller_layout(dev: *mut RknpuDevice, ty: u32, data: &[u8], (n, k): (u
         4 * (n + 1),
         f16_bound,
     );
-    // SAFETY: `h` is live and freed once; no reference to it is used after.
-    unsafe { rknpu_weights_free(h) };
+    rknpu_weights_free(h);
 }
 
 #[test]
@@ -308,12 +305,11 @@ fn ggml_weights_multiply_rows_in_caller_layout() {
     rows_in_caller_layout(dev, Q8_0, &q8, (40, 512));
     let q4k = q4_k_blocks(&mut rng, 33);
     rows_in_caller_layout(dev, Q4_K, &q4k, (33, 256));
-    // SAFETY: `dev` is open and closed once, after its weights were freed.
-    unsafe { rknpu_close(dev) };
+    rknpu_close(dev);
 }
 
 /// Runs `m` seeded F32 rows (seeded by `m`) through `h` with `rknpu_mul_mat_ex`.
-fn run(h: *mut RknpuWeights, m: u32) -> Vec<f32> {
+fn run(h: *mut WeightsHandle, m: u32) -> Vec<f32> {
     let (n, k) = (handle(h).n as usize, handle(h).k as usize);
     let x = values(&mut Rng::from_seed(u64::from(m)), m as usize * k);
     let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -371,11 +367,8 @@ fn the_plan_cache_keeps_the_last_eight_row_counts() {
         "x_stride shorter than a row",
     );
     assert_eq!(handle(h).cached_rows(), [5, 6, 7, 8, 9, 3, 1, 10]);
-    // SAFETY: both handles are live and released once, weights first.
-    unsafe {
-        rknpu_weights_free(h);
-        rknpu_close(dev);
-    }
+    rknpu_weights_free(h);
+    rknpu_close(dev);
 }
 
 #[test]
@@ -445,18 +438,14 @@ fn weights_are_refused_before_their_bytes_are_read() {
     // And a success clears the message.
     let (rc, out) = weights(dev, F16, &data[..256], n, k);
     assert_eq!((rc, last_error().as_str()), (0, ""));
-    // SAFETY: both handles are live and released once, weights first.
-    unsafe {
-        rknpu_weights_free(out);
-        rknpu_close(dev);
-    }
+    rknpu_weights_free(out);
+    rknpu_close(dev);
 }
 
 #[test]
 fn ggml_supported_answers_as_the_weights_do() {
     let dev = open_emu();
-    // SAFETY: `dev` is open (or NULL, which is refused).
-    let supported = |ty, n, k, m| unsafe { rknpu_ggml_supported(dev, ty, n, k, m) };
+    let supported = |ty, n, k, m| rknpu_ggml_supported(dev, ty, n, k, m);
     for (ty, n, k, m) in [
         (F16, 8, 32, 1),
         (Q8_0, 40, 512, 33),
@@ -489,11 +478,9 @@ fn ggml_supported_answers_as_the_weights_do() {
         Code::Unsupported,
         "8 GiB of weights",
     );
-    // SAFETY: a NULL device is refused before use.
-    let rc = unsafe { rknpu_ggml_supported(null_mut(), F16, 8, 32, 1) };
+    let rc = rknpu_ggml_supported(null_mut(), F16, 8, 32, 1);
     failed(rc, Code::Arg, "NULL dev");
-    // SAFETY: `dev` is open and closed once.
-    unsafe { rknpu_close(dev) };
+    rknpu_close(dev);
 }
 
 #[test]
@@ -555,9 +542,6 @@ fn products_are_refused_before_memory_is_touched() {
     assert_eq!((rc, last_error().as_str()), (0, ""));
     assert!(y[..n].iter().all(|v| v.is_finite() && *v != -7.0));
     assert!(y[n..].iter().all(|&v| v == -7.0));
-    // SAFETY: both handles are live and released once, weights first.
-    unsafe {
-        rknpu_weights_free(h);
-        rknpu_close(dev);
-    }
+    rknpu_weights_free(h);
+    rknpu_close(dev);
 }

@@ -1,8 +1,9 @@
 //! `include/rknpu.h` is the text the declaration table generates, and the table names
 //! exactly the exported functions, with the signatures its prototypes describe.
 
+use rknpu::handle::{BatchHandle, DeviceHandle, JobHandle, WeightsHandle};
 use rknpu::header::{FUNCTIONS, header};
-use rknpu::{Code, RknpuBatch, RknpuDevice, RknpuWeights, ffi};
+use rknpu::{Code, ffi};
 use std::collections::BTreeSet;
 use std::ffi::{c_char, c_int, c_void};
 
@@ -25,57 +26,57 @@ fn header_file_is_current() {
 /// Each exported function, by name, coerced to the Rust signature of its C prototype: a
 /// function missing from `ffi`, or one whose signature changed, does not compile.
 fn exported() -> Vec<(&'static str, usize)> {
-    type Open = unsafe extern "C" fn(*const c_char, *mut *mut RknpuDevice) -> c_int;
-    type Close = unsafe extern "C" fn(*mut RknpuDevice);
+    type Open = unsafe extern "C" fn(*const c_char, *mut *mut DeviceHandle) -> c_int;
+    type Close = extern "C" fn(*mut DeviceHandle) -> c_int;
     type I8 = unsafe extern "C" fn(
-        *mut RknpuDevice,
+        *mut DeviceHandle,
         *const i8,
         *const f32,
         u32,
         u32,
-        *mut *mut RknpuWeights,
+        *mut *mut WeightsHandle,
     ) -> c_int;
     type I4 = unsafe extern "C" fn(
-        *mut RknpuDevice,
+        *mut DeviceHandle,
         *const u8,
         *const f32,
         u32,
         u32,
-        *mut *mut RknpuWeights,
+        *mut *mut WeightsHandle,
     ) -> c_int;
     type F16 = unsafe extern "C" fn(
-        *mut RknpuDevice,
+        *mut DeviceHandle,
         *const u16,
         u32,
         u32,
-        *mut *mut RknpuWeights,
+        *mut *mut WeightsHandle,
     ) -> c_int;
-    type Free = unsafe extern "C" fn(*mut RknpuWeights);
-    type MulMat = unsafe extern "C" fn(*mut RknpuWeights, *const f32, u32, *mut f32) -> c_int;
+    type Free = extern "C" fn(*mut WeightsHandle) -> c_int;
+    type MulMat = unsafe extern "C" fn(*mut WeightsHandle, *const f32, u32, *mut f32) -> c_int;
     type LastError = extern "C" fn() -> *const c_char;
-    type Supported = unsafe extern "C" fn(*mut RknpuDevice, u32, u32, u32, u32) -> c_int;
+    type Supported = extern "C" fn(*mut DeviceHandle, u32, u32, u32, u32) -> c_int;
     type Ggml = unsafe extern "C" fn(
-        *mut RknpuDevice,
+        *mut DeviceHandle,
         u32,
         *const c_void,
         usize,
         u32,
         u32,
-        *mut *mut RknpuWeights,
+        *mut *mut WeightsHandle,
     ) -> c_int;
     type BatchNew =
-        unsafe extern "C" fn(*const *mut RknpuWeights, u32, u32, *mut *mut RknpuBatch) -> c_int;
+        unsafe extern "C" fn(*const *mut WeightsHandle, u32, u32, *mut *mut BatchHandle) -> c_int;
     type BatchMulMat = unsafe extern "C" fn(
-        *mut RknpuBatch,
+        *mut BatchHandle,
         u32,
         *const c_void,
         usize,
         *const *mut f32,
         *const usize,
     ) -> c_int;
-    type BatchFree = unsafe extern "C" fn(*mut RknpuBatch);
+    type BatchFree = extern "C" fn(*mut BatchHandle) -> c_int;
     type MulMatEx = unsafe extern "C" fn(
-        *mut RknpuWeights,
+        *mut WeightsHandle,
         u32,
         *const c_void,
         usize,
@@ -83,7 +84,45 @@ fn exported() -> Vec<(&'static str, usize)> {
         *mut f32,
         usize,
     ) -> c_int;
+    type MulMatSupported = extern "C" fn(*mut DeviceHandle, u32, u32, u32, u32, u32) -> c_int;
+    type Submit = unsafe extern "C" fn(
+        *mut WeightsHandle,
+        u32,
+        *const c_void,
+        usize,
+        u32,
+        *mut f32,
+        usize,
+        *mut *mut JobHandle,
+    ) -> c_int;
+    type BatchSubmit = unsafe extern "C" fn(
+        *mut BatchHandle,
+        u32,
+        *const c_void,
+        usize,
+        *const *mut f32,
+        *const usize,
+        *mut *mut JobHandle,
+    ) -> c_int;
+    type JobDone = extern "C" fn(*mut JobHandle) -> c_int;
+    type JobWait = unsafe extern "C" fn(*mut JobHandle) -> c_int;
+    type JobFree = extern "C" fn(*mut JobHandle) -> c_int;
     vec![
+        (
+            "rknpu_mul_mat_supported",
+            ffi::rknpu_mul_mat_supported as MulMatSupported as usize,
+        ),
+        (
+            "rknpu_mul_mat_submit",
+            ffi::rknpu_mul_mat_submit as Submit as usize,
+        ),
+        (
+            "rknpu_batch_submit",
+            ffi::rknpu_batch_submit as BatchSubmit as usize,
+        ),
+        ("rknpu_job_done", ffi::rknpu_job_done as JobDone as usize),
+        ("rknpu_job_wait", ffi::rknpu_job_wait as JobWait as usize),
+        ("rknpu_job_free", ffi::rknpu_job_free as JobFree as usize),
         ("rknpu_open", ffi::rknpu_open as Open as usize),
         ("rknpu_close", ffi::rknpu_close as Close as usize),
         ("rknpu_weights_i8", ffi::rknpu_weights_i8 as I8 as usize),
@@ -159,4 +198,7 @@ fn header_defines_the_codes() {
     }
     assert!(text.contains("typedef struct rknpu_device rknpu_device;"));
     assert!(text.contains("typedef struct rknpu_weights rknpu_weights;"));
+    assert!(text.contains("typedef struct rknpu_job rknpu_job;"));
+    assert!(text.contains("#define RKNPU_WEIGHTS_I8 (256u)\n"));
+    assert!(text.contains("#define RKNPU_WEIGHTS_I4 (257u)\n"));
 }
