@@ -4,9 +4,10 @@
 use crate::Failure;
 use crate::matmul::fail;
 use rknpu_driver::compute::matmul::{Matmul, MatmulOptions};
-use rknpu_driver::gguf::{GgmlType, Gguf, load_weights};
+use rknpu_driver::gguf::{GgmlType, Gguf, load_weights, write_listing};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,43 +31,21 @@ pub(crate) fn open(path: &str) -> Result<Gguf, Failure> {
     })
 }
 
-/// A shape in GGUF order (`dims[0]`, ggml's `ne0`, first), as ggml prints it:
-/// `[4096, 11008]`.
-fn shape(dims: &[u64]) -> String {
-    let dims: Vec<String> = dims.iter().map(u64::to_string).collect();
-    format!("[{}]", dims.join(", "))
-}
-
-/// Lists the tensors of the file: a header line, one line a tensor, a count.
+/// Lists the tensors of the file (`gguf::write_listing`): a header line, one line a
+/// tensor, a count. A reader that went away ends the listing quietly, as `outln!` does.
 pub(crate) fn run(a: GgufArgs) -> Result<(), Failure> {
     let g = open(&a.file)?;
     if a.json {
         outln!("{}", json(&g));
         return Ok(());
     }
-    outln!(
-        "GGUF version {}, {} metadata entries, alignment {}",
-        g.version(),
-        g.metadata_entries().len(),
-        g.alignment()
-    );
-    let name_width = g.tensors().iter().map(|t| t.name.len()).max().unwrap_or(0);
-    let type_width = g
-        .tensors()
-        .iter()
-        .map(|t| t.ggml_type.name().len())
-        .max()
-        .unwrap_or(0);
-    for t in g.tensors() {
-        outln!(
-            "{:name_width$}  {:type_width$}  {}",
-            t.name,
-            t.ggml_type.name(),
-            shape(&t.dims)
-        );
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    match write_listing(&g, &mut out).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure(1, format!("writing the listing: {e}"))),
     }
-    outln!("{} tensors", g.tensors().len());
-    Ok(())
 }
 
 /// The file as one JSON document: version, metadata count, alignment and the tensors
@@ -74,7 +53,6 @@ pub(crate) fn run(a: GgufArgs) -> Result<(), Failure> {
 fn json(g: &Gguf) -> serde_json::Value {
     let tensors: Vec<serde_json::Value> = g
         .tensors()
-        .iter()
         .map(|t| {
             serde_json::json!({
                 "name": t.name,
@@ -87,10 +65,10 @@ fn json(g: &Gguf) -> serde_json::Value {
         .collect();
     serde_json::json!({
         "version": g.version(),
-        "metadata_count": g.metadata_entries().len(),
+        "metadata_count": g.metadata_count(),
         "alignment": g.alignment(),
         "tensors": tensors,
-        "tensor_count": g.tensors().len(),
+        "tensor_count": g.tensor_count(),
     })
 }
 
@@ -133,7 +111,7 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
                 "{}: no tensor named {:?} ({} tensors)",
                 p.file,
                 p.tensor,
-                g.tensors().len()
+                g.tensor_count()
             ),
         )
     })?;

@@ -83,7 +83,7 @@ pub fn load_weights(
     let info = gguf.tensor(name).ok_or_else(|| Error::NoSuchTensor {
         name: name.to_string(),
     })?;
-    let (n, k) = matrix_shape(name, &info.dims)?;
+    let (n, k) = matrix_shape(name, info.dims)?;
     let w = gguf.dequantize(name)?;
     let bank = match dtype {
         Dtype::Fp16 => WeightBank::from_f32_nk(dev, n, k, &w)?,

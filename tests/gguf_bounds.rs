@@ -1,0 +1,248 @@
+//! The bounds of the GGUF reader (docs/gguf.md, "Bounds"): the memory a
+//! parsed file's index takes for hostile shapes (many tiny tensors, many metadata keys,
+//! long arrays); a listing linear in the file.
+
+use rknpu_driver::gguf::{Array, GgmlType, Gguf, LIST_NAME_COLUMN, Value, write_listing};
+
+/// A GGUF file built byte by byte: version 3, the given metadata and tensor infos, and
+/// `data` bytes of tensor data after the alignment padding.
+struct Raw {
+    kv: Vec<u8>,
+    n_kv: u64,
+    infos: Vec<u8>,
+    n_tensors: u64,
+}
+
+impl Raw {
+    fn new() -> Raw {
+        Raw {
+            kv: Vec::new(),
+            n_kv: 0,
+            infos: Vec::new(),
+            n_tensors: 0,
+        }
+    }
+
+    fn string(out: &mut Vec<u8>, s: &[u8]) {
+        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        out.extend_from_slice(s);
+    }
+
+    /// A metadata key with a value of type `ty` whose bytes are `value`.
+    fn kv(&mut self, key: &[u8], ty: u32, value: &[u8]) {
+        Raw::string(&mut self.kv, key);
+        self.kv.extend_from_slice(&ty.to_le_bytes());
+        self.kv.extend_from_slice(value);
+        self.n_kv += 1;
+    }
+
+    /// A tensor of type `ty` (a ggml code) with `dims` at data offset `offset`.
+    fn tensor(&mut self, name: &[u8], dims: &[u64], ty: u32, offset: u64) {
+        Raw::string(&mut self.infos, name);
+        self.infos
+            .extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        for d in dims {
+            self.infos.extend_from_slice(&d.to_le_bytes());
+        }
+        self.infos.extend_from_slice(&ty.to_le_bytes());
+        self.infos.extend_from_slice(&offset.to_le_bytes());
+        self.n_tensors += 1;
+    }
+
+    fn bytes(&self, data: &[u8]) -> Vec<u8> {
+        let mut out = b"GGUF".to_vec();
+        out.extend_from_slice(&3u32.to_le_bytes());
+        out.extend_from_slice(&self.n_tensors.to_le_bytes());
+        out.extend_from_slice(&self.n_kv.to_le_bytes());
+        out.extend_from_slice(&self.kv);
+        out.extend_from_slice(&self.infos);
+        out.resize(out.len().next_multiple_of(32), 0);
+        out.extend_from_slice(data);
+        out
+    }
+}
+
+/// The `i`-th of a run of distinct short ASCII names (1 byte up to 62, then 2, ...).
+fn short_name(mut i: usize) -> Vec<u8> {
+    const A: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut out = Vec::new();
+    loop {
+        out.push(A[i % A.len()]);
+        i /= A.len();
+        if i == 0 {
+            return out;
+        }
+        i -= 1;
+    }
+}
+
+/// Many tiny tensors: no dimension (one F32 value each), all at data offset 0.
+fn many_tensors(n: usize) -> Vec<u8> {
+    let mut r = Raw::new();
+    for i in 0..n {
+        r.tensor(&short_name(i), &[], 0, 0);
+    }
+    r.bytes(&[0; 4])
+}
+
+/// Many metadata keys of one `u8` each.
+fn many_keys(n: usize) -> Vec<u8> {
+    let mut r = Raw::new();
+    for i in 0..n {
+        r.kv(&short_name(i), 0, &[7]);
+    }
+    r.bytes(&[])
+}
+
+/// One array of `n` elements of type `elem`, each element's bytes `one`.
+fn long_array(elem: u32, n: usize, one: &[u8]) -> Vec<u8> {
+    let mut value = elem.to_le_bytes().to_vec();
+    value.extend_from_slice(&(n as u64).to_le_bytes());
+    for _ in 0..n {
+        value.extend_from_slice(one);
+    }
+    let mut r = Raw::new();
+    r.kv(b"a", 9, &value);
+    r.bytes(&[])
+}
+
+/// The hostile shapes of about `size` bytes each, named.
+fn hostile(size: usize) -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("tiny tensors", many_tensors(size / 27)),
+        ("metadata keys", many_keys(size / 15)),
+        (
+            "empty strings",
+            long_array(8, size / 8, &0u64.to_le_bytes()),
+        ),
+        (
+            "empty arrays",
+            long_array(9, size / 12, &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+        ),
+        ("bools", long_array(7, size, &[1])),
+        ("u64s", long_array(10, size / 8, &[1, 2, 3, 4, 5, 6, 7, 8])),
+    ]
+}
+
+/// The bound docs/gguf.md states: the index a parsed file keeps besides the file's
+/// bytes is at most 20/13 of them (a 16-byte entry and a 4-byte place in the sorted
+/// order for each metadata entry of at least 13 bytes), whatever the shape. The reader
+/// before this bound (owned names and values, two hash maps of cloned names) kept 6.5
+/// times the file for many short metadata keys, by its types' sizes.
+#[test]
+fn the_index_is_bounded_by_the_file_size() {
+    for (what, bytes) in hostile(400_000) {
+        let len = bytes.len();
+        let g = Gguf::from_vec(bytes).expect("the hostile file is valid");
+        let ratio = g.index_bytes() as f64 / len as f64;
+        println!(
+            "{what}: {len} bytes, index {} bytes, {ratio:.3} a byte",
+            g.index_bytes()
+        );
+        assert!(
+            ratio <= 20.0 / 13.0,
+            "{what}: {} bytes for {len}",
+            g.index_bytes()
+        );
+        assert_eq!(g.file_len(), len);
+    }
+    // The entries count what they index: 24 + 4 bytes a tensor, 16 + 4 a key.
+    let g = Gguf::from_vec(many_tensors(1_000)).unwrap();
+    assert_eq!((g.tensor_count(), g.index_bytes()), (1_000, 28_000));
+    let g = Gguf::from_vec(many_keys(1_000)).unwrap();
+    assert_eq!((g.metadata_count(), g.index_bytes()), (1_000, 20_000));
+}
+
+/// The shapes that parse into the most memory still read back what was written.
+#[test]
+fn hostile_shapes_read_back() {
+    let g = Gguf::from_vec(many_tensors(5_000)).unwrap();
+    for (i, t) in g.tensors().enumerate() {
+        assert_eq!(t.name.as_bytes(), short_name(i));
+        assert_eq!((t.dims, t.offset, t.ggml_type), (&[][..], 0, GgmlType::F32));
+    }
+    let name = String::from_utf8(short_name(4_321)).unwrap();
+    assert_eq!(g.tensor(&name).map(|t| t.name), Some(name.as_str()));
+    assert!(g.tensor("no such tensor").is_none());
+    let g = Gguf::from_vec(many_keys(5_000)).unwrap();
+    let key = String::from_utf8(short_name(77)).unwrap();
+    assert_eq!(g.metadata(&key), Some(Value::U8(7)));
+    assert_eq!(g.metadata_keys().nth(77), Some(key.as_str()));
+    let g = Gguf::from_vec(long_array(8, 1_000, &0u64.to_le_bytes())).unwrap();
+    match g.metadata("a") {
+        Some(Value::Array(Array::String(v))) => {
+            assert_eq!(v.len(), 1_000);
+            assert!(v.iter().all(String::is_empty));
+        }
+        v => panic!("{v:?}"),
+    }
+}
+
+/// The listing of `g` as text.
+fn listing(g: &Gguf) -> String {
+    let mut out = Vec::new();
+    write_listing(g, &mut out).expect("a Vec takes any listing");
+    String::from_utf8(out).expect("the listing is UTF-8")
+}
+
+#[test]
+fn a_name_of_65536_bytes_and_control_characters_list_escaped() {
+    let long = vec![b'x'; 65_536];
+    let mut r = Raw::new();
+    r.tensor(&long, &[4, 2], 0, 0);
+    r.tensor(b"evil\n\x1b[2J\\\x7f\t\r", &[4], 1, 0);
+    let g = Gguf::from_vec(r.bytes(&[0; 32])).expect("a valid file");
+    let text = listing(&g);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", &text[..200.min(text.len())]);
+    let want_long = format!("{}  F32      [4, 2]", "x".repeat(65_536));
+    assert_eq!(lines[1], want_long);
+    let escaped = r"evil\n\u{1b}[2J\\\u{7f}\t\r";
+    assert_eq!(
+        lines[2],
+        format!(
+            "{escaped}{}  F16      [4]",
+            " ".repeat(LIST_NAME_COLUMN - escaped.len())
+        )
+    );
+    assert_eq!(lines[3], "2 tensors");
+    // No control character but the line ends.
+    assert!(!text.chars().any(|c| c.is_control() && c != '\n'));
+}
+
+#[test]
+fn the_listing_is_linear_in_the_file() {
+    // One long name and many short ones: padding every line to the longest name would
+    // print 20,000 x 2,000 bytes.
+    let mut r = Raw::new();
+    r.tensor(&vec![b'n'; 20_000], &[], 0, 0);
+    for i in 0..2_000 {
+        r.tensor(&short_name(i), &[1, 1, 1, 1], 0, 0);
+    }
+    let bytes = r.bytes(&[0; 4]);
+    let len = bytes.len();
+    let g = Gguf::from_vec(bytes).expect("a valid file");
+    let text = listing(&g);
+    assert!(
+        text.len() <= 5 * len + 200,
+        "{} bytes listed for a {len}-byte file",
+        text.len()
+    );
+    // Short names end at the column, so the type starts at the same place on each line.
+    let short = text.lines().nth(2).expect("a short tensor's line");
+    assert_eq!(short, format!("a{}  F32      [1, 1, 1, 1]", " ".repeat(39)));
+    assert_eq!(text.lines().count(), 2_003);
+}
+
+#[test]
+fn the_listing_is_at_most_five_bytes_a_file_byte() {
+    // The worst shape: a name of control characters, each listed as 5 bytes (`\u{1}`).
+    let mut r = Raw::new();
+    r.tensor(&[1u8; 10_000], &[], 0, 0);
+    let bytes = r.bytes(&[0; 4]);
+    let len = bytes.len();
+    let g = Gguf::from_vec(bytes).expect("a valid file");
+    let text = listing(&g);
+    assert!(text.len() > 50_000, "every control byte is escaped");
+    assert!(text.len() <= 5 * len + 200, "{} for {len}", text.len());
+}
