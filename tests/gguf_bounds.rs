@@ -1,8 +1,14 @@
-//! The bounds of the GGUF reader (docs/gguf.md, "Bounds"): the memory a
+//! The bounds of the GGUF reader and its loaders (docs/gguf.md, "Bounds"): the memory a
 //! parsed file's index takes for hostile shapes (many tiny tensors, many metadata keys,
-//! long arrays); a listing linear in the file.
+//! long arrays); a listing linear in the file; weights a bank cannot hold refused with
+//! the tensor, the index and the value; NaN-aware reports.
 
-use rknpu_driver::gguf::{Array, GgmlType, Gguf, LIST_NAME_COLUMN, Value, write_listing};
+use rknpu_driver::device::Device;
+use rknpu_driver::gguf::write::Writer;
+use rknpu_driver::gguf::{
+    Array, Error, GgmlType, Gguf, LIST_NAME_COLUMN, LoadReport, Value, load_weights, write_listing,
+};
+use rknpu_driver::kernels::single::Dtype;
 
 /// A GGUF file built byte by byte: version 3, the given metadata and tensor infos, and
 /// `data` bytes of tensor data after the alignment padding.
@@ -245,4 +251,115 @@ fn the_listing_is_at_most_five_bytes_a_file_byte() {
     let text = listing(&g);
     assert!(text.len() > 50_000, "every control byte is escaped");
     assert!(text.len() <= 5 * len + 200, "{} for {len}", text.len());
+}
+
+fn emu() -> Device {
+    Device::open_spec("emu").expect("the emulated kernel")
+}
+
+/// A file with tensor `name` of `n` rows of 32 values of type `ty`, all `fill` but the
+/// value at (`row`, `col`), which has the bits `bits` (F32, F16 or BF16 encoded).
+fn one_odd_value(ty: GgmlType, n: u64, row: u64, col: u64, bits: u32) -> Gguf {
+    let size = ty.type_size() as usize;
+    let fill: u32 = match ty {
+        GgmlType::F32 => 0.5f32.to_bits(),
+        GgmlType::F16 => 0x3800,
+        _ => 0x3f00,
+    };
+    let mut data = Vec::new();
+    for i in 0..n * 32 {
+        let v = if i == row * 32 + col { bits } else { fill };
+        data.extend_from_slice(&v.to_le_bytes()[..size]);
+    }
+    let mut w = Writer::new();
+    w.tensor_raw("w", ty, &[32, n], data)
+        .expect("a valid tensor");
+    Gguf::from_vec(w.to_bytes()).expect("a valid file")
+}
+
+/// The weight a load refused, as (row, column, value, bank).
+fn refused(g: &Gguf, dtype: Dtype) -> (u64, u64, f32, Dtype) {
+    match load_weights(&emu(), g, "w", dtype) {
+        Err(Error::NotRepresentable {
+            tensor,
+            row,
+            column,
+            value,
+            bank,
+        }) => {
+            assert_eq!(tensor, "w");
+            (row, column, value, bank)
+        }
+        Err(e) => panic!("{dtype:?}: another error: {e}"),
+        Ok((_, report)) => panic!("{dtype:?}: loaded: {report}"),
+    }
+}
+
+#[test]
+fn a_weight_past_the_fp16_range_is_refused_with_its_index_and_value() {
+    let g = one_odd_value(GgmlType::F32, 3, 1, 5, 1e5f32.to_bits());
+    assert_eq!(refused(&g, Dtype::Fp16), (1, 5, 1e5, Dtype::Fp16));
+    // A bf16 bank holds 1e5, rounded; so do the integer banks, scaled.
+    for dtype in [Dtype::Bf16, Dtype::Int8, Dtype::Int4] {
+        let (_, report) = load_weights(&emu(), &g, "w", dtype).expect("1e5 fits");
+        assert!(report.max_abs.is_finite(), "{report}");
+    }
+    // 65519 rounds to the largest fp16, 65504; 65520 rounds to infinity.
+    let g = one_odd_value(GgmlType::F32, 2, 0, 31, 65519f32.to_bits());
+    let (_, report) = load_weights(&emu(), &g, "w", Dtype::Fp16).expect("65519 fits");
+    assert_eq!(report.max_abs, 15.0, "{report}");
+    let g = one_odd_value(GgmlType::F32, 2, 0, 31, 65520f32.to_bits());
+    assert_eq!(refused(&g, Dtype::Fp16), (0, 31, 65520.0, Dtype::Fp16));
+}
+
+#[test]
+fn a_bf16_weight_that_rounds_to_infinity_is_refused() {
+    // 0x7f7f is the largest bf16, about 3.39e38: it fits a bf16 bank, not an fp16 one.
+    let g = one_odd_value(GgmlType::BF16, 2, 1, 0, 0x7f7f);
+    let big = f32::from_bits(0x7f7f_0000);
+    assert_eq!(refused(&g, Dtype::Fp16), (1, 0, big, Dtype::Fp16));
+    let (_, report) = load_weights(&emu(), &g, "w", Dtype::Bf16).expect("exact in bf16");
+    assert_eq!(report.max_abs, 0.0, "{report}");
+    // An f32 3.4e38 is finite but rounds up to infinity in bf16.
+    let g = one_odd_value(GgmlType::F32, 2, 1, 7, 3.4e38f32.to_bits());
+    assert_eq!(refused(&g, Dtype::Bf16), (1, 7, 3.4e38, Dtype::Bf16));
+}
+
+#[test]
+fn nan_and_infinite_weights_are_refused_by_every_bank() {
+    for (ty, nan, inf) in [
+        (GgmlType::F32, 0x7fc0_0000, 0x7f80_0000),
+        (GgmlType::F16, 0x7e00, 0xfc00),
+        (GgmlType::BF16, 0x7fc0, 0xff80),
+    ] {
+        for dtype in [Dtype::Fp16, Dtype::Bf16, Dtype::Int8, Dtype::Int4] {
+            let (row, col, v, bank) = refused(&one_odd_value(ty, 2, 1, 3, nan), dtype);
+            assert_eq!((row, col, bank), (1, 3, dtype), "{ty} NaN");
+            assert!(v.is_nan(), "{ty}: {v}");
+            let (row, col, v, _) = refused(&one_odd_value(ty, 2, 0, 9, inf), dtype);
+            assert_eq!((row, col), (0, 9), "{ty} infinity");
+            assert!(v.is_infinite(), "{ty}: {v}");
+        }
+    }
+}
+
+#[test]
+fn the_report_maxima_do_not_skip_nan() {
+    let want = [1.0f32, 2.0, 3.0];
+    let report = LoadReport::measure("t", GgmlType::F32, Dtype::Fp16, (1, 3), &want, &want);
+    assert_eq!(
+        (report.max_abs, report.rms, report.rel_rms),
+        (0.0, 0.0, 0.0)
+    );
+    // A NaN after a larger error: f64::max would keep the 1.0.
+    let got = [2.0f32, f32::NAN, 3.0];
+    let report = LoadReport::measure("t", GgmlType::F32, Dtype::Fp16, (1, 3), &got, &want);
+    assert!(report.max_abs.is_nan(), "{report}");
+    assert!(report.rms.is_nan() && report.rel_rms.is_nan(), "{report}");
+    let got = [f32::INFINITY, 2.0, 3.0];
+    let report = LoadReport::measure("t", GgmlType::F32, Dtype::Fp16, (1, 3), &got, &want);
+    assert_eq!(report.max_abs, f64::INFINITY, "{report}");
+    // Values one side lacks are not a number either.
+    let report = LoadReport::measure("t", GgmlType::F32, Dtype::Fp16, (1, 3), &want[..2], &want);
+    assert!(report.max_abs.is_nan(), "{report}");
 }

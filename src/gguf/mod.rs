@@ -142,6 +142,20 @@ pub enum Error {
         /// What, and why not.
         what: String,
     },
+    /// A weight a bank of type `bank` cannot hold: a NaN, an infinity, or a finite
+    /// value that rounds to infinity in an fp16 or bf16 bank (docs/gguf.md, "Bounds").
+    NotRepresentable {
+        /// The tensor.
+        tensor: String,
+        /// The row (output channel) of the value.
+        row: u64,
+        /// Its column (input).
+        column: u64,
+        /// The value, dequantised.
+        value: f32,
+        /// The bank's type.
+        bank: crate::kernels::single::Dtype,
+    },
     /// The file could not be read or written.
     Io {
         /// The path.
@@ -202,6 +216,17 @@ impl fmt::Display for Error {
                 write!(f, "GGUF: {what}")
             }
             Error::Unsupported { tensor, what } => write!(f, "GGUF tensor {tensor:?}: {what}"),
+            Error::NotRepresentable {
+                tensor,
+                row,
+                column,
+                value,
+                bank,
+            } => write!(
+                f,
+                "GGUF tensor {tensor:?}: weight [row {row}, column {column}] is {value:e}, which a {} bank cannot hold (NaN, infinite or out of its range)",
+                bank.name()
+            ),
             Error::Io { path, error } => write!(f, "{path}: {error}"),
             Error::Bank(e) => write!(f, "loading GGUF weights: {e}"),
         }
