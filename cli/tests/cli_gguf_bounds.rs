@@ -41,6 +41,25 @@ fn a_tensor_name_of_65536_bytes_lists() {
 }
 
 #[test]
+fn json_names_any_name_and_is_the_document_serde_json_writes() {
+    let mut w = Writer::new();
+    let long = "q".repeat(65_536);
+    w.tensor_f32(&long, &[32, 2], &[0.25; 64]).unwrap();
+    w.tensor_f32("tab\t\"quote\"", &[32], &[0.25; 32]).unwrap();
+    let f = file("long-name.json.gguf", &w);
+    let o = run(&["gguf", "--json", f.path()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["tensors"][0]["name"], long.as_str());
+    assert_eq!(v["tensors"][1]["name"], "tab\t\"quote\"");
+    assert_eq!(v["tensor_count"], 2);
+    // Written a tensor at a time, the document is byte for byte the one serde_json
+    // writes for the whole value (keys sorted), and one line.
+    let out = text(&o.stdout);
+    assert_eq!(out, format!("{v}\n"));
+}
+
+#[test]
 fn the_listing_is_linear_in_the_file() {
     // A 100,000-byte name among 1,000 short ones: padded to the longest name, the
     // listing would take 100 MB.

@@ -23,9 +23,9 @@ const TYPE_WIDTH: usize = 7;
 ///
 /// Each tensor line is its name escaped by [`escape_name`], padded with spaces to
 /// [`LIST_NAME_COLUMN`] characters, two spaces, the type padded to 7, two spaces and the
-/// shape in GGUF order. A line takes at most `LIST_NAME_COLUMN + 97` bytes plus 5 bytes a
-/// byte of the name, so the listing is at most about 5 bytes a byte of the file
-/// (docs/gguf.md, "Bounds"). The only error is `out`'s.
+/// shape in GGUF order. A line takes at most `LIST_NAME_COLUMN + 81` bytes plus 5 bytes a
+/// byte of the name, so the listing is at most 5 bytes a byte of the file plus its first
+/// and last lines (docs/gguf.md, "Bounds"). The only error is `out`'s.
 pub fn write_listing(g: &Gguf, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
