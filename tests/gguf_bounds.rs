@@ -363,3 +363,23 @@ fn the_report_maxima_do_not_skip_nan() {
     let report = LoadReport::measure("t", GgmlType::F32, Dtype::Fp16, (1, 3), &want[..2], &want);
     assert!(report.max_abs.is_nan(), "{report}");
 }
+
+#[test]
+fn a_block_scale_that_is_not_finite_is_refused_at_the_value_it_makes() {
+    // Two Q8_0 rows of one block each: row 0 fine, row 1 with d = +inf (f16 0x7c00) and
+    // quants 0 and 1 from value 0 on, which dequantise to NaN (inf x 0) and +inf.
+    let mut data = Vec::new();
+    for (d, first) in [(0x3c00u16, 0u8), (0x7c00, 0)] {
+        data.extend_from_slice(&d.to_le_bytes());
+        data.push(first);
+        data.extend_from_slice(&[1u8; 31]);
+    }
+    let mut w = Writer::new();
+    w.tensor_raw("w", GgmlType::Q8_0, &[32, 2], data).unwrap();
+    let g = Gguf::from_vec(w.to_bytes()).unwrap();
+    for dtype in [Dtype::Int8, Dtype::Fp16] {
+        let (row, col, v, _) = refused(&g, dtype);
+        assert_eq!((row, col), (1, 0), "{dtype:?}");
+        assert!(v.is_nan(), "{dtype:?}: {v}");
+    }
+}
