@@ -123,6 +123,22 @@ impl<'a> Cursor<'a> {
         })
     }
 
+    /// A string as the index keeps it: the offset and length of its bytes, both within
+    /// [`MAX_HEADER_BYTES`], and the text.
+    fn str32(&mut self, what: &'static str) -> Result<(u32, u32, &'a str)> {
+        let s = self.str(what)?;
+        let start = self.pos - s.len();
+        let too_large = Error::TooLarge {
+            offset: start as u64,
+            what: "header size (the end of a name or key)",
+            value: self.offset(),
+            limit: MAX_HEADER_BYTES,
+        };
+        // The end within the limit puts the start and the length there too.
+        u32::try_from(self.pos).map_err(|_| too_large)?;
+        Ok((start as u32, s.len() as u32, s))
+    }
+
     fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8]> {
         let truncated = Error::Truncated {
             offset: self.offset(),
@@ -153,11 +169,16 @@ impl<'a> Cursor<'a> {
     }
 
     /// A count of items of at least `min_size` bytes each: refused if the rest of the
-    /// file, less `reserved` bytes other items need, could not hold that many.
+    /// file (or of the most a header may take), less `reserved` bytes other items need,
+    /// could not hold that many.
     fn count(&mut self, what: &'static str, min_size: u64, reserved: u64) -> Result<usize> {
         let offset = self.offset();
         let n = self.u64(what)?;
-        let limit = self.left().saturating_sub(reserved) / min_size.max(1);
+        // Every item is in the header, which ends within MAX_HEADER_BYTES.
+        let room = self
+            .left()
+            .min(MAX_HEADER_BYTES.saturating_sub(self.offset()));
+        let limit = room.saturating_sub(reserved) / min_size.max(1);
         if n > limit {
             return Err(Error::TooLarge {
                 offset,
@@ -309,10 +330,7 @@ impl<'a> Cursor<'a> {
 
     /// A tensor info, its dims appended to `dims`.
     fn tensor_info(&mut self, dims: &mut Vec<u64>) -> Result<Entry> {
-        let name_at = self.offset32("header size (tensor name offset)")?;
-        let name_str = self.str("tensor name")?;
-        let name_len = name_str.len() as u32;
-        let name = name_at + 8;
+        let (name, name_len, name_str) = self.str32("tensor name")?;
         let dims_at = self.offset();
         let n_dims = self.u32("tensor dimension count")?;
         if n_dims > MAX_DIMS {
@@ -412,8 +430,7 @@ pub(super) fn header(buf: &[u8]) -> Result<Index> {
     let mut kvs: Vec<Kv> = Vec::with_capacity(n_kv);
     let mut alignment = DEFAULT_ALIGNMENT;
     for _ in 0..n_kv {
-        let at = c.offset32("header size (metadata key offset)")?;
-        let key = c.str("metadata key")?;
+        let (key_at, key_len, key) = c.str32("metadata key")?;
         let ty = c.value_type()?;
         let value_at = c.offset();
         let value = c.offset32("header size (metadata value offset)")?;
@@ -432,8 +449,8 @@ pub(super) fn header(buf: &[u8]) -> Result<Index> {
             c.skip_value(ty, 0)?;
         }
         kvs.push(Kv {
-            key: at + 8,
-            key_len: key.len() as u32,
+            key: key_at,
+            key_len,
             value,
             ty,
         });
