@@ -84,15 +84,15 @@ fn writer_and_reader_round_trip() {
     let want = every_value();
     assert_eq!(g.metadata_entries().len(), want.len());
     for ((k, v), (gk, gv)) in want.iter().zip(g.metadata_entries()) {
-        assert_eq!((k, v), (&gk.as_str(), gv));
-        assert_eq!(g.metadata(k), Some(v));
+        assert_eq!((k, v), (&gk, &gv));
+        assert_eq!(g.metadata(k).as_ref(), Some(v));
     }
     assert_eq!(
-        g.metadata("t.u32").and_then(Value::as_u64),
+        g.metadata("t.u32").as_ref().and_then(Value::as_u64),
         Some(4_000_000_000)
     );
-    assert_eq!(g.metadata("t.i8").and_then(Value::as_u64), None);
-    let names: Vec<&str> = g.tensors().iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(g.metadata("t.i8").as_ref().and_then(Value::as_u64), None);
+    let names: Vec<&str> = g.tensors().map(|t| t.name).collect();
     assert_eq!(names, ["a.f32", "b.f16", "c.q8_0", "d.q4_0"]);
     for t in g.tensors() {
         assert_eq!(t.dims, [64, 2]);
@@ -500,9 +500,9 @@ proptest! {
         }
         if let Ok(g) = Gguf::parse(&bytes) {
             for t in g.tensors() {
-                let data = g.tensor_data(&t.name).unwrap();
+                let data = g.tensor_data(t.name).unwrap();
                 prop_assert_eq!(data.len() as u64, t.bytes());
-                if let Ok(x) = g.dequantize(&t.name) {
+                if let Ok(x) = g.dequantize(t.name) {
                     prop_assert_eq!(x.len() as u64, t.elements());
                 }
             }

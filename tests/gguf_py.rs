@@ -24,12 +24,14 @@ fn standard_writer() {
     let g = Gguf::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     assert_eq!(g.alignment(), 64);
     assert_eq!(
-        g.metadata("general.architecture").and_then(Value::as_str),
+        g.metadata("general.architecture")
+            .as_ref()
+            .and_then(Value::as_str),
         Some("rknpu-test")
     );
     assert_eq!(
         g.metadata("test.strings"),
-        Some(&Value::Array(Array::String(vec![
+        Some(Value::Array(Array::String(vec![
             "alpha".into(),
             "beta".into(),
             "gamma".into()
@@ -37,7 +39,7 @@ fn standard_writer() {
     );
     assert_eq!(
         g.metadata("test.ints"),
-        Some(&Value::Array(Array::I32(vec![1, -2, 3])))
+        Some(Value::Array(Array::I32(vec![1, -2, 3])))
     );
     let want = [
         ("w.f32", GgmlType::F32, [64, 4]),
@@ -67,11 +69,11 @@ fn standard_writer() {
     }
     for (name, ty, dims) in want {
         let t = g.tensor(name).unwrap_or_else(|| panic!("{name}"));
-        assert_eq!((t.ggml_type, t.dims.as_slice()), (ty, &dims[..]), "{name}");
+        assert_eq!((t.ggml_type, t.dims), (ty, &dims[..]), "{name}");
         let r = g.tensor(&format!("{name}.ref")).unwrap();
-        assert_eq!((r.ggml_type, r.dims.as_slice()), (GgmlType::F32, &dims[..]));
+        assert_eq!((r.ggml_type, r.dims), (GgmlType::F32, &dims[..]));
         let got = g.dequantize(name).unwrap();
-        let reference = g.dequantize(&r.name).unwrap();
+        let reference = g.dequantize(r.name).unwrap();
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&got), bits(&reference), "{name}");
         assert!(got.iter().any(|&v| v != 0.0), "{name}: values, not zeros");

@@ -4,9 +4,10 @@
 use crate::Failure;
 use crate::matmul::fail;
 use rknpu_driver::compute::matmul::{Matmul, MatmulOptions};
-use rknpu_driver::gguf::{GgmlType, Gguf, load_weights};
+use rknpu_driver::gguf::{GgmlType, Gguf, load_weights, write_listing};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,68 +31,52 @@ pub(crate) fn open(path: &str) -> Result<Gguf, Failure> {
     })
 }
 
-/// A shape in GGUF order (`dims[0]`, ggml's `ne0`, first), as ggml prints it:
-/// `[4096, 11008]`.
-fn shape(dims: &[u64]) -> String {
-    let dims: Vec<String> = dims.iter().map(u64::to_string).collect();
-    format!("[{}]", dims.join(", "))
-}
-
-/// Lists the tensors of the file: a header line, one line a tensor, a count.
+/// Lists the tensors of the file (`gguf::write_listing`): a header line, one line a
+/// tensor, a count; or, with `--json`, one JSON document. A reader that went away ends
+/// the listing quietly, as `outln!` does.
 pub(crate) fn run(a: GgufArgs) -> Result<(), Failure> {
     let g = open(&a.file)?;
-    if a.json {
-        outln!("{}", json(&g));
-        return Ok(());
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let written = if a.json {
+        write_json(&g, &mut out)
+    } else {
+        write_listing(&g, &mut out)
+    };
+    match written.and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure(1, format!("writing the listing: {e}"))),
     }
-    outln!(
-        "GGUF version {}, {} metadata entries, alignment {}",
-        g.version(),
-        g.metadata_entries().len(),
-        g.alignment()
-    );
-    let name_width = g.tensors().iter().map(|t| t.name.len()).max().unwrap_or(0);
-    let type_width = g
-        .tensors()
-        .iter()
-        .map(|t| t.ggml_type.name().len())
-        .max()
-        .unwrap_or(0);
-    for t in g.tensors() {
-        outln!(
-            "{:name_width$}  {:type_width$}  {}",
-            t.name,
-            t.ggml_type.name(),
-            shape(&t.dims)
-        );
-    }
-    outln!("{} tensors", g.tensors().len());
-    Ok(())
 }
 
-/// The file as one JSON document: version, metadata count, alignment and the tensors
-/// (name, type, shape in GGUF order, offset in the data section, bytes).
-fn json(g: &Gguf) -> serde_json::Value {
-    let tensors: Vec<serde_json::Value> = g
-        .tensors()
-        .iter()
-        .map(|t| {
-            serde_json::json!({
-                "name": t.name,
-                "type": t.ggml_type.name(),
-                "shape": t.dims,
-                "offset": t.offset,
-                "bytes": t.bytes(),
-            })
-        })
-        .collect();
-    serde_json::json!({
-        "version": g.version(),
-        "metadata_count": g.metadata_entries().len(),
-        "alignment": g.alignment(),
-        "tensors": tensors,
-        "tensor_count": g.tensors().len(),
-    })
+/// Writes the file as one JSON document: version, metadata count, alignment and the
+/// tensors (name, type, shape in GGUF order, offset in the data section, bytes), keys
+/// in sorted order. The tensors are written one at a time, so memory does not grow with
+/// their number (a document built whole took about 65 bytes a byte of a file of many
+/// tiny tensors).
+fn write_json(g: &Gguf, out: &mut dyn Write) -> std::io::Result<()> {
+    write!(
+        out,
+        "{{\"alignment\":{},\"metadata_count\":{},\"tensor_count\":{},\"tensors\":[",
+        g.alignment(),
+        g.metadata_count(),
+        g.tensor_count()
+    )?;
+    for (i, t) in g.tensors().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        let one = serde_json::json!({
+            "name": t.name,
+            "type": t.ggml_type.name(),
+            "shape": t.dims,
+            "offset": t.offset,
+            "bytes": t.bytes(),
+        });
+        serde_json::to_writer(&mut *out, &one)?;
+    }
+    writeln!(out, "],\"version\":{}}}", g.version())
 }
 
 /// What `rknpu matmul --gguf` runs.
@@ -133,7 +118,7 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
                 "{}: no tensor named {:?} ({} tensors)",
                 p.file,
                 p.tensor,
-                g.tensors().len()
+                g.tensor_count()
             ),
         )
     })?;
@@ -145,16 +130,19 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
         .map_err(|e| Failure(1, format!("{}: {e}", p.file)))?;
     let t_load = t.elapsed();
     outln!("load: {report}");
+    // Plan (and refuse the shape) before anything of M rows is allocated.
+    let options = MatmulOptions::default().cores(p.cores);
+    let mut mm = Matmul::with_options(&Arc::new(bank), p.m, options).map_err(|e| fail(&e))?;
+    outln!("plan: {}", mm.plan());
     let w = g
         .dequantize(p.tensor)
         .map_err(|e| Failure(1, format!("{}: {e}", p.file)))?;
     let (m, k, n) = (p.m as usize, report.k as usize, report.n as usize);
     let mut rng = Rng::from_seed(p.seed);
-    let x: Vec<f32> = (0..m * k).map(|_| rng.unit()).collect();
-    let options = MatmulOptions::default().cores(p.cores);
-    let mut mm = Matmul::with_options(&Arc::new(bank), p.m, options).map_err(|e| fail(&e))?;
-    outln!("plan: {}", mm.plan());
-    let mut y = vec![0f32; m * n];
+    let mut x = host_buffer(m, k, "activations")?;
+    x.extend((0..m * k).map(|_| rng.unit()));
+    let mut y = host_buffer(m, n, "results")?;
+    y.resize(m * n, 0.0);
     let t = Instant::now();
     mm.mul_mat(&x, &mut y).map_err(|e| fail(&e))?;
     let t_run = t.elapsed();
@@ -170,7 +158,8 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
         c.rel_rms,
         c.worst_ratio
     );
-    if c.worst_ratio > 1.0 {
+    // A ratio that is not a number (a NaN anywhere) fails too.
+    if c.worst_ratio.is_nan() || c.worst_ratio > 1.0 {
         return Err(Failure(
             1,
             "MISMATCH: the result is further from the f64 reference than the load report and the activations' rounding allow".into(),
@@ -180,9 +169,28 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
     Ok(())
 }
 
+/// An empty vector with room for `rows` × `cols` values, or exit 1 when that does not fit
+/// in memory (a planned shape that is still too large for this host).
+fn host_buffer(rows: usize, cols: usize, what: &str) -> Result<Vec<f32>, Failure> {
+    let too_large = || Failure(1, format!("{rows} x {cols} {what} do not fit in memory"));
+    let len = rows.checked_mul(cols).ok_or_else(too_large)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| too_large())?;
+    Ok(v)
+}
+
+/// The largest of `a` and `b`, or NaN when either is (`f64::max` skips a NaN).
+fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
 /// How far `mul_mat`'s result is from the f64 reference.
 struct Checked {
-    /// The largest `|y − reference|`.
+    /// The largest `|y − reference|` (NaN when one is).
     largest: f64,
     /// The RMS of `y − reference` over the RMS of the reference (0 when both are 0).
     rel_rms: f64,
@@ -195,7 +203,11 @@ struct Checked {
 /// float banks (fp16: 2^-11 relative, 2^-25 below the normal range; bf16: 2^-8
 /// relative, 2^-134 below it).
 fn activation_error(row: &[f32], dtype: Dtype) -> impl Fn(f32) -> f64 {
-    let half_step = row.iter().fold(0f64, |a, &v| a.max(f64::from(v).abs())) / 127.0 * 0.5;
+    let half_step = row
+        .iter()
+        .fold(0f64, |a, &v| nan_max(a, f64::from(v).abs()))
+        / 127.0
+        * 0.5;
     move |v| match dtype {
         Dtype::Fp16 => f64::from(v).abs() * 2f64.powi(-11) + 2f64.powi(-25),
         Dtype::Bf16 => f64::from(v).abs() * 2f64.powi(-8) + 2f64.powi(-134),
@@ -241,7 +253,7 @@ fn check(
                 .sum();
             let err = (f64::from(y[i * n + j]) - want).abs();
             let bound = error_bound(row, wrow, &e, max_abs, k);
-            largest = largest.max(err);
+            largest = nan_max(largest, err);
             err2 += err * err;
             ref2 += want * want;
             // A result that is not a number fails the check.
@@ -250,7 +262,7 @@ fn check(
                 0.0 => 0.0,
                 e => e / bound,
             };
-            worst_ratio = worst_ratio.max(ratio);
+            worst_ratio = nan_max(worst_ratio, ratio);
         }
     }
     let rel_rms = if err2 == 0.0 {
@@ -319,5 +331,12 @@ mod tests {
         assert!(far.worst_ratio > 1.0, "{}", far.worst_ratio);
         let nan = check(&x, &w, &[f32::NAN], (1, 2, 1), Dtype::Int8, 0.01);
         assert!(nan.worst_ratio > 1.0);
+        // The largest error of a NaN result is NaN, not the 0 f64::max would keep.
+        assert!(nan.largest.is_nan(), "{}", nan.largest);
+        // A NaN activation makes the reference, the error and the largest error NaN,
+        // and the check fail.
+        let bad_x = check(&[f32::NAN, 1.0], &w, &[exact], (1, 2, 1), Dtype::Int8, 0.01);
+        assert!(bad_x.largest.is_nan(), "{}", bad_x.largest);
+        assert!(bad_x.worst_ratio > 1.0, "{}", bad_x.worst_ratio);
     }
 }

@@ -22,7 +22,7 @@ pub struct LoadReport {
     pub n: u32,
     /// Inputs (values a row, its `dims[0]`).
     pub k: u32,
-    /// The largest `|bank − tensor|` over all values.
+    /// The largest `|bank − tensor|` over all values (NaN if any is NaN).
     pub max_abs: f64,
     /// The root mean square of `bank − tensor`.
     pub rms: f64,
@@ -62,6 +62,88 @@ fn matrix_shape(name: &str, dims: &[u64]) -> Result<(u32, u32)> {
     Ok((n, k))
 }
 
+/// The largest of `a` and `b`, or NaN when either is: unlike [`f64::max`], a NaN is
+/// never skipped, so a maximum over values that hold one is NaN.
+pub(crate) fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// Checks that a bank of type `dtype` holds every value of `w` (`n` rows of `k`) as what
+/// it is, before anything is converted: every value finite, and for fp16 (bf16) banks
+/// every value rounding to a finite fp16 (bf16), that is `|x| < 65520` (`|x|` below
+/// about `3.39e38`). Int8 and int4 banks take any finite value (their per-channel
+/// scales, `max |row| / 127` or `/ 7`, are then finite). The first value that fails is
+/// [`Error::NotRepresentable`], naming the tensor, its row and column, and the value.
+pub(crate) fn check_bank_range(name: &str, w: &[f32], k: u32, dtype: Dtype) -> Result<()> {
+    let fits = |v: f32| match dtype {
+        Dtype::Fp16 => half::f16::from_f32(v).is_finite(),
+        Dtype::Bf16 => bf16::from_f32(v).is_finite(),
+        _ => v.is_finite(),
+    };
+    match w.iter().position(|&v| !fits(v)) {
+        None => Ok(()),
+        Some(i) => {
+            let k = u64::from(k.max(1));
+            Err(Error::NotRepresentable {
+                tensor: name.to_string(),
+                row: i as u64 / k,
+                column: i as u64 % k,
+                value: w[i],
+                bank: dtype,
+            })
+        }
+    }
+}
+
+impl LoadReport {
+    /// The report on a bank of `bank` type whose values (`got`, as [`bank_values`]
+    /// gives them) were loaded from the values `want` of tensor `tensor` (`n` rows of
+    /// `k`, of type `source` in the file). Every statistic is NaN-aware: a NaN in either
+    /// makes [`LoadReport::max_abs`], [`LoadReport::rms`] and [`LoadReport::rel_rms`] NaN
+    /// (an infinity, infinite), never a smaller number.
+    pub fn measure(
+        tensor: &str,
+        source: GgmlType,
+        bank: Dtype,
+        (n, k): (u32, u32),
+        got: &[f32],
+        want: &[f32],
+    ) -> LoadReport {
+        let (mut max_abs, mut err2, mut ref2) = (0f64, 0f64, 0f64);
+        for (&b, &t) in got.iter().zip(want) {
+            let e = (f64::from(b) - f64::from(t)).abs();
+            max_abs = nan_max(max_abs, e);
+            err2 += e * e;
+            ref2 += f64::from(t) * f64::from(t);
+        }
+        // Values one side has and the other has not count as not a number.
+        if got.len() != want.len() {
+            (max_abs, err2) = (f64::NAN, f64::NAN);
+        }
+        let count = want.len().max(1) as f64;
+        let rms = (err2 / count).sqrt();
+        let rel_rms = match (err2 == 0.0, ref2 == 0.0) {
+            (true, _) => 0.0,
+            (false, true) if !err2.is_nan() => f64::INFINITY,
+            _ => (err2 / ref2).sqrt(),
+        };
+        LoadReport {
+            tensor: tensor.to_string(),
+            source,
+            bank,
+            n,
+            k,
+            max_abs,
+            rms,
+            rel_rms,
+        }
+    }
+}
+
 /// Loads the weight matrix `name` (GGUF dims `[k, n]`: `n` output channels of `k`
 /// inputs, ggml's `src0` of `mul_mat`) into a bank of type `dtype` on `dev`:
 ///
@@ -71,9 +153,13 @@ fn matrix_shape(name: &str, dims: &[u64]) -> Result<(u32, u32)> {
 ///   channel ([`WeightBank::quantize_f32_nk`]: ±127, resp. ±7, symmetric), with their
 ///   scales.
 ///
-/// Any type [`super::dequantize`] converts loads. The report compares the values the
-/// bank holds — its packed bytes read back from the device and unpacked, times its
-/// scales ([`bank_values`]) — with the dequantised tensor.
+/// Any type [`super::dequantize`] converts loads. A value the bank cannot hold — a NaN,
+/// an infinity, or a finite value that rounds to infinity in an fp16 or bf16 bank — is
+/// [`Error::NotRepresentable`] before anything is converted or allocated on the device
+/// (docs/gguf.md, "Bounds"): never a bank holding an infinity. The report compares the
+/// values the bank holds — its packed bytes read back from the device and unpacked,
+/// times its scales ([`bank_values`]) — with the dequantised tensor
+/// ([`LoadReport::measure`]).
 pub fn load_weights(
     dev: &Device,
     gguf: &Gguf,
@@ -83,47 +169,25 @@ pub fn load_weights(
     let info = gguf.tensor(name).ok_or_else(|| Error::NoSuchTensor {
         name: name.to_string(),
     })?;
-    let (n, k) = matrix_shape(name, &info.dims)?;
+    let (n, k) = matrix_shape(name, info.dims)?;
+    if !matches!(dtype, Dtype::Fp16 | Dtype::Bf16 | Dtype::Int8 | Dtype::Int4) {
+        return Err(Error::Unsupported {
+            tensor: name.to_string(),
+            what: format!("a {dtype:?} weight bank (fp16, bf16, int8 and int4 load)"),
+        });
+    }
     let w = gguf.dequantize(name)?;
+    check_bank_range(name, &w, k, dtype)?;
     let bank = match dtype {
         Dtype::Fp16 => WeightBank::from_f32_nk(dev, n, k, &w)?,
         Dtype::Bf16 => {
             let b: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
             WeightBank::from_bf16_nk(dev, n, k, &b)?
         }
-        Dtype::Int8 | Dtype::Int4 => WeightBank::quantize_f32_nk(dev, n, k, &w, dtype)?,
-        d => {
-            return Err(Error::Unsupported {
-                tensor: name.to_string(),
-                what: format!("a {d:?} weight bank (fp16, bf16, int8 and int4 load)"),
-            });
-        }
+        _ => WeightBank::quantize_f32_nk(dev, n, k, &w, dtype)?,
     };
     let got = bank_values(&bank)?;
-    let (mut max_abs, mut err2, mut ref2) = (0f64, 0f64, 0f64);
-    for (&b, &t) in got.iter().zip(&w) {
-        let e = (f64::from(b) - f64::from(t)).abs();
-        max_abs = max_abs.max(e);
-        err2 += e * e;
-        ref2 += f64::from(t) * f64::from(t);
-    }
-    let count = w.len().max(1) as f64;
-    let rms = (err2 / count).sqrt();
-    let rel_rms = match (err2 == 0.0, ref2 == 0.0) {
-        (true, _) => 0.0,
-        (false, true) => f64::INFINITY,
-        (false, false) => (err2 / ref2).sqrt(),
-    };
-    let report = LoadReport {
-        tensor: name.to_string(),
-        source: info.ggml_type,
-        bank: dtype,
-        n,
-        k,
-        max_abs,
-        rms,
-        rel_rms,
-    };
+    let report = LoadReport::measure(name, info.ggml_type, dtype, (n, k), &got, &w);
     Ok((bank, report))
 }
 

@@ -20,8 +20,8 @@
 //! let file = Gguf::parse(&out.to_bytes())?;
 //!
 //! let info = file.tensor("blk.0.ffn_up.weight").expect("written above");
-//! assert_eq!((info.ggml_type, info.dims.as_slice()), (GgmlType::Q8_0, &[32u64, 2][..]));
-//! assert_eq!(file.metadata("general.name").and_then(Value::as_str), Some("example"));
+//! assert_eq!((info.ggml_type, info.dims), (GgmlType::Q8_0, &[32u64, 2][..]));
+//! assert_eq!(file.metadata("general.name").as_ref().and_then(Value::as_str), Some("example"));
 //! let x = file.dequantize("blk.0.ffn_up.weight")?;
 //! // Q8_0 keeps each value within half a step (amax / 127 / 2) of its block.
 //! assert!(x.iter().zip(&w).all(|(a, b)| (a - b).abs() <= 4.0 / 127.0 / 2.0 + 1e-3));
@@ -29,6 +29,7 @@
 //! ```
 
 mod dequant;
+mod list;
 mod load;
 mod raw;
 mod read;
@@ -36,11 +37,11 @@ mod types;
 pub mod write;
 
 pub use dequant::{DEQUANTIZED, dequantize};
+pub use list::{LIST_NAME_COLUMN, escape_name, write_listing};
 pub use load::{LoadReport, bank_values, load_weights};
 pub use raw::{bank_from_raw, check_raw, raw_bank_dtype, raw_row_bytes};
 pub use types::{Array, GgmlType, Value, ValueType};
 
-use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
@@ -55,6 +56,9 @@ pub const MAX_DIMS: u32 = 4;
 /// How deeply metadata arrays may nest (arrays of arrays): deeper files are refused
 /// rather than read by unbounded recursion.
 pub const MAX_ARRAY_DEPTH: u32 = 4;
+/// The most bytes the header (everything before the data section: metadata and tensor
+/// infos) may take: the index keeps its offsets in 32 bits (docs/gguf.md, "Bounds").
+pub const MAX_HEADER_BYTES: u64 = u32::MAX as u64;
 
 /// What can be wrong with a GGUF file, or with loading one of its tensors.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,6 +142,20 @@ pub enum Error {
         /// What, and why not.
         what: String,
     },
+    /// A weight a bank of type `bank` cannot hold: a NaN, an infinity, or a finite
+    /// value that rounds to infinity in an fp16 or bf16 bank (docs/gguf.md, "Bounds").
+    NotRepresentable {
+        /// The tensor.
+        tensor: String,
+        /// The row (output channel) of the value.
+        row: u64,
+        /// Its column (input).
+        column: u64,
+        /// The value, dequantised.
+        value: f32,
+        /// The bank's type.
+        bank: crate::kernels::single::Dtype,
+    },
     /// The file could not be read or written.
     Io {
         /// The path.
@@ -198,6 +216,17 @@ impl fmt::Display for Error {
                 write!(f, "GGUF: {what}")
             }
             Error::Unsupported { tensor, what } => write!(f, "GGUF tensor {tensor:?}: {what}"),
+            Error::NotRepresentable {
+                tensor,
+                row,
+                column,
+                value,
+                bank,
+            } => write!(
+                f,
+                "GGUF tensor {tensor:?}: weight [row {row}, column {column}] is {value:e}, which a {} bank cannot hold (NaN, infinite or out of its range)",
+                bank.name()
+            ),
             Error::Io { path, error } => write!(f, "{path}: {error}"),
             Error::Bank(e) => write!(f, "loading GGUF weights: {e}"),
         }
@@ -222,22 +251,37 @@ impl From<crate::Error> for Error {
 /// The result of this module's functions.
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// One tensor's header entry: its name, type, shape and where its data is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TensorInfo {
+/// One tensor's header entry: its name, type, shape and where its data is. It borrows
+/// from the [`Gguf`] it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorInfo<'a> {
     /// The name (`blk.0.attn_q.weight`, ...).
-    pub name: String,
+    pub name: &'a str,
     /// The element type.
     pub ggml_type: GgmlType,
     /// The shape in GGUF order: `dims[0]` (ggml's `ne0`) is the innermost, contiguous
     /// dimension. A weight matrix of `n` output channels of `k` inputs is `[k, n]`.
-    pub dims: Vec<u64>,
+    pub dims: &'a [u64],
     /// Byte offset of the data from the start of the data section (a multiple of the
     /// file's alignment).
     pub offset: u64,
 }
 
-impl TensorInfo {
+impl<'a> TensorInfo<'a> {
+    /// The info of index entry `e` of the file `buf`.
+    fn of(buf: &'a [u8], index: &'a read::Index, e: &read::Entry) -> TensorInfo<'a> {
+        let first = e.dims as usize;
+        TensorInfo {
+            name: read::text(buf, e.name, e.name_len),
+            ggml_type: e.ty,
+            dims: index
+                .dims
+                .get(first..first + usize::from(e.n_dims))
+                .unwrap_or(&[]),
+            offset: e.offset,
+        }
+    }
+
     /// Elements: the product of the dims (checked against overflow when the file was
     /// read; saturating for an info built by hand).
     pub fn elements(&self) -> u64 {
@@ -250,17 +294,14 @@ impl TensorInfo {
     }
 }
 
-/// A parsed GGUF file: its metadata and tensor infos, and the bytes the tensors' data
-/// is read from. The whole file is held in memory (the crate maps no files).
+/// A parsed GGUF file: the bytes of the whole file (the crate maps no files) and a
+/// compact index of its metadata and tensor infos. The index holds fixed-size entries
+/// that point into the bytes, sorted for lookup; names and metadata values are read from
+/// the bytes when asked for, so the index takes at most about 1.6 bytes a byte of the
+/// file, whatever the file holds (docs/gguf.md, "Bounds"; [`Gguf::index_bytes`]).
 #[derive(Clone, Debug)]
 pub struct Gguf {
-    version: u32,
-    metadata: Vec<(String, Value)>,
-    keys: HashMap<String, usize>,
-    tensors: Vec<TensorInfo>,
-    names: HashMap<String, usize>,
-    alignment: u32,
-    data_offset: u64,
+    index: read::Index,
     bytes: Vec<u8>,
 }
 
@@ -270,31 +311,11 @@ impl Gguf {
         Gguf::from_vec(bytes.to_vec())
     }
 
-    /// Parses a file held in memory, keeping `bytes` for the tensors' data.
+    /// Parses a file held in memory, keeping `bytes` for the names, the metadata values
+    /// and the tensors' data.
     pub fn from_vec(bytes: Vec<u8>) -> Result<Gguf> {
-        let header = read::header(&bytes)?;
-        let keys = header
-            .metadata
-            .iter()
-            .enumerate()
-            .map(|(i, (k, _))| (k.clone(), i))
-            .collect();
-        let names = header
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
-        Ok(Gguf {
-            version: header.version,
-            metadata: header.metadata,
-            keys,
-            tensors: header.tensors,
-            names,
-            alignment: header.alignment,
-            data_offset: header.data_offset,
-            bytes,
-        })
+        let index = read::header(&bytes)?;
+        Ok(Gguf { index, bytes })
     }
 
     /// Reads and parses the file at `path`.
@@ -309,37 +330,96 @@ impl Gguf {
 
     /// The format version (2 or 3).
     pub fn version(&self) -> u32 {
-        self.version
+        self.index.version
     }
 
-    /// The metadata key/value pairs in file order.
-    pub fn metadata_entries(&self) -> &[(String, Value)] {
-        &self.metadata
+    /// Bytes of the file.
+    pub fn file_len(&self) -> usize {
+        self.bytes.len()
     }
 
-    /// The value of a metadata key.
-    pub fn metadata(&self, key: &str) -> Option<&Value> {
-        self.keys.get(key).map(|&i| &self.metadata[i].1)
+    /// Heap bytes of the index, besides the file's bytes: 16 a metadata entry, 24 a
+    /// tensor and 8 a dimension, plus 4 an entry for the sorted order.
+    pub fn index_bytes(&self) -> usize {
+        self.index.heap_bytes()
+    }
+
+    /// Metadata entries.
+    pub fn metadata_count(&self) -> usize {
+        self.index.kvs.len()
+    }
+
+    /// The metadata keys in file order.
+    pub fn metadata_keys(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.index
+            .kvs
+            .iter()
+            .map(|kv| read::text(&self.bytes, kv.key, kv.key_len))
+    }
+
+    /// The metadata key/value pairs in file order, each value read from the file as it
+    /// is reached (a value takes in memory about what it takes in the file, at most 3
+    /// times it for arrays of empty strings).
+    pub fn metadata_entries(&self) -> impl ExactSizeIterator<Item = (&str, Value)> + '_ {
+        self.index.kvs.iter().map(|kv| {
+            let key = read::text(&self.bytes, kv.key, kv.key_len);
+            // The reader checked every value: each reads again.
+            let value = read::value_at(&self.bytes, kv.value, kv.ty).unwrap_or(Value::Bool(false));
+            (key, value)
+        })
+    }
+
+    /// The value of a metadata key, read from the file.
+    pub fn metadata(&self, key: &str) -> Option<Value> {
+        let kvs = &self.index.kvs;
+        let i = self
+            .index
+            .kv_order
+            .binary_search_by(|&i| {
+                let kv = &kvs[i as usize];
+                read::raw(&self.bytes, kv.key, kv.key_len).cmp(key.as_bytes())
+            })
+            .ok()?;
+        let kv = kvs[self.index.kv_order[i] as usize];
+        read::value_at(&self.bytes, kv.value, kv.ty)
+    }
+
+    /// Tensors in the file.
+    pub fn tensor_count(&self) -> usize {
+        self.index.tensors.len()
     }
 
     /// The tensor infos in file order.
-    pub fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
+    pub fn tensors(&self) -> impl ExactSizeIterator<Item = TensorInfo<'_>> + '_ {
+        self.index
+            .tensors
+            .iter()
+            .map(|e| TensorInfo::of(&self.bytes, &self.index, e))
     }
 
     /// The tensor info of `name`.
-    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.names.get(name).map(|&i| &self.tensors[i])
+    pub fn tensor(&self, name: &str) -> Option<TensorInfo<'_>> {
+        let ts = &self.index.tensors;
+        let i = self
+            .index
+            .tensor_order
+            .binary_search_by(|&i| {
+                let t = &ts[i as usize];
+                read::raw(&self.bytes, t.name, t.name_len).cmp(name.as_bytes())
+            })
+            .ok()?;
+        let e = &ts[self.index.tensor_order[i] as usize];
+        Some(TensorInfo::of(&self.bytes, &self.index, e))
     }
 
     /// The alignment of tensor data (`general.alignment`, or 32).
     pub fn alignment(&self) -> u32 {
-        self.alignment
+        self.index.alignment
     }
 
     /// Byte offset of the data section in the file.
     pub fn data_offset(&self) -> u64 {
-        self.data_offset
+        self.index.data_offset
     }
 
     /// The raw data of tensor `name` (bounds checked when the file was parsed).
@@ -347,7 +427,7 @@ impl Gguf {
         let info = self.tensor(name).ok_or_else(|| Error::NoSuchTensor {
             name: name.to_string(),
         })?;
-        let start = self.data_offset.saturating_add(info.offset);
+        let start = self.index.data_offset.saturating_add(info.offset);
         let end = start.saturating_add(info.bytes());
         let range = usize::try_from(start).ok().zip(usize::try_from(end).ok());
         range
