@@ -32,7 +32,9 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         ));
     }
     validated_layout(d, at)?;
+    // The widening is MRDMA's: with MRDMA disabled the flag is inert.
     if let Some(r) = &t.dpu_rdma
+        && r.mrdma.is_some()
         && r.fp16_to_fp32
         && r.precision != Fp16
     {

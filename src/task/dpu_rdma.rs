@@ -229,7 +229,12 @@ impl DpuRdma {
         r.agree(RdmaFeatureModeCfg::IN_PRECISION, code, || {
             format!("differs from {} {code}", RdmaFeatureModeCfg::PROC_PRECISION)
         })?;
+        // A disabled engine's fields are inert (docs/simulator.md, "Inert fields"):
+        // recorded, not held to anything.
         let mrdma = if r.flag(RdmaFeatureModeCfg::MRDMA_DISABLE) {
+            r.inert_register::<RdmaSrcBaseAddr>();
+            r.inert(&[RdmaSrcDmaCfg::LINE_NOTCH_ADDR]);
+            r.inert_register::<RdmaSurfNotch>();
             None
         } else {
             Some(Mrdma {
@@ -239,6 +244,11 @@ impl DpuRdma {
             })
         };
         let erdma = if r.flag(RdmaErdmaCfg::ERDMA_DISABLE) {
+            r.inert_register::<RdmaErdmaCfg>();
+            r.inert_register::<RdmaEwBaseAddr>();
+            r.inert_register::<RdmaEwSurfStride>();
+            r.inert(&[RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR]);
+            r.inert_register::<RdmaEwSurfNotch>();
             None
         } else {
             r.expect(
@@ -261,14 +271,20 @@ impl DpuRdma {
             })
         };
         let brdma = match r.get(RdmaBrdmaCfg::BRDMA_DATA_USE) {
-            0 => None,
+            0 => {
+                r.inert_register::<RdmaBsBaseAddr>();
+                None
+            }
             data_use => Some(OperandRead {
                 addr: DmaAddr::Fixed(r.address::<RdmaBsBaseAddr>()),
                 data_use,
             }),
         };
         let nrdma = match r.get(RdmaNrdmaCfg::NRDMA_DATA_USE) {
-            0 => None,
+            0 => {
+                r.inert_register::<RdmaBnBaseAddr>();
+                None
+            }
             data_use => Some(OperandRead {
                 addr: DmaAddr::Fixed(r.address::<RdmaBnBaseAddr>()),
                 data_use,

@@ -41,6 +41,8 @@ mod cna;
 mod core;
 mod dpu;
 mod dpu_rdma;
+#[cfg(test)]
+mod inert_tests;
 mod pointer;
 mod ppu;
 mod ppu_rdma;

@@ -1,8 +1,10 @@
 //! DPU: the data-path processor after the MAC arrays — the BS and BN stages (ALU,
 //! multiplier, ReLU), the element-wise (EW) stage, the output converter and the write DMA.
 //!
-//! Sub-units the program bypasses are `None`; their parameter registers must then hold
-//! zeros (the identity scale where the vendor bodies write 1), which decoding checks.
+//! Sub-units the program bypasses are `None`. A bypassed BS or BN unit's parameter
+//! registers must hold zeros (the identity scale where the vendor bodies write 1), which
+//! decoding checks; a bypassed EW stage's registers, LUT configuration included, are
+//! inert: the data never passes through them (docs/simulator.md, "Inert fields").
 
 mod ew;
 mod lut;
