@@ -116,6 +116,7 @@ fn matmul_task() -> Res<Task> {
         out: (1, M, NP),
     };
     let dpu = Dpu {
+        depthwise: false,
         ping_pong: true,
         input: DpuInput::Core,
         burst_len: 15,

@@ -47,7 +47,6 @@ const REFUSALS: &[(&str, &str, &str)] = &[
         "emu:rocket",
         "runs the PPU",
     ),
-    ("ruv_conv_dw_fp16_k3s1p1_c32_6x6", "*", "conv_mode = 3"),
     ("ruv_lut_sigmoid_fp16_n256", "sim", "ew_op_bypass = 0"),
     ("ruv_lut_sigmoid_fp16_n256", "*", "timed out"),
     ("ruv_ew_add_fp16_n256", "*", "comb_use = 5"),

@@ -151,7 +151,11 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
             format!("the output precision is {out_prec}"),
         ));
     }
-    if !d.ow.od_bypass && (d.ow.ow_op != 0 || d.ow.ow_src != 0) {
+    // The board-run fp16 depthwise program enables the CPEND adder with Mesa's int8
+    // operand 0x80 and its outputs equal the plain depthwise sums; what the adder does
+    // with it on a float path is not published, so that exact value runs as no change.
+    let dw_cpend = d.depthwise && proc == Fp16 && d.ow.ow_op == 0x80 && d.ow.ow_src == 0;
+    if !d.ow.od_bypass && !dw_cpend && (d.ow.ow_op != 0 || d.ow.ow_src != 0) {
         return Err(unsupported(
             at,
             dpu::BsOwOp::OW_OP,
@@ -295,6 +299,44 @@ fn out_cube(d: &task::Dpu, main: &Main, at: At) -> Result<Cube, SimError> {
     Ok(out)
 }
 
+/// SIZE_E and SURFACE_ADD of a task whose DPU runs in depthwise mode: the board-run fp16
+/// depthwise program (`gregordinary/rocket-userspace` `gen_conv2d_fill`,
+/// docs/hardware/convolution.md#depthwise) writes SIZE_E 3 and SURFACE_ADD 4 ×
+/// DST_SURF_STRIDE, twice the direct ratio as Mesa doubles it for depthwise. No other
+/// precision is shown with the DPU in depthwise mode.
+fn depthwise_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
+    let (input, out) = (d.precision, d.out.precision);
+    if (input, out) != (Precision::Fp16, Precision::Fp16) {
+        return Err(unsupported(
+            at,
+            dpu::FeatureModeCfg::CONV_MODE,
+            3,
+            format!("no board-run program runs the DPU in depthwise mode from {input} to {out}"),
+        ));
+    }
+    if d.ow.size_e[0] != 3 {
+        return Err(unsupported(
+            at,
+            dpu::BsOwCfg::SIZE_E_0,
+            d.ow.size_e[0],
+            "the board-run fp16 depthwise program writes 3",
+        ));
+    }
+    if d.out.surface_add != 4 * d.out.surf_stride {
+        return Err(unsupported(
+            at,
+            dpu::SurfaceAdd::SURF_ADD,
+            d.out.surface_add,
+            format!(
+                "the board-run fp16 depthwise program writes 4 x {} ({})",
+                dpu::DstSurfStride::DST_SURF_STRIDE,
+                4 * d.out.surf_stride
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// SIZE_E and SURFACE_ADD: the values of docs/hardware/matmul-programs.md#validated-values for convolution tasks, 0
 /// and free for DPU-only (flying) tasks.
 fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
@@ -312,6 +354,9 @@ fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
         ));
     }
     let (input, out) = (d.precision, d.out.precision);
+    if d.depthwise {
+        return depthwise_layout(d, at);
+    }
     let want = match d.input {
         DpuInput::Flying => Some(0),
         DpuInput::Core => task::Dpu::validated_size_e(input, out),

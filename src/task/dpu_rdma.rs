@@ -96,6 +96,8 @@ impl Erdma {
 /// The DPU_RDMA configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DpuRdma {
+    /// `FEATURE_MODE_CFG.CONV_MODE` 3: depthwise (0: direct), as the DPU's.
+    pub depthwise: bool,
     /// `S_POINTER` ping-pong.
     pub ping_pong: bool,
     /// Cube width, height and channels (`RDMA_DATA_CUBE_*`, stored plus one).
@@ -172,6 +174,10 @@ impl DpuRdma {
         )])?
         .write_fields(&[
             (RdmaFeatureModeCfg::FLYING_MODE, u32::from(self.flying)),
+            (
+                RdmaFeatureModeCfg::CONV_MODE,
+                if self.depthwise { 3 } else { 0 },
+            ),
             (RdmaFeatureModeCfg::MRDMA_DISABLE, u32::from(m.is_none())),
             (
                 RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN,
@@ -206,11 +212,17 @@ impl DpuRdma {
     /// Reads the DPU_RDMA registers.
     pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<DpuRdma> {
         use dpu_rdma::*;
-        r.expect(
-            RdmaFeatureModeCfg::CONV_MODE,
-            0,
-            "only direct mode is modelled",
-        )?;
+        let depthwise = match r.get(RdmaFeatureModeCfg::CONV_MODE) {
+            0 => false,
+            3 => true,
+            mode => {
+                return Err(E::unsupported(
+                    RdmaFeatureModeCfg::CONV_MODE,
+                    mode,
+                    "direct (0) and depthwise (3) modes are modelled",
+                ));
+            }
+        };
         r.expect(
             RdmaFeatureModeCfg::COMB_USE,
             0,
@@ -291,6 +303,7 @@ impl DpuRdma {
             }),
         };
         Ok(DpuRdma {
+            depthwise,
             fp16_to_fp32: r.flag(RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN),
             brdma,
             nrdma,

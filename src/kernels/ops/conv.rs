@@ -722,6 +722,7 @@ impl Conv2d {
             _ => (1, 0),
         };
         let dpu = Dpu {
+            depthwise: false,
             ping_pong: true,
             input: DpuInput::Core,
             burst_len: 15,

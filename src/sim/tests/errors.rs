@@ -126,7 +126,14 @@ fn unsupported_field_values_are_named() {
 #[test]
 fn inconsistent_sizes_are_named() {
     type Case = (fn(Setup) -> Setup, &'static str, &'static str, u32);
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
+        (
+            // The DPU in depthwise mode under a direct convolution.
+            |s| s.field(dpu::FeatureModeCfg::CONV_MODE, 3),
+            dpu::FeatureModeCfg::NAME,
+            dpu::FeatureModeCfg::CONV_MODE.name(),
+            3,
+        ),
         (
             |s| s.field(cna::FcDataSize0::DMA_HEIGHT, 3),
             cna::FcDataSize0::NAME,
