@@ -49,7 +49,6 @@ const REFUSALS: &[(&str, &str, &str)] = &[
     ),
     ("ruv_lut_sigmoid_fp16_n256", "sim", "ew_op_bypass = 0"),
     ("ruv_lut_sigmoid_fp16_n256", "*", "timed out"),
-    ("ruv_ew_add_fp16_n256", "*", "comb_use = 5"),
 ];
 
 /// The refusal text expected of `case` on `runner`, if any.
@@ -358,4 +357,29 @@ fn every_board_run_program_runs_or_is_refused_as_the_table_says() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The element-wise add's shared operand (`COMB_USE` 5) runs only in the geometry the
+/// board ran: the same program with ERDMA stepping two surfaces instead of one is refused
+/// by the field's name.
+#[test]
+fn a_shared_operand_off_the_board_run_geometry_is_refused_by_name() {
+    use rknpu_driver::regs::{Register, dpu_rdma::RdmaEwSurfNotch};
+    let Some(cases) = cases() else { return };
+    let mut case = cases
+        .into_iter()
+        .find(|c| c.name == "ruv_ew_add_fp16_n256")
+        .expect("the corpus has the element-wise add");
+    let w = case
+        .words
+        .iter_mut()
+        .find(|w| w.offset() == RdmaEwSurfNotch::OFFSET)
+        .expect("the add writes EW_SURF_NOTCH");
+    let doubled = u64::from(w.value()) * 2;
+    *w = RegCmd((w.0 & !(0xFFFF_FFFF << 16)) | (doubled << 16));
+    let why = on_sim(&case).expect_err("a doubled notch is refused");
+    assert!(
+        why.contains(RdmaEwSurfNotch::NAME) && why.contains(RdmaEwSurfNotch::EW_SURF_NOTCH.name()),
+        "{why}"
+    );
 }

@@ -840,6 +840,31 @@ fn erdma_cube(
             "the EW operand comes from ERDMA (the model needs 0)",
         ));
     };
+    if rdma.comb_use == task::COMB_SHARED_OPERAND {
+        if e.data_size != er.data_size || e.data_mode != er.data_mode {
+            return Err(inconsistent(
+                at,
+                dpu::EwCfg::EDATA_SIZE,
+                e.data_size,
+                format!(
+                    "{} and {} must repeat {} and {}",
+                    dpu::EwCfg::EDATA_SIZE,
+                    dpu::EwCfg::EW_DATA_MODE,
+                    RdmaErdmaCfg::ERDMA_DATA_SIZE,
+                    RdmaErdmaCfg::ERDMA_DATA_MODE
+                ),
+            ));
+        }
+        let prec = er.precision(float).ok_or_else(|| {
+            unsupported(
+                at,
+                RdmaErdmaCfg::ERDMA_DATA_SIZE,
+                er.data_size,
+                "16- and 32-bit shared operands are modelled",
+            )
+        })?;
+        return super::comb::shared_operand(t, rdma, er, prec, out, at);
+    }
     if er.data_mode > 1 {
         return Err(unsupported(
             at,

@@ -41,6 +41,7 @@
 
 mod bounds;
 mod check_dpu;
+mod comb;
 mod config;
 mod datapath;
 mod dma;

@@ -39,6 +39,11 @@ pub struct Erdma {
     pub surf_notch: u32,
 }
 
+/// `COMB_USE` 5: MRDMA and ERDMA read one EW operand between them, MRDMA its even
+/// surfaces at `RDMA_SRC_BASE_ADDR`, ERDMA its odd ones one surface later, each stepping
+/// over the other's (docs/hardware/dpu-ops.md#conv-fed-ew).
+pub const COMB_SHARED_OPERAND: u32 = 5;
+
 /// `ERDMA_DATA_MODE` / `EW_DATA_MODE` 0: one operand per channel, the same for every
 /// pixel (the operand is one atom per surface, `EW_SURF_STRIDE` 16 bytes).
 pub const EW_PER_CHANNEL: u32 = 0;
@@ -98,6 +103,9 @@ impl Erdma {
 pub struct DpuRdma {
     /// `FEATURE_MODE_CFG.CONV_MODE` 3: depthwise (0: direct), as the DPU's.
     pub depthwise: bool,
+    /// `FEATURE_MODE_CFG.COMB_USE`: 0, or [`COMB_SHARED_OPERAND`] (MRDMA and ERDMA share
+    /// the EW operand's surfaces in a CORE-fed element-wise task).
+    pub comb_use: u32,
     /// `S_POINTER` ping-pong.
     pub ping_pong: bool,
     /// Cube width, height and channels (`RDMA_DATA_CUBE_*`, stored plus one).
@@ -178,6 +186,7 @@ impl DpuRdma {
                 RdmaFeatureModeCfg::CONV_MODE,
                 if self.depthwise { 3 } else { 0 },
             ),
+            (RdmaFeatureModeCfg::COMB_USE, self.comb_use),
             (RdmaFeatureModeCfg::MRDMA_DISABLE, u32::from(m.is_none())),
             (
                 RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN,
@@ -223,11 +232,14 @@ impl DpuRdma {
                 ));
             }
         };
-        r.expect(
-            RdmaFeatureModeCfg::COMB_USE,
-            0,
-            "combined RDMA use is not modelled",
-        )?;
+        let comb_use = r.get(RdmaFeatureModeCfg::COMB_USE);
+        if comb_use != 0 && comb_use != COMB_SHARED_OPERAND {
+            return Err(E::unsupported(
+                RdmaFeatureModeCfg::COMB_USE,
+                comb_use,
+                "0 and 5 (MRDMA and ERDMA sharing the EW operand) are modelled",
+            ));
+        }
         r.expect(RdmaSrcDmaCfg::UNPOOLING_EN, 0, "un-pooling is not modelled")?;
         let ping_pong = pointer::decode::<SPointer>(r)?;
         let code = r.get(RdmaFeatureModeCfg::PROC_PRECISION);
@@ -304,6 +316,7 @@ impl DpuRdma {
         };
         Ok(DpuRdma {
             depthwise,
+            comb_use,
             fp16_to_fp32: r.flag(RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN),
             brdma,
             nrdma,
@@ -343,7 +356,9 @@ impl DpuRdma {
     /// The MRDMA and ERDMA reads.
     pub(super) fn dma(&self, dpu: Option<&Dpu>, out: &mut Vec<DmaRange>) {
         let (w, h, c) = self.cube;
-        if let Some(m) = &self.mrdma
+        if let Some(range) = self.shared_operand_range(dpu) {
+            out.push(range);
+        } else if let Some(m) = &self.mrdma
             && let Some(start) = fixed(m.addr)
         {
             let (line, surf) = self.mrdma_strides(m);
@@ -377,6 +392,7 @@ impl DpuRdma {
             }
         }
         if let Some(e) = &self.erdma
+            && self.comb_use != COMB_SHARED_OPERAND
             && let Some(start) = fixed(e.addr)
         {
             let float = dpu.map_or(self.precision.is_float(), |d| d.precision.is_float());
@@ -396,5 +412,28 @@ impl DpuRdma {
                 access: Access::Read,
             });
         }
+    }
+
+    /// With [`COMB_SHARED_OPERAND`], the one operand MRDMA and ERDMA read between them:
+    /// a whole cube from `RDMA_SRC_BASE_ADDR` with surfaces of `W·H` atoms (each engine
+    /// reads every other surface of it).
+    fn shared_operand_range(&self, dpu: Option<&Dpu>) -> Option<DmaRange> {
+        if self.comb_use != COMB_SHARED_OPERAND {
+            return None;
+        }
+        let (w, h, c) = self.cube;
+        let m = self.mrdma.as_ref()?;
+        let e = self.erdma.as_ref()?;
+        let float = dpu.map_or(self.precision.is_float(), |d| d.precision.is_float());
+        let p = e.precision(float).unwrap_or(Precision::Int32);
+        let line = u64::from(w) * 16;
+        Some(DmaRange {
+            block: Block::DpuRdma,
+            register: dpu_rdma::RdmaSrcBaseAddr::NAME,
+            what: "EW operand (MRDMA and ERDMA)",
+            start: fixed(m.addr)?,
+            len: cube_extent(w, h, c, p, line, line * u64::from(h)),
+            access: Access::Read,
+        })
     }
 }

@@ -57,7 +57,9 @@ pub use dpu::{
     Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, LUT_ENTRIES, LUT_SEGMENTS, Lut, LutRange, LutSlope,
     LutTables, Mul, OpCvt, OutCvt, Output, OwCfg, Stage,
 };
-pub use dpu_rdma::{DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Mrdma, OperandRead};
+pub use dpu_rdma::{
+    COMB_SHARED_OPERAND, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Mrdma, OperandRead,
+};
 pub use ppu::{PoolMethod, Ppu};
 pub use ppu_rdma::PpuRdma;
 pub use read::{DecodeError, DecodeErrorKind, RegisterFile, Snapshot};

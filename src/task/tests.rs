@@ -246,6 +246,7 @@ prop_compose! {
     ) -> DpuRdma {
         DpuRdma {
             depthwise: false,
+            comb_use: 0,
             ping_pong,
             cube: (w, h, c),
             precision,

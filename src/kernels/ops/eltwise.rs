@@ -267,6 +267,7 @@ impl Eltwise {
         };
         let dpu_rdma = DpuRdma {
             depthwise: false,
+            comb_use: 0,
             ping_pong: true,
             cube,
             precision: p,

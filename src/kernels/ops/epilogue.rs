@@ -287,6 +287,7 @@ impl Requant {
         let burst_len = d.burst_len;
         let r = task.dpu_rdma.get_or_insert(DpuRdma {
             depthwise: false,
+            comb_use: 0,
             ping_pong: true,
             cube,
             precision,
@@ -453,6 +454,7 @@ fn flying(
     };
     let dpu_rdma = DpuRdma {
         depthwise: false,
+        comb_use: 0,
         ping_pong: true,
         cube: dims,
         precision: proc,

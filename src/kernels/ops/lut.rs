@@ -396,6 +396,7 @@ fn flying(
     };
     let dpu_rdma = DpuRdma {
         depthwise: false,
+        comb_use: 0,
         ping_pong: true,
         cube,
         precision: Precision::Fp16,

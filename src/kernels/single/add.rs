@@ -78,6 +78,7 @@ pub fn add_task_model(
     };
     let dpu_rdma = DpuRdma {
         depthwise: false,
+        comb_use: 0,
         ping_pong: true,
         cube,
         precision: Precision::Int32,

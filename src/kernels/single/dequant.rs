@@ -223,6 +223,7 @@ pub fn dequant_task_model(
     };
     let dpu_rdma = DpuRdma {
         depthwise: false,
+        comb_use: 0,
         ping_pong: true,
         cube,
         precision: Precision::Fp32,

@@ -462,6 +462,7 @@ impl SingleMatmul {
         // comes from the CORE).
         self.post.add.then(|| DpuRdma {
             depthwise: false,
+            comb_use: 0,
             ping_pong: true,
             cube: (w, h, ao),
             precision: if p.is_float() {
