@@ -51,7 +51,7 @@ pub(crate) mod read;
 mod tests;
 
 pub use self::core::Core;
-pub use cna::{Cbuf, CbufHeld, Cna, Conv, Feature, InputCvt, Kernel, Weights};
+pub use cna::{CORE_SPLIT_VALUES, Cbuf, CbufHeld, Cna, Conv, Feature, InputCvt, Kernel, Weights};
 pub(crate) use dpu::is_lut_port;
 pub use dpu::{
     Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, LUT_ENTRIES, LUT_SEGMENTS, Lut, LutRange, LutSlope,

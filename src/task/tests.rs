@@ -98,6 +98,7 @@ prop_compose! {
         kernel in kernel(),
     ) -> Cna {
         Cna {
+            core_split: 0,
             precision,
             feature,
             weights: Weights { addr: waddr, kernels },

@@ -658,6 +658,7 @@ impl Conv2d {
         };
         let k = &self.kernel;
         let cna = Cna {
+            core_split: 0,
             precision: p,
             feature: Feature {
                 addr: offset(input, in_off)?,

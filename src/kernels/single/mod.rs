@@ -324,6 +324,7 @@ impl SingleMatmul {
             (ai * p.bits() / 128, 0)
         };
         Cna {
+            core_split: 0,
             precision: p,
             feature: Feature {
                 addr: a,
