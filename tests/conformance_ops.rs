@@ -421,3 +421,48 @@ fn another_ew_operation_around_the_lut_is_refused_by_name() {
         "{why}"
     );
 }
+
+/// The library's fp16 depthwise convolution writes the depthwise mode and the DPU values
+/// of the board-run program of the same shape (docs/hardware/convolution.md#depthwise).
+#[test]
+fn the_generators_fp16_depthwise_task_has_the_board_run_modes() {
+    use rknpu_driver::kernels::ops::Cube;
+    use rknpu_driver::kernels::ops::conv::Conv2d;
+    use rknpu_driver::regcmd::{BlockMask, DmaAddr};
+    use rknpu_driver::task::{Precision, Snapshot, Task};
+    let Some(cases) = cases() else { return };
+    let case = cases
+        .into_iter()
+        .find(|c| c.name == "ruv_conv_dw_fp16_k3s1p1_c32_6x6")
+        .expect("the corpus has the depthwise convolution");
+    let body = &case.words[..case.task.regcfg_amount as usize];
+    let mut snap = Snapshot::from_writes(
+        body.iter()
+            .filter(|w| w.offset() >= 0x1000)
+            .map(|w| (w.offset(), w.value())),
+    );
+    let board = Task::decode(&mut snap, BlockMask(case.task.enable)).unwrap();
+    let mine = Conv2d::new(Cube::new(6, 6, 32, Precision::Fp16).unwrap(), 32, (3, 3))
+        .with_depthwise(true)
+        .with_pad_symmetric(1)
+        .tasks(
+            DmaAddr::Fixed(0x2000_0000),
+            DmaAddr::Fixed(0x3000_0000),
+            DmaAddr::Fixed(0x5000_0000),
+        )
+        .unwrap()
+        .remove(0);
+    assert_eq!(mine.enable(), board.enable());
+    let (bd, md) = (board.dpu.unwrap(), mine.dpu.unwrap());
+    assert!(bd.depthwise && md.depthwise);
+    assert_eq!(md.ow, bd.ow);
+    assert_eq!(
+        (md.out.surf_stride, md.out.surface_add),
+        (bd.out.surf_stride, bd.out.surface_add)
+    );
+    let (br, mr) = (board.dpu_rdma.unwrap(), mine.dpu_rdma.unwrap());
+    assert!(br.depthwise && mr.depthwise);
+    assert!(br.mrdma.is_none() && mr.mrdma.is_none() && br.erdma.is_none() && mr.erdma.is_none());
+    assert_eq!(mine.cna.unwrap().kernel, board.cna.unwrap().kernel);
+    assert_eq!(mine.core.unwrap().depthwise, board.core.unwrap().depthwise);
+}
