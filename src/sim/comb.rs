@@ -72,6 +72,18 @@ pub(super) fn shared_operand(
         ));
     }
     let surface = w * h;
+    // rocket-userspace writes max(W·H, 12) in the three fields; below 12 atoms the
+    // floor's effect on the step is not explained, so only W·H ≥ 12 runs.
+    if surface < 12 {
+        return Err(unsupported(
+            at,
+            RdmaSurfNotch::SURF_NOTCH_ADDR,
+            m.surf_notch,
+            format!(
+                "a shared operand of {surface}-atom surfaces: the board-run programs floor the notches at 12 atoms, whose effect below 12 is not known"
+            ),
+        ));
+    }
     let why = || {
         format!(
             "with {} {comb} the board-run programs step each engine over the other's surface: {}, {} and {} all {surface} (one surface of W x H atoms)",
