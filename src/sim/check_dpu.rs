@@ -299,44 +299,6 @@ fn out_cube(d: &task::Dpu, main: &Main, at: At) -> Result<Cube, SimError> {
     Ok(out)
 }
 
-/// SIZE_E and SURFACE_ADD of a task whose DPU runs in depthwise mode: the board-run fp16
-/// depthwise program (`gregordinary/rocket-userspace` `gen_conv2d_fill`,
-/// docs/hardware/convolution.md#depthwise) writes SIZE_E 3 and SURFACE_ADD 4 ×
-/// DST_SURF_STRIDE, twice the direct ratio as Mesa doubles it for depthwise. No other
-/// precision is shown with the DPU in depthwise mode.
-fn depthwise_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
-    let (input, out) = (d.precision, d.out.precision);
-    if (input, out) != (Precision::Fp16, Precision::Fp16) {
-        return Err(unsupported(
-            at,
-            dpu::FeatureModeCfg::CONV_MODE,
-            3,
-            format!("no board-run program runs the DPU in depthwise mode from {input} to {out}"),
-        ));
-    }
-    if d.ow.size_e[0] != 3 {
-        return Err(unsupported(
-            at,
-            dpu::BsOwCfg::SIZE_E_0,
-            d.ow.size_e[0],
-            "the board-run fp16 depthwise program writes 3",
-        ));
-    }
-    if d.out.surface_add != 4 * d.out.surf_stride {
-        return Err(unsupported(
-            at,
-            dpu::SurfaceAdd::SURF_ADD,
-            d.out.surface_add,
-            format!(
-                "the board-run fp16 depthwise program writes 4 x {} ({})",
-                dpu::DstSurfStride::DST_SURF_STRIDE,
-                4 * d.out.surf_stride
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// SIZE_E and SURFACE_ADD: the values of docs/hardware/matmul-programs.md#validated-values for convolution tasks, 0
 /// and free for DPU-only (flying) tasks.
 fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
@@ -355,7 +317,7 @@ fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
     }
     let (input, out) = (d.precision, d.out.precision);
     if d.depthwise {
-        return depthwise_layout(d, at);
+        return super::depthwise::layout(d, at);
     }
     let want = match d.input {
         DpuInput::Flying => Some(0),
@@ -841,29 +803,7 @@ fn erdma_cube(
         ));
     };
     if rdma.comb_use == task::COMB_SHARED_OPERAND {
-        if e.data_size != er.data_size || e.data_mode != er.data_mode {
-            return Err(inconsistent(
-                at,
-                dpu::EwCfg::EDATA_SIZE,
-                e.data_size,
-                format!(
-                    "{} and {} must repeat {} and {}",
-                    dpu::EwCfg::EDATA_SIZE,
-                    dpu::EwCfg::EW_DATA_MODE,
-                    RdmaErdmaCfg::ERDMA_DATA_SIZE,
-                    RdmaErdmaCfg::ERDMA_DATA_MODE
-                ),
-            ));
-        }
-        let prec = er.precision(float).ok_or_else(|| {
-            unsupported(
-                at,
-                RdmaErdmaCfg::ERDMA_DATA_SIZE,
-                er.data_size,
-                "16- and 32-bit shared operands are modelled",
-            )
-        })?;
-        return super::comb::shared_operand(t, rdma, er, prec, out, at);
+        return super::comb::shared_operand(t, e, rdma, er, float, out, at);
     }
     if er.data_mode > 1 {
         return Err(unsupported(

@@ -10,20 +10,43 @@ use super::config::{addr, inconsistent, unsupported};
 use super::error::{At, SimError};
 use super::exec::Cube;
 use crate::regs::{Register, dpu, dpu_rdma};
-use crate::task::{self, DpuInput, Precision};
+use crate::task::{self, DpuInput};
 
 /// The EW operand of a task with `COMB_USE` 5, after checking that its registers are the
 /// board-run programs' geometry.
 pub(super) fn shared_operand(
     t: &task::Task,
+    e: &task::Ew,
     rdma: &task::DpuRdma,
     er: &task::Erdma,
-    prec: Precision,
+    float: bool,
     out: &Cube,
     at: At,
 ) -> Result<Cube, SimError> {
-    use dpu_rdma::{RdmaFeatureModeCfg as Mode, RdmaSurfNotch};
+    use dpu_rdma::{RdmaErdmaCfg, RdmaFeatureModeCfg as Mode, RdmaSurfNotch};
     let comb = task::COMB_SHARED_OPERAND;
+    if e.data_size != er.data_size || e.data_mode != er.data_mode {
+        return Err(inconsistent(
+            at,
+            dpu::EwCfg::EDATA_SIZE,
+            e.data_size,
+            format!(
+                "{} and {} must repeat {} and {}",
+                dpu::EwCfg::EDATA_SIZE,
+                dpu::EwCfg::EW_DATA_MODE,
+                RdmaErdmaCfg::ERDMA_DATA_SIZE,
+                RdmaErdmaCfg::ERDMA_DATA_MODE
+            ),
+        ));
+    }
+    let prec = er.precision(float).ok_or_else(|| {
+        unsupported(
+            at,
+            RdmaErdmaCfg::ERDMA_DATA_SIZE,
+            er.data_size,
+            "16- and 32-bit shared operands are modelled",
+        )
+    })?;
     if t.dpu.as_ref().is_some_and(|d| d.input == DpuInput::Flying) {
         return Err(unsupported(
             at,

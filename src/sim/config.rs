@@ -145,7 +145,7 @@ pub(super) fn check(
             ),
         ));
     };
-    conv_modes_agree(t, dpu, at)?;
+    super::depthwise::modes_agree(t, dpu, at)?;
     let mut derived = Vec::new();
     let main = match (&t.cna, &t.core) {
         (Some(cna), Some(core)) => {
@@ -183,37 +183,6 @@ pub(super) fn check(
     let mut task = super::check_dpu::dpu(t, dpu, main, at)?;
     task.unvalidated.extend(derived);
     Ok(Checked::Dpu(Box::new(task)))
-}
-
-/// The DPU's and DPU_RDMA's `CONV_MODE` repeat the CNA's: board-run depthwise programs
-/// write 3 in all three (docs/hardware/convolution.md#depthwise), direct ones 0. The
-/// DPU's may also stay 0 under a depthwise CNA (the library's own depthwise tasks), but
-/// never says depthwise over a direct or absent convolution.
-fn conv_modes_agree(t: &task::Task, dpu: &task::Dpu, at: At) -> Result<(), SimError> {
-    let cna_dw = t.cna.as_ref().is_some_and(|c| c.kernel.depthwise);
-    if dpu.depthwise && !cna_dw {
-        return Err(inconsistent(
-            at,
-            dpu::FeatureModeCfg::CONV_MODE,
-            3,
-            "depthwise, but the CNA runs no depthwise convolution",
-        ));
-    }
-    if let Some(r) = &t.dpu_rdma
-        && r.depthwise != dpu.depthwise
-    {
-        return Err(inconsistent(
-            at,
-            dpu_rdma::RdmaFeatureModeCfg::CONV_MODE,
-            if r.depthwise { 3 } else { 0 },
-            format!(
-                "differs from {} {}",
-                dpu::FeatureModeCfg::CONV_MODE,
-                if dpu.depthwise { 3 } else { 0 }
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// The CNA and CORE of a convolution task. Configurations derived from validated ones

@@ -44,6 +44,7 @@ mod check_dpu;
 mod comb;
 mod config;
 mod datapath;
+mod depthwise;
 mod dma;
 mod error;
 mod exec;
