@@ -66,6 +66,14 @@ pub(super) fn shared_operand(
             ),
         ));
     };
+    if rdma.fp16_to_fp32 {
+        return Err(unsupported(
+            at,
+            Mode::MRDMA_FP16TOFP32_EN,
+            1,
+            "the board-run programs read the shared operand without MRDMA's widening (0)",
+        ));
+    }
     if er.data_mode != task::EW_PER_PIXEL {
         return Err(unsupported(
             at,
