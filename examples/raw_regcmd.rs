@@ -72,6 +72,7 @@ fn matmul_task() -> Res<Task> {
     let surface_ratio = Dpu::validated_surface_ratio(p, out)
         .ok_or("no validated surface ratio for int8 → int32")?;
     let cna = Cna {
+        core_split: 0,
         precision: p,
         // The feature cube: 1 pixel wide, M lines high, KP channels.
         feature: Feature {
@@ -116,6 +117,7 @@ fn matmul_task() -> Res<Task> {
         out: (1, M, NP),
     };
     let dpu = Dpu {
+        depthwise: false,
         ping_pong: true,
         input: DpuInput::Core,
         burst_len: 15,

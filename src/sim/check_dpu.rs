@@ -32,7 +32,9 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
         ));
     }
     validated_layout(d, at)?;
+    // The widening is MRDMA's: with MRDMA disabled the flag is inert.
     if let Some(r) = &t.dpu_rdma
+        && r.mrdma.is_some()
         && r.fp16_to_fp32
         && r.precision != Fp16
     {
@@ -149,7 +151,11 @@ pub(super) fn dpu(t: &task::Task, d: &task::Dpu, main: Main, at: At) -> Result<T
             format!("the output precision is {out_prec}"),
         ));
     }
-    if !d.ow.od_bypass && (d.ow.ow_op != 0 || d.ow.ow_src != 0) {
+    // The board-run fp16 depthwise program enables the CPEND adder with Mesa's int8
+    // operand 0x80 and its outputs equal the plain depthwise sums; what the adder does
+    // with it on a float path is not published, so that exact value runs as no change.
+    let dw_cpend = d.depthwise && proc == Fp16 && d.ow.ow_op == 0x80 && d.ow.ow_src == 0;
+    if !d.ow.od_bypass && !dw_cpend && (d.ow.ow_op != 0 || d.ow.ow_src != 0) {
         return Err(unsupported(
             at,
             dpu::BsOwOp::OW_OP,
@@ -310,6 +316,9 @@ fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
         ));
     }
     let (input, out) = (d.precision, d.out.precision);
+    if d.depthwise {
+        return super::depthwise::layout(d, at);
+    }
     let want = match d.input {
         DpuInput::Flying => Some(0),
         DpuInput::Core => task::Dpu::validated_size_e(input, out),
@@ -793,6 +802,9 @@ fn erdma_cube(
             "the EW operand comes from ERDMA (the model needs 0)",
         ));
     };
+    if rdma.comb_use == task::COMB_SHARED_OPERAND {
+        return super::comb::shared_operand(t, e, rdma, er, float, out, at);
+    }
     if er.data_mode > 1 {
         return Err(unsupported(
             at,

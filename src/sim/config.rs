@@ -145,6 +145,7 @@ pub(super) fn check(
             ),
         ));
     };
+    super::depthwise::modes_agree(t, dpu, at)?;
     let mut derived = Vec::new();
     let main = match (&t.cna, &t.core) {
         (Some(cna), Some(core)) => {
@@ -249,6 +250,13 @@ fn conv_main(
         ));
     }
     let window = check_window(cna, core, at, derived)?;
+    if cna.core_split != 0 {
+        derived.push(format!(
+            "{} = {:#x}, the vendor's multi-core split value, runs as no change to this core's task: its meaning is not published (docs/hardware/convolution.md#core-split)",
+            cna::ConvCon2::UNK_31_24,
+            cna.core_split
+        ));
+    }
     cvt_bypassed(cna, at)?;
     if cna.cvt.per_channel != 0 {
         return Err(unsupported(

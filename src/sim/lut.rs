@@ -249,14 +249,23 @@ pub(super) fn check(
             ),
         ));
     }
-    // The EW stage around the LUT: every unit but the LUT bypassed (EW_CFG 0x302).
-    if e.op.is_some() {
-        return Err(unsupported(
-            at,
-            EwCfg::EW_OP_BYPASS,
-            0,
-            "with the LUT, the EW ALU/multiplier is modelled bypassed only (their order with the LUT is not known)",
-        ));
+    // The EW stage around the LUT: every unit but the LUT bypassed (EW_CFG 0x302), or, as
+    // rocket-userspace's board-run LUT programs leave it (EW_CFG 0x300), the ALU on with
+    // MAX and the zero register operand (checked below): their board outputs are the
+    // LUT's, so that exact configuration runs as the LUT alone (docs/hardware/lut.md#ew-around-the-lut).
+    match e.op {
+        None | Some(task::EwOp::Alu(task::AluOp::Max)) => {}
+        Some(_) => {
+            return Err(unsupported(
+                at,
+                EwCfg::EW_OP_BYPASS,
+                0,
+                format!(
+                    "with the LUT, the EW units run bypassed or, as the board-run {} 0x300 leaves them, as MAX with a zero register operand only (their order with the LUT is not published)",
+                    dpu::EwCfg::NAME
+                ),
+            ));
+        }
     }
     if e.src != task::EwSrc::Register {
         return Err(unsupported(

@@ -41,8 +41,10 @@
 
 mod bounds;
 mod check_dpu;
+mod comb;
 mod config;
 mod datapath;
+mod depthwise;
 mod dma;
 mod error;
 mod exec;

@@ -451,21 +451,35 @@ fn next_link(
             why: "the chain address must be 16-byte aligned (the PC keeps bits 31:4)".into(),
         });
     }
-    if f.next_amount > u16::MAX as u32 {
-        return Err(SimError::Unsupported {
+    // Bits 17:16: the vendor's multi-core chains write the number of cores − 1 there
+    // (docs/hardware/registers.md#reserved-bits); run as no change to the fetch.
+    let (amount, cores_less_one) = (f.next_amount & 0xFFFF, f.next_amount >> 16);
+    match cores_less_one {
+        0 => {}
+        1 | 2 => out.lints.push(Lint {
             at,
-            register: pc::RegisterAmounts::NAME,
-            field: pc::RegisterAmounts::UNK_17_16.name(),
-            value: (f.next_amount >> 16) as u64,
-            why: "the bits above the 16-bit amount have no known meaning".into(),
-        });
+            kind: LintKind::Unvalidated,
+            message: format!(
+                "{} = {cores_less_one} in a chain tail, the vendor's multi-core value (cores - 1), runs as no change to the fetch: its meaning is not published",
+                pc::RegisterAmounts::UNK_17_16
+            ),
+        }),
+        other => {
+            return Err(SimError::Unsupported {
+                at,
+                register: pc::RegisterAmounts::NAME,
+                field: pc::RegisterAmounts::UNK_17_16.name(),
+                value: other as u64,
+                why: "only the vendor's multi-core values 1 and 2 are known above the 16-bit amount".into(),
+            });
+        }
     }
     let message = match list_len(sim, at, f.next_addr)? {
         Some(len) => {
             let want = len.div_ceil(2) as u32 - 1;
-            (want != f.next_amount).then(|| format!(
+            (want != amount).then(|| format!(
                 "chain amount {} but the next list at {:#x} ends its op-enable at entry {}, which needs {want}",
-                f.next_amount,
+                amount,
                 f.next_addr,
                 len - 1
             ))
@@ -499,7 +513,7 @@ fn next_link(
         });
         return Ok(None);
     }
-    Ok(Some((f.next_addr, f.next_amount)))
+    Ok(Some((f.next_addr, amount)))
 }
 
 /// Interrupt status and completion as the vendor kernel judges them, and the lint of an

@@ -236,7 +236,16 @@ pub struct Cna {
     pub cvt: InputCvt,
     /// `DMA_CON0` burst lengths for feature and weight reads.
     pub burst: (u32, u32),
+    /// `CONV_CON2` bits 31:24: 0 in every single-core program; the vendor runtime's
+    /// multi-core chains write one of [`CORE_SPLIT_VALUES`] (docs/hardware/convolution.md#core-split).
+    /// Its meaning is not published; it is carried, and changes nothing the simulator computes.
+    pub core_split: u32,
 }
+
+/// The values of `CONV_CON2` bits 31:24 that board-recorded vendor programs write: 0 (one
+/// core), 0x10 and 0x20 (a split by rows over two and three cores), 0x40 and 0x50 (a split by
+/// output channels over two and three cores).
+pub const CORE_SPLIT_VALUES: [u32; 5] = [0, 0x10, 0x20, 0x40, 0x50];
 
 impl Cna {
     /// The CBUF rules every validated program keeps, and the reuse rules (docs/matmul.md,
@@ -380,7 +389,10 @@ impl Cna {
         let weight_bytes = u32::try_from(self.kernel_bytes() * u64::from(self.weights.kernels))
             .unwrap_or(u32::MAX);
         t.write(self.con1()?)
-            .write_fields(&[(ConvCon2::FEATURE_GRAINS, f.grains)])?
+            .write_fields(&[
+                (ConvCon2::FEATURE_GRAINS, f.grains),
+                (ConvCon2::UNK_31_24, self.core_split),
+            ])?
             .write_fields(&[
                 (ConvCon3::CONV_X_STRIDE, self.conv.stride.0),
                 (ConvCon3::CONV_Y_STRIDE, self.conv.stride.1),
@@ -544,7 +556,16 @@ impl Cna {
             r.get(CvtCon3::CVT_SCALE2),
             r.get(CvtCon4::CVT_SCALE3),
         ];
+        let core_split = r.get(ConvCon2::UNK_31_24);
+        if !CORE_SPLIT_VALUES.contains(&core_split) {
+            return Err(E::unsupported(
+                ConvCon2::UNK_31_24,
+                core_split,
+                "only the values board-recorded multi-core programs write (0, 0x10, 0x20, 0x40, 0x50) are known",
+            ));
+        }
         Ok(Cna {
+            core_split,
             precision,
             feature,
             weights: Weights {

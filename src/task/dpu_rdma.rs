@@ -39,6 +39,11 @@ pub struct Erdma {
     pub surf_notch: u32,
 }
 
+/// `COMB_USE` 5: MRDMA and ERDMA read one EW operand between them, MRDMA its even
+/// surfaces at `RDMA_SRC_BASE_ADDR`, ERDMA its odd ones one surface later, each stepping
+/// over the other's (docs/hardware/dpu-ops.md#conv-fed-ew).
+pub const COMB_SHARED_OPERAND: u32 = 5;
+
 /// `ERDMA_DATA_MODE` / `EW_DATA_MODE` 0: one operand per channel, the same for every
 /// pixel (the operand is one atom per surface, `EW_SURF_STRIDE` 16 bytes).
 pub const EW_PER_CHANNEL: u32 = 0;
@@ -96,6 +101,11 @@ impl Erdma {
 /// The DPU_RDMA configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DpuRdma {
+    /// `FEATURE_MODE_CFG.CONV_MODE` 3: depthwise (0: direct), as the DPU's.
+    pub depthwise: bool,
+    /// `FEATURE_MODE_CFG.COMB_USE`: 0, or [`COMB_SHARED_OPERAND`] (MRDMA and ERDMA share
+    /// the EW operand's surfaces in a CORE-fed element-wise task).
+    pub comb_use: u32,
     /// `S_POINTER` ping-pong.
     pub ping_pong: bool,
     /// Cube width, height and channels (`RDMA_DATA_CUBE_*`, stored plus one).
@@ -172,6 +182,11 @@ impl DpuRdma {
         )])?
         .write_fields(&[
             (RdmaFeatureModeCfg::FLYING_MODE, u32::from(self.flying)),
+            (
+                RdmaFeatureModeCfg::CONV_MODE,
+                if self.depthwise { 3 } else { 0 },
+            ),
+            (RdmaFeatureModeCfg::COMB_USE, self.comb_use),
             (RdmaFeatureModeCfg::MRDMA_DISABLE, u32::from(m.is_none())),
             (
                 RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN,
@@ -206,16 +221,25 @@ impl DpuRdma {
     /// Reads the DPU_RDMA registers.
     pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<DpuRdma> {
         use dpu_rdma::*;
-        r.expect(
-            RdmaFeatureModeCfg::CONV_MODE,
-            0,
-            "only direct mode is modelled",
-        )?;
-        r.expect(
-            RdmaFeatureModeCfg::COMB_USE,
-            0,
-            "combined RDMA use is not modelled",
-        )?;
+        let depthwise = match r.get(RdmaFeatureModeCfg::CONV_MODE) {
+            0 => false,
+            3 => true,
+            mode => {
+                return Err(E::unsupported(
+                    RdmaFeatureModeCfg::CONV_MODE,
+                    mode,
+                    "direct (0) and depthwise (3) modes are modelled",
+                ));
+            }
+        };
+        let comb_use = r.get(RdmaFeatureModeCfg::COMB_USE);
+        if comb_use != 0 && comb_use != COMB_SHARED_OPERAND {
+            return Err(E::unsupported(
+                RdmaFeatureModeCfg::COMB_USE,
+                comb_use,
+                "0 and 5 (MRDMA and ERDMA sharing the EW operand) are modelled",
+            ));
+        }
         r.expect(RdmaSrcDmaCfg::UNPOOLING_EN, 0, "un-pooling is not modelled")?;
         let ping_pong = pointer::decode::<SPointer>(r)?;
         let code = r.get(RdmaFeatureModeCfg::PROC_PRECISION);
@@ -229,7 +253,12 @@ impl DpuRdma {
         r.agree(RdmaFeatureModeCfg::IN_PRECISION, code, || {
             format!("differs from {} {code}", RdmaFeatureModeCfg::PROC_PRECISION)
         })?;
+        // A disabled engine's fields are inert (docs/simulator.md, "Inert fields"):
+        // recorded, not held to anything.
         let mrdma = if r.flag(RdmaFeatureModeCfg::MRDMA_DISABLE) {
+            r.inert_register::<RdmaSrcBaseAddr>();
+            r.inert(&[RdmaSrcDmaCfg::LINE_NOTCH_ADDR]);
+            r.inert_register::<RdmaSurfNotch>();
             None
         } else {
             Some(Mrdma {
@@ -239,6 +268,11 @@ impl DpuRdma {
             })
         };
         let erdma = if r.flag(RdmaErdmaCfg::ERDMA_DISABLE) {
+            r.inert_register::<RdmaErdmaCfg>();
+            r.inert_register::<RdmaEwBaseAddr>();
+            r.inert_register::<RdmaEwSurfStride>();
+            r.inert(&[RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR]);
+            r.inert_register::<RdmaEwSurfNotch>();
             None
         } else {
             r.expect(
@@ -261,20 +295,28 @@ impl DpuRdma {
             })
         };
         let brdma = match r.get(RdmaBrdmaCfg::BRDMA_DATA_USE) {
-            0 => None,
+            0 => {
+                r.inert_register::<RdmaBsBaseAddr>();
+                None
+            }
             data_use => Some(OperandRead {
                 addr: DmaAddr::Fixed(r.address::<RdmaBsBaseAddr>()),
                 data_use,
             }),
         };
         let nrdma = match r.get(RdmaNrdmaCfg::NRDMA_DATA_USE) {
-            0 => None,
+            0 => {
+                r.inert_register::<RdmaBnBaseAddr>();
+                None
+            }
             data_use => Some(OperandRead {
                 addr: DmaAddr::Fixed(r.address::<RdmaBnBaseAddr>()),
                 data_use,
             }),
         };
         Ok(DpuRdma {
+            depthwise,
+            comb_use,
             fp16_to_fp32: r.flag(RdmaFeatureModeCfg::MRDMA_FP16TOFP32_EN),
             brdma,
             nrdma,
@@ -314,7 +356,9 @@ impl DpuRdma {
     /// The MRDMA and ERDMA reads.
     pub(super) fn dma(&self, dpu: Option<&Dpu>, out: &mut Vec<DmaRange>) {
         let (w, h, c) = self.cube;
-        if let Some(m) = &self.mrdma
+        if let Some(range) = self.shared_operand_range(dpu) {
+            out.push(range);
+        } else if let Some(m) = &self.mrdma
             && let Some(start) = fixed(m.addr)
         {
             let (line, surf) = self.mrdma_strides(m);
@@ -348,6 +392,7 @@ impl DpuRdma {
             }
         }
         if let Some(e) = &self.erdma
+            && self.comb_use != COMB_SHARED_OPERAND
             && let Some(start) = fixed(e.addr)
         {
             let float = dpu.map_or(self.precision.is_float(), |d| d.precision.is_float());
@@ -367,5 +412,28 @@ impl DpuRdma {
                 access: Access::Read,
             });
         }
+    }
+
+    /// With [`COMB_SHARED_OPERAND`], the one operand MRDMA and ERDMA read between them:
+    /// a whole cube from `RDMA_SRC_BASE_ADDR` with surfaces of `W·H` atoms (each engine
+    /// reads every other surface of it).
+    fn shared_operand_range(&self, dpu: Option<&Dpu>) -> Option<DmaRange> {
+        if self.comb_use != COMB_SHARED_OPERAND {
+            return None;
+        }
+        let (w, h, c) = self.cube;
+        let m = self.mrdma.as_ref()?;
+        let e = self.erdma.as_ref()?;
+        let float = dpu.map_or(self.precision.is_float(), |d| d.precision.is_float());
+        let p = e.precision(float).unwrap_or(Precision::Int32);
+        let line = u64::from(w) * 16;
+        Some(DmaRange {
+            block: Block::DpuRdma,
+            register: dpu_rdma::RdmaSrcBaseAddr::NAME,
+            what: "EW operand (MRDMA and ERDMA)",
+            start: fixed(m.addr)?,
+            len: cube_extent(w, h, c, p, line, line * u64::from(h)),
+            access: Access::Read,
+        })
     }
 }

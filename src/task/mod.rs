@@ -41,6 +41,8 @@ mod cna;
 mod core;
 mod dpu;
 mod dpu_rdma;
+#[cfg(test)]
+mod inert_tests;
 mod pointer;
 mod ppu;
 mod ppu_rdma;
@@ -49,13 +51,15 @@ pub(crate) mod read;
 mod tests;
 
 pub use self::core::Core;
-pub use cna::{Cbuf, CbufHeld, Cna, Conv, Feature, InputCvt, Kernel, Weights};
+pub use cna::{CORE_SPLIT_VALUES, Cbuf, CbufHeld, Cna, Conv, Feature, InputCvt, Kernel, Weights};
 pub(crate) use dpu::is_lut_port;
 pub use dpu::{
     Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, LUT_ENTRIES, LUT_SEGMENTS, Lut, LutRange, LutSlope,
     LutTables, Mul, OpCvt, OutCvt, Output, OwCfg, Stage,
 };
-pub use dpu_rdma::{DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Mrdma, OperandRead};
+pub use dpu_rdma::{
+    COMB_SHARED_OPERAND, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Mrdma, OperandRead,
+};
 pub use ppu::{PoolMethod, Ppu};
 pub use ppu_rdma::PpuRdma;
 pub use read::{DecodeError, DecodeErrorKind, RegisterFile, Snapshot};

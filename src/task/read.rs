@@ -231,6 +231,24 @@ impl<'a> Reader<'a> {
         self.regs.value(R::OFFSET) & R::INFO.known_mask()
     }
 
+    /// Fields of an engine or stage the program disables: the hardware never looks at
+    /// them, so whatever they hold is taken as read (the decoder's text output still shows
+    /// it) and [`Reader::finish`] does not hold them to 0. Only for fields gated by an
+    /// enable the caller has decoded (docs/simulator.md, "Inert fields").
+    pub(crate) fn inert<R: Register>(&mut self, fields: &[Field<R>]) {
+        for &f in fields {
+            self.get(f);
+        }
+    }
+
+    /// Every field of a register that only a disabled engine reads (see [`Reader::inert`]).
+    pub(crate) fn inert_register<R: Register>(&mut self) {
+        let i = R::OFFSET as usize / 4;
+        if let Some(m) = self.read.get_mut(i) {
+            *m |= R::INFO.known_mask();
+        }
+    }
+
     /// A one-bit field.
     pub(crate) fn flag<R: Register>(&mut self, f: Field<R>) -> bool {
         self.get(f) != 0

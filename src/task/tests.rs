@@ -98,6 +98,7 @@ prop_compose! {
         kernel in kernel(),
     ) -> Cna {
         Cna {
+            core_split: 0,
             precision,
             feature,
             weights: Weights { addr: waddr, kernels },
@@ -197,6 +198,7 @@ prop_compose! {
         out in (addr(), upto(dpu::DstSurfStride::DST_SURF_STRIDE), upto(dpu::DataCubeNotchAddr::NOTCH_ADDR_0), upto(dpu::SurfaceAdd::SURF_ADD)),
     ) -> Dpu {
         Dpu {
+            depthwise: false,
             ping_pong,
             input: if flying { DpuInput::Flying } else { DpuInput::Core },
             burst_len,
@@ -244,6 +246,8 @@ prop_compose! {
         nrdma in prop::option::of((addr(), 1..=max(dpu_rdma::RdmaNrdmaCfg::NRDMA_DATA_USE))),
     ) -> DpuRdma {
         DpuRdma {
+            depthwise: false,
+            comb_use: 0,
             ping_pong,
             cube: (w, h, c),
             precision,

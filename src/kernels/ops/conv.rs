@@ -35,8 +35,8 @@ use crate::error::{Error, Result};
 use crate::regcmd::DmaAddr;
 use crate::regs::cna as cna_regs;
 use crate::task::{
-    Cbuf, Cna, Conv, Core, Dpu, DpuInput, Feature, InputCvt, Kernel, OutCvt, Output, OwCfg,
-    Precision, Stage, Task, Weights, cbuf,
+    Cbuf, Cna, Conv, Core, Dpu, DpuInput, DpuRdma, Feature, InputCvt, Kernel, OutCvt, Output,
+    OwCfg, Precision, Stage, Task, Weights, cbuf,
 };
 use half::f16;
 
@@ -658,6 +658,7 @@ impl Conv2d {
         };
         let k = &self.kernel;
         let cna = Cna {
+            core_split: 0,
             precision: p,
             feature: Feature {
                 addr: offset(input, in_off)?,
@@ -715,13 +716,26 @@ impl Conv2d {
         let out_p = self.out_precision();
         let surf = u32::try_from(u64::from(ow) * u64::from(oh_full))
             .map_err(|_| unsupported("output plane beyond 32 bits".into()))?;
-        let ratio = Dpu::validated_surface_ratio(p, out_p).unwrap_or(8);
-        let size_e = Dpu::validated_size_e(p, out_p).unwrap_or(1);
+        // An fp16 → fp16 depthwise task is written as the board-run one is
+        // (docs/hardware/convolution.md#depthwise): the DPU and DPU_RDMA in depthwise
+        // mode, SIZE_E 3, SURFACE_ADD 4 × the plane and the CPEND adder with 0x80.
+        let dw_mode = self.depthwise && p == Precision::Fp16 && out_p == Precision::Fp16;
+        let ratio = if dw_mode {
+            4
+        } else {
+            Dpu::validated_surface_ratio(p, out_p).unwrap_or(8)
+        };
+        let size_e = if dw_mode {
+            3
+        } else {
+            Dpu::validated_size_e(p, out_p).unwrap_or(1)
+        };
         let (scale, shift) = match self.out {
             ConvOut::Int8 { multiplier } => requant_scale_shift(multiplier)?,
             _ => (1, 0),
         };
         let dpu = Dpu {
+            depthwise: dw_mode,
             ping_pong: true,
             input: DpuInput::Core,
             burst_len: 15,
@@ -732,10 +746,10 @@ impl Conv2d {
             bn: Stage::BYPASSED,
             ew: None,
             ow: OwCfg {
-                od_bypass: p != Precision::Int8,
+                od_bypass: p != Precision::Int8 && !dw_mode,
                 size_e: [size_e; 3],
                 ow_src: 0,
-                ow_op: 0,
+                ow_op: if dw_mode { 0x80 } else { 0 },
             },
             out_cvt: OutCvt {
                 offset: 0,
@@ -754,11 +768,27 @@ impl Conv2d {
                 surface_add: ratio * surf,
             },
         };
+        // The board-run depthwise program starts DPU_RDMA for its mode, every read off.
+        let dpu_rdma = dw_mode.then_some(DpuRdma {
+            depthwise: true,
+            comb_use: 0,
+            ping_pong: true,
+            cube: (ow, s.oh, out_ch),
+            precision: p,
+            flying: false,
+            burst_len: 15,
+            mrdma: None,
+            erdma: None,
+            arbiter: [1, 1, 1, 1],
+            fp16_to_fp32: false,
+            brdma: None,
+            nrdma: None,
+        });
         Ok(Task {
             cna: Some(cna),
             core: Some(core),
             dpu: Some(dpu),
-            dpu_rdma: None,
+            dpu_rdma,
             ppu: None,
             ppu_rdma: None,
         })

@@ -208,6 +208,7 @@ impl Eltwise {
             add_first: false,
         });
         let dpu = Dpu {
+            depthwise: false,
             ping_pong: true,
             input: DpuInput::Flying,
             burst_len: 15,
@@ -265,6 +266,8 @@ impl Eltwise {
             }
         };
         let dpu_rdma = DpuRdma {
+            depthwise: false,
+            comb_use: 0,
             ping_pong: true,
             cube,
             precision: p,

@@ -286,6 +286,8 @@ impl Requant {
         let precision = d.precision;
         let burst_len = d.burst_len;
         let r = task.dpu_rdma.get_or_insert(DpuRdma {
+            depthwise: false,
+            comb_use: 0,
             ping_pong: true,
             cube,
             precision,
@@ -425,6 +427,7 @@ fn flying(
     let notch = cube.width - wt;
     let dims = (wt, cube.height, cube.padded_channels());
     let dpu = Dpu {
+        depthwise: false,
         ping_pong: true,
         input: DpuInput::Flying,
         burst_len: 15,
@@ -450,6 +453,8 @@ fn flying(
         },
     };
     let dpu_rdma = DpuRdma {
+        depthwise: false,
+        comb_use: 0,
         ping_pong: true,
         cube: dims,
         precision: proc,

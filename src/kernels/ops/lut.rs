@@ -369,6 +369,7 @@ fn flying(
     let cube = (t.w, t.h, 8);
     let surf = t.w * t.h; // 16-byte units: one surface
     let dpu = Dpu {
+        depthwise: false,
         ping_pong: true,
         input: DpuInput::Flying,
         burst_len: 15,
@@ -394,6 +395,8 @@ fn flying(
         },
     };
     let dpu_rdma = DpuRdma {
+        depthwise: false,
+        comb_use: 0,
         ping_pong: true,
         cube,
         precision: Precision::Fp16,

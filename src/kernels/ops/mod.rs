@@ -29,6 +29,7 @@ pub mod eltwise;
 pub mod epilogue;
 pub mod lut;
 pub mod pool;
+pub mod residual;
 
 use crate::error::{Error, Result};
 use crate::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder};

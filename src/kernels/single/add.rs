@@ -41,6 +41,7 @@ pub fn add_task_model(
     let stride = rows; // 16-byte units: one surface is `rows` atoms.
     let cube = (rows, 1, channels);
     let dpu = Dpu {
+        depthwise: false,
         ping_pong: true,
         input: DpuInput::Flying,
         burst_len: 15,
@@ -76,6 +77,8 @@ pub fn add_task_model(
         },
     };
     let dpu_rdma = DpuRdma {
+        depthwise: false,
+        comb_use: 0,
         ping_pong: true,
         cube,
         precision: Precision::Int32,

@@ -180,6 +180,7 @@ pub fn dequant_task_model(
     // One pixel per surface: the next surface of `acc` is `rows` atoms further on.
     let cube = (1, 1, channels);
     let dpu = Dpu {
+        depthwise: false,
         ping_pong: true,
         input: DpuInput::Flying,
         burst_len: 15,
@@ -221,6 +222,8 @@ pub fn dequant_task_model(
         },
     };
     let dpu_rdma = DpuRdma {
+        depthwise: false,
+        comb_use: 0,
         ping_pong: true,
         cube,
         precision: Precision::Fp32,

@@ -324,6 +324,7 @@ impl SingleMatmul {
             (ai * p.bits() / 128, 0)
         };
         Cna {
+            core_split: 0,
             precision: p,
             feature: Feature {
                 addr: a,
@@ -414,6 +415,7 @@ impl SingleMatmul {
         let (cvt_offset, cvt_scale, cvt_shift) = post.out_cvt.unwrap_or((0, 1, 0));
         let size_e = task::Dpu::validated_size_e(p, out).unwrap_or(7);
         Dpu {
+            depthwise: false,
             ping_pong: true,
             input: DpuInput::Core,
             burst_len: 15,
@@ -460,6 +462,8 @@ impl SingleMatmul {
         // DPU_RDMA: the operand E through ERDMA, laid out like C; MRDMA off (the main data
         // comes from the CORE).
         self.post.add.then(|| DpuRdma {
+            depthwise: false,
+            comb_use: 0,
             ping_pong: true,
             cube: (w, h, ao),
             precision: if p.is_float() {

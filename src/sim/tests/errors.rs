@@ -45,7 +45,14 @@ fn dma_outside_memory_names_block_and_register() {
 #[test]
 fn unsupported_field_values_are_named() {
     type Case = (fn(Setup) -> Setup, &'static str, &'static str, u32);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
+        (
+            // Only the vendor's multi-core values of CONV_CON2 bits 31:24 are known.
+            |s| s.field(cna::ConvCon2::UNK_31_24, 0x30),
+            cna::ConvCon2::NAME,
+            cna::ConvCon2::UNK_31_24.name(),
+            0x30,
+        ),
         (
             // 0 direct and 3 depthwise are modelled; 1 and 2 are reserved.
             |s| s.field(cna::ConvCon1::CONV_MODE, 1),
@@ -124,9 +131,40 @@ fn unsupported_field_values_are_named() {
 }
 
 #[test]
+fn a_vendor_multi_core_split_value_runs_as_derived() {
+    // The int8 matmul with 0x20 (a three-core row split in the vendor's programs): the
+    // same product as without, and the `unvalidated` lint naming the field.
+    let plain = Setup::int8(4, 64, 32);
+    let split = Setup::int8(4, 64, 32).field(cna::ConvCon2::UNK_31_24, 0x20);
+    let (mut a, mut b) = (plain.sim(), split.sim());
+    let ra = a.kick(&plain.kick()).unwrap();
+    let rb = b.kick(&split.kick()).unwrap();
+    assert!(ra.completed && rb.completed);
+    assert_eq!(lint_kinds(&rb), vec![LintKind::Unvalidated]);
+    assert!(
+        rb.lints[0]
+            .to_string()
+            .contains(cna::ConvCon2::UNK_31_24.name())
+    );
+    let c = at(single::C);
+    let len = 4 * 32 * 4;
+    assert_eq!(
+        a.memory().read_vec(c, len).unwrap(),
+        b.memory().read_vec(c, len).unwrap()
+    );
+}
+
+#[test]
 fn inconsistent_sizes_are_named() {
     type Case = (fn(Setup) -> Setup, &'static str, &'static str, u32);
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
+        (
+            // The DPU in depthwise mode under a direct convolution.
+            |s| s.field(dpu::FeatureModeCfg::CONV_MODE, 3),
+            dpu::FeatureModeCfg::NAME,
+            dpu::FeatureModeCfg::CONV_MODE.name(),
+            3,
+        ),
         (
             |s| s.field(cna::FcDataSize0::DMA_HEIGHT, 3),
             cna::FcDataSize0::NAME,

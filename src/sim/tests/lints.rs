@@ -199,3 +199,50 @@ fn fp16_add_without_operand_converter_drops_the_operand() {
         "A and B are zero and E is dropped: {c:?}"
     );
 }
+
+#[test]
+fn the_vendor_multi_core_amount_bits_run_as_derived() {
+    // Two chained adds whose tail carries bits 17:16 of the amount, as the vendor's
+    // multi-core chains do (cores - 1): 1 and 2 run with `unvalidated`, 3 is refused.
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    let r = |b: u32| DmaAddr::reloc(BufferId(b), 0);
+    for _ in 0..2 {
+        p.push_task(
+            add_task(1, 4, r(1), r(2), r(3)).unwrap(),
+            BlockMask::ELEMENTWISE,
+        );
+    }
+    let program = p.build().unwrap();
+    for hi in [1u32, 2, 3] {
+        let mut words = program.bind(addr).unwrap();
+        let i = words
+            .iter()
+            .position(|w| w.target() == 0x0101 && w.offset() == 0x14)
+            .unwrap();
+        words[i] = words[i].with_value(words[i].value() | hi << 16);
+        let mut sim = Simulator::new();
+        let m = sim.memory_mut();
+        m.map(at(single::REGCMD), words_to_le_bytes(&words))
+            .unwrap();
+        for b in 1..=3 {
+            m.map_zeroed(at(BufferId(b)), 16).unwrap();
+        }
+        let run = sim.kick(&Kick::new(
+            at(single::REGCMD),
+            program.tasks()[0].regcfg_amount,
+        ));
+        match (hi, run) {
+            (1 | 2, Ok(run)) => {
+                assert_eq!(run.tasks_run, 2);
+                assert_eq!(lint_kinds(&run), vec![LintKind::Unvalidated], "{run:?}");
+            }
+            (3, Err(SimError::Unsupported { field, value, .. })) => {
+                assert_eq!(
+                    (field, value),
+                    (crate::regs::pc::RegisterAmounts::UNK_17_16.name(), 3)
+                );
+            }
+            (hi, other) => panic!("bits 17:16 = {hi}: {other:?}"),
+        }
+    }
+}

@@ -126,7 +126,25 @@ pub(super) fn emit(t: &mut TaskBuilder, e: Option<Ew>) -> Result<()> {
 /// Reads the EW stage.
 pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<Option<Ew>> {
     use dpu::*;
-    let bypass = r.flag(EwCfg::EW_BYPASS);
+    if r.flag(EwCfg::EW_BYPASS) {
+        // A bypassed stage's units, operands and LUT are inert (docs/simulator.md,
+        // "Inert fields"): the data passes through whatever they hold.
+        r.inert_register::<EwCfg>();
+        r.inert_register::<EwCvtOffsetValue>();
+        r.inert_register::<EwCvtScaleValue>();
+        r.inert_register::<EwReluxCmpValue>();
+        r.inert(&[DataFormat::EW_TRUNCATE_NEG]);
+        r.inert_register::<EwOpValue0>();
+        r.inert_register::<EwOpValue1>();
+        r.inert_register::<EwOpValue2>();
+        r.inert_register::<EwOpValue3>();
+        r.inert_register::<EwOpValue4>();
+        r.inert_register::<EwOpValue5>();
+        r.inert_register::<EwOpValue6>();
+        r.inert_register::<EwOpValue7>();
+        lut::inert(r);
+        return Ok(None);
+    }
     r.expect(
         EwCfg::EW_BINARY_EN,
         0,
@@ -206,26 +224,5 @@ pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<Option<Ew>> {
         values,
         lut,
     };
-    if bypass {
-        let canonical = Ew {
-            op: None,
-            src: EwSrc::Register,
-            cvt: None,
-            relu: false,
-            relux: None,
-            data_size: 0,
-            data_mode: 0,
-            values: [0; 8],
-            lut: None,
-        };
-        if ew != canonical {
-            return Err(E::unsupported(
-                EwCfg::EW_BYPASS,
-                1,
-                "the EW stage is bypassed but its units are configured",
-            ));
-        }
-        return Ok(None);
-    }
     Ok(Some(ew))
 }

@@ -244,6 +244,22 @@ pub(super) fn emit(t: &mut TaskBuilder, lut: Option<&Lut>) -> Result<()> {
     Ok(())
 }
 
+/// Marks the LUT configuration registers inert: the EW stage that holds the LUT is
+/// bypassed (docs/simulator.md, "Inert fields").
+pub(super) fn inert(r: &mut Reader<'_>) {
+    use dpu::*;
+    r.inert_register::<LutCfg>();
+    r.inert_register::<LutInfo>();
+    r.inert_register::<LutLeStart>();
+    r.inert_register::<LutLeEnd>();
+    r.inert_register::<LutLoStart>();
+    r.inert_register::<LutLoEnd>();
+    r.inert_register::<LutLeSlopeScale>();
+    r.inert_register::<LutLeSlopeShift>();
+    r.inert_register::<LutLoSlopeScale>();
+    r.inert_register::<LutLoSlopeShift>();
+}
+
 /// Reads the LUT configuration (every field of `LUT_CFG`, `LUT_INFO`, the four range
 /// registers and the four slope registers). The access-port registers are not read: the
 /// PC routes them to the LUT RAM.

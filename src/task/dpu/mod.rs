@@ -1,8 +1,10 @@
 //! DPU: the data-path processor after the MAC arrays — the BS and BN stages (ALU,
 //! multiplier, ReLU), the element-wise (EW) stage, the output converter and the write DMA.
 //!
-//! Sub-units the program bypasses are `None`; their parameter registers must then hold
-//! zeros (the identity scale where the vendor bodies write 1), which decoding checks.
+//! Sub-units the program bypasses are `None`. A bypassed BS or BN unit's parameter
+//! registers must hold zeros (the identity scale where the vendor bodies write 1), which
+//! decoding checks; a bypassed EW stage's registers, LUT configuration included, are
+//! inert: the data never passes through them (docs/simulator.md, "Inert fields").
 
 mod ew;
 mod lut;
@@ -102,6 +104,10 @@ pub struct Output {
 /// The DPU's configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Dpu {
+    /// `FEATURE_MODE_CFG.CONV_MODE` 3: the CORE delivers a depthwise convolution (0:
+    /// direct). Board-run depthwise programs write it beside the CNA's and DPU_RDMA's
+    /// (docs/hardware/convolution.md#depthwise).
+    pub depthwise: bool,
     /// `S_POINTER`: register-group ping-pong (pointer and executer, pointer toggles itself).
     pub ping_pong: bool,
     /// Where the main data comes from.
@@ -178,6 +184,10 @@ impl Dpu {
                 bit(self.input == DpuInput::Flying),
             ),
             (FeatureModeCfg::OUTPUT_MODE, 2),
+            (
+                FeatureModeCfg::CONV_MODE,
+                if self.depthwise { 3 } else { 0 },
+            ),
             (FeatureModeCfg::BURST_LEN, self.burst_len),
         ])?
         .write_fields(&[
@@ -251,11 +261,17 @@ impl Dpu {
             2,
             "only output to memory is modelled",
         )?;
-        r.expect(
-            FeatureModeCfg::CONV_MODE,
-            0,
-            "only direct convolution is modelled",
-        )?;
+        let depthwise = match r.get(FeatureModeCfg::CONV_MODE) {
+            0 => false,
+            3 => true,
+            mode => {
+                return Err(E::unsupported(
+                    FeatureModeCfg::CONV_MODE,
+                    mode,
+                    "direct (0) and depthwise (3) convolutions are modelled",
+                ));
+            }
+        };
         r.expect(
             FeatureModeCfg::NONALIGN,
             0,
@@ -309,6 +325,7 @@ impl Dpu {
         let bn = stage::decode(r, StageRegs::BN)?;
         let ew = ew::decode(r)?;
         Ok(Dpu {
+            depthwise,
             ping_pong,
             input: if r.flag(FeatureModeCfg::FLYING_MODE) {
                 DpuInput::Flying
