@@ -141,6 +141,14 @@ pub enum Error {
         /// The last task's interrupt status, where the kernel wrote it (0 otherwise).
         int_status: u32,
     },
+    /// The emulated kernel could not finish the job because the simulator's work budget
+    /// ran out (docs/simulator.md, "Bounds"): a limit of the emulation, which a board
+    /// does not have, reported as such rather than as a [`Error::Timeout`]. The job's
+    /// buffers hold what its finished tasks wrote.
+    WorkBudget {
+        /// The simulator's error: where, what step, the budget and what it needed.
+        why: String,
+    },
     /// The pre-submit verifier found a DMA range of the job outside its buffers, or a
     /// task it cannot read ([`crate::verify`]); nothing was submitted.
     Verify {
@@ -268,6 +276,10 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "job timed out after {task_counter} task(s), interrupt status {int_status:#x}"
+            ),
+            Error::WorkBudget { why } => write!(
+                f,
+                "the emulated kernel's simulator ran out of its work budget (a limit of the emulation, not of the NPU): {why}"
             ),
             Error::StillRunning { what } => {
                 write!(f, "the NPU may still use this buffer: {what}")

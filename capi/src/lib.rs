@@ -121,6 +121,7 @@ impl Code {
             | Error::NoSuchCore { .. }
             | Error::Ioctl { .. }
             | Error::Timeout { .. }
+            | Error::WorkBudget { .. }
             | Error::StillRunning { .. } => Code::Device,
             Error::Unsupported { .. } | Error::Precision { .. } => Code::Unsupported,
             Error::InputLength { .. }

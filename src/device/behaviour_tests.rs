@@ -27,7 +27,7 @@ pub(super) struct Mm {
     pub(super) mm: SingleMatmul,
 }
 
-fn matmul(d: &Device, tasks: usize) -> Mm {
+pub(super) fn matmul(d: &Device, tasks: usize) -> Mm {
     matmul_of(d, tasks, 1)
 }
 

@@ -354,6 +354,7 @@ impl Pending<'_> {
             .inner
             .backend
             .wait(self.dev, &self.job, &mut self.flight, deadline);
+        let r = self.dev.budget_not_timeout(r);
         self.waited = true;
         // Any failed wait (a timeout, no fence to wait on, a failed poll) leaves a job
         // that may still run.
@@ -387,8 +388,23 @@ impl Device {
         job.check(self)?;
         let trace = self.trace_submit(job, false);
         let r = self.inner.backend.run(self, job);
+        let r = self.budget_not_timeout(r);
         self.trace_done(trace, job, &r);
         r
+    }
+
+    /// On the emulated kernel, a timeout whose cause was the simulator's work budget
+    /// (not anything a board would do) becomes [`DeviceError::WorkBudget`].
+    fn budget_not_timeout(&self, r: Result<JobResult>) -> Result<JobResult> {
+        match r {
+            Err(DeviceError::Timeout { .. }) => {
+                match self.emulator().and_then(|e| e.take_budget_stop()) {
+                    Some(why) => Err(DeviceError::WorkBudget { why }),
+                    None => r,
+                }
+            }
+            r => r,
+        }
     }
 
     /// Submits `job` and returns at once; [`Pending::wait`] waits for it (vendor: on the

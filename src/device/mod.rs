@@ -504,4 +504,6 @@ mod behaviour_tests;
 #[cfg(test)]
 mod dmabuf_tests;
 #[cfg(test)]
+mod emulation_tests;
+#[cfg(test)]
 mod tests;

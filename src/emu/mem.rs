@@ -256,12 +256,3 @@ pub(super) fn store_memory(
         }
     }
 }
-
-/// Drops from the simulator's memory every region the job wrote: a job whose outputs
-/// are not written back (a rocket timeout) must not leave them for the next job.
-pub(super) fn discard_writes(sim: &mut Simulator) {
-    let mem = sim.memory_mut();
-    for a in mem.written() {
-        mem.unmap(a);
-    }
-}

@@ -122,6 +122,10 @@ struct State {
     sim: Arc<Mutex<Simulator>>,
     faults: Faults,
     log: Vec<String>,
+    /// Why the last job the simulator could not finish stopped, when the reason was the
+    /// simulator's work budget rather than anything a board would do (taken by the
+    /// device layer, which reports it instead of a timeout).
+    budget_stop: Option<String>,
     /// Bytes the DMA engines moved in every job run since creation or the last reset.
     dma: DmaCounters,
     /// Asynchronous mode: the job queue and its worker's progress.
@@ -170,6 +174,7 @@ impl EmuKernel {
                     sim: Arc::new(Mutex::new(Simulator::new())),
                     faults: Faults::default(),
                     log: Vec::new(),
+                    budget_stop: None,
                     dma: DmaCounters::default(),
                     queue: Queue::default(),
                 }),
@@ -255,6 +260,14 @@ impl EmuKernel {
         self.lock().log.clone()
     }
 
+    /// Why the last job that did not finish stopped, when it was the simulator's work
+    /// budget (docs/simulator.md, "Bounds") and not anything a board does; taken once.
+    /// The device layer asks after a job times out, so that an emulation limit is
+    /// reported as [`crate::device::DeviceError::WorkBudget`], never as a timeout.
+    pub fn take_budget_stop(&self) -> Option<String> {
+        self.lock().budget_stop.take()
+    }
+
     /// Bytes the simulated DMA engines moved, per engine, summed over every job the
     /// kernel ran since it was made or [`EmuKernel::reset_dma_counters`] last ran —
     /// synchronous and asynchronous jobs alike, each added when it finishes (a job the
@@ -267,6 +280,21 @@ impl EmuKernel {
     /// Sets the counters of [`EmuKernel::dma_counters`] to zero.
     pub fn reset_dma_counters(&self) {
         self.lock().dma = DmaCounters::default();
+    }
+
+    /// Sets the simulator's work budget for each job from now on (docs/simulator.md,
+    /// "Bounds"; [`crate::sim::DEFAULT_WORK_BUDGET`] unless set). A job that needs more
+    /// stops where it ran out, and the device layer reports
+    /// [`crate::device::DeviceError::WorkBudget`].
+    pub fn set_work_budget(&self, units: u64) {
+        let sim = Arc::clone(&self.lock().sim);
+        worker::lock_sim(&sim).set_work_budget(units);
+    }
+
+    /// The work units the last job used (the simulator's count since the job started).
+    pub fn work_used(&self) -> u64 {
+        let sim = Arc::clone(&self.lock().sim);
+        worker::lock_sim(&sim).work_used()
     }
 
     /// Buffer objects alive in the kernel (across every fd).

@@ -1,11 +1,11 @@
 //! The emulated `rocket` driver: CREATE_BO in a per-fd address space, SUBMIT as one
 //! kick per task, PREP_BO waiting for the jobs that write a buffer, FINI_BO.
 
-use super::mem::{EmuBo, bo_of, discard_writes, load_memory, lock_bo, next_id, store_memory};
+use super::mem::{EmuBo, bo_of, load_memory, lock_bo, next_id, store_memory};
 use super::worker::{Shared, lock_sim};
 use super::{File, PAGE, ROCKET_JOB_TIMEOUT, State};
 use crate::regcmd::TAIL_ENTRIES;
-use crate::sim::{DmaCounters, Faults, Kick, Simulator};
+use crate::sim::{DmaCounters, Faults, Kick, SimError, Simulator};
 use crate::submit::irq;
 use crate::sys::uapi::*;
 use crate::sys::{DmaMem, Errno, Fd};
@@ -132,9 +132,10 @@ impl RocketJob {
         let sim = Arc::clone(&s.sim);
         let mut log = Vec::new();
         let mut dma = DmaCounters::default();
-        let ok = self.run(&mut lock_sim(&sim), &objects, &mut log, &mut dma);
+        let mut stop = None;
+        let ok = self.run(&mut lock_sim(&sim), &objects, &mut log, &mut dma, &mut stop);
         s.dma += dma;
-        self.finish(s, ok, log);
+        self.finish(s, ok, log, stop);
     }
 
     /// Runs it on the worker: the simulator runs without the kernel locked.
@@ -150,10 +151,11 @@ impl RocketJob {
         drop(s);
         let mut log = Vec::new();
         let mut dma = DmaCounters::default();
-        let ok = self.run(&mut lock_sim(&sim), &objects, &mut log, &mut dma);
+        let mut stop = None;
+        let ok = self.run(&mut lock_sim(&sim), &objects, &mut log, &mut dma, &mut stop);
         let mut s = shared.lock();
         s.dma += dma;
-        self.finish(&mut s, ok, log);
+        self.finish(&mut s, ok, log, stop);
         s
     }
 
@@ -175,6 +177,7 @@ impl RocketJob {
         objects: &[Arc<Mutex<EmuBo>>],
         log: &mut Vec<String>,
         dma: &mut DmaCounters,
+        budget_stop: &mut Option<String>,
     ) -> bool {
         sim.set_faults(self.faults.clone());
         // The work budget bounds one job, not the device's lifetime.
@@ -208,25 +211,30 @@ impl RocketJob {
                 }
                 Err(e) => {
                     log.push(format!("NPU job timed out: {e}"));
+                    if matches!(e, SimError::WorkBudget { .. }) {
+                        *budget_stop = Some(e.to_string());
+                    }
                     ok = false;
                     break;
                 }
             }
         }
-        if ok {
-            store_memory(sim, objects, &loaded, log);
-        } else {
-            // The scheduler resets the core after its 500 ms job timeout; outputs are not
-            // written and PREP_BO waits until then.
-            discard_writes(sim);
+        // What the tasks before a hang wrote is in memory, as on a board: the scheduler
+        // resets the core after its 500 ms job timeout (PREP_BO waits until then), which
+        // stops the NPU but undoes nothing.
+        store_memory(sim, objects, &loaded, log);
+        if !ok {
             sim.reset();
         }
         ok
     }
 
     /// The job's fences: its outputs are ready now, or after the scheduler's timeout.
-    fn finish(&self, s: &mut State, ok: bool, log: Vec<String>) {
+    fn finish(&self, s: &mut State, ok: bool, log: Vec<String>, budget_stop: Option<String>) {
         s.log.extend(log);
+        if budget_stop.is_some() {
+            s.budget_stop = budget_stop;
+        }
         let until = Instant::now()
             + if ok {
                 Duration::ZERO

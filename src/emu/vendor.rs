@@ -5,7 +5,7 @@
 use super::mem::{EmuBo, bo_of, load_memory, lock_bo, next_id, object, release, store_memory};
 use super::worker::{Job, Shared, lock_sim};
 use super::{EmuKernel, File, Flavour, PAGE, State};
-use crate::sim::{DmaCounters, Faults, MAX_TASKS, Simulator};
+use crate::sim::{DmaCounters, Faults, MAX_TASKS, SimError, Simulator};
 use crate::submit::{self, TaskDesc};
 use crate::sys::uapi::*;
 use crate::sys::{DmaMem, Errno, Fd, Ioctl, VendorOp};
@@ -299,6 +299,9 @@ impl VendorJob {
     ) -> VendorOutcome {
         s.log.extend(log);
         s.dma += run.dma;
+        if run.budget_stop.is_some() {
+            s.budget_stop = run.budget_stop.clone();
+        }
         let slots = &plan.slots;
         let nonblock = self.nonblock();
         let sub = &mut self.sub;
@@ -511,6 +514,8 @@ struct CoresRun {
     dma: DmaCounters,
     /// Wall time the simulator took.
     elapsed: Duration,
+    /// The work budget's error, when that is what stopped a core.
+    budget_stop: Option<String>,
 }
 
 /// Runs each started core's range of the job on the simulator against every object's
@@ -531,6 +536,7 @@ fn run_cores(sim: &mut Simulator, job: &VendorJob, plan: &Plan, log: &mut Vec<St
         macs: 0,
         dma: DmaCounters::default(),
         elapsed: Duration::ZERO,
+        budget_stop: None,
     };
     sim.set_faults(job.faults.clone());
     // The work budget bounds one job, not the device's lifetime.
@@ -557,6 +563,9 @@ fn run_cores(sim: &mut Simulator, job: &VendorJob, plan: &Plan, log: &mut Vec<St
         out.macs += run.macs;
         out.dma += run.dma;
         let failed = run.failure.is_some();
+        if let Some(e @ SimError::WorkBudget { .. }) = &run.error {
+            out.budget_stop = Some(format!("core {core}: {e}"));
+        }
         if let Some(why) = run.failure {
             log.push(format!("core {core}: {why}"));
             out.completed = false;

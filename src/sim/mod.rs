@@ -349,6 +349,9 @@ pub struct RangeRun {
     pub lints: Vec<Lint>,
     /// Why the range stopped before its last task, or `None` when every task completed.
     pub failure: Option<String>,
+    /// The simulator's own error when that is what stopped the range (a DMA fault, a
+    /// refused value, an exhausted work budget), beside its text in `failure`.
+    pub error: Option<SimError>,
 }
 
 impl Simulator {
@@ -401,6 +404,7 @@ impl Simulator {
                 }
                 Err(e) => {
                     out.failure = Some(format!("the NPU does not complete: {e}"));
+                    out.error = Some(e);
                     return out;
                 }
             }
