@@ -149,6 +149,13 @@ pub enum Error {
         /// The simulator's error: where, what step, the budget and what it needed.
         why: String,
     },
+    /// The emulated kernel could not run a task because one of its cubes is larger than
+    /// the simulator holds (docs/simulator.md, "Bounds"): a limit of the emulation, not
+    /// of the NPU, reported as such rather than as a [`Error::Timeout`].
+    TooLargeToSimulate {
+        /// The simulator's error: where, which register, the cube's size and the limit.
+        why: String,
+    },
     /// The pre-submit verifier found a DMA range of the job outside its buffers, or a
     /// task it cannot read ([`crate::verify`]); nothing was submitted.
     Verify {
@@ -280,6 +287,10 @@ impl fmt::Display for Error {
             Error::WorkBudget { why } => write!(
                 f,
                 "the emulated kernel's simulator ran out of its work budget (a limit of the emulation, not of the NPU): {why}"
+            ),
+            Error::TooLargeToSimulate { why } => write!(
+                f,
+                "the emulated kernel's simulator cannot hold this task (a limit of the emulation, not of the NPU): {why}"
             ),
             Error::StillRunning { what } => {
                 write!(f, "the NPU may still use this buffer: {what}")

@@ -122,6 +122,7 @@ impl Code {
             | Error::Ioctl { .. }
             | Error::Timeout { .. }
             | Error::WorkBudget { .. }
+            | Error::TooLargeToSimulate { .. }
             | Error::StillRunning { .. } => Code::Device,
             Error::Unsupported { .. } | Error::Precision { .. } => Code::Unsupported,
             Error::InputLength { .. }

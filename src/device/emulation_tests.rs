@@ -81,3 +81,38 @@ fn a_real_timeout_stays_a_timeout() {
     let r = d.submit(&mm.job().timeout(Duration::from_millis(100)));
     assert!(matches!(r, Err(DeviceError::Timeout { .. })), "{r:?}");
 }
+
+#[test]
+fn only_the_simulators_own_bounds_are_emulation_stops() {
+    use crate::emu::EmuStop;
+    use crate::sim::{At, SimError};
+    let at = At { core: 0, task: 3 };
+    let cube = SimError::CubeLimit {
+        at,
+        register: "DST_BASE_ADDR",
+        elements: 1 << 27,
+        limit: 1 << 26,
+    };
+    match EmuStop::of(&cube) {
+        Some(EmuStop::CubeLimit(why)) => assert!(why.contains("134217728"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let budget = SimError::WorkBudget {
+        at,
+        what: crate::sim::BUDGET_TASK,
+        budget: 10,
+        used: 4,
+        needed: 7,
+    };
+    assert!(matches!(EmuStop::of(&budget), Some(EmuStop::WorkBudget(_))));
+    // A DMA fault is what a board does too (it hangs): it stays a timeout.
+    let dma = SimError::Dma {
+        at,
+        addr: 0x1000,
+        len: 16,
+        block: "CNA",
+        register: "FEATURE_DATA_ADDR",
+        write: false,
+    };
+    assert_eq!(EmuStop::of(&dma), None);
+}

@@ -393,16 +393,18 @@ impl Device {
         r
     }
 
-    /// On the emulated kernel, a timeout whose cause was the simulator's work budget
-    /// (not anything a board would do) becomes [`DeviceError::WorkBudget`].
+    /// On the emulated kernel, a timeout whose cause was a bound of the simulator (not
+    /// anything a board would do) becomes [`DeviceError::WorkBudget`] or
+    /// [`DeviceError::TooLargeToSimulate`].
     fn budget_not_timeout(&self, r: Result<JobResult>) -> Result<JobResult> {
         match r {
-            Err(DeviceError::Timeout { .. }) => {
-                match self.emulator().and_then(|e| e.take_budget_stop()) {
-                    Some(why) => Err(DeviceError::WorkBudget { why }),
-                    None => r,
+            Err(DeviceError::Timeout { .. }) => match self.emulator().and_then(|e| e.take_stop()) {
+                Some(crate::emu::EmuStop::WorkBudget(why)) => Err(DeviceError::WorkBudget { why }),
+                Some(crate::emu::EmuStop::CubeLimit(why)) => {
+                    Err(DeviceError::TooLargeToSimulate { why })
                 }
-            }
+                None => r,
+            },
             r => r,
         }
     }

@@ -125,7 +125,7 @@ struct State {
     /// Why the last job the simulator could not finish stopped, when the reason was the
     /// simulator's work budget rather than anything a board would do (taken by the
     /// device layer, which reports it instead of a timeout).
-    budget_stop: Option<String>,
+    budget_stop: Option<EmuStop>,
     /// Bytes the DMA engines moved in every job run since creation or the last reset.
     dma: DmaCounters,
     /// Asynchronous mode: the job queue and its worker's progress.
@@ -260,11 +260,12 @@ impl EmuKernel {
         self.lock().log.clone()
     }
 
-    /// Why the last job that did not finish stopped, when it was the simulator's work
-    /// budget (docs/simulator.md, "Bounds") and not anything a board does; taken once.
-    /// The device layer asks after a job times out, so that an emulation limit is
-    /// reported as [`crate::device::DeviceError::WorkBudget`], never as a timeout.
-    pub fn take_budget_stop(&self) -> Option<String> {
+    /// Why the last job that did not finish stopped, when it was a bound of the
+    /// simulator (docs/simulator.md, "Bounds") and not anything a board does; taken
+    /// once. The device layer asks after a job times out, so that an emulation limit is
+    /// reported as such ([`crate::device::DeviceError::WorkBudget`],
+    /// [`crate::device::DeviceError::TooLargeToSimulate`]), never as a timeout.
+    pub fn take_stop(&self) -> Option<EmuStop> {
         self.lock().budget_stop.take()
     }
 
@@ -608,5 +609,29 @@ impl Kernel for EmuKernel {
 
     fn is_emulated(&self) -> bool {
         true
+    }
+}
+
+/// A bound of the simulator that stopped a job: what a board would not do, so the
+/// device layer reports it by name instead of as a timeout ([`EmuKernel::take_stop`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EmuStop {
+    /// The job's work budget ran out ([`crate::sim::SimError::WorkBudget`]); the text
+    /// is the simulator's.
+    WorkBudget(String),
+    /// A task's cube is larger than the simulator holds
+    /// ([`crate::sim::SimError::CubeLimit`]); the text is the simulator's.
+    CubeLimit(String),
+}
+
+impl EmuStop {
+    /// The stop `e` is, when it is a bound of the simulator.
+    pub fn of(e: &crate::sim::SimError) -> Option<EmuStop> {
+        match e {
+            crate::sim::SimError::WorkBudget { .. } => Some(EmuStop::WorkBudget(e.to_string())),
+            crate::sim::SimError::CubeLimit { .. } => Some(EmuStop::CubeLimit(e.to_string())),
+            _ => None,
+        }
     }
 }

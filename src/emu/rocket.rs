@@ -3,9 +3,9 @@
 
 use super::mem::{EmuBo, bo_of, load_memory, lock_bo, next_id, store_memory};
 use super::worker::{Shared, lock_sim};
-use super::{File, PAGE, ROCKET_JOB_TIMEOUT, State};
+use super::{EmuStop, File, PAGE, ROCKET_JOB_TIMEOUT, State};
 use crate::regcmd::TAIL_ENTRIES;
-use crate::sim::{DmaCounters, Faults, Kick, SimError, Simulator};
+use crate::sim::{DmaCounters, Faults, Kick, Simulator};
 use crate::submit::irq;
 use crate::sys::uapi::*;
 use crate::sys::{DmaMem, Errno, Fd};
@@ -177,7 +177,7 @@ impl RocketJob {
         objects: &[Arc<Mutex<EmuBo>>],
         log: &mut Vec<String>,
         dma: &mut DmaCounters,
-        budget_stop: &mut Option<String>,
+        budget_stop: &mut Option<EmuStop>,
     ) -> bool {
         sim.set_faults(self.faults.clone());
         // The work budget bounds one job, not the device's lifetime.
@@ -211,8 +211,8 @@ impl RocketJob {
                 }
                 Err(e) => {
                     log.push(format!("NPU job timed out: {e}"));
-                    if matches!(e, SimError::WorkBudget { .. }) {
-                        *budget_stop = Some(e.to_string());
+                    if let Some(stop) = EmuStop::of(&e) {
+                        *budget_stop = Some(stop);
                     }
                     ok = false;
                     break;
@@ -230,7 +230,7 @@ impl RocketJob {
     }
 
     /// The job's fences: its outputs are ready now, or after the scheduler's timeout.
-    fn finish(&self, s: &mut State, ok: bool, log: Vec<String>, budget_stop: Option<String>) {
+    fn finish(&self, s: &mut State, ok: bool, log: Vec<String>, budget_stop: Option<EmuStop>) {
         s.log.extend(log);
         if budget_stop.is_some() {
             s.budget_stop = budget_stop;

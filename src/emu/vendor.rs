@@ -4,8 +4,8 @@
 
 use super::mem::{EmuBo, bo_of, load_memory, lock_bo, next_id, object, release, store_memory};
 use super::worker::{Job, Shared, lock_sim};
-use super::{EmuKernel, File, Flavour, PAGE, State};
-use crate::sim::{DmaCounters, Faults, MAX_TASKS, SimError, Simulator};
+use super::{EmuKernel, EmuStop, File, Flavour, PAGE, State};
+use crate::sim::{DmaCounters, Faults, MAX_TASKS, Simulator};
 use crate::submit::{self, TaskDesc};
 use crate::sys::uapi::*;
 use crate::sys::{DmaMem, Errno, Fd, Ioctl, VendorOp};
@@ -515,7 +515,7 @@ struct CoresRun {
     /// Wall time the simulator took.
     elapsed: Duration,
     /// The work budget's error, when that is what stopped a core.
-    budget_stop: Option<String>,
+    budget_stop: Option<EmuStop>,
 }
 
 /// Runs each started core's range of the job on the simulator against every object's
@@ -563,8 +563,8 @@ fn run_cores(sim: &mut Simulator, job: &VendorJob, plan: &Plan, log: &mut Vec<St
         out.macs += run.macs;
         out.dma += run.dma;
         let failed = run.failure.is_some();
-        if let Some(e @ SimError::WorkBudget { .. }) = &run.error {
-            out.budget_stop = Some(format!("core {core}: {e}"));
+        if let Some(e) = run.error.as_ref().and_then(EmuStop::of) {
+            out.budget_stop = Some(e);
         }
         if let Some(why) = run.failure {
             log.push(format!("core {core}: {why}"));

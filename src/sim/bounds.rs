@@ -100,16 +100,12 @@ pub(super) fn check_first(mem: &Memory, t: &Task, at: At) -> Result<(), SimError
             check_cube(mem, cube, at, false)?;
         }
     }
-    if let Some(&(n, register)) = counts.iter().find(|(n, _)| *n > limit) {
-        return Err(SimError::Unsupported {
+    if let Some(&(elements, register)) = counts.iter().find(|(n, _)| *n > limit) {
+        return Err(SimError::CubeLimit {
             at,
             register,
-            field: crate::regs::dpu::DataCubeChannel::CHANNEL.name(),
-            value: n,
-            why: format!(
-                "a cube of {n} elements; the simulator holds at most {limit} (2^26, and at most the {} bytes of the memory image + {SMALL_CUBE})",
-                mem.mapped_bytes()
-            ),
+            elements,
+            limit,
         });
     }
     check_cube(mem, &t.out, at, true)

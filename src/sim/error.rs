@@ -115,6 +115,19 @@ pub enum SimError {
         /// Units the step needs.
         needed: u64,
     },
+    /// A cube larger than the simulator holds at once (docs/simulator.md, "Bounds"): a
+    /// limit of the simulation, not of the NPU. Nothing of the task was done.
+    CubeLimit {
+        /// Where.
+        at: At,
+        /// The register that sets the cube's size or address.
+        register: &'static str,
+        /// The cube's elements.
+        elements: u64,
+        /// The most the simulator holds: 2^26, and at most the memory image's bytes
+        /// plus a small allowance.
+        limit: u64,
+    },
     /// A bad request to the simulator itself (core index, overlapping regions, a zero
     /// task count).
     Setup {
@@ -132,7 +145,8 @@ impl SimError {
             | SimError::Inconsistent { at, .. }
             | SimError::CbufOverflow { at, .. }
             | SimError::BadEntry { at, .. }
-            | SimError::WorkBudget { at, .. } => Some(*at),
+            | SimError::WorkBudget { at, .. }
+            | SimError::CubeLimit { at, .. } => Some(*at),
             SimError::Setup { .. } => None,
         }
     }
@@ -198,6 +212,15 @@ impl fmt::Display for SimError {
             } => write!(
                 f,
                 "{at}: work budget of {budget} units exceeded: {used} used, {what} needs {needed} more"
+            ),
+            SimError::CubeLimit {
+                at,
+                register,
+                elements,
+                limit,
+            } => write!(
+                f,
+                "{at}: {register}: a cube of {elements} elements; the simulator holds at most {limit} (2^26, and at most the bytes of its memory image + 2^16)"
             ),
             SimError::Setup { why } => write!(f, "simulator setup: {why}"),
         }

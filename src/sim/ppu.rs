@@ -602,12 +602,11 @@ pub(super) fn execute(
     for cube in [&p.input, &p.out] {
         let n = u64::from(cube.w) * u64::from(cube.h) * u64::from(cube.c);
         if n > limit {
-            return Err(SimError::Unsupported {
+            return Err(SimError::CubeLimit {
                 at,
                 register: cube.register,
-                field: ppu::DataCubeInChannel::CUBE_IN_CHANNEL.name(),
-                value: n,
-                why: format!("a cube of {n} elements; the simulator holds at most {limit}"),
+                elements: n,
+                limit,
             });
         }
     }

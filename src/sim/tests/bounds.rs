@@ -73,9 +73,8 @@ fn an_output_cube_larger_than_memory_is_refused_before_allocation() {
         "{mapped}"
     );
     match sim.kick(&s.kick()) {
-        Err(SimError::Unsupported { value, why, .. }) => {
-            assert_eq!(value, 256 * 1024);
-            assert!(why.contains("holds at most"), "{why}");
+        Err(SimError::CubeLimit { elements, .. }) => {
+            assert_eq!(elements, 256 * 1024);
         }
         other => panic!("{other:?}"),
     }
