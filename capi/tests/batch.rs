@@ -6,32 +6,16 @@
 //! pointers are to live Rust values at least as long as the call may read or write.
 #![allow(unsafe_code)]
 
+mod common;
+
+use common::*;
+
 use rknpu::Code;
 use rknpu::ffi::*;
 use rknpu::handle::{BatchHandle, DeviceHandle, WeightsHandle};
 use rknpu_driver::seeded::Rng;
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
-
-/// ggml type codes (`enum ggml_type`).
-const F32: u32 = 0;
-const F16: u32 = 1;
-
-fn last_error() -> String {
-    // SAFETY: the pointer is to the thread's NUL-terminated message, read before the
-    // next call.
-    unsafe { CStr::from_ptr(rknpu_last_error()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn open_emu() -> *mut DeviceHandle {
-    let mut dev = null_mut();
-    // SAFETY: a NUL-terminated spec and a pointer to a local.
-    let rc = unsafe { rknpu_open(c"emu".as_ptr(), &mut dev) };
-    assert_eq!(rc, 0, "{}", last_error());
-    dev
-}
 
 /// F32 weights of `n` rows of `k` seeded values, as raw ggml bytes.
 fn weights(dev: *mut DeviceHandle, rng: &mut Rng, n: usize, k: usize) -> *mut WeightsHandle {

@@ -5,30 +5,15 @@
 //! pointers are to live Rust values of the lengths the arguments give.
 #![allow(unsafe_code)]
 
+mod common;
+
+use common::*;
+
 use rknpu::Code;
 use rknpu::ffi::*;
-use rknpu::handle::{DeviceHandle, WeightsHandle};
-use std::ffi::{CStr, c_int};
+use rknpu::handle::WeightsHandle;
+use std::ffi::c_int;
 use std::ptr::{null, null_mut};
-
-/// The calling thread's last error message.
-fn last_error() -> String {
-    // SAFETY: the pointer is to the thread's NUL-terminated message, read before the
-    // next call.
-    unsafe { CStr::from_ptr(rknpu_last_error()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Opens the emulated NPU.
-fn open_emu() -> *mut DeviceHandle {
-    let mut dev = null_mut();
-    // SAFETY: a NUL-terminated spec and a pointer to a local.
-    let rc = unsafe { rknpu_open(c"emu".as_ptr(), &mut dev) };
-    assert_eq!(rc, 0, "{}", last_error());
-    assert!(!dev.is_null());
-    dev
-}
 
 /// Seeded values in [-1, 1).
 fn values(seed: u64, len: usize) -> Vec<f32> {

@@ -18,18 +18,20 @@
 //! pointers are to live Rust values at least as long as the call may read or write.
 #![allow(unsafe_code)]
 
+mod common;
+
+use common::*;
+
 use half::f16;
 use rknpu::ffi::*;
 use rknpu::handle::{DeviceHandle, WeightsHandle};
 use rknpu::{Code, RknpuWeights};
 use rknpu_driver::gguf::{self, GgmlType, write::quantize_q8_0};
 use rknpu_driver::seeded::Rng;
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::ptr::{null, null_mut};
 
-/// ggml type codes (`enum ggml_type`).
-const F32: u32 = 0;
-const F16: u32 = 1;
+/// More ggml type codes (`enum ggml_type`; F32 and F16 are in `common`).
 const Q8_0: u32 = 8;
 const IQ2_XXS: u32 = 16;
 const Q4_K: u32 = 12;
@@ -39,28 +41,10 @@ const ROUNDED: f64 = 1e-3;
 /// Relative RMS error allowed when neither is (fp32 sums only).
 const EXACT: f64 = 1e-5;
 
-/// The calling thread's last error message.
-fn last_error() -> String {
-    // SAFETY: the pointer is to the thread's NUL-terminated message, read before the
-    // next call.
-    unsafe { CStr::from_ptr(rknpu_last_error()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
 /// Asserts that a call failed with `code` and left a message.
 fn failed(rc: c_int, code: Code, what: &str) {
     assert_eq!(rc, code as c_int, "{what}: {}", last_error());
     assert!(!last_error().is_empty(), "{what}: no message");
-}
-
-/// Opens the emulated NPU.
-fn open_emu() -> *mut DeviceHandle {
-    let mut dev = null_mut();
-    // SAFETY: a NUL-terminated spec and a pointer to a local.
-    let rc = unsafe { rknpu_open(c"emu".as_ptr(), &mut dev) };
-    assert_eq!(rc, 0, "{}", last_error());
-    dev
 }
 
 /// `len` seeded values in [-1, 1).

@@ -7,33 +7,15 @@
 //! values of the lengths its arguments give, kept alive until the job is waited for.
 #![allow(unsafe_code)]
 
+mod common;
+
+use common::*;
+
 use rknpu::ffi::*;
 use rknpu::handle::{DeviceHandle, JobHandle, WeightsHandle};
 use rknpu::{Code, WEIGHTS_I4, WEIGHTS_I8};
 use rknpu_driver::seeded::Rng;
-use std::ffi::CStr;
 use std::ptr::null_mut;
-
-const F32: u32 = 0;
-const F16: u32 = 1;
-
-/// The calling thread's last error message.
-fn last_error() -> String {
-    // SAFETY: the pointer is to the thread's NUL-terminated message, read before the
-    // next call.
-    unsafe { CStr::from_ptr(rknpu_last_error()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Opens the emulated NPU.
-fn open_emu() -> *mut DeviceHandle {
-    let mut dev = null_mut();
-    // SAFETY: a NUL-terminated spec and a pointer to a local.
-    let rc = unsafe { rknpu_open(c"emu".as_ptr(), &mut dev) };
-    assert_eq!(rc, 0, "{}", last_error());
-    dev
-}
 
 /// Weights of `n` rows of `k` seeded values: int8 with scales, or F32 data packed as fp16.
 fn weights(

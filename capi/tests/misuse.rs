@@ -7,29 +7,15 @@
 //! fail before reading it.
 #![allow(unsafe_code)]
 
+mod common;
+
+use common::*;
+
 use rknpu::Code;
 use rknpu::ffi::*;
 use rknpu::handle::{DeviceHandle, WeightsHandle};
-use std::ffi::{CStr, c_void};
+use std::ffi::c_void;
 use std::ptr::null_mut;
-
-/// The calling thread's last error message.
-fn last_error() -> String {
-    // SAFETY: the pointer is to the thread's NUL-terminated message, read before the
-    // next call.
-    unsafe { CStr::from_ptr(rknpu_last_error()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Opens the emulated NPU.
-fn open_emu() -> *mut DeviceHandle {
-    let mut dev = null_mut();
-    // SAFETY: a NUL-terminated spec and a pointer to a local.
-    let rc = unsafe { rknpu_open(c"emu".as_ptr(), &mut dev) };
-    assert_eq!(rc, 0, "{}", last_error());
-    dev
-}
 
 /// fp16 weights of `n` × `k` ones.
 fn f16_weights(dev: *mut DeviceHandle, n: u32, k: u32) -> *mut WeightsHandle {
