@@ -521,6 +521,78 @@ fn the_verifier_not_the_kernel_catches_a_stray_address() {
     }
 }
 
+/// A forged chain tail: the job lists two well-formed tasks, but task 0's tail sends the
+/// PC to an unlisted copy of task 1 whose output is bound onto A, a buffer the job only
+/// reads. The vendor kernel runs TASK_NUMBER tasks by following the tails, so the copy
+/// runs instead of the listed task 1.
+#[test]
+fn a_forged_chain_tail_is_refused_before_submission() {
+    use crate::kernels::single::{Dtype, REGCMD, SingleMatmul};
+    use crate::regcmd::{ProgramBuilder, TailRole, decode, words_to_le_bytes};
+    use crate::verify::VerifyError;
+    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    let mut builder = ProgramBuilder::new(REGCMD);
+    for _ in 0..2 {
+        builder.push_task(mm.task().unwrap().body().unwrap(), mm.enable());
+    }
+    let program = builder.build().unwrap();
+    let d = Device::open_spec("emu").unwrap();
+    let mut a = d.alloc(mm.a_bytes(), BoFlags::default()).unwrap();
+    a.write(0, &vec![1; mm.a_bytes()]).unwrap();
+    let before = a.read_all().unwrap();
+    let b = d.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
+    let c = d.alloc(2 * mm.c_bytes(), BoFlags::default()).unwrap();
+    let len = program.byte_len();
+    let mut regcmd = d.alloc(2 * len, BoFlags::default()).unwrap();
+    let bind = |base: u32, c_addr: u32| {
+        program
+            .bind(|id| {
+                Some(u64::from(match id.0 {
+                    0 => base,
+                    1 => a.dma_addr(),
+                    2 => b.dma_addr(),
+                    _ => c_addr,
+                }))
+            })
+            .unwrap()
+    };
+    let base = regcmd.dma_addr();
+    let mut words = bind(base, c.dma_addr());
+    // The copy sits after the program, in the same (read-only) regcmd buffer.
+    let copy_base = base + len as u32;
+    let copy = bind(copy_base, a.dma_addr());
+    let tail = decode(&words)
+        .entries
+        .iter()
+        .position(|e| e.task == 0 && e.role == Some(TailRole::NextAddress))
+        .unwrap();
+    words[tail] = words[tail].with_value(copy_base + program.tasks()[1].offset);
+    let mut bytes = words_to_le_bytes(&words);
+    bytes.extend(words_to_le_bytes(&copy));
+    regcmd.write(0, &bytes).unwrap();
+    let job = Job::from_program(&regcmd, &program)
+        .reads(&a)
+        .reads(&b)
+        .writes(&c);
+    match d.submit(&job) {
+        Err(DeviceError::Verify {
+            error: VerifyError::Chain {
+                task: 0, address, ..
+            },
+        }) => assert_eq!(address, copy_base + program.tasks()[1].offset),
+        other => panic!("{other:?}"),
+    }
+    drop(job);
+    assert!(a.read_all().unwrap() == before, "A was written");
+    // Unverified, the emulated kernel runs the copy, as the driver would: A is written.
+    let job = Job::from_program(&regcmd, &program)
+        .reads(&a)
+        .reads(&b)
+        .writes(&c);
+    d.submit(&job.unverified()).unwrap();
+    assert!(a.read_all().unwrap() != before, "the copy did not run");
+}
+
 /// Handles are owned and shareable: a backend keeps them in its own structs, across threads.
 #[test]
 fn handles_are_send_sync_and_static() {
