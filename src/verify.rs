@@ -8,6 +8,13 @@
 //! rules ([`check_cbuf`]): a reuse bit the previous task of the chain does not make true
 //! gives no fault on the NPU, only a wrong result.
 //!
+//! The tasks checked must be the tasks the PC runs. The kernel points the PC at a chain's
+//! first list only; the PC finds each later list through the tail of the one before it
+//! (its last `PC.BASE_ADDRESS` and `PC.REGISTER_AMOUNTS` writes). [`check_tails`] holds
+//! every tail to the next listed task's address and length and the last task's tail to
+//! address 0, so a tail cannot send the PC to words nobody checked
+//! ([`VerifyError::Chain`]); [`check_chain`] and [`check_words`] run it first.
+//!
 //! ```
 //! use rknpu_driver::kernels::single::{Dtype, SingleMatmul, A, B, C, REGCMD};
 //! use rknpu_driver::verify::{self, BufferAccess, JobBuffer};
@@ -419,6 +426,12 @@ fn through_op_enable(words: &[RegCmd]) -> Option<usize> {
 /// list's address and the amount that fetches exactly its entries (bits 17:16 may hold
 /// the vendor's multi-core value, 0 to 2), and the last task's tail gives address 0.
 pub fn check_tails(lists: &[TaskList<'_>]) -> Result<(), VerifyError> {
+    tails(lists, false)
+}
+
+/// [`check_tails`], where with `may_end` a task's tail may also end the chain early (the
+/// kernel kicks every task on its own).
+fn tails(lists: &[TaskList<'_>], may_end: bool) -> Result<(), VerifyError> {
     for (task, l) in lists.iter().enumerate() {
         let at = through_op_enable(l.words);
         if at != Some(l.words.len()) {
@@ -435,6 +448,7 @@ pub fn check_tails(lists: &[TaskList<'_>]) -> Result<(), VerifyError> {
             .get(task + 1)
             .map(|n| (n.addr, fetch_amount(n.words.len())));
         let good = match expected {
+            _ if may_end && address == 0 => true,
             None => address == 0,
             Some((a, n)) => {
                 u64::from(address) == a
@@ -493,6 +507,24 @@ pub fn check_chain(
     check_tails(lists)?;
     let tasks = tasks_of_lists(lists)?;
     check_cbuf(&tasks, |i| i == 0)?;
+    check(&tasks, buffers)
+}
+
+/// Verifies listed tasks that the kernel kicks one at a time (the rocket driver runs each
+/// task as a job of its own, TASK_NUMBER 1): each tail must end the chain or name the next
+/// listed task as [`check_tails`] requires, and a task after one whose tail ends the chain
+/// starts a chain of its own for [`check_cbuf`]; then [`check`].
+pub fn check_kicked_alone(
+    lists: &[TaskList<'_>],
+    buffers: &[JobBuffer],
+) -> Result<Vec<TaskRanges>, VerifyError> {
+    if lists.is_empty() {
+        return Err(VerifyError::NoTask);
+    }
+    tails(lists, true)?;
+    let tasks = tasks_of_lists(lists)?;
+    let ends: Vec<bool> = lists.iter().map(|l| tail_of(l.words).0 == 0).collect();
+    check_cbuf(&tasks, |i| i == 0 || ends[i - 1])?;
     check(&tasks, buffers)
 }
 
@@ -822,6 +854,51 @@ mod tests {
         assert!(matches!(
             check_chain(&long, &bufs),
             Err(VerifyError::List { task: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn tasks_kicked_alone_may_end_their_chain_but_not_leave_the_list() {
+        use regcmd::TailRole::NextAddress;
+        let (mut words, tasks, bufs) = chain(2);
+        let lists = |words: &[RegCmd]| -> Vec<(u64, Vec<RegCmd>)> {
+            tasks
+                .iter()
+                .map(|t| {
+                    let s = t.offset as usize / 8;
+                    let list = words[s..s + t.list_bytes() as usize / 8].to_vec();
+                    (BASE + u64::from(t.offset), list)
+                })
+                .collect()
+        };
+        let run = |words: &[RegCmd]| {
+            let owned = lists(words);
+            let l: Vec<TaskList<'_>> = owned
+                .iter()
+                .map(|(addr, w)| TaskList {
+                    addr: *addr,
+                    words: w,
+                })
+                .collect();
+            (check_kicked_alone(&l, &bufs), check_chain(&l, &bufs))
+        };
+        let i = tail_entry(&words, 0, NextAddress);
+        words[i] = RegCmd::NOP;
+        // Task 0 ends its chain: fine when each task is kicked alone, not in one chain.
+        let (alone, chained) = run(&words);
+        assert_eq!(alone.unwrap().len(), 2);
+        assert!(matches!(
+            chained,
+            Err(VerifyError::Chain {
+                task: 0,
+                address: 0,
+                ..
+            })
+        ));
+        words[i] = RegCmd::write(pc::BaseAddress::new()).with_value(0x4000_0000);
+        assert!(matches!(
+            run(&words).0,
+            Err(VerifyError::Chain { task: 0, .. })
         ));
     }
 }

@@ -214,7 +214,7 @@ impl<'a> Job<'a> {
         }
         dev.inner.backend.check(self)?;
         if self.verify {
-            self.verify_ranges()?;
+            self.verify_ranges(dev.inner.backend.interface() == super::Interface::Rocket)?;
         }
         Ok(())
     }
@@ -227,8 +227,9 @@ impl<'a> Job<'a> {
     }
 
     /// The pre-submit verifier: each core's chain of tasks, read from the regcmd buffer,
-    /// against the job's buffers.
-    fn verify_ranges(&self) -> Result<()> {
+    /// against the job's buffers. With `alone` (rocket), every task is kicked on its own,
+    /// so a tail may also end the chain early.
+    fn verify_ranges(&self, alone: bool) -> Result<()> {
         let bytes = self.regcmd.peek()?;
         let buffer =
             |b: &Bo, access| JobBuffer::new(u64::from(b.dma_addr()), b.size() as u64, access);
@@ -258,7 +259,12 @@ impl<'a> Job<'a> {
                 .collect();
             // Each core's range is one chain: the PC runs what its tails name, so they
             // must name exactly the listed tasks.
-            verify::check_chain(&lists, &buffers).map_err(|e| DeviceError::Verify {
+            let checked = if alone {
+                verify::check_kicked_alone(&lists, &buffers)
+            } else {
+                verify::check_chain(&lists, &buffers)
+            };
+            checked.map_err(|e| DeviceError::Verify {
                 error: e.shift_task(first),
             })?;
             first += n;
