@@ -524,7 +524,7 @@ fn the_verifier_not_the_kernel_catches_a_stray_address() {
 /// A forged chain tail: the job lists two well-formed tasks, but task 0's tail sends the
 /// PC to an unlisted copy of task 1 whose output is bound onto A, a buffer the job only
 /// reads. The vendor kernel runs TASK_NUMBER tasks by following the tails, so the copy
-/// runs instead of the listed task 1.
+/// would run instead of the listed task 1.
 #[test]
 fn a_forged_chain_tail_is_refused_before_submission() {
     use crate::kernels::single::{Dtype, REGCMD, SingleMatmul};
@@ -584,13 +584,40 @@ fn a_forged_chain_tail_is_refused_before_submission() {
     }
     drop(job);
     assert!(a.read_all().unwrap() == before, "A was written");
-    // Unverified, the emulated kernel runs the copy, as the driver would: A is written.
+    // Unverified, the driver would run the copy; the emulated kernel's simulator refuses
+    // to follow a tail out of the listed tasks, so the job does not complete, and A
+    // still holds what it held.
     let job = Job::from_program(&regcmd, &program)
         .reads(&a)
         .reads(&b)
         .writes(&c);
-    d.submit(&job.unverified()).unwrap();
-    assert!(a.read_all().unwrap() != before, "the copy did not run");
+    assert!(matches!(
+        d.submit(&job.unverified()),
+        Err(DeviceError::Timeout { .. })
+    ));
+    assert!(a.read_all().unwrap() == before, "A was written");
+    let mut sim = crate::sim::Simulator::new();
+    sim.memory_mut().map(base, bytes.clone()).unwrap();
+    sim.memory_mut().map(a.dma_addr(), before.clone()).unwrap();
+    sim.memory_mut()
+        .map(b.dma_addr(), vec![0; b.size()])
+        .unwrap();
+    sim.memory_mut().map_zeroed(c.dma_addr(), c.size()).unwrap();
+    // Kicked directly, without a task list, the simulator follows the tail as the PC
+    // does: the copy runs and writes A.
+    let t0 = program.tasks()[0];
+    let kick = crate::sim::Kick {
+        task_number: Some(2),
+        ..crate::sim::Kick::new(base + t0.offset, t0.regcfg_amount)
+    };
+    sim.kick(&kick).unwrap();
+    assert!(
+        sim.memory()
+            .read(u64::from(a.dma_addr()), before.len())
+            .unwrap()
+            != &before[..],
+        "the copy did not run"
+    );
 }
 
 /// Handles are owned and shareable: a backend keeps them in its own structs, across threads.
