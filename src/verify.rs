@@ -290,23 +290,13 @@ fn access_name(a: Access) -> &'static str {
 /// land in one of two ping-pong register groups, alternating, so an incremental task sees
 /// what the task two before it left.
 pub fn tasks_of_words(words: &[RegCmd]) -> Result<Vec<Task>, VerifyError> {
-    Ok(chains_of_words(words)?.0)
-}
-
-/// [`tasks_of_words`], with whether each task starts a chain (the first task, and each
-/// task after one whose tail names no next task).
-fn chains_of_words(words: &[RegCmd]) -> Result<(Vec<Task>, Vec<bool>), VerifyError> {
     let decoded = regcmd::decode(words);
     let mut groups = [Snapshot::default(), Snapshot::default()];
     let mut tasks = Vec::new();
-    let mut firsts = Vec::new();
-    let mut chain_ended = true;
     for span in &decoded.tasks {
         let Some(enable) = span.enable else {
             continue;
         };
-        firsts.push(chain_ended);
-        chain_ended = span.next_address.is_none();
         let group = &mut groups[tasks.len() % 2];
         for e in &decoded.entries[span.start..span.start + span.body_len] {
             if let EntryKind::Write(info) = e.kind {
@@ -322,7 +312,7 @@ fn chains_of_words(words: &[RegCmd]) -> Result<(Vec<Task>, Vec<bool>), VerifyErr
     if tasks.is_empty() {
         return Err(VerifyError::NoTask);
     }
-    Ok((tasks, firsts))
+    Ok(tasks)
 }
 
 /// Checks the CBUF rules of the task model ([`Cna::check_cbuf`](crate::task::Cna::check_cbuf):
