@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 /// The bound program and the buffers of its job.
-fn program() -> (Vec<RegCmd>, Vec<JobBuffer>) {
+fn program() -> (u64, Vec<RegCmd>, Vec<JobBuffer>) {
     let plan = Plan::new(MatmulSpec::new(128, 4096, 4096, Dtype::Int8).on_cores(3))
         .expect("the plan of the main job");
     let program = plan.program().expect("its program");
@@ -38,18 +38,20 @@ fn program() -> (Vec<RegCmd>, Vec<JobBuffer>) {
             JobBuffer::new(at(b.id.0), b.len, access)
         })
         .collect();
-    (words, buffers)
+    (at(program.regcmd_buffer().0), words, buffers)
 }
 
 fn verify_program(c: &mut Criterion) {
-    let (words, buffers) = program();
+    let (base, words, buffers) = program();
     let mut group = c.benchmark_group("verify_main_job");
     group
         .throughput(Throughput::Elements(words.len() as u64))
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
     group.bench_function("check_words", |b| {
-        b.iter(|| verify::check_words(black_box(&words), black_box(&buffers)).expect("passes"))
+        b.iter(|| {
+            verify::check_words(base, black_box(&words), black_box(&buffers)).expect("passes")
+        })
     });
     group.bench_function("baseline_decode", |b| b.iter(|| decode(black_box(&words))));
     group.bench_function("baseline_memcpy", |b| b.iter(|| black_box(&words).to_vec()));

@@ -8,6 +8,13 @@
 //! rules ([`check_cbuf`]): a reuse bit the previous task of the chain does not make true
 //! gives no fault on the NPU, only a wrong result.
 //!
+//! The tasks checked must be the tasks the PC runs. The kernel points the PC at a chain's
+//! first list only; the PC finds each later list through the tail of the one before it
+//! (its last `PC.BASE_ADDRESS` and `PC.REGISTER_AMOUNTS` writes). [`check_tails`] holds
+//! every tail to the next listed task's address and length and the last task's tail to
+//! address 0, so a tail cannot send the PC to words nobody checked
+//! ([`VerifyError::Chain`]); [`check_chain`] and [`check_words`] run it first.
+//!
 //! ```
 //! use rknpu_driver::kernels::single::{Dtype, SingleMatmul, A, B, C, REGCMD};
 //! use rknpu_driver::verify::{self, BufferAccess, JobBuffer};
@@ -22,13 +29,14 @@
 //!     JobBuffer::new(at(C.0).unwrap(), mm.c_bytes() as u64 - 16, BufferAccess::Write),
 //! ];
 //! // C is one atom too small: the output write is named.
-//! let err = verify::check_words(&words, &buffers).unwrap_err();
+//! let err = verify::check_words(at(REGCMD.0).unwrap(), &words, &buffers).unwrap_err();
 //! use rknpu_driver::regs::{Register, dpu::DstBaseAddr};
 //! assert!(err.to_string().contains(DstBaseAddr::NAME), "{err}");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use crate::regcmd::{self, EntryKind, RegCmd};
+use crate::regs::{Block, Register, pc};
 use crate::task::{Access, CbufHeld, DecodeError, DmaRange, Snapshot, Task};
 use std::fmt;
 
@@ -124,6 +132,31 @@ pub enum VerifyError {
     },
     /// The words hold no task (no op-enable entry).
     NoTask,
+    /// A listed task's words are not one task list: its only op-enable entry must be its
+    /// last entry, since the PC stops fetching there.
+    List {
+        /// Task index.
+        task: usize,
+        /// Entries the job lists for the task.
+        entries: usize,
+        /// Entries up to and including the first op-enable entry, or `None` when there is
+        /// none.
+        op_enable_at: Option<usize>,
+    },
+    /// A task's chain tail (the last `PC.BASE_ADDRESS` and `PC.REGISTER_AMOUNTS` writes of
+    /// its list) sends the PC somewhere other than the next listed task's words, or
+    /// chains on from the last task of a chain: the PC would run words nobody checked.
+    Chain {
+        /// Task index.
+        task: usize,
+        /// The address the tail gives the PC (0: the chain ends).
+        address: u32,
+        /// The fetch amount the tail gives the PC (the whole register value).
+        amount: u32,
+        /// The next listed task's list address and the fetch amount that covers exactly
+        /// its entries, or `None` when the task is the last of its chain.
+        expected: Option<(u64, u32)>,
+    },
 }
 
 impl VerifyError {
@@ -149,6 +182,26 @@ impl VerifyError {
                 buffer,
             },
             VerifyError::NoTask => VerifyError::NoTask,
+            VerifyError::List {
+                task,
+                entries,
+                op_enable_at,
+            } => VerifyError::List {
+                task: task + by,
+                entries,
+                op_enable_at,
+            },
+            VerifyError::Chain {
+                task,
+                address,
+                amount,
+                expected,
+            } => VerifyError::Chain {
+                task: task + by,
+                address,
+                amount,
+                expected,
+            },
         }
     }
 }
@@ -184,6 +237,42 @@ impl fmt::Display for VerifyError {
                 buffer.len
             ),
             VerifyError::NoTask => write!(f, "the words hold no task (no op-enable entry)"),
+            VerifyError::List {
+                task,
+                entries,
+                op_enable_at: Some(at),
+            } => write!(
+                f,
+                "task {task}: its list of {entries} entries has an op-enable entry at entry {}; the PC stops there, so it must be the list's last",
+                at - 1
+            ),
+            VerifyError::List { task, entries, .. } => write!(
+                f,
+                "task {task}: its list of {entries} entries has no op-enable entry"
+            ),
+            VerifyError::Chain {
+                task,
+                address,
+                amount,
+                expected,
+            } => {
+                write!(
+                    f,
+                    "task {task}: its tail chains to {} {address:#x} with {} {amount:#x}, ",
+                    pc::BaseAddress::NAME,
+                    pc::RegisterAmounts::NAME
+                )?;
+                match expected {
+                    Some((a, n)) => write!(
+                        f,
+                        "but the next listed task's words are at {a:#x} and need amount {n:#x}"
+                    ),
+                    None => write!(
+                        f,
+                        "but it is the last task of its chain: its tail must hold address 0"
+                    ),
+                }
+            }
         }
     }
 }
@@ -201,23 +290,13 @@ fn access_name(a: Access) -> &'static str {
 /// land in one of two ping-pong register groups, alternating, so an incremental task sees
 /// what the task two before it left.
 pub fn tasks_of_words(words: &[RegCmd]) -> Result<Vec<Task>, VerifyError> {
-    Ok(chains_of_words(words)?.0)
-}
-
-/// [`tasks_of_words`], with whether each task starts a chain (the first task, and each
-/// task after one whose tail names no next task).
-fn chains_of_words(words: &[RegCmd]) -> Result<(Vec<Task>, Vec<bool>), VerifyError> {
     let decoded = regcmd::decode(words);
     let mut groups = [Snapshot::default(), Snapshot::default()];
     let mut tasks = Vec::new();
-    let mut firsts = Vec::new();
-    let mut chain_ended = true;
     for span in &decoded.tasks {
         let Some(enable) = span.enable else {
             continue;
         };
-        firsts.push(chain_ended);
-        chain_ended = span.next_address.is_none();
         let group = &mut groups[tasks.len() % 2];
         for e in &decoded.entries[span.start..span.start + span.body_len] {
             if let EntryKind::Write(info) = e.kind {
@@ -233,7 +312,7 @@ fn chains_of_words(words: &[RegCmd]) -> Result<(Vec<Task>, Vec<bool>), VerifyErr
     if tasks.is_empty() {
         return Err(VerifyError::NoTask);
     }
-    Ok((tasks, firsts))
+    Ok(tasks)
 }
 
 /// Checks the CBUF rules of the task model ([`Cna::check_cbuf`](crate::task::Cna::check_cbuf):
@@ -288,21 +367,206 @@ pub fn check(tasks: &[Task], buffers: &[JobBuffer]) -> Result<Vec<TaskRanges>, V
     Ok(out)
 }
 
-/// [`tasks_of_words`], then [`check_cbuf`] over its chains, then [`check`].
+/// One task of a chain as a job lists it: the device address of its list and the list's
+/// entries, body and tail, ending with its op-enable entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskList<'a> {
+    /// Device address of the list's first entry.
+    pub addr: u64,
+    /// The entries.
+    pub words: &'a [RegCmd],
+}
+
+/// What a list's tail tells the PC: the values of the last `PC.BASE_ADDRESS` and
+/// `PC.REGISTER_AMOUNTS` writes in `words` (0 for a register none writes), which is
+/// where the PC fetches next and how much.
+pub fn tail_of(words: &[RegCmd]) -> (u32, u32) {
+    let (mut address, mut amount) = (0, 0);
+    for e in &regcmd::decode(words).entries {
+        if let EntryKind::Write(info) = e.kind
+            && info.block == Block::Pc
+        {
+            if info.offset == pc::BaseAddress::OFFSET {
+                address = e.word.value();
+            } else if info.offset == pc::RegisterAmounts::OFFSET {
+                amount = e.word.value();
+            }
+        }
+    }
+    (address, amount)
+}
+
+/// The fetch amount (`PC_DATA_AMOUNT`) that makes the PC read exactly `entries` entries
+/// (rounded up to its 16-byte unit): `ceil(entries / 2) - 1`.
+pub fn fetch_amount(entries: usize) -> u32 {
+    (entries.div_ceil(2) as u32).saturating_sub(1)
+}
+
+/// Entries through the first op-enable entry of `words`, if any.
+fn through_op_enable(words: &[RegCmd]) -> Option<usize> {
+    regcmd::decode(words)
+        .entries
+        .iter()
+        .position(|e| e.kind == EntryKind::OpEnable)
+        .map(|i| i + 1)
+}
+
+/// Checks that the PC, kicked at the first list, runs exactly the listed tasks of one
+/// chain: each list ends with its only op-enable entry, each task's tail gives the next
+/// list's address and the amount that fetches exactly its entries (bits 17:16 may hold
+/// the vendor's multi-core value, 0 to 2), and the last task's tail gives address 0.
+pub fn check_tails(lists: &[TaskList<'_>]) -> Result<(), VerifyError> {
+    tails(lists, false)
+}
+
+/// [`check_tails`], where with `may_end` a task's tail may also end the chain early (the
+/// kernel kicks every task on its own).
+fn tails(lists: &[TaskList<'_>], may_end: bool) -> Result<(), VerifyError> {
+    for (task, l) in lists.iter().enumerate() {
+        let at = through_op_enable(l.words);
+        if at != Some(l.words.len()) {
+            return Err(VerifyError::List {
+                task,
+                entries: l.words.len(),
+                op_enable_at: at,
+            });
+        }
+    }
+    for (task, l) in lists.iter().enumerate() {
+        let (address, amount) = tail_of(l.words);
+        let expected = lists
+            .get(task + 1)
+            .map(|n| (n.addr, fetch_amount(n.words.len())));
+        let good = match expected {
+            _ if may_end && address == 0 => true,
+            None => address == 0,
+            Some((a, n)) => {
+                u64::from(address) == a
+                    && address.is_multiple_of(16)
+                    && amount & 0xFFFF == n
+                    && amount >> 16 <= 2
+            }
+        };
+        if !good {
+            return Err(VerifyError::Chain {
+                task,
+                address,
+                amount,
+                expected,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The tasks of one chain's lists, each list's body applied to the ping-pong register
+/// group it lands in.
+fn tasks_of_lists(lists: &[TaskList<'_>]) -> Result<Vec<Task>, VerifyError> {
+    let mut groups = [Snapshot::default(), Snapshot::default()];
+    let mut tasks = Vec::with_capacity(lists.len());
+    for (i, l) in lists.iter().enumerate() {
+        let decoded = regcmd::decode(l.words);
+        let Some(span) = decoded.tasks.first() else {
+            return Err(VerifyError::NoTask);
+        };
+        let Some(enable) = span.enable else {
+            return Err(VerifyError::NoTask);
+        };
+        let group = &mut groups[i % 2];
+        for e in &decoded.entries[span.start..span.start + span.body_len] {
+            if let EntryKind::Write(info) = e.kind {
+                group.set(info.offset, e.word.value());
+            }
+        }
+        let task =
+            Task::decode(group, enable).map_err(|error| VerifyError::Decode { task: i, error })?;
+        tasks.push(task);
+    }
+    Ok(tasks)
+}
+
+/// Verifies one chain, as one kick of one core runs it: [`check_tails`], then the tasks
+/// the PC runs ([`check_cbuf`], the chain's first task starting it, and [`check`]).
+pub fn check_chain(
+    lists: &[TaskList<'_>],
+    buffers: &[JobBuffer],
+) -> Result<Vec<TaskRanges>, VerifyError> {
+    if lists.is_empty() {
+        return Err(VerifyError::NoTask);
+    }
+    check_tails(lists)?;
+    let tasks = tasks_of_lists(lists)?;
+    check_cbuf(&tasks, |i| i == 0)?;
+    check(&tasks, buffers)
+}
+
+/// Verifies listed tasks that the kernel kicks one at a time (the rocket driver runs each
+/// task as a job of its own, TASK_NUMBER 1): each tail must end the chain or name the next
+/// listed task as [`check_tails`] requires, and a task after one whose tail ends the chain
+/// starts a chain of its own for [`check_cbuf`]; then [`check`].
+pub fn check_kicked_alone(
+    lists: &[TaskList<'_>],
+    buffers: &[JobBuffer],
+) -> Result<Vec<TaskRanges>, VerifyError> {
+    if lists.is_empty() {
+        return Err(VerifyError::NoTask);
+    }
+    tails(lists, true)?;
+    let tasks = tasks_of_lists(lists)?;
+    let ends: Vec<bool> = lists.iter().map(|l| tail_of(l.words).0 == 0).collect();
+    check_cbuf(&tasks, |i| i == 0 || ends[i - 1])?;
+    check(&tasks, buffers)
+}
+
+/// Verifies the words of a program that sits at device address `base`: its task lists
+/// (each through its op-enable entry) form chains, a task whose tail gives address 0
+/// ending one; each chain is checked with [`check_chain`]. A tail that names anything
+/// but the next list, or a last task that chains on, is [`VerifyError::Chain`].
 pub fn check_words(
+    base: u64,
     words: &[RegCmd],
     buffers: &[JobBuffer],
 ) -> Result<Vec<TaskRanges>, VerifyError> {
-    let (tasks, firsts) = chains_of_words(words)?;
-    check_cbuf(&tasks, |i| firsts[i])?;
-    check(&tasks, buffers)
+    let decoded = regcmd::decode(words);
+    let lists: Vec<TaskList<'_>> = decoded
+        .tasks
+        .iter()
+        .filter(|t| t.enable.is_some())
+        .map(|t| {
+            let through = through_op_enable(&words[t.start..t.end]).unwrap_or(0);
+            TaskList {
+                addr: base + 8 * t.start as u64,
+                words: &words[t.start..t.start + through],
+            }
+        })
+        .collect();
+    if lists.is_empty() {
+        return Err(VerifyError::NoTask);
+    }
+    let mut out = Vec::with_capacity(lists.len());
+    let mut first = 0;
+    for i in 0..lists.len() {
+        if tail_of(lists[i].words).0 == 0 || i + 1 == lists.len() {
+            let mut ranges =
+                check_chain(&lists[first..=i], buffers).map_err(|e| e.shift_task(first))?;
+            for r in &mut ranges {
+                r.task += first;
+            }
+            out.extend(ranges);
+            first = i + 1;
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::single::{self, Dtype, Layout, SingleMatmul};
-    use crate::regs::{Register, cna, dpu, dpu_rdma};
+    use crate::regs::{Register, cna, dpu, dpu_rdma, pc};
+
+    /// Where the tests' programs sit.
+    const BASE: u64 = 0x1000_0000 + 0x100_0000 * single::REGCMD.0 as u64;
 
     fn bound(mm: &SingleMatmul) -> (Vec<RegCmd>, [JobBuffer; 5]) {
         let at = |b: u32| 0x1000_0000 + 0x100_0000 * u64::from(b);
@@ -336,7 +600,7 @@ mod tests {
             }
             mm.post.add = add;
             let (words, bufs) = bound(&mm);
-            let r = check_words(&words, &bufs).unwrap();
+            let r = check_words(BASE, &words, &bufs).unwrap();
             assert_eq!(r.len(), 1);
             assert_eq!(r[0].ranges.len(), 3 + usize::from(add));
             for (i, reg) in [
@@ -350,7 +614,7 @@ mod tests {
                 }
                 let mut short = bufs;
                 short[i].len -= 1;
-                let e = check_words(&words, &short).unwrap_err();
+                let e = check_words(BASE, &words, &short).unwrap_err();
                 assert!(
                     matches!(&e, VerifyError::Outside { range, .. } if range.register == reg),
                     "{dtype:?} {reg}: {e}"
@@ -364,10 +628,10 @@ mod tests {
         let mm = SingleMatmul::new(4, 32, 32, Dtype::Int8);
         let (words, mut bufs) = bound(&mm);
         bufs[3].access = BufferAccess::Read;
-        let e = check_words(&words, &bufs).unwrap_err();
+        let e = check_words(BASE, &words, &bufs).unwrap_err();
         assert!(matches!(e, VerifyError::Access { .. }), "{e}");
         bufs[3].access = BufferAccess::ReadWrite;
-        check_words(&words, &bufs).unwrap();
+        check_words(BASE, &words, &bufs).unwrap();
     }
 
     /// [`single::reusing_pair`] of 4×64×32 int8 tasks, bound.
@@ -382,7 +646,7 @@ mod tests {
     #[test]
     fn reuse_bits_are_checked_against_the_chain() {
         let all = [JobBuffer::new(0, 1 << 32, BufferAccess::ReadWrite)];
-        let refused = |words: &[RegCmd], field: &str| match check_words(words, &all) {
+        let refused = |words: &[RegCmd], field: &str| match check_words(BASE, words, &all) {
             Err(VerifyError::Decode { task: 1, error }) => {
                 assert_eq!(error.field, field, "{error}");
             }
@@ -390,7 +654,7 @@ mod tests {
         };
         let data = |c: &mut crate::task::Cbuf| c.data_reuse = true;
         // In one chain, the second task finds what the first loaded: accepted.
-        assert!(check_words(&reusing(false, data), &all).is_ok());
+        assert!(check_words(BASE, &reusing(false, data), &all).is_ok());
         // The same task starting a chain of its own cannot count on the CBUF.
         refused(&reusing(true, data), cna::CbufCon0::DATA_REUSE.name());
         // Another bank split is not what the first task left.
@@ -418,5 +682,213 @@ mod tests {
             tasks_of_words(&[RegCmd(0), RegCmd(0)]),
             Err(VerifyError::NoTask)
         );
+    }
+
+    /// `n` 4×64×32 int8 matmul tasks chained in one program (sharing A, B and C), bound
+    /// as [`bound`] binds, with the program's task list and the job's buffers.
+    fn chain(n: usize) -> (Vec<RegCmd>, Vec<crate::submit::TaskDesc>, [JobBuffer; 5]) {
+        let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+        let mut p = regcmd::ProgramBuilder::new(single::REGCMD);
+        for _ in 0..n {
+            p.push_task(mm.task().unwrap().body().unwrap(), mm.enable());
+        }
+        let program = p.build().unwrap();
+        let (_, mut bufs) = bound(&mm);
+        let at = |b: u32| 0x1000_0000 + 0x100_0000 * u64::from(b);
+        let words = program.bind(|b| Some(at(b.0))).unwrap();
+        bufs[0].len = 8 * words.len() as u64;
+        (words, program.tasks().to_vec(), bufs)
+    }
+
+    /// The index of the entry of task `task`'s tail in `role`.
+    fn tail_entry(words: &[RegCmd], task: usize, role: regcmd::TailRole) -> usize {
+        regcmd::decode(words)
+            .entries
+            .iter()
+            .position(|e| e.task == task && e.role == Some(role))
+            .unwrap()
+    }
+
+    /// What the tail of a task followed by `next` must hold: the device address of its
+    /// list and the kernel's fetch amount for its body.
+    fn expected(next: &crate::submit::TaskDesc) -> Option<(u64, u32)> {
+        let amount = regcmd::pc_data_amount(next.regcfg_amount as usize).unwrap();
+        Some((BASE + u64::from(next.offset), u32::from(amount)))
+    }
+
+    #[test]
+    fn a_well_formed_chain_passes() {
+        let (words, _, bufs) = chain(3);
+        assert_eq!(check_words(BASE, &words, &bufs).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_tail_into_another_buffer_is_refused() {
+        use regcmd::TailRole::NextAddress;
+        let (mut words, tasks, bufs) = chain(2);
+        let i = tail_entry(&words, 0, NextAddress);
+        // Into C (a buffer of the job), and into no buffer at all.
+        for to in [bufs[3].addr as u32, 0x4000_0000] {
+            words[i] = words[i].with_value(to);
+            match check_words(BASE, &words, &bufs) {
+                Err(VerifyError::Chain {
+                    task: 0,
+                    address,
+                    expected: e,
+                    ..
+                }) => {
+                    assert_eq!(address, to);
+                    assert_eq!(e, expected(&tasks[1]));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_tail_that_skips_a_task_is_refused() {
+        use regcmd::TailRole::{NextAddress, NextAmount};
+        let (mut words, tasks, bufs) = chain(3);
+        // Task 0 chains straight to task 2, with task 2's own address and amount: the PC
+        // would run two tasks of three, and task 1's tail is then nobody's.
+        let (a, n) = (
+            tail_entry(&words, 0, NextAddress),
+            tail_entry(&words, 0, NextAmount),
+        );
+        words[a] = words[tail_entry(&words, 1, NextAddress)];
+        words[n] = words[tail_entry(&words, 1, NextAmount)];
+        let e = check_words(BASE, &words, &bufs).unwrap_err();
+        assert!(
+            matches!(e, VerifyError::Chain { task: 0, address, expected: x, .. }
+                if u64::from(address) == BASE + u64::from(tasks[2].offset) && x == expected(&tasks[1])),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_wrong_amount_is_refused() {
+        use regcmd::TailRole::NextAmount;
+        let (mut words, tasks, bufs) = chain(2);
+        let i = tail_entry(&words, 0, NextAmount);
+        let right = words[i].value();
+        assert_eq!(
+            Some((BASE + u64::from(tasks[1].offset), right)),
+            expected(&tasks[1])
+        );
+        for wrong in [right - 1, right + 1, right | 3 << 16] {
+            words[i] = words[i].with_value(wrong);
+            let e = check_words(BASE, &words, &bufs).unwrap_err();
+            assert!(
+                matches!(e, VerifyError::Chain { task: 0, amount, .. } if amount == wrong),
+                "{wrong:#x}: {e}"
+            );
+        }
+        // The vendor's multi-core value in bits 17:16 does not change the fetch.
+        words[i] = words[i].with_value(right | 1 << 16);
+        check_words(BASE, &words, &bufs).unwrap();
+    }
+
+    #[test]
+    fn a_last_task_that_chains_on_is_refused() {
+        use regcmd::TailRole::NextAddress;
+        let (mut words, _, bufs) = chain(2);
+        // The last task's tail names task 0 again: the PC would loop over checked words,
+        // or, with a written-over list, run unchecked ones.
+        let i = tail_entry(&words, 1, NextAddress);
+        assert_eq!(words[i], RegCmd::NOP);
+        words[i] = RegCmd::write(pc::BaseAddress::new()).with_value(BASE as u32);
+        let e = check_words(BASE, &words, &bufs).unwrap_err();
+        assert!(
+            matches!(e, VerifyError::Chain { task: 1, expected: None, address, .. } if u64::from(address) == BASE),
+            "{e}"
+        );
+        // A chain address written earlier in the body counts too: the PC keeps the last.
+        let (mut words, tasks, bufs) = chain(1);
+        let body = tasks[0].regcfg_amount as usize;
+        words[body - 1] = RegCmd::write(pc::BaseAddress::new()).with_value(BASE as u32);
+        assert!(matches!(
+            check_words(BASE, &words, &bufs),
+            Err(VerifyError::Chain { task: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn a_listed_task_must_end_with_its_only_op_enable() {
+        let (words, tasks, bufs) = chain(2);
+        let list = &words[..tasks[0].list_bytes() as usize / 8];
+        let ok = [TaskList {
+            addr: BASE,
+            words: list,
+        }];
+        // Task 0 chains on, so alone it is refused for its tail, not its list.
+        assert!(matches!(
+            check_chain(&ok, &bufs),
+            Err(VerifyError::Chain { task: 0, .. })
+        ));
+        let short = [TaskList {
+            addr: BASE,
+            words: &list[..list.len() - 1],
+        }];
+        assert!(matches!(
+            check_chain(&short, &bufs),
+            Err(VerifyError::List {
+                task: 0,
+                op_enable_at: None,
+                ..
+            })
+        ));
+        let long = [TaskList {
+            addr: BASE,
+            words: &words[..list.len() + 2],
+        }];
+        assert!(matches!(
+            check_chain(&long, &bufs),
+            Err(VerifyError::List { task: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn tasks_kicked_alone_may_end_their_chain_but_not_leave_the_list() {
+        use regcmd::TailRole::NextAddress;
+        let (mut words, tasks, bufs) = chain(2);
+        let lists = |words: &[RegCmd]| -> Vec<(u64, Vec<RegCmd>)> {
+            tasks
+                .iter()
+                .map(|t| {
+                    let s = t.offset as usize / 8;
+                    let list = words[s..s + t.list_bytes() as usize / 8].to_vec();
+                    (BASE + u64::from(t.offset), list)
+                })
+                .collect()
+        };
+        let run = |words: &[RegCmd]| {
+            let owned = lists(words);
+            let l: Vec<TaskList<'_>> = owned
+                .iter()
+                .map(|(addr, w)| TaskList {
+                    addr: *addr,
+                    words: w,
+                })
+                .collect();
+            (check_kicked_alone(&l, &bufs), check_chain(&l, &bufs))
+        };
+        let i = tail_entry(&words, 0, NextAddress);
+        words[i] = RegCmd::NOP;
+        // Task 0 ends its chain: fine when each task is kicked alone, not in one chain.
+        let (alone, chained) = run(&words);
+        assert_eq!(alone.unwrap().len(), 2);
+        assert!(matches!(
+            chained,
+            Err(VerifyError::Chain {
+                task: 0,
+                address: 0,
+                ..
+            })
+        ));
+        words[i] = RegCmd::write(pc::BaseAddress::new()).with_value(0x4000_0000);
+        assert!(matches!(
+            run(&words).0,
+            Err(VerifyError::Chain { task: 0, .. })
+        ));
     }
 }

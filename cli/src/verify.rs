@@ -154,7 +154,7 @@ pub(crate) fn run(mut a: VerifyArgs) -> Result<(), Failure> {
         );
     }
     let tasks = verify::tasks_of_words(&words).map_err(|e| Failure(1, e.to_string()))?;
-    match verify::check(&tasks, &a.buffers) {
+    match verify::check_words(addr, &words, &a.buffers) {
         Ok(all) => {
             for t in &all {
                 print_ranges(t.task, &t.ranges);

@@ -5,7 +5,7 @@
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::regcmd::{self, RegCmd};
-use rknpu_driver::regs::{Register, cna};
+use rknpu_driver::regs::{Register, cna, pc};
 use std::process::{Command, Output};
 
 mod common;
@@ -186,6 +186,38 @@ fn emitted_words_are_the_bound_program() {
         assert_eq!(dpu.out.precision.name(), "fp16");
         assert!(dpu.out_cvt.fp32_to_fp16);
     }
+}
+
+/// A tail that sends the PC into a buffer instead of the next task's words is refused,
+/// naming the task, the tail's address and what was expected.
+#[test]
+fn a_tail_that_leaves_the_program_is_named() {
+    let file = Temp::new("tail.bin");
+    let buffers = emit(
+        &[
+            "--m", "300", "--k", "128", "--n", "96", "--dtype", "int8", "--cores", "3",
+        ],
+        &file,
+    );
+    assert_eq!(verify(&file, &buffers).status.code(), Some(0));
+    let mut words = regcmd::words_from_le_bytes(&std::fs::read(&file.0).unwrap()).unwrap();
+    let tail = regcmd::decode(&words)
+        .entries
+        .iter()
+        .position(|e| e.task == 0 && e.role == Some(regcmd::TailRole::NextAddress))
+        .unwrap();
+    let c = buffers.iter().find(|b| b.name == "C").unwrap().addr as u32;
+    words[tail] = RegCmd::write(pc::BaseAddress::new()).with_value(c);
+    std::fs::write(&file.0, regcmd::words_to_le_bytes(&words)).unwrap();
+    let o = verify(&file, &buffers);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{}{err}", stdout(&o));
+    assert!(
+        err.contains("task 0")
+            && err.contains(pc::BaseAddress::NAME)
+            && err.contains(&format!("{c:#x}")),
+        "{err}"
+    );
 }
 
 #[test]

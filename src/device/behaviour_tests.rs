@@ -47,10 +47,26 @@ pub(super) fn mm_4x64x32() -> SingleMatmul {
 
 /// [`matmul`] reading A from `a` (packed for [`mm_4x64x32`]), B all 2.
 pub(super) fn matmul_reading(d: &Device, tasks: usize, a: Bo) -> Mm {
+    matmul_chains(d, &[tasks], a)
+}
+
+/// [`matmul`] as one chain per core: `split[i]` tasks for the job's `i`-th core.
+fn matmul_split(d: &Device, split: &[usize]) -> Mm {
+    let mm = mm_4x64x32();
+    let mut a = d.alloc(mm.a_bytes(), BoFlags::default()).unwrap();
+    a.write(0, &mm.pack_a_int(&[1; 4 * 64]).unwrap()).unwrap();
+    matmul_chains(d, split, a)
+}
+
+/// [`matmul_reading`] with the tasks chained per core as `split` gives them.
+fn matmul_chains(d: &Device, split: &[usize], a: Bo) -> Mm {
     let mm = mm_4x64x32();
     let mut p = ProgramBuilder::new(single::REGCMD);
-    for _ in 0..tasks {
-        p.push_task(mm.body().unwrap(), mm.enable());
+    for &tasks in split {
+        for _ in 0..tasks {
+            p.push_task(mm.body().unwrap(), mm.enable());
+        }
+        p.end_chain();
     }
     let program = p.build().unwrap();
     let mut b = d.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
@@ -155,7 +171,7 @@ fn s8_2_fresh_bit_10_buffers_are_cleaned_before_the_npu_writes_them() {
 #[test]
 fn s8_3_vendor_int_status_lands_in_the_jobs_last_task_only() {
     let d = private(Flavour::Vendor098);
-    let mut mm = matmul(&d, 2);
+    let mut mm = matmul_split(&d, &[1, 1]);
     let r = d
         .submit(&mm.job().on_cores(CoreMask::Cores01, &[1, 1]))
         .unwrap();
@@ -164,6 +180,7 @@ fn s8_3_vendor_int_status_lands_in_the_jobs_last_task_only() {
     assert_ne!(r.int_status[1], 0, "the last task's status was read: {r:?}");
     assert!(mm.product_is_right());
     // Non-blocking: the kernel writes nothing back.
+    let mm = matmul(&d, 2);
     let r = d
         .submit_nonblocking(mm.job().on_cores(CoreMask::Auto, &[2]))
         .unwrap()
@@ -403,7 +420,7 @@ fn s8_11_an_rk3583_has_two_cores() {
     assert_eq!(r, Err(DeviceError::NoSuchCore { mask: 4, cores: 2 }));
     assert_eq!(d.cores(), 2);
     let refusals = d.emulator().unwrap().log().len();
-    let mm3 = matmul(&d, 3);
+    let mm3 = matmul_split(&d, &[1, 1, 1]);
     let r = d.submit(&mm3.job().on_cores(CoreMask::All, &[1, 1, 1]));
     assert_eq!(r, Err(DeviceError::NoSuchCore { mask: 7, cores: 2 }));
     assert_eq!(d.emulator().unwrap().log().len(), refusals, "not sent");
@@ -426,6 +443,7 @@ fn s8_12_a_vendor_timeout_reports_the_wait_cores_counter() {
     );
     // On masks 3 and 7 the wait core is core 0, whatever another core does.
     hang(&d, 1, 0);
+    let mm = matmul_split(&d, &[2, 1]);
     let job = mm.job().on_cores(CoreMask::Cores01, &[2, 1]);
     let r = d.submit(&job.timeout(Duration::from_millis(30)));
     assert!(

@@ -6,7 +6,7 @@ use super::backend::InFlight;
 use super::{Bo, Device, DeviceError, Result};
 use crate::regcmd::{Program, words_from_le_bytes};
 use crate::submit::{self, TaskDesc};
-use crate::verify::{self, BufferAccess, JobBuffer};
+use crate::verify::{self, BufferAccess, JobBuffer, TaskList};
 use std::time::{Duration, Instant};
 
 /// Which cores run a job (vendor `core_mask`, docs/hardware/matmul-programs.md#multi-core).
@@ -214,7 +214,7 @@ impl<'a> Job<'a> {
         }
         dev.inner.backend.check(self)?;
         if self.verify {
-            self.verify_ranges()?;
+            self.verify_ranges(dev.inner.backend.interface() == super::Interface::Rocket)?;
         }
         Ok(())
     }
@@ -227,27 +227,44 @@ impl<'a> Job<'a> {
     }
 
     /// The pre-submit verifier: each core's chain of tasks, read from the regcmd buffer,
-    /// against the job's buffers.
-    fn verify_ranges(&self) -> Result<()> {
+    /// against the job's buffers. With `alone` (rocket), every task is kicked on its own,
+    /// so a tail may also end the chain early.
+    fn verify_ranges(&self, alone: bool) -> Result<()> {
         let bytes = self.regcmd.peek()?;
         let buffer =
             |b: &Bo, access| JobBuffer::new(u64::from(b.dma_addr()), b.size() as u64, access);
         let mut buffers = vec![buffer(self.regcmd, BufferAccess::Read)];
         buffers.extend(self.reads.iter().map(|b| buffer(b, BufferAccess::Read)));
         buffers.extend(self.writes.iter().map(|b| buffer(b, BufferAccess::Write)));
+        let base = u64::from(self.regcmd.dma_addr());
         let mut first = 0;
         for &n in &self.split {
-            let mut words = Vec::new();
+            let mut words = Vec::with_capacity(n);
             for t in &self.tasks[first..first + n] {
                 // check() has placed every list inside the buffer.
                 let list = &bytes[t.offset as usize..t.end() as usize];
-                words.extend(words_from_le_bytes(list).map_err(|e| {
+                words.push(words_from_le_bytes(list).map_err(|e| {
                     DeviceError::InvalidArgument {
                         what: format!("task list at {:#x}: {e}", t.offset),
                     }
                 })?);
             }
-            verify::check_words(&words, &buffers).map_err(|e| DeviceError::Verify {
+            let lists: Vec<TaskList<'_>> = self.tasks[first..first + n]
+                .iter()
+                .zip(&words)
+                .map(|(t, w)| TaskList {
+                    addr: base + u64::from(t.offset),
+                    words: w,
+                })
+                .collect();
+            // Each core's range is one chain: the PC runs what its tails name, so they
+            // must name exactly the listed tasks.
+            let checked = if alone {
+                verify::check_kicked_alone(&lists, &buffers)
+            } else {
+                verify::check_chain(&lists, &buffers)
+            };
+            checked.map_err(|e| DeviceError::Verify {
                 error: e.shift_task(first),
             })?;
             first += n;

@@ -205,6 +205,9 @@ pub struct Simulator {
     budget: u64,
     /// Units used since the simulator was made or the budget last set.
     work: u64,
+    /// While [`Simulator::run_range`] kicks: the list address and body length of each task
+    /// of the kick, in order. A chain tail the PC follows must name the next of them.
+    listed: Option<Vec<(u32, u32)>>,
 }
 
 impl Default for Simulator {
@@ -232,6 +235,7 @@ impl Simulator {
             serial: 0,
             budget: DEFAULT_WORK_BUDGET,
             work: 0,
+            listed: None,
         }
     }
 
@@ -359,7 +363,10 @@ impl Simulator {
     /// kicks of at most [`MAX_TASKS`] tasks, each at its first task's list and with its
     /// last task's interrupt mask, until every task ran or one did not complete.
     /// `task(i)` describes the range's `i`-th task, its `offset` being the list's device
-    /// address (`None`: the range has no such task); its enable mask is not used.
+    /// address (`None`: the range has no such task); its enable mask is not used. A chain
+    /// tail the PC follows that names anything but the next listed task's list and length
+    /// is an error ([`SimError::Inconsistent`] on `PC.BASE_ADDRESS`): the PC would leave
+    /// the words the job lists.
     pub fn run_range(
         &mut self,
         core: usize,
@@ -384,7 +391,16 @@ impl Simulator {
                 task_number: Some(n),
                 int_mask: last.int_mask,
             };
-            match self.kick(&kick) {
+            // The PC may only walk the listed tasks; a missing one stops at its tail.
+            self.listed = Some(
+                (out.done..out.done + n)
+                    .map_while(&task)
+                    .map(|t| (t.offset, t.regcfg_amount))
+                    .collect(),
+            );
+            let ran = self.kick(&kick);
+            self.listed = None;
+            match ran {
                 Ok(run) => {
                     out.macs += run.macs;
                     out.dma += run.dma;

@@ -451,6 +451,7 @@ fn next_link(
             why: "the chain address must be 16-byte aligned (the PC keeps bits 31:4)".into(),
         });
     }
+    leaves_list(sim, at, task, f)?;
     // Bits 17:16: the vendor's multi-core chains write the number of cores − 1 there
     // (docs/hardware/registers.md#reserved-bits); run as no change to the fetch.
     let (amount, cores_less_one) = (f.next_amount & 0xFFFF, f.next_amount >> 16);
@@ -514,6 +515,38 @@ fn next_link(
         return Ok(None);
     }
     Ok(Some((f.next_addr, amount)))
+}
+
+/// When the kick runs listed tasks ([`Simulator::run_range`]): an error unless the tail
+/// just fetched names the next listed task's list and the amount that fetches exactly its
+/// body and tail.
+fn leaves_list(sim: &Simulator, at: At, task: usize, f: &Fetched) -> Result<(), SimError> {
+    let Some(listed) = &sim.listed else {
+        return Ok(());
+    };
+    let want = listed
+        .get(task)
+        .map(|&(addr, body)| (addr, (body as usize + TAIL_ENTRIES).div_ceil(2) - 1));
+    match want {
+        Some((addr, amount))
+            if addr == f.next_addr && amount == (f.next_amount & 0xFFFF) as usize =>
+        {
+            Ok(())
+        }
+        _ => Err(SimError::Inconsistent {
+            at,
+            register: pc::BaseAddress::NAME,
+            field: pc::BaseAddress::PC_SOURCE_ADDR.name(),
+            value: f.next_addr as u64,
+            why: match want {
+                Some((addr, amount)) => format!(
+                    "the chain leaves the listed tasks: task {task} is listed at {addr:#x}, fetched with amount {amount}; the tail gives amount {}",
+                    f.next_amount & 0xFFFF
+                ),
+                None => format!("the chain runs past the {} listed task(s)", listed.len()),
+            },
+        }),
+    }
 }
 
 /// Interrupt status and completion as the vendor kernel judges them, and the lint of an
