@@ -94,6 +94,15 @@ fn run_matmul(
     let a_bo = upload(dev, &full.pack_a_int(&a).unwrap());
     let b_bo = upload(dev, &full.pack_b_int(&b).unwrap());
     let c_bo = dev.alloc(full.c_bytes(), BoFlags::default()).unwrap();
+    // One chain per core: the PC of each core walks only its own share of the tasks
+    // (a tail may never lead into another core's tasks; docs/device.md).
+    let ends: Vec<usize> = split
+        .iter()
+        .scan(0, |sum, &n| {
+            *sum += n;
+            Some(*sum)
+        })
+        .collect();
     let mut p = ProgramBuilder::new(single::REGCMD);
     for t in 0..tiles {
         let rows = m / tiles;
@@ -106,6 +115,9 @@ fn run_matmul(
             )
             .unwrap();
         p.push_task(body, tile.enable());
+        if ends.contains(&(t as usize + 1)) {
+            p.end_chain();
+        }
     }
     let program = p.build().unwrap();
     let regcmd = upload_program(
