@@ -32,9 +32,11 @@ pub mod ffi;
 pub mod handle;
 pub mod header;
 pub mod job;
+pub mod limits;
 
 pub use batch::RknpuBatch;
 pub use job::Job;
+pub use limits::{WEIGHTS_I4, WEIGHTS_I8, ggml_supported, ggml_type, mul_mat_supported};
 
 use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
@@ -558,49 +560,4 @@ impl Rows<'_> {
             .get(at..at + k * self.ty.size())
             .ok_or_else(|| Failure::arg("x is shorter than m rows"))
     }
-}
-
-/// The ggml type of code `code`, or `RKNPU_ERR_UNSUPPORTED`.
-pub fn ggml_type(code: u32) -> Result<GgmlType> {
-    GgmlType::from_code(code).ok_or_else(|| Failure {
-        code: Code::Unsupported,
-        message: format!("ggml type code {code} is not one this library knows"),
-    })
-}
-
-/// The `w_type` of `rknpu_mul_mat_supported` for int8 weights (`rknpu_weights_i8`),
-/// beside ggml's type codes (all below 256).
-pub const WEIGHTS_I8: u32 = 256;
-/// The `w_type` of `rknpu_mul_mat_supported` for int4 weights (`rknpu_weights_i4`).
-pub const WEIGHTS_I4: u32 = 257;
-
-/// Whether a product of `m` rows of activations of ggml type `x_type` runs against
-/// `n` × `k` weights of `w_type` on `dev`: [`WEIGHTS_I8`], [`WEIGHTS_I4`], or a ggml
-/// type code as `rknpu_weights_ggml` takes it (F16 is also what `rknpu_weights_f16`
-/// makes). Arithmetic only: nothing is allocated.
-pub fn mul_mat_supported(
-    dev: &RknpuDevice,
-    w_type: u32,
-    x_type: u32,
-    (n, k, m): (u32, u32, u32),
-) -> Result<()> {
-    XType::from_code(x_type)?;
-    match w_type {
-        WEIGHTS_I8 => check_plan(&dev.device, Dtype::Int8, n, k, m),
-        WEIGHTS_I4 => check_plan(&dev.device, Dtype::Int4, n, k, m),
-        ty => {
-            ggml_supported(dev, ty, n, k, m)?;
-            elements("x", m, k)?;
-            elements("y", m, n)?;
-            Ok(())
-        }
-    }
-}
-
-/// Whether `rknpu_weights_ggml` takes an `n` × `k` tensor of type code `ty` on `dev` and
-/// a product of `m` rows can be planned against it (`gguf::check_raw`); allocates
-/// nothing on the device.
-pub fn ggml_supported(dev: &RknpuDevice, ty: u32, n: u32, k: u32, m: u32) -> Result<()> {
-    let ty = ggml_type(ty)?;
-    Ok(gguf::check_raw(&dev.device, ty, n, k, m)?)
 }

@@ -502,6 +502,8 @@ mod async_tests;
 #[cfg(test)]
 mod behaviour_tests;
 #[cfg(test)]
+mod chain_tests;
+#[cfg(test)]
 mod dmabuf_tests;
 #[cfg(test)]
 mod emulation_tests;
