@@ -4,7 +4,7 @@
 use super::{Plan, WeightLayout, unsupported};
 use crate::error::{Error, Result};
 use crate::float::f16_to_f32;
-use crate::kernels::single::{OutType, SingleMatmul};
+use crate::kernels::single::{OutType, SingleMatmul, check_float};
 
 impl Plan {
     /// Packs A (row-major M×K integers) into the A buffer.
@@ -17,7 +17,12 @@ impl Plan {
     }
 
     /// Packs A (row-major M×K) into the A buffer, rounding to fp16.
+    /// Values that are not finite, or that round to infinity in the plan's type, are
+    /// refused ([`Error::OutOfRange`], index into `a`).
     pub fn pack_a_f32(&self, a: &[f32]) -> Result<Vec<u8>> {
+        if self.spec.dtype.is_float() {
+            check_float(self.spec.dtype, "activations", a)?;
+        }
         self.pack_a(
             a.len(),
             |m, k| a[m * self.spec.k as usize + k],
@@ -164,8 +169,12 @@ pub fn pack_weights_int(layout: &WeightLayout, b: &[i32]) -> Result<Vec<u8>> {
     )
 }
 
-/// Packs B (row-major K×N) for a plan, rounding to fp16.
+/// Packs B (row-major K×N) for a plan, rounding to fp16 or bf16. Values that are not
+/// finite, or that round to infinity, are refused ([`Error::OutOfRange`]).
 pub fn pack_weights_f32(layout: &WeightLayout, b: &[f32]) -> Result<Vec<u8>> {
+    if layout.dtype.is_float() {
+        check_float(layout.dtype, "weights", b)?;
+    }
     pack_weights(
         layout,
         b.len(),
@@ -188,8 +197,12 @@ pub fn pack_weights_int_nk(layout: &WeightLayout, bt: &[i32]) -> Result<Vec<u8>>
     )
 }
 
-/// Packs B given as N×K, rounding to fp16.
+/// Packs B given as N×K, rounding to fp16 or bf16 (refusing what
+/// [`pack_weights_f32`] refuses).
 pub fn pack_weights_f32_nk(layout: &WeightLayout, bt: &[f32]) -> Result<Vec<u8>> {
+    if layout.dtype.is_float() {
+        check_float(layout.dtype, "weights", bt)?;
+    }
     let k = layout.k as usize;
     pack_weights(
         layout,

@@ -177,7 +177,7 @@ pub fn weights_i4_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Re
 /// Packs fp16 (or bf16, for a bf16 layout) B given as N×K bits (each kernel's channels
 /// contiguous, the layout of an `[out_features][in_features]` matrix) into `out`
 /// (`layout.bytes` bytes): a copy of 64-byte runs, 16 kernels of 32 channels per atom.
-/// Every byte is written.
+/// Every byte is written. NaN and ±inf are refused ([`Error::OutOfRange`]).
 pub fn weights_f16_nk_into(layout: &WeightLayout, bt: &[u16], out: &mut [u8]) -> Result<()> {
     let sixteen = if layout.dtype == Dtype::Bf16 {
         Dtype::Bf16
@@ -186,6 +186,25 @@ pub fn weights_f16_nk_into(layout: &WeightLayout, bt: &[u16], out: &mut [u8]) ->
     };
     check(layout, sixteen, bt.len())?;
     check_out(layout, out)?;
+    // NaN and ±inf have an all-ones exponent: refused, as every float path refuses
+    // them (docs/matmul.md, "Non-finite values").
+    let exponent: u16 = if sixteen == Dtype::Bf16 {
+        0x7f80
+    } else {
+        0x7c00
+    };
+    if let Some(index) = bt.iter().position(|&b| b & exponent == exponent) {
+        let value = match sixteen {
+            Dtype::Bf16 => half::bf16::from_bits(bt[index]).to_string(),
+            _ => half::f16::from_bits(bt[index]).to_string(),
+        };
+        return Err(Error::OutOfRange {
+            what: "weights",
+            index,
+            value,
+            range: "finite",
+        });
+    }
     if padded(layout) {
         out.fill(0);
     }

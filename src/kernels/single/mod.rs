@@ -35,6 +35,7 @@
 mod add;
 mod dequant;
 mod pack;
+pub(crate) use pack::check_float;
 mod types;
 
 pub use add::{add_task, add_task_model};

@@ -2,7 +2,7 @@
 //! task reads and writes, and back.
 
 use super::{Dtype, Layout, OutType, SingleMatmul, unsupported};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
 /// The two inputs of a matmul.
@@ -153,6 +153,11 @@ impl SingleMatmul {
                 self.dtype
             )));
         }
+        let what = match op {
+            Operand::A => "activations",
+            Operand::B => "weights",
+        };
+        check_float(self.dtype, what, values)?;
         Ok(self.pack_with(op, |i| self.float_bits(values[i])))
     }
 
@@ -259,5 +264,28 @@ impl SingleMatmul {
             }
         }
         Ok(out)
+    }
+}
+
+/// The non-finite policy of every float matmul path (docs/matmul.md, "Non-finite
+/// values"): a value that is NaN or infinite, or that rounds to infinity in `dtype`
+/// (fp16 or bf16), is refused with [`Error::OutOfRange`], never packed as ±inf.
+pub(crate) fn check_float(dtype: Dtype, what: &'static str, values: &[f32]) -> Result<()> {
+    // (convert, infinity's bits without the sign, the accepted range)
+    let (bits, inf, range): (fn(f32) -> u16, u16, _) = match dtype {
+        Dtype::Fp16 => (f32_to_f16, 0x7c00, "finite, |x| < 65520 (fp16)"),
+        _ => (f32_to_bf16, 0x7f80, "finite, |x| < 3.3961e38 (bf16)"),
+    };
+    match values
+        .iter()
+        .position(|&v| !v.is_finite() || bits(v) & 0x7fff == inf)
+    {
+        Some(index) => Err(Error::OutOfRange {
+            what,
+            index,
+            value: values[index].to_string(),
+            range,
+        }),
+        None => Ok(()),
     }
 }
