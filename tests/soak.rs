@@ -1,0 +1,270 @@
+//! Soak (issue 26, item 11): mixed jobs — matmuls, batches, layer programs and op
+//! programs, blocking and non-blocking — from 4 threads on one emulated device of each
+//! kind (vendor and rocket, both with jobs on the kernel's worker thread), with random
+//! cancellations (a pending job dropped, a wait whose deadline has passed) and object
+//! churn (banks and matmuls made and dropped, so device addresses are reused). Every
+//! job that completes must give the CPU's result; at the end no buffer, mapping,
+//! kernel object, descriptor or device address range may be left.
+//!
+//! `RKNPU_SOAK_JOBS` sets the number of jobs per device (default 10,000, a few seconds
+//! in a debug build; docs/device.md, "Soak").
+
+mod common;
+
+use common::Rng;
+use half::f16;
+use rknpu_driver::compute::layer::LayerBuilder;
+use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
+use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
+use rknpu_driver::device::Device;
+use rknpu_driver::emu::{EmuKernel, Flavour};
+use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
+use rknpu_driver::kernels::ops::{self, Cube};
+use rknpu_driver::kernels::single::add_task_model;
+use rknpu_driver::task::Precision;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const THREADS: u64 = 4;
+const M: u32 = 2;
+const K: u32 = 64;
+const N: u32 = 32;
+
+fn jobs() -> u64 {
+    std::env::var("RKNPU_SOAK_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
+/// What one thread did.
+#[derive(Default, Debug)]
+struct Tally {
+    checked: u64,
+    cancelled: u64,
+    late: u64,
+}
+
+/// `A · W` for int8 A (M×K) and W given as N rows of K.
+fn reference(a: &[i8], w: &[i8]) -> Vec<i32> {
+    let (m, k, n) = (M as usize, K as usize, N as usize);
+    let mut c = vec![0i32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k)
+                .map(|x| i32::from(a[i * k + x]) * i32::from(w[j * k + x]))
+                .sum();
+        }
+    }
+    c
+}
+
+fn int8(rng: &mut Rng, len: usize) -> Vec<i8> {
+    (0..len).map(|_| rng.int(-128, 127) as i8).collect()
+}
+
+/// One thread's objects and its share of the jobs.
+fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
+    let mut rng = Rng(seed | 1);
+    let mut t = Tally::default();
+    let w = int8(&mut rng, (N * K) as usize);
+    let bank = Arc::new(WeightBank::from_i8_nk(dev, N, K, &w).unwrap());
+    let mut mm = Matmul::new(&bank, M).unwrap();
+
+    // A batch of two fp16 matmuls on small integers: exact in fp32.
+    let wf: Vec<Vec<f16>> = (1..=2)
+        .map(|s| {
+            (0..N * K)
+                .map(|i| f16::from_f32(((i * s) % 5) as f32 - 2.0))
+                .collect()
+        })
+        .collect();
+    let banks: Vec<_> = wf
+        .iter()
+        .map(|w| Arc::new(WeightBank::from_f16_nk(dev, N, K, w).unwrap()))
+        .collect();
+    let mut batch =
+        MatmulBatch::new(banks.iter().map(|b| Matmul::new(b, M).unwrap()).collect()).unwrap();
+
+    // (a + b) + a on int32 cubes, as two chained tasks.
+    let cube = Cube::new(8, 1, 16, Precision::Int32).unwrap();
+    let mut lb = LayerBuilder::new(dev);
+    let la = lb.input("a", cube).unwrap();
+    let lx = lb.input("b", cube).unwrap();
+    let add = |ins: &[_], out| Ok(vec![add_task_model(8, 16, ins[0], ins[1], out)?]);
+    let s = lb.op("a+b", &[la, lx], cube, add).unwrap();
+    let ly = lb.op("(a+b)+a", &[s, la], cube, add).unwrap();
+    lb.output(ly).unwrap();
+    let mut layer = lb.build().unwrap();
+
+    // An int8 element-wise add, through the op runner.
+    let ecube = Cube::new(4, 1, 16, Precision::Int8).unwrap();
+    let ew = Eltwise::new(EltwiseOp::Add, ecube, Operand::Tensor).unwrap();
+    let ew_program = ops::chain(
+        &ew.tasks(
+            ops::at(ops::INPUT, 0),
+            ops::at(ops::OPERAND, 0),
+            ops::at(ops::OUTPUT, 0),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+
+    let soon = || Instant::now() + Duration::from_secs(10);
+    for _ in 0..jobs {
+        match rng.int(0, 9) {
+            0 => {
+                let a = int8(&mut rng, (M * K) as usize);
+                assert_eq!(mm.run_i8(&a).unwrap(), reference(&a, &w));
+                t.checked += 1;
+            }
+            1 => {
+                let a = int8(&mut rng, (M * K) as usize);
+                let mut c = vec![0i32; (M * N) as usize];
+                mm.submit_i8(&a)
+                    .unwrap()
+                    .wait_i32_into(soon(), &mut c)
+                    .unwrap();
+                assert_eq!(c, reference(&a, &w));
+                t.checked += 1;
+            }
+            2 => {
+                // Cancelled: dropped without a wait.
+                let a = int8(&mut rng, (M * K) as usize);
+                drop(mm.submit_i8(&a).unwrap());
+                t.cancelled += 1;
+            }
+            3 => {
+                // A wait whose deadline has passed: the result only if it finished.
+                let a = int8(&mut rng, (M * K) as usize);
+                let mut c = vec![0i32; (M * N) as usize];
+                let pending = mm.submit_i8(&a).unwrap();
+                match pending.wait_i32_into(Instant::now(), &mut c) {
+                    Ok(()) => {
+                        assert_eq!(c, reference(&a, &w));
+                        t.checked += 1;
+                    }
+                    Err(e) => {
+                        assert!(e.to_string().contains("timed out"), "{e}");
+                        t.late += 1;
+                    }
+                }
+            }
+            4 | 5 => {
+                let x: Vec<f32> = (0..M * K).map(|_| rng.int(-3, 3) as f32).collect();
+                let (mut y0, mut y1) = (vec![0f32; (M * N) as usize], vec![0f32; (M * N) as usize]);
+                if rng.int(0, 3) == 0 {
+                    drop(batch.submit(&[&x, &x]).unwrap());
+                    t.cancelled += 1;
+                    continue;
+                }
+                batch.mul_mat(&[&x, &x], &mut [&mut y0, &mut y1]).unwrap();
+                for (wf, y) in wf.iter().zip([&y0, &y1]) {
+                    for i in 0..M as usize {
+                        for j in 0..N as usize {
+                            let want: f32 = (0..K as usize)
+                                .map(|q| x[i * K as usize + q] * wf[j * K as usize + q].to_f32())
+                                .sum();
+                            assert_eq!(y[i * N as usize + j], want);
+                        }
+                    }
+                }
+                t.checked += 1;
+            }
+            6 => {
+                let va: Vec<i32> = (0..128).map(|_| rng.int(-1000, 1000) as i32).collect();
+                let vb: Vec<i32> = (0..128).map(|_| rng.int(-1000, 1000) as i32).collect();
+                layer.write(la, &cube.pack(&va).unwrap()).unwrap();
+                layer.write(lx, &cube.pack(&vb).unwrap()).unwrap();
+                layer.run().unwrap();
+                let out: Vec<i32> = cube.unpack(&layer.read(ly).unwrap()).unwrap();
+                for i in 0..128 {
+                    assert_eq!(out[i], 2 * va[i] + vb[i]);
+                }
+                t.checked += 1;
+            }
+            7 | 8 => {
+                let a = int8(&mut rng, 64);
+                let b = int8(&mut rng, 64);
+                let out = run_program(
+                    dev,
+                    &ew_program,
+                    ProgramBuffers::new()
+                        .input(ops::INPUT, ecube.pack(&a).unwrap())
+                        .input(ops::OPERAND, ecube.pack(&b).unwrap())
+                        .output(ops::OUTPUT, ecube.bytes() as usize),
+                )
+                .unwrap();
+                let got: Vec<i8> = ecube.unpack(&out[0]).unwrap();
+                for i in 0..64 {
+                    let want = (i16::from(a[i]) + i16::from(b[i])).clamp(-128, 127) as i8;
+                    assert_eq!(got[i], want);
+                }
+                t.checked += 1;
+            }
+            _ => {
+                // Churn: a new bank and matmul, one run, dropped (its addresses are
+                // handed out again).
+                let w2 = int8(&mut rng, (N * K) as usize);
+                let bank2 = Arc::new(WeightBank::from_i8_nk(dev, N, K, &w2).unwrap());
+                let mut mm2 = Matmul::new(&bank2, M).unwrap();
+                let a = int8(&mut rng, (M * K) as usize);
+                assert_eq!(mm2.run_i8(&a).unwrap(), reference(&a, &w2));
+                t.checked += 1;
+            }
+        }
+    }
+    t
+}
+
+fn soak(flavour: Flavour) {
+    let spec = format!("{flavour:?}");
+    // A kernel of its own (jobs on its worker thread), so that nothing else counts.
+    let emu = Arc::new(EmuKernel::new(flavour));
+    emu.set_async(true);
+    let dev = Device::open_emulator(Arc::clone(&emu)).unwrap();
+    let objects_before = emu.live_objects();
+    let per_thread = jobs().div_ceil(THREADS);
+    let tallies: Vec<Tally> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let dev = dev.clone();
+                s.spawn(move || worker(&dev, 0x50a_u64 * (i + 1), per_thread))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let checked: u64 = tallies.iter().map(|t| t.checked).sum();
+    let cancelled: u64 = tallies.iter().map(|t| t.cancelled).sum();
+    eprintln!("{spec}: {tallies:?}");
+    assert!(checked >= per_thread * THREADS / 2, "{spec}: {tallies:?}");
+    assert!(cancelled > 0, "{spec}: nothing was cancelled: {tallies:?}");
+    assert_eq!(dev.live_buffers(), 0, "{spec}: buffers left");
+    assert_eq!(dev.live_mappings(), 0, "{spec}: mappings left");
+    assert!(
+        dev.leaked_buffers().is_empty(),
+        "{spec}: {:?}",
+        dev.leaked_buffers()
+    );
+    assert_eq!(
+        emu.live_objects(),
+        objects_before,
+        "{spec}: kernel objects left"
+    );
+    drop(dev);
+    assert_eq!(
+        emu.live_objects(),
+        0,
+        "{spec}: kernel objects left after close"
+    );
+}
+
+#[test]
+fn vendor_soak() {
+    soak(Flavour::Vendor098);
+}
+
+#[test]
+fn rocket_soak() {
+    soak(Flavour::Rocket);
+}
