@@ -172,8 +172,8 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
                 t.checked += 1;
             }
             6 => {
-                let va: Vec<i32> = (0..128).map(|_| rng.int(-1000, 1000) as i32).collect();
-                let vb: Vec<i32> = (0..128).map(|_| rng.int(-1000, 1000) as i32).collect();
+                let va: Vec<i32> = (0..128).map(|_| rng.int(-1000, 1000)).collect();
+                let vb: Vec<i32> = (0..128).map(|_| rng.int(-1000, 1000)).collect();
                 layer.write(la, &cube.pack(&va).unwrap()).unwrap();
                 layer.write(lx, &cube.pack(&vb).unwrap()).unwrap();
                 layer.run().unwrap();
