@@ -5,7 +5,7 @@
 //! panic, and none may stop on an entry the model does not understand.
 
 mod common;
-use common::{CaptureCase as Case, capture_cases as cases, captures_dir};
+use common::{CaptureCase as Case, capture_cases as cases, capture_or_skip, captures_or_skip};
 use rknpu_driver::sim::{Kick, SimError, Simulator};
 
 /// Loads a case and runs it: `Ok(summary)` or the simulator's error.
@@ -47,8 +47,7 @@ fn run(case: &Case) -> Result<String, SimError> {
 
 #[test]
 fn captures_with_buffers_run_or_fail_with_a_named_error() {
-    let Some(dir) = captures_dir() else {
-        eprintln!("note: ../shared/captures is absent (a fresh clone); nothing to run");
+    let Some(dir) = captures_or_skip("nothing to run") else {
         return;
     };
     let cases = cases(&dir);
@@ -87,15 +86,10 @@ fn captures_with_buffers_run_or_fail_with_a_named_error() {
 /// Placing them there, the simulator must reproduce the board's output bit for bit.
 #[test]
 fn simulator_reproduces_a_board_run_of_the_vendor_int8_matmul() {
-    let Some(dir) = captures_dir() else {
-        eprintln!("note: ../shared/captures is absent (a fresh clone); nothing to run");
+    let Some(case) = capture_or_skip("wtwver-npu/rknn-matmul-int8-4x32x32", "nothing to run")
+    else {
         return;
     };
-    let case = dir.join("wtwver-npu/rknn-matmul-int8-4x32x32");
-    if !case.is_dir() {
-        eprintln!("note: the capture is absent; nothing to run");
-        return;
-    }
     let read = |f: &str| std::fs::read(case.join(f)).unwrap();
     let board_output = read("buf-gem6.bin");
     let mut sim = Simulator::new();

@@ -24,7 +24,7 @@
 //!    are all zero, so no output is compared.
 
 mod common;
-use common::{captures_dir, meta_hex, meta_numbers};
+use common::{captures_or_skip, meta_hex, meta_numbers};
 use rknpu_driver::kernels::ops::conv::Conv2d;
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::regcmd::BlockMask;
@@ -137,10 +137,7 @@ impl Rng {
 
 #[test]
 fn vendor_single_core_conv_chains_compute_the_named_convolution() {
-    let Some(root) = captures_dir() else {
-        eprintln!(
-            "note: ../shared/captures is absent; the vendor convolution programs are not checked"
-        );
+    let Some(root) = captures_or_skip("the vendor convolution programs are not checked") else {
         return;
     };
     let cases = vendor_cases(&root);
@@ -299,10 +296,7 @@ const ROW_ALLOWED: Allowed = Allowed {
 
 #[test]
 fn vendor_conv_first_tasks_agree_with_the_generator() {
-    let Some(root) = captures_dir() else {
-        eprintln!(
-            "note: ../shared/captures is absent; the vendor convolution programs are not compared"
-        );
+    let Some(root) = captures_or_skip("the vendor convolution programs are not compared") else {
         return;
     };
     for case in vendor_cases(&root) {
@@ -426,15 +420,13 @@ fn compare(name: &str, v: &Task, cv: &Conv2d, dpu: bool) {
 
 #[test]
 fn the_inline_cases_decode_as_planar_inputs() {
-    let Some(root) = captures_dir() else {
-        eprintln!(
-            "note: ../shared/captures is absent; the inline convolution cases are not checked"
-        );
+    let Some(root) = captures_or_skip("the inline convolution cases are not checked") else {
         return;
     };
     for name in ["rknn-conv-fp16-inline-case1", "rknn-conv-fp16-inline-case4"] {
         let dir = root.join("allbilly-rk3588").join(name);
         if !dir.is_dir() {
+            common::absent_capture(name);
             continue;
         }
         let mut tasks: Vec<PathBuf> = std::fs::read_dir(&dir)

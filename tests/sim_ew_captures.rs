@@ -13,7 +13,7 @@
 //!   result): each task must decode or be refused with a named error.
 
 mod common;
-use common::captures_dir;
+use common::captures_or_skip;
 use half::f16;
 use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
@@ -53,8 +53,7 @@ fn fixed(a: DmaAddr) -> u32 {
 
 #[test]
 fn vendor_flying_fp16_adds_are_what_the_generator_builds_and_run_clean() {
-    let Some(dir) = captures_dir() else {
-        eprintln!("note: ../shared/captures is absent (a fresh clone); nothing to check");
+    let Some(dir) = captures_or_skip("nothing to check") else {
         return;
     };
     let case = dir.join("allbilly-rk3588/rknn-add-gemdump");
@@ -145,8 +144,7 @@ fn vendor_flying_fp16_adds_are_what_the_generator_builds_and_run_clean() {
 
 #[test]
 fn other_flying_ew_captures_decode_or_are_refused_by_name() {
-    let Some(dir) = captures_dir() else {
-        eprintln!("note: ../shared/captures is absent (a fresh clone); nothing to check");
+    let Some(dir) = captures_or_skip("nothing to check") else {
         return;
     };
     for case in [

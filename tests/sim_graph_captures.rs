@@ -23,7 +23,7 @@
 //!   a CPU computation from the captured input (the planar convolution's output cube).
 
 mod common;
-use common::{captures_dir, meta_hex, meta_numbers};
+use common::{captures_or_skip, meta_hex, meta_numbers};
 use rknpu_driver::sim::{Kick, SimError, Simulator};
 use std::path::{Path, PathBuf};
 
@@ -127,15 +127,14 @@ fn run_chain(l: &mut Loaded) -> Result<String, SimError> {
 
 #[test]
 fn multi_operation_captures_run_or_stop_on_a_named_refusal() {
-    let Some(root) = captures_dir() else {
-        eprintln!("note: the captures are absent (a fresh clone); nothing to run");
+    let Some(root) = captures_or_skip("nothing to run") else {
         return;
     };
     let mut not_named = Vec::new();
     for &(case, reached) in CASES {
         let dir = root.join(case);
         let Some(mut l) = load(&dir, &[]) else {
-            eprintln!("note: {case} is absent");
+            common::absent_capture(case);
             continue;
         };
         match run_chain(&mut l) {
@@ -202,8 +201,7 @@ fn chains(dir: &Path) -> Vec<(usize, usize, u32, u32)> {
 /// core ran which chain): each runs or stops on a named error; one line per chain.
 #[test]
 fn every_chain_of_the_task_tables_runs_or_stops_on_a_named_refusal() {
-    let Some(root) = captures_dir() else {
-        eprintln!("note: the captures are absent (a fresh clone); nothing to run");
+    let Some(root) = captures_or_skip("nothing to run") else {
         return;
     };
     let mut not_named = Vec::new();
@@ -272,14 +270,13 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
 /// captured input, computed here from the planar input bytes, and every other channel 0.
 #[test]
 fn toy_graphs_first_two_tasks_reproduce_the_captured_gems() {
-    let Some(root) = captures_dir() else {
-        eprintln!("note: the captures are absent (a fresh clone); nothing to compare");
+    let Some(root) = captures_or_skip("nothing to compare") else {
         return;
     };
     for &(name, w, h, f) in TOY_GRAPHS {
         let dir = root.join("phhusson-rknpu-reverse-engineering").join(name);
         let Ok(meta) = std::fs::read_to_string(dir.join("meta.json")) else {
-            eprintln!("note: {name} is absent");
+            common::absent_capture(name);
             continue;
         };
         let internal = buffer_addr(&meta, "internal feature memory").unwrap();
@@ -340,15 +337,14 @@ fn toy_graphs_first_two_tasks_reproduce_the_captured_gems() {
 /// and rounded to fp16 (the BS stage's float arithmetic), the other channels zero.
 #[test]
 fn toy_graphs_first_two_tasks_over_a_seeded_input() {
-    let Some(root) = captures_dir() else {
-        eprintln!("note: the captures are absent (a fresh clone); nothing to run");
+    let Some(root) = captures_or_skip("nothing to run") else {
         return;
     };
     for &(name, w, h, f) in TOY_GRAPHS {
         let Some(f) = f else { continue };
         let dir = root.join("phhusson-rknpu-reverse-engineering").join(name);
         let Ok(meta) = std::fs::read_to_string(dir.join("meta.json")) else {
-            eprintln!("note: {name} is absent");
+            common::absent_capture(name);
             continue;
         };
         let internal = buffer_addr(&meta, "internal feature memory").unwrap();

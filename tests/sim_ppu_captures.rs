@@ -11,7 +11,7 @@
 //! known for every capture, so the last check confirms the data, not the timing.
 
 mod common;
-use common::{capture_cases as cases, captures_dir};
+use common::{capture_cases as cases, captures_or_skip};
 use rknpu_driver::regcmd::{BlockMask, RegCmd};
 use rknpu_driver::sim::{Kick, LintKind, Simulator};
 use rknpu_driver::task::{Snapshot, Task};
@@ -25,8 +25,7 @@ fn words(bytes: &[u8]) -> Vec<RegCmd> {
 
 #[test]
 fn vendor_ppu_tasks_run_alone_and_copy_their_cube() {
-    let Some(dir) = captures_dir() else {
-        eprintln!("note: ../shared/captures is absent (a fresh clone); nothing to run");
+    let Some(dir) = captures_or_skip("nothing to run") else {
         return;
     };
     let mut ran = 0;

@@ -3,8 +3,8 @@
 //!
 //! Inputs are the golden fixture, hand-built regcmd words and pseudo-random bytes written
 //! to uniquely named files under the system temporary directory (removed afterwards).
-//! When `../shared/captures` exists next to the repository, every captured regcmd file in it
-//! must decode without an unknown entry.
+//! Every captured regcmd file (`common::captures_or_skip`: `RKNPU_CAPTURES` or
+//! `../shared/captures`; required in CI) must decode without an unknown entry.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -486,14 +486,9 @@ fn regcmd_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn decode_shared_captures_exit_0_with_0_unknown() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures");
-    if !dir.is_dir() {
-        eprintln!(
-            "note: {} does not exist; skipping the capture check",
-            dir.display()
-        );
+    let Some(dir) = common::captures_or_skip("no capture was decoded") else {
         return;
-    }
+    };
     let mut files = Vec::new();
     regcmd_files(&dir, &mut files);
     files.sort();

@@ -130,16 +130,74 @@ pub fn assert_dma_is_the_cost(
     }
 }
 
-/// The captured board programs: `../shared/captures` beside the crate root (a development
-/// checkout), or the directory `RKNPU_CAPTURES` names; `None` when it is absent (a fresh
-/// clone), and the tests that read captures skip with a note.
+/// The repository's root: the crate root of the main crate, the parent of `cli/` and
+/// `capi/` for theirs (which include this file by path).
+pub fn repo_root() -> std::path::PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    if manifest.join("regs").is_dir() {
+        manifest.to_path_buf()
+    } else {
+        manifest.parent().unwrap_or(manifest).to_path_buf()
+    }
+}
+
+/// The captured board programs, found the same way by every capture test: the directory
+/// `RKNPU_CAPTURES` names, else `../shared/captures` beside the repository (a development
+/// checkout and CI); `None` when absent (a fresh clone). Tests call
+/// [`captures_or_skip`], which decides whether absence may skip.
 pub fn captures_dir() -> Option<std::path::PathBuf> {
     let dir = std::env::var_os("RKNPU_CAPTURES")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures")
-        });
+        .unwrap_or_else(|| repo_root().join("../shared/captures"));
     dir.is_dir().then_some(dir)
+}
+
+/// Whether a missing capture must fail the test rather than skip it: `RKNPU_CAPTURES`
+/// names a folder (somebody asked for these captures), or `CI` is set (CI has
+/// `../shared` and must check the captures, never pass by skipping).
+pub fn captures_required() -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    ci || std::env::var_os("RKNPU_CAPTURES").is_some()
+}
+
+/// [`captures_dir`] for a test that reads captures: when the set is absent, a failure if
+/// [`captures_required`], otherwise `None` after a `SKIPPED:` line on stderr saying
+/// that `what` was not done.
+pub fn captures_or_skip(what: &str) -> Option<std::path::PathBuf> {
+    match captures_dir() {
+        Some(dir) => Some(dir),
+        None => skip_or_fail(
+            "the captures folder (RKNPU_CAPTURES or ../shared/captures)",
+            what,
+        ),
+    }
+}
+
+/// One capture (or group of captures) `name` under the set, as [`captures_or_skip`]
+/// finds the set: absent, it fails the test where captures are required and skips it
+/// otherwise.
+pub fn capture_or_skip(name: &str, what: &str) -> Option<std::path::PathBuf> {
+    let dir = captures_or_skip(what)?.join(name);
+    if dir.exists() {
+        Some(dir)
+    } else {
+        skip_or_fail(&format!("the capture {name}"), what)
+    }
+}
+
+/// A capture of a set that is present is missing: a failure where captures are required,
+/// a `SKIPPED:` line otherwise.
+pub fn absent_capture(name: &str) {
+    let _ = skip_or_fail(&format!("the capture {name}"), "not checked");
+}
+
+fn skip_or_fail(missing: &str, what: &str) -> Option<std::path::PathBuf> {
+    assert!(
+        !captures_required(),
+        "{missing} is absent, but captures are required here (CI or RKNPU_CAPTURES is set): {what} must run"
+    );
+    eprintln!("SKIPPED: {missing} is absent (a fresh clone): {what}");
+    None
 }
 
 /// Every `"key": "0x..."` value of a capture's meta.json, in order (the file is flat

@@ -24,6 +24,8 @@ use rknpu_driver::verify;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+#[path = "../common/mod.rs"]
+mod common;
 mod compare;
 mod decode;
 mod fields;
@@ -48,15 +50,9 @@ pub(crate) fn bind_at(buffer: u32) -> u64 {
     0x1000_0000 + 0x0100_0000 * u64::from(buffer)
 }
 
-pub(crate) fn captures_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures");
-    dir.is_dir().then_some(dir)
-}
-
 #[test]
 fn vendor_matmul_programs_match_the_generator_field_by_field() {
-    let Some(root) = captures_dir() else {
-        eprintln!("note: ../shared/captures is absent (a fresh clone); nothing to compare");
+    let Some(root) = common::captures_or_skip("nothing to compare") else {
         return;
     };
     let allow = allow_list();
@@ -66,7 +62,7 @@ fn vendor_matmul_programs_match_the_generator_field_by_field() {
     for name in CAPTURES {
         let dir = root.join(name);
         if !dir.is_dir() {
-            eprintln!("note: {name} is absent; not compared");
+            common::absent_capture(name);
             continue;
         }
         if let Some(o) = run_capture(name, &dir, &allow, &deviations, &mut failures) {
@@ -251,8 +247,7 @@ fn the_shape_derivation_reads_generated_tasks_back() {
 #[test]
 fn the_incremental_builder_reproduces_the_vendor_chain() {
     let name = "allbilly-rk3588/rknn-gemm-fp16-394-pcchain";
-    let Some(dir) = captures_dir().map(|r| r.join(name)).filter(|d| d.is_dir()) else {
-        eprintln!("note: {name} is absent (a fresh clone); nothing to check");
+    let Some(dir) = common::capture_or_skip(name, "nothing to check") else {
         return;
     };
     let words = load(&dir);
