@@ -4,7 +4,7 @@ use super::error::{At, Lint, LintKind};
 use super::exec::{EwSrc, Main, Task};
 use super::reg_name;
 use crate::regs::{Register, cna, dpu};
-use crate::task::Precision;
+use crate::task::{Precision, limits};
 
 fn lint(out: &mut Vec<Lint>, at: At, kind: LintKind, message: String) {
     out.push(Lint { at, kind, message });
@@ -78,7 +78,7 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
             ),
         );
     }
-    if matches!(t.proc, Precision::Fp16 | Precision::Bf16) && o.c > 4096 {
+    if matches!(t.proc, Precision::Fp16 | Precision::Bf16) && o.c > limits::FLOAT_MAX_CHANNELS {
         lint(
             out,
             at,
@@ -118,7 +118,10 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
     }
     if let Main::Conv { feature, .. } = &t.main {
         let pixels = feature.w as u64 * feature.h as u64;
-        if feature.prec == Precision::Int8 && feature.c > 3072 && feature.c < 4096 && pixels > 4 {
+        if feature.prec == Precision::Int8
+            && limits::in_int8_k_gap(feature.c)
+            && pixels > limits::INT8_GAP_MAX_ROWS
+        {
             lint(
                 out,
                 at,

@@ -19,22 +19,10 @@ use crate::regcmd::BlockMask;
 use crate::regs::{Register, ppu, ppu_rdma};
 use crate::task::{self, Access, DecodeError, DmaRange, PoolMethod, Precision};
 
-/// Output rows one task may have for an input `iw` pixels wide: ⌊8191 / iw⌋, the limit
-/// `allbilly/rk3588` `experimental/pool.py` keeps to (docs/hardware/pooling.md#limits).
-pub(crate) const fn max_rows(iw: u32) -> u32 {
-    8191 / iw
-}
-
-/// The smallest PPU-written cube (width and height) that a later PPU pass reads
-/// correctly (docs/hardware/pooling.md#chains).
-pub(crate) const MIN_INTERMEDIATE: u32 = 4;
-
-/// The int8 pad value for max pooling: −128 sign-extended in the 19-bit field
-/// (docs/hardware/pooling.md#int8).
-pub(crate) const INT8_MAX_PAD: u32 = 0x7_FF80;
-
-/// fp16 −inf, the pad value of padded max pooling.
-pub(crate) const FP16_NEG_INF: u32 = 0xFC00;
+use crate::task::limits::{
+    FP16_NEG_INF, POOL_INT8_MAX_PAD as INT8_MAX_PAD, POOL_MIN_INTERMEDIATE as MIN_INTERMEDIATE,
+    pool_max_rows as max_rows,
+};
 
 /// The average reciprocal of a kernel side `k`: the fp16 bits of 65536 / k, `None` for
 /// k = 1 (65536 does not fit fp16) or k = 0 (docs/hardware/pooling.md#average).

@@ -43,6 +43,7 @@ mod dpu;
 mod dpu_rdma;
 #[cfg(test)]
 mod inert_tests;
+pub mod limits;
 mod pointer;
 mod ppu;
 mod ppu_rdma;

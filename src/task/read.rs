@@ -27,14 +27,16 @@ pub struct Snapshot {
     values: Vec<u32>,
 }
 
-/// Words in the register window a task can reach (offsets 0x0000..0x8000).
-const WINDOW: usize = 0x8000 / 4;
+/// Bytes of the register window a task can reach (offsets 0x0000..0x8000).
+const WINDOW_BYTES: usize = 0x8000;
+/// Words in that window.
+const WINDOW: usize = WINDOW_BYTES / 4;
 
 impl Default for Snapshot {
     fn default() -> Self {
         let mut values = vec![0; WINDOW];
         for r in REGISTERS.iter() {
-            if (r.offset as usize) < 0x8000 {
+            if (r.offset as usize) < WINDOW_BYTES {
                 values[r.offset as usize / 4] = r.reset;
             }
         }
@@ -296,7 +298,7 @@ impl<'a> Reader<'a> {
     /// (S_STATUS, S_POINTER, OPERATION_ENABLE), are not task configuration.
     pub(crate) fn finish(&mut self, blocks: &[Block]) -> Decoded<()> {
         for info in REGISTERS.iter() {
-            if !blocks.contains(&info.block) || info.offset as usize >= 0x8000 {
+            if !blocks.contains(&info.block) || info.offset as usize >= WINDOW_BYTES {
                 continue;
             }
             if group_control(info.offset).is_some() {

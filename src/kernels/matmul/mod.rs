@@ -42,7 +42,7 @@ pub use host::{
 use super::single::{Dtype, Layout, OutType, SingleMatmul};
 use crate::error::{Error, Result};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder};
-use crate::task::Task;
+use crate::task::{Task, limits};
 use std::fmt;
 
 /// `base` moved `by` bytes on, or an error past 32 bits.
@@ -345,7 +345,10 @@ impl WeightLayout {
             if kw >= k || count as usize > MAX_TASKS {
                 break;
             }
-            if dtype == Dtype::Int8 && m > 4 && kw > 3072 && kw < 4096 {
+            if dtype == Dtype::Int8
+                && u64::from(m) > limits::INT8_GAP_MAX_ROWS
+                && limits::in_int8_k_gap(kw)
+            {
                 continue;
             }
             let Ok(rows) = tile_rows(dtype, kw) else {
@@ -411,8 +414,9 @@ impl WeightLayout {
             b_offsets.push(at);
             at += n_pad as u64 * w.ai as u64 * bits / 8;
         }
-        let in_gap = |w: &Wave| w.ai > 3072 && w.ai < 4096;
-        let max_rows = (dtype == Dtype::Int8 && waves.iter().any(in_gap)).then_some(4);
+        let in_gap = |w: &Wave| limits::in_int8_k_gap(w.ai);
+        let max_rows = (dtype == Dtype::Int8 && waves.iter().any(in_gap))
+            .then_some(limits::INT8_GAP_MAX_ROWS as u32);
         Ok(WeightLayout {
             k,
             n,
@@ -477,7 +481,10 @@ fn k_split(k: u32, m: u32, dtype: Dtype) -> (u32, u32) {
         // k / count <= k_max <= 4096, so the rounding cannot overflow.
         let kw = k.div_ceil(count).next_multiple_of(32).min(k);
         let kw_pad = kw.next_multiple_of(32);
-        if dtype == Dtype::Int8 && m > 4 && kw_pad > 3072 && kw_pad < 4096 {
+        if dtype == Dtype::Int8
+            && u64::from(m) > limits::INT8_GAP_MAX_ROWS
+            && limits::in_int8_k_gap(kw_pad)
+        {
             count += 1;
             continue;
         }
@@ -958,7 +965,11 @@ impl Plan {
             rows_fit = rows_fit.min(128);
         }
         let granule = if dtype == Dtype::Int4 { 64 } else { 32 };
-        let n_max = if dtype == Dtype::Int8 { 3072 } else { 4096 };
+        let n_max = if dtype == Dtype::Int8 {
+            limits::INT8_MAX_N_TILE
+        } else {
+            limits::FLOAT_MAX_CHANNELS
+        };
         let granules = layout.n_pad / granule;
         // Even M tiles: as few as fit, as equal as can be; when cores split M (too few
         // column granules to split N), a multiple of the cores so that each core runs

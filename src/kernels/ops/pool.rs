@@ -40,21 +40,16 @@ pub const MAX_KERNEL: u32 = 16;
 pub const MAX_PAD: u32 = 7;
 
 /// The smallest width and height of a PPU-written intermediate a later pass reads
-/// correctly (docs/hardware/pooling.md#chains).
-pub const MIN_INTERMEDIATE: u32 = 4;
+/// correctly (one definition: [`crate::task::limits::POOL_MIN_INTERMEDIATE`]).
+pub const MIN_INTERMEDIATE: u32 = crate::task::limits::POOL_MIN_INTERMEDIATE;
 
 /// Output rows one task holds for an input `width` pixels wide: ⌊8191 / width⌋
-/// (docs/hardware/pooling.md#limits).
+/// (one definition: [`crate::task::limits::pool_max_rows`]).
 pub const fn max_rows(width: u32) -> u32 {
-    8191 / width
+    crate::task::limits::pool_max_rows(width)
 }
 
-/// fp16 −inf: the pad value of max pooling.
-const FP16_NEG_INF: u32 = 0xFC00;
-/// fp16 +inf: the pad value of min pooling [derived].
-const FP16_POS_INF: u32 = 0x7C00;
-/// int8 −128 in the 19-bit pad field (docs/hardware/pooling.md#int8).
-const INT8_MAX_PAD: u32 = 0x7_FF80;
+use crate::task::limits::{FP16_NEG_INF, FP16_POS_INF, POOL_INT8_MAX_PAD as INT8_MAX_PAD};
 
 /// What a window reduces to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
