@@ -138,6 +138,33 @@ pub mod irq {
 mod tests {
     use super::*;
 
+    /// The hand-written interrupt constants are the generated PC interrupt fields (this
+    /// module imports nothing, so the agreement is checked here).
+    #[test]
+    fn irq_bits_are_the_generated_interrupt_fields() {
+        use crate::regs::pc::InterruptMask as M;
+        let pair = |a: fn(M, bool) -> M, b: fn(M, bool) -> M| {
+            b(a(M::from_bits(0), true), true).into_bits()
+        };
+        assert_eq!(
+            irq::CNA_FEATURE,
+            pair(M::with_cna_feature_0, M::with_cna_feature_1)
+        );
+        assert_eq!(
+            irq::CNA_WEIGHT,
+            pair(M::with_cna_weight_0, M::with_cna_weight_1)
+        );
+        assert_eq!(irq::CNA_CSC, pair(M::with_cna_csc_0, M::with_cna_csc_1));
+        assert_eq!(irq::CORE, pair(M::with_core_0, M::with_core_1));
+        assert_eq!(irq::DPU, pair(M::with_dpu_0, M::with_dpu_1));
+        assert_eq!(irq::PPU, pair(M::with_ppu_0, M::with_ppu_1));
+        let one = |f: fn(M, bool) -> M| f(M::from_bits(0), true).into_bits();
+        assert_eq!(irq::DMA_READ_ERROR, one(M::with_dma_read_error));
+        assert_eq!(irq::DMA_WRITE_ERROR, one(M::with_dma_write_error));
+        // Every field of the 17-bit register, the undocumented 16:14 included.
+        assert_eq!(irq::CLEAR_ALL, M::new().into_bits());
+    }
+
     #[test]
     fn ranges_follow_each_other() {
         assert_eq!(ranges(&[3]), vec![(0, 3)]);

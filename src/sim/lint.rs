@@ -3,6 +3,7 @@
 use super::error::{At, Lint, LintKind};
 use super::exec::{EwSrc, Main, Task};
 use super::reg_name;
+use crate::regcmd::BlockMask;
 use crate::regs::{Register, cna, dpu};
 use crate::task::{Precision, limits};
 
@@ -37,7 +38,7 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
     for why in &t.unvalidated {
         lint(out, at, LintKind::Unvalidated, why.clone());
     }
-    if needs_rdma(t) && t.enable.0 & 0x10 == 0 {
+    if needs_rdma(t) && !t.enable.contains(BlockMask::DPU_RDMA) {
         lint(
             out,
             at,

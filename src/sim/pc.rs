@@ -326,7 +326,7 @@ fn run_task(
         .collect();
     for reg in [cna::SPointer::OFFSET, core::SPointer::OFFSET] {
         let idx = (c.groups[group][reg as usize / 4] >> 28) & 3;
-        if enable & 0x05 != 0 && idx as usize != core {
+        if enable & (BlockMask::CNA.0 | BlockMask::CORE.0) != 0 && idx as usize != core {
             out.lints.push(Lint {
                 at,
                 kind: LintKind::CoreIndex,
@@ -343,7 +343,7 @@ fn run_task(
         Checked::Ppu(p) => return run_pool(sim, at, group, &p, small_pools, out),
     };
     lint::task(&t, at, &mut out.lints);
-    if lint::needs_rdma(&t) && enable & 0x10 == 0 {
+    if lint::needs_rdma(&t) && enable & BlockMask::DPU_RDMA.0 == 0 {
         out.stall = Some(Stall {
             at,
             why: "the DPU waits for data from DPU_RDMA, which the op-enable entry does not start"
@@ -364,13 +364,13 @@ fn run_task(
 
     // Interrupt status: every started block reports done for this task's group.
     let g = group as u32;
-    if enable & 0x01 != 0 {
+    if enable & BlockMask::CNA.0 != 0 {
         out.raw_status |= (irq::CNA_FEATURE | irq::CNA_WEIGHT | irq::CNA_CSC) & (0x15 << g);
     }
-    if enable & 0x04 != 0 {
+    if enable & BlockMask::CORE.0 != 0 {
         out.raw_status |= irq::CORE & (0x40 << g);
     }
-    if enable & 0x08 != 0 {
+    if enable & BlockMask::DPU.0 != 0 {
         out.raw_status |= irq::DPU & (0x100 << g);
     }
     if read_err {
@@ -554,9 +554,9 @@ fn leaves_list(sim: &Simulator, at: At, task: usize, f: &Fetched) -> Result<(), 
 fn finish(out: &mut CoreRun, kick: &Kick, last_enable: u32) {
     out.int_status = out.raw_status & kick.int_mask;
     out.completed = out.stall.is_none() && irq::vendor_accepts(out.int_status, kick.int_mask);
-    let last_pair = if last_enable & 0x20 != 0 {
+    let last_pair = if last_enable & BlockMask::PPU.0 != 0 {
         irq::PPU
-    } else if last_enable & 0x08 != 0 {
+    } else if last_enable & BlockMask::DPU.0 != 0 {
         irq::DPU
     } else {
         irq::CORE
