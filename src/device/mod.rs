@@ -506,6 +506,8 @@ mod chain_tests;
 #[cfg(test)]
 mod dmabuf_tests;
 #[cfg(test)]
+mod edge_tests;
+#[cfg(test)]
 mod emulation_tests;
 #[cfg(test)]
 mod tests;
