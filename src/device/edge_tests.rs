@@ -200,8 +200,8 @@ fn s8_18_sizes_no_kernel_can_map_are_refused() {
         let bo = d.alloc((1 << 20) + 1, BoFlags::default()).unwrap();
         assert_eq!(bo.size(), (1 << 20) + 4096);
     }
-    // The emulated vendor kernel itself: PAGE_ALIGN wraps the last page's sizes to 0,
-    // which the driver refuses; a size no domain holds is out of memory.
+    // The emulated vendor kernel itself: rounding the last page's sizes up wraps to 0,
+    // which it refuses (never an overflow); a size no domain holds is out of memory.
     let d = private(Flavour::Vendor098);
     let k = d.emulator().unwrap();
     for (size, errno) in [

@@ -31,9 +31,10 @@ pub(super) fn mem_create(
         c.sram_size = 0;
         return Ok(0);
     }
-    // PAGE_ALIGN of the 64-bit size wraps to 0 for the last page's sizes, which the
-    // driver then refuses as a zero size (rknpu_gem.c, rknpu_gem_create_ioctl and
-    // rknpu_gem_object_create).
+    // rknpu_gem_object_create (rknpu_gem.c) refuses a zero size, then rounds up to
+    // pages, which wraps to 0 for the last page's sizes: what follows can at best make
+    // a zero-sized object. The emulation refuses those sizes as zero ones instead of
+    // overflowing (the library never asks for them).
     let size = c.size.wrapping_add(PAGE - 1) & !(PAGE - 1);
     if size == 0 || !(0..16).contains(&c.iommu_domain_id) {
         return Err(Errno::EINVAL);
