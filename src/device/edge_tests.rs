@@ -1,5 +1,6 @@
-//! The kernel behaviours K13–K19 (docs/device.md, "Kernel behaviours"; `s8_N_…` tests
-//! KN), as `behaviour_tests.rs` does K1–K12: each fails if the emulated kernel stops
+//! The kernel behaviours K13–K18 and K11's soft-reset case (docs/device.md, "Kernel
+//! behaviours"; `s8_N_…` tests KN; K19 is a documented limitation without a test), as
+//! `behaviour_tests.rs` does K1–K12: each fails if the emulated kernel stops
 //! doing what the driver does or the device layer stops handling it. The emulated kernel
 //! is told to produce the events a test cannot arrange on demand (a signal in a wait,
 //! a failed commit, another process's soft reset, a high IOMMU aperture).
