@@ -1,6 +1,7 @@
 //! The kernel behaviours the device layer handles (docs/device.md, "Kernel behaviours"):
 //! a hang past the rocket scheduler's timeout, a pending job dropped before it was
-//! waited for, and a job naming a buffer twice. Each runs on a board as on the emulated
+//! waited for, a job naming a buffer twice, a vendor interrupt mask that cannot
+//! complete, and buffer sizes no kernel can map. Each runs on a board as on the emulated
 //! kernels; what only an emulated kernel can show safely (a non-blocking vendor job
 //! that never completes holds its core for good) runs on a private emulated kernel.
 
@@ -155,4 +156,45 @@ fn a_job_naming_a_buffer_twice_runs() {
     drop(job);
     assert_eq!(r.task_counter, 1);
     assert_eq!(m.product(), m.want);
+}
+
+/// K13: on the vendor driver a job whose last task names one bit of a pair, or two
+/// pairs, would record an interrupt and never complete (holding the core); it is
+/// refused before the kernel sees it. Rocket ignores the descriptors' masks.
+#[test]
+fn a_vendor_int_mask_that_cannot_complete_is_refused() {
+    let d = dev();
+    let mut m = matmul(&d, 21);
+    if d.info().interface == Interface::Vendor {
+        for mask in [0x100, 0xF00] {
+            let mut tasks = m.program.tasks().to_vec();
+            tasks[0].int_mask = mask;
+            let job = Job::new(&m.regcmd, tasks)
+                .reads(&m.a)
+                .reads(&m.b)
+                .writes(&m.c);
+            let r = d.submit(&job);
+            assert!(
+                matches!(r, Err(DeviceError::InvalidArgument { .. })),
+                "{mask:#x}: {r:?}"
+            );
+        }
+    }
+    d.submit(&m.job()).unwrap();
+    assert_eq!(m.product(), m.want);
+}
+
+/// K18: a size no kernel can map is a typed error before any request, on every
+/// interface (it used to be a 0-byte buffer, or an overflow panic, on the vendor one).
+#[test]
+fn sizes_no_kernel_can_map_are_refused() {
+    let d = dev();
+    for size in [usize::MAX, usize::MAX - 4094, (1 << 32) + 1] {
+        let r = d.alloc(size, BoFlags::default());
+        assert!(
+            matches!(r, Err(DeviceError::InvalidArgument { .. })),
+            "{size}: {:?}",
+            r.map(|b| b.size())
+        );
+    }
 }

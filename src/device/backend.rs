@@ -35,9 +35,18 @@ fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
 
 impl Port {
     /// A generic request (DRM, rocket), its errors named after the request.
+    /// A rocket PREP_BO interrupted by a signal (`EINTR`: its reservation wait is
+    /// interruptible, `rocket_gem.c` `rocket_ioctl_prep_bo`) is asked again: its
+    /// deadline is absolute, so the retry waits no longer than the first call would
+    /// have. No other request is repeated (a vendor SUBMIT may have started its job).
     pub(super) fn ioctl(&self, req: &mut Ioctl<'_>) -> Result<i32> {
         let name = req.name();
-        self.kernel.ioctl(self.fd, req).map_err(ioctl_err(name))
+        loop {
+            match self.kernel.ioctl(self.fd, req) {
+                Err(Errno::EINTR) if matches!(req, Ioctl::RocketPrepBo(_)) => continue,
+                r => return r.map_err(ioctl_err(name)),
+            }
+        }
     }
 
     /// A vendor request on the DRM node, its errors named `name`.
@@ -61,9 +70,21 @@ impl Port {
             .map_err(ioctl_err("mmap"))
     }
 
-    /// Waits up to `timeout` for `fd` (a fence) to be readable.
+    /// Waits up to `timeout` for `fd` (a fence) to be readable. A poll a signal
+    /// interrupts (`EINTR`: `poll(2)` is never restarted) goes on for the time left.
     pub(super) fn poll(&self, fd: Fd, timeout: Duration) -> Result<bool> {
-        self.kernel.poll(fd, timeout).map_err(ioctl_err("poll"))
+        let deadline = Instant::now().checked_add(timeout);
+        let mut left = timeout;
+        loop {
+            match self.kernel.poll(fd, left) {
+                Err(Errno::EINTR) => {
+                    if let Some(d) = deadline {
+                        left = d.saturating_duration_since(Instant::now());
+                    }
+                }
+                r => return r.map_err(ioctl_err("poll")),
+            }
+        }
     }
 
     /// Closes a descriptor the kernel handed out (a fence, a dma-buf).

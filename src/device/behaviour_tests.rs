@@ -51,7 +51,7 @@ pub(super) fn matmul_reading(d: &Device, tasks: usize, a: Bo) -> Mm {
 }
 
 /// [`matmul`] as one chain per core: `split[i]` tasks for the job's `i`-th core.
-fn matmul_split(d: &Device, split: &[usize]) -> Mm {
+pub(super) fn matmul_split(d: &Device, split: &[usize]) -> Mm {
     let mm = mm_4x64x32();
     let mut a = d.alloc(mm.a_bytes(), BoFlags::default()).unwrap();
     a.write(0, &mm.pack_a_int(&[1; 4 * 64]).unwrap()).unwrap();
@@ -122,7 +122,7 @@ fn hang(d: &Device, core: usize, task: usize) {
     });
 }
 
-fn is_timeout<T: std::fmt::Debug>(r: &Result<T>) -> bool {
+pub(super) fn is_timeout<T: std::fmt::Debug>(r: &Result<T>) -> bool {
     matches!(r, Err(DeviceError::Timeout { .. }))
 }
 

@@ -8,6 +8,12 @@ use crate::sys::{Fd, Mapping};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
+/// The page both kernels round buffer sizes to.
+const PAGE_BYTES: usize = 4096;
+
+/// The largest buffer either kernel can map for the NPU: its whole 32-bit address space.
+const MAX_BUFFER_BYTES: u64 = 1 << 32;
+
 /// What the device keeps of a live buffer (to sync, free and read it for a trace).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct BoMeta {
@@ -95,6 +101,16 @@ impl Device {
         if size == 0 {
             return Err(DeviceError::InvalidArgument {
                 what: "a buffer of 0 bytes".into(),
+            });
+        }
+        // Both kernels round to pages, and the NPU addresses 4 GiB: a larger buffer can
+        // never be mapped (and rounding the largest sizes would overflow).
+        let pages = size.checked_next_multiple_of(PAGE_BYTES);
+        if pages.is_none_or(|p| p as u64 > MAX_BUFFER_BYTES) {
+            return Err(DeviceError::InvalidArgument {
+                what: format!(
+                    "a buffer of {size} bytes: the NPU's 32-bit address space holds at most {MAX_BUFFER_BYTES} bytes (in 4096-byte pages)"
+                ),
             });
         }
         self.inner.backend.alloc(self, size, flags, traced)

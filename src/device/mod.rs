@@ -344,8 +344,10 @@ impl Device {
     }
 
     /// NPU cores as far as the library knows: 3 (RK3588) until the driver refuses a
-    /// core mask naming core 2, which only the RK3583's (two cores, `core_mask` limit
-    /// 0x3) does; from then on 2, and masks naming core 2 are refused before the kernel.
+    /// core mask naming core 2 at once, which only the RK3583's (two cores, `core_mask`
+    /// limit 0x3) does; from then on 2, and masks naming core 2 are refused before the
+    /// kernel. An `EINVAL` that comes later (another process's soft reset failing the
+    /// wait) teaches nothing (docs/device.md, K11).
     pub fn cores(&self) -> u32 {
         if self.inner.core_limit.load(Ordering::SeqCst) >= 7 {
             3
@@ -505,6 +507,8 @@ mod behaviour_tests;
 mod chain_tests;
 #[cfg(test)]
 mod dmabuf_tests;
+#[cfg(test)]
+mod edge_tests;
 #[cfg(test)]
 mod emulation_tests;
 #[cfg(test)]

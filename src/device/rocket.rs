@@ -53,6 +53,17 @@ impl Backend for Rocket {
             dmabuf: None,
         };
         dev.track(c.handle, bo.meta(traced));
+        // `dma_address` is 64 bits wide, and the driver sizes its address allocator from
+        // the IOMMU domain's aperture (rocket_drv.c, rocket_gem.c) without checking it
+        // against the NPU's 32-bit address registers; dropping `bo` frees the object.
+        if c.dma_address.saturating_add(bo.size as u64) > 1 << 32 {
+            return Err(DeviceError::NotOffered {
+                what: format!(
+                    "buffer at {:#x}+{:#x} lies above the NPU's 32-bit address space",
+                    c.dma_address, bo.size
+                ),
+            });
+        }
         Ok(bo)
     }
 

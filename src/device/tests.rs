@@ -127,7 +127,8 @@ fn vendor_memory_requests_are_checked_like_the_driver() {
 #[test]
 fn vendor_caches_are_modelled() {
     let (k, fd) = vendor();
-    let bo = create(&k, fd, 4096, mem::CACHEABLE).unwrap();
+    // Zeroed: without the flag a contiguous buffer holds stale bytes.
+    let bo = create(&k, fd, 4096, mem::CACHEABLE | mem::ZEROING).unwrap();
     let mut m = RknpuMemMap {
         handle: bo.handle,
         ..RknpuMemMap::default()

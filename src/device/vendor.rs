@@ -16,6 +16,11 @@ use zerocopy::{FromBytes, IntoBytes};
 /// Bytes of one `rknpu_task` in a task array.
 const TASK_BYTES: usize = std::mem::size_of::<RknpuTask>();
 
+/// How soon an `EINVAL` must come for it to be the driver's `core_mask` limit, which
+/// SUBMIT checks before anything else: well below the 100 ms a soft reset sleeps
+/// before it wakes (and fails) the waiting jobs (docs/device.md, K11).
+const IMMEDIATE_REFUSAL: Duration = Duration::from_millis(20);
+
 /// The vendor driver.
 #[derive(Debug)]
 pub(super) struct Vendor;
@@ -24,7 +29,12 @@ impl BoFlags {
     /// `RKNPU_MEM_*` bits for a driver version.
     pub(super) fn vendor_bits(&self, version: (u32, u32, u32)) -> u32 {
         let mut f = mem::IOMMU;
-        if !self.contiguous {
+        if self.contiguous {
+            // The contiguous path skips zeroing unless asked (rknpu_gem.c,
+            // rknpu_gem_alloc_buf: DMA_ATTR_SKIP_ZEROING without RKNPU_MEM_ZEROING);
+            // pages and rocket's shmem are always zeroed, so every buffer starts so.
+            f |= mem::ZEROING;
+        } else {
             f |= mem::NON_CONTIGUOUS;
             // The driver's own IOVA allocator avoids leaking the shared window (0.9.7+).
             // It maps without the DMA API's cache clean (rknpu_iommu.c:222-283), so the
@@ -96,7 +106,7 @@ impl Backend for Vendor {
             cacheable: flags.cacheable,
         };
         dev.track(c.handle, bo.meta(traced));
-        if c.dma_addr + c.size > 1 << 32 {
+        if c.dma_addr.saturating_add(c.size) > 1 << 32 {
             return Err(DeviceError::NotOffered {
                 what: format!(
                     "buffer at {:#x}+{:#x} lies above the NPU's 32-bit address space",
@@ -230,7 +240,27 @@ impl Backend for Vendor {
         }
     }
 
-    fn check(&self, _job: &Job<'_>) -> Result<()> {
+    /// The last task of each core's range supplies that core's INTERRUPT_MASK, and the
+    /// interrupt handler completes the job only when the status, widened to whole
+    /// pairs, equals it (`rknpu_job.c`, `rknpu_irq_handler` / `rknpu_fuzz_status`):
+    /// anything but exactly one pair records an interrupt and never completes.
+    fn check(&self, job: &Job<'_>) -> Result<()> {
+        let mut end = 0;
+        for &n in &job.split {
+            end += n;
+            let Some(last) = job.tasks.get(end.wrapping_sub(1)) else {
+                continue;
+            };
+            if !irq::vendor_completable(last.int_mask) {
+                return Err(DeviceError::InvalidArgument {
+                    what: format!(
+                        "task {} ends a core's range with int_mask {:#x}: the vendor driver completes a job only on exactly one interrupt pair (0x3, 0xc, 0x30, 0xc0, 0x300 or 0xc00, the block that finishes last); this mask would never complete it and would hold the core",
+                        end - 1,
+                        last.int_mask
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -270,12 +300,15 @@ impl Backend for Vendor {
         let statuses = task_statuses(&tasks, job.tasks.len())?;
         match r {
             // A mask naming core 2 refused at once: the driver's `core_mask` limit is
-            // below 4, which is the RK3583's 0x3 (rknpu_drv.c:204-223). (Masks it
-            // accepts and cannot start fail only after the timeout.)
+            // below 4, which is the RK3583's 0x3 (rknpu_drv.c:204-223). Only an
+            // immediate refusal counts: masks it accepts and cannot start fail after
+            // the timeout, and a job another process's soft reset wakes fails with
+            // EINVAL too, 100 ms or more into the reset (rknpu_reset.c,
+            // rknpu_soft_reset).
             Err(DeviceError::Ioctl {
                 errno: OsError::EINVAL,
                 ..
-            }) if job.cores.bits() & 4 != 0 && started.elapsed() < job.timeout => {
+            }) if job.cores.bits() & 4 != 0 && started.elapsed() < IMMEDIATE_REFUSAL => {
                 dev.learn_core_limit(3);
                 Err(DeviceError::NoSuchCore {
                     mask: job.cores.bits(),
@@ -301,9 +334,18 @@ impl Backend for Vendor {
     /// A non-blocking submission with an out-fence (`CONFIG_ROCKCHIP_RKNPU_FENCE`).
     fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight> {
         let (mut sub, tasks) = self.submit_args(dev, job, true)?;
-        dev.inner
+        let r = dev
+            .inner
             .port
-            .vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT")?;
+            .vendor(VendorOp::Submit(&mut sub), "RKNPU_SUBMIT");
+        if let Err(e) = r {
+            // rknpu_submit installs the out-fence before it schedules the job and
+            // returns a failed commit's error without taking it back (rknpu_job.c).
+            if sub.fence_fd >= 0 {
+                dev.inner.port.close(Fd(sub.fence_fd));
+            }
+            return Err(e);
+        }
         Ok(InFlight {
             fence: (sub.fence_fd >= 0).then_some(Fd(sub.fence_fd)),
             tasks: Some(tasks),

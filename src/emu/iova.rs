@@ -26,12 +26,12 @@ impl Iova {
         }
     }
 
-    /// A rocket fd's space: bottom-up from 0.
-    pub(super) fn bottom_up() -> Iova {
+    /// A rocket fd's space: 4 GiB bottom-up from `base` (0 behind the Rockchip IOMMU).
+    pub(super) fn bottom_up(base: u64) -> Iova {
         Iova {
             holes: Vec::new(),
-            low: 0,
-            high: 1 << 32,
+            low: base,
+            high: base.saturating_add(1 << 32),
             top_down: false,
         }
     }
@@ -79,7 +79,7 @@ mod tests {
         assert_eq!(v.alloc(4096), Some(b), "the freed range first");
         assert_eq!(v.alloc(4096), Some(b + 4096));
         assert_eq!(v.alloc(4096), Some(b - 4096), "then fresh space");
-        let mut r = Iova::bottom_up();
+        let mut r = Iova::bottom_up(0);
         assert_eq!(r.alloc(4096), Some(0));
         assert_eq!(r.alloc(1 << 33), None);
     }

@@ -13,9 +13,11 @@
 
 mod inspect;
 mod iova;
+mod knobs;
 mod mem;
 mod rocket;
 mod vendor;
+mod vendor_mem;
 mod worker;
 
 use crate::sim::{DmaCounters, Faults, Simulator};
@@ -132,6 +134,8 @@ struct State {
     dma: DmaCounters,
     /// Asynchronous mode: the job queue and its worker's progress.
     queue: Queue,
+    /// Events armed by a test ([`knobs`]).
+    knobs: knobs::Knobs,
 }
 
 /// The emulated kernel. Create it with [`EmuKernel::new`] (synchronous: a job runs
@@ -179,6 +183,7 @@ impl EmuKernel {
                     budget_stop: None,
                     dma: DmaCounters::default(),
                     queue: Queue::default(),
+                    knobs: knobs::Knobs::default(),
                 }),
             }),
         }
@@ -263,19 +268,19 @@ impl EmuKernel {
 
 impl Kernel for EmuKernel {
     fn open(&self, path: &str) -> Result<Fd, Errno> {
+        let mut s = self.lock();
         let file = if path == node_path(self.flavour) {
             File::Device {
                 handles: HashMap::new(),
                 next_handle: 1,
                 imported: Default::default(),
-                iova: Iova::bottom_up(),
+                iova: Iova::bottom_up(s.knobs.rocket_iova_base),
             }
         } else if path == MISC_NODE && self.flavour.is_vendor() {
             File::Misc
         } else {
             return Err(Errno::ENOENT);
         };
-        let mut s = self.lock();
         let fd = s.next_fd;
         s.next_fd += 1;
         s.files.insert(fd, file);
@@ -437,6 +442,10 @@ impl Kernel for EmuKernel {
                 Ok(0)
             }
             Ioctl::RocketPrepBo(p) if self.flavour == Flavour::Rocket => {
+                if s.knobs.eintr_prep_bos > 0 {
+                    s.knobs.eintr_prep_bos -= 1;
+                    return Err(Errno::EINTR);
+                }
                 rocket::rocket_prep_bo(&self.shared, s, fd, p)
             }
             Ioctl::RocketFiniBo(f) if self.flavour == Flavour::Rocket => {
@@ -484,6 +493,10 @@ impl Kernel for EmuKernel {
     fn poll(&self, fd: Fd, timeout: Duration) -> Result<bool, Errno> {
         let deadline = Instant::now().checked_add(timeout);
         let mut s = self.lock();
+        if s.knobs.eintr_polls > 0 {
+            s.knobs.eintr_polls -= 1;
+            return Err(Errno::EINTR);
+        }
         loop {
             match s.files.get(&fd.0) {
                 Some(File::Fence { signalled: false }) => {}

@@ -2,13 +2,14 @@
 //! and SUBMIT, which runs each started core's range on the simulator as the driver
 //! kicks it (the vendor and rocket driver sources, docs/hardware/kernel-behaviours.md#sources).
 
-use super::mem::{EmuBo, bo_of, load_memory, lock_bo, next_id, object, release, store_memory};
+use super::mem::{EmuBo, bo_of, load_memory, lock_bo, object, release, store_memory};
+use super::vendor_mem::{mem_create, mem_sync};
 use super::worker::{Job, Shared, lock_sim};
-use super::{EmuKernel, EmuStop, File, Flavour, PAGE, State};
+use super::{EmuKernel, EmuStop, File, Flavour, State};
 use crate::sim::{DmaCounters, Faults, MAX_TASKS, Simulator};
 use crate::submit::{self, TaskDesc};
 use crate::sys::uapi::*;
-use crate::sys::{DmaMem, Errno, Fd, Ioctl, VendorOp};
+use crate::sys::{Errno, Fd, Ioctl, VendorOp};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use zerocopy::FromBytes;
@@ -118,6 +119,28 @@ impl EmuKernel {
         sub: &mut RknpuSubmit,
     ) -> Result<i32, Errno> {
         let mut job = VendorJob::check(&mut s, sub)?;
+        if job.nonblock() && s.knobs.failing_commits > 0 {
+            // rknpu_submit installs the out-fence before it schedules the job and
+            // returns the commit's error without taking it back (rknpu_job.c).
+            s.knobs.failing_commits -= 1;
+            fence_out(&mut s, sub, false);
+            s.log.push(format!(
+                "commit of a non-blocking job failed: EINVAL, out-fence {} left installed",
+                sub.fence_fd
+            ));
+            return Err(Errno::EINVAL);
+        }
+        if !job.nonblock()
+            && let Some(after) = s.knobs.reset_after.take()
+        {
+            // Another process's soft reset wakes the waiter: the job fails unrun.
+            s.log.push(format!(
+                "soft reset by another process {after:?} into the wait: EINVAL"
+            ));
+            drop(s);
+            std::thread::sleep(after);
+            return Err(Errno::EINVAL);
+        }
         let out = if s.queue.goes_to_worker() {
             if job.nonblock() {
                 fence_out(&mut s, sub, false);
@@ -413,92 +436,6 @@ fn started(s: &State, mask: u32) -> Vec<(usize, usize)> {
     submit::started_cores(mask).unwrap_or(&[]).to_vec()
 }
 
-/// MEM_CREATE: a new object in the one shared domain (a freed range first, else
-/// top-down from 4 GiB), or the information of an existing handle (after PRIME
-/// import). An unknown non-zero handle allocates a new object, as the driver does
-/// (`rknpu_gem.c:883-895`).
-fn mem_create(
-    s: &mut State,
-    fd: Fd,
-    c: &mut RknpuMemCreate,
-    flavour: Flavour,
-) -> Result<i32, Errno> {
-    if c.handle != 0
-        && let Ok(bo) = bo_of(s, fd, c.handle)
-    {
-        let b = lock_bo(&bo);
-        c.size = b.size;
-        c.obj_addr = b.obj_addr;
-        c.dma_addr = b.dma as u64;
-        c.sram_size = 0;
-        return Ok(0);
-    }
-    if c.size == 0 || !(0..16).contains(&c.iommu_domain_id) {
-        return Err(Errno::EINVAL);
-    }
-    let size = c.size.div_ceil(PAGE) * PAGE;
-    let dma = s.vendor_iova.alloc(size).ok_or(Errno::ENOMEM)?;
-    let obj = s.next_obj;
-    s.next_obj += 0x1000;
-    let cacheable = c.flags & mem::CACHEABLE != 0;
-    // Bit 10 maps the pages without the DMA API's cache clean (rknpu_iommu.c:222-283):
-    // the CPU cache still holds the dirty lines of the page zeroing (0.9.7 and later).
-    let dirty = cacheable
-        && c.flags & mem::IOMMU_LIMIT_IOVA_ALIGNMENT != 0
-        && flavour != Flavour::Vendor096;
-    let bo = Arc::new(Mutex::new(EmuBo {
-        size,
-        flags: c.flags,
-        dma: dma as u32,
-        obj_addr: obj,
-        mmap_offset: 0,
-        cpu: Arc::new(DmaMem::zeroed(size as usize)),
-        dev: cacheable.then(|| Arc::new(vec![0u8; size as usize])),
-        busy_until: None,
-        writer: None,
-        dirty,
-        id: next_id(),
-        version: 0,
-    }));
-    let Some(File::Device {
-        handles,
-        next_handle,
-        ..
-    }) = s.files.get_mut(&fd.0)
-    else {
-        return Err(Errno::EBADF);
-    };
-    let handle = *next_handle;
-    *next_handle += 1;
-    lock_bo(&bo).mmap_offset = (handle as u64) << 32;
-    handles.insert(handle, Arc::clone(&bo));
-    s.objects.insert(obj, bo);
-    c.handle = handle;
-    c.size = size;
-    c.obj_addr = obj;
-    c.dma_addr = dma;
-    c.sram_size = 0;
-    Ok(0)
-}
-
-/// MEM_SYNC: copies between the CPU and the device view of a cacheable object.
-fn mem_sync(s: &mut State, y: &RknpuMemSync) -> Result<i32, Errno> {
-    if y.obj_addr == 0 {
-        return Err(Errno::EINVAL);
-    }
-    let bo = object(s, y.obj_addr, "MEM_SYNC")?;
-    let mut b = lock_bo(&bo);
-    if b.flags & mem::CACHEABLE == 0 {
-        return Err(Errno::EINVAL);
-    }
-    if y.flags & mem::SYNC_TO_DEVICE != 0 {
-        b.sync(true, y.offset, y.size)?;
-    }
-    if y.flags & mem::SYNC_FROM_DEVICE != 0 {
-        b.sync(false, y.offset, y.size)?;
-    }
-    Ok(0)
-}
 /// What the started cores of a job did.
 struct CoresRun {
     /// Every started core ran its whole range.

@@ -199,6 +199,12 @@ impl Kernel for RealKernel {
             Ioctl::RocketFiniBo(a) => ptr(*a),
             Ioctl::DmaBufSync(a) => ptr(*a),
         };
+        // The out-fence's number as the caller passed it: one the kernel wrote instead is
+        // new, on failure too (below).
+        let fence_in = match req {
+            Ioctl::Vendor(_, VendorOp::Submit(s)) => Some(s.fence_fd),
+            _ => None,
+        };
         let r = self.with_fd(fd, |fd| {
             // SAFETY: `code` is computed from the size of the very structure `arg` points
             // to (uapi's request codes, asserted against the driver headers); the structure is
@@ -207,13 +213,18 @@ impl Kernel for RealKernel {
             // by `req`, which outlives this call, and `submit` lives until the function
             // returns; `fd` is a descriptor this kernel owns.
             Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), code as libc::c_ulong, arg) })
-        })?;
+        });
+        // A failed non-blocking SUBMIT may still have installed its out-fence:
+        // rknpu_submit (rknpu_job.c) writes it to `fence_fd` before scheduling the job
+        // and returns the commit's error without taking it back, and DRM copies the
+        // structure out even then (drm_ioctl.c). Owned here, it is closed like any other.
         if let Ioctl::Vendor(_, VendorOp::Submit(s)) = req
             && s.flags & super::uapi::job::FENCE_OUT != 0
+            && (r.is_ok() || fence_in != Some(s.fence_fd))
         {
             self.adopt_raw(s.fence_fd)
         }
-        Ok(r)
+        r
     }
 
     fn adopt(&self, fd: BorrowedFd<'_>) -> Result<Fd, Errno> {

@@ -398,6 +398,9 @@ pub mod mem {
     pub const KERNEL_MAPPING: u32 = 0x8;
     /// Not referenced by the kernel; set by vendor userspace.
     pub const IOMMU: u32 = 0x10;
+    /// Zero a contiguous buffer at allocation (without it the contiguous path skips
+    /// zeroing; pages are always zeroed).
+    pub const ZEROING: u32 = 0x20;
     /// The driver's own IOVA allocator (0.9.7+).
     pub const IOMMU_LIMIT_IOVA_ALIGNMENT: u32 = 0x400;
     /// MEM_SYNC: clean CPU caches for the device.
