@@ -369,6 +369,15 @@ impl LayerBuilder {
         // Buffers: 0 the program, 1 the scratch buffer, then one per tensor that has its
         // own (inputs, outputs, constants, banks).
         let placed = place::place(&tensors, &steps);
+        if placed.scratch_end > u64::from(u32::MAX) {
+            return Err(Error::Unsupported {
+                what: "layer",
+                why: format!(
+                    "intermediates of {} bytes at once; relocation offsets are 32-bit",
+                    placed.scratch_end
+                ),
+            });
+        }
         let addr = |t: Tensor| {
             let (id, off) = placed.at[t.index];
             DmaAddr::reloc(id, off as u32)
