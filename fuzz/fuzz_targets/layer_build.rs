@@ -104,7 +104,7 @@ fn run(dev: &Device, other: &Device, d: &mut Bytes<'_>) {
         let step: Result<(), Error> = match d.next() % 8 {
             // An input cube, or raw input bytes.
             0 | 1 => cube(d).map_or(Ok(()), |c| {
-                let t = if d.next() % 2 == 0 {
+                let t = if d.next().is_multiple_of(2) {
                     b.input("in", c)
                 } else {
                     b.input_bytes("in", c.bytes() as usize)
@@ -140,7 +140,11 @@ fn run(dev: &Device, other: &Device, d: &mut Bytes<'_>) {
                     32 * u32::from(d.next() % 3 + 1),
                 );
                 let m = u32::from(d.next() % 4) + 1;
-                let on = if d.next() % 4 == 0 { other } else { dev };
+                let on = if d.next().is_multiple_of(4) {
+                    other
+                } else {
+                    dev
+                };
                 let w: Vec<i8> = (0..n * k).map(|i| (i % 7) as i8 - 3).collect();
                 let bank = WeightBank::from_i8_nk(on, n, k, &w).map(Arc::new);
                 let plan = bank
@@ -152,9 +156,8 @@ fn run(dev: &Device, other: &Device, d: &mut Bytes<'_>) {
                         // Its packed A as a new input, or (not always big enough) a
                         // tensor already there.
                         let a = match d.next() % 2 {
-                            0 => b.input_bytes("x", plan.a_bytes as usize).map(|t| {
+                            0 => b.input_bytes("x", plan.a_bytes as usize).inspect(|&t| {
                                 inputs.push((t, plan.a_bytes));
-                                t
                             }),
                             _ => pick(d, &tensors).ok_or(Error::EmptyInput),
                         };
