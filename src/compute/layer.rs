@@ -210,7 +210,10 @@ impl LayerBuilder {
 
     /// A step: `generate` gets the addresses of `reads` (in that order) and of the new
     /// tensor `out` it writes, and returns the tasks that compute it. Tensors are
-    /// relocations; the tasks run in the chain after those of the steps before.
+    /// relocations; the tasks run in the chain after those of the steps before. The
+    /// tasks may read only `reads` (and `out`) and write only `out`: [`LayerBuilder::build`]
+    /// refuses a step whose tasks reach outside them ([`Error::LayerStep`]). A tensor of
+    /// another builder is an [`Error::Foreign`].
     pub fn op<F>(&mut self, name: &str, reads: &[Tensor], out: Cube, generate: F) -> Result<Tensor>
     where
         F: FnOnce(&[DmaAddr], DmaAddr) -> Result<Vec<Task>> + Send + 'static,
