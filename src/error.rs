@@ -203,6 +203,23 @@ pub enum Error {
         /// Result type.
         output: &'static str,
     },
+    /// A handle used with a device or layer that did not issue it: a weight bank of
+    /// another open of the NPU in a layer step, a layer tensor of another layer. Its
+    /// buffers are not addressable in this device's jobs (or it names another layer's
+    /// tensor), so nothing is submitted.
+    Foreign {
+        /// The handle, and where it was used.
+        what: String,
+    },
+    /// A layer step whose tasks read outside the tensors the step reads, or write
+    /// outside the tensor it writes: the layer is refused at build, since such a task
+    /// would overwrite (or read) another live tensor of the layer.
+    LayerStep {
+        /// The step's name.
+        step: String,
+        /// The offending task (its index in the layer's program) and range.
+        error: crate::verify::VerifyError,
+    },
 }
 
 impl fmt::Display for Error {
@@ -314,6 +331,11 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "no kernel takes {input} activations with {weights} weights to {output} results"
+            ),
+            Error::Foreign { what } => write!(f, "a handle of another device or layer: {what}"),
+            Error::LayerStep { step, error } => write!(
+                f,
+                "layer step {step} reaches outside the tensors it declares: {error}"
             ),
         }
     }

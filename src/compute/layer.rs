@@ -40,20 +40,37 @@
 //! ```
 
 use super::matmul::WeightBank;
-use crate::device::{Bo, BoFlags, Device, Job, JobResult, Pending};
+use crate::device::{BoFlags, Device};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::Plan;
 use crate::kernels::ops::Cube;
 use crate::kernels::single::OutType;
-use crate::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder, words_to_le_bytes};
+use crate::regcmd::{BufferId, DmaAddr, ProgramBuilder, words_to_le_bytes};
 use crate::task::{Precision, Task};
-use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-/// A tensor of a layer: a handle its builder gave out.
+mod built;
+mod check;
+mod place;
+
+use built::Held;
+pub use built::{Layer, LayerStep, PendingLayer, TensorInfo};
+use check::StepTensors;
+use place::{REGCMD, SCRATCH};
+
+/// A tensor of a layer: a handle its builder gave out. It carries the identity of that
+/// builder (and of the layer it builds): used with another builder or layer it is an
+/// [`Error::Foreign`], never another layer's tensor of the same index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Tensor(usize);
+pub struct Tensor {
+    layer: u64,
+    index: usize,
+}
+
+/// The identity of the next builder: unique in the process.
+static NEXT_LAYER: AtomicU64 = AtomicU64::new(1);
 
 /// What a step's generator gets: the addresses of the tensors it reads, in the order
 /// they were named, and of the tensor it writes.
@@ -100,6 +117,7 @@ struct StepDef {
 
 /// Describes a layer program: tensors and the steps between them, in execution order.
 pub struct LayerBuilder {
+    id: u64,
     dev: Device,
     tensors: Vec<TensorDef>,
     steps: Vec<StepDef>,
@@ -109,6 +127,7 @@ pub struct LayerBuilder {
 impl std::fmt::Debug for LayerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LayerBuilder")
+            .field("id", &self.id)
             .field("tensors", &self.tensors)
             .field(
                 "steps",
@@ -118,14 +137,11 @@ impl std::fmt::Debug for LayerBuilder {
     }
 }
 
-/// Tensors in the scratch buffer start at multiples of this (the DMA engines' 16-byte
-/// alignment, rounded up to a cache line).
-const ALIGN: u64 = 64;
-
 impl LayerBuilder {
     /// An empty layer on `dev`, with a 2 s job timeout.
     pub fn new(dev: &Device) -> LayerBuilder {
         LayerBuilder {
+            id: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
             dev: dev.clone(),
             tensors: Vec::new(),
             steps: Vec::new(),
@@ -152,13 +168,20 @@ impl LayerBuilder {
             kind,
             output: false,
         });
-        Ok(Tensor(self.tensors.len() - 1))
+        Ok(Tensor {
+            layer: self.id,
+            index: self.tensors.len() - 1,
+        })
     }
 
+    /// [`Error::Foreign`] for a tensor another builder gave out.
     fn def(&self, t: Tensor) -> Result<&TensorDef> {
-        self.tensors.get(t.0).ok_or_else(|| Error::InvalidArgument {
-            what: format!("tensor {} is not of this layer", t.0),
-        })
+        match self.tensors.get(t.index) {
+            Some(def) if t.layer == self.id => Ok(def),
+            _ => Err(Error::Foreign {
+                what: format!("{t:?} used with layer builder {}", self.id),
+            }),
+        }
     }
 
     /// An input cube the host writes before each run ([`Layer::write`]).
@@ -181,13 +204,16 @@ impl LayerBuilder {
     /// after a run.
     pub fn output(&mut self, t: Tensor) -> Result<()> {
         self.def(t)?;
-        self.tensors[t.0].output = true;
+        self.tensors[t.index].output = true;
         Ok(())
     }
 
     /// A step: `generate` gets the addresses of `reads` (in that order) and of the new
     /// tensor `out` it writes, and returns the tasks that compute it. Tensors are
-    /// relocations; the tasks run in the chain after those of the steps before.
+    /// relocations; the tasks run in the chain after those of the steps before. The
+    /// tasks may read only `reads` (and `out`) and write only `out`: [`LayerBuilder::build`]
+    /// refuses a step whose tasks reach outside them ([`Error::LayerStep`]). A tensor of
+    /// another builder is an [`Error::Foreign`].
     pub fn op<F>(&mut self, name: &str, reads: &[Tensor], out: Cube, generate: F) -> Result<Tensor>
     where
         F: FnOnce(&[DmaAddr], DmaAddr) -> Result<Vec<Task>> + Send + 'static,
@@ -235,7 +261,8 @@ impl LayerBuilder {
     /// cube `Cube::new(m, 1, n, out)` (C's `[N/E][M][E]` layout, which later steps read
     /// as a tensor of M pixels of N channels). One core, one M tile and one K wave: the
     /// whole product is one run of tasks whose output is one cube (a larger one is an
-    /// [`Error::Unsupported`] naming the limit). `input` says whether `a` is the plan's
+    /// [`Error::Unsupported`] naming the limit; a bank of another device than the layer's
+    /// is an [`Error::Foreign`]). `input` says whether `a` is the plan's
     /// packed A (a layer input the host writes, `kernels::matmul::pack::activations_i8`)
     /// or a native cube an earlier step wrote.
     pub fn matmul(
@@ -247,6 +274,13 @@ impl LayerBuilder {
         out: OutType,
         input: MatmulInput,
     ) -> Result<Tensor> {
+        if !bank.device().same_device(&self.dev) {
+            return Err(Error::Foreign {
+                what: format!(
+                    "matmul step {name}: a weight bank of another device than the layer's"
+                ),
+            });
+        }
         let plan = Plan::for_layout(bank.layout(), m, out, 1)?;
         let plan = match self.dev.capabilities().cbuf_reuse {
             true => plan,
@@ -318,12 +352,15 @@ impl LayerBuilder {
         )
     }
 
-    /// Places the tensors, generates and binds the program, verifies it, and allocates
-    /// and fills the buffers. Errors name the step whose tasks fail.
+    /// Places the tensors, generates and binds the program, checks every step's tasks
+    /// against the tensors the step declares ([`Error::LayerStep`] naming the step whose
+    /// task reads or writes outside them), verifies the whole chain, and allocates and
+    /// fills the buffers. Errors name the step whose tasks fail.
     pub fn build(self) -> Result<Layer> {
         let LayerBuilder {
+            id,
             dev,
-            mut tensors,
+            tensors,
             steps,
             timeout,
         } = self;
@@ -332,87 +369,35 @@ impl LayerBuilder {
                 what: "a layer of no step".into(),
             });
         }
-        // An intermediate nobody reads after its step and that is not an output is still
-        // placed (its step writes it); the step index of each tensor's last use:
-        let mut last_use = vec![0usize; tensors.len()];
-        // (A step can only read tensors that existed when it was added, so every
-        // intermediate it reads was written by an earlier step.)
-        for (i, s) in steps.iter().enumerate() {
-            for r in &s.reads {
-                last_use[r.0] = i;
-            }
-            last_use[s.writes.0] = last_use[s.writes.0].max(i);
-        }
         // Buffers: 0 the program, 1 the scratch buffer, then one per tensor that has its
         // own (inputs, outputs, constants, banks).
-        const REGCMD: BufferId = BufferId(0);
-        const SCRATCH: BufferId = BufferId(1);
-        let mut place = vec![(SCRATCH, 0u64); tensors.len()];
-        let mut own = Vec::new();
-        let mut free: Vec<(u64, u64)> = Vec::new(); // (offset, bytes), sorted by offset
-        let mut live: Vec<(usize, u64, u64)> = Vec::new(); // (dies after step, offset, bytes)
-        let mut scratch_end = 0u64;
-        let mut scratch_sum = 0u64;
-        for (i, s) in steps.iter().enumerate() {
-            // Tensors whose last reader ran before this step are dead now.
-            live.retain(|&(dies, off, len)| {
-                if dies < i {
-                    free.push((off, len));
-                    false
-                } else {
-                    true
-                }
+        let placed = place::place(&tensors, &steps);
+        if placed.scratch_end > u64::from(u32::MAX) {
+            return Err(Error::Unsupported {
+                what: "layer",
+                why: format!(
+                    "intermediates of {} bytes at once; relocation offsets are 32-bit",
+                    placed.scratch_end
+                ),
             });
-            free.sort_unstable();
-            free = merge(free);
-            let t = s.writes.0;
-            let def = &mut tensors[t];
-            if def.output {
-                own.push(t);
-                continue;
-            }
-            let len = def.bytes.next_multiple_of(ALIGN);
-            scratch_sum += len;
-            let off = match free.iter().position(|&(_, l)| l >= len) {
-                Some(j) => {
-                    let (o, l) = free[j];
-                    if l == len {
-                        free.remove(j);
-                    } else {
-                        free[j] = (o + len, l - len);
-                    }
-                    o
-                }
-                None => {
-                    let o = scratch_end;
-                    scratch_end += len;
-                    o
-                }
-            };
-            place[t] = (SCRATCH, off);
-            live.push((last_use[t], off, len));
-        }
-        for (t, def) in tensors.iter().enumerate() {
-            if !matches!(def.kind, Kind::Intermediate) {
-                own.push(t);
-            }
-        }
-        own.sort_unstable();
-        own.dedup();
-        for (j, &t) in own.iter().enumerate() {
-            place[t] = (BufferId(2 + j as u32), 0);
         }
         let addr = |t: Tensor| {
-            let (id, off) = place[t.0];
+            let (id, off) = placed.at[t.index];
             DmaAddr::reloc(id, off as u32)
         };
         let mut p = ProgramBuilder::new(REGCMD);
         let mut infos = Vec::with_capacity(steps.len());
+        let mut uses = Vec::with_capacity(steps.len());
         let mut first = 0;
         for s in steps {
-            let ins: Vec<DmaAddr> = s.reads.iter().map(|&t| addr(t)).collect();
-            let name = s.name.clone();
-            let tasks = (s.generate)(&ins, addr(s.writes)).map_err(|e| Error::Unsupported {
+            let StepDef {
+                name,
+                reads,
+                writes,
+                generate,
+            } = s;
+            let ins: Vec<DmaAddr> = reads.iter().map(|&t| addr(t)).collect();
+            let tasks = generate(&ins, addr(writes)).map_err(|e| Error::Unsupported {
                 what: "layer step",
                 why: format!("{name}: {e}"),
             })?;
@@ -428,18 +413,19 @@ impl LayerBuilder {
                 name,
                 tasks: first..first + tasks.len(),
             });
+            uses.push((reads, writes));
             first += tasks.len();
         }
         let program = p.build()?;
         // Buffers, then the program bound to them.
         let flags = BoFlags::default();
-        let scratch = if scratch_end > 0 {
-            Some(dev.alloc(scratch_end as usize, flags)?)
+        let scratch = if placed.scratch_end > 0 {
+            Some(dev.alloc(placed.scratch_end as usize, flags)?)
         } else {
             None
         };
-        let mut buffers = Vec::with_capacity(own.len());
-        for &t in &own {
+        let mut buffers = Vec::with_capacity(placed.own.len());
+        for &t in &placed.own {
             let def = &tensors[t];
             let held = match &def.kind {
                 Kind::Bank(bank) => Held::Bank(bank.clone()),
@@ -450,12 +436,18 @@ impl LayerBuilder {
                 }
                 _ => Held::Own(dev.alloc(def.bytes as usize, flags)?),
             };
-            buffers.push((Tensor(t), held));
+            buffers.push((
+                Tensor {
+                    layer: id,
+                    index: t,
+                },
+                held,
+            ));
         }
         let mut regcmd = dev.alloc(program.byte_len(), flags)?;
         let regcmd_addr = regcmd.dma_addr();
         let scratch_addr = scratch.as_ref().map(|b| b.dma_addr());
-        let words = program.bind(|id| {
+        let base = |id: BufferId| {
             let a = match id {
                 REGCMD => Some(regcmd_addr),
                 SCRATCH => scratch_addr,
@@ -464,7 +456,23 @@ impl LayerBuilder {
                     .map(|(_, h)| h.bo().dma_addr()),
             };
             a.map(u64::from)
-        })?;
+        };
+        let words = program.bind(base)?;
+        // Each step against the tensors it declares: the verifier below sees only
+        // buffers, and the intermediates share one.
+        let span = |t: Tensor| {
+            let (id, off) = placed.at[t.index];
+            (base(id).unwrap_or(0) + off, tensors[t.index].bytes)
+        };
+        for (info, (reads, writes)) in infos.iter().zip(&uses) {
+            let step = StepTensors {
+                name: &info.name,
+                tasks: info.tasks.clone(),
+                reads: reads.iter().map(|&t| span(t)).collect(),
+                writes: span(*writes),
+            };
+            check::check_step(&words, program.tasks(), &step)?;
+        }
         regcmd.write(0, &words_to_le_bytes(&words))?;
         let tensors = tensors
             .into_iter()
@@ -475,10 +483,11 @@ impl LayerBuilder {
                 cube: d.cube,
                 input: matches!(d.kind, Kind::Input),
                 output: d.output,
-                scratch_offset: (place[i].0 == SCRATCH && !d.output).then_some(place[i].1),
+                scratch_offset: (placed.at[i].0 == SCRATCH && !d.output).then_some(placed.at[i].1),
             })
             .collect();
         let layer = Layer {
+            id,
             dev,
             program,
             regcmd,
@@ -486,7 +495,7 @@ impl LayerBuilder {
             buffers,
             tensors,
             steps: infos,
-            scratch_sum,
+            scratch_sum: placed.scratch_sum,
             timeout,
             last: None,
         };
@@ -496,229 +505,5 @@ impl LayerBuilder {
             .job(0..layer.program.tasks().len())
             .check(&layer.dev)?;
         Ok(layer)
-    }
-}
-
-/// Merges adjacent free ranges (sorted by offset).
-fn merge(free: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(free.len());
-    for (o, l) in free {
-        match out.last_mut() {
-            Some((po, pl)) if *po + *pl == o => *pl += l,
-            _ => out.push((o, l)),
-        }
-    }
-    out
-}
-
-#[derive(Debug)]
-enum Held {
-    Own(Bo),
-    Bank(Arc<WeightBank>),
-}
-
-impl Held {
-    fn bo(&self) -> &Bo {
-        match self {
-            Held::Own(bo) => bo,
-            Held::Bank(bank) => bank.buffer(),
-        }
-    }
-}
-
-/// One step of a built layer: its name and the indices of its tasks in the program.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LayerStep {
-    /// The name the builder was given.
-    pub name: String,
-    /// Its tasks, as indices into [`Program::tasks`].
-    pub tasks: Range<usize>,
-}
-
-/// What a built layer knows of a tensor.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TensorInfo {
-    /// The name the builder was given.
-    pub name: String,
-    /// Its size in bytes.
-    pub bytes: u64,
-    /// Its geometry, when it is a cube.
-    pub cube: Option<Cube>,
-    /// Whether the host writes it ([`Layer::write`]).
-    pub input: bool,
-    /// Whether the host reads it ([`Layer::read`]).
-    pub output: bool,
-    /// Where an intermediate lives in the scratch buffer (`None` for tensors with a
-    /// buffer of their own).
-    pub scratch_offset: Option<u64>,
-}
-
-/// A built layer program: its buffers (owned; freed on drop) and its bound program.
-#[derive(Debug)]
-pub struct Layer {
-    dev: Device,
-    program: Program,
-    regcmd: Bo,
-    scratch: Option<Bo>,
-    buffers: Vec<(Tensor, Held)>,
-    tensors: Vec<TensorInfo>,
-    steps: Vec<LayerStep>,
-    scratch_sum: u64,
-    timeout: Duration,
-    /// The result of the last run.
-    pub last: Option<JobResult>,
-}
-
-impl Layer {
-    fn held(&self, t: Tensor) -> Option<&Held> {
-        self.buffers.iter().find(|(x, _)| *x == t).map(|(_, h)| h)
-    }
-
-    fn info(&self, t: Tensor) -> Result<&TensorInfo> {
-        self.tensors.get(t.0).ok_or_else(|| Error::InvalidArgument {
-            what: format!("tensor {} is not of this layer", t.0),
-        })
-    }
-
-    /// Writes an input tensor's bytes (at most its size; the rest keeps what it held).
-    pub fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {
-        let info = self.info(t)?;
-        if !info.input {
-            return Err(Error::InvalidArgument {
-                what: format!("{} is not an input of the layer", info.name),
-            });
-        }
-        if bytes.len() as u64 > info.bytes {
-            return Err(Error::ShapeMismatch {
-                what: "layer input bytes",
-                expected: info.bytes,
-                actual: bytes.len() as u64,
-            });
-        }
-        let i = self.buffers.iter().position(|(x, _)| *x == t);
-        match i.map(|i| &mut self.buffers[i].1) {
-            Some(Held::Own(bo)) => bo.write(0, bytes),
-            _ => Err(Error::InvalidArgument {
-                what: "an input without a buffer".into(),
-            }),
-        }
-    }
-
-    /// Reads an output tensor's bytes (exactly its size).
-    pub fn read(&mut self, t: Tensor) -> Result<Vec<u8>> {
-        let info = self.info(t)?;
-        if !info.output {
-            return Err(Error::InvalidArgument {
-                what: format!("{} is not an output of the layer", info.name),
-            });
-        }
-        let len = info.bytes as usize;
-        match self.held(t) {
-            Some(h) => h.bo().read_with(|b| b[..len].to_vec()),
-            None => Err(Error::InvalidArgument {
-                what: "an output without a buffer".into(),
-            }),
-        }
-    }
-
-    /// The job running `tasks` (indices into the program) with every buffer of the layer,
-    /// verified on submission (what `build` checks once).
-    fn job(&self, tasks: Range<usize>) -> Job<'_> {
-        let mut job =
-            Job::new(&self.regcmd, self.program.tasks()[tasks].to_vec()).timeout(self.timeout);
-        if let Some(s) = &self.scratch {
-            job = job.reads(s).writes(s);
-        }
-        for (t, h) in &self.buffers {
-            let info = &self.tensors[t.0];
-            job = if info.output {
-                job.reads(h.bo()).writes(h.bo())
-            } else {
-                job.reads(h.bo())
-            };
-        }
-        job
-    }
-
-    /// [`Layer::job`] without the pre-submit verifier: `build` verified the whole chain
-    /// against these buffers, and neither the bound words nor the buffers change after
-    /// it, so reading and decoding the program again on every run would find the same.
-    fn checked_job(&self, tasks: Range<usize>) -> Job<'_> {
-        self.job(tasks).unverified()
-    }
-
-    /// Runs the whole layer as one job and waits for it.
-    pub fn run(&mut self) -> Result<JobResult> {
-        let r = self
-            .dev
-            .submit(&self.checked_job(0..self.program.tasks().len()))?;
-        self.last = Some(r.clone());
-        Ok(r)
-    }
-
-    /// Submits the whole layer as one job and returns at once; the layer's buffers stay
-    /// borrowed until [`PendingLayer::wait`].
-    pub fn submit(&mut self) -> Result<PendingLayer<'_>> {
-        let job = self.checked_job(0..self.program.tasks().len());
-        Ok(PendingLayer {
-            pending: self.dev.submit_nonblocking(job)?,
-        })
-    }
-
-    /// Runs each step as a job of its own, one after another (the same tasks and
-    /// buffers, a submission and a wait per step): what a backend that calls the NPU
-    /// once per operation does. Returns each job's time from submission to completion.
-    pub fn run_steps_separately(&mut self) -> Result<Vec<Duration>> {
-        let mut times = Vec::with_capacity(self.steps.len());
-        for s in &self.steps {
-            let t0 = Instant::now();
-            self.dev.submit(&self.checked_job(s.tasks.clone()))?;
-            times.push(t0.elapsed());
-        }
-        Ok(times)
-    }
-
-    /// The bound program.
-    pub fn program(&self) -> &Program {
-        &self.program
-    }
-
-    /// The steps, in chain order.
-    pub fn steps(&self) -> &[LayerStep] {
-        &self.steps
-    }
-
-    /// What the layer knows of `t`.
-    pub fn tensor(&self, t: Tensor) -> Result<&TensorInfo> {
-        self.info(t)
-    }
-
-    /// Bytes of the scratch buffer holding the intermediates, and what they would take
-    /// without reuse (each in bytes of its own).
-    pub fn scratch_bytes(&self) -> (u64, u64) {
-        (
-            self.scratch.as_ref().map_or(0, |b| b.size() as u64),
-            self.scratch_sum,
-        )
-    }
-}
-
-/// A layer submitted without blocking.
-#[derive(Debug)]
-pub struct PendingLayer<'l> {
-    pending: Pending<'l>,
-}
-
-impl PendingLayer<'_> {
-    /// Whether it finished, without waiting.
-    pub fn is_done(&self) -> Result<bool> {
-        self.pending.is_done()
-    }
-
-    /// Waits until it completes or `deadline` passes.
-    pub fn wait(self, deadline: Instant) -> Result<JobResult> {
-        self.pending.wait(deadline)
     }
 }

@@ -1,0 +1,233 @@
+//! Fuzzes layer programs: a small layer described by the input (inputs, constants,
+//! add steps whose tasks may be wider than the tensors they declare, matmul steps over
+//! small weight banks of this device or of another, handles of another builder, outputs)
+//! is built on the emulated kernel. The build never panics; an error is one of the
+//! library's typed refusals; every layer that builds runs, its outputs read back at
+//! their declared sizes; and nothing leaks on either device.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rknpu_driver::Error;
+use rknpu_driver::compute::layer::{LayerBuilder, MatmulInput, Tensor};
+use rknpu_driver::compute::matmul::WeightBank;
+use rknpu_driver::device::Device;
+use rknpu_driver::kernels::matmul::Plan;
+use rknpu_driver::kernels::ops::Cube;
+use rknpu_driver::kernels::single::{OutType, add_task_model};
+use rknpu_driver::regcmd::DmaAddr;
+use rknpu_driver::task::Precision;
+use std::sync::{Arc, OnceLock};
+
+/// Steps (and tensors) of one layer at most: enough for reuse, small enough to be fast.
+const MAX_OPS: usize = 12;
+
+/// The layer's device and another open of the emulated NPU.
+fn devices() -> &'static (Device, Device) {
+    static DEVS: OnceLock<(Device, Device)> = OnceLock::new();
+    DEVS.get_or_init(|| {
+        let open = || Device::open_spec("emu").expect("the emulated kernel opens");
+        (open(), open())
+    })
+}
+
+/// The input, read a byte at a time (zeros once it runs out).
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn next(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// An int32 cube (sometimes of another precision) of up to 16 pixels and 64 channels;
+/// channel counts that are not multiples of 4 give adds the recipe refuses.
+fn cube(d: &mut Bytes<'_>) -> Option<Cube> {
+    let width = u32::from(d.next() % 16) + 1;
+    let channels = u32::from(d.next() % 64) + 1;
+    let precision = match d.next() % 8 {
+        0 => Precision::Int8,
+        1 => Precision::Fp16,
+        _ => Precision::Int32,
+    };
+    Cube::new(width, 1, channels, precision).ok()
+}
+
+/// The errors a layer description may be refused with.
+fn typed(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::InvalidArgument { .. }
+            | Error::Unsupported { .. }
+            | Error::ShapeMismatch { .. }
+            | Error::Foreign { .. }
+            | Error::LayerStep { .. }
+            | Error::Verify { .. }
+            | Error::Precision { .. }
+            | Error::FieldOverflow { .. }
+            | Error::OutOfRange { .. }
+    )
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (dev, other) = devices();
+    let before = (dev.live_buffers(), other.live_buffers());
+    run(dev, other, &mut Bytes(data));
+    assert_eq!(
+        (dev.live_buffers(), other.live_buffers()),
+        before,
+        "a buffer leaked"
+    );
+});
+
+fn run(dev: &Device, other: &Device, d: &mut Bytes<'_>) {
+    let mut b = LayerBuilder::new(dev);
+    let mut foreign = LayerBuilder::new(dev);
+    let mut tensors: Vec<Tensor> = Vec::new();
+    let mut inputs: Vec<(Tensor, u64)> = Vec::new();
+    let mut outputs: Vec<Tensor> = Vec::new();
+    let pick =
+        |d: &mut Bytes<'_>, ts: &[Tensor]| ts.get(d.next() as usize % ts.len().max(1)).copied();
+    for _ in 0..MAX_OPS {
+        if d.is_empty() {
+            break;
+        }
+        let step: Result<(), Error> = match d.next() % 8 {
+            // An input cube, or raw input bytes.
+            0 | 1 => cube(d).map_or(Ok(()), |c| {
+                let t = if d.next().is_multiple_of(2) {
+                    b.input("in", c)
+                } else {
+                    b.input_bytes("in", c.bytes() as usize)
+                };
+                t.map(|t| {
+                    tensors.push(t);
+                    inputs.push((t, c.bytes()));
+                })
+            }),
+            // Constant bytes (an empty constant is refused).
+            2 => {
+                let len = usize::from(d.next()) * 4;
+                b.constant("const", vec![0x11; len])
+                    .map(|t| tensors.push(t))
+            }
+            // An add of two tensors into a declared cube; its task's own geometry, from
+            // the input too, may be wider than what it declares or reads.
+            3 | 4 => match (pick(d, &tensors), pick(d, &tensors), cube(d)) {
+                (Some(x), Some(y), Some(out)) => {
+                    let (rows, channels) = (u32::from(d.next() % 20) + 1, u32::from(d.next()) * 4);
+                    let generate = move |ins: &[DmaAddr], o: DmaAddr| {
+                        let at = |i: usize| ins.get(i).copied().unwrap_or(o);
+                        Ok(vec![add_task_model(rows, channels, at(0), at(1), o)?])
+                    };
+                    b.op("add", &[x, y], out, generate).map(|t| tensors.push(t))
+                }
+                _ => Ok(()),
+            },
+            // A matmul step against a small bank, of this device or of the other.
+            5 => {
+                let (n, k) = (
+                    32 * u32::from(d.next() % 2 + 1),
+                    32 * u32::from(d.next() % 3 + 1),
+                );
+                let m = u32::from(d.next() % 4) + 1;
+                let on = if d.next().is_multiple_of(4) {
+                    other
+                } else {
+                    dev
+                };
+                let w: Vec<i8> = (0..n * k).map(|i| (i % 7) as i8 - 3).collect();
+                let bank = WeightBank::from_i8_nk(on, n, k, &w).map(Arc::new);
+                let plan = bank
+                    .as_ref()
+                    .ok()
+                    .and_then(|bk| Plan::for_layout(bk.layout(), m, OutType::Int32, 1).ok());
+                match (bank, plan) {
+                    (Ok(bank), Some(plan)) => {
+                        // Its packed A as a new input, or (not always big enough) a
+                        // tensor already there.
+                        let a = match d.next() % 2 {
+                            0 => b.input_bytes("x", plan.a_bytes as usize).inspect(|&t| {
+                                inputs.push((t, plan.a_bytes));
+                            }),
+                            _ => pick(d, &tensors).ok_or(Error::EmptyInput),
+                        };
+                        let input = match d.next() % 2 {
+                            0 => MatmulInput::Packed,
+                            _ => MatmulInput::Native,
+                        };
+                        a.and_then(|a| b.matmul("mm", &bank, a, m, OutType::Int32, input))
+                            .map(|t| tensors.push(t))
+                            .or_else(|e| {
+                                if matches!(e, Error::EmptyInput) {
+                                    Ok(())
+                                } else {
+                                    Err(e)
+                                }
+                            })
+                    }
+                    (Err(e), _) => Err(e),
+                    _ => Ok(()),
+                }
+            }
+            // A handle of another builder, read by a step or marked as an output.
+            6 => {
+                let x = cube(d).map(|c| foreign.input("elsewhere", c));
+                match (x, pick(d, &tensors)) {
+                    (Some(Ok(x)), Some(y)) => {
+                        let e = b.op(
+                            "foreign",
+                            &[y, x],
+                            Cube::new(1, 1, 4, Precision::Int32).unwrap(),
+                            |_, _| Ok(vec![]),
+                        );
+                        assert!(matches!(e, Err(Error::Foreign { .. })), "{e:?}");
+                        let e = b.output(x);
+                        assert!(matches!(e, Err(Error::Foreign { .. })), "{e:?}");
+                        Ok(())
+                    }
+                    _ => Ok(()),
+                }
+            }
+            // Marks a tensor as an output.
+            _ => match pick(d, &tensors) {
+                Some(t) => b.output(t).map(|()| outputs.push(t)),
+                None => Ok(()),
+            },
+        };
+        if let Err(e) = step {
+            assert!(typed(&e), "an untyped refusal while describing: {e:?}");
+        }
+    }
+    let mut layer = match b.build() {
+        Ok(layer) => layer,
+        Err(e) => {
+            assert!(typed(&e), "an untyped refusal at build: {e:?}");
+            return;
+        }
+    };
+    for &(t, bytes) in &inputs {
+        let fill = vec![d.next(); bytes as usize];
+        layer
+            .write(t, &fill)
+            .expect("an input of the layer takes its bytes");
+    }
+    layer.run().expect("a layer that builds runs");
+    for t in outputs {
+        let info = layer.tensor(t).expect("the layer's own tensor").clone();
+        match layer.read(t) {
+            Ok(bytes) => assert_eq!(bytes.len() as u64, info.bytes),
+            // An input marked as an output is read only when a step writes it.
+            Err(e) => assert!(typed(&e), "{e:?}"),
+        }
+    }
+}
