@@ -102,3 +102,45 @@ fn a_forged_chain_tail_is_refused_before_submission() {
         "the copy did not run"
     );
 }
+
+/// A job naming a buffer of another device open is refused before submission: its
+/// handle and address are the other open's, so in this job they would name some other
+/// buffer of this device, or none (issue 26, item 3).
+#[test]
+fn a_buffer_of_another_open_is_refused() {
+    use crate::kernels::single::{Dtype, SingleMatmul};
+    use crate::regcmd::words_to_le_bytes;
+    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    let program = mm.program().unwrap();
+    let d = Device::open_spec("emu").unwrap();
+    let other = d.open_again().unwrap();
+    assert!(!d.same_device(&other));
+    let a = d.alloc(mm.a_bytes(), BoFlags::default()).unwrap();
+    let b = d.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
+    let foreign_c = other.alloc(mm.c_bytes(), BoFlags::default()).unwrap();
+    let mut regcmd = d.alloc(program.byte_len(), BoFlags::default()).unwrap();
+    let addrs = [regcmd.dma_addr(), a.dma_addr(), b.dma_addr(), foreign_c.dma_addr()];
+    let words = program
+        .bind(|id| Some(u64::from(addrs[id.0 as usize])))
+        .unwrap();
+    regcmd.write(0, &words_to_le_bytes(&words)).unwrap();
+    let job = Job::from_program(&regcmd, &program)
+        .reads(&a)
+        .reads(&b)
+        .writes(&foreign_c);
+    match d.submit(&job) {
+        Err(DeviceError::InvalidArgument { what }) => {
+            assert!(what.contains("another device open"), "{what}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // The same job with this device's own output runs.
+    let c = d.alloc(mm.c_bytes(), BoFlags::default()).unwrap();
+    let addrs = [regcmd.dma_addr(), a.dma_addr(), b.dma_addr(), c.dma_addr()];
+    let words = program
+        .bind(|id| Some(u64::from(addrs[id.0 as usize])))
+        .unwrap();
+    regcmd.write(0, &words_to_le_bytes(&words)).unwrap();
+    let job = Job::from_program(&regcmd, &program).reads(&a).reads(&b).writes(&c);
+    d.submit(&job).unwrap();
+}

@@ -210,6 +210,15 @@ impl<'a> Job<'a> {
             });
         }
         for bo in self.buffers() {
+            // A buffer of another open has a handle and address of that open's: in this
+            // device's job it would name some other buffer, or none.
+            if !bo.device().same_device(dev) {
+                return invalid(format!(
+                    "buffer {} of {} bytes belongs to another device open",
+                    bo.handle,
+                    bo.size()
+                ));
+            }
             dev.check_not_held(bo.handle)?;
         }
         dev.inner.backend.check(self)?;
