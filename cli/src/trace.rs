@@ -4,13 +4,20 @@ use crate::{AddrFile, Failure, first_body, parse_addr_file, parse_u32, usage};
 use rknpu_driver::regcmd;
 use rknpu_driver::replay::{self, Mode, ReplayOptions};
 use rknpu_driver::trace::{self, Trace};
+use std::io::Write as _;
 
 fn read(path: &str) -> Result<Vec<u8>, Failure> {
     std::fs::read(path).map_err(|e| Failure(1, format!("{path}: {e}")))
 }
 
+/// Reads a trace chunk by chunk from its file: the file is never held alongside the
+/// parsed trace.
 fn load(path: &str) -> Result<Trace, Failure> {
-    Trace::from_bytes(&read(path)?).map_err(|e| Failure(1, format!("{path}: {e}")))
+    let io = |e: std::io::Error| Failure(1, format!("{path}: {e}"));
+    let f = std::fs::File::open(path).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let mut r = std::io::BufReader::with_capacity(64 << 10, f);
+    Trace::read_from(&mut r, len).map_err(|e| Failure(1, format!("{path}: {e}")))
 }
 
 /// The subcommands of `rknpu trace`.
@@ -96,7 +103,16 @@ pub(crate) struct ReplayArgs {
 pub(crate) fn run(command: TraceCommand) -> Result<(), Failure> {
     match command {
         TraceCommand::Dump { file } => {
-            out!("{}", trace::dump(&load(&file)?));
+            // Chunk by chunk: the text is never held whole.
+            let t = load(&file)?;
+            let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+            if trace::write_dump(&t, &mut w)
+                .and_then(|()| w.flush())
+                .is_err()
+            {
+                // A closed pipe (`| head`) ends the output, as `out!` does.
+                std::process::exit(0);
+            }
             Ok(())
         }
         TraceCommand::Replay(a) => replay_file(a),

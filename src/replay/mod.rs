@@ -12,6 +12,7 @@
 
 mod check;
 mod compare;
+mod contents;
 mod hw;
 mod model;
 mod target;
@@ -24,9 +25,16 @@ use model::Model;
 use target::Plain;
 use walk::replay_on;
 
-/// The most buffer bytes a replay maps (a trace declares sizes; this bounds what a
-/// hostile or mistaken one can make a replay allocate).
+/// The most buffer bytes a replay maps at once: the live buffers together (a trace
+/// declares sizes; this bounds what a hostile or mistaken one can make a replay
+/// allocate). A buffer is live from its `BUFC` to its `FREE`.
 pub const MAX_REPLAY_BYTES: u64 = 1 << 30;
+
+/// The most bytes of seeded (redacted) contents a replay generates, every contents
+/// chunk together: a few bytes of trace stand for that many, so this bounds the work a
+/// small trace can ask for. Contents past it are a mismatch naming the limit, checked
+/// before any byte of them is generated.
+pub const MAX_SEEDED_BYTES: u64 = 1 << 30;
 
 /// Where a replay runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
