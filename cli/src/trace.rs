@@ -131,13 +131,22 @@ fn replay_file(a: ReplayArgs) -> Result<(), Failure> {
         ModeArg::Hw => Mode::Hw,
     };
     let file = &a.file;
-    let ulps = a.ulps;
-    let t = load(file)?;
-    let mut options = ReplayOptions::for_trace(&t);
-    if let Some(u) = ulps {
+    let io = |e: std::io::Error| Failure(1, format!("{file}: {e}"));
+    let bad = |e: &dyn std::fmt::Display| Failure(1, format!("{file}: {e}"));
+    let f = std::fs::File::open(file).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, f);
+    // Chunk by chunk: the replay never holds the whole trace.
+    let mut chunks = trace::ChunkReader::new(&mut reader, len).map_err(|e| bad(&e))?;
+    let mut options = ReplayOptions::for_header(chunks.header());
+    if let Some(u) = a.ulps {
         options.tolerance.float_ulps = u;
     }
-    let r = replay::replay(&t, mode, &options).map_err(|e| Failure(1, e.to_string()))?;
+    let r = match replay::replay_stream(&mut chunks, mode, &options) {
+        Ok(r) => r,
+        Err(replay::StreamError::Trace(e)) => return Err(bad(&e)),
+        Err(e) => return Err(Failure(1, e.to_string())),
+    };
     outln!(
         "{} submission(s), {} task(s) checked, {} recorded completion(s) and output(s) compared",
         r.submits,

@@ -329,3 +329,33 @@ fn seeded_contents_past_the_limit_are_refused_and_written_piece_by_piece() {
     assert_eq!(target.read(0, 16, len as usize).unwrap(), bytes);
     assert_eq!(target.read(0, 0, 16).unwrap(), [0; 16]);
 }
+
+#[test]
+fn a_replay_of_chunks_as_they_are_read_is_the_replay_of_the_whole_trace() {
+    use crate::trace::ChunkReader;
+    let t = two_lifetimes(true);
+    let bytes = t.to_bytes();
+    for (mode, whole) in [
+        (Mode::Model, replay_model(&t)),
+        (Mode::Check, replay_check(&t)),
+    ] {
+        let mut src = &bytes[..];
+        let mut chunks = ChunkReader::new(&mut src, bytes.len() as u64).unwrap();
+        let opts = ReplayOptions::for_header(chunks.header());
+        assert_eq!(replay_stream(&mut chunks, mode, &opts).unwrap(), whole);
+    }
+    // A trace cut inside a chunk: the replay stops with the reader's error.
+    let cut = &bytes[..bytes.len() - 3];
+    let mut src = cut;
+    let mut chunks = ChunkReader::new(&mut src, cut.len() as u64).unwrap();
+    let opts = ReplayOptions::for_header(chunks.header());
+    match replay_stream(&mut chunks, Mode::Model, &opts) {
+        Err(StreamError::Trace(e)) => assert!(e.what.contains("truncated"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    // A reader shorter than the length it is said to have: an error, not a wait or a
+    // reservation of the length.
+    let said = bytes.len() as u64 + (1 << 40);
+    let e = Trace::read_from(&mut &bytes[..], said).unwrap_err();
+    assert!(e.what.contains("the input ends first"), "{e}");
+}

@@ -8,8 +8,8 @@ use super::target::{Outcome, Run, Target};
 use super::{MAX_REPLAY_BYTES, MAX_SEEDED_BYTES, ReplayReport, Tolerance};
 use crate::regcmd::RegCmd;
 use crate::submit::{BufferTask, irq, started_cores};
-use crate::trace::{Chunk, Contents, Trace};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::trace::{Chunk, ChunkReader, Contents, Trace, TraceError};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Where a buffer was recorded and where the target placed it.
 #[derive(Clone, Copy, Debug)]
@@ -30,77 +30,34 @@ pub(super) fn replay_on(
     tol: Tolerance,
     runs: bool,
 ) -> ReplayReport {
-    let mut w = Walk {
-        target,
-        tol,
-        rep: ReplayReport::default(),
-        bufs: BTreeMap::new(),
-        freed: BTreeSet::new(),
-        by_addr: BTreeMap::new(),
-        infer_frees: t.header.version < 2,
-        total: 0,
-        seeded_left: MAX_SEEDED_BYTES,
-        outcomes: BTreeMap::new(),
-        submits: BTreeMap::new(),
-    };
+    let mut w = Walk::new(target, tol, runs, t.header.version);
     for c in &t.chunks {
-        match c {
-            Chunk::Buffer {
-                id, size, dma_addr, ..
-            } => w.buffer(*id, *size, *dma_addr),
-            Chunk::Data {
-                id,
-                offset,
-                contents,
-            } => {
-                let (bufs, left) = (&w.bufs, &mut w.seeded_left);
-                if let Err(e) = write_contents(w.target, bufs, *id, *offset, contents, left) {
-                    w.bad(format!("contents of buffer {id}: {e}"));
-                }
-            }
-            Chunk::Free { id } => w.free(*id),
-            Chunk::Reloc {
-                buffer,
-                entry,
-                target: to,
-                offset,
-            } => {
-                if let Err(e) = relocate(w.target, &w.bufs, *buffer, *entry, *to, *offset) {
-                    w.bad(format!("reloc buffer {buffer} entry {entry}: {e}"));
-                }
-            }
-            Chunk::Submit {
-                id,
-                core_mask,
-                timeout_ms,
-                ranges,
-                tasks,
-                ..
-            } => w.submit(*id, *core_mask, *timeout_ms, ranges, tasks),
-            Chunk::Done {
-                id,
-                ok,
-                task_counter,
-                statuses,
-                ..
-            } if runs => w.done(*id, *ok, *task_counter, statuses),
-            Chunk::Output {
-                id,
-                submit,
-                offset,
-                contents,
-            } if runs => w.output(*id, *submit, *offset, contents),
-            _ => {}
-        }
+        w.step(c);
     }
-    w.unrecorded_failures(t);
-    w.rep
+    w.finish()
+}
+
+/// [`replay_on`] over chunks as `chunks` reads them, one at a time (none is kept); the
+/// first read error ends the replay.
+pub(super) fn replay_read(
+    chunks: &mut ChunkReader<'_>,
+    target: &mut dyn Target,
+    tol: Tolerance,
+    runs: bool,
+) -> Result<ReplayReport, TraceError> {
+    let mut w = Walk::new(target, tol, runs, chunks.header().version);
+    for c in chunks {
+        w.step(&c?);
+    }
+    Ok(w.finish())
 }
 
 /// The walk's state between chunks.
-struct Walk<'t, 'a> {
+struct Walk<'a> {
     target: &'a mut dyn Target,
     tol: Tolerance,
+    /// Whether the target executes (completions and outputs are compared).
+    runs: bool,
     rep: ReplayReport,
     /// The live buffers.
     bufs: BTreeMap<u32, Placed>,
@@ -117,10 +74,102 @@ struct Walk<'t, 'a> {
     seeded_left: u64,
     outcomes: BTreeMap<u32, Outcome>,
     /// Each submission's tasks, to find what writes an output.
-    submits: BTreeMap<u32, &'t [BufferTask]>,
+    submits: BTreeMap<u32, Vec<BufferTask>>,
+    /// The submissions whose completion the trace records.
+    recorded_done: HashSet<u32>,
 }
 
-impl<'t> Walk<'t, '_> {
+impl<'a> Walk<'a> {
+    fn new(target: &'a mut dyn Target, tol: Tolerance, runs: bool, version: u16) -> Walk<'a> {
+        Walk {
+            target,
+            tol,
+            runs,
+            rep: ReplayReport::default(),
+            bufs: BTreeMap::new(),
+            freed: BTreeSet::new(),
+            by_addr: BTreeMap::new(),
+            infer_frees: version < 2,
+            total: 0,
+            seeded_left: MAX_SEEDED_BYTES,
+            outcomes: BTreeMap::new(),
+            submits: BTreeMap::new(),
+            recorded_done: HashSet::new(),
+        }
+    }
+
+    /// Applies one chunk, in file order.
+    fn step(&mut self, c: &Chunk) {
+        let runs = self.runs;
+        match c {
+            Chunk::Buffer {
+                id, size, dma_addr, ..
+            } => self.buffer(*id, *size, *dma_addr),
+            Chunk::Data {
+                id,
+                offset,
+                contents,
+            } => {
+                let (bufs, left) = (&self.bufs, &mut self.seeded_left);
+                if let Err(e) = write_contents(self.target, bufs, *id, *offset, contents, left) {
+                    self.bad(format!("contents of buffer {id}: {e}"));
+                }
+            }
+            Chunk::Free { id } => self.free(*id),
+            Chunk::Reloc {
+                buffer,
+                entry,
+                target: to,
+                offset,
+            } => {
+                if let Err(e) = relocate(self.target, &self.bufs, *buffer, *entry, *to, *offset) {
+                    self.bad(format!("reloc buffer {buffer} entry {entry}: {e}"));
+                }
+            }
+            Chunk::Submit {
+                id,
+                core_mask,
+                timeout_ms,
+                ranges,
+                tasks,
+                ..
+            } => self.submit(*id, *core_mask, *timeout_ms, ranges, tasks),
+            Chunk::Done {
+                id,
+                ok,
+                task_counter,
+                statuses,
+                ..
+            } => {
+                self.recorded_done.insert(*id);
+                if runs {
+                    self.done(*id, *ok, *task_counter, statuses);
+                }
+            }
+            Chunk::Output {
+                id,
+                submit,
+                offset,
+                contents,
+            } if runs => self.output(*id, *submit, *offset, contents),
+            _ => {}
+        }
+    }
+
+    /// The report, once every chunk is applied: a run that failed where the trace
+    /// records no completion has nothing to compare, but is worth saying.
+    fn finish(mut self) -> ReplayReport {
+        for (id, o) in &self.outcomes {
+            if !o.ok && !self.recorded_done.contains(id) {
+                self.rep.lints.push(format!(
+                    "submit {id} does not complete here ({}); the trace records no completion to compare",
+                    o.why.as_deref().unwrap_or("no reason given")
+                ));
+            }
+        }
+        self.rep
+    }
+
     fn bad(&mut self, m: String) {
         self.rep.mismatches.push(m);
     }
@@ -203,11 +252,11 @@ impl<'t> Walk<'t, '_> {
         id: u32,
         core_mask: u32,
         timeout_ms: u32,
-        ranges: &'t [(u32, u32)],
-        tasks: &'t [BufferTask],
+        ranges: &[(u32, u32)],
+        tasks: &[BufferTask],
     ) {
         self.rep.submits += 1;
-        self.submits.insert(id, tasks);
+        self.submits.insert(id, tasks.to_vec());
         let run = match plan(id, core_mask, ranges, tasks, &self.bufs) {
             Ok(addrs) => Run {
                 id,
@@ -272,7 +321,7 @@ impl<'t> Walk<'t, '_> {
             Contents::Bytes(b) => b.len(),
             Contents::Digest { len, .. } => usize::try_from(*len).unwrap_or(usize::MAX),
         };
-        let tasks = self.submits.get(&submit).copied().unwrap_or(&[]);
+        let tasks = self.submits.get(&submit).map_or(&[][..], Vec::as_slice);
         let kind = output_kind(self.target, &self.bufs, tasks, id);
         let tol = self.tol;
         let mut found = None;
@@ -286,28 +335,6 @@ impl<'t> Walk<'t, '_> {
             self.bad(format!(
                 "buffer {id} after submit {submit}, at +{offset:#x}: {m}"
             ));
-        }
-    }
-
-    /// A run that failed where the trace recorded no completion: nothing to compare, but
-    /// worth saying.
-    fn unrecorded_failures(&mut self, t: &Trace) {
-        // One pass over the chunks, not one per submission.
-        let recorded: std::collections::HashSet<u32> = t
-            .chunks
-            .iter()
-            .filter_map(|c| match c {
-                Chunk::Done { id, .. } => Some(*id),
-                _ => None,
-            })
-            .collect();
-        for (id, o) in &self.outcomes {
-            if !o.ok && !recorded.contains(id) {
-                self.rep.lints.push(format!(
-                    "submit {id} does not complete here ({}); the trace records no completion to compare",
-                    o.why.as_deref().unwrap_or("no reason given")
-                ));
-            }
         }
     }
 }

@@ -31,6 +31,7 @@ mod write;
 pub use capture::{MAX_GATHERED_BYTES, import_capture};
 pub use dump::{DUMP_DECODE_BASE, DUMP_DECODE_PER_WORD, dump, write_dump};
 pub use import::{ImportError, import_raw};
+pub use read::ChunkReader;
 pub use record::{DoneRecord, MemorySink, Recorder, SubmitRecord};
 
 use crate::submit::BufferTask;

@@ -97,80 +97,168 @@ impl Trace {
     }
 
     /// Reads a trace of `len` bytes from `r` (a file, with its length), one chunk at a
-    /// time: every length is checked against the bytes that remain of `len` before
-    /// anything is reserved, and contents are kept in the buffer they were read into, so
-    /// the parsed trace holds at most `len` bytes plus a fixed size per chunk and reading
-    /// it never holds the file twice. Reading fewer bytes than `len` says is an error
-    /// ("truncated"), as is a read error.
+    /// time ([`ChunkReader`]): every length is checked against the bytes that remain of
+    /// `len` before anything is reserved, and contents are kept in the buffer they were
+    /// read into, so the parsed trace holds at most `len` bytes plus a fixed size per
+    /// chunk and reading it never holds the file twice. Reading fewer bytes than `len`
+    /// says is an error ("truncated"), as is a read error.
     pub fn read_from(r: &mut dyn Read, len: u64) -> Result<Trace, TraceError> {
-        let mut at = 0u64;
-        let fixed = |r: &mut dyn Read, at: &mut u64, buf: &mut [u8], what: &str| {
-            read_exact(r, buf, *at, what)?;
-            *at += buf.len() as u64;
-            Ok::<(), TraceError>(())
-        };
+        let mut chunks = ChunkReader::new(r, len)?;
+        let header = chunks.header().clone();
+        let chunks = chunks.by_ref().collect::<Result<Vec<_>, _>>()?;
+        Ok(Trace { header, chunks })
+    }
+}
+
+/// A trace read one chunk at a time from a reader of known length: the header first
+/// ([`ChunkReader::new`] reads it), then each chunk as an iterator item, parsed with
+/// the checks of [`Trace::from_bytes`]. The first error ends the iteration. Whoever
+/// consumes chunks as they come (`crate::replay::replay_stream`) holds one at a time.
+///
+/// ```
+/// use rknpu_driver::trace::{Chunk, ChunkReader, Header, Trace};
+///
+/// let t = Trace {
+///     header: Header::new("RK3588", 0, "rknpu 0.9.8", true),
+///     chunks: vec![Chunk::Note("a".into()), Chunk::Free { id: 3 }],
+/// };
+/// let bytes = t.to_bytes();
+/// let mut src = &bytes[..];
+/// let mut r = ChunkReader::new(&mut src, bytes.len() as u64)?;
+/// assert_eq!(r.header(), &t.header);
+/// assert_eq!(r.next(), Some(Ok(Chunk::Note("a".into()))));
+/// assert_eq!(r.next(), Some(Ok(Chunk::Free { id: 3 })));
+/// assert_eq!(r.next(), None);
+/// # Ok::<(), rknpu_driver::trace::TraceError>(())
+/// ```
+pub struct ChunkReader<'r> {
+    r: &'r mut dyn Read,
+    len: u64,
+    at: u64,
+    header: Header,
+    failed: bool,
+}
+
+impl std::fmt::Debug for ChunkReader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkReader")
+            .field("len", &self.len)
+            .field("at", &self.at)
+            .field("header", &self.header)
+            .finish()
+    }
+}
+
+/// A chunk's type, length, offset and payload, as read.
+type Raw = ([u8; 4], u64, u64, Vec<u8>);
+
+impl<'r> ChunkReader<'r> {
+    /// Reads the magic and the `HEAD` chunk of a trace of `len` bytes from `r`.
+    pub fn new(r: &'r mut dyn Read, len: u64) -> Result<ChunkReader<'r>, TraceError> {
         let mut magic = [0u8; 8];
-        fixed(r, &mut at, &mut magic, "magic")?;
+        read_exact(r, &mut magic, 0, "magic")?;
         if &magic != MAGIC {
             return Err(TraceError {
                 offset: 0,
                 what: "not a trace (no RKNPUTRC magic)".into(),
             });
         }
-        let mut header = None;
-        let mut chunks = Vec::new();
-        while at < len {
-            let start = at;
-            let mut head = [0u8; 12];
-            fixed(r, &mut at, &mut head, "chunk header")?;
-            let kind: [u8; 4] = head[..4].try_into().unwrap_or_default();
-            let n = u64::from_le_bytes(head[4..].try_into().unwrap_or_default());
-            let left = len.saturating_sub(at);
-            if n > left {
-                return Err(TraceError {
-                    offset: at,
-                    what: format!(
-                        "chunk {} of {n} bytes: truncated ({left} remain)",
-                        show(&kind)
-                    ),
-                });
-            }
-            let payload = read_payload(r, n, at)?;
-            let mut p = Reader {
-                bytes: &payload,
-                at: 0,
-                base: at,
-                bytes_at: None,
-            };
-            at += n;
-            if header.is_none() {
-                if &kind != b"HEAD" {
-                    return Err(TraceError {
-                        offset: start,
-                        what: format!("the first chunk is {}, not HEAD", show(&kind)),
-                    });
-                }
-                header = Some(read_header(&mut p)?);
-                continue;
-            }
-            let mut chunk = read_chunk(kind, n, &mut p)?;
-            if let Some(range) = p.bytes_at.take() {
-                // The contents stay in the payload's allocation: no copy.
-                let mut payload = payload;
-                payload.truncate(range.end);
-                payload.drain(..range.start);
-                if let Chunk::Data { contents, .. } | Chunk::Output { contents, .. } = &mut chunk {
-                    *contents = Contents::Bytes(payload);
-                }
-            }
-            chunks.push(chunk);
+        let mut at = 8;
+        let Some((kind, _, start, payload)) = raw_chunk(r, len, &mut at)? else {
+            return Err(TraceError {
+                offset: at,
+                what: "no HEAD chunk".into(),
+            });
+        };
+        if &kind != b"HEAD" {
+            return Err(TraceError {
+                offset: start,
+                what: format!("the first chunk is {}, not HEAD", show(&kind)),
+            });
         }
-        let header = header.ok_or(TraceError {
-            offset: at,
-            what: "no HEAD chunk".into(),
+        let header = read_header(&mut Reader {
+            bytes: &payload,
+            at: 0,
+            base: start + 12,
+            bytes_at: None,
         })?;
-        Ok(Trace { header, chunks })
+        Ok(ChunkReader {
+            r,
+            len,
+            at,
+            header,
+            failed: false,
+        })
     }
+
+    /// The trace's header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The next chunk after the header, or `None` at the end.
+    fn chunk(&mut self) -> Result<Option<Chunk>, TraceError> {
+        let Some((kind, n, start, payload)) = raw_chunk(self.r, self.len, &mut self.at)? else {
+            return Ok(None);
+        };
+        let mut p = Reader {
+            bytes: &payload,
+            at: 0,
+            base: start + 12,
+            bytes_at: None,
+        };
+        let mut chunk = read_chunk(kind, n, &mut p)?;
+        if let Some(range) = p.bytes_at.take() {
+            // The contents stay in the payload's allocation: no copy.
+            let mut payload = payload;
+            payload.truncate(range.end);
+            payload.drain(..range.start);
+            if let Chunk::Data { contents, .. } | Chunk::Output { contents, .. } = &mut chunk {
+                *contents = Contents::Bytes(payload);
+            }
+        }
+        Ok(Some(chunk))
+    }
+}
+
+impl Iterator for ChunkReader<'_> {
+    type Item = Result<Chunk, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let c = self.chunk();
+        self.failed = c.is_err();
+        c.transpose()
+    }
+}
+
+/// The chunk at `*at` of an input of `len` bytes, its length checked against what
+/// remains before its payload is reserved; `None` at the end.
+fn raw_chunk(r: &mut dyn Read, len: u64, at: &mut u64) -> Result<Option<Raw>, TraceError> {
+    if *at >= len {
+        return Ok(None);
+    }
+    let start = *at;
+    let mut head = [0u8; 12];
+    read_exact(r, &mut head, start, "chunk header")?;
+    *at += 12;
+    let kind: [u8; 4] = head[..4].try_into().unwrap_or_default();
+    let n = u64::from_le_bytes(head[4..].try_into().unwrap_or_default());
+    let left = len.saturating_sub(*at);
+    if n > left {
+        return Err(TraceError {
+            offset: *at,
+            what: format!(
+                "chunk {} of {n} bytes: truncated ({left} remain)",
+                show(&kind)
+            ),
+        });
+    }
+    let payload = read_payload(r, n, *at)?;
+    *at += n;
+    Ok(Some((kind, n, start, payload)))
 }
 
 /// Fills `buf` from `r`; too few bytes is an error naming `what` at byte `at`.
