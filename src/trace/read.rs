@@ -281,11 +281,26 @@ fn read_payload(r: &mut dyn Read, n: u64, at: u64) -> Result<Vec<u8>, TraceError
         offset: at,
         what: format!("chunk payload of {n} bytes: more than this machine can hold"),
     };
-    let n = usize::try_from(n).map_err(|_| too_big())?;
+    let size = usize::try_from(n).map_err(|_| too_big())?;
     let mut payload = Vec::new();
-    payload.try_reserve_exact(n).map_err(|_| too_big())?;
-    payload.resize(n, 0);
-    read_exact(r, &mut payload, at, "chunk payload")?;
+    payload.try_reserve_exact(size).map_err(|_| too_big())?;
+    // Into the reserved capacity, without zeroing it first; `take` keeps the read (and
+    // so the allocation) within the payload.
+    r.take(n)
+        .read_to_end(&mut payload)
+        .map_err(|e| TraceError {
+            offset: at,
+            what: format!("chunk payload: {e}"),
+        })?;
+    if payload.len() != size {
+        return Err(TraceError {
+            offset: at + payload.len() as u64,
+            what: format!(
+                "chunk payload: needs {n} bytes, the input ends after {}",
+                payload.len()
+            ),
+        });
+    }
     Ok(payload)
 }
 
