@@ -4,13 +4,20 @@ use crate::{AddrFile, Failure, first_body, parse_addr_file, parse_u32, usage};
 use rknpu_driver::regcmd;
 use rknpu_driver::replay::{self, Mode, ReplayOptions};
 use rknpu_driver::trace::{self, Trace};
+use std::io::Write as _;
 
 fn read(path: &str) -> Result<Vec<u8>, Failure> {
     std::fs::read(path).map_err(|e| Failure(1, format!("{path}: {e}")))
 }
 
+/// Reads a trace chunk by chunk from its file: the file is never held alongside the
+/// parsed trace.
 fn load(path: &str) -> Result<Trace, Failure> {
-    Trace::from_bytes(&read(path)?).map_err(|e| Failure(1, format!("{path}: {e}")))
+    let io = |e: std::io::Error| Failure(1, format!("{path}: {e}"));
+    let f = std::fs::File::open(path).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let mut r = std::io::BufReader::with_capacity(64 << 10, f);
+    Trace::read_from(&mut r, len).map_err(|e| Failure(1, format!("{path}: {e}")))
 }
 
 /// The subcommands of `rknpu trace`.
@@ -96,7 +103,16 @@ pub(crate) struct ReplayArgs {
 pub(crate) fn run(command: TraceCommand) -> Result<(), Failure> {
     match command {
         TraceCommand::Dump { file } => {
-            out!("{}", trace::dump(&load(&file)?));
+            // Chunk by chunk: the text is never held whole.
+            let t = load(&file)?;
+            let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+            if trace::write_dump(&t, &mut w)
+                .and_then(|()| w.flush())
+                .is_err()
+            {
+                // A closed pipe (`| head`) ends the output, as `out!` does.
+                std::process::exit(0);
+            }
             Ok(())
         }
         TraceCommand::Replay(a) => replay_file(a),
@@ -115,13 +131,22 @@ fn replay_file(a: ReplayArgs) -> Result<(), Failure> {
         ModeArg::Hw => Mode::Hw,
     };
     let file = &a.file;
-    let ulps = a.ulps;
-    let t = load(file)?;
-    let mut options = ReplayOptions::for_trace(&t);
-    if let Some(u) = ulps {
+    let io = |e: std::io::Error| Failure(1, format!("{file}: {e}"));
+    let bad = |e: &dyn std::fmt::Display| Failure(1, format!("{file}: {e}"));
+    let f = std::fs::File::open(file).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, f);
+    // Chunk by chunk: the replay never holds the whole trace.
+    let mut chunks = trace::ChunkReader::new(&mut reader, len).map_err(|e| bad(&e))?;
+    let mut options = ReplayOptions::for_header(chunks.header());
+    if let Some(u) = a.ulps {
         options.tolerance.float_ulps = u;
     }
-    let r = replay::replay(&t, mode, &options).map_err(|e| Failure(1, e.to_string()))?;
+    let r = match replay::replay_stream(&mut chunks, mode, &options) {
+        Ok(r) => r,
+        Err(replay::StreamError::Trace(e)) => return Err(bad(&e)),
+        Err(e) => return Err(Failure(1, e.to_string())),
+    };
     outln!(
         "{} submission(s), {} task(s) checked, {} recorded completion(s) and output(s) compared",
         r.submits,

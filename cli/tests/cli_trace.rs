@@ -247,3 +247,76 @@ fn ulps_sets_the_floating_point_tolerance() {
     let o = run(&["trace", "replay", f.path(), "--ulps", "0"]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+#[test]
+fn a_recorded_doctor_run_replays_in_model_mode() {
+    // The doctor frees buffers and allocates again: the emulated kernel gives the freed
+    // addresses to the new buffers, and the trace says when each buffer died.
+    let t = Temp::new("doctor.rknputrace");
+    let o = Command::new(RKNPU)
+        .args(["doctor", "--device", "emu"])
+        .env("RKNPU_TRACE", t.path())
+        .env_remove("RKNPU_DEVICE")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["trace", "replay", t.path(), "--mode", "model"]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.ends_with("match\n") && !out.contains("taken to be freed"),
+        "{out}"
+    );
+    let dump = run(&["trace", "dump", t.path()]);
+    assert!(String::from_utf8_lossy(&dump.stdout).contains("\nfree buffer "));
+}
+
+/// A chunk of the format: type, length, payload.
+fn chunk(kind: &[u8; 4], payload: &[u8]) -> Vec<u8> {
+    [&kind[..], &(payload.len() as u64).to_le_bytes(), payload].concat()
+}
+
+#[test]
+fn a_small_trace_claiming_huge_seeded_contents_fails_at_once() {
+    let s = |x: &str| [&(x.len() as u32).to_le_bytes()[..], x.as_bytes()].concat();
+    let mut bytes = b"RKNPUTRC".to_vec();
+    let head = [
+        &2u16.to_le_bytes()[..],
+        &s("RK3588"),
+        &[0],
+        &s("rknpu 0.9.8"),
+        &[1],
+    ]
+    .concat();
+    bytes.extend(chunk(b"HEAD", &head));
+    let bufc = [
+        &0u32.to_le_bytes()[..],
+        &[0; 4],
+        &4096u64.to_le_bytes(),
+        &[0, 16, 0, 0],
+    ];
+    bytes.extend(chunk(b"BUFC", &bufc.concat()));
+    // Fifteen gibibytes of seeded contents in 816 bytes, for a 4 KiB buffer.
+    for seed in 1..=15u64 {
+        let c = [
+            &[0; 12][..],
+            &[1],
+            &(1u64 << 30).to_le_bytes(),
+            &[7; 8],
+            &seed.to_le_bytes(),
+        ];
+        bytes.extend(chunk(b"BUFD", &c.concat()));
+    }
+    assert_eq!(bytes.len(), 816);
+    let t = Temp::new("seeded.rknputrace");
+    std::fs::write(&t.0, &bytes).unwrap();
+    let started = std::time::Instant::now();
+    let o = run(&["trace", "replay", t.path(), "--mode", "check"]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("do not fit buffer 0").count(), 15, "{err}");
+}

@@ -43,17 +43,26 @@ impl Target for Hw<'_> {
             .write(offset, bytes)
             .map_err(|e| format!("buffer {id}: {e}"))
     }
-    fn read(&mut self, id: u32, offset: u64, len: usize) -> Result<Vec<u8>, String> {
-        let all = self
-            .bo(id)?
-            .read_all()
-            .map_err(|e| format!("buffer {id}: {e}"))?;
+    /// Reads through the buffer's mapping: no copy of the buffer.
+    fn inspect(
+        &mut self,
+        id: u32,
+        offset: u64,
+        len: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), String> {
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        all.get(start..start.saturating_add(len))
-            .map(<[u8]>::to_vec)
-            .ok_or(format!(
-                "{len} bytes at +{offset:#x} do not fit buffer {id}"
-            ))
+        let fits = self
+            .bo(id)?
+            .read_with(|all| all.get(start..start.checked_add(len)?).map(f))
+            .map_err(|e| format!("buffer {id}: {e}"))?;
+        fits.ok_or(format!(
+            "{len} bytes at +{offset:#x} do not fit buffer {id}"
+        ))
+    }
+    /// Drops the buffer: the device frees it.
+    fn free(&mut self, id: u32) {
+        self.bos.remove(&id);
     }
     fn run(&mut self, r: &Run<'_>) -> Result<Option<Outcome>, String> {
         let Some(first) = r.tasks.first() else {

@@ -12,21 +12,29 @@
 
 mod check;
 mod compare;
+mod contents;
 mod hw;
 mod model;
 mod target;
 mod walk;
 
 use crate::device::{Device, DeviceError};
-use crate::trace::Trace;
+use crate::trace::{ChunkReader, Header, Trace, TraceError};
 use hw::Hw;
 use model::Model;
 use target::Plain;
-use walk::replay_on;
+use walk::{replay_on, replay_read};
 
-/// The most buffer bytes a replay maps (a trace declares sizes; this bounds what a
-/// hostile or mistaken one can make a replay allocate).
+/// The most buffer bytes a replay maps at once: the live buffers together (a trace
+/// declares sizes; this bounds what a hostile or mistaken one can make a replay
+/// allocate). A buffer is live from its `BUFC` to its `FREE`.
 pub const MAX_REPLAY_BYTES: u64 = 1 << 30;
+
+/// The most bytes of seeded (redacted) contents a replay generates, every contents
+/// chunk together: a few bytes of trace stand for that many, so this bounds the work a
+/// small trace can ask for. Contents past it are a mismatch naming the limit, checked
+/// before any byte of them is generated.
+pub const MAX_SEEDED_BYTES: u64 = 1 << 30;
 
 /// Where a replay runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,8 +62,13 @@ impl Tolerance {
     /// simulator made it), 2 ULP for one recorded on a board, whose accumulation order
     /// the simulator does not reproduce bit for bit.
     pub fn for_trace(t: &Trace) -> Tolerance {
+        Tolerance::for_header(&t.header)
+    }
+
+    /// [`Tolerance::for_trace`] from the trace's header alone.
+    pub fn for_header(h: &Header) -> Tolerance {
         Tolerance {
-            float_ulps: if t.header.emulated { 0 } else { 2 },
+            float_ulps: if h.emulated { 0 } else { 2 },
         }
     }
 }
@@ -78,8 +91,14 @@ pub struct ReplayOptions {
 impl ReplayOptions {
     /// The defaults for `t`: [`Tolerance::for_trace`], buffers where they were recorded.
     pub fn for_trace(t: &Trace) -> ReplayOptions {
+        ReplayOptions::for_header(&t.header)
+    }
+
+    /// [`ReplayOptions::for_trace`] from the trace's header alone (for
+    /// [`replay_stream`], which never holds the whole trace).
+    pub fn for_header(h: &Header) -> ReplayOptions {
         ReplayOptions {
-            tolerance: Tolerance::for_trace(t),
+            tolerance: Tolerance::for_header(h),
             shift: 0,
             work_budget: crate::sim::DEFAULT_WORK_BUDGET,
         }
@@ -194,6 +213,68 @@ pub fn replay(t: &Trace, mode: Mode, opts: &ReplayOptions) -> Result<ReplayRepor
         Mode::Model => replay_model_with(t, opts),
         Mode::Hw => replay_hw_with(t, &Device::open()?, opts),
     })
+}
+
+/// Why [`replay_stream`] could not replay a trace to its end.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// The trace stops being a trace at this chunk (the replay stops there).
+    Trace(TraceError),
+    /// Hw mode could not open a device.
+    Device(DeviceError),
+}
+
+impl std::fmt::Display for StreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StreamError::Trace(e) => e.fmt(f),
+            StreamError::Device(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for StreamError {}
+
+/// [`replay`] over the chunks `chunks` reads, applied as they come and dropped: a
+/// replay of a trace file holds one chunk at a time besides the live buffers, never the
+/// whole trace. A chunk that does not read ends the replay with its error (what was
+/// replayed before it is not reported).
+///
+/// ```
+/// use rknpu_driver::replay::{Mode, ReplayOptions, replay_stream};
+/// use rknpu_driver::trace::ChunkReader;
+///
+/// let path = "fixtures/traces/int8-64x256x128.rknputrace";
+/// let f = std::fs::File::open(path)?;
+/// let len = f.metadata()?.len();
+/// let mut r = std::io::BufReader::new(f);
+/// let mut chunks = ChunkReader::new(&mut r, len)?;
+/// let opts = ReplayOptions::for_header(chunks.header());
+/// let report = replay_stream(&mut chunks, Mode::Model, &opts)?;
+/// assert!(report.is_match() && report.compared > 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn replay_stream(
+    chunks: &mut ChunkReader<'_>,
+    mode: Mode,
+    opts: &ReplayOptions,
+) -> Result<ReplayReport, StreamError> {
+    let tol = opts.tolerance;
+    match mode {
+        Mode::Check => replay_read(chunks, &mut Plain::default(), tol, false),
+        Mode::Model => replay_read(
+            chunks,
+            &mut Model::new(opts.shift, opts.work_budget),
+            tol,
+            true,
+        ),
+        Mode::Hw => {
+            let dev = Device::open().map_err(StreamError::Device)?;
+            replay_read(chunks, &mut Hw::new(&dev), tol, true)
+        }
+    }
+    .map_err(StreamError::Trace)
 }
 
 /// Replays the trace file at `path` on the simulator and panics with the report unless

@@ -57,16 +57,28 @@ impl Target for Model {
         .copy_from_slice(bytes);
         Ok(())
     }
-    fn read(&mut self, id: u32, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+    fn inspect(
+        &mut self,
+        id: u32,
+        offset: u64,
+        len: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), String> {
         let a = *self.at.get(&id).ok_or(format!("no buffer {id}"))? as u64;
         let src = a
             .checked_add(offset)
             .and_then(|at| self.sim.memory().read(at, len));
-        Ok(src
-            .ok_or(format!(
-                "{len} bytes at +{offset:#x} do not fit buffer {id}"
-            ))?
-            .to_vec())
+        f(src.ok_or(format!(
+            "{len} bytes at +{offset:#x} do not fit buffer {id}"
+        ))?);
+        Ok(())
+    }
+    /// Unmaps the buffer: the simulator holds only live buffers, so a later buffer at
+    /// the same addresses can be placed.
+    fn free(&mut self, id: u32) {
+        if let Some(a) = self.at.remove(&id) {
+            self.sim.memory_mut().unmap(a);
+        }
     }
     /// Runs each core's range as the vendor kernel does ([`Simulator::run_range`]), the
     /// last task of each range receiving the interrupt status.

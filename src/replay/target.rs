@@ -39,8 +39,25 @@ pub(super) trait Target {
     fn place(&mut self, id: u32, size: u64, addr: u32) -> Result<u32, String>;
     /// Writes `bytes` at `offset` of buffer `id`.
     fn write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<(), String>;
-    /// Reads `len` bytes at `offset` of buffer `id`.
-    fn read(&mut self, id: u32, offset: u64, len: usize) -> Result<Vec<u8>, String>;
+    /// Calls `f` on the `len` bytes at `offset` of buffer `id`, where the target holds
+    /// them (no copy where it can).
+    fn inspect(
+        &mut self,
+        id: u32,
+        offset: u64,
+        len: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), String>;
+    /// A copy of the `len` bytes at `offset` of buffer `id` (for small reads: words of a
+    /// list, a relocated entry).
+    fn read(&mut self, id: u32, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        self.inspect(id, offset, len, &mut |b| out = b.to_vec())?;
+        Ok(out)
+    }
+    /// Buffer `id` was freed: the target forgets it and what it held (its addresses may
+    /// be placed again).
+    fn free(&mut self, id: u32);
     /// Runs a submission; `None` where the target does not execute (check mode).
     fn run(&mut self, r: &Run<'_>) -> Result<Option<Outcome>, String>;
 }
@@ -77,8 +94,18 @@ impl Target for Plain {
         self.slice(id, offset, bytes.len())?.copy_from_slice(bytes);
         Ok(())
     }
-    fn read(&mut self, id: u32, offset: u64, len: usize) -> Result<Vec<u8>, String> {
-        Ok(self.slice(id, offset, len)?.to_vec())
+    fn inspect(
+        &mut self,
+        id: u32,
+        offset: u64,
+        len: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), String> {
+        f(self.slice(id, offset, len)?);
+        Ok(())
+    }
+    fn free(&mut self, id: u32) {
+        self.bufs.remove(&id);
     }
     fn run(&mut self, _: &Run<'_>) -> Result<Option<Outcome>, String> {
         Ok(None)

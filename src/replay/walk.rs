@@ -2,13 +2,14 @@
 
 use super::check::check_tasks;
 use super::compare::{compare, output_kind};
+use super::contents::write_contents;
 use super::model::cores_of;
 use super::target::{Outcome, Run, Target};
-use super::{MAX_REPLAY_BYTES, ReplayReport, Tolerance};
+use super::{MAX_REPLAY_BYTES, MAX_SEEDED_BYTES, ReplayReport, Tolerance};
 use crate::regcmd::RegCmd;
 use crate::submit::{BufferTask, irq, started_cores};
-use crate::trace::{Chunk, Contents, Trace, fnv1a64, seeded_bytes};
-use std::collections::BTreeMap;
+use crate::trace::{Chunk, ChunkReader, Contents, Trace, TraceError};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Where a buffer was recorded and where the target placed it.
 #[derive(Clone, Copy, Debug)]
@@ -29,38 +30,100 @@ pub(super) fn replay_on(
     tol: Tolerance,
     runs: bool,
 ) -> ReplayReport {
-    let mut w = Walk {
-        target,
-        tol,
-        rep: ReplayReport::default(),
-        bufs: BTreeMap::new(),
-        total: 0,
-        outcomes: BTreeMap::new(),
-        submits: BTreeMap::new(),
-    };
+    let mut w = Walk::new(target, tol, runs, t.header.version);
     for c in &t.chunks {
+        w.step(c);
+    }
+    w.finish()
+}
+
+/// [`replay_on`] over chunks as `chunks` reads them, one at a time (none is kept); the
+/// first read error ends the replay.
+pub(super) fn replay_read(
+    chunks: &mut ChunkReader<'_>,
+    target: &mut dyn Target,
+    tol: Tolerance,
+    runs: bool,
+) -> Result<ReplayReport, TraceError> {
+    let mut w = Walk::new(target, tol, runs, chunks.header().version);
+    for c in chunks {
+        w.step(&c?);
+    }
+    Ok(w.finish())
+}
+
+/// The walk's state between chunks.
+struct Walk<'a> {
+    target: &'a mut dyn Target,
+    tol: Tolerance,
+    /// Whether the target executes (completions and outputs are compared).
+    runs: bool,
+    rep: ReplayReport,
+    /// The live buffers.
+    bufs: BTreeMap<u32, Placed>,
+    /// Buffers freed: their ids are not created again.
+    freed: BTreeSet<u32>,
+    /// The live buffers by recorded address (they do not overlap), for version-1 traces.
+    by_addr: BTreeMap<u32, u32>,
+    /// A version-1 trace has no `FREE`: a buffer created over live ones' recorded
+    /// addresses retires them (the kernel gave their addresses again, so they were freed).
+    infer_frees: bool,
+    /// Bytes of the live buffers.
+    total: u64,
+    /// Seeded bytes the replay may still generate.
+    seeded_left: u64,
+    outcomes: BTreeMap<u32, Outcome>,
+    /// Each submission's tasks, to find what writes an output.
+    submits: BTreeMap<u32, Vec<BufferTask>>,
+    /// The submissions whose completion the trace records.
+    recorded_done: HashSet<u32>,
+}
+
+impl<'a> Walk<'a> {
+    fn new(target: &'a mut dyn Target, tol: Tolerance, runs: bool, version: u16) -> Walk<'a> {
+        Walk {
+            target,
+            tol,
+            runs,
+            rep: ReplayReport::default(),
+            bufs: BTreeMap::new(),
+            freed: BTreeSet::new(),
+            by_addr: BTreeMap::new(),
+            infer_frees: version < 2,
+            total: 0,
+            seeded_left: MAX_SEEDED_BYTES,
+            outcomes: BTreeMap::new(),
+            submits: BTreeMap::new(),
+            recorded_done: HashSet::new(),
+        }
+    }
+
+    /// Applies one chunk, in file order.
+    fn step(&mut self, c: &Chunk) {
+        let runs = self.runs;
         match c {
             Chunk::Buffer {
                 id, size, dma_addr, ..
-            } => w.buffer(*id, *size, *dma_addr),
+            } => self.buffer(*id, *size, *dma_addr),
             Chunk::Data {
                 id,
                 offset,
                 contents,
             } => {
-                let written = resolve(contents).and_then(|b| w.target.write(*id, *offset, &b));
-                if let Err(e) = written {
-                    w.bad(format!("contents of buffer {id}: {e}"));
+                let (bufs, left) = (&self.bufs, &mut self.seeded_left);
+                if let Err(e) = write_contents(self.target, bufs, *id, *offset, contents, left) {
+                    self.bad(format!("contents of buffer {id}: {e}"));
                 }
             }
+            Chunk::Free { id } => self.free(*id),
             Chunk::Reloc {
                 buffer,
                 entry,
                 target: to,
                 offset,
             } => {
-                if let Err(e) = relocate(w.target, &w.bufs, *buffer, *entry, *to, *offset) {
-                    w.bad(format!("reloc buffer {buffer} entry {entry}: {e}"));
+                if let Err(e) = relocate(self.target, &self.bufs, *buffer, *entry, *to, *offset) {
+                    self.bad(format!("reloc buffer {buffer} entry {entry}: {e}"));
                 }
             }
             Chunk::Submit {
@@ -70,73 +133,116 @@ pub(super) fn replay_on(
                 ranges,
                 tasks,
                 ..
-            } => w.submit(*id, *core_mask, *timeout_ms, ranges, tasks),
+            } => self.submit(*id, *core_mask, *timeout_ms, ranges, tasks),
             Chunk::Done {
                 id,
                 ok,
                 task_counter,
                 statuses,
                 ..
-            } if runs => w.done(*id, *ok, *task_counter, statuses),
+            } => {
+                self.recorded_done.insert(*id);
+                if runs {
+                    self.done(*id, *ok, *task_counter, statuses);
+                }
+            }
             Chunk::Output {
                 id,
                 submit,
                 offset,
                 contents,
-            } if runs => w.output(*id, *submit, *offset, contents),
+            } if runs => self.output(*id, *submit, *offset, contents),
             _ => {}
         }
     }
-    w.unrecorded_failures(t);
-    w.rep
-}
 
-/// The walk's state between chunks.
-struct Walk<'t, 'a> {
-    target: &'a mut dyn Target,
-    tol: Tolerance,
-    rep: ReplayReport,
-    bufs: BTreeMap<u32, Placed>,
-    /// Bytes of every buffer created so far.
-    total: u64,
-    outcomes: BTreeMap<u32, Outcome>,
-    /// Each submission's tasks, to find what writes an output.
-    submits: BTreeMap<u32, &'t [BufferTask]>,
-}
+    /// The report, once every chunk is applied: a run that failed where the trace
+    /// records no completion has nothing to compare, but is worth saying.
+    fn finish(mut self) -> ReplayReport {
+        for (id, o) in &self.outcomes {
+            if !o.ok && !self.recorded_done.contains(id) {
+                self.rep.lints.push(format!(
+                    "submit {id} does not complete here ({}); the trace records no completion to compare",
+                    o.why.as_deref().unwrap_or("no reason given")
+                ));
+            }
+        }
+        self.rep
+    }
 
-impl<'t> Walk<'t, '_> {
     fn bad(&mut self, m: String) {
         self.rep.mismatches.push(m);
     }
 
     /// `BUFC`: places the buffer, unless it cannot be.
     fn buffer(&mut self, id: u32, size: u64, dma_addr: u32) {
-        self.total = self.total.saturating_add(size);
-        if self.bufs.contains_key(&id) {
-            self.bad(format!("buffer {id} is created twice"));
-        } else if (dma_addr as u64)
+        if self.bufs.contains_key(&id) || self.freed.contains(&id) {
+            return self.bad(format!("buffer {id} is created twice"));
+        }
+        let Some(end) = (dma_addr as u64)
             .checked_add(size)
-            .is_none_or(|end| end > 1 << 32)
-        {
-            self.bad(format!(
+            .filter(|&end| end <= 1 << 32)
+        else {
+            return self.bad(format!(
                 "buffer {id}: {size} bytes at {dma_addr:#x} pass the 32-bit address space"
             ));
-        } else if self.total > MAX_REPLAY_BYTES {
-            self.bad(format!(
-                "buffer {id}: the trace's buffers pass the replay limit of {MAX_REPLAY_BYTES} bytes"
+        };
+        if self.infer_frees {
+            self.retire_overlapping(id, dma_addr as u64, end.max(dma_addr as u64 + 1));
+        }
+        if self.total.saturating_add(size) > MAX_REPLAY_BYTES {
+            return self.bad(format!(
+                "buffer {id}: the trace's live buffers pass the replay limit of {MAX_REPLAY_BYTES} bytes"
             ));
-        } else {
-            match self.target.place(id, size, dma_addr) {
-                Ok(at) => {
-                    let placed = Placed {
-                        recorded: dma_addr,
-                        at,
-                        size,
-                    };
-                    self.bufs.insert(id, placed);
-                }
-                Err(e) => self.bad(e),
+        }
+        match self.target.place(id, size, dma_addr) {
+            Ok(at) => {
+                let placed = Placed {
+                    recorded: dma_addr,
+                    at,
+                    size,
+                };
+                self.total += size;
+                self.bufs.insert(id, placed);
+                self.by_addr.insert(dma_addr, id);
             }
+            Err(e) => self.bad(e),
+        }
+    }
+
+    /// `FREE`: the buffer is gone from the target and from the live set.
+    fn free(&mut self, id: u32) {
+        match self.bufs.remove(&id) {
+            Some(p) => {
+                self.total -= p.size;
+                if self.by_addr.get(&p.recorded) == Some(&id) {
+                    self.by_addr.remove(&p.recorded);
+                }
+                self.freed.insert(id);
+                self.target.free(id);
+            }
+            None if self.freed.contains(&id) => self.bad(format!("buffer {id} is freed twice")),
+            // Placing it failed, and that was reported.
+            None => {}
+        }
+    }
+
+    /// Version 1: retires the live buffers whose recorded addresses `[start, end)` of
+    /// new buffer `id` overlaps (one look-up per retired buffer: live ones do not overlap).
+    fn retire_overlapping(&mut self, id: u32, start: u64, end: u64) {
+        let mut gone = Vec::new();
+        for (&addr, &old) in self.by_addr.range(..=(end - 1) as u32).rev() {
+            let old_end = addr as u64 + self.bufs.get(&old).map_or(0, |p| p.size.max(1));
+            if old_end <= start {
+                break;
+            }
+            gone.push(old);
+        }
+        for old in gone {
+            self.rep.lints.push(format!(
+                "buffer {old} is taken to be freed: buffer {id} was created over its addresses (a version-1 trace records no frees)"
+            ));
+            self.free(old);
         }
     }
 
@@ -146,11 +252,11 @@ impl<'t> Walk<'t, '_> {
         id: u32,
         core_mask: u32,
         timeout_ms: u32,
-        ranges: &'t [(u32, u32)],
-        tasks: &'t [BufferTask],
+        ranges: &[(u32, u32)],
+        tasks: &[BufferTask],
     ) {
         self.rep.submits += 1;
-        self.submits.insert(id, tasks);
+        self.submits.insert(id, tasks.to_vec());
         let run = match plan(id, core_mask, ranges, tasks, &self.bufs) {
             Ok(addrs) => Run {
                 id,
@@ -207,69 +313,28 @@ impl<'t> Walk<'t, '_> {
         self.rep.mismatches.extend(found);
     }
 
-    /// `OUTD`: compares a recorded output with what the buffer holds now.
+    /// `OUTD`: compares a recorded output with what the buffer holds now (where the
+    /// target holds it: no copy).
     fn output(&mut self, id: u32, submit: u32, offset: u64, contents: &Contents) {
         self.rep.compared += 1;
         let len = match contents {
             Contents::Bytes(b) => b.len(),
-            Contents::Digest { len, .. } => *len as usize,
+            Contents::Digest { len, .. } => usize::try_from(*len).unwrap_or(usize::MAX),
         };
-        let got = match self.target.read(id, offset, len) {
-            Ok(g) => g,
-            Err(e) => return self.bad(format!("output of buffer {id}: {e}")),
-        };
-        let tasks = self.submits.get(&submit).copied().unwrap_or(&[]);
+        let tasks = self.submits.get(&submit).map_or(&[][..], Vec::as_slice);
         let kind = output_kind(self.target, &self.bufs, tasks, id);
-        if let Some(m) = compare(&got, contents, kind, self.tol) {
+        let tol = self.tol;
+        let mut found = None;
+        let read = self.target.inspect(id, offset, len, &mut |got| {
+            found = compare(got, contents, kind, tol);
+        });
+        if let Err(e) = read {
+            return self.bad(format!("output of buffer {id}: {e}"));
+        }
+        if let Some(m) = found {
             self.bad(format!(
                 "buffer {id} after submit {submit}, at +{offset:#x}: {m}"
             ));
-        }
-    }
-
-    /// A run that failed where the trace recorded no completion: nothing to compare, but
-    /// worth saying.
-    fn unrecorded_failures(&mut self, t: &Trace) {
-        // One pass over the chunks, not one per submission.
-        let recorded: std::collections::HashSet<u32> = t
-            .chunks
-            .iter()
-            .filter_map(|c| match c {
-                Chunk::Done { id, .. } => Some(*id),
-                _ => None,
-            })
-            .collect();
-        for (id, o) in &self.outcomes {
-            if !o.ok && !recorded.contains(id) {
-                self.rep.lints.push(format!(
-                    "submit {id} does not complete here ({}); the trace records no completion to compare",
-                    o.why.as_deref().unwrap_or("no reason given")
-                ));
-            }
-        }
-    }
-}
-
-/// The bytes that contents stand for: themselves, or the seeded stream checked against
-/// its digest.
-fn resolve(c: &Contents) -> Result<Vec<u8>, String> {
-    match c {
-        Contents::Bytes(b) => Ok(b.clone()),
-        Contents::Digest { seed: 0, len, .. } => Err(format!(
-            "{len} bytes are redacted without a seed: the replay cannot know them"
-        )),
-        Contents::Digest { len, digest, seed } => {
-            let n = usize::try_from(*len)
-                .ok()
-                .filter(|&n| n as u64 <= MAX_REPLAY_BYTES)
-                .ok_or(format!("{len} redacted bytes: more than a replay maps"))?;
-            let b = seeded_bytes(*seed, n);
-            if fnv1a64(&b) != *digest {
-                return Err(format!(
-                    "seed {seed} does not give the recorded digest {digest:#018x}"
-                ));
-            }
-            Ok(b)
         }
     }
 }

@@ -151,6 +151,11 @@ fn chunk_text<'a>(s: &mut String, c: &'a Chunk, data: &mut Recorded<'a>, budget:
             "done {id}: {}, errno {errno}, task counter {task_counter}, {elapsed_ns} ns, statuses {statuses:x?}",
             if *ok { "ok" } else { "failed" }
         ),
+        Chunk::Free { id } => {
+            // Its contents are gone: a list named after this is not in the trace.
+            data.remove(id);
+            writeln!(s, "free buffer {id}")
+        }
         Chunk::Note(n) => writeln!(s, "note: {n}"),
         Chunk::Unknown { kind, len } => writeln!(
             s,

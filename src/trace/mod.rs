@@ -31,6 +31,7 @@ mod write;
 pub use capture::{MAX_GATHERED_BYTES, import_capture};
 pub use dump::{DUMP_DECODE_BASE, DUMP_DECODE_PER_WORD, dump, write_dump};
 pub use import::{ImportError, import_raw};
+pub use read::ChunkReader;
 pub use record::{DoneRecord, MemorySink, Recorder, SubmitRecord};
 
 use crate::submit::BufferTask;
@@ -39,8 +40,13 @@ use std::fmt;
 /// The file's first eight bytes.
 pub const MAGIC: &[u8; 8] = b"RKNPUTRC";
 
-/// The format version this library writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this library writes: 2, which added buffer lifetimes
+/// ([`Chunk::Free`]).
+pub const VERSION: u16 = 2;
+
+/// The oldest format version this library reads (1: no [`Chunk::Free`]; a replay takes
+/// a buffer created over a live one's addresses to mean that one was freed).
+pub const OLDEST_VERSION: u16 = 1;
 
 /// Who recorded the trace (`HEAD`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,7 +64,7 @@ pub struct Header {
 }
 
 impl Header {
-    /// A version-1 header.
+    /// A header of the current [`VERSION`].
     pub fn new(soc: &str, interface: u8, driver: &str, emulated: bool) -> Header {
         Header {
             version: VERSION,
@@ -163,6 +169,12 @@ pub enum Chunk {
         /// Per-task interrupt status.
         statuses: Vec<u32>,
     },
+    /// `FREE` (version 2): the buffer was freed; no later chunk names it, and its device
+    /// addresses may be given to a buffer created after this chunk.
+    Free {
+        /// Buffer id.
+        id: u32,
+    },
     /// `NOTE`: free text.
     Note(String),
     /// A chunk type this reader does not know, skipped.
@@ -202,26 +214,66 @@ impl std::error::Error for TraceError {}
 
 /// FNV-1a 64 of `bytes` (the digest of redacted contents).
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
+    fnv1a64_continue(FNV1A64_BASIS, bytes)
 }
 
 /// The `len` bytes a non-zero `seed` stands for in redacted contents: the splitmix64
-/// stream from `seed`, each output little-endian (docs/trace-format.md).
+/// stream from `seed`, each output little-endian (docs/trace-format.md). It holds all
+/// `len` bytes: [`Seeded`] gives the same stream piece by piece.
 pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(len.div_ceil(8) * 8);
-    while out.len() < len {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    out.truncate(len);
+    let mut out = vec![0; len];
+    Seeded::new(seed).fill(&mut out);
     out
 }
+
+/// The splitmix64 stream of seeded contents, generated piece by piece so that a reader
+/// of large redacted contents holds one piece at a time.
+///
+/// ```
+/// use rknpu_driver::trace::{Seeded, seeded_bytes};
+///
+/// let mut s = Seeded::new(7);
+/// let (mut a, mut b) = ([0u8; 16], [0u8; 5]);
+/// s.fill(&mut a);
+/// s.fill(&mut b);
+/// assert_eq!([&a[..], &b[..]].concat(), seeded_bytes(7, 21));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Seeded {
+    state: u64,
+}
+
+impl Seeded {
+    /// The stream from `seed`.
+    pub fn new(seed: u64) -> Seeded {
+        Seeded { state: seed }
+    }
+
+    /// Fills `out` with the next bytes of the stream. Pieces continue one another when
+    /// every piece but the last is a multiple of 8 bytes long (a shorter one drops the
+    /// rest of its last word, as the end of the contents does).
+    pub fn fill(&mut self, out: &mut [u8]) {
+        for word in out.chunks_mut(8) {
+            self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let b = (z ^ (z >> 31)).to_le_bytes();
+            word.copy_from_slice(&b[..word.len()]);
+        }
+    }
+}
+
+/// FNV-1a 64 continued over `bytes` from the digest `h` of what came before
+/// ([`fnv1a64`] starts from the offset basis).
+pub fn fnv1a64_continue(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// FNV-1a 64's offset basis: the digest of no bytes.
+pub const FNV1A64_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 
 #[cfg(test)]
 mod bounds_tests;

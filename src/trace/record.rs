@@ -190,9 +190,13 @@ impl Recorder {
         });
     }
 
-    /// A buffer was freed: its handle may be reused for a new buffer.
+    /// A buffer was freed: records its end of life (`FREE`), after which its handle and
+    /// its device addresses may be reused for a new buffer. A handle the recorder does
+    /// not know (not traced, or freed already) records nothing.
     pub fn buffer_freed(&mut self, handle: u32) {
-        self.bufs.remove(&handle);
+        if let Some(b) = self.bufs.remove(&handle) {
+            self.emit(&Chunk::Free { id: b.id });
+        }
     }
 
     /// Handles of the buffers being recorded.

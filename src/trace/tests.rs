@@ -64,6 +64,7 @@ fn sample() -> Trace {
                 elapsed_ns: 12_345,
                 statuses: vec![0, 0, 0x100],
             },
+            Chunk::Free { id: 1 },
             Chunk::Note("recorded by the tests".into()),
         ],
     }
@@ -117,14 +118,17 @@ fn malformed_inputs_are_named_errors() {
             .contains("truncated")
     );
     // A version this reader does not know.
-    let mut v2 = bytes.clone();
-    v2[20] = 2;
+    let mut v3 = bytes.clone();
+    v3[20] = 3;
     assert!(
-        Trace::from_bytes(&v2)
+        Trace::from_bytes(&v3)
             .unwrap_err()
             .what
-            .contains("version 2")
+            .contains("version 3")
     );
+    let mut v0 = bytes.clone();
+    v0[20] = 0;
+    assert!(Trace::from_bytes(&v0).is_err());
     // A count far beyond the payload: refused before anything is reserved.
     let mut t = Trace {
         header: Header::new("RK3588", 1, "rocket 0.0.0", false),
@@ -200,7 +204,7 @@ pub(crate) fn worked() -> Trace {
 fn a_dump_shows_buffers_submits_and_decoded_tasks() {
     let text = dump(&worked());
     assert!(
-        text.starts_with("trace v1 soc RK3588 interface vendor"),
+        text.starts_with("trace v2 soc RK3588 interface vendor"),
         "{text}"
     );
     assert!(text.contains("buffer 0: 896 bytes at 0x00100000"), "{text}");

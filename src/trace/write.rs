@@ -107,6 +107,10 @@ impl Chunk {
                 }
                 b"DONE"
             }
+            Chunk::Free { id } => {
+                p.u32(*id);
+                b"FREE"
+            }
             Chunk::Note(s) => {
                 p.str(s);
                 b"NOTE"
