@@ -5,7 +5,8 @@
 //! again gives (the fixtures are stored with elapsed times cleared and interrupt pairs
 //! as the vendor kernel reads them). `UPDATE_FIXTURES=1` records them anew; review the
 //! diff of the `.txt`.
-//! Capture folders of `../shared/captures` import, dump and check when present.
+//! Capture folders of the board captures (`common::captures_or_skip`) import, dump and
+//! check.
 
 mod common;
 
@@ -354,11 +355,9 @@ fn fixtures_replay_on_an_emulated_device() {
 
 #[test]
 fn captures_import_dump_and_check_when_present() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/captures");
-    if !root.is_dir() {
-        eprintln!("note: ../shared/captures is not here; nothing to import");
+    let Some(root) = common::captures_or_skip("nothing imported") else {
         return;
-    }
+    };
     let mut cases = 0;
     for source in std::fs::read_dir(&root).unwrap().flatten() {
         if !source.path().is_dir() {

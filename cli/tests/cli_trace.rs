@@ -3,6 +3,9 @@
 use std::process::{Command, Output};
 
 mod common;
+/// The repository's test helpers (the captures, found as every capture test finds them).
+#[path = "../../tests/common/mod.rs"]
+mod repo;
 use common::Temp;
 
 const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
@@ -188,14 +191,12 @@ fn a_trace_that_cannot_be_written_is_an_error() {
 
 #[test]
 fn captures_import_when_present() {
-    let case = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/captures/wtwver-npu/rknn-matmul-int8-4x32x32"
-    );
-    if !std::path::Path::new(case).is_dir() {
-        eprintln!("note: ../shared/captures is not here; nothing to import");
+    let Some(case) =
+        repo::capture_or_skip("wtwver-npu/rknn-matmul-int8-4x32x32", "nothing imported")
+    else {
         return;
-    }
+    };
+    let case = case.to_str().unwrap();
     let t = Temp::new("capture.trace");
     expect(
         &run(&["trace", "import", "--capture", case, "--out", t.path()]),
