@@ -131,7 +131,10 @@ impl Code {
             | Error::EmptyInput
             | Error::InvalidArgument { .. }
             | Error::ShapeMismatch { .. }
-            | Error::OutOfRange { .. } => Code::Arg,
+            | Error::OutOfRange { .. }
+            | Error::Foreign { .. } => Code::Arg,
+            // A layer step is refused for what its inputs ask: the caller's argument.
+            Error::LayerStep { .. } => Code::Arg,
             _ => Code::Internal,
         }
     }
