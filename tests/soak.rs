@@ -224,6 +224,7 @@ fn soak(flavour: Flavour) {
     emu.set_async(true);
     let dev = Device::open_emulator(Arc::clone(&emu)).unwrap();
     let objects_before = emu.live_objects();
+    let (files_before, iova_before) = (emu.open_files(), emu.iova_in_use());
     let per_thread = jobs().div_ceil(THREADS);
     let tallies: Vec<Tally> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)

@@ -119,7 +119,12 @@ fn a_buffer_of_another_open_is_refused() {
     let b = d.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
     let foreign_c = other.alloc(mm.c_bytes(), BoFlags::default()).unwrap();
     let mut regcmd = d.alloc(program.byte_len(), BoFlags::default()).unwrap();
-    let addrs = [regcmd.dma_addr(), a.dma_addr(), b.dma_addr(), foreign_c.dma_addr()];
+    let addrs = [
+        regcmd.dma_addr(),
+        a.dma_addr(),
+        b.dma_addr(),
+        foreign_c.dma_addr(),
+    ];
     let words = program
         .bind(|id| Some(u64::from(addrs[id.0 as usize])))
         .unwrap();
@@ -141,6 +146,9 @@ fn a_buffer_of_another_open_is_refused() {
         .bind(|id| Some(u64::from(addrs[id.0 as usize])))
         .unwrap();
     regcmd.write(0, &words_to_le_bytes(&words)).unwrap();
-    let job = Job::from_program(&regcmd, &program).reads(&a).reads(&b).writes(&c);
+    let job = Job::from_program(&regcmd, &program)
+        .reads(&a)
+        .reads(&b)
+        .writes(&c);
     d.submit(&job).unwrap();
 }

@@ -13,6 +13,8 @@ pub(super) struct Iova {
     high: u64,
     /// Whether fresh ranges come from the top (vendor) or the bottom (rocket).
     top_down: bool,
+    /// Bytes handed out and not yet given back.
+    in_use: u64,
 }
 
 impl Iova {
@@ -23,6 +25,7 @@ impl Iova {
             low: 0,
             high: 1 << 32,
             top_down: true,
+            in_use: 0,
         }
     }
 
@@ -33,11 +36,18 @@ impl Iova {
             low: base,
             high: base.saturating_add(1 << 32),
             top_down: false,
+            in_use: 0,
         }
     }
 
     /// A range of `size` bytes, a freed one first; `None` when the space is exhausted.
     pub(super) fn alloc(&mut self, size: u64) -> Option<u64> {
+        let start = self.take(size)?;
+        self.in_use += size;
+        Some(start)
+    }
+
+    fn take(&mut self, size: u64) -> Option<u64> {
         if let Some(i) = self.holes.iter().position(|&(_, len)| len >= size) {
             let (start, len) = self.holes[i];
             if len == size {
@@ -61,7 +71,13 @@ impl Iova {
 
     /// Gives a range back for reuse.
     pub(super) fn free(&mut self, start: u64, size: u64) {
+        self.in_use = self.in_use.saturating_sub(size);
         self.holes.push((start, size));
+    }
+
+    /// Bytes handed out and not yet given back.
+    pub(super) fn in_use(&self) -> u64 {
+        self.in_use
     }
 }
 
@@ -79,6 +95,7 @@ mod tests {
         assert_eq!(v.alloc(4096), Some(b), "the freed range first");
         assert_eq!(v.alloc(4096), Some(b + 4096));
         assert_eq!(v.alloc(4096), Some(b - 4096), "then fresh space");
+        assert_eq!(v.in_use(), 4096 + 3 * 4096);
         let mut r = Iova::bottom_up(0);
         assert_eq!(r.alloc(4096), Some(0));
         assert_eq!(r.alloc(1 << 33), None);
