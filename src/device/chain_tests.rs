@@ -119,16 +119,103 @@ fn a_buffer_of_another_open_is_refused() {
     let b = d.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
     let foreign_c = other.alloc(mm.c_bytes(), BoFlags::default()).unwrap();
     let mut regcmd = d.alloc(program.byte_len(), BoFlags::default()).unwrap();
-    let addrs = [
-        regcmd.dma_addr(),
-        a.dma_addr(),
-        b.dma_addr(),
-        foreign_c.dma_addr(),
-    ];
-    let words = program
-        .bind(|id| Some(u64::from(addrs[id.0 as usize])))
+    // Binds the program with its output at `c`.
+    let bind = |regcmd: &mut Bo, c: &Bo| {
+        let addrs = [regcmd.dma_addr(), a.dma_addr(), b.dma_addr(), c.dma_addr()];
+        let words = program
+            .bind(|id| Some(u64::from(addrs[id.0 as usize])))
+            .unwrap();
+        regcmd.write(0, &words_to_le_bytes(&words)).unwrap();
+    };
+    bind(&mut regcmd, &foreign_c);
+    let job = Job::from_program(&regcmd, &program)
+        .reads(&a)
+        .reads(&b)
+        .writes(&foreign_c);
+    match d.submit(&job) {
+        Err(DeviceError::InvalidArgument { what }) => {
+            assert!(what.contains("another device open"), "{what}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // The same job with this device's own output runs.
+    let c = d.alloc(mm.c_bytes(), BoFlags::default()).unwrap();
+    bind(&mut regcmd, &c);
+    let job = Job::from_program(&regcmd, &program)
+        .reads(&a)
+        .reads(&b)
+        .writes(&c);
+    match d.submit(&job) {
+        Err(DeviceError::Verify {
+            error: VerifyError::Chain {
+                task: 0, address, ..
+            },
+        }) => assert_eq!(address, copy_base + program.tasks()[1].offset),
+        other => panic!("{other:?}"),
+    }
+    drop(job);
+    assert!(a.read_all().unwrap() == before, "A was written");
+    // Unverified, the driver would run the copy; the emulated kernel's simulator refuses
+    // to follow a tail out of the listed tasks, so the job does not complete, and A
+    // still holds what it held.
+    let job = Job::from_program(&regcmd, &program)
+        .reads(&a)
+        .reads(&b)
+        .writes(&c);
+    assert!(matches!(
+        d.submit(&job.unverified()),
+        Err(DeviceError::Timeout { .. })
+    ));
+    assert!(a.read_all().unwrap() == before, "A was written");
+    let mut sim = crate::sim::Simulator::new();
+    sim.memory_mut().map(base, bytes.clone()).unwrap();
+    sim.memory_mut().map(a.dma_addr(), before.clone()).unwrap();
+    sim.memory_mut()
+        .map(b.dma_addr(), vec![0; b.size()])
         .unwrap();
-    regcmd.write(0, &words_to_le_bytes(&words)).unwrap();
+    sim.memory_mut().map_zeroed(c.dma_addr(), c.size()).unwrap();
+    // Kicked directly, without a task list, the simulator follows the tail as the PC
+    // does: the copy runs and writes A.
+    let t0 = program.tasks()[0];
+    let kick = crate::sim::Kick {
+        task_number: Some(2),
+        ..crate::sim::Kick::new(base + t0.offset, t0.regcfg_amount)
+    };
+    sim.kick(&kick).unwrap();
+    assert!(
+        sim.memory()
+            .read(u64::from(a.dma_addr()), before.len())
+            .unwrap()
+            != &before[..],
+        "the copy did not run"
+    );
+}
+
+/// A job naming a buffer of another device open is refused before submission: its
+/// handle and address are the other open's, so in this job they would name some other
+/// buffer of this device, or none (issue 26, item 3).
+#[test]
+fn a_buffer_of_another_open_is_refused() {
+    use crate::kernels::single::{Dtype, SingleMatmul};
+    use crate::regcmd::words_to_le_bytes;
+    let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
+    let program = mm.program().unwrap();
+    let d = Device::open_spec("emu").unwrap();
+    let other = d.open_again().unwrap();
+    assert!(!d.same_device(&other));
+    let a = d.alloc(mm.a_bytes(), BoFlags::default()).unwrap();
+    let b = d.alloc(mm.b_bytes(), BoFlags::default()).unwrap();
+    let foreign_c = other.alloc(mm.c_bytes(), BoFlags::default()).unwrap();
+    let mut regcmd = d.alloc(program.byte_len(), BoFlags::default()).unwrap();
+    // Binds the program with its output at `c`.
+    let bind = |regcmd: &mut Bo, c: &Bo| {
+        let addrs = [regcmd.dma_addr(), a.dma_addr(), b.dma_addr(), c.dma_addr()];
+        let words = program
+            .bind(|id| Some(u64::from(addrs[id.0 as usize])))
+            .unwrap();
+        regcmd.write(0, &words_to_le_bytes(&words)).unwrap();
+    };
+    bind(&mut regcmd, &foreign_c);
     let job = Job::from_program(&regcmd, &program)
         .reads(&a)
         .reads(&b)
