@@ -252,12 +252,16 @@ fn soak(flavour: Flavour) {
         objects_before,
         "{spec}: kernel objects left"
     );
+    assert_eq!(emu.open_files(), files_before, "{spec}: descriptors left");
+    assert_eq!(emu.iova_in_use(), iova_before, "{spec}: addresses left");
     drop(dev);
     assert_eq!(
         emu.live_objects(),
         0,
         "{spec}: kernel objects left after close"
     );
+    assert_eq!(emu.open_files(), 0, "{spec}: descriptors left after close");
+    assert_eq!(emu.iova_in_use(), 0, "{spec}: addresses left after close");
 }
 
 #[test]
