@@ -121,7 +121,7 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
         let pixels = feature.w as u64 * feature.h as u64;
         if feature.prec == Precision::Int8
             && limits::in_int8_k_gap(feature.c)
-            && pixels > limits::INT8_GAP_MAX_ROWS
+            && pixels > u64::from(limits::INT8_GAP_MAX_ROWS)
         {
             lint(
                 out,

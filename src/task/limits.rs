@@ -9,7 +9,7 @@
 pub const INT8_K_GAP: (u32, u32) = (3072, 4096);
 
 /// The most rows an int8 task may have with a K tile inside [`INT8_K_GAP`].
-pub const INT8_GAP_MAX_ROWS: u64 = 4;
+pub const INT8_GAP_MAX_ROWS: u32 = 4;
 
 /// Whether an int8 K tile of `channels` lies strictly inside [`INT8_K_GAP`].
 pub const fn in_int8_k_gap(channels: u32) -> bool {

@@ -42,7 +42,8 @@ pub use host::{
 use super::single::{Dtype, Layout, OutType, SingleMatmul};
 use crate::error::{Error, Result};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder};
-use crate::task::{Task, limits};
+use crate::task::Task;
+use crate::task::limits::{FLOAT_MAX_CHANNELS, INT8_GAP_MAX_ROWS, INT8_MAX_N_TILE, in_int8_k_gap};
 use std::fmt;
 
 /// `base` moved `by` bytes on, or an error past 32 bits.
@@ -345,10 +346,7 @@ impl WeightLayout {
             if kw >= k || count as usize > MAX_TASKS {
                 break;
             }
-            if dtype == Dtype::Int8
-                && u64::from(m) > limits::INT8_GAP_MAX_ROWS
-                && limits::in_int8_k_gap(kw)
-            {
+            if dtype == Dtype::Int8 && m > INT8_GAP_MAX_ROWS && in_int8_k_gap(kw) {
                 continue;
             }
             let Ok(rows) = tile_rows(dtype, kw) else {
@@ -414,9 +412,9 @@ impl WeightLayout {
             b_offsets.push(at);
             at += n_pad as u64 * w.ai as u64 * bits / 8;
         }
-        let in_gap = |w: &Wave| limits::in_int8_k_gap(w.ai);
-        let max_rows = (dtype == Dtype::Int8 && waves.iter().any(in_gap))
-            .then_some(limits::INT8_GAP_MAX_ROWS as u32);
+        let in_gap = |w: &Wave| in_int8_k_gap(w.ai);
+        let max_rows =
+            (dtype == Dtype::Int8 && waves.iter().any(in_gap)).then_some(INT8_GAP_MAX_ROWS);
         Ok(WeightLayout {
             k,
             n,
@@ -481,10 +479,7 @@ fn k_split(k: u32, m: u32, dtype: Dtype) -> (u32, u32) {
         // k / count <= k_max <= 4096, so the rounding cannot overflow.
         let kw = k.div_ceil(count).next_multiple_of(32).min(k);
         let kw_pad = kw.next_multiple_of(32);
-        if dtype == Dtype::Int8
-            && u64::from(m) > limits::INT8_GAP_MAX_ROWS
-            && limits::in_int8_k_gap(kw_pad)
-        {
+        if dtype == Dtype::Int8 && m > INT8_GAP_MAX_ROWS && in_int8_k_gap(kw_pad) {
             count += 1;
             continue;
         }
@@ -966,9 +961,9 @@ impl Plan {
         }
         let granule = if dtype == Dtype::Int4 { 64 } else { 32 };
         let n_max = if dtype == Dtype::Int8 {
-            limits::INT8_MAX_N_TILE
+            INT8_MAX_N_TILE
         } else {
-            limits::FLOAT_MAX_CHANNELS
+            FLOAT_MAX_CHANNELS
         };
         let granules = layout.n_pad / granule;
         // Even M tiles: as few as fit, as equal as can be; when cores split M (too few

@@ -4,7 +4,7 @@
 
 use super::{Plan, WeightLayout, unsupported};
 use crate::error::{Error, Result};
-use crate::kernels::single::{Dtype, OutType};
+use crate::kernels::single::{Dtype, OutType, check_float_bits};
 use zerocopy::IntoBytes;
 
 /// Whether the plan's weight bank has padding (N to the tile granule, K to 32).
@@ -186,25 +186,7 @@ pub fn weights_f16_nk_into(layout: &WeightLayout, bt: &[u16], out: &mut [u8]) ->
     };
     check(layout, sixteen, bt.len())?;
     check_out(layout, out)?;
-    // NaN and ±inf have an all-ones exponent: refused, as every float path refuses
-    // them (docs/matmul.md, "Non-finite values").
-    let exponent: u16 = if sixteen == Dtype::Bf16 {
-        0x7f80
-    } else {
-        0x7c00
-    };
-    if let Some(index) = bt.iter().position(|&b| b & exponent == exponent) {
-        let value = match sixteen {
-            Dtype::Bf16 => half::bf16::from_bits(bt[index]).to_string(),
-            _ => half::f16::from_bits(bt[index]).to_string(),
-        };
-        return Err(Error::OutOfRange {
-            what: "weights",
-            index,
-            value,
-            range: "finite",
-        });
-    }
+    check_float_bits(sixteen, "weights", bt)?;
     if padded(layout) {
         out.fill(0);
     }

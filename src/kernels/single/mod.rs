@@ -35,7 +35,7 @@
 mod add;
 mod dequant;
 mod pack;
-pub(crate) use pack::check_float;
+pub(crate) use pack::{check_float, check_float_bits};
 mod types;
 
 pub use add::{add_task, add_task_model};

@@ -289,3 +289,21 @@ pub(crate) fn check_float(dtype: Dtype, what: &'static str, values: &[f32]) -> R
         None => Ok(()),
     }
 }
+
+/// [`check_float`] for values given as fp16 or bf16 bits (`dtype`): NaN and ±inf, whose
+/// exponent is all ones, are refused.
+pub(crate) fn check_float_bits(dtype: Dtype, what: &'static str, bits: &[u16]) -> Result<()> {
+    let exponent: u16 = if dtype == Dtype::Bf16 { 0x7f80 } else { 0x7c00 };
+    match bits.iter().position(|&b| b & exponent == exponent) {
+        Some(index) => Err(Error::OutOfRange {
+            what,
+            index,
+            value: match dtype {
+                Dtype::Bf16 => half::bf16::from_bits(bits[index]).to_string(),
+                _ => half::f16::from_bits(bits[index]).to_string(),
+            },
+            range: "finite",
+        }),
+        None => Ok(()),
+    }
+}
