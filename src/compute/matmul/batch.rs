@@ -108,6 +108,13 @@ impl MatmulBatch {
         })
     }
 
+    /// Ends the batch and gives its members back, in order, each usable on its own
+    /// again (its buffers and program untouched by the batch): a batch does not consume
+    /// its members.
+    pub fn into_members(self) -> Vec<Matmul> {
+        self.members
+    }
+
     /// The members, in order.
     pub fn members(&self) -> &[Matmul] {
         &self.members

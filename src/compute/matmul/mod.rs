@@ -35,6 +35,7 @@
 mod bank;
 mod batch;
 mod npu_dequant;
+mod rows;
 
 pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
