@@ -118,10 +118,21 @@ pub mod irq {
     pub const DMA_WRITE_ERROR: u32 = 0x2000;
     /// The value the kernels write to clear every bit.
     pub const CLEAR_ALL: u32 = 0x1_FFFF;
+    /// The six done pairs, in bit order.
+    pub const PAIRS: [u32; 6] = [CNA_FEATURE, CNA_WEIGHT, CNA_CSC, CORE, DPU, PPU];
+    /// Every done bit of both register groups (the pairs together).
+    pub const ALL_DONE: u32 = 0xFFF;
+    /// The register group 0 bit of every pair; group 1's is the next bit up.
+    const GROUP_0: u32 = 0x555;
+
+    /// The bits of `bits` that belong to register group `group` (0 or 1).
+    pub const fn of_group(bits: u32, group: u32) -> u32 {
+        bits & (GROUP_0 << group)
+    }
 
     /// The vendor kernel's "fuzzed" status: every pair with any bit set widened to both.
     pub fn fuzz(status: u32) -> u32 {
-        [0x3, 0xC, 0x30, 0xC0, 0x300, 0xC00]
+        PAIRS
             .iter()
             .filter(|&&pair| status & pair != 0)
             .fold(0, |acc, pair| acc | pair)
@@ -139,7 +150,7 @@ pub mod irq {
     /// and the handler clears every bit of an interrupt it rejects; bits outside the
     /// pairs (the DMA errors, 0x1000 and 0x2000) never appear in the widened status.
     pub fn vendor_completable(int_mask: u32) -> bool {
-        [0x3, 0xC, 0x30, 0xC0, 0x300, 0xC00].contains(&int_mask)
+        PAIRS.contains(&int_mask)
     }
 }
 
@@ -170,6 +181,12 @@ mod tests {
         let one = |f: fn(M, bool) -> M| f(M::from_bits(0), true).into_bits();
         assert_eq!(irq::DMA_READ_ERROR, one(M::with_dma_read_error));
         assert_eq!(irq::DMA_WRITE_ERROR, one(M::with_dma_write_error));
+        assert_eq!(irq::PAIRS.iter().fold(0, |a, p| a | p), irq::ALL_DONE);
+        assert_eq!(
+            irq::of_group(irq::ALL_DONE, 0) | irq::of_group(irq::ALL_DONE, 1),
+            irq::ALL_DONE
+        );
+        assert_eq!(irq::of_group(irq::DPU, 1), one(M::with_dpu_1));
         // Every field of the 17-bit register, the undocumented 16:14 included.
         assert_eq!(irq::CLEAR_ALL, M::new().into_bits());
     }

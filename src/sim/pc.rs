@@ -365,13 +365,13 @@ fn run_task(
     // Interrupt status: every started block reports done for this task's group.
     let g = group as u32;
     if enable & BlockMask::CNA.0 != 0 {
-        out.raw_status |= (irq::CNA_FEATURE | irq::CNA_WEIGHT | irq::CNA_CSC) & (0x15 << g);
+        out.raw_status |= irq::of_group(irq::CNA_FEATURE | irq::CNA_WEIGHT | irq::CNA_CSC, g);
     }
     if enable & BlockMask::CORE.0 != 0 {
-        out.raw_status |= irq::CORE & (0x40 << g);
+        out.raw_status |= irq::of_group(irq::CORE, g);
     }
     if enable & BlockMask::DPU.0 != 0 {
-        out.raw_status |= irq::DPU & (0x100 << g);
+        out.raw_status |= irq::of_group(irq::DPU, g);
     }
     if read_err {
         out.raw_status |= irq::DMA_READ_ERROR;
@@ -399,7 +399,7 @@ fn run_pool(
     sim.charge(at, super::BUDGET_TASK, pooling::work(p))?;
     pooling::execute(&mut sim.memory, p, at, !(read_err || write_err))?;
     small_pools.extend(pooling::small_output(p));
-    out.raw_status |= irq::PPU & (0x400 << group as u32);
+    out.raw_status |= irq::of_group(irq::PPU, group as u32);
     if read_err {
         out.raw_status |= irq::DMA_READ_ERROR;
     }
@@ -561,7 +561,7 @@ fn finish(out: &mut CoreRun, kick: &Kick, last_enable: u32) {
     } else {
         irq::CORE
     };
-    let early = kick.int_mask & 0xFFF & !last_pair;
+    let early = kick.int_mask & irq::ALL_DONE & !last_pair;
     let half = kick.int_mask & last_pair;
     if early != 0 || (half != 0 && half != last_pair) {
         let at = At {
