@@ -12,16 +12,11 @@
 
 #include <cstring>
 
-static bool ggml_rknpu_src1_type_supported(ggml_type type) {
-    return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
-}
-
 bool ggml_rknpu_supports_mul_mat(rknpu_device * dev, const ggml_tensor * op) {
     const ggml_tensor * src0 = op->src[0];
     const ggml_tensor * src1 = op->src[1];
-    // the weight type is the library's to judge (rknpu_ggml_supported below)
-    if (!ggml_rknpu_src1_type_supported(src1->type) || op->type != GGML_TYPE_F32 ||
-        src0->nb[0] != ggml_type_size(src0->type)) {
+    // the weight and activation types are the library's to judge (its limits query below)
+    if (op->type != GGML_TYPE_F32 || src0->nb[0] != ggml_type_size(src0->type)) {
         return false;
     }
     // the library takes 32-bit sizes; the scheduler never asks for zero-sized planes here,
@@ -33,7 +28,8 @@ bool ggml_rknpu_supports_mul_mat(rknpu_device * dev, const ggml_tensor * op) {
         return false;
     }
     const uint32_t m = (uint32_t) std::max<int64_t>(src1->ne[1], 1);
-    return rknpu_ggml_supported(dev, (uint32_t) src0->type, (uint32_t) src0->ne[1], (uint32_t) src0->ne[0], m) == 0;
+    return rknpu_mul_mat_supported(dev, (uint32_t) src0->type, (uint32_t) src1->type, (uint32_t) src0->ne[1],
+                                   (uint32_t) src0->ne[0], m) == 0;
 }
 
 // the rows of one src1 plane, contiguous within each row and not overlapping: either the
