@@ -1,0 +1,201 @@
+//! A matmul's host side around a job: packing activations into the A buffer and
+//! reading, reducing and scaling the results out of the C buffer.
+
+use super::*;
+
+impl Matmul {
+    /// Packs int8 activations into the A buffer (W4A8: their high and low halves).
+    pub(super) fn put_i8(&mut self, a: &[i8]) -> Result<()> {
+        shape("activation values", self.len_a(), a.len())?;
+        let packed = match self.bank.layout.dtype {
+            Dtype::Int8 => pack::activations_i8(&self.plan, a)?,
+            _ => {
+                let (mut hi, mut lo) = (vec![0i8; a.len()], vec![0i8; a.len()]);
+                quant::split_w4a8(a, &mut hi, &mut lo)?;
+                let both: Vec<i32> = hi.iter().chain(&lo).map(|&v| v as i32).collect();
+                self.plan.pack_a_int(&both)?
+            }
+        };
+        self.a.write(0, &packed)
+    }
+
+    /// Packs integer activations of this matmul's type into the A buffer.
+    pub(super) fn put_int(&mut self, a: &[i32]) -> Result<()> {
+        shape("activation values", self.len_a(), a.len())?;
+        match self.acts {
+            Activations::Int8 => {
+                in_range("activations", a, (-128, 127), "-128..=127")?;
+                let a8: Vec<i8> = a.iter().map(|&v| v as i8).collect();
+                self.put_i8(&a8)
+            }
+            Activations::Int4 => {
+                in_range("activations", a, (-8, 7), "-8..=7")?;
+                let packed = self.plan.pack_a_int(a)?;
+                self.a.write(0, &packed)
+            }
+            Activations::Fp16 | Activations::Bf16 => Err(Error::Precision {
+                input: "integer",
+                weights: self.bank.layout.dtype.name(),
+                output: "fp32",
+            }),
+        }
+    }
+
+    /// Packs float activations, rounded to the bank's 16-bit type (the packer rounds),
+    /// into the A buffer of a matmul made for `acts`.
+    pub(super) fn put_float(&mut self, acts: Activations, a: &[f32]) -> Result<()> {
+        self.expect(acts)?;
+        shape("activation values", self.len_a(), a.len())?;
+        let packed = self.plan.pack_a_f32(a)?;
+        self.a.write(0, &packed)
+    }
+
+    /// Packs fp16 activations into the A buffer.
+    pub(super) fn put_f16(&mut self, a: &[f16]) -> Result<()> {
+        let wide: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
+        self.put_float(Activations::Fp16, &wide)
+    }
+
+    /// Packs bf16 activations into the A buffer.
+    pub(super) fn put_bf16(&mut self, a: &[bf16]) -> Result<()> {
+        let wide: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
+        self.put_float(Activations::Bf16, &wide)
+    }
+
+    /// Quantises f32 activations per row (integer banks) or rounds them to fp16 or bf16
+    /// (float banks) into the A buffer.
+    pub(super) fn put_f32(&mut self, x: &[f32]) -> Result<Submitted> {
+        shape("activation values", self.len_a(), x.len())?;
+        match self.acts {
+            Activations::Bf16 | Activations::Fp16 => {
+                self.put_float(self.acts, x)?;
+                Ok(Submitted::Float)
+            }
+            Activations::Int8 => {
+                let (q, s) = quant::quantize_rows_i8(x, self.k())?;
+                self.put_i8(&q)?;
+                self.row_scales = s;
+                if self.npu.is_some() {
+                    self.encode_row_scales()?;
+                    return Ok(Submitted::NpuScaled);
+                }
+                Ok(Submitted::Quantized)
+            }
+            Activations::Int4 => Err(Error::Precision {
+                input: "f32 (quantised to int8)",
+                weights: "int4",
+                output: "this matmul, made for int4 activations",
+            }),
+        }
+    }
+
+    /// Writes the current row scales into the program (NPU dequantisation). A scale
+    /// fp16 cannot hold to its precision is left to the host: the NPU gets 1.
+    pub(super) fn encode_row_scales(&mut self) -> Result<()> {
+        let Some(d) = &mut self.npu else {
+            return Ok(());
+        };
+        let words = d.set_row_scales(&self.row_scales)?;
+        self.regcmd.write(0, &words_to_le_bytes(words))
+    }
+
+    /// The NPU-dequantised rows into `out`, each multiplied on the host by its scale if
+    /// the NPU did not take it.
+    pub(super) fn read_npu_scaled_into(&self, out: &mut [f32]) -> Result<()> {
+        shape("result values", self.len_c(), out.len())?;
+        let Some(d) = &self.npu else {
+            return Err(Error::Precision {
+                input: "int8",
+                weights: "int8",
+                output: "fp32 dequantised on the NPU (not chosen for this matmul)",
+            });
+        };
+        let (n, n_pad) = (self.n(), self.bank.layout.n_pad as usize);
+        d.out.read_with(|bytes| {
+            for (m, row) in out.chunks_exact_mut(n).enumerate() {
+                let src = &bytes[m * n_pad * 4..][..n * 4];
+                let host = self.row_scales[m];
+                let factor = if fp16_normal(host) { 1.0 } else { host };
+                for (y, v) in row.iter_mut().zip(src.chunks_exact(4)) {
+                    *y = f32::from_le_bytes([v[0], v[1], v[2], v[3]]) * factor;
+                }
+            }
+        })
+    }
+
+    /// The exact integer results, row-major M×N, from the C buffer.
+    pub(super) fn read_int(&self) -> Result<Vec<i64>> {
+        let all = self.c.read_with(|c| self.plan.reduce_int(c))??;
+        if self.bank.layout.dtype == Dtype::Int4 && self.acts == Activations::Int8 {
+            // W4A8: rows [0, M) are Hi·W, rows [M, 2M) Lo·W.
+            let half = self.len_c();
+            let n = self.n();
+            let sums = &self.bank.col_sums;
+            return Ok((0..half)
+                .map(|i| 16 * all[i] + all[half + i] + 8 * sums[i % n])
+                .collect());
+        }
+        Ok(all)
+    }
+
+    /// The results as `i32` into `out`: an error names the first that leaves the int32
+    /// range (nothing is wrapped).
+    pub(super) fn read_i32_into(&self, out: &mut [i32]) -> Result<()> {
+        shape("result values", self.len_c(), out.len())?;
+        if self.bank.layout.dtype == Dtype::Int8 {
+            return self.c.read_with(|c| pack::unpack_i32(&self.plan, c, out))?;
+        }
+        for (i, (d, v)) in out.iter_mut().zip(self.read_int()?).enumerate() {
+            *d = i32::try_from(v).map_err(|_| Error::OutOfRange {
+                what: "results",
+                index: i,
+                value: v.to_string(),
+                range: "the int32 range (Matmul::run_int returns it exactly)",
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Float results (fp16 banks) into `out`.
+    pub(super) fn read_f32_into(&self, out: &mut [f32]) -> Result<()> {
+        shape("result values", self.len_c(), out.len())?;
+        self.c.read_with(|c| self.plan.reduce_f32_into(c, out))?
+    }
+
+    /// Quantised results: `acc · row_scale · channel_scale` into `out`.
+    pub(super) fn read_scaled_into(&self, out: &mut [f32]) -> Result<()> {
+        shape("result values", self.len_c(), out.len())?;
+        let n = self.n();
+        let scales = self.bank.scales.as_deref();
+        let scale = |i: usize| scales.map_or(1.0, |s| s[i % n]);
+        if self.bank.layout.dtype == Dtype::Int8 {
+            let mut acc = vec![0i32; out.len()];
+            self.c
+                .read_with(|c| pack::unpack_i32(&self.plan, c, &mut acc))??;
+            for (i, (y, &v)) in out.iter_mut().zip(&acc).enumerate() {
+                *y = v as f32 * self.row_scales[i / n] * scale(i);
+            }
+        } else {
+            for (i, (y, v)) in out.iter_mut().zip(self.read_int()?).enumerate() {
+                *y = v as f32 * self.row_scales[i / n] * scale(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what `what` computed into `out` as f32.
+    pub(super) fn read_f32_of(&self, what: Submitted, out: &mut [f32]) -> Result<()> {
+        match what {
+            Submitted::Quantized => self.read_scaled_into(out),
+            Submitted::NpuScaled => self.read_npu_scaled_into(out),
+            Submitted::Float => self.read_f32_into(out),
+            Submitted::Int => {
+                shape("result values", self.len_c(), out.len())?;
+                for (y, v) in out.iter_mut().zip(self.read_int()?) {
+                    *y = v as f32;
+                }
+                Ok(())
+            }
+        }
+    }
+}

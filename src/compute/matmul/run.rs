@@ -1,0 +1,344 @@
+//! Running a matmul: the jobs of its chains, blocking calls and submissions, and the
+//! pending matmul a submission returns.
+
+use super::*;
+
+pub(super) fn shape(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+    Error::check_len(what, expected, actual)
+}
+
+pub(super) fn in_range(
+    what: &'static str,
+    a: &[i32],
+    (lo, hi): (i32, i32),
+    range: &'static str,
+) -> Result<()> {
+    match a.iter().position(|v| !(lo..=hi).contains(v)) {
+        Some(i) => Err(Error::OutOfRange {
+            what,
+            index: i,
+            value: a[i].to_string(),
+            range,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Submits `program` (chains of `per_core` tasks) without blocking, each job given its
+/// buffers by `buffers`. The vendor driver takes non-blocking jobs only with the
+/// automatic core mask (an explicitly placed one can crash the kernel in its timeout
+/// clean-up; docs/device.md), and the automatic mask runs one chain on one idle core:
+/// so each chain is its own job there, and the kernel places them on idle cores side by
+/// side. Rocket places every task itself: one job.
+pub(super) fn submit_chains<'a>(
+    dev: &'a Device,
+    (regcmd, program): (&'a Bo, &Program),
+    per_core: &[usize],
+    timeout: Duration,
+    buffers: impl Fn(Job<'a>) -> Job<'a>,
+) -> Result<Vec<Pending<'a>>> {
+    let jobs = if dev.capabilities().picks_cores || per_core.len() == 1 {
+        vec![Job::from_program(regcmd, program).on_cores(CoreMask::Auto, &[per_core.iter().sum()])]
+    } else {
+        let mut first = 0;
+        per_core
+            .iter()
+            .map(|&count| {
+                let tasks = program.tasks()[first..first + count].to_vec();
+                first += count;
+                Job::new(regcmd, tasks)
+            })
+            .collect()
+    };
+    jobs.into_iter()
+        .map(|job| dev.submit_nonblocking(buffers(job.timeout(timeout))))
+        .collect()
+}
+
+/// Waits for every pending job until `deadline`; the first error, after all were waited
+/// for (a job left unwaited would be settled on drop anyway).
+pub(super) fn wait_all(pending: Vec<Pending<'_>>, deadline: Instant) -> Result<()> {
+    let mut first = Ok(());
+    for p in pending {
+        if let Err(e) = p.wait(deadline)
+            && first.is_ok()
+        {
+            first = Err(e);
+        }
+    }
+    first
+}
+
+/// Whether every pending job finished.
+pub(super) fn all_done(pending: &[Pending<'_>]) -> Result<bool> {
+    for p in pending {
+        if !p.is_done()? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Incremental bodies are validated on the vendor driver only (docs/device.md).
+pub(super) fn refuse_incremental_on_rocket(dev: &Device, incremental: bool) -> Result<()> {
+    if incremental && !dev.capabilities().incremental_tasks {
+        return Err(Error::NotOffered {
+            what: "incremental task bodies on the rocket driver: validated on the vendor driver only (a delta program did not work on rocket; docs/device.md)".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The core mask and per-core task counts of a job whose chains are `per_core`.
+pub(super) fn cores_of(dev: &Device, per_core: &[usize]) -> (CoreMask, Vec<usize>) {
+    let mask = match per_core.len() {
+        // A driver that places jobs on cores itself (rocket) is given none.
+        _ if dev.capabilities().picks_cores => CoreMask::Auto,
+        // Core 0 named explicitly, as every board-validated vendor submit of a one-core
+        // job does (mask 1), rather than the kernel's automatic pick.
+        1 => CoreMask::Core0,
+        2 => CoreMask::Cores01,
+        _ => CoreMask::All,
+    };
+    let split = if mask == CoreMask::Auto {
+        vec![per_core.iter().sum()]
+    } else {
+        per_core.to_vec()
+    };
+    (mask, split)
+}
+
+impl Matmul {
+    /// Submits and waits, timing it.
+    pub(super) fn run_job(&mut self) -> Result<()> {
+        let t0 = Instant::now();
+        let result = self.bank.device().submit(&self.job())?;
+        self.timings.submit_wait = t0.elapsed();
+        self.last = Some(result);
+        Ok(())
+    }
+
+    /// Runs `put`, the job and `read`, timing each.
+    pub(super) fn run<T>(
+        &mut self,
+        put: impl FnOnce(&mut Matmul) -> Result<T>,
+        read: impl FnOnce(&Matmul, T) -> Result<()>,
+    ) -> Result<()> {
+        let t0 = Instant::now();
+        let what = put(self)?;
+        self.timings.pack = t0.elapsed();
+        self.run_job()?;
+        let t1 = Instant::now();
+        read(self, what)?;
+        self.timings.unpack = t1.elapsed();
+        Ok(())
+    }
+
+    /// `C = A · W` for int8 A (row-major M×K) into `out` (M×N `i32`): exact, and an error
+    /// if a result leaves the int32 range (int8: K above 131 072 can). Int8 banks, and
+    /// int4 banks through W4A8.
+    pub fn run_i8_into(&mut self, a: &[i8], out: &mut [i32]) -> Result<()> {
+        self.expect(Activations::Int8)?;
+        self.integer_results()?;
+        shape("result values", self.len_c(), out.len())?;
+        self.run(|m| m.put_i8(a), |m, ()| m.read_i32_into(out))
+    }
+
+    /// [`Matmul::run_i8_into`] into a new vector.
+    pub fn run_i8(&mut self, a: &[i8]) -> Result<Vec<i32>> {
+        let mut out = vec![0i32; self.len_c()];
+        self.run_i8_into(a, &mut out)?;
+        Ok(out)
+    }
+
+    /// `C = A · W` for integer A of this matmul's activation type (row-major M×K, each
+    /// value checked against it), exact in `i64`.
+    pub fn run_int(&mut self, a: &[i32]) -> Result<Vec<i64>> {
+        self.integer_results()?;
+        let mut out = Vec::new();
+        self.run(
+            |m| m.put_int(a),
+            |m, ()| {
+                out = m.read_int()?;
+                Ok(())
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// `C = A · W` for fp16 A (row-major M×K) into `out` (M×N `f32`): fp32 sums of each
+    /// K wave, waves summed in f64 and rounded once (or the DPU's fp16, widened, with
+    /// [`MatmulOptions::fp16_out`]).
+    pub fn run_f16_into(&mut self, a: &[f16], out: &mut [f32]) -> Result<()> {
+        shape("result values", self.len_c(), out.len())?;
+        self.run(|m| m.put_f16(a), |m, ()| m.read_f32_into(out))
+    }
+
+    /// [`Matmul::run_f16_into`] into a new vector.
+    pub fn run_f16(&mut self, a: &[f16]) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; self.len_c()];
+        self.run_f16_into(a, &mut out)?;
+        Ok(out)
+    }
+
+    /// `C = A · W` for bf16 A (row-major M×K) into `out` (M×N `f32`), on a bf16 bank:
+    /// fp32 sums of each K wave, waves summed in f64 and rounded once.
+    pub fn run_bf16_into(&mut self, a: &[bf16], out: &mut [f32]) -> Result<()> {
+        shape("result values", self.len_c(), out.len())?;
+        self.run(|m| m.put_bf16(a), |m, ()| m.read_f32_into(out))
+    }
+
+    /// `C = A · W` for float A rounded to the bank's 16-bit float type (fp16 or bf16
+    /// banks).
+    pub fn run_f32(&mut self, a: &[f32]) -> Result<Vec<f32>> {
+        if self.acts != Activations::Bf16 {
+            self.expect(Activations::Fp16)?;
+        }
+        let mut out = vec![0f32; self.len_c()];
+        self.mul_mat(a, &mut out)?;
+        Ok(out)
+    }
+
+    /// `y = x · Wᵀ` (ggml's `mul_mat`) for f32 `x` (row-major M×K) into `y` (M×N): on an
+    /// integer bank `x` is quantised to int8 per row and the result scaled by the row's
+    /// scale and the bank's per-channel scales (1 when it has none); on an fp16 or bf16
+    /// bank `x` is rounded to that type.
+    pub fn mul_mat(&mut self, x: &[f32], y: &mut [f32]) -> Result<()> {
+        shape("result values", self.len_c(), y.len())?;
+        self.run(|m| m.put_f32(x), |m, what| m.read_f32_of(what, y))
+    }
+
+    /// [`Matmul::mul_mat`] with fp16 results (rounded to nearest even).
+    pub fn mul_mat_f16(&mut self, x: &[f32], y: &mut [f16]) -> Result<()> {
+        let mut wide = vec![0f32; self.len_c()];
+        shape("result values", wide.len(), y.len())?;
+        self.mul_mat(x, &mut wide)?;
+        for (d, v) in y.iter_mut().zip(wide) {
+            *d = f16::from_f32(v);
+        }
+        Ok(())
+    }
+
+    /// A quantised product from int8 activations and their per-row scales (as
+    /// [`quant::quantize_rows_i8`] makes them): `y = (A · W) · row_scale · channel_scale`.
+    pub fn run_quantized_into(
+        &mut self,
+        a: &[i8],
+        row_scales: &[f32],
+        y: &mut [f32],
+    ) -> Result<()> {
+        self.expect(Activations::Int8)?;
+        shape("row scales", self.rows as usize, row_scales.len())?;
+        shape("result values", self.len_c(), y.len())?;
+        self.run(
+            |m| {
+                m.put_i8(a)?;
+                m.row_scales = row_scales.to_vec();
+                if m.npu.is_some() {
+                    m.encode_row_scales()?;
+                }
+                Ok(())
+            },
+            |m, ()| match m.npu {
+                Some(_) => m.read_npu_scaled_into(y),
+                None => m.read_scaled_into(y),
+            },
+        )
+    }
+
+    /// Submits `C = A · W` for int8 A and returns at once: the CPU is free until
+    /// [`PendingMatmul::wait_i32_into`].
+    pub fn submit_i8(&mut self, a: &[i8]) -> Result<PendingMatmul<'_>> {
+        self.expect(Activations::Int8)?;
+        self.integer_results()?;
+        self.put_i8(a)?;
+        self.start(Submitted::Int)
+    }
+
+    /// Submits [`Matmul::mul_mat`] of `x` and returns at once.
+    pub fn submit_mul_mat(&mut self, x: &[f32]) -> Result<PendingMatmul<'_>> {
+        let what = self.put_f32(x)?;
+        self.start(what)
+    }
+
+    /// Submits `C = A · W` for fp16 A and returns at once.
+    pub fn submit_f16(&mut self, a: &[f16]) -> Result<PendingMatmul<'_>> {
+        self.put_f16(a)?;
+        self.start(Submitted::Float)
+    }
+
+    pub(super) fn start(&mut self, what: Submitted) -> Result<PendingMatmul<'_>> {
+        let this: &Matmul = self;
+        let pending = submit_chains(
+            this.bank.device(),
+            (&this.regcmd, &this.program),
+            this.per_core(),
+            this.timeout,
+            |job| this.with_buffers(job),
+        )?;
+        Ok(PendingMatmul {
+            mm: this,
+            pending,
+            what,
+        })
+    }
+}
+
+/// A submitted matmul not yet waited for. It borrows the matmul, so its buffers cannot
+/// be touched while the NPU may use them; dropping it without a wait waits with a bound
+/// (and holds the buffers if the job may still run; see [`Pending`]).
+///
+/// ```
+/// use rknpu_driver::device::Device;
+/// use rknpu_driver::compute::matmul::{Matmul, WeightBank};
+/// use std::sync::Arc;
+/// use std::time::{Duration, Instant};
+///
+/// let dev = Device::open_spec("emu:async")?; // the emulated kernel runs jobs on a worker
+/// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 32, 64, &vec![1; 32 * 64])?);
+/// let mut mm = Matmul::new(&bank, 2)?;
+/// let pending = mm.submit_i8(&vec![3; 2 * 64])?;
+/// let _busy = pending.is_done()?; // false while the NPU works; the CPU is free
+/// let mut c = vec![0i32; 2 * 32];
+/// pending.wait_i32_into(Instant::now() + Duration::from_secs(5), &mut c)?;
+/// assert!(c.iter().all(|&v| v == 3 * 64));
+/// # Ok::<(), rknpu_driver::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct PendingMatmul<'m> {
+    mm: &'m Matmul,
+    /// One job, or on the vendor driver one per core's chain.
+    pending: Vec<Pending<'m>>,
+    what: Submitted,
+}
+
+impl PendingMatmul<'_> {
+    /// Whether the job finished (without blocking).
+    pub fn is_done(&self) -> Result<bool> {
+        all_done(&self.pending)
+    }
+
+    /// Waits until `deadline`, then reads the integer results of
+    /// [`Matmul::submit_i8`] into `out` (M×N).
+    pub fn wait_i32_into(self, deadline: Instant, out: &mut [i32]) -> Result<()> {
+        if self.what != Submitted::Int {
+            return Err(Error::Precision {
+                input: "float",
+                weights: self.mm.bank.layout.dtype.name(),
+                output: "int32 (the submission computes floats)",
+            });
+        }
+        shape("result values", self.mm.len_c(), out.len())?;
+        wait_all(self.pending, deadline)?;
+        self.mm.read_i32_into(out)
+    }
+
+    /// Waits until `deadline`, then reads the results as f32 into `out` (M×N): the scaled
+    /// results of [`Matmul::submit_mul_mat`], the float results of
+    /// [`Matmul::submit_f16`], or integer results converted.
+    pub fn wait_f32_into(self, deadline: Instant, out: &mut [f32]) -> Result<()> {
+        shape("result values", self.mm.len_c(), out.len())?;
+        wait_all(self.pending, deadline)?;
+        self.mm.read_f32_of(self.what, out)
+    }
+}
