@@ -1,0 +1,117 @@
+//! Tests of `pack.rs`.
+
+use super::i4_stats::nibble_sum;
+use super::*;
+use crate::kernels::matmul::quant::unpack_nibbles;
+use proptest::prelude::*;
+
+/// The int8 `[out][in]` packer wave by wave, atom by atom: the order the fast one
+/// replaced, kept as its specification.
+fn weights_i8_nk_atom_order(layout: &WeightLayout, bt: &[i8]) -> Vec<u8> {
+    let mut out = vec![0u8; layout.bytes as usize];
+    let (k_all, n) = (layout.k as usize, layout.n as usize);
+    for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+        let kb_count = w.ai as usize / 32;
+        for g in 0..n.div_ceil(32) {
+            for kb in 0..kb_count {
+                let k0 = w.k0 as usize + kb * 32;
+                let len = (w.kw as usize - kb * 32).min(32);
+                let atom = base as usize + (g * kb_count + kb) * 1024;
+                for nn in 0..(n - g * 32).min(32) {
+                    let src = (g * 32 + nn) * k_all + k0;
+                    for i in 0..len {
+                        out[atom + nn * 32 + i] = bt[src + i] as u8;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The packed-nibble int4 packer byte by byte in atom order, as specification.
+fn weights_i4_packed_nk_atom_order(layout: &WeightLayout, w: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; layout.bytes as usize];
+    let (row, n) = (layout.k as usize / 2, layout.n as usize);
+    for (wave, &base) in layout.waves.iter().zip(&layout.b_offsets) {
+        let kb_count = wave.ai as usize / 32;
+        for g in 0..n.div_ceil(64) {
+            for kb in 0..kb_count {
+                let k0 = wave.k0 as usize + kb * 32;
+                let len = (wave.kw as usize - kb * 32).min(32) / 2;
+                let atom = base as usize + (g * kb_count + kb) * 1024;
+                for nn in 0..(n - g * 64).min(64) {
+                    for i in 0..len {
+                        let b = w[(g * 64 + nn) * row + k0 / 2 + i];
+                        out[atom + nn * 16 + i] = b.rotate_left(4);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The `[out][in]` packers write every byte of the bank (a dirty buffer comes out
+    /// the same as a clean one) as their atom-order specifications and the general
+    /// packer do, and the int4 column sums are the sums of the weights.
+    #[test]
+    fn nk_packers_and_column_sums_match_their_specifications(
+        half_k in 1u32..700,
+        n in 1u32..300,
+        seed in any::<u64>(),
+    ) {
+        let k = 2 * half_k;
+        let mut rng = crate::seeded::Rng::from_seed(seed);
+        let l8 = WeightLayout::new(k, n, Dtype::Int8).unwrap();
+        let bt: Vec<i8> = (0..k * n).map(|_| rng.next_u64() as i8).collect();
+        let mut out = vec![0xA5u8; l8.bytes as usize];
+        weights_i8_nk_into(&l8, &bt, &mut out).unwrap();
+        prop_assert_eq!(&out, &weights_i8_nk_atom_order(&l8, &bt));
+        let wide: Vec<i32> = bt.iter().map(|&v| v as i32).collect();
+        prop_assert_eq!(&out, &super::super::pack_weights_int_nk(&l8, &wide).unwrap());
+
+        let l4 = WeightLayout::new(k, n, Dtype::Int4).unwrap();
+        let w: Vec<u8> = (0..half_k * n).map(|_| rng.next_u64() as u8).collect();
+        let mut out = vec![0xA5u8; l4.bytes as usize];
+        weights_i4_packed_nk_into(&l4, &w, &mut out).unwrap();
+        prop_assert_eq!(&out, &weights_i4_packed_nk_atom_order(&l4, &w));
+        let values: Vec<i32> = unpack_nibbles(&w).into_iter().map(i32::from).collect();
+        prop_assert_eq!(&out, &super::super::pack_weights_int_nk(&l4, &values).unwrap());
+        let sums: Vec<i64> = values
+            .chunks_exact(k as usize)
+            .map(|r| r.iter().map(|&v| v as i64).sum())
+            .collect();
+        prop_assert_eq!(i4_column_sums(&l4, &out).unwrap(), sums.clone());
+        let mut fused = vec![0x5Au8; l4.bytes as usize];
+        let fused_sums = weights_i4_packed_nk_sums_into(&l4, &w, &mut fused).unwrap();
+        prop_assert_eq!(&fused, &out);
+        prop_assert_eq!(fused_sums, sums);
+    }
+}
+
+#[test]
+fn nibble_sums_cover_every_byte() {
+    for b in 0..=255u8 {
+        let v = ((b << 4) as i8 >> 4) as i32 + ((b as i8) >> 4) as i32;
+        let mut run = [0u8; 16];
+        run[b as usize % 16] = b;
+        assert_eq!(nibble_sum(&run), v, "byte {b:#04x}");
+        assert_eq!(nibble_sum(&[b; 16]), 16 * v, "16 bytes {b:#04x}");
+    }
+}
+
+#[test]
+fn transpose8_transposes() {
+    let rows: [u64; 8] =
+        std::array::from_fn(|i| u64::from_le_bytes(std::array::from_fn(|j| (i * 8 + j) as u8)));
+    let t = transpose8(rows);
+    for (j, row) in t.iter().enumerate() {
+        for (i, &v) in row.to_le_bytes().iter().enumerate() {
+            assert_eq!(v as usize, i * 8 + j);
+        }
+    }
+}
