@@ -44,7 +44,7 @@ pub fn i4_column_sums(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<i64>> {
     Ok(sums)
 }
 
-/// The [`quant::i4_magnitudes`](super::quant::i4_magnitudes) of the weights of a packed
+/// The [`quant::i4_magnitudes`](crate::kernels::matmul::quant::i4_magnitudes) of the weights of a packed
 /// int4 bank: each output channel's Σ|w| per 32-weight granule of K.
 pub fn i4_bank_magnitudes(layout: &WeightLayout, bank: &[u8]) -> Result<Vec<u16>> {
     let granules = layout.k.div_ceil(32) as usize;
