@@ -150,7 +150,7 @@ fn the_index_is_bounded_by_the_file_size() {
             "{what}: {} bytes for {len}",
             g.index_bytes()
         );
-        assert_eq!(g.file_len(), len);
+        assert_eq!(g.file_len(), len as u64);
     }
     // The entries count what they index: 24 + 4 bytes a tensor, 16 + 4 a key.
     let g = Gguf::from_vec(many_tensors(1_000)).unwrap();

@@ -65,7 +65,7 @@ fn standard_writer() {
     ] {
         let src = g.dequantize(&format!("{name}.src")).unwrap();
         let ours = quantize(&src).unwrap();
-        assert_eq!(ours, g.tensor_data(name).unwrap(), "{name}");
+        assert_eq!(ours, &*g.tensor_data(name).unwrap(), "{name}");
     }
     for (name, ty, dims) in want {
         let t = g.tensor(name).unwrap_or_else(|| panic!("{name}"));

@@ -309,6 +309,19 @@ fn q6_k(block: &[u8], out: &mut [f32]) {
 /// they are stored. Types outside [`DEQUANTIZED`] are [`Error::Unsupported`]; a length
 /// that is not that of `count` values is [`Error::Invalid`].
 pub fn dequantize(ty: GgmlType, data: &[u8], count: u64) -> Result<Vec<f32>> {
+    // `count` values take `data.len()` bytes (checked before anything is allocated): the
+    // densest type, Q1_0, packs 128 values in 18 bytes, so the output (4 bytes a value)
+    // is at most 4 · 128 / 18 < 29 times the data in memory (at most eight times for the
+    // 4- to 8-bit types).
+    let len = checked_len(ty, data, count)?;
+    let mut out = vec![0f32; len];
+    dequantize_into(ty, data, &mut out)?;
+    Ok(out)
+}
+
+/// The values `data` holds as `count` values of `ty`, as a length, or the error
+/// [`dequantize`] names.
+fn checked_len(ty: GgmlType, data: &[u8], count: u64) -> Result<usize> {
     if !DEQUANTIZED.contains(&ty) {
         return Err(Error::Unsupported {
             tensor: String::new(),
@@ -320,20 +333,21 @@ pub fn dequantize(ty: GgmlType, data: &[u8], count: u64) -> Result<Vec<f32>> {
     let (block, size) = (ty.block_size(), ty.type_size());
     let want = (count / block).checked_mul(size);
     let len = usize::try_from(count).ok();
-    let (true, Some(len)) = (
-        count.is_multiple_of(block) && want == Some(data.len() as u64),
-        len,
-    ) else {
-        return Err(Error::Invalid {
+    match (count.is_multiple_of(block) && want == Some(data.len() as u64), len) {
+        (true, Some(len)) => Ok(len),
+        _ => Err(Error::Invalid {
             offset: 0,
             what: "tensor data length (whole blocks of its values)",
             value: format!("{} bytes for {count} {ty} values", data.len()),
-        });
-    };
-    // `count` values take `data.len()` bytes: the densest type, Q1_0, packs 128 values in
-    // 18 bytes, so the output (4 bytes a value) is at most 4 · 128 / 18 < 29 times the
-    // data in memory (at most eight times for the 4- to 8-bit types).
-    let mut out = vec![0f32; len];
+        }),
+    }
+}
+
+/// [`dequantize`] into `out`, whose length is the number of values: a caller converting
+/// a tensor a piece at a time reuses one buffer.
+pub fn dequantize_into(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
+    checked_len(ty, data, out.len() as u64)?;
+    let (block, size) = (ty.block_size(), ty.type_size());
     let (block, size) = (block as usize, size as usize);
     match ty {
         GgmlType::F32 => {
@@ -372,7 +386,7 @@ pub fn dequantize(ty: GgmlType, data: &[u8], count: u64) -> Result<Vec<f32>> {
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

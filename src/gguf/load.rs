@@ -5,6 +5,7 @@ use super::{Error, GgmlType, Gguf, Result};
 use crate::compute::matmul::WeightBank;
 use crate::device::Device;
 use crate::float::{bf16_to_f32, f16_to_f32};
+use crate::kernels::matmul::quant;
 use crate::kernels::single::Dtype;
 use half::bf16;
 use std::fmt;
@@ -77,8 +78,14 @@ pub(crate) fn nan_max(a: f64, b: f64) -> f64 {
 /// every value rounding to a finite fp16 (bf16), that is `|x| < 65520` (`|x|` below
 /// about `3.39e38`). Int8 and int4 banks take any finite value (their per-channel
 /// scales, `max |row| / 127` or `/ 7`, are then finite). The first value that fails is
-/// [`Error::NotRepresentable`], naming the tensor, its row and column, and the value.
-pub(crate) fn check_bank_range(name: &str, w: &[f32], k: u32, dtype: Dtype) -> Result<()> {
+/// [`Error::NotRepresentable`], naming the tensor, its row and column, and the value;
+/// `w` is rows of the tensor from row `first_row`.
+pub(crate) fn check_bank_range(
+    name: &str,
+    w: &[f32],
+    (first_row, k): (u64, u32),
+    dtype: Dtype,
+) -> Result<()> {
     let fits = |v: f32| match dtype {
         Dtype::Fp16 => half::f16::from_f32(v).is_finite(),
         Dtype::Bf16 => bf16::from_f32(v).is_finite(),
@@ -90,7 +97,7 @@ pub(crate) fn check_bank_range(name: &str, w: &[f32], k: u32, dtype: Dtype) -> R
             let k = u64::from(k.max(1));
             Err(Error::NotRepresentable {
                 tensor: name.to_string(),
-                row: i as u64 / k,
+                row: first_row + i as u64 / k,
                 column: i as u64 % k,
                 value: w[i],
                 bank: dtype,
@@ -153,39 +160,121 @@ impl LoadReport {
 ///   channel ([`WeightBank::quantize_f32_nk`]: ±127, resp. ±7, symmetric), with their
 ///   scales.
 ///
-/// Any type [`super::dequantize`] converts loads. A value the bank cannot hold — a NaN,
-/// an infinity, or a finite value that rounds to infinity in an fp16 or bf16 bank — is
-/// [`Error::NotRepresentable`] before anything is converted or allocated on the device
-/// (docs/gguf.md, "Bounds"): never a bank holding an infinity. The report compares the
-/// values the bank holds — its packed bytes read back from the device and unpacked,
-/// times its scales ([`bank_values`]) — with the dequantised tensor
-/// ([`LoadReport::measure`]).
+/// Any type [`super::dequantize`] converts loads. The tensor is read and converted a
+/// piece of rows at a time ([`Gguf::read_tensor`]), so the host holds the tensor once in
+/// the bank's type while it packs, never its f32 values. A value the bank cannot hold — a
+/// NaN, an infinity, or a finite value that rounds to infinity in an fp16 or bf16 bank —
+/// is [`Error::NotRepresentable`] before anything is allocated on the device (docs/gguf.md,
+/// "Bounds"): never a bank holding an infinity. Nothing is read back:
+/// [`load_weights`] adds the report.
+pub fn load_bank(dev: &Device, gguf: &Gguf, name: &str, dtype: Dtype) -> Result<WeightBank> {
+    let info = gguf.tensor(name).ok_or_else(|| Error::NoSuchTensor {
+        name: name.to_string(),
+    })?;
+    let (n, k) = matrix_shape(name, info.dims)?;
+    let mut host = match dtype {
+        Dtype::Fp16 | Dtype::Bf16 => Host::Half(Vec::with_capacity(info.elements() as usize)),
+        Dtype::Int8 | Dtype::Int4 => Host::Quant(Vec::with_capacity(info.elements() as usize), Vec::new()),
+        _ => {
+            return Err(Error::Unsupported {
+                tensor: name.to_string(),
+                what: format!("a {dtype:?} weight bank (fp16, bf16, int8 and int4 load)"),
+            });
+        }
+    };
+    let ty = info.ggml_type;
+    let row_bytes = super::raw_row_bytes(ty, n, k).map_err(|e| in_tensor(name, e))?;
+    let rows_per_piece = (PIECE_BYTES / row_bytes).clamp(1, n as usize);
+    let mut bytes = vec![0u8; rows_per_piece * row_bytes];
+    let mut values = vec![0f32; rows_per_piece * k as usize];
+    for first in (0..n as usize).step_by(rows_per_piece) {
+        let rows = rows_per_piece.min(n as usize - first);
+        let (bytes, values) = (&mut bytes[..rows * row_bytes], &mut values[..rows * k as usize]);
+        gguf.read_tensor(name, (first * row_bytes) as u64, bytes)?;
+        super::dequantize_into(ty, bytes, values).map_err(|e| in_tensor(name, e))?;
+        check_bank_range(name, values, (first as u64, k), dtype)?;
+        host.push(values, k, dtype)?;
+    }
+    let bank = match (host, dtype) {
+        (Host::Half(h), Dtype::Bf16) => {
+            let b: Vec<bf16> = h.iter().map(|&v| bf16::from_bits(v)).collect();
+            WeightBank::from_bf16_nk(dev, n, k, &b)?
+        }
+        (Host::Half(h), _) => {
+            let h: Vec<half::f16> = h.iter().map(|&v| half::f16::from_bits(v)).collect();
+            WeightBank::from_f16_nk(dev, n, k, &h)?
+        }
+        (Host::Quant(q, s), Dtype::Int8) => WeightBank::from_i8_nk(dev, n, k, &q)?.with_scales(&s)?,
+        (Host::Quant(q, s), _) => WeightBank::from_i4_nk(dev, n, k, &q)?.with_scales(&s)?,
+    };
+    Ok(bank)
+}
+
+/// Bytes of the file [`load_bank`] reads and converts at a time (whole rows, at least
+/// one): a piece and its f32 values stay in a core's cache.
+const PIECE_BYTES: usize = 64 << 10;
+
+/// A tensor on its way into a bank: 16-bit values, or quantised values with one scale
+/// a row.
+enum Host {
+    Half(Vec<u16>),
+    Quant(Vec<i8>, Vec<f32>),
+}
+
+impl Host {
+    /// Appends rows of `k` values, converted to the bank's type.
+    fn push(&mut self, values: &[f32], k: u32, dtype: Dtype) -> Result<()> {
+        let rows = values.len() / k as usize;
+        match self {
+            Host::Half(h) if dtype == Dtype::Bf16 => {
+                h.extend(values.iter().map(|&v| bf16::from_f32(v).to_bits()));
+            }
+            Host::Half(h) => h.extend(values.iter().map(|&v| half::f16::from_f32(v).to_bits())),
+            Host::Quant(q, s) if dtype == Dtype::Int8 => {
+                // Straight into the bank's values: the same arithmetic as
+                // `quantize_weights_i8` (one scale a row, ±127).
+                let (q0, s0) = (q.len(), s.len());
+                q.resize(q0 + values.len(), 0);
+                s.resize(s0 + rows, 0.0);
+                quant::quantize_rows_i8_into(values, k as usize, &mut q[q0..], &mut s[s0..])?;
+            }
+            Host::Quant(q, s) => {
+                let (qs, ss) = quant::quantize_weights_i4(values, rows, k as usize)?;
+                q.extend_from_slice(&qs);
+                s.extend_from_slice(&ss);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An error about tensor data, naming the tensor.
+fn in_tensor(name: &str, e: Error) -> Error {
+    match e {
+        Error::Unsupported { what, .. } => Error::Unsupported {
+            tensor: name.to_string(),
+            what,
+        },
+        e => e,
+    }
+}
+
+/// [`load_bank`], and the report: the values the bank holds — its packed bytes read
+/// back from the device and unpacked, times its scales ([`bank_values`]) — compared
+/// with the dequantised tensor ([`LoadReport::measure`]). The read back and the f32
+/// copies of both cost host memory and time that [`load_bank`] does not spend.
 pub fn load_weights(
     dev: &Device,
     gguf: &Gguf,
     name: &str,
     dtype: Dtype,
 ) -> Result<(WeightBank, LoadReport)> {
+    let bank = load_bank(dev, gguf, name, dtype)?;
     let info = gguf.tensor(name).ok_or_else(|| Error::NoSuchTensor {
         name: name.to_string(),
     })?;
     let (n, k) = matrix_shape(name, info.dims)?;
-    if !matches!(dtype, Dtype::Fp16 | Dtype::Bf16 | Dtype::Int8 | Dtype::Int4) {
-        return Err(Error::Unsupported {
-            tensor: name.to_string(),
-            what: format!("a {dtype:?} weight bank (fp16, bf16, int8 and int4 load)"),
-        });
-    }
     let w = gguf.dequantize(name)?;
-    check_bank_range(name, &w, k, dtype)?;
-    let bank = match dtype {
-        Dtype::Fp16 => WeightBank::from_f32_nk(dev, n, k, &w)?,
-        Dtype::Bf16 => {
-            let b: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
-            WeightBank::from_bf16_nk(dev, n, k, &b)?
-        }
-        _ => WeightBank::quantize_f32_nk(dev, n, k, &w, dtype)?,
-    };
     let got = bank_values(&bank)?;
     let report = LoadReport::measure(name, info.ggml_type, dtype, (n, k), &got, &w);
     Ok((bank, report))

@@ -29,6 +29,7 @@
 //! ```
 
 mod dequant;
+mod file;
 mod list;
 mod load;
 mod raw;
@@ -36,12 +37,13 @@ mod read;
 mod types;
 pub mod write;
 
-pub use dequant::{DEQUANTIZED, dequantize};
+pub use dequant::{DEQUANTIZED, dequantize, dequantize_into};
 pub use list::{LIST_NAME_COLUMN, escape_name, write_listing};
-pub use load::{LoadReport, bank_values, load_weights};
+pub use load::{LoadReport, bank_values, load_bank, load_weights};
 pub use raw::{bank_from_raw, check_raw, raw_bank_dtype, raw_row_bytes};
 pub use types::{Array, GgmlType, Value, ValueType};
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::Path;
 
@@ -302,10 +304,34 @@ impl<'a> TensorInfo<'a> {
 #[derive(Clone, Debug)]
 pub struct Gguf {
     index: read::Index,
+    /// The whole file, or (when `source` is set) its header: the bytes before the data
+    /// section, which hold every name and metadata value.
     bytes: Vec<u8>,
+    /// The file tensor data is read from when `bytes` is only the header.
+    source: Option<file::Source>,
+    file_len: u64,
 }
 
 impl Gguf {
+    fn whole(index: read::Index, bytes: Vec<u8>) -> Gguf {
+        let file_len = bytes.len() as u64;
+        Gguf {
+            index,
+            bytes,
+            source: None,
+            file_len,
+        }
+    }
+
+    fn header_only(index: read::Index, bytes: Vec<u8>, source: file::Source, len: u64) -> Gguf {
+        Gguf {
+            index,
+            bytes,
+            source: Some(source),
+            file_len: len,
+        }
+    }
+
     /// Parses a file held in memory (copied; [`Gguf::from_vec`] takes ownership instead).
     pub fn parse(bytes: &[u8]) -> Result<Gguf> {
         Gguf::from_vec(bytes.to_vec())
@@ -314,18 +340,17 @@ impl Gguf {
     /// Parses a file held in memory, keeping `bytes` for the names, the metadata values
     /// and the tensors' data.
     pub fn from_vec(bytes: Vec<u8>) -> Result<Gguf> {
-        let index = read::header(&bytes)?;
-        Ok(Gguf { index, bytes })
+        let index = read::header(&bytes, bytes.len() as u64)?;
+        Ok(Gguf::whole(index, bytes))
     }
 
-    /// Reads and parses the file at `path`.
+    /// Opens the file at `path` and parses its header, reading the file's first bytes
+    /// only as far as the header goes; a tensor's data is read from the file when it is
+    /// asked for ([`Gguf::tensor_data`], [`Gguf::read_tensor`]). A file of at most 1 MiB
+    /// is read whole. The file must not change while the value lives: data read later
+    /// is checked against the header's bounds, not against what the file held at open.
     pub fn open(path: impl AsRef<Path>) -> Result<Gguf> {
-        let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::Io {
-            path: path.display().to_string(),
-            error: e.to_string(),
-        })?;
-        Gguf::from_vec(bytes)
+        file::open(path.as_ref())
     }
 
     /// The format version (2 or 3).
@@ -334,7 +359,13 @@ impl Gguf {
     }
 
     /// Bytes of the file.
-    pub fn file_len(&self) -> usize {
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Bytes of the file this value holds in memory: all of them for a parsed file or
+    /// a small one, the header for a file [`Gguf::open`] reads tensor data from.
+    pub fn held_bytes(&self) -> usize {
         self.bytes.len()
     }
 
@@ -422,32 +453,84 @@ impl Gguf {
         self.index.data_offset
     }
 
-    /// The raw data of tensor `name` (bounds checked when the file was parsed).
-    pub fn tensor_data(&self, name: &str) -> Result<&[u8]> {
-        let info = self.tensor(name).ok_or_else(|| Error::NoSuchTensor {
+    /// The raw data of tensor `name` (bounds checked when the file was parsed): borrowed
+    /// from a file held in memory, read from disk for a file [`Gguf::open`] did not read
+    /// whole.
+    pub fn tensor_data(&self, name: &str) -> Result<Cow<'_, [u8]>> {
+        let len = self.tensor_info(name)?.bytes();
+        let (start, end) = self.span(name, 0, len)?;
+        match &self.source {
+            None => Ok(Cow::Borrowed(self.held(name, start, end)?)),
+            Some(source) => {
+                let mut out = vec![0; self.size(name, start, end)?];
+                source.read_at(start, &mut out)?;
+                Ok(Cow::Owned(out))
+            }
+        }
+    }
+
+    /// Fills `out` with the bytes of tensor `name`'s data from byte `at` of it: a part of
+    /// it, so that a large tensor can be converted a piece at a time. A range past the
+    /// tensor's end is [`Error::OutOfBounds`].
+    pub fn read_tensor(&self, name: &str, at: u64, out: &mut [u8]) -> Result<()> {
+        let (start, end) = self.span(name, at, out.len() as u64)?;
+        match &self.source {
+            None => out.copy_from_slice(self.held(name, start, end)?),
+            Some(source) => source.read_at(start, out)?,
+        }
+        Ok(())
+    }
+
+    fn tensor_info(&self, name: &str) -> Result<TensorInfo<'_>> {
+        self.tensor(name).ok_or_else(|| Error::NoSuchTensor {
             name: name.to_string(),
-        })?;
-        let start = self.index.data_offset.saturating_add(info.offset);
-        let end = start.saturating_add(info.bytes());
+        })
+    }
+
+    /// The file offsets `[start, end)` of `len` bytes of tensor `name` from byte `at` of
+    /// its data, checked to lie within the tensor and the file.
+    fn span(&self, name: &str, at: u64, len: u64) -> Result<(u64, u64)> {
+        let info = self.tensor_info(name)?;
+        let start = self
+            .index
+            .data_offset
+            .saturating_add(info.offset)
+            .saturating_add(at);
+        let end = start.saturating_add(len);
+        if at.saturating_add(len) > info.bytes() || end > self.file_len {
+            return Err(self.out_of_bounds(name, start, end));
+        }
+        Ok((start, end))
+    }
+
+    fn out_of_bounds(&self, name: &str, start: u64, end: u64) -> Error {
+        Error::OutOfBounds {
+            tensor: name.to_string(),
+            start,
+            end,
+            file_len: self.file_len,
+        }
+    }
+
+    /// The bytes `[start, end)` of a file held in memory.
+    fn held(&self, name: &str, start: u64, end: u64) -> Result<&[u8]> {
         let range = usize::try_from(start).ok().zip(usize::try_from(end).ok());
         range
             .and_then(|(s, e)| self.bytes.get(s..e))
-            .ok_or_else(|| Error::OutOfBounds {
-                tensor: name.to_string(),
-                start,
-                end,
-                file_len: self.bytes.len() as u64,
-            })
+            .ok_or_else(|| self.out_of_bounds(name, start, end))
+    }
+
+    /// `end - start` as a buffer size.
+    fn size(&self, name: &str, start: u64, end: u64) -> Result<usize> {
+        usize::try_from(end - start).map_err(|_| self.out_of_bounds(name, start, end))
     }
 
     /// Tensor `name` dequantised to f32, in GGUF order (`dims[0]` innermost): for a
     /// weight matrix `[k, n]`, `n` rows of `k` values.
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>> {
         let data = self.tensor_data(name)?;
-        let info = self.tensor(name).ok_or_else(|| Error::NoSuchTensor {
-            name: name.to_string(),
-        })?;
-        dequantize(info.ggml_type, data, info.elements()).map_err(|e| match e {
+        let info = self.tensor_info(name)?;
+        dequantize(info.ggml_type, &data, info.elements()).map_err(|e| match e {
             Error::Unsupported { what, .. } => Error::Unsupported {
                 tensor: name.to_string(),
                 what,

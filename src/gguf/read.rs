@@ -87,6 +87,7 @@ pub(super) fn value_at(buf: &[u8], at: u32, ty: ValueType) -> Option<Value> {
     Cursor {
         buf,
         pos: at as usize,
+        len: buf.len() as u64,
     }
     .value(ty, 0)
     .ok()
@@ -98,9 +99,14 @@ pub(super) fn raw(buf: &[u8], at: u32, len: u32) -> &[u8] {
     buf.get(at..at.saturating_add(len)).unwrap_or(&[])
 }
 
+/// A cursor over the first bytes of a file of `len` bytes: `buf` is all of it when the
+/// file is in memory, or a prefix of it when the header is read from disk a piece at a
+/// time. Counts are checked against the whole file; a read past `buf` but within the
+/// file is [`Error::Truncated`] with `needed <= available` (see [`needs_more`]).
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
+    len: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -109,7 +115,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn left(&self) -> u64 {
-        self.buf.len().saturating_sub(self.pos) as u64
+        self.len.saturating_sub(self.pos as u64)
     }
 
     /// The offset as the index keeps it: the header must end within
@@ -411,10 +417,23 @@ fn sorted<'b>(n: usize, key: impl Fn(usize) -> &'b [u8]) -> (Vec<u32>, Option<us
     (order, duplicate)
 }
 
-/// Reads the header of the file `buf`: metadata, tensor infos, alignment and data offset,
-/// with every tensor's data checked to lie inside the file.
-pub(super) fn header(buf: &[u8]) -> Result<Index> {
-    let mut c = Cursor { buf, pos: 0 };
+/// Whether `e`, from [`header`] over a prefix of a file, asks for more of the file's bytes
+/// (the header goes on past the prefix) rather than reporting a fault: a read the file
+/// itself could satisfy.
+pub(super) fn needs_more(e: &Error) -> bool {
+    matches!(e, Error::Truncated { needed, available, .. } if needed <= available)
+}
+
+/// Reads the header of a file of `file_len` bytes from `buf`, its first bytes (all of
+/// them, or a prefix: then a header that goes on past it is an error [`needs_more`]
+/// recognises): metadata, tensor infos, alignment and data offset, with every tensor's
+/// data checked to lie inside the file.
+pub(super) fn header(buf: &[u8], file_len: u64) -> Result<Index> {
+    let mut c = Cursor {
+        buf,
+        pos: 0,
+        len: file_len,
+    };
     let magic: [u8; 4] = c.array("magic")?;
     if magic != MAGIC {
         return Err(Error::BadMagic { found: magic });
@@ -486,7 +505,6 @@ pub(super) fn header(buf: &[u8]) -> Result<Index> {
     // The data section starts at the next multiple of the alignment (it may lie past
     // the end of a file with no tensor data).
     let data_offset = c.offset().next_multiple_of(alignment.into());
-    let file_len = buf.len() as u64;
     let index = Index {
         version,
         alignment,
