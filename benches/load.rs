@@ -54,7 +54,10 @@ fn bench(c: &mut Criterion) {
         memcpy_baseline(&mut g, src);
         let mut buf = vec![0u8; bytes];
         g.bench_function("read", |b| {
-            b.iter(|| file.read_tensor(name, 0, black_box(&mut buf)).expect("read"))
+            b.iter(|| {
+                file.read_tensor(name, 0, black_box(&mut buf))
+                    .expect("read")
+            })
         });
         for &dtype in dtypes {
             g.bench_function(format!("load_bank_{}", dtype.name()), |b| {

@@ -17,10 +17,8 @@ struct TempFile(PathBuf);
 
 impl TempFile {
     fn new(tag: &str, bytes: &[u8]) -> TempFile {
-        let path = std::env::temp_dir().join(format!(
-            "rknpu-gguf-file-{tag}-{}.gguf",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("rknpu-gguf-file-{tag}-{}.gguf", std::process::id()));
         std::fs::write(&path, bytes).expect("temporary file");
         TempFile(path)
     }
@@ -111,7 +109,12 @@ fn a_truncated_file_fails_on_disk_as_in_memory() {
     // inside the data section.
     let bytes = model(640, 1024, 3 << 20);
     let header_end = Gguf::parse(&bytes).unwrap().data_offset() as usize;
-    for cut in [(2 << 20) + 5, header_end - 3, header_end + 1000, bytes.len() - 1] {
+    for cut in [
+        (2 << 20) + 5,
+        header_end - 3,
+        header_end + 1000,
+        bytes.len() - 1,
+    ] {
         let file = TempFile::new(&format!("cut{cut}"), &bytes[..cut]);
         let disk = Gguf::open(&file.0).map(|_| ());
         let memory = Gguf::parse(&bytes[..cut]).map(|_| ());
@@ -180,7 +183,10 @@ fn banks_loaded_in_pieces_equal_the_whole_tensor_conversion() {
     let (bank, report) = load_weights(&dev, &disk, "w.q8_0", Dtype::Int8).unwrap();
     let alone = load_bank(&dev, &disk, "w.q8_0", Dtype::Int8).unwrap();
     assert!(bank.packed().unwrap() == alone.packed().unwrap());
-    assert_eq!((report.source, report.n, report.k), (GgmlType::Q8_0, 640, 1024));
+    assert_eq!(
+        (report.source, report.n, report.k),
+        (GgmlType::Q8_0, 640, 1024)
+    );
     assert!(report.rel_rms > 0.0 && report.rel_rms < 0.01, "{report}");
 }
 

@@ -333,7 +333,10 @@ fn checked_len(ty: GgmlType, data: &[u8], count: u64) -> Result<usize> {
     let (block, size) = (ty.block_size(), ty.type_size());
     let want = (count / block).checked_mul(size);
     let len = usize::try_from(count).ok();
-    match (count.is_multiple_of(block) && want == Some(data.len() as u64), len) {
+    match (
+        count.is_multiple_of(block) && want == Some(data.len() as u64),
+        len,
+    ) {
         (true, Some(len)) => Ok(len),
         _ => Err(Error::Invalid {
             offset: 0,

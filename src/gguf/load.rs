@@ -174,7 +174,9 @@ pub fn load_bank(dev: &Device, gguf: &Gguf, name: &str, dtype: Dtype) -> Result<
     let (n, k) = matrix_shape(name, info.dims)?;
     let mut host = match dtype {
         Dtype::Fp16 | Dtype::Bf16 => Host::Half(Vec::with_capacity(info.elements() as usize)),
-        Dtype::Int8 | Dtype::Int4 => Host::Quant(Vec::with_capacity(info.elements() as usize), Vec::new()),
+        Dtype::Int8 | Dtype::Int4 => {
+            Host::Quant(Vec::with_capacity(info.elements() as usize), Vec::new())
+        }
         _ => {
             return Err(Error::Unsupported {
                 tensor: name.to_string(),
@@ -189,7 +191,10 @@ pub fn load_bank(dev: &Device, gguf: &Gguf, name: &str, dtype: Dtype) -> Result<
     let mut values = vec![0f32; rows_per_piece * k as usize];
     for first in (0..n as usize).step_by(rows_per_piece) {
         let rows = rows_per_piece.min(n as usize - first);
-        let (bytes, values) = (&mut bytes[..rows * row_bytes], &mut values[..rows * k as usize]);
+        let (bytes, values) = (
+            &mut bytes[..rows * row_bytes],
+            &mut values[..rows * k as usize],
+        );
         gguf.read_tensor(name, (first * row_bytes) as u64, bytes)?;
         super::dequantize_into(ty, bytes, values).map_err(|e| in_tensor(name, e))?;
         check_bank_range(name, values, (first as u64, k), dtype)?;
@@ -204,7 +209,9 @@ pub fn load_bank(dev: &Device, gguf: &Gguf, name: &str, dtype: Dtype) -> Result<
             let h: Vec<half::f16> = h.iter().map(|&v| half::f16::from_bits(v)).collect();
             WeightBank::from_f16_nk(dev, n, k, &h)?
         }
-        (Host::Quant(q, s), Dtype::Int8) => WeightBank::from_i8_nk(dev, n, k, &q)?.with_scales(&s)?,
+        (Host::Quant(q, s), Dtype::Int8) => {
+            WeightBank::from_i8_nk(dev, n, k, &q)?.with_scales(&s)?
+        }
         (Host::Quant(q, s), _) => WeightBank::from_i4_nk(dev, n, k, &q)?.with_scales(&s)?,
     };
     Ok(bank)
