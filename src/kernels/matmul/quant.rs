@@ -46,10 +46,29 @@ fn quantize_rows(x: &[f32], cols: usize, max: f32, q: &mut [i8], scales: &mut [f
         let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
         *scale = amax / max;
         let inv = if amax > 0.0 { max / amax } else { 0.0 };
-        for (d, &v) in qrow.iter_mut().zip(row) {
-            *d = (v * inv).round_ties_even().clamp(-max, max) as i8;
+        if inv.is_finite() {
+            for (d, &v) in qrow.iter_mut().zip(row) {
+                *d = round_small(v * inv, max);
+            }
+        } else {
+            // A row whose largest magnitude is subnormal: `max / amax` overflows, so
+            // each value is divided first.
+            for (d, &v) in qrow.iter_mut().zip(row) {
+                *d = round_small(v / amax * max, max);
+            }
         }
     }
+}
+
+/// `y` clamped to `[-max, max]` (`max` ≤ 127, a whole number) and rounded to the nearest
+/// integer, ties to even, without a libm call: adding 1.5·2²³ leaves a float whose unit
+/// in the last place is 1, so the addition itself rounds (ties to even, the default
+/// mode), and the integer is the difference of the two bit patterns.
+#[inline]
+fn round_small(y: f32, max: f32) -> i8 {
+    const SHIFT: f32 = 12_582_912.0; // 1.5 · 2^23
+    let r = (y.clamp(-max, max) + SHIFT).to_bits() as i32 - SHIFT.to_bits() as i32;
+    r as i8
 }
 
 /// Quantises `x` (rows of `k` values, row-major) to int8 per row into `q` (same length),
@@ -228,6 +247,34 @@ pub(crate) fn nibble_magnitudes(bytes: &[u8]) -> u16 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_rounding_without_libm_is_round_half_even_with_the_clamp() {
+        // Every tie and its neighbours in range, values beyond it, and a spread of
+        // ordinary values: the same integer as `round_ties_even` then the clamp.
+        let mut ys: Vec<f32> = (-300..=300).map(|i| i as f32 * 0.5).collect();
+        for i in -140..=140 {
+            let t = i as f32 + 0.5;
+            ys.extend([t.next_down(), t, t.next_up()]);
+        }
+        ys.extend((0..10_000).map(|i| ((i as f32) * 0.7331).sin() * 131.0));
+        ys.extend([0.0, -0.0, 1e-30, -1e-30, f32::MAX, f32::MIN, f32::INFINITY]);
+        for max in [127.0, 7.0] {
+            for &y in &ys {
+                let want = y.round_ties_even().clamp(-max, max) as i8;
+                assert_eq!(round_small(y, max), want, "{y} within ±{max}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_of_subnormal_values_quantises_to_its_full_range() {
+        let tiny = f32::from_bits(1); // the smallest subnormal
+        let x = [tiny, -tiny, 0.0, tiny];
+        let (mut q, mut s) = ([0i8; 4], [0f32; 1]);
+        quantize_rows_i8_into(&x, 4, &mut q, &mut s).unwrap();
+        assert_eq!(q, [127, -127, 0, 127]);
+    }
 
     #[test]
     fn nibbles_round_trip_and_q4_0_order() {
