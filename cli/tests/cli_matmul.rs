@@ -141,7 +141,16 @@ fn matmul_plan_only_prints_the_plan_and_the_minimum_bytes() {
     // The modelled cost: its minimum is the same bytes (in MB), on the board profile.
     assert!(lines[2].starts_with("cost: "), "{text}");
     assert!(lines[2].contains("minimum 0.005 MB"), "{text}");
-    assert!(lines[2].ends_with("on rk3588"), "{text}");
+    assert!(lines[2].contains(" on rk3588; host "), "{text}");
+    // `model` is the predicted total: the NPU part plus the host part it lists.
+    let ms_after = |key: &str| -> f64 {
+        let rest = &lines[2][lines[2].find(key).expect(key) + key.len()..];
+        rest.split(' ').next().unwrap().parse().expect(key)
+    };
+    let (total, npu, host) = (ms_after("model "), ms_after("(npu "), ms_after("; host "));
+    assert!(npu > 0.0 && host > 0.0, "{text}");
+    assert!((total - (npu + host)).abs() <= 0.011, "{text}");
+    assert!(lines[2].ends_with("on cortex-a76 (estimate))"), "{text}");
     assert!(!text.contains("device:"), "{text}");
     // Shapes and options it refuses as a run does: usage errors exit 2, plan errors 1.
     for (extra, code) in [

@@ -27,6 +27,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod host_profile;
 pub mod layer;
 pub mod matmul;
 pub mod ops;

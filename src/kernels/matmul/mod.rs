@@ -32,6 +32,7 @@
 
 pub mod cost;
 mod host;
+pub mod host_cost;
 mod layout;
 pub mod pack;
 mod planner;

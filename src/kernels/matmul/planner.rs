@@ -31,10 +31,11 @@ impl Plan {
         Ok(Plan::costed_split(layout, m, out, (cores, &profile))?.0)
     }
 
-    /// How plans are ranked on `profile`: predicted time, then bytes moved.
+    /// How plans are ranked on `profile`: predicted total time (NPU job and host work),
+    /// then bytes moved.
     pub(super) fn rank(&self, profile: &cost::HardwareProfile) -> Result<(f64, u64)> {
         let c = self.cost(profile)?;
-        Ok((c.seconds, c.read_bytes + c.written_bytes))
+        Ok((c.total_s(), c.read_bytes + c.written_bytes))
     }
 
     /// [`Plan::for_layout`]'s choice on `profile`, with the winner's rank when the choice
@@ -199,7 +200,8 @@ impl Plan {
     /// (the widest waves, then narrower ones that need fewer M tiles) each planned on 1
     /// to `spec.cores` cores: the plan a one-off product should run (a backend's bank,
     /// packed once for many M, takes its layout from the M it expects most,
-    /// [`WeightLayout::cheapest_for`]). Ordered by predicted time, then by bytes moved
+    /// [`WeightLayout::cheapest_for`]). Ordered by predicted total time (the NPU job and
+    /// the host's work around it, [`cost::Cost::total_s`]), then by bytes moved
     /// (a plan bound by its MACs takes as long with fewer bytes, and leaves DRAM to the
     /// CPU), then by fewer waves and more cores; deterministic. The plan keeps
     /// `spec.cores` as its maximum even when fewer cores won.
