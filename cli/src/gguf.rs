@@ -89,8 +89,8 @@ pub(crate) struct GgufMatmul<'a> {
     pub(crate) m: u32,
     /// The bank's type; `None` for the default of the tensor's type.
     pub(crate) dtype: Option<Dtype>,
-    /// The most cores.
-    pub(crate) cores: u32,
+    /// The most cores (default: every core of the device).
+    pub(crate) cores: Option<u32>,
     /// The device `--device` names.
     pub(crate) device: &'a str,
     /// The seed of the activations.
@@ -131,7 +131,10 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
     let t_load = t.elapsed();
     outln!("load: {report}");
     // Plan (and refuse the shape) before anything of M rows is allocated.
-    let options = MatmulOptions::default().cores(p.cores);
+    let options = match p.cores {
+        Some(cores) => MatmulOptions::default().cores(cores),
+        None => MatmulOptions::default(),
+    };
     let mut mm = Matmul::with_options(&Arc::new(bank), p.m, options).map_err(|e| fail(&e))?;
     outln!("plan: {}", mm.plan());
     let w = g

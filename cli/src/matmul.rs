@@ -75,9 +75,11 @@ pub(crate) struct MatmulArgs {
     /// fp32 or fp16 (fp16). Default: the widest, int32 or fp32.
     #[arg(long, value_enum, value_name = "TYPE")]
     out: Option<OutArg>,
-    /// The most cores the columns (or K, or M) are split over.
-    #[arg(long, value_name = "1|2|3", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
-    cores: u32,
+    /// The most cores the columns (or K, or M) are split over (the plan may use fewer
+    /// where the cost model says so). Default: every core the device has (three, the
+    /// RK3588's, with --plan-only and --emit).
+    #[arg(long, value_name = "1|2|3", value_parser = clap::value_parser!(u32).range(1..=3))]
+    cores: Option<u32>,
     /// The device: auto (the NPU, else the emulated kernel), emu, emu:rocket,
     /// emu:vendor-0.9.6 or a node path. Default: auto.
     #[arg(long, value_name = "DEVICE")]
@@ -207,6 +209,11 @@ pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
         dev.record_to_file(std::path::Path::new(path))
             .map_err(|e| fail(&e))?;
     }
+    // Without --cores, every core of the device the run opened.
+    let spec = match a.cores {
+        Some(_) => spec,
+        None => spec.on_cores(dev.info().cores.max(1)),
+    };
     let t0 = Instant::now();
     let plan = cheapest(spec)?;
     // What the device runs (rocket starts each task on its own, without CBUF reuse),
@@ -306,7 +313,7 @@ fn product_spec(a: &MatmulArgs) -> Result<MatmulSpec, Failure> {
         out: out_type(dtype, a.out)?,
         ..MatmulSpec::new(a.m, k, n, dtype)
     }
-    .on_cores(a.cores))
+    .on_cores(a.cores.unwrap_or(HardwareProfile::rk3588().cores)))
 }
 
 /// The result type `--out` names, where the input precision offers it; by default the

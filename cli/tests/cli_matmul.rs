@@ -231,6 +231,27 @@ fn matmul_usage_and_plan_errors() {
     assert!(out.contains("on 1 core(s) [1]"), "{out}");
 }
 
+/// Without `--cores` a run may use every core of the device (the emulated RK3588 has
+/// three) and `--plan-only` the RK3588's three; `--cores 1` keeps it to one.
+#[test]
+fn matmul_defaults_to_every_core() {
+    let shape = [
+        "matmul", "--m", "64", "--k", "1024", "--n", "4096", "--dtype", "int8",
+    ];
+    for (extra, cores) in [
+        (&["--device", "emu"][..], "on 3 core(s) [1, 1, 1]"),
+        (&["--plan-only"], "on 3 core(s) [1, 1, 1]"),
+        (&["--device", "emu", "--cores", "1"], " on 1 core(s) "),
+    ] {
+        let args: Vec<&str> = shape.iter().chain(extra).copied().collect();
+        let o = run(&args);
+        let text = out_text(&o);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {text}");
+        let plan = text.lines().find(|l| l.starts_with("plan: ")).unwrap();
+        assert!(plan.contains(cores), "{args:?}: {text}");
+    }
+}
+
 /// `--out` on the emulated kernel: every result type a precision offers is checked against
 /// the CPU (integers exactly, int16 saturated; fp16 within the fp32 summation bound plus
 /// the fp16 rounding of the sum, docs/cli.md).
