@@ -228,6 +228,13 @@ impl<'a> Job<'a> {
         Ok(())
     }
 
+    /// Runs the pre-submit verifier alone, as a submit on `dev` would (whether or not
+    /// the job is [`Job::unverified`]): what a program bound once and submitted many
+    /// times checks when it is bound, before it submits unverified.
+    pub(crate) fn verify_on(&self, dev: &Device) -> Result<()> {
+        self.verify_ranges(dev.inner.backend.interface() == super::Interface::Rocket)
+    }
+
     /// Every buffer the job names: the regcmd buffer, those it reads, those it writes.
     pub(super) fn buffers(&self) -> impl Iterator<Item = &Bo> {
         std::iter::once(self.regcmd)

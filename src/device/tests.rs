@@ -494,6 +494,17 @@ fn the_verifier_not_the_kernel_catches_a_stray_address() {
             }) => assert_eq!(range.register, dpu::DstBaseAddr::NAME, "{spec}"),
             other => panic!("{spec}: {other:?}"),
         }
+        // Verifying on its own (as a matmul does once, when it binds its program)
+        // catches it even in a job that then submits unverified.
+        assert!(
+            matches!(
+                job().unverified().verify_on(&d),
+                Err(DeviceError::Verify {
+                    error: VerifyError::Access { task: 0, .. }
+                })
+            ),
+            "{spec}"
+        );
         // The emulated kernel, like the drivers, runs it: A is overwritten.
         d.submit(&job().unverified()).unwrap();
         let mut a = a;

@@ -29,7 +29,8 @@ pub(super) fn in_range(
 /// automatic core mask (an explicitly placed one can crash the kernel in its timeout
 /// clean-up; docs/device.md), and the automatic mask runs one chain on one idle core:
 /// so each chain is its own job there, and the kernel places them on idle cores side by
-/// side. Rocket places every task itself: one job.
+/// side. Rocket places every task itself: one job. The program was verified when its
+/// owner bound it, so the jobs submit unverified.
 pub(super) fn submit_chains<'a>(
     dev: &'a Device,
     (regcmd, program): (&'a Bo, &Program),
@@ -51,7 +52,7 @@ pub(super) fn submit_chains<'a>(
             .collect()
     };
     jobs.into_iter()
-        .map(|job| dev.submit_nonblocking(buffers(job.timeout(timeout))))
+        .map(|job| dev.submit_nonblocking(buffers(job.timeout(timeout).unverified())))
         .collect()
 }
 
