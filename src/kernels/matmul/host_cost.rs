@@ -6,13 +6,14 @@
 //! Per call:
 //!
 //! ```text
-//! t_host = A_bytes / prepare_rate + C_bytes / finish_rate + tasks × verify_task
+//! t_host = A_bytes / prepare_rate + C_bytes / finish_rate
 //! ```
 //!
 //! `A_bytes` is the plan's A buffer (the activations quantised or rounded and packed
 //! into it), `C_bytes` its C buffer (every K wave's partial blocks, which the host
-//! reads, sums over the waves, unpacks from the native layout and scales), `tasks` the
-//! tasks the pre-submit verifier decodes and checks. Left out: the kernel's own work
+//! reads, sums over the waves, unpacks from the native layout and scales). Once per
+//! binding, not per call: `tasks × verify_task`, the pre-submit verifier decoding and
+//! checking every task when a `Matmul` binds its program. Left out: the kernel's own work
 //! (the profile's per-submit figure holds it), cache maintenance, and the copies of a
 //! caller that packs into its own buffers. docs/matmul.md ("Host work") has the figures.
 
@@ -92,14 +93,15 @@ pub struct HostCost {
     pub prepare_s: f64,
     /// Reading C, summing the K waves, unpacking and scaling.
     pub finish_s: f64,
-    /// The pre-submit verifier over the plan's tasks.
+    /// The pre-submit verifier over the plan's tasks: once, when a `Matmul` binds the
+    /// program, so not part of [`HostCost::total_s`].
     pub verify_s: f64,
 }
 
 impl HostCost {
-    /// The sum of the parts.
+    /// The host work of one call: preparing A and finishing C.
     pub fn total_s(&self) -> f64 {
-        self.prepare_s + self.finish_s + self.verify_s
+        self.prepare_s + self.finish_s
     }
 }
 
@@ -108,7 +110,7 @@ impl fmt::Display for HostCost {
         let ms = |s: f64| s * 1e3;
         write!(
             f,
-            "host {:.2} ms (prepare A {:.2}, finish C {:.2}, verify {:.2}) on {}",
+            "host {:.2} ms (prepare A {:.2}, finish C {:.2}; verify {:.2} once) on {}",
             ms(self.total_s()),
             ms(self.prepare_s),
             ms(self.finish_s),
@@ -119,8 +121,8 @@ impl fmt::Display for HostCost {
 }
 
 impl Plan {
-    /// The host work of one call of this plan on `host` (the module documentation has
-    /// the formula). A profile value that is not finite and positive is an
+    /// The host work of one call of this plan on `host`, and the verification of its
+    /// program once (the module documentation has the formula). A profile value that is not finite and positive is an
     /// [`Error::OutOfRange`].
     pub fn host_cost(&self, host: &HostProfile) -> Result<HostCost> {
         host.check()?;
@@ -155,7 +157,8 @@ mod tests {
         assert_eq!(c.prepare_s, plan.a_bytes as f64 / 1e9);
         assert_eq!(c.finish_s, plan.c_bytes as f64 / 2e9);
         assert_eq!(c.verify_s, plan.tasks.len() as f64 * 1e-6);
-        assert_eq!(c.total_s(), c.prepare_s + c.finish_s + c.verify_s);
+        // Verification happens once per binding, not per call.
+        assert_eq!(c.total_s(), c.prepare_s + c.finish_s);
         // More K waves write more partial blocks for the host to finish.
         let mut layouts =
             crate::kernels::matmul::WeightLayout::candidates(4096, 4096, Dtype::Int8, 512, 3)
@@ -198,7 +201,7 @@ mod tests {
         let plan = Plan::new(MatmulSpec::new(128, 4096, 4096, Dtype::Int8)).unwrap();
         let line = plan.host_cost(&profile()).unwrap().to_string();
         assert!(line.starts_with("host "), "{line}");
-        for part in ["prepare A", "finish C", "verify", "on test"] {
+        for part in ["prepare A", "finish C", "verify", " once)", "on test"] {
             assert!(line.contains(part), "{line}");
         }
     }

@@ -22,10 +22,10 @@
 //! core's time); per-task overhead overlaps with neither; one submission starts every
 //! core's chain at once. An operand a task finds in the CBUF (a reuse bit) is not
 //! charged. Left out: the regcmd fetches (incremental tasks fetch fewer) and contention
-//! with the CPU for DDR. The host's work around the job (preparing A, finishing C,
-//! verifying the program) is costed beside it on the profile's
-//! [`HardwareProfile::host`] ([`super::host_cost`]); the plan's predicted total is
-//! [`Cost::total_s`], the NPU job plus the host. docs/matmul.md ("Cost model", "Host
+//! with the CPU for DDR. The host's work around the job (preparing A, finishing C; and
+//! verifying the program, once per binding) is costed beside it on the profile's
+//! [`HardwareProfile::host`] ([`super::host_cost`]); the predicted total of a call is
+//! [`Cost::total_s`], the NPU job plus the host's per-call work. docs/matmul.md ("Cost model", "Host
 //! work") has the figures and their sources.
 
 use super::Plan;
