@@ -123,7 +123,7 @@ fn costed_plans_with_cbuf_reuse_and_k_splits_match_the_cpu() {
             false,
         ),
         (
-            MatmulSpec::new(32, 4096, 4096, Dtype::Fp16).on_cores(3),
+            MatmulSpec::new(32, 4096, 1024, Dtype::Fp16).on_cores(3),
             Reuse::None,
             true,
         ),

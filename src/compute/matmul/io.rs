@@ -143,7 +143,7 @@ impl Matmul {
     pub(super) fn read_i32_into(&self, out: &mut [i32]) -> Result<()> {
         shape("result values", self.len_c(), out.len())?;
         if self.bank.layout.dtype == Dtype::Int8 {
-            return self.c.read_with(|c| pack::unpack_i32(&self.plan, c, out))?;
+            return self.c.read_with(|c| self.reduction.sum_i32_into(c, out))?;
         }
         for (i, (d, v)) in out.iter_mut().zip(self.read_int()?).enumerate() {
             *d = i32::try_from(v).map_err(|_| Error::OutOfRange {
@@ -156,9 +156,13 @@ impl Matmul {
         Ok(())
     }
 
-    /// Float results (fp16 banks) into `out`.
+    /// Float results (fp16 banks) into `out`: fp32 partials in one pass, fp16 results
+    /// (one wave, written by the DPU) widened.
     pub(super) fn read_f32_into(&self, out: &mut [f32]) -> Result<()> {
         shape("result values", self.len_c(), out.len())?;
+        if self.plan.c_type() == OutType::Fp32 {
+            return self.c.read_with(|c| self.reduction.sum_f32_into(c, out))?;
+        }
         self.c.read_with(|c| self.plan.reduce_f32_into(c, out))?
     }
 
@@ -169,12 +173,11 @@ impl Matmul {
         let scales = self.bank.scales.as_deref();
         let scale = |i: usize| scales.map_or(1.0, |s| s[i % n]);
         if self.bank.layout.dtype == Dtype::Int8 {
-            let mut acc = vec![0i32; out.len()];
-            self.c
-                .read_with(|c| pack::unpack_i32(&self.plan, c, &mut acc))??;
-            for (i, (y, &v)) in out.iter_mut().zip(&acc).enumerate() {
-                *y = v as f32 * self.row_scales[i / n] * scale(i);
-            }
+            // One pass over C: the waves summed and scaled into `out`.
+            self.c.read_with(|c| {
+                self.reduction
+                    .scale_i32_into(c, &self.row_scales, scales, out)
+            })??;
         } else {
             for (i, (y, v)) in out.iter_mut().zip(self.read_int()?).enumerate() {
                 *y = v as f32 * self.row_scales[i / n] * scale(i);

@@ -48,6 +48,7 @@ use run::{
 
 use crate::device::{Bo, BoFlags, CoreMask, Device, Job, JobResult, Pending};
 use crate::error::{Error, Result};
+use crate::kernels::matmul::finish::Reduction;
 use crate::kernels::matmul::{Plan, REGCMD, pack, quant};
 use crate::kernels::single::{Dtype, OutType};
 use crate::regcmd::{BufferId, Program, ProgramBuilder, words_to_le_bytes};
@@ -224,6 +225,8 @@ pub struct Matmul {
     rows: u32,
     acts: Activations,
     program: Program,
+    /// Where C holds each tile's K waves, for finishing a call in one pass.
+    reduction: Reduction,
     regcmd: Bo,
     a: Bo,
     c: Bo,
@@ -390,6 +393,7 @@ impl Matmul {
             Some(_) => NpuDequant::program(&plan, incremental)?,
             None => plan.program_in(ProgramBuilder::new(REGCMD).incremental(incremental))?,
         };
+        let reduction = plan.reduction();
         let regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
         let a = dev.alloc(plan.a_bytes.max(1) as usize, BoFlags::default())?;
         let c = dev.alloc(plan.c_bytes.max(1) as usize, BoFlags::default())?;
@@ -398,6 +402,7 @@ impl Matmul {
             plan,
             rows,
             acts,
+            reduction,
             program,
             regcmd,
             a,

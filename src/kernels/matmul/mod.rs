@@ -31,6 +31,7 @@
 //! docs/matmul.md has the details and figures.
 
 pub mod cost;
+pub mod finish;
 mod host;
 pub mod host_cost;
 mod layout;

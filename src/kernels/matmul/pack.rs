@@ -381,79 +381,18 @@ pub fn activations_i8(plan: &Plan, a: &[i8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Rows unpacked together: their atoms are contiguous in each surface, and their output
-/// rows are that many write streams.
-const ROW_BLOCK: usize = 8;
-
-/// Reads int32 partials (int8 plans) into row-major M×N, summing waves exactly (in i64).
-/// Rows are visited in blocks of 8 so that reads and writes both stream. A result that
-/// leaves the int32 range is an [`Error::OutOfRange`] naming it ([`Plan::reduce_int`]
-/// returns it exactly, in i64); `out` is then unspecified. Nothing is wrapped.
+/// Reads int32 partials (int8 plans) into row-major M×N, summing waves exactly in one
+/// pass ([`Plan::reduction`]; a caller that finishes many calls of one plan keeps the
+/// [`Reduction`](super::finish::Reduction) and calls it directly). A result that leaves
+/// the int32 range is an [`Error::OutOfRange`] naming it ([`Plan::reduce_int`] returns
+/// it exactly, in i64); `out` is then unspecified. Nothing is wrapped.
 pub fn unpack_i32(plan: &Plan, c: &[u8], out: &mut [i32]) -> Result<()> {
     if plan.spec.dtype != Dtype::Int8 || plan.c_type() != OutType::Int32 {
         return Err(unsupported(
             "unpack_i32 reads the int32 results of int8 plans".into(),
         ));
     }
-    let (m, n) = (plan.spec.m as usize, plan.spec.n as usize);
-    if out.len() != m * n || (c.len() as u64) < plan.c_bytes {
-        return Err(unsupported(format!(
-            "C of {} bytes into {} results",
-            c.len(),
-            out.len()
-        )));
-    }
-    // One wave writes every result once, a copy of 16-byte atoms (the NPU's int32 is
-    // little-endian, as every host this library runs on); more waves add up.
-    if plan.layout.waves.len() == 1 && cfg!(target_endian = "little") {
-        let bytes = out.as_mut_bytes();
-        for t in &plan.tasks {
-            let cols = (plan.spec.n - t.n0).min(t.nt) as usize;
-            let rows = t.rows as usize;
-            for r0 in (0..rows).step_by(ROW_BLOCK) {
-                let block = (rows - r0).min(ROW_BLOCK);
-                for g in 0..cols.div_ceil(4) {
-                    let width = (cols - g * 4).min(4) * 4;
-                    let src = &c[t.c_offset as usize + (g * rows + r0) * 16..][..block * 16];
-                    for (r, atom) in src.chunks_exact(16).enumerate() {
-                        let at = ((t.m0 as usize + r0 + r) * n + t.n0 as usize + g * 4) * 4;
-                        bytes[at..at + width].copy_from_slice(&atom[..width]);
-                    }
-                }
-            }
-        }
-        return Ok(());
-    }
-    // Several waves: summed in i64, so only the final sum must fit int32, not every
-    // running total.
-    let mut acc = vec![0i64; m * n];
-    for t in &plan.tasks {
-        let cols = (plan.spec.n - t.n0).min(t.nt) as usize;
-        let rows = t.rows as usize;
-        for r0 in (0..rows).step_by(ROW_BLOCK) {
-            let block = (rows - r0).min(ROW_BLOCK);
-            for g in 0..cols.div_ceil(4) {
-                let width = (cols - g * 4).min(4);
-                let src = &c[t.c_offset as usize + (g * rows + r0) * 16..][..block * 16];
-                for (r, atom) in src.chunks_exact(16).enumerate() {
-                    let dst =
-                        &mut acc[(t.m0 as usize + r0 + r) * n + t.n0 as usize + g * 4..][..width];
-                    for (d, v) in dst.iter_mut().zip(atom.chunks_exact(4)) {
-                        *d += i32::from_le_bytes([v[0], v[1], v[2], v[3]]) as i64;
-                    }
-                }
-            }
-        }
-    }
-    for (i, (d, v)) in out.iter_mut().zip(acc).enumerate() {
-        *d = i32::try_from(v).map_err(|_| Error::OutOfRange {
-            what: "results",
-            index: i,
-            value: v.to_string(),
-            range: "the int32 range (Plan::reduce_int returns it exactly)",
-        })?;
-    }
-    Ok(())
+    plan.reduction().sum_i32_into(c, out)
 }
 
 /// Transposes an 8×8 byte matrix held as eight little-endian rows: byte `j` of row `i`

@@ -1,0 +1,313 @@
+//! Finishing a call on the host in one pass over C: every K wave's partial block of a
+//! tile is read once, summed atom by atom in registers, and the row-major result (an
+//! integer, or a float scaled by its row's and its column's scale) is written once. No
+//! intermediate buffer: a [`Reduction`], made once per plan, lists which blocks of C
+//! hold the waves of each tile, and a call allocates nothing.
+//!
+//! Int32 partials are summed exactly, in `i64` lanes (an int8 product of K channels
+//! fits int32 while `K ≤ 131 071`, but C is memory any caller can fill, so the sum is
+//! checked, not assumed), and a result that leaves the int32 range is an error naming
+//! it. Fp32 partials are summed in `f32`, one
+//! more step of fp32 summation in another order (the error bound of docs/matmul.md
+//! holds for any order).
+
+use super::{Plan, unsupported};
+use crate::error::{Error, Result};
+use crate::kernels::single::OutType;
+use std::ops::Range;
+
+/// Rows finished together: their atoms are contiguous in each partial block, and their
+/// output rows are that many write streams.
+const ROW_BLOCK: usize = 8;
+
+/// Columns summed together in the stack buffer (a multiple of the 4 elements of an
+/// int32 or fp32 atom).
+const CHUNK: usize = 128;
+
+/// One output tile of a plan and the C blocks of its K waves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Tile {
+    m0: usize,
+    rows: usize,
+    n0: usize,
+    /// Real columns (the tile's padding beyond N left out).
+    cols: usize,
+    /// Into [`Reduction::offsets`]: the byte offset of each wave's block.
+    waves: Range<usize>,
+}
+
+/// Where the K waves of each output tile of a [`Plan`] sit in its C buffer, for
+/// finishing a call in one pass ([`Plan::reduction`]). Made once per plan; the
+/// finishing calls allocate nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reduction {
+    tiles: Vec<Tile>,
+    offsets: Vec<usize>,
+    m: usize,
+    n: usize,
+    part: OutType,
+    c_bytes: usize,
+}
+
+impl Plan {
+    /// The [`Reduction`] of this plan's C buffer.
+    pub fn reduction(&self) -> Reduction {
+        let mut tiles: Vec<Tile> = Vec::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut index = std::collections::HashMap::new();
+        for t in &self.tasks {
+            let key = (t.m0, t.n0);
+            let i = *index.entry(key).or_insert_with(|| {
+                tiles.push(Tile {
+                    m0: t.m0 as usize,
+                    rows: t.rows as usize,
+                    n0: t.n0 as usize,
+                    cols: self.spec.n.saturating_sub(t.n0).min(t.nt) as usize,
+                    waves: 0..0,
+                });
+                groups.push(Vec::new());
+                tiles.len() - 1
+            });
+            groups[i].push(t.c_offset as usize);
+        }
+        let mut offsets = Vec::with_capacity(self.tasks.len());
+        for (tile, group) in tiles.iter_mut().zip(groups) {
+            tile.waves = offsets.len()..offsets.len() + group.len();
+            offsets.extend(group);
+        }
+        Reduction {
+            tiles,
+            offsets,
+            m: self.spec.m as usize,
+            n: self.spec.n as usize,
+            part: self.c_type(),
+            c_bytes: self.c_bytes as usize,
+        }
+    }
+}
+
+impl Reduction {
+    /// Checks the partial type, C's length and the output's length.
+    fn check(&self, part: OutType, c: &[u8], out: usize) -> Result<()> {
+        debug_assert_eq!(part.atom_elems(), 4, "the finishers read 4-byte elements");
+        if self.part != part {
+            return Err(unsupported(format!(
+                "{:?} partials finished as {part:?}",
+                self.part
+            )));
+        }
+        if c.len() < self.c_bytes {
+            return Err(unsupported(format!(
+                "C has {} bytes, the plan writes {}",
+                c.len(),
+                self.c_bytes
+            )));
+        }
+        Error::check_len("results", self.m * self.n, out)
+    }
+
+    /// Sums every tile's waves, [`ROW_BLOCK`] rows by [`CHUNK`] columns at a time, in
+    /// a stack buffer of `T` (each element decoded from its 4 bytes by `decode`), and
+    /// hands each summed row piece to `f(row, first column, sums of its real columns)`.
+    /// Reads stream (each wave's atoms of a row block are contiguous) and `f` gets
+    /// contiguous runs to write.
+    fn for_each_sum<T: Lane>(
+        &self,
+        c: &[u8],
+        mut decode: impl FnMut([u8; 4]) -> T,
+        mut f: impl FnMut(usize, usize, &[T]),
+    ) {
+        let mut stage = [[T::default(); CHUNK]; ROW_BLOCK];
+        for t in &self.tiles {
+            let offsets = &self.offsets[t.waves.clone()];
+            for r0 in (0..t.rows).step_by(ROW_BLOCK) {
+                let block = (t.rows - r0).min(ROW_BLOCK);
+                for c0 in (0..t.cols).step_by(CHUNK) {
+                    let cols = (t.cols - c0).min(CHUNK);
+                    let groups = cols.div_ceil(4);
+                    for row in &mut stage[..block] {
+                        row[..groups * 4].fill(T::default());
+                    }
+                    for &o in offsets {
+                        for gi in 0..groups {
+                            let g = c0 / 4 + gi;
+                            let src = &c[o + (g * t.rows + r0) * 16..][..block * 16];
+                            for (row, atom) in stage.iter_mut().zip(src.chunks_exact(16)) {
+                                let dst = &mut row[gi * 4..gi * 4 + 4];
+                                for (d, v) in dst.iter_mut().zip(atom.chunks_exact(4)) {
+                                    *d = d.add(decode([v[0], v[1], v[2], v[3]]));
+                                }
+                            }
+                        }
+                    }
+                    for (r, row) in stage[..block].iter().enumerate() {
+                        f(t.m0 + r0 + r, t.n0 + c0, &row[..cols]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Int32 partials (int8 plans) summed into row-major M×N `i32`. A sum that leaves
+    /// the int32 range is [`Error::OutOfRange`] naming it (`out` is then unspecified).
+    pub fn sum_i32_into(&self, c: &[u8], out: &mut [i32]) -> Result<()> {
+        self.check(OutType::Int32, c, out.len())?;
+        let mut bad = None;
+        let n = self.n;
+        self.for_int_sums(c, |row, col, sums| match sums {
+            Sums::Narrow(sums) => out[row * n + col..][..sums.len()].copy_from_slice(sums),
+            Sums::Wide(sums) => {
+                let dst = &mut out[row * n + col..][..sums.len()];
+                for (j, (d, &s)) in dst.iter_mut().zip(sums).enumerate() {
+                    match i32::try_from(s) {
+                        Ok(v) => *d = v,
+                        Err(_) => bad = bad.or(Some((row * n + col + j, s))),
+                    }
+                }
+            }
+        });
+        match bad {
+            None => Ok(()),
+            Some((index, v)) => Err(Error::OutOfRange {
+                what: "results",
+                index,
+                value: v.to_string(),
+                range: "the int32 range (Plan::reduce_int returns it exactly)",
+            }),
+        }
+    }
+
+    /// Int32 partials summed and scaled into row-major M×N `f32`:
+    /// `sum · row_scales[row] · col_scales[col]` (no column scales: 1).
+    pub fn scale_i32_into(
+        &self,
+        c: &[u8],
+        row_scales: &[f32],
+        col_scales: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        self.check(OutType::Int32, c, out.len())?;
+        Error::check_len("row scales", self.m, row_scales.len())?;
+        if let Some(s) = col_scales {
+            Error::check_len("column scales", self.n, s.len())?;
+        }
+        let n = self.n;
+        self.for_int_sums(c, |row, col, sums| {
+            let cols = col_scales.map(|cs| &cs[col..]);
+            let rs = row_scales[row];
+            match sums {
+                Sums::Narrow(s) => scale_into(
+                    &mut out[row * n + col..][..s.len()],
+                    s,
+                    |v| v as f32,
+                    rs,
+                    cols,
+                ),
+                Sums::Wide(s) => scale_into(
+                    &mut out[row * n + col..][..s.len()],
+                    s,
+                    |v| v as f32,
+                    rs,
+                    cols,
+                ),
+            }
+        });
+        Ok(())
+    }
+
+    /// Fp32 partials (fp16 and bf16 plans with fp32 results) summed in `f32` into
+    /// row-major M×N.
+    pub fn sum_f32_into(&self, c: &[u8], out: &mut [f32]) -> Result<()> {
+        self.check(OutType::Fp32, c, out.len())?;
+        let n = self.n;
+        self.for_each_sum(c, f32::from_le_bytes, |row, col, sums| {
+            out[row * n + col..][..sums.len()].copy_from_slice(sums);
+        });
+        Ok(())
+    }
+
+    /// Int32 partials summed exactly: `f(row, first column, sums)` for every place.
+    /// Summed in `i32` when no partial exceeds `2³¹ / waves` in magnitude (then no sum
+    /// can overflow; int8 products always qualify below 131 072 channels); C that no
+    /// int8 product could have written is summed again in `i64`, and `f` sees every
+    /// place a second time, with the exact sums.
+    fn for_int_sums(&self, c: &[u8], mut f: impl FnMut(usize, usize, Sums<'_>)) {
+        let waves = self.tiles.iter().map(|t| t.waves.len()).max().unwrap_or(1);
+        let limit = i32::MAX as u32 / waves.max(1) as u32;
+        let large = std::cell::Cell::new(false);
+        self.for_each_sum(
+            c,
+            |v| {
+                let x = i32::from_le_bytes(v);
+                if x.unsigned_abs() > limit {
+                    large.set(true);
+                }
+                x
+            },
+            |row, col, sums| f(row, col, Sums::Narrow(sums)),
+        );
+        if large.get() {
+            self.for_each_sum(
+                c,
+                |v| i64::from(i32::from_le_bytes(v)),
+                |row, col, sums| f(row, col, Sums::Wide(sums)),
+            );
+        }
+    }
+}
+
+/// A piece of a row of integer sums, as [`Reduction::for_int_sums`] made them.
+enum Sums<'a> {
+    Narrow(&'a [i32]),
+    Wide(&'a [i64]),
+}
+
+/// An element of the sum buffer: `add` wraps for `i32` (whose sums are used only when
+/// they cannot have wrapped) and is exact for `i64` and `f32`.
+trait Lane: Copy + Default {
+    fn add(self, other: Self) -> Self;
+}
+
+impl Lane for i32 {
+    fn add(self, other: i32) -> i32 {
+        self.wrapping_add(other)
+    }
+}
+
+impl Lane for i64 {
+    fn add(self, other: i64) -> i64 {
+        self + other
+    }
+}
+
+impl Lane for f32 {
+    fn add(self, other: f32) -> f32 {
+        self + other
+    }
+}
+
+/// `dst[j] = sums[j] · row · cols[j]` (no column scales: 1).
+fn scale_into<T: Copy>(
+    dst: &mut [f32],
+    sums: &[T],
+    to_f32: impl Fn(T) -> f32,
+    row: f32,
+    cols: Option<&[f32]>,
+) {
+    match cols {
+        Some(cs) => {
+            for ((d, &s), &k) in dst.iter_mut().zip(sums).zip(cs) {
+                *d = to_f32(s) * row * k;
+            }
+        }
+        None => {
+            for (d, &s) in dst.iter_mut().zip(sums) {
+                *d = to_f32(s) * row;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "finish_tests.rs"]
+mod tests;
