@@ -1,9 +1,12 @@
 //! A [`HostProfile`] of the machine the library runs on, measured by running the
 //! library's own host routines for a matmul call (docs/matmul.md, "Host work"): the
-//! activation quantiser and packer, the result unpacker and scaler, and the pre-submit
-//! verifier, on the plan of a 64×4096×4096 int8 product on 3 cores. A backend that
-//! wants its plans costed for the CPU it runs on measures once at start and passes the
-//! profile on; the cost model itself stays pure arithmetic.
+//! activation quantiser and packer, the one-pass reduction and scaling of the results
+//! (`kernels::matmul::finish`), and the pre-submit verifier, on the plan of a
+//! 64×4096×4096 int8 product on 3 cores. A backend that wants its plans costed for the
+//! CPU it runs on measures once at start and passes the profile on; the cost model
+//! itself stays pure arithmetic. Its inputs are small enough to stay in the caches
+//! (1 MiB of C), so its rates are upper bounds; `cargo bench --bench finish` measures
+//! the reduction out of cache, against memcpy.
 
 use crate::error::Result;
 use crate::kernels::matmul::host_cost::HostProfile;
@@ -36,13 +39,11 @@ pub fn measure(budget: Duration) -> Result<HostProfile> {
         .map(|i| (i.wrapping_mul(40_503) >> 8) as u8 & 0x3F)
         .collect();
     let channel_scales: Vec<f32> = (0..n).map(|j| 1e-3 + j as f32 * 1e-7).collect();
-    let mut acc = vec![0i32; (m * n) as usize];
-    let mut y = vec![0f32; acc.len()];
+    let mut y = vec![0f32; (m * n) as usize];
+    // As a Matmul finishes a call: its Reduction, made once, in one pass.
+    let reduction = plan.reduction();
     let finish = fastest(per_routine, || {
-        pack::unpack_i32(&plan, &c, &mut acc)?;
-        for (i, (out, &v)) in y.iter_mut().zip(&acc).enumerate() {
-            *out = v as f32 * row_scales[i / n as usize] * channel_scales[i % n as usize];
-        }
+        reduction.scale_i32_into(&c, &row_scales, Some(&channel_scales), &mut y)?;
         black_box(&y);
         Ok(())
     })?;

@@ -42,8 +42,9 @@ pub struct HostProfile {
 
 impl HostProfile {
     /// One Cortex-A76 core of an RK3588. **Estimates:** no board ran these routines.
-    /// Each rate is the ratio to a single-thread memcpy that [`measure`] finds on an
-    /// x86-64 build (docs/matmul.md, "Host work": prepare 0.10, finish 0.30), times the
+    /// Each rate is the ratio to a single-thread memcpy measured on an x86-64 build
+    /// (docs/matmul.md, "Host work": prepare 0.10 by [`measure`], finish 0.36 by
+    /// `cargo bench --bench finish`, its slowest of 1 to 6 K waves), times the
     /// memcpy one A76 core of an RK3588 board reaches: 10.1 GB/s on an Orange Pi 5
     /// (`ggml-org/whisper.cpp` issue 89; 13.4 GB/s on a Turing RK1,
     /// `gregordinary/rockchip-npu-notes` `perf/rga-detile.md`, the lower is used). The
@@ -55,7 +56,7 @@ impl HostProfile {
         HostProfile {
             name: "cortex-a76 (estimate)",
             prepare_bytes_per_s: 0.10 * 10.1e9,
-            finish_bytes_per_s: 0.30 * 10.1e9,
+            finish_bytes_per_s: 0.36 * 10.1e9,
             verify_task_s: 2.0 * 11.0e-6,
         }
     }
