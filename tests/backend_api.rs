@@ -1028,10 +1028,12 @@ fn int8_in_range_result_is_exact_whatever_the_partial_sums() {
     let (k, a, w) = long_k_case();
     let want = cpu_nk(&wide(&a), &wide(&w), 1, k, 1)[0];
     assert_eq!(want, 2_046_955_520);
+    // Waves of 4096 channels, so that the first 33 hold the positive products.
+    let layout = WeightLayout::with_k_tile(k as u32, 1, Dtype::Int8, 4096).unwrap();
     for spec in SPECS {
         let dev = open(spec);
-        let bank = Arc::new(WeightBank::from_i8_nk(&dev, 1, k as u32, &w).unwrap());
-        let mut mm = Matmul::new(&bank, 1).unwrap();
+        let bank = WeightBank::from_nk_in(&dev, &layout, Weights::I8(&w)).unwrap();
+        let mut mm = Matmul::new(&Arc::new(bank), 1).unwrap();
         assert_eq!(mm.plan().layout.waves.len(), 35);
         let got = mm.run_i8(&a);
         assert_eq!(got, Ok(vec![want as i32]), "{spec}");

@@ -127,6 +127,8 @@ fn a_matmul_recorded_with_trace_replays_in_every_mode() {
             "64",
             "--dtype",
             "int8",
+            "--cores",
+            "1",
             "--device",
             "emu",
             "--trace",

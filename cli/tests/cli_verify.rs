@@ -226,11 +226,15 @@ fn task_words_limit_the_program_to_its_first_words() {
     // buffers of the first pass only for the first program's words.
     let (small, large) = (Temp::new("small.bin"), Temp::new("large.bin"));
     let buffers = emit(
-        &["--m", "4", "--k", "64", "--n", "32", "--dtype", "int8"],
+        &[
+            "--m", "4", "--k", "64", "--n", "32", "--dtype", "int8", "--cores", "1",
+        ],
         &small,
     );
     emit(
-        &["--m", "4", "--k", "64", "--n", "64", "--dtype", "int8"],
+        &[
+            "--m", "4", "--k", "64", "--n", "64", "--dtype", "int8", "--cores", "1",
+        ],
         &large,
     );
     let mut bytes = std::fs::read(&small.0).unwrap();

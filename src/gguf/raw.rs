@@ -73,14 +73,16 @@ pub fn check_raw(dev: &Device, ty: GgmlType, n: u32, k: u32, m: u32) -> Result<(
             value: "0".into(),
         });
     }
-    let layout = WeightLayout::new(k, n, dtype)?;
+    // The layout bank_from_raw packs in.
+    let layout = WeightLayout::decode_and_prompts(k, n, dtype, dev.cores())?;
     Plan::for_layout(&layout, m, OutType::Fp32, dev.cores())?;
     Ok(())
 }
 
 /// A weight bank on `dev` from `n` rows of `k` values of type `ty` in ggml's layout
 /// (`data` is exactly their bytes, row after row): the bank type of
-/// [`raw_bank_dtype`], in the layout for any number of rows. F16 and BF16 data is packed
+/// [`raw_bank_dtype`], in the layout for decoding and prompts
+/// ([`WeightLayout::decode_and_prompts`]; any number of rows runs against it). F16 and BF16 data is packed
 /// from `data` itself when it is 2-byte aligned; other types are converted a row at a
 /// time, so the host holds at most one fp16 copy of the tensor while it packs.
 pub fn bank_from_raw(

@@ -55,8 +55,11 @@ pub struct WeightBank {
     pub(super) col_sums: Vec<i64>,
 }
 
-fn layout(k: u32, n: u32, dtype: Dtype) -> Result<WeightLayout> {
-    WeightLayout::new(k, n, dtype)
+/// The layout of a bank whose caller declares no M: the one that serves decoding and
+/// prompts up to 512 rows nearest their best ([`WeightLayout::decode_and_prompts`]) on
+/// the device's cores. Any M plans against it.
+fn layout(dev: &Device, k: u32, n: u32, dtype: Dtype) -> Result<WeightLayout> {
+    WeightLayout::decode_and_prompts(k, n, dtype, dev.cores())
 }
 
 fn dims(n: u32, k: u32) -> Result<usize> {
@@ -196,15 +199,16 @@ impl WeightBank {
     }
 
     /// int8 weights given as `n` rows (output channels) of `k` values — the `[out][in]`
-    /// layout of a model's weight matrix (ggml's `src0`) — in the layout for any M.
+    /// layout of a model's weight matrix (ggml's `src0`) — in the layout for decoding and
+    /// prompts (any M runs against it; `WeightLayout::decode_and_prompts`).
     pub fn from_i8_nk(dev: &Device, n: u32, k: u32, w: &[i8]) -> Result<WeightBank> {
-        WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Int8)?, Weights::I8(w))
+        WeightBank::from_nk_in(dev, &layout(dev, k, n, Dtype::Int8)?, Weights::I8(w))
     }
 
     /// int8 weights given as `k` rows of `n` values (B of `C = A·B`, row-major).
     pub fn from_i8_kn(dev: &Device, k: u32, n: u32, w: &[i8]) -> Result<WeightBank> {
         shape("weight values", dims(n, k)?, w.len())?;
-        WeightBank::create(dev, layout(k, n, Dtype::Int8)?, |l, out| {
+        WeightBank::create(dev, layout(dev, k, n, Dtype::Int8)?, |l, out| {
             pack::weights_i8_kn_into(l, w, out)
         })
     }
@@ -226,21 +230,27 @@ impl WeightBank {
     /// In the widest K waves these weights allow, as [`WeightBank::from_i4_nk`].
     pub fn from_i4_packed_nk(dev: &Device, n: u32, k: u32, w: &[u8]) -> Result<WeightBank> {
         if !k.is_multiple_of(2) {
-            return WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Int4)?, Weights::I4Packed(w));
+            return WeightBank::from_nk_in(
+                dev,
+                &WeightLayout::new(k, n, Dtype::Int4)?,
+                Weights::I4Packed(w),
+            );
         }
         let mags = quant::i4_magnitudes_packed(w, n as usize, k as usize)?;
         let layout = WeightLayout::certified_i4(k, n, &mags)?;
         WeightBank::pack_nk(dev, &layout, Weights::I4Packed(w))
     }
 
-    /// fp16 weights given as `n` rows of `k` values.
+    /// fp16 weights given as `n` rows of `k` values, in the layout for decoding and
+    /// prompts (as [`WeightBank::from_i8_nk`]).
     pub fn from_f16_nk(dev: &Device, n: u32, k: u32, w: &[f16]) -> Result<WeightBank> {
-        WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Fp16)?, Weights::F16(w))
+        WeightBank::from_nk_in(dev, &layout(dev, k, n, Dtype::Fp16)?, Weights::F16(w))
     }
 
-    /// bf16 weights given as `n` rows of `k` values (a bf16 bank: bf16 activations).
+    /// bf16 weights given as `n` rows of `k` values (a bf16 bank: bf16 activations), in
+    /// the layout for decoding and prompts (as [`WeightBank::from_i8_nk`]).
     pub fn from_bf16_nk(dev: &Device, n: u32, k: u32, w: &[bf16]) -> Result<WeightBank> {
-        WeightBank::from_nk_in(dev, &layout(k, n, Dtype::Bf16)?, Weights::Bf16(w))
+        WeightBank::from_nk_in(dev, &layout(dev, k, n, Dtype::Bf16)?, Weights::Bf16(w))
     }
 
     /// f32 weights given as `n` rows of `k` values, rounded to fp16.

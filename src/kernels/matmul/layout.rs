@@ -114,6 +114,85 @@ impl WeightLayout {
         Ok(Plan::cheapest(spec, profile)?.layout)
     }
 
+    /// The layout for products of every row count in `rows` on at most `cores` cores:
+    /// of the layouts worth costing for any of them, the one whose predicted total
+    /// time on `profile` is closest to the best layout's, row count by row count (the
+    /// smallest worst ratio; then fewer waves). What a bank is packed in when its
+    /// caller declares the M it will run: [`DECODE_AND_PROMPTS`] when it does not (a
+    /// layer of an LLM: one token at a time and prompts up to 512 rows).
+    ///
+    /// Every row count must plan against the chosen layout: an empty `rows`, a zero,
+    /// or a set no layout serves is [`Error::Unsupported`]. The results type is the
+    /// widest (int32, fp32).
+    pub fn for_rows(
+        k: u32,
+        n: u32,
+        dtype: Dtype,
+        (rows, cores): (&[u32], u32),
+        profile: &cost::HardwareProfile,
+    ) -> Result<WeightLayout> {
+        if rows.is_empty() || rows.contains(&0) {
+            return Err(unsupported(format!("a layout for row counts {rows:?}")));
+        }
+        let out = match dtype {
+            Dtype::Int8 | Dtype::Int4 => OutType::Int32,
+            _ => OutType::Fp32,
+        };
+        let mut layouts: Vec<WeightLayout> = Vec::new();
+        for &m in rows {
+            for l in WeightLayout::candidates(k, n, dtype, m, cores)? {
+                if !layouts.contains(&l) {
+                    layouts.push(l);
+                }
+            }
+        }
+        // times[i][j]: layout i at rows[j], where it plans.
+        let times: Vec<Vec<Option<f64>>> = layouts
+            .iter()
+            .map(|l| {
+                rows.iter()
+                    .map(|&m| {
+                        let (plan, _) = Plan::costed_split(l, m, out, (cores, profile)).ok()?;
+                        Some(plan.rank(profile).ok()?.0)
+                    })
+                    .collect()
+            })
+            .collect();
+        let best: Vec<f64> = (0..rows.len())
+            .map(|j| {
+                times
+                    .iter()
+                    .filter_map(|t| t[j])
+                    .fold(f64::INFINITY, f64::min)
+            })
+            .collect();
+        let worst = |t: &[Option<f64>]| -> Option<f64> {
+            t.iter()
+                .zip(&best)
+                .map(|(t, b)| t.map(|t| t / b))
+                .try_fold(0f64, |w, r| r.map(|r| w.max(r)))
+        };
+        let chosen = layouts
+            .iter()
+            .zip(&times)
+            .filter_map(|(l, t)| Some((worst(t)?, l.waves.len(), l)))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        match chosen {
+            Some((_, _, l)) => Ok(l.clone()),
+            None => Err(unsupported(format!(
+                "no layout of {k}x{n} {dtype:?} plans every row count of {rows:?}"
+            ))),
+        }
+    }
+
+    /// [`WeightLayout::for_rows`] of [`DECODE_AND_PROMPTS`] on `cores` cores of the
+    /// RK3588's profile: the layout of a bank whose caller declares no M (the
+    /// `WeightBank` constructors without a layout, GGUF loading, the C API).
+    pub fn decode_and_prompts(k: u32, n: u32, dtype: Dtype, cores: u32) -> Result<WeightLayout> {
+        let profile = cost::HardwareProfile::rk3588();
+        WeightLayout::for_rows(k, n, dtype, (&DECODE_AND_PROMPTS, cores), &profile)
+    }
+
     /// The layouts worth costing for `m` rows on `cores` cores: the one
     /// [`WeightLayout::for_max_rows`] gives, then K splits into more, narrower waves.
     /// Narrower waves let more rows share the CBUF next to one weight group, so the
@@ -231,3 +310,7 @@ impl WeightLayout {
         self.waves.iter().map(|w| w.kw).max().unwrap_or(0)
     }
 }
+
+#[cfg(test)]
+#[path = "layout_tests.rs"]
+mod tests;

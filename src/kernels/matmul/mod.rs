@@ -127,6 +127,11 @@ impl MatmulSpec {
     }
 }
 
+/// The row counts a bank is laid out for when its caller declares none
+/// ([`WeightLayout::for_rows`]): decoding one token, and prompts of 32, 128 and 512
+/// rows.
+pub const DECODE_AND_PROMPTS: [u32; 4] = [1, 32, 128, 512];
+
 /// A K wave: channels `k0 .. k0 + kw`, padded to `ai`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Wave {

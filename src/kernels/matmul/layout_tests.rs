@@ -1,0 +1,73 @@
+use super::*;
+use crate::kernels::matmul::cost::HardwareProfile;
+
+/// The predicted total of `m` rows against `layout` on 3 cores, and of the cheapest
+/// plan for that M (what `rknpu matmul` picks).
+fn totals(layout: &WeightLayout, m: u32) -> (f64, f64) {
+    let profile = HardwareProfile::rk3588();
+    let out = if layout.dtype.is_float() {
+        OutType::Fp32
+    } else {
+        OutType::Int32
+    };
+    let (k, n, dtype) = (layout.k, layout.n, layout.dtype);
+    let spec = MatmulSpec {
+        out,
+        ..MatmulSpec::new(m, k, n, dtype).on_cores(3)
+    };
+    let cheapest = Plan::cheapest(spec, &profile).unwrap();
+    let (plan, _) = Plan::costed_split(layout, m, out, (3, &profile)).unwrap();
+    (
+        plan.cost(&profile).unwrap().total_s(),
+        cheapest.cost(&profile).unwrap().total_s(),
+    )
+}
+
+/// Issue 25's yardstick: a bank laid out without a declared M serves every row count
+/// of [`DECODE_AND_PROMPTS`] within 1.15x of the cheapest plan for that M (the widest
+/// waves, the previous default, are up to 3.2x slower for fp16 prompts), and the fp16
+/// bank of 4096x11008 runs 128 rows within 1.1x of what `rknpu matmul` plans.
+#[test]
+fn the_default_layout_serves_decode_and_prompts_near_their_best() {
+    let mut worst_widest = 0f64;
+    for (k, n, dtype) in [
+        (4096, 11008, Dtype::Fp16),
+        (4096, 4096, Dtype::Fp16),
+        (11008, 4096, Dtype::Fp16),
+        (4096, 4096, Dtype::Bf16),
+        (4096, 4096, Dtype::Int8),
+        (4096, 11008, Dtype::Int8),
+    ] {
+        let layout = WeightLayout::decode_and_prompts(k, n, dtype, 3).unwrap();
+        let widest = WeightLayout::new(k, n, dtype).unwrap();
+        for m in DECODE_AND_PROMPTS {
+            let (bank, best) = totals(&layout, m);
+            let what = format!("{m}x{k}x{n} {dtype:?} in {} waves", layout.waves.len());
+            assert!(bank <= 1.15 * best, "{what}: {bank} s, best {best} s");
+            worst_widest = worst_widest.max(totals(&widest, m).0 / best);
+        }
+    }
+    assert!(worst_widest > 2.5, "the widest waves: {worst_widest}");
+    let layout = WeightLayout::decode_and_prompts(4096, 11008, Dtype::Fp16, 3).unwrap();
+    let (bank, best) = totals(&layout, 128);
+    assert!(bank <= 1.1 * best, "{bank} s, best {best} s");
+}
+
+#[test]
+fn row_counts_no_layout_serves_are_refused() {
+    let profile = HardwareProfile::rk3588();
+    for rows in [&[][..], &[0], &[1, 0]] {
+        assert!(
+            WeightLayout::for_rows(4096, 4096, Dtype::Int8, (rows, 3), &profile).is_err(),
+            "{rows:?}"
+        );
+    }
+    // One row only: the single-token int8 layout may win; it plans that row.
+    let one = WeightLayout::for_rows(3500, 64, Dtype::Int8, (&[1], 3), &profile).unwrap();
+    assert!(Plan::for_layout(&one, 1, OutType::Int32, 3).is_ok());
+    // With prompts declared too, the layout plans them all.
+    let all = WeightLayout::decode_and_prompts(3500, 64, Dtype::Int8, 3).unwrap();
+    for m in DECODE_AND_PROMPTS {
+        assert!(Plan::for_layout(&all, m, OutType::Int32, 3).is_ok(), "{m}");
+    }
+}
