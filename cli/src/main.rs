@@ -34,6 +34,7 @@ mod emit;
 mod gguf;
 mod info;
 mod matmul;
+mod model_cost;
 mod op;
 mod op_conv;
 mod op_ew;
@@ -129,6 +130,14 @@ enum Command {
         #[command(subcommand)]
         command: op::OpCommand,
     },
+    /// Print the modelled LLM throughput of a GGUF model's matmuls on the RK3588.
+    ///
+    /// From the header only (no device, no tensor data): every 2-D `.weight` tensor but
+    /// token_embd.weight is costed by the library's planner and cost model, once a token
+    /// (decode, M = 1) and over a prompt (--prompt N rows; the LM head one row). Prints
+    /// the tensor counts, bank types, weight bytes, decode and prompt tokens/s with the
+    /// NPU and host parts, and what the model leaves out (docs/cli.md).
+    ModelCost(model_cost::ModelCostArgs),
 }
 
 /// A failure with its exit code: 1 for bad input or a failed check, 2 for usage.
@@ -275,6 +284,7 @@ fn main() -> ExitCode {
         Command::Doctor(a) => doctor::run(a),
         Command::Gguf(a) => gguf::run(a),
         Command::Op { command } => op::run(command),
+        Command::ModelCost(a) => model_cost::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
