@@ -11,20 +11,20 @@ use rknpu_driver::seeded::Rng;
 use rknpu_driver::sim::DmaCounters;
 use std::time::{Duration, Instant};
 
-/// The input precision `--dtype` names.
+/// The weight precision `--dtype` names (`rknpu matmul`, `rknpu model-cost`).
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum DtypeArg {
-    /// int8 values, -128..127.
+pub(crate) enum DtypeArg {
+    /// int8 (a random run: values -128..127).
     Int8,
-    /// int4 values, -8..7.
+    /// int4, run as W4A8 with int8 activations (a random run: values -8..7).
     Int4,
-    /// fp16 values in [-1, 1).
+    /// fp16 (a random run: values in [-1, 1)).
     Fp16,
 }
 
 impl DtypeArg {
     /// The library's type.
-    fn dtype(self) -> Dtype {
+    pub(crate) fn dtype(self) -> Dtype {
         match self {
             DtypeArg::Int8 => Dtype::Int8,
             DtypeArg::Int4 => Dtype::Int4,

@@ -3,6 +3,7 @@
 //! (the tensors' names, types and shapes); no device is opened and no tensor data is read.
 
 use crate::Failure;
+use crate::matmul::DtypeArg;
 use rknpu_driver::gguf::{Gguf, TensorInfo, escape_name, raw_bank_dtype};
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{Plan, WeightLayout};
@@ -14,29 +15,6 @@ const LM_HEAD: &str = "output.weight";
 /// The token embedding: a lookup, not a matmul.
 const TOKEN_EMBEDDING: &str = "token_embd.weight";
 
-/// The bank type `--dtype` forces on every matmul tensor.
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum BankArg {
-    /// int8 banks (activations quantised to int8 per row).
-    Int8,
-    /// int4 banks, run as W4A8 (twice the activation rows); costed on the conservative
-    /// layout of `WeightLayout::new`.
-    Int4,
-    /// fp16 banks.
-    Fp16,
-}
-
-impl BankArg {
-    /// The library's type.
-    fn dtype(self) -> Dtype {
-        match self {
-            BankArg::Int8 => Dtype::Int8,
-            BankArg::Int4 => Dtype::Int4,
-            BankArg::Fp16 => Dtype::Fp16,
-        }
-    }
-}
-
 /// The arguments of `rknpu model-cost`.
 #[derive(clap::Args)]
 pub(crate) struct ModelCostArgs {
@@ -47,10 +25,11 @@ pub(crate) struct ModelCostArgs {
     /// (output.weight) one.
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
     prompt: u32,
-    /// The bank type of every matmul tensor. Default: the type the ggml backend packs
-    /// (bf16 for BF16 tensors, fp16 for every other type it converts).
+    /// The bank type of every matmul tensor (int4 costed on the conservative layouts of
+    /// `WeightLayout::new`). Default: the type the ggml backend packs (bf16 for BF16
+    /// tensors, fp16 for every other type it converts).
     #[arg(long, value_enum, value_name = "TYPE")]
-    dtype: Option<BankArg>,
+    dtype: Option<DtypeArg>,
 }
 
 /// One matmul weight of the model: `n` output channels of `k` inputs in a bank of
@@ -236,7 +215,7 @@ fn bank_counts(weights: &[Weight]) -> String {
 pub(crate) fn run(a: ModelCostArgs) -> Result<(), Failure> {
     let g = crate::gguf::open(&a.file)?;
     let mut coster = Coster::new();
-    let forced = a.dtype.map(BankArg::dtype);
+    let forced = a.dtype.map(DtypeArg::dtype);
     let m = model(&g, forced, coster.profile.cores)?;
     if m.weights.is_empty() {
         return Err(Failure(
@@ -274,7 +253,7 @@ pub(crate) fn run(a: ModelCostArgs) -> Result<(), Failure> {
         m.tensors_in_file
     );
     let source = match a.dtype {
-        Some(BankArg::Int4) => "--dtype; int4 layouts of WeightLayout::new, the conservative ones",
+        Some(DtypeArg::Int4) => "--dtype; int4 layouts of WeightLayout::new, the conservative ones",
         Some(_) => "--dtype",
         None => "the types the ggml backend packs",
     };

@@ -72,6 +72,7 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
     (&["trace", "dump"], &["FILE"]),
     (&["trace", "replay"], &["FILE", "--mode", "--ulps"]),
     (&["gguf"], &["FILE", "--json"]),
+    (&["model-cost"], &["FILE", "--prompt", "--dtype"]),
     (&["info"], &[]),
     (&["doctor"], &["--device", "--bundle", "--timeout"]),
     (
