@@ -1,15 +1,17 @@
 //! Finishing a call on the host in one pass over C: every K wave's partial block of a
-//! tile is read once, summed atom by atom in registers, and the row-major result (an
-//! integer, or a float scaled by its row's and its column's scale) is written once. No
-//! intermediate buffer: a [`Reduction`], made once per plan, lists which blocks of C
-//! hold the waves of each tile, and a call allocates nothing.
+//! tile is read once, the waves are summed 8 rows by 128 columns at a time in a stack
+//! buffer, and the row-major result (an integer, or a float scaled by its row's and its
+//! column's scale) is written once. No intermediate buffer: a [`Reduction`], made once
+//! per plan, lists which blocks of C hold the waves of each tile, and a call allocates
+//! nothing.
 //!
-//! Int32 partials are summed exactly, in `i64` lanes (an int8 product of K channels
-//! fits int32 while `K ≤ 131 071`, but C is memory any caller can fill, so the sum is
-//! checked, not assumed), and a result that leaves the int32 range is an error naming
-//! it. Fp32 partials are summed in `f32`, one
-//! more step of fp32 summation in another order (the error bound of docs/matmul.md
-//! holds for any order).
+//! Int32 partials are summed in `i32` when no partial exceeds `2³¹ / waves` in
+//! magnitude, so that no sum can overflow: int8 products of fewer than 131 072
+//! channels always qualify. C is memory any caller can fill, so that is checked, not
+//! assumed: otherwise the sums are made again in `i64`, and a result that leaves the
+//! int32 range is an error naming it. Fp32 partials are summed in `f32`, one more step
+//! of fp32 summation in another order (the error bound of docs/matmul.md holds for any
+//! order).
 
 use super::{Plan, unsupported};
 use crate::error::{Error, Result};
@@ -68,6 +70,10 @@ impl Plan {
                 groups.push(Vec::new());
                 tiles.len() - 1
             });
+            // Every core that splits K tiles the columns and rows alike (tiling.rs), so
+            // the waves of one place share its tile's geometry.
+            let cols = self.spec.n.saturating_sub(t.n0).min(t.nt) as usize;
+            debug_assert_eq!((tiles[i].rows, tiles[i].cols), (t.rows as usize, cols));
             groups[i].push(t.c_offset as usize);
         }
         let mut offsets = Vec::with_capacity(self.tasks.len());
@@ -234,19 +240,17 @@ impl Reduction {
     fn for_int_sums(&self, c: &[u8], mut f: impl FnMut(usize, usize, Sums<'_>)) {
         let waves = self.tiles.iter().map(|t| t.waves.len()).max().unwrap_or(1);
         let limit = i32::MAX as u32 / waves.max(1) as u32;
-        let large = std::cell::Cell::new(false);
+        let mut peak = 0u32;
         self.for_each_sum(
             c,
             |v| {
                 let x = i32::from_le_bytes(v);
-                if x.unsigned_abs() > limit {
-                    large.set(true);
-                }
+                peak = peak.max(x.unsigned_abs());
                 x
             },
             |row, col, sums| f(row, col, Sums::Narrow(sums)),
         );
-        if large.get() {
+        if peak > limit {
             self.for_each_sum(
                 c,
                 |v| i64::from(i32::from_le_bytes(v)),

@@ -2,6 +2,8 @@
 //! caller expects.
 
 use super::*;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 impl WeightLayout {
     /// The layout any M runs against: waves of at most 4096 channels (int4: 480, so int16
@@ -188,9 +190,28 @@ impl WeightLayout {
     /// [`WeightLayout::for_rows`] of [`DECODE_AND_PROMPTS`] on `cores` cores of the
     /// RK3588's profile: the layout of a bank whose caller declares no M (the
     /// `WeightBank` constructors without a layout, GGUF loading, the C API).
+    ///
+    /// The choice costs up to a millisecond and is a function of its arguments alone,
+    /// while a backend asks for the same shapes each time it schedules a graph: the
+    /// last few thousand are remembered.
     pub fn decode_and_prompts(k: u32, n: u32, dtype: Dtype, cores: u32) -> Result<WeightLayout> {
+        type Chosen = HashMap<(u32, u32, Dtype, u32), WeightLayout>;
+        static CHOSEN: OnceLock<Mutex<Chosen>> = OnceLock::new();
+        const REMEMBERED: usize = 4096;
+        let chosen = CHOSEN.get_or_init(Mutex::default);
+        let key = (k, n, dtype, cores);
+        // A panic elsewhere while the lock was held leaves a map of finished entries.
+        if let Some(l) = chosen.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(l.clone());
+        }
         let profile = cost::HardwareProfile::rk3588();
-        WeightLayout::for_rows(k, n, dtype, (&DECODE_AND_PROMPTS, cores), &profile)
+        let layout = WeightLayout::for_rows(k, n, dtype, (&DECODE_AND_PROMPTS, cores), &profile)?;
+        let mut map = chosen.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= REMEMBERED {
+            map.clear();
+        }
+        map.insert(key, layout.clone());
+        Ok(layout)
     }
 
     /// The layouts worth costing for `m` rows on `cores` cores: the one

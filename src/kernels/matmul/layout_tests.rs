@@ -71,3 +71,22 @@ fn row_counts_no_layout_serves_are_refused() {
         assert!(Plan::for_layout(&all, m, OutType::Int32, 3).is_ok(), "{m}");
     }
 }
+
+#[test]
+fn the_remembered_default_is_the_chosen_one() {
+    let profile = HardwareProfile::rk3588();
+    for cores in [1, 3] {
+        let chosen = WeightLayout::for_rows(
+            4096,
+            4096,
+            Dtype::Fp16,
+            (&DECODE_AND_PROMPTS, cores),
+            &profile,
+        )
+        .unwrap();
+        for _ in 0..2 {
+            let got = WeightLayout::decode_and_prompts(4096, 4096, Dtype::Fp16, cores).unwrap();
+            assert_eq!(got, chosen, "{cores} cores");
+        }
+    }
+}
