@@ -240,17 +240,19 @@ impl Reduction {
     fn for_int_sums(&self, c: &[u8], mut f: impl FnMut(usize, usize, Sums<'_>)) {
         let waves = self.tiles.iter().map(|t| t.waves.len()).max().unwrap_or(1);
         let limit = i32::MAX as u32 / waves.max(1) as u32;
-        let mut peak = 0u32;
+        let large = std::cell::Cell::new(false);
         self.for_each_sum(
             c,
             |v| {
                 let x = i32::from_le_bytes(v);
-                peak = peak.max(x.unsigned_abs());
+                if x.unsigned_abs() > limit {
+                    large.set(true);
+                }
                 x
             },
             |row, col, sums| f(row, col, Sums::Narrow(sums)),
         );
-        if peak > limit {
+        if large.get() {
             self.for_each_sum(
                 c,
                 |v| i64::from(i32::from_le_bytes(v)),
