@@ -6,7 +6,7 @@ use rknpu_driver::gguf::write::Writer;
 use rknpu_driver::seeded::Rng;
 
 mod common;
-use common::{Temp, run};
+use common::{Temp, run, run_ok};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -156,15 +156,7 @@ fn gguf_matmul(file: &str, tensor: &str, extra: &[&str]) -> String {
         "matmul", "--gguf", file, "--tensor", tensor, "--m", "3", "--device", "emu",
     ];
     args.extend_from_slice(extra);
-    let o = run(&args);
-    let out = text(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{args:?}: {out}{}",
-        text(&o.stderr)
-    );
-    out
+    text(&run_ok(&args).stdout)
 }
 
 /// The value after `key` in `line`, up to the next comma or space.

@@ -9,7 +9,7 @@ use rknpu_driver::kernels::single::{Dtype, OutType};
 use std::process::Output;
 
 mod common;
-use common::{Temp, run};
+use common::{Temp, run, run_ok};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -123,16 +123,9 @@ fn expected(dtype: Dtype, prompt: u32) -> ((f64, f64), (f64, f64)) {
 fn model_cost(file: &str, args: &[&str]) -> String {
     let mut all = vec!["model-cost", file];
     all.extend_from_slice(args);
-    let o = run(&all);
-    let out = text(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{args:?}: {out}{}",
-        text(&o.stderr)
-    );
+    let o = run_ok(&all);
     assert!(o.stderr.is_empty(), "{args:?}: {}", text(&o.stderr));
-    out
+    text(&o.stdout)
 }
 
 /// The line starting with `prefix`.

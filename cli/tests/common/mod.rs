@@ -17,6 +17,19 @@ pub fn run(args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("run {RKNPU}: {e}"))
 }
 
+/// Runs `rknpu ARGS` as [`run`], asserting exit 0 (the message shows both streams).
+pub fn run_ok(args: &[&str]) -> Output {
+    let o = run(args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
 /// A file in the temporary directory, named after this test process and `name`,
 /// removed when dropped.
 pub struct Temp(pub PathBuf);
