@@ -90,3 +90,85 @@ fn the_remembered_default_is_the_chosen_one() {
         }
     }
 }
+
+/// The costed layout choice never predicts a longer total time than the widest waves,
+/// and where narrower waves let the M rows share one CBUF pass it cuts the weight
+/// re-reads: the traffic ratios (bytes moved over A + B + C once) it must reach on 3
+/// cores when the NPU decides (a host so fast its work is negligible).
+#[test]
+fn the_cheapest_layout_moves_less_data_and_costs_less() {
+    use crate::kernels::matmul::host_cost::HostProfile;
+    let profile = HardwareProfile::rk3588();
+    let mut npu_bound = HardwareProfile::rk3588();
+    npu_bound.host = HostProfile {
+        name: "instant",
+        prepare_bytes_per_s: 1e18,
+        finish_bytes_per_s: 1e18,
+        verify_task_s: 1e-15,
+    };
+    for (m, k, n, dtype, ratio) in [
+        (1, 4096, 4096, Dtype::Int8, 1.05),
+        (32, 4096, 4096, Dtype::Int8, 1.05),
+        (128, 4096, 4096, Dtype::Int8, 1.25),
+        (128, 4096, 11008, Dtype::Int8, 1.25),
+        (128, 11008, 4096, Dtype::Int8, 1.40),
+        (128, 1024, 8192, Dtype::Int8, 1.05),
+        (512, 4096, 4096, Dtype::Int8, 3.5),
+        (128, 4096, 4096, Dtype::Fp16, 1.25),
+        (512, 3840, 4096, Dtype::Fp16, 4.0),
+        (128, 4096, 11008, Dtype::Int4, 1.75),
+    ] {
+        let spec = MatmulSpec::new(m, k, n, dtype).on_cores(3);
+        for p in [&profile, &npu_bound] {
+            let widest = Plan::new(spec).unwrap().cost(p).unwrap();
+            let best = Plan::cheapest(spec, p).unwrap();
+            let c = best.cost(p).unwrap();
+            let what = format!(
+                "{m}x{k}x{n} {dtype:?} (K tile {}) on {}",
+                best.layout.k_tile(),
+                p.host.name
+            );
+            assert!(
+                c.total_s() <= widest.total_s(),
+                "{what}: dearer than the widest waves"
+            );
+            if p == &npu_bound {
+                assert!(
+                    c.traffic_ratio <= ratio,
+                    "{what}: ratio {:.2}",
+                    c.traffic_ratio
+                );
+            }
+            assert_eq!(
+                Plan::cheapest(spec, p).unwrap(),
+                best,
+                "{what}: deterministic"
+            );
+        }
+    }
+}
+
+/// With the host's work counted, a prompt-sized int8 product does not take the plan of
+/// many K waves whose partial sums the host must add: at 512×4096×4096 on 3 cores the
+/// choice predicts no more total time than the one-wave plan, and the host's share of
+/// it is no larger.
+#[test]
+fn the_cheapest_plan_counts_the_hosts_reduction_of_k_waves() {
+    let profile = HardwareProfile::rk3588();
+    let spec = MatmulSpec::new(512, 4096, 4096, Dtype::Int8).on_cores(3);
+    let one_wave = WeightLayout::candidates(4096, 4096, Dtype::Int8, 512, 3)
+        .unwrap()
+        .into_iter()
+        .find(|l| l.waves.len() == 1)
+        .expect("a one-wave layout for K = 4096");
+    let one = Plan::for_layout(&one_wave, 512, OutType::Int32, 3)
+        .unwrap()
+        .cost(&profile)
+        .unwrap();
+    let best = Plan::cheapest(spec, &profile).unwrap();
+    let c = best.cost(&profile).unwrap();
+    assert!(c.total_s() <= one.total_s(), "{c} against {one}");
+    assert!(c.host.finish_s <= one.host.finish_s, "{c} against {one}");
+    // Counted in the total, not beside it.
+    assert!(c.total_s() > c.seconds);
+}

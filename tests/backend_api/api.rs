@@ -1,0 +1,290 @@
+//! The API contract: typed errors for bad input, owned handles that free their
+//! buffers, packed bytes that round-trip, and matmuls that outlive their device handle.
+
+use super::*;
+
+/// Bad inputs are typed errors, never panics: wrong lengths are `ShapeMismatch` with the
+/// expected and given counts; an int4 weight of 9, NaN activations in `mul_mat` and a
+/// NaN scale are `OutOfRange`; `run_f16` on an int8 bank is `Precision`; `cores(0)`, a
+/// packed int4 bank of odd K and `for_plan` with another layout's plan are errors.
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let dev = open("emu");
+    let (m, k, n) = (2u32, 64u32, 32u32);
+    let w = vec![1i8; (n * k) as usize];
+    // Weights of the wrong length.
+    match WeightBank::from_i8_nk(&dev, n, k, &w[1..]) {
+        Err(Error::ShapeMismatch {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), ((n * k) as u64, (n * k - 1) as u64)),
+        r => panic!("short weights: {r:?}"),
+    }
+    match WeightBank::from_i4_packed_nk(&dev, n, k, &vec![0u8; (n * k / 2 + 3) as usize]) {
+        Err(Error::ShapeMismatch {
+            expected, actual, ..
+        }) => assert_eq!(
+            (expected, actual),
+            ((n * k / 2) as u64, (n * k / 2 + 3) as u64)
+        ),
+        r => panic!("long packed weights: {r:?}"),
+    }
+    // An odd K with packed nibbles.
+    assert!(matches!(
+        WeightBank::from_i4_packed_nk(&dev, 4, 5, &[0u8; 10]),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    // An int4 weight of 9.
+    let mut w4 = vec![0i8; (n * k) as usize];
+    w4[37] = 9;
+    match WeightBank::from_i4_nk(&dev, n, k, &w4) {
+        Err(Error::OutOfRange { index, value, .. }) => {
+            assert_eq!((index, value.as_str()), (37, "9"))
+        }
+        r => panic!("int4 weight 9: {r:?}"),
+    }
+    let bank = Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w).unwrap());
+    let mut mm = Matmul::new(&bank, m).unwrap();
+    // Activations and results of the wrong length.
+    match mm.run_i8(&vec![0i8; (m * k + 1) as usize]) {
+        Err(Error::ShapeMismatch {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), ((m * k) as u64, (m * k + 1) as u64)),
+        r => panic!("long activations: {r:?}"),
+    }
+    let mut short = vec![0i32; (m * n - 1) as usize];
+    match mm.run_i8_into(&vec![0i8; (m * k) as usize], &mut short) {
+        Err(Error::ShapeMismatch {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), ((m * n) as u64, (m * n - 1) as u64)),
+        r => panic!("short results: {r:?}"),
+    }
+    let mut y = vec![0f32; (m * n) as usize];
+    match mm.mul_mat(&vec![0f32; (m * k - 2) as usize], &mut y) {
+        Err(Error::ShapeMismatch {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), ((m * k) as u64, (m * k - 2) as u64)),
+        r => panic!("short f32 activations: {r:?}"),
+    }
+    // NaN activations.
+    let mut x = vec![0.5f32; (m * k) as usize];
+    x[70] = f32::NAN;
+    match mm.mul_mat(&x, &mut y) {
+        Err(Error::OutOfRange { index, .. }) => assert_eq!(index, 70),
+        r => panic!("NaN activations: {r:?}"),
+    }
+    // fp16 activations on an int8 bank.
+    let h = vec![f16::ONE; (m * k) as usize];
+    assert!(matches!(mm.run_f16(&h), Err(Error::Precision { .. })));
+    // No cores.
+    assert!(Matmul::with_options(&bank, m, MatmulOptions::default().cores(0)).is_err());
+    // A NaN scale, and scales of the wrong length.
+    let mut scales = vec![1f32; n as usize];
+    scales[3] = f32::NAN;
+    let b2 = WeightBank::from_i8_nk(&dev, n, k, &w).unwrap();
+    match b2.with_scales(&scales) {
+        Err(Error::OutOfRange { index, .. }) => assert_eq!(index, 3),
+        r => panic!("NaN scale: {r:?}"),
+    }
+    let b3 = WeightBank::from_i8_nk(&dev, n, k, &w).unwrap();
+    assert!(matches!(
+        b3.with_scales(&[1.0; 3]),
+        Err(Error::ShapeMismatch {
+            expected: 32,
+            actual: 3,
+            ..
+        })
+    ));
+    // A plan of another layout: other K, and the same shape as int4.
+    for other in [
+        WeightLayout::new(k + 32, n, Dtype::Int8).unwrap(),
+        WeightLayout::new(k, n, Dtype::Int4).unwrap(),
+    ] {
+        let plan = Plan::for_layout(&other, m, OutType::Int32, 1).unwrap();
+        assert!(
+            Matmul::for_plan(&bank, plan).is_err(),
+            "a plan for {other:?}"
+        );
+    }
+    // Activations the bank's type has no kernel for.
+    for acts in [Activations::Fp16, Activations::Int4] {
+        let opts = MatmulOptions::default().activations(acts);
+        assert!(
+            matches!(
+                Matmul::with_options(&bank, m, opts),
+                Err(Error::Precision { .. })
+            ),
+            "{acts:?} on an int8 bank"
+        );
+    }
+    // A plan of a layout with the same byte count but transposed shape.
+    let transposed = WeightLayout::new(n, k, Dtype::Int8).unwrap();
+    assert_eq!(transposed.bytes, bank.layout().bytes);
+    let plan = Plan::for_layout(&transposed, m, OutType::Int32, 1).unwrap();
+    assert!(Matmul::for_plan(&bank, plan).is_err());
+    // An empty batch, and a batch given the wrong number of inputs or outputs.
+    assert!(matches!(
+        MatmulBatch::new(Vec::new()),
+        Err(Error::ShapeMismatch {
+            expected: 1,
+            actual: 0,
+            ..
+        })
+    ));
+    // Members of another open of the (emulated) NPU: refused before anything runs.
+    let other = open("emu");
+    let foreign = Arc::new(WeightBank::from_i8_nk(&other, n, k, &w).unwrap());
+    assert!(!other.same_device(&dev) && dev.same_device(&dev.clone()));
+    assert!(matches!(
+        MatmulBatch::new(vec![
+            Matmul::new(&bank, m).unwrap(),
+            Matmul::new(&foreign, m).unwrap()
+        ]),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let mut batch = MatmulBatch::new(vec![Matmul::new(&bank, m).unwrap()]).unwrap();
+    let x = vec![0.25f32; (m * k) as usize];
+    let mut y1 = vec![0f32; (m * n) as usize];
+    assert!(matches!(
+        batch.mul_mat(&[&x, &x], &mut [&mut y1]),
+        Err(Error::ShapeMismatch {
+            expected: 1,
+            actual: 2,
+            ..
+        })
+    ));
+    assert!(matches!(
+        batch.mul_mat(&[&x], &mut []),
+        Err(Error::ShapeMismatch {
+            expected: 1,
+            actual: 0,
+            ..
+        })
+    ));
+    batch.mul_mat(&[&x], &mut [&mut y1]).unwrap();
+    // The bank still works after all of that.
+    let ok = mm.run_i8(&vec![1i8; (m * k) as usize]).unwrap();
+    assert!(ok.iter().all(|&v| v == k as i32));
+}
+
+/// Compiles only if `T` can be held by a backend: owned, shareable across threads.
+fn assert_owned<T: Send + Sync + 'static>() {}
+
+/// A layer as a backend holds it.
+struct Layer {
+    bank: Arc<WeightBank>,
+    mm: Matmul,
+}
+
+/// `WeightBank`, `Matmul`, `MatmulBatch` and `Device` are `Send + Sync + 'static`; a bank
+/// and matmul moved into a struct and to another thread still run there (exactly); and
+/// dropping the matmul and the bank frees every buffer they allocated.
+#[test]
+fn handles_are_owned_and_free_their_buffers() {
+    assert_owned::<WeightBank>();
+    assert_owned::<Matmul>();
+    assert_owned::<MatmulBatch>();
+    assert_owned::<Device>();
+    let (m, k, n) = (3usize, 40usize, 50usize);
+    let mut rng = Rng(0x5eed_0008);
+    let w = ints(&mut rng, n * k, -128, 127);
+    let a = ints(&mut rng, m * k, -128, 127);
+    let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n));
+    for spec in SPECS {
+        let dev = open(spec);
+        let before = dev.live_buffers();
+        let layer = {
+            let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+            let mm = Matmul::new(&bank, m as u32).unwrap();
+            Layer { bank, mm }
+        };
+        assert!(dev.live_buffers() > before);
+        let a2 = a.clone();
+        let mut layer = std::thread::spawn(move || {
+            let mut layer = layer;
+            let got = layer.mm.run_i8(&a2).unwrap();
+            (layer, got)
+        })
+        .join()
+        .map(|(layer, got)| {
+            assert_eq!(got, want, "{spec} on another thread");
+            layer
+        })
+        .unwrap();
+        // Back on this thread, it still runs.
+        assert_eq!(layer.mm.run_i8(&a).unwrap(), want, "{spec} back");
+        assert_eq!(Arc::strong_count(&layer.bank), 2);
+        drop(layer);
+        assert_eq!(
+            dev.live_buffers(),
+            before,
+            "{spec}: buffers left after drop"
+        );
+    }
+}
+
+/// A bank's packed bytes (`packed`) loaded again with `from_packed` give the same
+/// results: int8, fp16, and int4 through W4A8 (whose correction needs each channel's
+/// weight sum, recomputed from the packed bytes) and int4 × int4, all exact or equal.
+#[test]
+fn packed_bytes_round_trip_through_from_packed() {
+    let mut rng = Rng(0x5eed_000f);
+    let (m, k, n) = (5usize, 150usize, 90usize);
+    let dev = open("emu");
+    let w8 = ints(&mut rng, n * k, -128, 127);
+    let w4 = ints(&mut rng, n * k, -8, 7);
+    let a = ints(&mut rng, m * k, -128, 127);
+    let a4: Vec<i32> = (0..m * k).map(|_| rng.int(-8, 7)).collect();
+    for (w, bank) in [
+        (
+            &w8,
+            WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w8).unwrap(),
+        ),
+        (
+            &w4,
+            WeightBank::from_i4_nk(&dev, n as u32, k as u32, &w4).unwrap(),
+        ),
+    ] {
+        let bytes = bank.packed().unwrap();
+        assert_eq!(bytes.len() as u64, bank.layout().bytes);
+        let again = Arc::new(WeightBank::from_packed(&dev, bank.layout(), &bytes).unwrap());
+        let want = as_i32(&cpu_nk(&wide(&a), &wide(w), m, k, n));
+        let dtype = again.layout().dtype;
+        let got = Matmul::new(&again, m as u32).unwrap().run_i8(&a).unwrap();
+        assert_eq!(got, want, "{dtype:?} from_packed");
+        if dtype == Dtype::Int4 {
+            let opts = MatmulOptions::default().activations(Activations::Int4);
+            let got = Matmul::with_options(&again, m as u32, opts)
+                .unwrap()
+                .run_int(&a4)
+                .unwrap();
+            assert_eq!(got, cpu_nk(&wide(&a4), &wide(w), m, k, n));
+        }
+    }
+    let wf: Vec<f16> = (0..n * k).map(|_| f16::from_f32(rng.float())).collect();
+    let af: Vec<f16> = (0..m * k).map(|_| f16::from_f32(rng.float())).collect();
+    let bank = Arc::new(WeightBank::from_f16_nk(&dev, n as u32, k as u32, &wf).unwrap());
+    let again =
+        Arc::new(WeightBank::from_packed(&dev, bank.layout(), &bank.packed().unwrap()).unwrap());
+    let x = Matmul::new(&bank, m as u32).unwrap().run_f16(&af).unwrap();
+    let y = Matmul::new(&again, m as u32).unwrap().run_f16(&af).unwrap();
+    assert_eq!(x, y);
+}
+
+/// A bank and matmul keep the device open: with every other `Device` handle dropped,
+/// the matmul still runs exactly.
+#[test]
+fn a_matmul_outlives_the_device_handle() {
+    let (m, k, n) = (2usize, 33usize, 17usize);
+    let mut rng = Rng(0x5eed_0011);
+    let w = ints(&mut rng, n * k, -128, 127);
+    let a = ints(&mut rng, m * k, -128, 127);
+    for spec in SPECS {
+        let mut mm = {
+            let dev = open(spec);
+            let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+            Matmul::new(&bank, m as u32).unwrap()
+        };
+        let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n));
+        assert_eq!(mm.run_i8(&a).unwrap(), want, "{spec}");
+    }
+}
