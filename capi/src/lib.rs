@@ -320,13 +320,8 @@ pub fn check_plan(dev: &Device, dtype: Dtype, n: u32, k: u32, m: u32) -> Result<
         code: Code::Unsupported,
         message: format!("{m} rows of int4 products (they run 2 * m rows)"),
     })?;
-    // The layout the constructors pack in: int4 banks take the widest waves their
-    // weights allow, at least those of `WeightLayout::new`; the others the layout for
-    // decoding and prompts.
-    let layout = match dtype {
-        Dtype::Int4 => WeightLayout::new(k, n, dtype)?,
-        _ => WeightLayout::decode_and_prompts(k, n, dtype, dev.cores())?,
-    };
+    // The layout the constructors pack in (int4: the narrowest a bank can take).
+    let layout = WeightLayout::decode_and_prompts(k, n, dtype, dev.cores())?;
     Plan::for_layout(&layout, rows, out, dev.cores())?;
     Ok(())
 }

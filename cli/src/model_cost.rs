@@ -152,11 +152,8 @@ fn weight(
         u32::try_from(d).map_err(|_| Failure(1, format!("{name}: dimension {d} beyond 32 bits")))
     };
     let (k, n) = (dim(t.dims[0])?, dim(t.dims[1])?);
-    let layout = match dtype {
-        Dtype::Int4 => WeightLayout::new(k, n, dtype),
-        _ => WeightLayout::decode_and_prompts(k, n, dtype, cores),
-    }
-    .map_err(|e| Failure(1, format!("{name}: {e}")))?;
+    let layout = WeightLayout::decode_and_prompts(k, n, dtype, cores)
+        .map_err(|e| Failure(1, format!("{name}: {e}")))?;
     Ok(Some(Ok(Weight {
         name,
         dtype,
@@ -168,19 +165,13 @@ fn weight(
 
 /// The matmul weights of `g`, with the layouts their banks take.
 fn model(g: &Gguf, forced: Option<Dtype>, cores: u32) -> Result<Model, Failure> {
-    let mut layouts: HashMap<(u32, u32, Dtype), WeightLayout> = HashMap::new();
     let mut weights = Vec::new();
     let mut skipped = Vec::new();
     for t in g.tensors() {
         match weight(&t, forced, cores)? {
             None => {}
             Some(Err(why)) => skipped.push(why),
-            Some(Ok(mut w)) => {
-                // Equal shapes take equal layouts: reuse the first one's.
-                let key = (w.layout.k, w.layout.n, w.dtype);
-                w.layout = layouts.entry(key).or_insert(w.layout).clone();
-                weights.push(w);
-            }
+            Some(Ok(w)) => weights.push(w),
         }
     }
     Ok(Model {

@@ -232,7 +232,7 @@ impl WeightBank {
         if !k.is_multiple_of(2) {
             return WeightBank::from_nk_in(
                 dev,
-                &WeightLayout::new(k, n, Dtype::Int4)?,
+                &layout(dev, k, n, Dtype::Int4)?,
                 Weights::I4Packed(w),
             );
         }

@@ -189,7 +189,11 @@ impl WeightLayout {
 
     /// [`WeightLayout::for_rows`] of [`DECODE_AND_PROMPTS`] on `cores` cores of the
     /// RK3588's profile: the layout of a bank whose caller declares no M (the
-    /// `WeightBank` constructors without a layout, GGUF loading, the C API).
+    /// `WeightBank` constructors without a layout, GGUF loading, the C API). Int4 banks
+    /// take the waves certified for their data ([`WeightLayout::certified_i4`]), which
+    /// a caller without the data cannot know: for int4 this is [`WeightLayout::new`],
+    /// the layout any int4 weights take, whose waves the certified ones are at least as
+    /// wide as.
     ///
     /// The choice costs up to a millisecond and is a function of its arguments alone,
     /// while a backend asks for the same shapes each time it schedules a graph: the
@@ -198,6 +202,9 @@ impl WeightLayout {
         type Chosen = HashMap<(u32, u32, Dtype, u32), WeightLayout>;
         static CHOSEN: OnceLock<Mutex<Chosen>> = OnceLock::new();
         const REMEMBERED: usize = 4096;
+        if dtype == Dtype::Int4 {
+            return WeightLayout::new(k, n, dtype);
+        }
         let chosen = CHOSEN.get_or_init(Mutex::default);
         let key = (k, n, dtype, cores);
         // A panic elsewhere while the lock was held leaves a map of finished entries.

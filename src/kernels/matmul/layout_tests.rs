@@ -172,3 +172,9 @@ fn the_cheapest_plan_counts_the_hosts_reduction_of_k_waves() {
     // Counted in the total, not beside it.
     assert!(c.total_s() > c.seconds);
 }
+
+#[test]
+fn the_default_int4_layout_is_the_one_any_int4_weights_take() {
+    let default = WeightLayout::decode_and_prompts(4096, 11008, Dtype::Int4, 3).unwrap();
+    assert_eq!(default, WeightLayout::new(4096, 11008, Dtype::Int4).unwrap());
+}
