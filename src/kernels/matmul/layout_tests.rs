@@ -176,5 +176,8 @@ fn the_cheapest_plan_counts_the_hosts_reduction_of_k_waves() {
 #[test]
 fn the_default_int4_layout_is_the_one_any_int4_weights_take() {
     let default = WeightLayout::decode_and_prompts(4096, 11008, Dtype::Int4, 3).unwrap();
-    assert_eq!(default, WeightLayout::new(4096, 11008, Dtype::Int4).unwrap());
+    assert_eq!(
+        default,
+        WeightLayout::new(4096, 11008, Dtype::Int4).unwrap()
+    );
 }
