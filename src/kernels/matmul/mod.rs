@@ -132,6 +132,27 @@ impl MatmulSpec {
 /// rows.
 pub const DECODE_AND_PROMPTS: [u32; 4] = [1, 32, 128, 512];
 
+/// Upper bounds on a plan's tiles ([`Plan::with_limits`]): rows per M tile and columns
+/// per column tile. [`TileLimits::NONE`] leaves the planner's own tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TileLimits {
+    /// Rows per M tile, at most.
+    pub rows: u32,
+    /// Columns per column tile, at most (rounded down to the granule).
+    pub cols: u32,
+    /// Whether the cores split the M tiles rather than the columns.
+    pub split_rows: bool,
+}
+
+impl TileLimits {
+    /// No limit beyond the planner's own.
+    pub const NONE: TileLimits = TileLimits {
+        rows: u32::MAX,
+        cols: u32::MAX,
+        split_rows: false,
+    };
+}
+
 /// A K wave: channels `k0 .. k0 + kw`, padded to `ai`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Wave {

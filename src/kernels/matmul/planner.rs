@@ -47,12 +47,12 @@ impl Plan {
         out: OutType,
         (cores, profile): (u32, &cost::HardwareProfile),
     ) -> Result<(Plan, Option<(f64, u64)>)> {
-        let by_n = Plan::split(layout, m, out, (cores, false))?;
+        let by_n = Plan::split(layout, m, out, (cores, false), TileLimits::NONE)?;
         let waves = layout.waves.len() as u32;
         if cores < 2 || waves < cores || !waves.is_multiple_of(cores) {
             return Ok((by_n, None));
         }
-        let by_k = Plan::split(layout, m, out, (cores, true))?;
+        let by_k = Plan::split(layout, m, out, (cores, true), TileLimits::NONE)?;
         let (k, n) = (by_k.rank(profile)?, by_n.rank(profile)?);
         Ok(if k < n {
             (by_k, Some(k))
@@ -61,12 +61,37 @@ impl Plan {
         })
     }
 
-    /// [`Plan::for_layout`] with the cores splitting K (`by_k`) or else N or M.
+    /// [`Plan::for_layout`] with M tiles of at most `limits.rows` rows and column tiles
+    /// of at most `limits.cols` columns, the cores splitting N (or M, with fewer column
+    /// granules than cores or when `limits.split_rows`): the plan closest to one another program ran, so that a
+    /// published timing of that program can be held against the cost model plan for
+    /// plan (tests/calibration.rs). The limits only shrink tiles; a limit below the
+    /// granule (32 columns, int4 64; one row) is [`Error::Unsupported`].
+    pub fn with_limits(
+        layout: &WeightLayout,
+        m: u32,
+        out: OutType,
+        cores: u32,
+        limits: TileLimits,
+    ) -> Result<Plan> {
+        let granule = if layout.dtype == Dtype::Int4 { 64 } else { 32 };
+        if limits.rows == 0 || limits.cols < granule {
+            return Err(unsupported(format!(
+                "tiles of at most {} rows and {} columns (at least 1 row and {granule} columns)",
+                limits.rows, limits.cols
+            )));
+        }
+        Plan::split(layout, m, out, (cores, false), limits)
+    }
+
+    /// [`Plan::for_layout`] with the cores splitting K (`by_k`) or else N or M, within
+    /// `limits`.
     pub(super) fn split(
         layout: &WeightLayout,
         m: u32,
         out: OutType,
         (cores, by_k): (u32, bool),
+        limits: TileLimits,
     ) -> Result<Plan> {
         let (k, n, dtype) = (layout.k, layout.n, layout.dtype);
         let spec = MatmulSpec {
@@ -123,7 +148,7 @@ impl Plan {
         }
         let bits = dtype.bits() as u64;
         let ai_max = waves.iter().map(|w| w.ai).max().unwrap_or(32);
-        let mut rows_fit = tile_rows(dtype, ai_max)?;
+        let mut rows_fit = tile_rows(dtype, ai_max)?.min(limits.rows);
         if dtype == Dtype::Int8 && out == OutType::Fp32 {
             // int8 → fp32 tasks feed the DPU's dequantisation task, which its source
             // (happyme531/rknpu2_matmul_open) limits to M tiles of at most 128 rows.
@@ -134,18 +159,21 @@ impl Plan {
             INT8_MAX_N_TILE
         } else {
             FLOAT_MAX_CHANNELS
-        };
+        }
+        .min(limits.cols / granule * granule);
         let granules = layout.n_pad / granule;
         // Even M tiles: as few as fit, as equal as can be; when cores split M (too few
         // column granules to split N), a multiple of the cores so that each core runs
         // as many tiles as the others.
         let mut m_tiles = m.div_ceil(rows_fit);
-        if !by_k && cores.min(m_tiles) > cores.min(granules) {
+        // The granules the cores may split: none when the limits ask for an M split.
+        let split_granules = if limits.split_rows { 1 } else { granules };
+        if !by_k && cores.min(m_tiles) > cores.min(split_granules) {
             m_tiles = m_tiles.next_multiple_of(cores).min(m);
         }
         let m_tile = m.div_ceil(m_tiles);
         let split = split_cores(
-            granules,
+            (granules, split_granules),
             (m_tiles, waves.len() as u32),
             (cores, by_k),
             granules.div_ceil(n_max / granule),

@@ -132,13 +132,15 @@ pub(super) struct Split {
 ///   the cores it uses).
 ///
 /// `cores` is a maximum, never a reason to refuse.
+/// `granules` is `(all, splittable)`: the cores split N only over `splittable` (1 when
+/// the caller asks for an M split).
 pub(super) fn split_cores(
-    granules: u32,
+    (granules, splittable): (u32, u32),
     (m_tiles, waves): (u32, u32),
     (cores, by_k): (u32, bool),
     n_tiles: u32,
 ) -> Split {
-    let by_n = cores.min(granules);
+    let by_n = cores.min(splittable);
     let by_m = cores.min(m_tiles);
     let all = CoreWork {
         g0: 0,
