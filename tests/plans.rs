@@ -65,7 +65,8 @@ fn cheapest(spec: MatmulSpec, profile: &HardwareProfile) -> Plan {
     Plan::cheapest(spec, profile).unwrap_or_else(|e| panic!("{}: {e}", name(&spec)))
 }
 
-/// The balance rule: on `cores` cores no core runs more than ⌈tasks / cores⌉ + 1 tasks.
+/// The balance rule: no core runs more than ⌈tasks / cores used⌉ + 1 tasks, and no task
+/// is on a core beyond `cores`.
 /// Counts each core's tasks from the task list itself; `None` when the rule holds.
 fn unbalanced(plan: &Plan, cores: u32) -> Option<String> {
     let mut per_core = vec![0usize; cores as usize];
@@ -78,7 +79,9 @@ fn unbalanced(plan: &Plan, cores: u32) -> Option<String> {
         );
         per_core[t.core as usize] += 1;
     }
-    let limit = plan.tasks.len().div_ceil(cores as usize) + 1;
+    // Balance among the cores the plan uses (a small product may run on fewer).
+    let used = per_core.iter().filter(|&&n| n > 0).count().max(1);
+    let limit = plan.tasks.len().div_ceil(used) + 1;
     let busiest = per_core.iter().copied().max().unwrap_or(0);
     (busiest > limit).then(|| {
         format!(

@@ -239,7 +239,7 @@ fn matmul_usage_and_plan_errors() {
 #[test]
 fn matmul_defaults_to_every_core() {
     let shape = [
-        "matmul", "--m", "64", "--k", "1024", "--n", "4096", "--dtype", "int8",
+        "matmul", "--m", "64", "--k", "4096", "--n", "4096", "--dtype", "int8",
     ];
     for (extra, cores) in [
         (&["--device", "emu"][..], "on 3 core(s) [1, 1, 1]"),

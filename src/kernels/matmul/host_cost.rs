@@ -21,6 +21,11 @@ use super::Plan;
 use crate::error::{Error, Result};
 use std::fmt;
 
+/// Bytes per second one Cortex-A76 core of an RK3588 copies with `memcpy`: 10.1 GB/s on
+/// an Orange Pi 5 (`ggml-org/whisper.cpp` issue 89; 13.4 GB/s on a Turing RK1,
+/// `gregordinary/rockchip-npu-notes` `perf/rga-detile.md`, the lower is used).
+pub const A76_MEMCPY_BYTES_PER_S: f64 = 10.1e9;
+
 /// How fast one CPU core does the host work around a matmul call. A plain value: start
 /// from [`HostProfile::cortex_a76`] or measure the machine
 /// (`compute::host_profile::measure`).
@@ -45,9 +50,7 @@ impl HostProfile {
     /// Each rate is the ratio to a single-thread memcpy measured on an x86-64 build
     /// (docs/matmul.md, "Host work": prepare 0.10 by [`measure`], finish 0.36 by
     /// `cargo bench --bench finish`, its slowest of 1 to 6 K waves), times the
-    /// memcpy one A76 core of an RK3588 board reaches: 10.1 GB/s on an Orange Pi 5
-    /// (`ggml-org/whisper.cpp` issue 89; 13.4 GB/s on a Turing RK1,
-    /// `gregordinary/rockchip-npu-notes` `perf/rga-detile.md`, the lower is used). The
+    /// memcpy one A76 core of an RK3588 board reaches ([`A76_MEMCPY_BYTES_PER_S`]). The
     /// verifier's time per task is the x86-64 figure (11 µs) doubled, an assumed ratio of
     /// the two cores' scalar speed.
     ///
@@ -55,8 +58,8 @@ impl HostProfile {
     pub fn cortex_a76() -> HostProfile {
         HostProfile {
             name: "cortex-a76 (estimate)",
-            prepare_bytes_per_s: 0.10 * 10.1e9,
-            finish_bytes_per_s: 0.36 * 10.1e9,
+            prepare_bytes_per_s: 0.10 * A76_MEMCPY_BYTES_PER_S,
+            finish_bytes_per_s: 0.36 * A76_MEMCPY_BYTES_PER_S,
             verify_task_s: 2.0 * 11.0e-6,
         }
     }

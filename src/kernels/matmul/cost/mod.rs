@@ -2,11 +2,12 @@
 //! themselves ([`Task::dma`](crate::task::Task::dma)), and a predicted time on a
 //! [`HardwareProfile`] of published board figures. Pure arithmetic: no device.
 //!
-//! The prediction, per core `c` of a plan on `n` busy cores:
+//! The prediction, per core `c` of a plan on `n` busy cores (rows like `A3.3` name the
+//! published figures of fixtures/calibration/published-timings.tsv each value comes from):
 //!
 //! ```text
-//! t_c   = max(bytes_c / min(BW / n, BW_core), MACs_c / peak) + tasks_c × per_task
-//! t_job = max_c t_c + per_submit
+//! t_c   = max(bytes_c / min(BW / n, BW_core), MACs_c / peak) + (tasks_c − 1) × per_task
+//! t_job = max_c (t_c + i_c × core_start) + per_submit
 //! ```
 //!
 //! `BW` is the DRAM bandwidth all cores share, `BW_core` the most one core streams alone
@@ -14,19 +15,28 @@
 //! `BW_core` infinite the stream term is `bytes_c / (BW / n)`. `bytes_c` is every byte the
 //! tasks of core `c` read or write (feature, weights, DPU read and write DMA), `MACs_c` the
 //! multiply-accumulates its MAC arrays run (the padded `rows × ai × nt` of each task),
-//! `peak` the profile's MAC rate of the plan's precision.
+//! `peak` the profile's MAC rate of the plan's precision at its NPU clock. One submission
+//! costs `per_submit` and holds the first task of each chain; each further task adds
+//! `per_task` (no task's fixed cost is counted twice). `i_c` is the busy core's place
+//! (0, 1, 2): the driver starts the cores one after another.
+//!
+//! Submitted one task at a time ([`Plan::cost_unchained`]), every task after the first
+//! costs `per_submit` instead of `per_task`. Through rocket, the jobs of one open device
+//! run on one core, one at a time: a plan on more cores than
+//! [`HardwareProfile::rocket_devices`] has its cores' chains run back to back on that
+//! many cores (each merged chain one task transition more).
 //!
 //! Assumptions: the busy cores share the DRAM bandwidth evenly and each streams at its
 //! share (at most `BW_core`) for its whole run, even after another core has finished;
 //! transfers and MACs overlap completely within a core (the slower of the two is the
-//! core's time); per-task overhead overlaps with neither; one submission starts every
-//! core's chain at once. An operand a task finds in the CBUF (a reuse bit) is not
-//! charged. Left out: the regcmd fetches (incremental tasks fetch fewer) and contention
-//! with the CPU for DDR. The host's work around the job (preparing A, finishing C; and
-//! verifying the program, once per binding) is costed beside it on the profile's
-//! [`HardwareProfile::host`] ([`super::host_cost`]); the predicted total of a call is
-//! [`Cost::total_s`], the NPU job plus the host's per-call work. docs/matmul.md ("Cost model", "Host
-//! work") has the figures and their sources.
+//! core's time); per-task overhead overlaps with neither. An operand a task finds in the
+//! CBUF (a reuse bit) is not charged. Left out: the regcmd fetches (incremental tasks
+//! fetch fewer) and contention with the CPU for DDR. The host's work around the job
+//! (preparing A, finishing C; and verifying the program, once per binding) is costed
+//! beside it on the profile's [`HardwareProfile::host`] ([`super::host_cost`]); the
+//! predicted total of a call is [`Cost::total_s`], the NPU job plus the host's per-call
+//! work. docs/matmul.md ("Cost model", "Calibration", "Host work") has the figures, their
+//! sources and the model against every published timing it can express.
 
 use super::Plan;
 use super::host_cost::{HostCost, HostProfile};
@@ -63,56 +73,69 @@ pub struct HardwareProfile {
     /// NPU cores.
     pub cores: u32,
     /// int8 MACs per second per core. rk3588: 0.525·10¹² — `oRKLLM/ork-driver`,
-    /// `KSLICE_RE_WIP.md` (`tools/mtile_probe`): one int8 task of M×2048×128 takes
-    /// 80/79/80/88/93 µs for M = 1/8/16/32/36, and of M×3584×128 98/105 µs for M = 8/16;
-    /// the marginal cost of a row (0.50 µs at K = 2048, 0.875 µs at K = 3584) is 1.05
-    /// TOP/s both times, 51% of the 2.05 TOP/s (1024 MACs per cycle) core peak.
+    /// `KSLICE_RE_WIP.md` (`tools/mtile_probe`, rows A3.1–A3.3): one int8 task of
+    /// M×2048×128 takes 80/79/80/88/93 µs for M = 1/8/16/32/36, and of M×3584×128
+    /// 98/105 µs for M = 8/16; the marginal cost of a row (0.50 µs at K = 2048, 0.875 µs
+    /// at K = 3584) is 1.05 TOP/s both times, 51% of the 2.05 TOP/s (1024 MACs per
+    /// cycle) core peak. Every int8 row of the calibration table streams longer than it
+    /// computes, so none contradicts it.
     pub int8_macs_per_s: f64,
-    /// int4 MACs per second per core. rk3588: 1.05·10¹², twice the int8 rate: the int4
-    /// MAC array is twice the int8 one (core peaks of 4.1 and 2.05 TOP/s at 1 GHz, the
-    /// Rockchip RK3588 datasheet's 6 TOPS int8 for three cores), and the same 51% of peak
-    /// is assumed. No single-task int4 rate is published; the vendor matmul API's best
-    /// int4 call (`wtwver/rk3588-matmul-bench`, `result.csv`, 128×2048×2048 in 312 µs,
-    /// 3.4 TOP/s) shows the array can run faster, so this rate is conservative.
+    /// int4 MACs per second per core. rk3588: 1.72·10¹² — the vendor matmul API's best
+    /// int4 call (`wtwver/rk3588-matmul-bench`, `result.csv`, row A1.13: 128×2048×2048 in
+    /// 312 µs, 3.44 TOP/s, 84% of the 4.1 TOP/s core peak): the MAC arrays run at least
+    /// this fast.
     pub int4_macs_per_s: f64,
-    /// fp16 and bf16 MACs per second per core. rk3588: 0.35·10¹², 69% of the 1 GHz core
-    /// peak (512 MACs per cycle, 1.02 TFLOP/s) — the fraction
-    /// `gregordinary/rocket-userspace`, `tests/multicore_probe.c` with
-    /// `gregordinary/rockchip-npu-notes`, `perf/iova-and-multicore.md` measured at
-    /// 600 MHz: 64 fp16 tasks of 256×384×256 in one job at 117–120 µs per task,
-    /// 419–429 GFLOP/s = 68–70% of the 600 MHz peak, per-task overhead included. The
-    /// vendor API's best fp16 call (`wtwver/rk3588-matmul-bench`, `result.csv`,
-    /// 128×512×4096 in 671 µs, 0.80 TFLOP/s = 0.40·10¹² MAC/s) agrees.
+    /// fp16 and bf16 MACs per second per core. rk3588: 0.40·10¹² — the vendor matmul
+    /// API's best fp16 call (`wtwver/rk3588-matmul-bench`, `result.csv`, row A1.1:
+    /// 128×512×4096 in 671 µs, 0.80 TFLOP/s, 78% of the 1.02 TFLOP/s core peak). Per-task
+    /// overhead is counted apart ([`HardwareProfile::per_task_vendor_s`]), not in this
+    /// rate.
     pub fp16_macs_per_s: f64,
     /// DRAM bytes per second the NPU's DMA reads and writes, shared by all busy cores.
-    /// rk3588: 20·10⁹ — `oRKLLM/ork-driver`, `OPS_REGISTRY.md` (`decode_bw_probe`): S
-    /// independent int8 1×1024×3072 GEMVs chained in one submission stream their weights
-    /// at 8.62/12.74/15.05/19.87 GB/s for S = 1/2/3/6 (1×3072×1024: 8.81, 15.08, 20.17
-    /// GB/s for S = 1/3/6), "ceiling ~22 GB/s", at DDR 2112 MHz.
+    /// rk3588: 25·10⁹ — `oRKLLM/ork-driver`, `AUTOTUNE_WIP.md` (rows A3.4c, A3.6c): int8
+    /// prefill matmuls on three cores move 25–26 GB/s at the tiles they state; the vendor
+    /// LLM runtime decodes at 25–30 GB/s of weights (`airockchip/rknn-llm`
+    /// `benchmark.md`: decode tokens per second times the model's int8 weight bytes).
     pub dram_bytes_per_s: f64,
     /// DRAM bytes per second one core's DMA streams at most, however idle the others.
-    /// rk3588: 8.7·10⁹ — the same probe with S = 1: one GEMV task streams 8.62 GB/s
-    /// (1×1024×3072) and 8.81 GB/s (1×3072×1024). `f64::INFINITY` leaves only the shared
-    /// limit.
+    /// rk3588: 10·10⁹ — the same prefill matmuls (rows A3.4a–b, A3.6a–b): 9.3 GB/s on
+    /// one core, 9.6–10.0 GB/s per core on two. One GEMV task streams 8.6–8.8 GB/s
+    /// (`OPS_REGISTRY.md`, `decode_bw_probe`, rows A3.14a, A3.14e), within the
+    /// per-submit cost of this. `f64::INFINITY` leaves only the shared limit.
     pub core_dram_bytes_per_s: f64,
-    /// Seconds of overhead per task, not overlapped with its transfers or MACs. rk3588:
-    /// 44 µs — `gregordinary/rockchip-npu-notes`, `perf/iova-and-multicore.md`
-    /// (batched submit, 512×3840×4096 fp16 as 320 tiles): batching rocket's per-task
-    /// interrupt round trips cut the wait from 62 to 48 ms, 14 ms over 315 removed round
-    /// trips. Measured on rocket; no per-task figure of a vendor chain (tasks fetched by
-    /// the program controller without an interrupt between them) is published, and the
-    /// same value is used for both paths.
-    pub per_task_s: f64,
-    /// Seconds per submission through the vendor driver. rk3588: 54 µs —
-    /// `oRKLLM/ork-driver`, `KSLICE_RE_WIP.md` (`tools/mtile_probe`): a warm blocking
-    /// single-task submit extrapolated to zero weight bytes (intercepts 75 and 91 µs at
-    /// 128×2048 and 128×3584 int8 weights, which load at about 12 GB/s).
+    /// Seconds per task after the first of a chain on the vendor driver (the program
+    /// controller fetching and starting the next task). rk3588: 35 µs —
+    /// `gregordinary/rknpu-submit` `README.md` (row A5.1b): 512×3840×4096 fp16 as 512
+    /// chained tasks on core 0 in 36.8–39.3 ms, of which the fp16 rate accounts for
+    /// 20.1 ms: (38.05 − 20.1) ms / 511 tasks.
+    pub per_task_vendor_s: f64,
+    /// Seconds per task after the first of a job through rocket. rk3588: 44 µs —
+    /// `gregordinary/rockchip-npu-notes`, `perf/iova-and-multicore.md` (row A4.3):
+    /// batching rocket's per-task interrupt round trips cut the wait of 512×3840×4096
+    /// fp16 as 320 tiles from 62 to 48 ms, 14 ms over 315 removed round trips.
+    pub per_task_rocket_s: f64,
+    /// Seconds per submission through the vendor driver, its first task included.
+    /// rk3588: 60 µs — `oRKLLM/ork-driver`, `KSLICE_RE_WIP.md` (row A3.3): a warm
+    /// blocking single-task submit extrapolated to zero weight bytes, 54 µs; and
+    /// `gregordinary/rknpu-submit` (rows A5.1a–b): each unchained submission costs 57–69
+    /// µs more than a chained task.
     pub per_submit_vendor_s: f64,
-    /// Seconds per submission through rocket. rk3588: 52 µs —
+    /// Seconds per submission through rocket, its first task included. rk3588: 52 µs —
     /// `gregordinary/rockchip-npu-notes`, `perf/iova-and-multicore.md`: a one-task job,
     /// submit to completion, 51–53 µs median on Linux 7.1 at 600 MHz with the interrupt on
     /// a Cortex-A55 (the default); 27–34 µs with it moved to a Cortex-A76.
     pub per_submit_rocket_s: f64,
+    /// Seconds by which each busy core after the first starts later than the one before.
+    /// rk3588: 70 µs — `oRKLLM/ork-driver`, `OPS_REGISTRY.md` (`decode_bw_probe`, rows
+    /// A3.14a–c): one, two and three 3 MiB GEMVs in one chained submission, each core
+    /// reading its own, finish in 365, 494 and 627 µs: 60–130 µs a core more than the
+    /// shared bandwidth explains.
+    pub core_start_s: f64,
+    /// Open rocket devices the cores of a plan are spread over (rocket runs the jobs of
+    /// one open device on one core, one at a time). rk3588: 1, how the library submits
+    /// today; the published multi-core rocket runs opened one per core (rows A4.11,
+    /// A5.3). The vendor driver runs each core's chain on its own core.
+    pub rocket_devices: u32,
     /// Which per-submit figure [`HardwareProfile::per_submit_s`] uses. rk3588:
     /// [`SubmitPath::Vendor`].
     pub submit_path: SubmitPath,
@@ -137,13 +160,16 @@ impl HardwareProfile {
             npu_clock_hz: 1.0e9,
             cores: 3,
             int8_macs_per_s: 0.525e12,
-            int4_macs_per_s: 1.05e12,
-            fp16_macs_per_s: 0.35e12,
-            dram_bytes_per_s: 20.0e9,
-            core_dram_bytes_per_s: 8.7e9,
-            per_task_s: 44.0e-6,
-            per_submit_vendor_s: 54.0e-6,
+            int4_macs_per_s: 1.72e12,
+            fp16_macs_per_s: 0.40e12,
+            dram_bytes_per_s: 25.0e9,
+            core_dram_bytes_per_s: 10.0e9,
+            per_task_vendor_s: 35.0e-6,
+            per_task_rocket_s: 44.0e-6,
+            per_submit_vendor_s: 60.0e-6,
             per_submit_rocket_s: 52.0e-6,
+            core_start_s: 70.0e-6,
+            rocket_devices: 1,
             submit_path: SubmitPath::Vendor,
             cbuf_banks: cbuf::BANKS,
             cbuf_bank_bytes: cbuf::BANK_BYTES,
@@ -160,11 +186,33 @@ impl HardwareProfile {
         }
     }
 
+    /// This profile at another NPU clock: the MAC rates scale with the clock; DRAM
+    /// bandwidth and the per-task and per-submit overheads (the CPU's and the kernel's
+    /// work) do not.
+    pub fn at_clock(&self, hz: f64) -> HardwareProfile {
+        let f = hz / self.npu_clock_hz;
+        HardwareProfile {
+            npu_clock_hz: hz,
+            int8_macs_per_s: self.int8_macs_per_s * f,
+            int4_macs_per_s: self.int4_macs_per_s * f,
+            fp16_macs_per_s: self.fp16_macs_per_s * f,
+            ..self.clone()
+        }
+    }
+
     /// The per-submit overhead of [`HardwareProfile::submit_path`], in seconds.
     pub fn per_submit_s(&self) -> f64 {
         match self.submit_path {
             SubmitPath::Vendor => self.per_submit_vendor_s,
             SubmitPath::Rocket => self.per_submit_rocket_s,
+        }
+    }
+
+    /// The per-task overhead of [`HardwareProfile::submit_path`], in seconds.
+    pub fn per_task_s(&self) -> f64 {
+        match self.submit_path {
+            SubmitPath::Vendor => self.per_task_vendor_s,
+            SubmitPath::Rocket => self.per_task_rocket_s,
         }
     }
 
@@ -180,6 +228,110 @@ impl HardwareProfile {
     /// Bytes of one core's CBUF.
     pub fn cbuf_bytes(&self) -> u64 {
         self.cbuf_banks as u64 * self.cbuf_bank_bytes
+    }
+}
+
+/// What each core of a plan does: tasks, bytes moved, MACs (one entry per core).
+struct CoreWork<'a> {
+    tasks: &'a [usize],
+    bytes: &'a [u64],
+    macs: &'a [u64],
+}
+
+impl HardwareProfile {
+    /// Checks that every rate is finite and positive (`core_dram_bytes_per_s` may be
+    /// infinite: no per-core limit), every overhead finite and not negative, and the
+    /// counts at least 1; else [`Error::OutOfRange`] naming the field. A cost is never
+    /// computed from a profile that would make it NaN or infinite.
+    pub fn check(&self) -> Result<()> {
+        let rates = [
+            ("profile npu_clock_hz", self.npu_clock_hz),
+            ("profile int8_macs_per_s", self.int8_macs_per_s),
+            ("profile int4_macs_per_s", self.int4_macs_per_s),
+            ("profile fp16_macs_per_s", self.fp16_macs_per_s),
+            ("profile dram_bytes_per_s", self.dram_bytes_per_s),
+            ("profile cores", self.cores as f64),
+            ("profile rocket_devices", self.rocket_devices as f64),
+        ];
+        let times = [
+            ("profile per_task_vendor_s", self.per_task_vendor_s),
+            ("profile per_task_rocket_s", self.per_task_rocket_s),
+            ("profile per_submit_vendor_s", self.per_submit_vendor_s),
+            ("profile per_submit_rocket_s", self.per_submit_rocket_s),
+            ("profile core_start_s", self.core_start_s),
+        ];
+        let per_core = self.core_dram_bytes_per_s;
+        let out = |what, v: f64, range| {
+            Err(Error::OutOfRange {
+                what,
+                index: 0,
+                value: v.to_string(),
+                range,
+            })
+        };
+        for (what, v) in rates {
+            if !(v.is_finite() && v > 0.0) {
+                return out(what, v, "finite and positive");
+            }
+        }
+        if per_core.is_nan() || per_core <= 0.0 {
+            return out("profile core_dram_bytes_per_s", per_core, "positive");
+        }
+        for (what, v) in times {
+            if !(v.is_finite() && v >= 0.0) {
+                return out(what, v, "finite and not negative");
+            }
+        }
+        Ok(())
+    }
+
+    /// Each core's predicted chain time and the job's, by the module's formula.
+    fn job_seconds(
+        &self,
+        w: &CoreWork<'_>,
+        dtype: Dtype,
+        chained: bool,
+    ) -> Result<(Vec<f64>, f64)> {
+        self.check()?;
+        let busy: Vec<usize> = (0..w.tasks.len()).filter(|&c| w.tasks[c] > 0).collect();
+        // Rocket runs one open device's jobs on one core: the busy cores' chains are
+        // dealt to that many devices and run back to back on each.
+        let lanes = match self.submit_path {
+            SubmitPath::Rocket => busy.len().min(self.rocket_devices as usize),
+            SubmitPath::Vendor => busy.len(),
+        }
+        .max(1);
+        let share = (self.dram_bytes_per_s / lanes as f64).min(self.core_dram_bytes_per_s);
+        let peak = self.macs_per_s(dtype);
+        let next_task = if chained {
+            self.per_task_s()
+        } else {
+            self.per_submit_s()
+        };
+        let core_seconds: Vec<f64> = (0..w.tasks.len())
+            .map(|c| match w.tasks[c] {
+                0 => 0.0,
+                tasks => {
+                    let stream = w.bytes[c] as f64 / share;
+                    let compute = w.macs[c] as f64 / peak;
+                    stream.max(compute) + (tasks - 1) as f64 * next_task
+                }
+            })
+            .collect();
+        let mut lane_seconds = vec![0.0; lanes];
+        for (i, &c) in busy.iter().enumerate() {
+            if i >= lanes {
+                // One more task transition where a chain follows another on its core.
+                lane_seconds[i % lanes] += next_task;
+            }
+            lane_seconds[i % lanes] += core_seconds[c];
+        }
+        let slowest = lane_seconds
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| t + i as f64 * self.core_start_s)
+            .fold(0.0, f64::max);
+        Ok((core_seconds, slowest + self.per_submit_s()))
     }
 }
 
@@ -311,6 +463,17 @@ impl Plan {
     /// ranges summed per DMA engine and per core (less an operand the task finds in the
     /// CBUF, which the CNA does not fetch), and the time of the module's formula.
     pub fn cost(&self, profile: &HardwareProfile) -> Result<Cost> {
+        self.cost_as(profile, true)
+    }
+
+    /// [`Plan::cost`] of the plan submitted one task at a time (each task its own
+    /// submission, each core's submissions one after another), as programs that do not
+    /// chain their tasks run: what chaining saves.
+    pub fn cost_unchained(&self, profile: &HardwareProfile) -> Result<Cost> {
+        self.cost_as(profile, false)
+    }
+
+    fn cost_as(&self, profile: &HardwareProfile, chained: bool) -> Result<Cost> {
         let host = self.host_cost(&profile.host)?;
         let s = &self.spec;
         let bits = s.dtype.bits() as u64;
@@ -357,20 +520,12 @@ impl Plan {
         }
         let (m, k, n) = (s.m as u64, s.k as u64, s.n as u64);
         let min_bytes = (m * k + k * n) * bits / 8 + m * n * s.out.bytes() as u64;
-        let sharing = tasks_per_core.iter().filter(|&&c| c > 0).count().max(1) as f64;
-        let share = (profile.dram_bytes_per_s / sharing).min(profile.core_dram_bytes_per_s);
-        let peak = profile.macs_per_s(s.dtype);
-        let core_seconds: Vec<f64> = (0..slots)
-            .map(|c| {
-                if tasks_per_core[c] == 0 {
-                    return 0.0;
-                }
-                let stream = bytes_per_core[c] as f64 / share;
-                let compute = macs_per_core[c] as f64 / peak;
-                stream.max(compute) + tasks_per_core[c] as f64 * profile.per_task_s
-            })
-            .collect();
-        let slowest = core_seconds.iter().copied().fold(0.0, f64::max);
+        let work = CoreWork {
+            tasks: &tasks_per_core,
+            bytes: &bytes_per_core,
+            macs: &macs_per_core,
+        };
+        let (core_seconds, seconds) = profile.job_seconds(&work, s.dtype, chained)?;
         Ok(Cost {
             profile: profile.name,
             read_bytes: read,
@@ -385,11 +540,13 @@ impl Plan {
             traffic_ratio: (read + written) as f64 / min_bytes as f64,
             macs: m * k * n,
             core_seconds,
-            seconds: slowest + profile.per_submit_s(),
+            seconds,
             host,
         })
     }
 }
+
+pub mod calibration;
 
 #[cfg(test)]
 mod tests;

@@ -177,7 +177,11 @@ fn the_line_names_the_traffic_the_cores_and_the_profile() {
     assert!(line.contains(" GOP/s on rk3588; host "), "{line}");
     assert!(line.ends_with(" on cortex-a76 (estimate))"), "{line}");
     assert_eq!(vendor.total_s(), vendor.seconds + vendor.host.total_s());
-    let rocket = p.cost(&HardwareProfile::rk3588_rocket()).unwrap();
+    // One core, one task: the paths differ by their submission cost alone.
+    let one = plan(1, 4096, 2048, Dtype::Int8, 1);
+    assert_eq!(one.tasks.len(), 1);
+    let vendor = one.cost(&HardwareProfile::rk3588()).unwrap();
+    let rocket = one.cost(&HardwareProfile::rk3588_rocket()).unwrap();
     let profile = HardwareProfile::rk3588();
     let step = profile.per_submit_vendor_s - profile.per_submit_rocket_s;
     assert!((vendor.seconds - rocket.seconds - step).abs() < 1e-12);
@@ -192,8 +196,10 @@ fn the_line_names_the_traffic_the_cores_and_the_profile() {
 #[test]
 fn the_documented_cost_lines() {
     // Every row of the table in docs/matmul.md ("Cost model") whose second column is
-    // a `cost:` line is what the plain plan of that shape on 3 cores prints.
-    let doc = include_str!("../../../../docs/matmul.md");
+    // a `cost:` line is what the plain plan of that shape on 3 cores prints
+    // (`UPDATE_FIXTURES=1` rewrites the lines; review the diff).
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/matmul.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
     let dtype_of = |name: &str| match name {
         "int8" => Dtype::Int8,
         "int4" => Dtype::Int4,
@@ -201,22 +207,191 @@ fn the_documented_cost_lines() {
         other => panic!("docs/matmul.md names dtype {other}"),
     };
     let profile = HardwareProfile::rk3588();
-    let mut rows = 0;
+    let (mut rows, mut stale) = (0, Vec::new());
+    let mut updated = String::with_capacity(doc.len());
     for line in doc.lines() {
-        let Some((shape, rest)) = line
+        let mut out = line.to_string();
+        if let Some((shape, rest)) = line
             .strip_prefix("| ")
             .and_then(|l| l.split_once(" | `cost: "))
-        else {
-            continue;
-        };
-        let (dims, dtype) = shape.split_once(' ').expect("shape and dtype");
-        let v: Vec<u32> = dims.split('×').map(|d| d.parse().unwrap()).collect();
-        let expected = format!("cost: {}", rest.trim_end_matches("` |"));
-        let c = plan(v[0], v[1], v[2], dtype_of(dtype), 3)
-            .cost(&profile)
-            .unwrap();
-        assert_eq!(c.to_string(), expected, "{shape}");
-        rows += 1;
+        {
+            let (dims, dtype) = shape.split_once(' ').expect("shape and dtype");
+            let v: Vec<u32> = dims.split('×').map(|d| d.parse().unwrap()).collect();
+            let expected = format!("cost: {}", rest.trim_end_matches("` |"));
+            let c = plan(v[0], v[1], v[2], dtype_of(dtype), 3)
+                .cost(&profile)
+                .unwrap();
+            if c.to_string() != expected {
+                stale.push(format!("{shape}: {c}"));
+                out = format!("| {shape} | `{c}` |");
+            }
+            rows += 1;
+        }
+        updated.push_str(&out);
+        updated.push('\n');
     }
     assert!(rows >= 5, "the table of cost lines has {rows} rows");
+    if !stale.is_empty() && std::env::var_os("UPDATE_FIXTURES").is_some() {
+        std::fs::write(&path, updated).unwrap();
+    } else {
+        assert!(
+            stale.is_empty(),
+            "stale cost lines in docs/matmul.md (UPDATE_FIXTURES=1 rewrites them):\n{}",
+            stale.join("\n")
+        );
+    }
+}
+
+#[test]
+fn one_task_costs_its_work_and_one_submission_and_each_further_task_its_overhead() {
+    let profile = HardwareProfile::rk3588();
+    let one = plan(1, 4096, 2048, Dtype::Int8, 1);
+    assert_eq!(one.tasks.len(), 1);
+    let c = one.cost(&profile).unwrap();
+    let stream = c.bytes_per_core[0] as f64 / profile.core_dram_bytes_per_s;
+    let compute = (4096 * 2048) as f64 / profile.int8_macs_per_s;
+    let want = stream.max(compute) + profile.per_submit_vendor_s;
+    assert!((c.seconds - want).abs() < 1e-12, "{} vs {want}", c.seconds);
+    // Unchained, every task after the first is a submission instead of a task.
+    let many = plan(128, 4096, 4096, Dtype::Fp16, 1);
+    let tasks = many.tasks.len() as f64;
+    assert!(tasks > 2.0);
+    let chained = many.cost(&profile).unwrap().seconds;
+    let unchained = many.cost_unchained(&profile).unwrap().seconds;
+    let step = profile.per_submit_vendor_s - profile.per_task_vendor_s;
+    assert!((unchained - chained - (tasks - 1.0) * step).abs() < 1e-9);
+}
+
+#[test]
+fn the_clock_scales_the_mac_rates_and_nothing_else() {
+    let base = HardwareProfile::rk3588();
+    let slow = base.at_clock(0.5e9);
+    assert_eq!(slow.npu_clock_hz, 0.5e9);
+    assert_eq!(slow.int8_macs_per_s, base.int8_macs_per_s / 2.0);
+    assert_eq!(slow.int4_macs_per_s, base.int4_macs_per_s / 2.0);
+    assert_eq!(slow.fp16_macs_per_s, base.fp16_macs_per_s / 2.0);
+    assert_eq!(slow.dram_bytes_per_s, base.dram_bytes_per_s);
+    assert_eq!(slow.per_submit_vendor_s, base.per_submit_vendor_s);
+    // A product bound by its MACs takes longer at the lower clock; a GEMV, bound by its
+    // stream, does not.
+    let gemm = plan(256, 1024, 1024, Dtype::Fp16, 1);
+    assert!(gemm.cost(&slow).unwrap().seconds > 1.5 * gemm.cost(&base).unwrap().seconds);
+    let gemv = plan(1, 4096, 4096, Dtype::Int8, 1);
+    assert_eq!(
+        gemv.cost(&slow).unwrap().seconds,
+        gemv.cost(&base).unwrap().seconds
+    );
+}
+
+#[test]
+fn rocket_runs_the_chains_of_one_open_device_on_one_core() {
+    let p = plan(128, 4096, 4096, Dtype::Int8, 3);
+    assert_eq!(p.per_core.len(), 3);
+    let mut one = HardwareProfile::rk3588_rocket();
+    assert_eq!(one.rocket_devices, 1);
+    let c = p.cost(&one).unwrap();
+    // Back to back on one core, at one core's stream: the three chains add up, with one
+    // more task transition for each chain after the first.
+    let chains: f64 = p
+        .per_core
+        .iter()
+        .enumerate()
+        .map(|(i, &tasks)| {
+            let stream = c.bytes_per_core[i] as f64 / one.core_dram_bytes_per_s;
+            let compute = (c.macs as f64 / 3.0) / one.int8_macs_per_s;
+            stream.max(compute) + (tasks - 1) as f64 * one.per_task_rocket_s
+        })
+        .sum();
+    let want = chains + 2.0 * one.per_task_rocket_s + one.per_submit_rocket_s;
+    assert!(
+        (c.seconds - want).abs() < 1e-6 * want,
+        "{} vs {want}",
+        c.seconds
+    );
+    // One open device per core: the cores run side by side.
+    one.rocket_devices = 3;
+    let spread = p.cost(&one).unwrap();
+    assert!(spread.seconds < 0.5 * c.seconds, "{spread} against {c}");
+    // The vendor driver runs every core's chain on its core.
+    let vendor = p.cost(&HardwareProfile::rk3588()).unwrap();
+    assert!(vendor.seconds < 0.5 * c.seconds);
+}
+
+#[test]
+fn a_profile_value_outside_its_range_is_refused_by_name() {
+    let p = plan(4, 64, 32, Dtype::Int8, 1);
+    let cases: [(&str, fn(&mut HardwareProfile)); 6] = [
+        ("profile fp16_macs_per_s", |h| h.fp16_macs_per_s = f64::NAN),
+        ("profile dram_bytes_per_s", |h| h.dram_bytes_per_s = 0.0),
+        ("profile core_dram_bytes_per_s", |h| {
+            h.core_dram_bytes_per_s = -1.0
+        }),
+        ("profile per_task_vendor_s", |h| h.per_task_vendor_s = -1e-6),
+        ("profile core_start_s", |h| h.core_start_s = f64::INFINITY),
+        ("profile rocket_devices", |h| h.rocket_devices = 0),
+    ];
+    for (field, spoil) in cases {
+        let mut h = HardwareProfile::rk3588();
+        spoil(&mut h);
+        match p.cost(&h) {
+            Err(Error::OutOfRange { what, .. }) => assert_eq!(what, field),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+    // No per-core limit, and no overhead, are values a profile may hold.
+    let mut h = HardwareProfile::rk3588();
+    h.core_dram_bytes_per_s = f64::INFINITY;
+    h.per_task_vendor_s = 0.0;
+    h.core_start_s = 0.0;
+    assert!(p.cost(&h).unwrap().seconds.is_finite());
+}
+
+#[test]
+fn tile_limits_bound_the_tiles_and_can_split_rows_across_cores() {
+    use crate::kernels::matmul::TileLimits;
+    let layout = WeightLayout::new(1024, 4096, Dtype::Fp16).unwrap();
+    let limits = TileLimits {
+        rows: 48,
+        cols: 256,
+        split_rows: false,
+    };
+    let p = Plan::with_limits(&layout, 200, OutType::Fp32, 3, limits).unwrap();
+    assert!(p.tasks.iter().all(|t| t.rows <= 48 && t.nt <= 256), "{p}");
+    assert!(p.m_tile <= 48 && p.n_tile <= 256);
+    // Columns split: every core starts at its own column.
+    let first_cols: Vec<u32> = (0..3)
+        .map(|c| p.tasks.iter().find(|t| t.core == c).unwrap().n0)
+        .collect();
+    assert_eq!(first_cols.len(), 3);
+    assert!(first_cols[1] > 0 && first_cols[2] > first_cols[1]);
+    let rows = Plan::with_limits(
+        &layout,
+        200,
+        OutType::Fp32,
+        3,
+        TileLimits {
+            split_rows: true,
+            ..limits
+        },
+    )
+    .unwrap();
+    for c in 0..3 {
+        let mine: Vec<_> = rows.tasks.iter().filter(|t| t.core == c).collect();
+        assert!(mine.iter().any(|t| t.n0 == 0), "core {c}");
+        let cols: u32 = mine
+            .iter()
+            .filter(|t| t.m0 == mine[0].m0)
+            .map(|t| t.nt)
+            .sum();
+        assert!(cols >= 4096, "core {c} covers {cols} columns of its rows");
+    }
+    for bad in [
+        TileLimits { rows: 0, ..limits },
+        TileLimits { cols: 31, ..limits },
+    ] {
+        assert!(matches!(
+            Plan::with_limits(&layout, 200, OutType::Fp32, 3, bad),
+            Err(Error::Unsupported { .. })
+        ));
+    }
 }
