@@ -95,6 +95,12 @@ pub struct Capabilities {
     /// Incremental task bodies (a task writing only the registers that differ from the
     /// task two before it) run.
     pub incremental_tasks: bool,
+    /// The kernel stops a job still running after this long, whatever the job's own
+    /// timeout: rocket's scheduler, 500 ms (docs/hardware/kernel-behaviours.md#k1). A
+    /// program modelled near it is submitted as several jobs
+    /// ([`split_jobs`](crate::kernels::matmul::cost::jobs::split_jobs)). `None`: the job's
+    /// own timeout holds (the vendor driver).
+    pub job_timeout: Option<std::time::Duration>,
 }
 
 /// What [`Device::open`] found.
@@ -340,7 +346,12 @@ impl Device {
 
     /// What this device's kernel interface offers (one value per interface).
     pub fn capabilities(&self) -> Capabilities {
-        self.inner.backend.capabilities()
+        let mut caps = self.inner.backend.capabilities();
+        // An emulated rocket kernel says its own job timeout (a test may shorten it).
+        if let (Some(t), Some(emu)) = (caps.job_timeout.as_mut(), self.emulator()) {
+            *t = emu.rocket_job_timeout();
+        }
+        caps
     }
 
     /// NPU cores as far as the library knows: 3 (RK3588) until the driver refuses a

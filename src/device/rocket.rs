@@ -128,6 +128,7 @@ impl Backend for Rocket {
             picks_cores: true,
             cbuf_reuse: false,
             incremental_tasks: false,
+            job_timeout: Some(crate::emu::ROCKET_JOB_TIMEOUT),
         }
     }
 

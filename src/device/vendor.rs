@@ -237,6 +237,7 @@ impl Backend for Vendor {
             picks_cores: false,
             cbuf_reuse: true,
             incremental_tasks: true,
+            job_timeout: None,
         }
     }
 

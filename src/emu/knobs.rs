@@ -8,7 +8,7 @@ use super::EmuKernel;
 use std::time::Duration;
 
 /// The events armed for the next requests; each fires once per count and then disarms.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Knobs {
     /// Fence polls still to fail with `EINTR`.
     pub(super) eintr_polls: u32,
@@ -20,6 +20,21 @@ pub(super) struct Knobs {
     pub(super) reset_after: Option<Duration>,
     /// Rocket: where the address spaces of fds opened from now on start.
     pub(super) rocket_iova_base: u64,
+    /// Rocket: the scheduler's job timeout for jobs submitted from now on.
+    pub(super) rocket_job_timeout: Duration,
+}
+
+impl Default for Knobs {
+    fn default() -> Knobs {
+        Knobs {
+            eintr_polls: 0,
+            eintr_prep_bos: 0,
+            failing_commits: 0,
+            reset_after: None,
+            rocket_iova_base: 0,
+            rocket_job_timeout: super::ROCKET_JOB_TIMEOUT,
+        }
+    }
 }
 
 impl EmuKernel {
@@ -57,5 +72,20 @@ impl EmuKernel {
     /// domain's geometry).
     pub fn set_rocket_iova_base(&self, base: u64) {
         self.lock().knobs.rocket_iova_base = base;
+    }
+
+    /// Rocket jobs submitted from now on are stopped once their modelled time
+    /// ([`super::ROCKET_TIME_MODEL`]) passes `timeout` rather than the scheduler's 500 ms,
+    /// and their fences signalled that long after: a job the simulator runs in
+    /// milliseconds can then stand for one a board runs for longer than the timeout.
+    /// The device reports it as its job timeout
+    /// ([`Capabilities::job_timeout`](crate::device::Capabilities::job_timeout)).
+    pub fn set_rocket_job_timeout(&self, timeout: Duration) {
+        self.lock().knobs.rocket_job_timeout = timeout;
+    }
+
+    /// The rocket job timeout in force ([`EmuKernel::set_rocket_job_timeout`]).
+    pub fn rocket_job_timeout(&self) -> Duration {
+        self.lock().knobs.rocket_job_timeout
     }
 }

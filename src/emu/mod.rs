@@ -56,6 +56,42 @@ impl Flavour {
 /// The rocket scheduler's job timeout (docs/hardware/kernel-behaviours.md#k1).
 pub const ROCKET_JOB_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// How long the emulated rocket kernel takes a job to run, for its job timeout: the
+/// cost model's figures for one core (`kernels::matmul::cost::HardwareProfile::
+/// rk3588_rocket()`, which `tests/rocket_jobs.rs` holds these equal to), with every MAC
+/// at the fastest rate (int4 at 1 GHz), so that the time is a lower bound of the
+/// model's and the kernel stops only jobs the model puts beyond the timeout at any
+/// precision and clock.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimeModel {
+    /// Seconds per submission, the first task included.
+    pub per_submit_s: f64,
+    /// Seconds per task after the first.
+    pub per_task_s: f64,
+    /// DRAM bytes per second one core streams.
+    pub bytes_per_s: f64,
+    /// MACs per second of one core at the fastest precision.
+    pub macs_per_s: f64,
+}
+
+impl TimeModel {
+    /// Seconds of one task that ran `macs` and moved `dma` (its task-list fetch left
+    /// out), plus the per-task overhead when it is not the job's first.
+    pub fn task_s(&self, macs: u64, dma: &DmaCounters, after_first: bool) -> f64 {
+        let bytes = dma.read() - dma.pc_regcmd + dma.written();
+        let work = (bytes as f64 / self.bytes_per_s).max(macs as f64 / self.macs_per_s);
+        work + if after_first { self.per_task_s } else { 0.0 }
+    }
+}
+
+/// The emulated rocket kernel's [`TimeModel`].
+pub const ROCKET_TIME_MODEL: TimeModel = TimeModel {
+    per_submit_s: 52.0e-6,
+    per_task_s: 44.0e-6,
+    bytes_per_s: 10.0e9,
+    macs_per_s: 1.72e12,
+};
+
 const PAGE: u64 = 4096;
 
 /// The vendor driver's misc node (the DMA-heap flavour).

@@ -3,7 +3,7 @@
 
 use super::mem::{EmuBo, bo_of, load_memory, lock_bo, next_id, store_memory};
 use super::worker::{Shared, lock_sim};
-use super::{EmuStop, File, PAGE, ROCKET_JOB_TIMEOUT, State};
+use super::{EmuStop, File, PAGE, ROCKET_TIME_MODEL, State};
 use crate::regcmd::TAIL_ENTRIES;
 use crate::sim::{DmaCounters, Faults, Kick, Simulator};
 use crate::submit::irq;
@@ -75,6 +75,8 @@ pub(super) struct RocketJob {
     outs: Vec<Arc<Mutex<EmuBo>>>,
     /// The faults in force at submission.
     faults: Faults,
+    /// The scheduler's job timeout at submission.
+    timeout: Duration,
 }
 
 /// SUBMIT's checks: a job, or `None` for one the driver drops silently (per-job errors
@@ -115,6 +117,7 @@ pub(super) fn rocket_check(
         tasks: tasks.to_vec(),
         outs: bos.split_off(in_handles.len()),
         faults: s.faults.clone(),
+        timeout: s.knobs.rocket_job_timeout,
     })
 }
 
@@ -184,7 +187,8 @@ impl RocketJob {
         sim.set_work_budget(sim.work_budget());
         let loaded = load_memory(sim, objects, log);
         let mut ok = true;
-        for t in &self.tasks {
+        let mut modelled = ROCKET_TIME_MODEL.per_submit_s;
+        for (i, t) in self.tasks.iter().enumerate() {
             let kick = Kick {
                 core: 0,
                 regcmd_addr: t.regcmd,
@@ -196,7 +200,19 @@ impl RocketJob {
             if let Ok(run) = &run {
                 *dma += run.dma;
             }
+            if let Ok(run) = &run {
+                modelled += ROCKET_TIME_MODEL.task_s(run.macs, &run.dma, i > 0);
+            }
             match run {
+                Ok(_) if modelled > self.timeout.as_secs_f64() => {
+                    log.push(format!(
+                        "NPU job timed out: modelled at {:.2} ms after task {i}, beyond the scheduler's job timeout of {:?}",
+                        modelled * 1e3,
+                        self.timeout
+                    ));
+                    ok = false;
+                    break;
+                }
                 Ok(run) if run.raw_status & irq::DPU != 0 && run.stall.is_none() => {}
                 Ok(run) => {
                     log.push(format!(
@@ -235,12 +251,7 @@ impl RocketJob {
         if budget_stop.is_some() {
             s.budget_stop = budget_stop;
         }
-        let until = Instant::now()
-            + if ok {
-                Duration::ZERO
-            } else {
-                ROCKET_JOB_TIMEOUT
-            };
+        let until = Instant::now() + if ok { Duration::ZERO } else { self.timeout };
         for b in &self.outs {
             lock_bo(b).busy_until = Some(until);
         }

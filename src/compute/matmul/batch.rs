@@ -1,7 +1,10 @@
 //! Several matmuls in one job: one program whose chain on each core runs the members'
 //! tasks one after another (a layer's gate and up projections, say), one submission.
 
-use super::{Matmul, Submitted, all_done, cores_of, shape, submit_chains, wait_all};
+use super::{
+    Matmul, Submitted, all_done, cores_of, job_ranges, shape, submit_blocking, submit_chains,
+    wait_all,
+};
 use crate::device::{Bo, BoFlags, Job, Pending};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::REGCMD;
@@ -31,6 +34,9 @@ pub struct MatmulBatch {
     program: Program,
     regcmd: Bo,
     per_core: Vec<usize>,
+    /// The task ranges submitted as separate jobs (on rocket, to stay within its job
+    /// timeout).
+    jobs: Vec<std::ops::Range<usize>>,
     /// The deadline of a blocking call.
     pub timeout: Duration,
 }
@@ -99,11 +105,13 @@ impl MatmulBatch {
         })?;
         regcmd.write(0, &words_to_le_bytes(&words))?;
         let timeout = members.iter().map(|m| m.timeout).max().unwrap_or_default();
+        let jobs = job_ranges(&dev, &words, &program)?;
         let batch = MatmulBatch {
             members,
             program,
             regcmd,
             per_core,
+            jobs,
             timeout,
         };
         // Verified once, here: every call submits the same words.
@@ -126,6 +134,12 @@ impl MatmulBatch {
     /// Tasks per core of the joined program.
     pub fn per_core(&self) -> &[usize] {
         &self.per_core
+    }
+
+    /// The ranges of the joined program's tasks each call submits as one job (see
+    /// [`Matmul::jobs`]).
+    pub fn jobs(&self) -> &[std::ops::Range<usize>] {
+        &self.jobs
     }
 
     fn job(&self) -> Job<'_> {
@@ -158,7 +172,13 @@ impl MatmulBatch {
         shape("batch outputs", self.members.len(), ys.len())?;
         let what = self.put(xs)?;
         let dev = self.members[0].bank.device().clone();
-        dev.submit(&self.job())?;
+        submit_blocking(
+            &dev,
+            self.job(),
+            (&self.regcmd, &self.program, &self.jobs),
+            self.timeout,
+            |job| self.with_buffers(job),
+        )?;
         for ((m, y), w) in self.members.iter().zip(ys.iter_mut()).zip(what) {
             m.read_f32_of(w, y)?;
         }
@@ -172,7 +192,7 @@ impl MatmulBatch {
         let pending = submit_chains(
             this.members[0].bank.device(),
             (&this.regcmd, &this.program),
-            &this.per_core,
+            (&this.per_core, &this.jobs),
             this.timeout,
             |job| this.with_buffers(job),
         )?;

@@ -43,7 +43,8 @@ pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
 pub use run::PendingMatmul;
 use run::{
-    all_done, cores_of, in_range, refuse_incremental_on_rocket, shape, submit_chains, wait_all,
+    all_done, cores_of, in_range, job_ranges, refuse_incremental_on_rocket, shape, submit_blocking,
+    submit_chains, wait_all,
 };
 
 use crate::device::{Bo, BoFlags, CoreMask, Device, Job, JobResult, Pending};
@@ -240,8 +241,12 @@ pub struct Matmul {
     pub timeout: Duration,
     /// Timings of the last blocking call.
     pub timings: Timings,
-    /// The job result of the last blocking call.
+    /// The job result of the last blocking call (of its last job, where it took
+    /// several).
     pub last: Option<JobResult>,
+    /// The ranges of the program's tasks submitted as separate jobs: one, or on rocket
+    /// as many as keep each job modelled within half its timeout ([`job_ranges`]).
+    jobs: Vec<std::ops::Range<usize>>,
 }
 
 impl Matmul {
@@ -413,6 +418,7 @@ impl Matmul {
             timeout,
             timings: Timings::default(),
             last: None,
+            jobs: Vec::new(),
         };
         mm.bind()?;
         Ok(mm)
@@ -433,6 +439,7 @@ impl Matmul {
             .program
             .bind(|id: BufferId| bases.get(id.0 as usize).map(|&x| x as u64))?;
         self.regcmd.write(0, &words_to_le_bytes(&words))?;
+        self.jobs = job_ranges(self.bank.device(), &words, &self.program)?;
         if let Some(d) = &mut self.npu {
             d.keep(&self.plan, &self.program, words);
         }
@@ -449,6 +456,13 @@ impl Matmul {
             Some(d) => &d.per_core,
             None => &self.plan.per_core,
         }
+    }
+
+    /// The ranges of the program's tasks each call submits as one job: the whole
+    /// program, or on a driver that stops long jobs (rocket) runs of tasks each modelled
+    /// within half its timeout ([`crate::device::Capabilities::job_timeout`]).
+    pub fn jobs(&self) -> &[std::ops::Range<usize>] {
+        &self.jobs
     }
 
     /// The plan (for W4A8, of twice the rows: the high and low halves).

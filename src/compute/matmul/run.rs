@@ -2,6 +2,11 @@
 //! pending matmul a submission returns.
 
 use super::*;
+use crate::kernels::matmul::cost::HardwareProfile;
+use crate::kernels::matmul::cost::jobs::split_jobs;
+use crate::regcmd::RegCmd;
+use crate::verify;
+use std::ops::Range;
 
 pub(super) fn shape(what: &'static str, expected: usize, actual: usize) -> Result<()> {
     Error::check_len(what, expected, actual)
@@ -29,17 +34,23 @@ pub(super) fn in_range(
 /// automatic core mask (an explicitly placed one can crash the kernel in its timeout
 /// clean-up; docs/device.md), and the automatic mask runs one chain on one idle core:
 /// so each chain is its own job there, and the kernel places them on idle cores side by
-/// side. Rocket places every task itself: one job. The program was verified when its
-/// owner bound it, so the jobs submit unverified.
+/// side. Rocket places every task itself: one job per range of `jobs` ([`job_ranges`]),
+/// run in order. The program was verified when its owner bound it, so the jobs submit
+/// unverified.
 pub(super) fn submit_chains<'a>(
     dev: &'a Device,
     (regcmd, program): (&'a Bo, &Program),
-    per_core: &[usize],
+    (per_core, jobs): (&[usize], &[Range<usize>]),
     timeout: Duration,
     buffers: impl Fn(Job<'a>) -> Job<'a>,
 ) -> Result<Vec<Pending<'a>>> {
     let jobs = if dev.capabilities().picks_cores || per_core.len() == 1 {
-        vec![Job::from_program(regcmd, program).on_cores(CoreMask::Auto, &[per_core.iter().sum()])]
+        jobs.iter()
+            .map(|r| {
+                Job::new(regcmd, program.tasks()[r.clone()].to_vec())
+                    .on_cores(CoreMask::Auto, &[r.len()])
+            })
+            .collect()
     } else {
         let mut first = 0;
         per_core
@@ -49,11 +60,63 @@ pub(super) fn submit_chains<'a>(
                 first += count;
                 Job::new(regcmd, tasks)
             })
-            .collect()
+            .collect::<Vec<_>>()
     };
     jobs.into_iter()
         .map(|job| dev.submit_nonblocking(buffers(job.timeout(timeout).unverified())))
         .collect()
+}
+
+/// Submits `job` and waits for it, or, where `jobs` cuts the program into several
+/// ([`job_ranges`]), each of them in turn with the buffers `buffers` gives it; the
+/// result of the last.
+pub(super) fn submit_blocking<'a>(
+    dev: &Device,
+    job: Job<'a>,
+    (regcmd, program, jobs): (&'a Bo, &Program, &[Range<usize>]),
+    timeout: Duration,
+    buffers: impl Fn(Job<'a>) -> Job<'a>,
+) -> Result<JobResult> {
+    if jobs.len() <= 1 {
+        return dev.submit(&job);
+    }
+    let mut last = None;
+    for r in jobs {
+        let part = Job::new(regcmd, program.tasks()[r.clone()].to_vec())
+            .on_cores(CoreMask::Auto, &[r.len()])
+            .timeout(timeout)
+            .unverified();
+        last = Some(dev.submit(&buffers(part))?);
+    }
+    last.ok_or_else(|| Error::InvalidArgument {
+        what: "a program of no task".into(),
+    })
+}
+
+/// The NPU clock the jobs of a driver with a fixed job timeout are modelled at: 200 MHz,
+/// the clock the RK3588's NPU boots at under mainline Linux
+/// (`gregordinary/rockchip-npu-notes`, `perf/clock.md`; 600 MHz needs a clock patch), so
+/// the slowest a rocket board runs.
+const TIMED_JOB_CLOCK_HZ: f64 = 200e6;
+
+/// The jobs `program` (bound as `words`) is submitted as on `dev`, as ranges of its
+/// tasks: the whole program, or, where the driver stops a job after a fixed time
+/// (rocket, [`crate::device::Capabilities::job_timeout`]), consecutive runs each
+/// modelled within half of it on one core at [`TIMED_JOB_CLOCK_HZ`]
+/// ([`split_jobs`](crate::kernels::matmul::cost::jobs::split_jobs)).
+pub(super) fn job_ranges(
+    dev: &Device,
+    words: &[RegCmd],
+    program: &Program,
+) -> Result<Vec<Range<usize>>> {
+    let all: Vec<Range<usize>> = std::iter::once(0..program.tasks().len()).collect();
+    let Some(limit) = dev.capabilities().job_timeout else {
+        return Ok(all);
+    };
+    let tasks = verify::tasks_of_words(words).map_err(|error| Error::Verify { error })?;
+    let profile = HardwareProfile::rk3588_rocket().at_clock(TIMED_JOB_CLOCK_HZ);
+    let ranges = split_jobs(&tasks, &profile, limit.as_secs_f64())?;
+    Ok(if ranges.is_empty() { all } else { ranges })
 }
 
 /// Waits for every pending job until `deadline`; the first error, after all were waited
@@ -113,7 +176,13 @@ impl Matmul {
     /// Submits and waits, timing it.
     pub(super) fn run_job(&mut self) -> Result<()> {
         let t0 = Instant::now();
-        let result = self.bank.device().submit(&self.job())?;
+        let result = submit_blocking(
+            self.bank.device(),
+            self.job(),
+            (&self.regcmd, &self.program, &self.jobs),
+            self.timeout,
+            |job| self.with_buffers(job),
+        )?;
         self.timings.submit_wait = t0.elapsed();
         self.last = Some(result);
         Ok(())
@@ -273,7 +342,7 @@ impl Matmul {
         let pending = submit_chains(
             this.bank.device(),
             (&this.regcmd, &this.program),
-            this.per_core(),
+            (this.per_core(), &this.jobs),
             this.timeout,
             |job| this.with_buffers(job),
         )?;

@@ -547,6 +547,7 @@ impl Plan {
 }
 
 pub mod calibration;
+pub mod jobs;
 
 #[cfg(test)]
 mod tests;

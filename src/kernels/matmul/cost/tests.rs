@@ -320,7 +320,8 @@ fn rocket_runs_the_chains_of_one_open_device_on_one_core() {
 #[test]
 fn a_profile_value_outside_its_range_is_refused_by_name() {
     let p = plan(4, 64, 32, Dtype::Int8, 1);
-    let cases: [(&str, fn(&mut HardwareProfile)); 6] = [
+    type Spoil = fn(&mut HardwareProfile);
+    let cases: [(&str, Spoil); 6] = [
         ("profile fp16_macs_per_s", |h| h.fp16_macs_per_s = f64::NAN),
         ("profile dram_bytes_per_s", |h| h.dram_bytes_per_s = 0.0),
         ("profile core_dram_bytes_per_s", |h| {
