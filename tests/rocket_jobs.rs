@@ -5,11 +5,14 @@
 //! the simulator runs in a fraction of a second stand for ones a board runs for longer.
 
 use rknpu_driver::Error;
+use rknpu_driver::compute::layer::{LayerBuilder, Tensor};
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::emu::{EmuKernel, Flavour, ROCKET_TIME_MODEL};
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
-use rknpu_driver::kernels::single::Dtype;
+use rknpu_driver::kernels::ops::Cube;
+use rknpu_driver::kernels::single::{Dtype, add_task_model};
+use rknpu_driver::task::Precision;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -151,4 +154,51 @@ fn a_batch_is_split_the_same_way_with_the_same_results() {
     assert_eq!(one1, cut1);
     assert_eq!(one2, cut2);
     assert!(one1.iter().any(|&v| v != 0.0));
+}
+
+/// A layer of `steps` chained int32 adds (`y = y + a`) of 8 pixels × 16 channels.
+fn add_chain(dev: &Device, steps: usize) -> (rknpu_driver::compute::layer::Layer, [Tensor; 2]) {
+    let cube = Cube::new(8, 1, 16, Precision::Int32).unwrap();
+    let mut b = LayerBuilder::new(dev);
+    let a = b.input("a", cube).unwrap();
+    let add = |ins: &[_], out| Ok(vec![add_task_model(8, 16, ins[0], ins[1], out)?]);
+    let mut y = a;
+    for i in 0..steps {
+        y = b.op(&format!("add {i}"), &[y, a], cube, add).unwrap();
+    }
+    b.output(y).unwrap();
+    (b.build().unwrap(), [a, y])
+}
+
+#[test]
+fn a_layer_program_is_split_the_same_way() {
+    // 20 DPU-only tasks: each moves 1.5 KB, so the job is its submission and 19
+    // per-task costs, about 0.9 ms; under a 0.5 ms timeout one job is stopped and the
+    // layer built for it runs as several.
+    let dev = own_rocket();
+    let cube = Cube::new(8, 1, 16, Precision::Int32).unwrap();
+    let va: Vec<i32> = (0..128).map(|i| i * 7 - 300).collect();
+    let (mut whole, [a, _]) = add_chain(&dev, 20);
+    assert_eq!(whole.jobs().len(), 1);
+    whole.write(a, &cube.pack(&va).unwrap()).unwrap();
+    dev.emulator()
+        .unwrap()
+        .set_rocket_job_timeout(Duration::from_micros(500));
+    assert!(matches!(whole.run(), Err(Error::Timeout { .. })));
+    let (mut split, [a, y]) = add_chain(&dev, 20);
+    assert!(split.jobs().len() > 2, "{:?}", split.jobs());
+    split.write(a, &cube.pack(&va).unwrap()).unwrap();
+    split.run().unwrap();
+    let out: Vec<i32> = cube.unpack(&split.read(y).unwrap()).unwrap();
+    let want: Vec<i32> = va.iter().map(|v| v * 21).collect();
+    assert_eq!(out, want);
+    // Submitted without blocking: the same.
+    split.write(a, &cube.pack(&vec![1; 128]).unwrap()).unwrap();
+    split
+        .submit()
+        .unwrap()
+        .wait(std::time::Instant::now() + Duration::from_secs(10))
+        .unwrap();
+    let out: Vec<i32> = cube.unpack(&split.read(y).unwrap()).unwrap();
+    assert_eq!(out, vec![21; 128]);
 }

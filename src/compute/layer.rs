@@ -474,6 +474,7 @@ impl LayerBuilder {
             check::check_step(&words, program.tasks(), &step)?;
         }
         regcmd.write(0, &words_to_le_bytes(&words))?;
+        let jobs = crate::compute::matmul::job_ranges(&dev, &words, &program)?;
         let tensors = tensors
             .into_iter()
             .enumerate()
@@ -497,6 +498,7 @@ impl LayerBuilder {
             steps: infos,
             scratch_sum: placed.scratch_sum,
             timeout,
+            jobs,
             last: None,
         };
         // The whole chain against the layer's buffers, once: every later run submits

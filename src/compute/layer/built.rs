@@ -69,7 +69,10 @@ pub struct Layer {
     pub(super) steps: Vec<LayerStep>,
     pub(super) scratch_sum: u64,
     pub(super) timeout: Duration,
-    /// The result of the last run.
+    /// The task ranges a whole run submits as separate jobs (on rocket, to stay within
+    /// its job timeout: docs/device.md, "Long programs on rocket").
+    pub(super) jobs: Vec<Range<usize>>,
+    /// The result of the last run (of its last job, where it took several).
     pub last: Option<JobResult>,
 }
 
@@ -155,22 +158,37 @@ impl Layer {
         self.job(tasks).unverified()
     }
 
-    /// Runs the whole layer as one job and waits for it.
+    /// Runs the whole layer as one job (on rocket, as the jobs of [`Layer::jobs`], one
+    /// after another) and waits for it; the result of the last job.
     pub fn run(&mut self) -> Result<JobResult> {
-        let r = self
-            .dev
-            .submit(&self.checked_job(0..self.program.tasks().len()))?;
+        let mut last = None;
+        for r in &self.jobs {
+            last = Some(self.dev.submit(&self.checked_job(r.clone()))?);
+        }
+        let r = last.ok_or_else(|| Error::InvalidArgument {
+            what: "a layer of no task".into(),
+        })?;
         self.last = Some(r.clone());
         Ok(r)
     }
 
-    /// Submits the whole layer as one job and returns at once; the layer's buffers stay
-    /// borrowed until [`PendingLayer::wait`].
+    /// Submits the whole layer as one job (on rocket, the jobs of [`Layer::jobs`], in
+    /// order) and returns at once; the layer's buffers stay borrowed until
+    /// [`PendingLayer::wait`].
     pub fn submit(&mut self) -> Result<PendingLayer<'_>> {
-        let job = self.checked_job(0..self.program.tasks().len());
-        Ok(PendingLayer {
-            pending: self.dev.submit_nonblocking(job)?,
-        })
+        let pending = self
+            .jobs
+            .iter()
+            .map(|r| self.dev.submit_nonblocking(self.checked_job(r.clone())))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PendingLayer { pending })
+    }
+
+    /// The ranges of the program's tasks a whole run submits as one job each: the
+    /// program, or on a driver that stops long jobs (rocket) runs of tasks each modelled
+    /// within half its timeout ([`crate::device::Capabilities::job_timeout`]).
+    pub fn jobs(&self) -> &[Range<usize>] {
+        &self.jobs
     }
 
     /// Runs each step as a job of its own, one after another (the same tasks and
@@ -215,17 +233,39 @@ impl Layer {
 /// A layer submitted without blocking.
 #[derive(Debug)]
 pub struct PendingLayer<'l> {
-    pending: Pending<'l>,
+    /// One job, or on rocket those of [`Layer::jobs`].
+    pending: Vec<Pending<'l>>,
 }
 
 impl PendingLayer<'_> {
     /// Whether it finished, without waiting.
     pub fn is_done(&self) -> Result<bool> {
-        self.pending.is_done()
+        for p in &self.pending {
+            if !p.is_done()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
-    /// Waits until it completes or `deadline` passes.
+    /// Waits until it completes or `deadline` passes: the result of its last job, or
+    /// the first error (after every job was waited for).
     pub fn wait(self, deadline: Instant) -> Result<JobResult> {
-        self.pending.wait(deadline)
+        let mut out = Err(Error::InvalidArgument {
+            what: "a layer of no task".into(),
+        });
+        let mut failed = None;
+        for p in self.pending {
+            match p.wait(deadline) {
+                Ok(r) => out = Ok(r),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => out,
+        }
     }
 }

@@ -42,8 +42,9 @@ mod run;
 pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
 pub use run::PendingMatmul;
+pub(crate) use run::job_ranges;
 use run::{
-    all_done, cores_of, in_range, job_ranges, refuse_incremental_on_rocket, shape, submit_blocking,
+    all_done, cores_of, in_range, refuse_incremental_on_rocket, shape, submit_blocking,
     submit_chains, wait_all,
 };
 

@@ -104,7 +104,7 @@ const TIMED_JOB_CLOCK_HZ: f64 = 200e6;
 /// (rocket, [`crate::device::Capabilities::job_timeout`]), consecutive runs each
 /// modelled within half of it on one core at [`TIMED_JOB_CLOCK_HZ`]
 /// ([`split_jobs`](crate::kernels::matmul::cost::jobs::split_jobs)).
-pub(super) fn job_ranges(
+pub(crate) fn job_ranges(
     dev: &Device,
     words: &[RegCmd],
     program: &Program,
