@@ -38,6 +38,7 @@ mod io;
 mod npu_dequant;
 mod rows;
 mod run;
+mod spread;
 
 pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
@@ -47,6 +48,7 @@ use run::{
     all_done, cores_of, in_range, refuse_incremental_on_rocket, shape, submit_blocking,
     submit_chains, wait_all,
 };
+pub use spread::SpreadMatmul;
 
 use crate::device::{Bo, BoFlags, CoreMask, Device, Job, JobResult, Pending};
 use crate::error::{Error, Result};
