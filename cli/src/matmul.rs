@@ -42,7 +42,8 @@ enum OutArg {
     Int16,
     /// fp32 (fp16 input).
     Fp32,
-    /// fp16, written by the NPU (fp16 input, K within one wave).
+    /// fp16 (fp16 input): written by the NPU where K is within one wave, the host's
+    /// rounding of the summed fp32 partials beyond.
     Fp16,
 }
 

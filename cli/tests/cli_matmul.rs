@@ -170,7 +170,7 @@ fn matmul_plan_only_prints_the_plan_and_the_minimum_bytes() {
         ),
         (
             &[
-                "--m", "2", "--k", "5000", "--n", "32", "--dtype", "fp16", "--out", "fp16",
+                "--m", "64", "--k", "32", "--n", "13000000", "--dtype", "int8", "--cores", "1",
             ],
             1,
         ),
@@ -331,20 +331,18 @@ fn matmul_refuses_result_types_its_precision_does_not_offer() {
             );
         }
     }
-    // fp16 results are the NPU's conversion: K beyond one wave is a refused plan.
-    for extra in [
-        &["--device", "emu"][..],
-        &["--emit", "/nonexistent/never-written"],
-    ] {
-        let mut args = vec![
-            "matmul", "--m", "2", "--k", "5000", "--n", "32", "--dtype", "fp16", "--out", "fp16",
-        ];
-        args.extend_from_slice(extra);
-        let o = run(&args);
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert_eq!(o.status.code(), Some(1), "{err}");
-        assert!(err.contains("fp16 output needs K within one wave"), "{err}");
-    }
+    // fp16 results of K beyond one wave: the host rounds the summed fp32 partials, and
+    // the result is checked against the CPU like any other.
+    let o = run(&[
+        "matmul", "--m", "2", "--k", "5000", "--n", "32", "--dtype", "fp16", "--out", "fp16",
+        "--device", "emu",
+    ]);
+    let text = out_text(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("2 K wave(s)") && text.ends_with("OK\n"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -157,10 +157,11 @@ impl Matmul {
     }
 
     /// Float results (fp16 banks) into `out`: fp32 partials in one pass, fp16 results
-    /// (one wave, written by the DPU) widened.
+    /// of one wave (written by the DPU) widened, fp16 results of several waves summed and
+    /// rounded to fp16 once on the host ([`Plan::reduce_f32_into`]).
     pub(super) fn read_f32_into(&self, out: &mut [f32]) -> Result<()> {
         shape("result values", self.len_c(), out.len())?;
-        if self.plan.c_type() == OutType::Fp32 {
+        if self.plan.c_type() == OutType::Fp32 && self.plan.spec.out != OutType::Fp16 {
             return self.c.read_with(|c| self.reduction.sum_f32_into(c, out))?;
         }
         self.c.read_with(|c| self.plan.reduce_f32_into(c, out))?

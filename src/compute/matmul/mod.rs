@@ -96,7 +96,9 @@ pub struct MatmulOptions {
     pub cores: Option<u32>,
     /// The activations; `None` for int8 on integer banks, fp16 on fp16 banks.
     pub activations: Option<Activations>,
-    /// fp16 banks: the DPU writes fp16 results (K within one wave) instead of fp32.
+    /// fp16 banks: fp16 results instead of fp32 — the DPU's conversion where K is within
+    /// one wave of the bank's layout, the host's rounding of the summed fp32 partials
+    /// where it takes several.
     pub fp16_out: bool,
     /// int8 banks with one K wave: [`Matmul::mul_mat`] scales and converts to f32 on the
     /// NPU (docs/matmul.md, "What runs where") instead of on the host.

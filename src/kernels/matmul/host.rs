@@ -97,8 +97,9 @@ impl Plan {
         Ok(acc)
     }
 
-    /// Sums fp32 partial blocks in f64 and rounds once to fp32; an fp16 result (one wave,
-    /// converted by the DPU) is read as the NPU wrote it, widened to f32 exactly.
+    /// Sums fp32 partial blocks in f64 and rounds once to fp32 — or, for fp16 results
+    /// of several waves, once to fp16 (to nearest even), widened to f32 exactly; an fp16
+    /// result of one wave (converted by the DPU) is read as the NPU wrote it, widened.
     pub fn reduce_f32(&self, c: &[u8]) -> Result<Vec<f32>> {
         let mut out = vec![0f32; self.spec.m as usize * self.spec.n as usize];
         self.reduce_f32_into(c, &mut out)?;
@@ -122,8 +123,15 @@ impl Plan {
                 f32::from_le_bytes([e[0], e[1], e[2], e[3]]) as f64
             }
         });
-        for (o, v) in out.iter_mut().zip(acc) {
-            *o = v as f32;
+        if self.spec.out == OutType::Fp16 && !fp16 {
+            // Several waves of fp32 partials: the fp16 result is the host's rounding.
+            for (o, v) in out.iter_mut().zip(acc) {
+                *o = half::f16::from_f64(v).to_f32();
+            }
+        } else {
+            for (o, v) in out.iter_mut().zip(acc) {
+                *o = v as f32;
+            }
         }
         Ok(())
     }

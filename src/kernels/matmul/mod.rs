@@ -12,8 +12,9 @@
 //!   ([`WeightLayout::certified_i4`]). Partial results are summed on the host, exactly:
 //!   int32 and int16 partials in i64 ([`Plan::reduce_int`]; an int16 result saturates,
 //!   [`pack::unpack_i32`] refuses a sum outside int32 instead of wrapping),
-//!   fp32 partials in f64 and rounded once. An fp16 result is the DPU's own fp32 → fp16
-//!   conversion (the tasks write fp16), so it needs K within one wave.
+//!   fp32 partials in f64 and rounded once. An fp16 result of one wave is the DPU's own
+//!   fp32 → fp16 conversion (the tasks write fp16); of several, the host's rounding of
+//!   the summed fp32 partials.
 //! * **N tiles** of at most 3072 (int8) or 4096 (int4, fp16: quirk 7, docs/hardware/quirks.md#quirk-7) columns, a multiple
 //!   of 32 (int4: 64).
 //! * **M tiles** of as many rows as the CBUF data banks hold next to one 32-kernel weight
@@ -98,7 +99,8 @@ pub struct MatmulSpec {
     /// Input type: int8, int4, fp16 or bf16.
     pub dtype: Dtype,
     /// Result type: int32 (int8, int4), int16 (int4), fp32 (fp16, bf16; int8 within one
-    /// wave: the DPU's cast) or fp16 (fp16; K within one wave, see [`Plan::c_type`]).
+    /// wave: the DPU's cast) or fp16 (fp16: the DPU's conversion within one wave, the
+    /// host's rounding of the summed partials beyond, see [`Plan::c_type`]).
     pub out: OutType,
     /// Cores, 1..=3.
     pub cores: u32,
@@ -288,8 +290,9 @@ impl Plan {
 
     /// The element type every task writes into the C buffer: int16 for int4, fp32 for
     /// fp16 and int32 for int8 partials, which the host sums over K waves — except an
-    /// fp16 result, which the DPU converts itself (`OutType::Fp16` in each task; the plan
-    /// has one wave), and an int8 plan with fp32 output, whose one wave the DPU casts
+    /// fp16 result of one wave, which the DPU converts itself (`OutType::Fp16` in each
+    /// task; of several waves the tasks write fp32 partials and the host rounds their sum
+    /// to fp16), and an int8 plan with fp32 output, whose one wave the DPU casts
     /// (exact for sums within ±2²⁴, rounded to nearest even beyond).
     pub fn c_type(&self) -> OutType {
         written_type(&self.spec, self.layout.waves.len())

@@ -137,15 +137,6 @@ impl Plan {
                 waves.len()
             )));
         }
-        if out == OutType::Fp16 && waves.len() > 1 {
-            // The DPU converts one task's fp32 sums; partials of several waves would be
-            // summed and rounded on the host instead, which is not the NPU's fp16.
-            return Err(unsupported(format!(
-                "fp16 output needs K within one wave (at most {} channels): K = {k} takes {} waves, whose fp32 partials are summed on the host",
-                layout.k_tile(),
-                waves.len()
-            )));
-        }
         let bits = dtype.bits() as u64;
         let ai_max = waves.iter().map(|w| w.ai).max().unwrap_or(32);
         let mut rows_fit = tile_rows(dtype, ai_max)?.min(limits.rows);

@@ -305,12 +305,19 @@ fn fp16_results_are_written_by_the_dpu_within_one_wave() {
     c[at(9)..at(9) + 2].copy_from_slice(&0xc000u16.to_le_bytes()); // -2
     let r = p.reduce_f32(&c).unwrap();
     assert_eq!((r[0], r[9], r[1]), (1.0 + 2f32.powi(-10), -2.0, 0.0));
-    // K beyond one wave: the partials would be summed and rounded on the host.
-    let e = Plan::new(spec(5000)).unwrap_err();
-    assert!(
-        matches!(&e, Error::Unsupported { why, .. } if why.contains("one wave")),
-        "{e}"
-    );
+    // K beyond one wave: the tasks write fp32 partials, whose f64 sum the host rounds
+    // to fp16 once (to nearest even): 1 + 2^-11 + 2^-12 rounds up to 1 + 2^-10, where
+    // rounding each partial first would give 1.
+    let p = Plan::new(spec(5000)).unwrap();
+    assert_eq!((p.layout.waves.len(), p.c_type()), (2, OutType::Fp32));
+    let mut c = vec![0u8; p.c_bytes as usize];
+    let (t0, t1) = (&p.tasks[0], p.tasks.iter().find(|t| t.wave == 1).unwrap());
+    assert_eq!((t0.wave, t0.n0, t1.n0), (0, 0, 0));
+    let first = |t: &crate::kernels::matmul::TaskTile| t.c_offset as usize;
+    c[first(t0)..first(t0) + 4].copy_from_slice(&(1.0f32 + 2f32.powi(-11)).to_le_bytes());
+    c[first(t1)..first(t1) + 4].copy_from_slice(&2f32.powi(-12).to_le_bytes());
+    let r = p.reduce_f32(&c).unwrap();
+    assert_eq!(r[0], 1.0 + 2f32.powi(-10));
     // fp32 results of several waves stay the host's sum.
     let p = Plan::new(MatmulSpec::new(5, 5000, 40, Dtype::Fp16)).unwrap();
     assert_eq!((p.layout.waves.len(), p.c_type()), (2, OutType::Fp32));
