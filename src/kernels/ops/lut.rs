@@ -35,10 +35,16 @@ use crate::error::{Error, Result};
 use crate::float::f32_to_f16;
 use crate::regcmd::DmaAddr;
 use crate::task::{
-    Alu, AluOp, Dpu, DpuInput, DpuRdma, Erdma, Ew, EwOp, EwSrc, LUT_ENTRIES, Lut, LutSlope,
-    LutTables, Mrdma, Mul, OpCvt, OutCvt, Output, OwCfg, Precision, Stage, Task,
+    AluOp, EwOp, LUT_ENTRIES, Lut, LutSlope, LutTables, OutCvt, Precision, Stage, Task,
 };
 use half::f16;
+
+mod fp32;
+mod tasks;
+
+pub use fp32::{FP32_SILU_CARRIER, fp32_silu_recipe, fp32_silu_tasks};
+use tasks::ew_task;
+pub use tasks::lut_task;
 
 /// Atoms per line of one task: the widest DPU cube boards compute cleanly
 /// (docs/hardware/lut.md#width).
@@ -355,155 +361,6 @@ fn plus(a: DmaAddr, bytes: u32) -> Result<DmaAddr> {
     })
 }
 
-/// The flying fp16 DPU task over one tile: MRDMA reads `input`, the write DMA stores
-/// `output`; `erdma` is the EW operand's address, if any.
-fn flying(
-    t: Tile,
-    input: DmaAddr,
-    output: DmaAddr,
-    erdma: Option<DmaAddr>,
-    bn: Stage,
-    ew: Ew,
-    out_cvt: OutCvt,
-) -> Task {
-    let cube = (t.w, t.h, 8);
-    let surf = t.w * t.h; // 16-byte units: one surface
-    let dpu = Dpu {
-        depthwise: false,
-        ping_pong: true,
-        input: DpuInput::Flying,
-        burst_len: 15,
-        precision: Precision::Fp16,
-        cube,
-        orig_channels: 8,
-        bs: Stage::BYPASSED,
-        bn,
-        ew: Some(ew),
-        ow: OwCfg {
-            od_bypass: true,
-            size_e: [0; 3],
-            ow_src: 0,
-            ow_op: 0,
-        },
-        out_cvt,
-        out: Output {
-            addr: output,
-            precision: Precision::Fp16,
-            surf_stride: surf,
-            notch: 0,
-            surface_add: surf,
-        },
-    };
-    let dpu_rdma = DpuRdma {
-        depthwise: false,
-        comb_use: 0,
-        ping_pong: true,
-        cube,
-        precision: Precision::Fp16,
-        flying: true,
-        burst_len: 15,
-        // MRDMA_FP16TOFP32_EN, as every board-run fp16 LUT program (FEATURE_MODE_CFG
-        // 0x17849).
-        fp16_to_fp32: true,
-        brdma: None,
-        nrdma: None,
-        mrdma: Some(Mrdma {
-            addr: input,
-            line_notch: 0,
-            surf_notch: 0,
-        }),
-        erdma: erdma.map(|addr| Erdma {
-            addr,
-            data_size: 2,
-            data_mode: 1,
-            surf_stride: surf,
-            line_notch: 0,
-            surf_notch: 0,
-        }),
-        arbiter: [1, 1, 1, 1],
-    };
-    Task::dpu_only(dpu, dpu_rdma)
-}
-
-/// The LUT task of `recipe` over a one-surface fp16 cube of `w × h` atoms (8 lanes),
-/// uploading the tables first when `upload` is set: BN multiplies by the index scale and
-/// adds the bias (BN_CFG 0x20040), the EW stage holds only the LUT (EW_CFG 0x302), the
-/// output converter decodes the code to fp16.
-pub fn lut_task(
-    recipe: &LutRecipe,
-    w: u32,
-    h: u32,
-    input: DmaAddr,
-    output: DmaAddr,
-    upload: bool,
-) -> Task {
-    let mut lut = recipe.lut;
-    if upload {
-        lut = lut.with_upload(recipe.tables);
-    }
-    let bn = Stage {
-        bypass: false,
-        alu: Some(Alu {
-            op: AluOp::Add,
-            operand: recipe.bn_alu as i32,
-            from_memory: false,
-        }),
-        mul: Some(Mul::fp16(recipe.bn_mul)),
-        relu: false,
-        relux: None,
-    };
-    let ew = Ew {
-        op: None,
-        src: EwSrc::Register,
-        cvt: None,
-        relu: false,
-        relux: None,
-        data_size: 0,
-        data_mode: 0,
-        values: [0; 8],
-        lut: Some(lut),
-    };
-    flying(
-        Tile { w, h, offset: 0 },
-        input,
-        output,
-        None,
-        bn,
-        ew,
-        recipe.out_cvt,
-    )
-}
-
-/// The flying fp16 EW task `out = bn(a) <op> b` over one tile (EW_CFG 0x108002C0 max,
-/// 0x108102C0 min, 0x108003C4 multiply; ERDMA_CFG 0x40000008).
-fn ew_task(op: EwOp, t: Tile, a: DmaAddr, b: DmaAddr, out: DmaAddr, bn: Stage) -> Task {
-    let cvt = match op {
-        // ALU operations keep the operand converter on with the identity (bypassed, an
-        // fp16 add drops its operand on boards); the multiply bypasses it.
-        EwOp::Alu(_) => Some(OpCvt {
-            offset: 0,
-            scale: 1,
-            shift: 0,
-            add_first: false,
-        }),
-        EwOp::Mul(..) => None,
-    };
-    let ew = Ew {
-        op: Some(op),
-        src: EwSrc::Memory,
-        cvt,
-        relu: false,
-        relux: None,
-        data_size: 2,
-        data_mode: 1,
-        values: [0; 8],
-        lut: None,
-    };
-    let mut cvt_out = OutCvt::IDENTITY;
-    cvt_out.fp32_to_fp16 = true;
-    flying(t, a, out, Some(b), bn, ew, cvt_out)
-}
-
 /// One activation over one cube: its tasks and the constant operand they read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -652,89 +509,6 @@ impl ActivationOp {
     }
 }
 
-/// Multiplier of the fp32 SiLU's output code: the task writes `4096 · SiLU(x)`.
-pub const FP32_SILU_CARRIER: f32 = 4096.0;
-
-/// The recipe of the fp32-pipeline SiLU of `happyme531/rknpu2_matmul_open`
-/// (`middle_lut_load`, `src/rk_npu_moe_regs.h`): index scale 4096 (`BN_MUL` 0x6C00),
-/// index select 6 on ±32768 (inputs ±8), `T[i] = round(4096 · SiLU(x))` with
-/// `x = (i − 512)/64` (LE) and `i/64` (LO), the LO overflow slope 8192/2^13 (`y = x`
-/// beyond 8), and the raw code written as fp32: the output is `4096 · SiLU(x)`
-/// ([`FP32_SILU_CARRIER`]).
-pub fn fp32_silu_recipe() -> LutRecipe {
-    let mut lut = Lut::hybrid(6).expect("select 6 fits");
-    lut.lo.slope = LutSlope {
-        oflow_scale: 8192,
-        oflow_shift: 13,
-        ..LutSlope::default()
-    };
-    let code = |x: f64| (x * sigmoid(x) * 4096.0).round().clamp(-32768.0, 32767.0) as i16;
-    let tables = LutTables {
-        le: std::array::from_fn(|i| code((i as f64 - 512.0) / 64.0)),
-        lo: std::array::from_fn(|i| code(i as f64 / 64.0)),
-    };
-    LutRecipe {
-        tables,
-        lut,
-        bn_mul: f32_to_f16(4096.0),
-        bn_alu: 0x8000_0000,
-        out_cvt: OutCvt::IDENTITY,
-    }
-}
-
-/// The fp32-pipeline SiLU over an fp32 `cube` (fp32 in, processing and out): one flying
-/// task per tile of at most 4096 atoms a line, the first uploading the tables when
-/// `upload` is set. The output is the carrier `4096 · SiLU(x)` of the published program;
-/// divide by [`FP32_SILU_CARRIER`] (a following EW multiply, or the host).
-pub fn fp32_silu_tasks(
-    cube: &Cube,
-    input: DmaAddr,
-    output: DmaAddr,
-    upload: bool,
-) -> Result<Vec<Task>> {
-    if cube.precision != Precision::Fp32 {
-        return Err(Error::Unsupported {
-            what: "fp32 SiLU",
-            why: format!(
-                "{}: the published program reads and writes fp32",
-                cube.precision
-            ),
-        });
-    }
-    let r = fp32_silu_recipe();
-    let mut out = Vec::new();
-    for (i, t) in tiles(cube.bytes() / 16)?.iter().enumerate() {
-        let mut task = lut_task(
-            &r,
-            t.w,
-            t.h,
-            plus(input, t.offset)?,
-            plus(output, t.offset)?,
-            upload && i == 0,
-        );
-        retype(&mut task, Precision::Fp32);
-        out.push(task);
-    }
-    Ok(out)
-}
-
-/// Makes a LUT task of [`lut_task`] an fp32 one: four lanes an atom, fp32 in, processing
-/// and out, no fp16 narrowing.
-fn retype(task: &mut Task, p: Precision) {
-    if let Some(d) = task.dpu.as_mut() {
-        d.precision = p;
-        d.out.precision = p;
-        d.cube.2 = 16 / p.bytes();
-        d.orig_channels = d.cube.2;
-        d.out_cvt.fp32_to_fp16 = false;
-    }
-    if let Some(r) = task.dpu_rdma.as_mut() {
-        r.precision = p;
-        r.fp16_to_fp32 = false;
-        r.cube.2 = 16 / p.bytes();
-    }
-}
-
 /// The CPU reference: the exact function of every element of row-major `[h][w][c]` data,
 /// in f64 (the mathematical definition the simulator's results are measured against).
 pub fn reference(activation: Activation, hwc: &[f16]) -> Vec<f64> {
@@ -746,88 +520,5 @@ pub fn reference(activation: Activation, hwc: &[f16]) -> Vec<f64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_reference_functions_match_hand_values() {
-        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
-        assert!(close(erf(0.5), 0.520_499_877_813_046_5));
-        assert!(close(erf(-2.0), -0.995_322_265_018_952_7));
-        assert!(close(erf(3.5), 0.999_999_256_901_627_7));
-        assert!(close(Activation::Gelu.exact(1.0), 0.841_344_746_068_542_9));
-        assert!(close(
-            Activation::Silu.exact(2.0),
-            2.0 / (1.0 + (-2f64).exp())
-        ));
-        assert!(close(Activation::Relu6.exact(7.5), 6.0));
-        let r = reference(
-            Activation::Sigmoid,
-            &[f16::from_f32(0.0), f16::from_f32(-1.0)],
-        );
-        assert!(close(r[0], 0.5) && close(r[1], 0.268_941_421_369_995_1));
-    }
-
-    #[test]
-    fn tiles_cover_the_tensor_at_most_4096_atoms_wide() {
-        let t = tiles(4096 * 3 + 5).unwrap();
-        assert_eq!(
-            t,
-            vec![
-                Tile {
-                    w: 4096,
-                    h: 3,
-                    offset: 0
-                },
-                Tile {
-                    w: 5,
-                    h: 1,
-                    offset: 4096 * 3 * 16
-                }
-            ]
-        );
-        assert_eq!(
-            tiles(7).unwrap(),
-            vec![Tile {
-                w: 7,
-                h: 1,
-                offset: 0
-            }]
-        );
-    }
-
-    #[test]
-    fn recipes_hold_the_board_run_constants() {
-        let s = recipe(Gate::Sigmoid);
-        assert_eq!(s.bn_mul, 0x6912);
-        assert_eq!(s.bn_alu, 0x8000_0000);
-        assert_eq!((s.lut.le.start, s.lut.lo.end), (-16384, 16384));
-        assert_eq!(
-            (s.lut.le.slope.uflow_scale, s.lut.le.slope.uflow_shift),
-            (23107, 22)
-        );
-        // LO[0] = sigmoid(0) = 0.5; LE[0] = sigmoid(-512 · 32/2596).
-        assert_eq!(s.tables.lo[0], 16384);
-        assert_eq!(
-            s.tables.le[0],
-            (sigmoid(-512.0 * 32.0 / 2596.0) * 32768.0).round() as i16
-        );
-        let e = recipe(Gate::Exp);
-        assert_eq!(e.bn_mul, 0x6400);
-        assert_eq!(e.bn_alu, 0x4680_0000);
-        assert!(e.tables.lo.iter().chain(&e.tables.le).all(|&q| q >= 1));
-        let t = recipe(Gate::Tanh);
-        assert_eq!((t.out_cvt.offset, t.out_cvt.minus_exp), (-16384, 14));
-    }
-
-    #[test]
-    fn int8_and_other_types_are_refused() {
-        let c = Cube::new(4, 1, 16, Precision::Int8).unwrap();
-        let e = ActivationOp::new(Activation::Sigmoid, c).unwrap_err();
-        assert!(e.to_string().contains("int8"), "{e}");
-        assert!(
-            ActivationOp::new(Activation::Relu, c.with_precision(Precision::Fp32).unwrap())
-                .is_err()
-        );
-    }
-}
+#[path = "lut_tests.rs"]
+mod tests;

@@ -1,0 +1,175 @@
+//! Programs of several tasks: split-K waves chained with an add, three cores and the
+//! worked example.
+
+use super::*;
+
+/// K split in two waves of native int32 partials, then the DPU-only add task
+/// (docs/hardware/matmul-programs.md#npu-k-reduction) sums them: three chained tasks in one kick.
+#[test]
+fn split_k_waves_chained_with_an_add_task() {
+    let (m, k, n) = (8u32, 128u32, 64u32);
+    let half = |kk| {
+        with(SingleMatmul::new(m, kk, n, Dtype::Int8), |mm| {
+            mm.a_layout = Layout::Native;
+            mm.c_layout = Layout::Native;
+        })
+    };
+    let (w0, w1) = (half(64), half(64));
+    let ids = |i: u32| BufferId(10 + i);
+    let (a0, a1, b0, b1, p0, p1, out) = (ids(0), ids(1), ids(2), ids(3), ids(4), ids(5), ids(6));
+    let r = |b| DmaAddr::reloc(b, 0);
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    p.push_task(
+        w0.body_at(r(a0), r(b0), r(p0), r(ids(7))).unwrap(),
+        BlockMask::CONV,
+    );
+    p.push_task(
+        w1.body_at(r(a1), r(b1), r(p1), r(ids(7))).unwrap(),
+        BlockMask::CONV,
+    );
+    p.push_task(
+        add_task(m, n, r(p0), r(p1), r(out)).unwrap(),
+        BlockMask::ELEMENTWISE,
+    );
+    let program = p.build().unwrap();
+    let place = |b: BufferId| Some(0x0100_0000 * (b.0 as u64 + 1));
+    let words = program.bind(place).unwrap();
+
+    let mut rng = Rng(99);
+    let a: Vec<i32> = (0..m * k).map(|_| rng.int(-128, 127)).collect();
+    let b: Vec<i32> = (0..k * n).map(|_| rng.int(-128, 127)).collect();
+    let slice_a = |lo: u32| -> Vec<i32> {
+        (0..m)
+            .flat_map(|i| (lo..lo + 64).map(move |kk| (i, kk)))
+            .map(|(i, kk)| a[(i * k + kk) as usize])
+            .collect()
+    };
+    let slice_b = |lo: u32| -> Vec<i32> { b[(lo * n) as usize..((lo + 64) * n) as usize].to_vec() };
+    let mut sim = Simulator::new();
+    let at = |b: BufferId| place(b).unwrap() as u32;
+    let mem = sim.memory_mut();
+    mem.map(at(single::REGCMD), words_to_le_bytes(&words))
+        .unwrap();
+    mem.map(at(a0), w0.pack_a_int(&slice_a(0)).unwrap())
+        .unwrap();
+    mem.map(at(a1), w1.pack_a_int(&slice_a(64)).unwrap())
+        .unwrap();
+    mem.map(at(b0), w0.pack_b_int(&slice_b(0)).unwrap())
+        .unwrap();
+    mem.map(at(b1), w1.pack_b_int(&slice_b(64)).unwrap())
+        .unwrap();
+    for buf in [p0, p1, out] {
+        mem.map_zeroed(at(buf), w0.c_bytes()).unwrap();
+    }
+    let run = sim
+        .kick(&Kick {
+            task_number: Some(3),
+            ..Kick::new(at(single::REGCMD), program.tasks()[0].regcfg_amount)
+        })
+        .unwrap();
+    assert!(run.completed && run.tasks_run == 3, "{run:?}");
+    assert_eq!(
+        run.raw_status & 0x300,
+        0x300,
+        "tasks alternate ping-pong groups"
+    );
+    let got = w0
+        .unpack_c_int(&sim.memory().read_vec(at(out), w0.c_bytes()).unwrap())
+        .unwrap();
+    let full = SingleMatmul::new(m, k, n, Dtype::Int8);
+    assert_eq!(got, int_reference(&full, &a, &b, &[]));
+}
+
+/// N split across three cores, one kick each: each core computes its own columns.
+#[test]
+fn three_cores_split_n() {
+    let (m, k) = (4u32, 64u32);
+    let mut rng = Rng(3);
+    let a: Vec<i32> = (0..m * k).map(|_| rng.int(-128, 127)).collect();
+    let mut sim = Simulator::new();
+    let mut kicks = Vec::new();
+    let mut expected = Vec::new();
+    for core in 0..3u32 {
+        let n = 32 * (core + 1);
+        let mm = SingleMatmul::new(m, k, n, Dtype::Int8);
+        let b: Vec<i32> = (0..k * n).map(|_| rng.int(-128, 127)).collect();
+        let base = 0x1000_0000 * (core + 1);
+        let program = mm.program().unwrap();
+        let words = program
+            .bind(|buf| Some(base as u64 + 0x100_0000 * buf.0 as u64))
+            .unwrap();
+        let mem = sim.memory_mut();
+        mem.map(base, words_to_le_bytes(&words)).unwrap();
+        mem.map(base + 0x100_0000, mm.pack_a_int(&a).unwrap())
+            .unwrap();
+        mem.map(base + 0x200_0000, mm.pack_b_int(&b).unwrap())
+            .unwrap();
+        mem.map_zeroed(base + 0x300_0000, mm.c_bytes()).unwrap();
+        kicks.push(Kick {
+            core: core as usize,
+            ..Kick::new(base, program.tasks()[0].regcfg_amount)
+        });
+        expected.push((mm, base + 0x300_0000, int_reference(&mm, &a, &b, &[])));
+    }
+    let runs = sim.kick_all(&kicks).unwrap();
+    for (core, run) in runs.iter().enumerate() {
+        assert_eq!(run.core, core);
+        assert!(run.completed);
+        assert!(run.lints.is_empty(), "{:?}", run.lints);
+    }
+    for (mm, at, want) in expected {
+        let got = mm
+            .unpack_c_int(&sim.memory().read_vec(at, mm.c_bytes()).unwrap())
+            .unwrap();
+        assert_eq!(got, want);
+    }
+    assert!(
+        sim.kick_all(&[kicks[0], kicks[0]]).is_err(),
+        "one core twice"
+    );
+}
+
+/// The worked example (mtx512's int8 matmul; docs/provenance.md) (the golden fixture program) with
+/// random operands in its layouts: A native [K/16][M][16], C native [N/4][M][4].
+#[test]
+fn worked_example_gives_the_product() {
+    use rknpu_driver::kernels::worked_example as we;
+    let program = we::program().unwrap();
+    let words = program.bind(we::fixture_address).unwrap();
+    let mut rng = Rng(42);
+    let a: Vec<i32> = (0..4 * 32).map(|_| rng.int(-128, 127)).collect();
+    let b: Vec<i32> = (0..32 * 32).map(|_| rng.int(-128, 127)).collect();
+    let mut a_bytes = vec![0u8; 128];
+    for m in 0..4 {
+        for kk in 0..32 {
+            a_bytes[((kk / 16) * 4 + m) * 16 + kk % 16] = a[m * 32 + kk] as i8 as u8;
+        }
+    }
+    let mut b_bytes = vec![0u8; 1024];
+    for kk in 0..32 {
+        for n in 0..32 {
+            b_bytes[n * 32 + kk] = b[kk * 32 + n] as i8 as u8;
+        }
+    }
+    let at = |b| we::fixture_address(b).unwrap() as u32;
+    let mut sim = Simulator::new();
+    let mem = sim.memory_mut();
+    mem.map(at(we::REGCMD), words_to_le_bytes(&words)).unwrap();
+    mem.map(at(we::INPUT), a_bytes).unwrap();
+    mem.map(at(we::WEIGHTS), b_bytes).unwrap();
+    mem.map_zeroed(at(we::OUTPUT), 512).unwrap();
+    let run = sim
+        .kick(&Kick::new(at(we::REGCMD), program.tasks()[0].regcfg_amount))
+        .unwrap();
+    assert!(run.completed);
+    assert!(run.lints.is_empty(), "{:?}", run.lints);
+    let out = sim.memory().read_vec(at(we::OUTPUT), 512).unwrap();
+    for m in 0..4 {
+        for n in 0..32 {
+            let o = ((n / 4) * 4 + m) * 16 + (n % 4) * 4;
+            let got = i32::from_le_bytes(out[o..o + 4].try_into().unwrap());
+            let want: i32 = (0..32).map(|kk| a[m * 32 + kk] * b[kk * 32 + n]).sum();
+            assert_eq!(got, want, "C[{m}][{n}]");
+        }
+    }
+}
