@@ -37,6 +37,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// The ratios of the rows `keep` picks.
+fn ratios_where(rows: &[(Row, Modelled)], keep: impl Fn(&Row) -> bool) -> Vec<f64> {
+    rows.iter().filter(|(r, _)| keep(r)).map(ratio).collect()
+}
+
 /// `(median, share within [lo, hi])` of the ratios.
 fn band(ratios: &[f64], (lo, hi): (f64, f64)) -> (f64, f64) {
     let within = ratios.iter().filter(|r| (lo..=hi).contains(*r)).count();
@@ -81,11 +86,7 @@ fn the_model_sits_in_the_bands_of_the_published_timings() {
         );
     }
     // GEMVs stream their weights once: the model must be tighter there.
-    let gemv: Vec<f64> = rows
-        .iter()
-        .filter(|(r, _)| r.is_gemv())
-        .map(ratio)
-        .collect();
+    let gemv = ratios_where(&rows, |r| r.is_gemv());
     let (median, within) = band(&gemv, (0.8, 1.25));
     assert!(gemv.len() >= 10, "{} GEMV rows", gemv.len());
     assert!(
@@ -153,22 +154,14 @@ fn render(rows: &[(Row, Modelled)]) -> String {
             within * 100.0
         );
     }
-    let gemv: Vec<f64> = rows
-        .iter()
-        .filter(|(r, _)| r.is_gemv())
-        .map(ratio)
-        .collect();
+    let gemv = ratios_where(rows, |r| r.is_gemv());
     let (median, within) = band(&gemv, (0.8, 1.25));
     t += &format!(
         "| GEMV (band [0.8, 1.25]) | {} | {median:.2} | {:.0}% |\n",
         gemv.len(),
         within * 100.0
     );
-    let reduce: Vec<f64> = rows
-        .iter()
-        .filter(|(r, _)| r.includes == Includes::Reduce)
-        .map(ratio)
-        .collect();
+    let reduce = ratios_where(rows, |r| r.includes == Includes::Reduce);
     let (median, within) = band(&reduce, (0.67, 1.5));
     t += &format!(
         "| host sums included (reported, not banded) | {} | {median:.2} | {:.0}% |\n",

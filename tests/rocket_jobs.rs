@@ -4,6 +4,8 @@
 //! scheduler would. The emulated kernel's timeout is shortened here so that products
 //! the simulator runs in a fraction of a second stand for ones a board runs for longer.
 
+mod common;
+
 use rknpu_driver::Error;
 use rknpu_driver::compute::layer::{LayerBuilder, Tensor};
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
@@ -31,17 +33,10 @@ fn the_emulated_kernels_time_model_is_the_cost_models() {
     assert_eq!(ROCKET_TIME_MODEL.macs_per_s, fastest);
 }
 
-/// Seeded int8 values in −4..=4.
+/// Seeded int8 values in -4..=4.
 fn values(n: usize, seed: u64) -> Vec<i8> {
-    let mut x = seed;
-    (0..n)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((x >> 33) % 9) as i8 - 4
-        })
-        .collect()
+    let mut r = common::Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..n).map(|_| r.int(-4, 4) as i8).collect()
 }
 
 /// `C = A · Wᵀ` for `w` of `n` rows of `k`.

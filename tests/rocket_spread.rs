@@ -2,6 +2,8 @@
 //! each device computes its share of the columns on its own core, and the shares make
 //! the whole product.
 
+mod common;
+
 use half::f16;
 use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::{SpreadMatmul, Weights};
@@ -17,17 +19,10 @@ fn devices(count: usize) -> Vec<Device> {
         .collect()
 }
 
-/// Seeded values in −5..=5.
+/// Seeded int8 values in -5..=5.
 fn values(n: usize, seed: u64) -> Vec<i8> {
-    let mut x = seed;
-    (0..n)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((x >> 33) % 11) as i8 - 5
-        })
-        .collect()
+    let mut r = common::Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..n).map(|_| r.int(-5, 5) as i8).collect()
 }
 
 /// `C = A · Wᵀ` in f64 for `w` of `n` rows of `k`.
