@@ -180,7 +180,7 @@ pub(super) fn check(
             ));
         }
     };
-    let mut task = super::check_dpu::dpu(t, dpu, main, at)?;
+    let mut task = super::check::dpu(t, dpu, main, at)?;
     task.unvalidated.extend(derived);
     Ok(Checked::Dpu(Box::new(task)))
 }

@@ -40,7 +40,7 @@
 //! ```
 
 mod bounds;
-mod check_dpu;
+mod check;
 mod comb;
 mod config;
 mod datapath;
