@@ -98,9 +98,46 @@ pub(super) fn conv_main(
             "integer input is modelled signed only (the model needs 1)",
         ));
     }
+    kernel_count(cna, core, window.depthwise, at)?;
+    let kernels = cna.weights.kernels;
+    check_cbuf(cna, at, first, cbuf_state)?;
+
+    let (line, surf) = feature_strides(f, prec, at)?;
+    let wbase = weight_base(cna, at)?;
+    Ok(Main::Conv {
+        feature: Feature {
+            base: addr(f.addr),
+            w,
+            h,
+            c,
+            prec,
+            line,
+            surf,
+            planar: false,
+        },
+        weights: Weights {
+            base: wbase,
+            n: if window.depthwise { c } else { kernels },
+            c,
+            prec,
+        },
+        window,
+    })
+}
+
+/// The kernels of a convolution and the output channels they give: one kernel holding
+/// every channel's window (depthwise, `depthwise`), else whole weight atoms of kernels.
+fn kernel_count(
+    cna: &task::Cna,
+    core: &task::Core,
+    depthwise: bool,
+    at: At,
+) -> Result<(), SimError> {
+    let prec = cna.precision;
+    let c = cna.feature.channels;
     let kernels = cna.weights.kernels;
     let g = prec.kernels_per_atom();
-    if window.depthwise {
+    if depthwise {
         if kernels != 1 {
             return Err(unsupported(
                 at,
@@ -139,7 +176,7 @@ pub(super) fn conv_main(
         ));
     }
     let cc = core.out.2;
-    if !window.depthwise && cc != kernels {
+    if !depthwise && cc != kernels {
         return Err(inconsistent(
             at,
             core::DataoutSize1::DATAOUT_CHANNEL,
@@ -147,29 +184,7 @@ pub(super) fn conv_main(
             format!("there are {kernels} kernels"),
         ));
     }
-    check_cbuf(cna, at, first, cbuf_state)?;
-
-    let (line, surf) = feature_strides(f, prec, at)?;
-    let wbase = weight_base(cna, at)?;
-    Ok(Main::Conv {
-        feature: Feature {
-            base: addr(f.addr),
-            w,
-            h,
-            c,
-            prec,
-            line,
-            surf,
-            planar: false,
-        },
-        weights: Weights {
-            base: wbase,
-            n: if window.depthwise { c } else { kernels },
-            c,
-            prec,
-        },
-        window,
-    })
+    Ok(())
 }
 
 /// The CNA's input converter must be bypassed: the only way the model runs it.

@@ -24,6 +24,85 @@ pub(super) fn planar_main(
 ) -> Result<Main, SimError> {
     let f = &cna.feature;
     let prec = cna.precision;
+    feature(cna, at)?;
+    let window = check_window(cna, core, at, derived)?;
+    let unit =
+        window.taps() == 1 && window.stride == (1, 1) && window.pad == (0, 0) && !window.depthwise;
+    if !unit || cna.weights.kernels != 1 {
+        let (field, v) = if unit {
+            (cna::WeightSize2::WEIGHT_KERNELS, cna.weights.kernels)
+        } else {
+            (cna::WeightSize2::WEIGHT_WIDTH, cna.kernel.width)
+        };
+        return Err(unsupported(
+            at,
+            field,
+            v,
+            format!(
+                "over the planar input only one 1x1 stride-1 kernel is modelled ({}x{}, {} kernels here): the order of 8-channel weights of several kernels or taps is unknown",
+                cna.kernel.width, cna.kernel.height, cna.weights.kernels
+            ),
+        ));
+    }
+    // The CORE delivers one fp16 kernel group of 16 channels, of which the one kernel
+    // fills channel 0 (every planar program: DATAOUT_CHANNEL 15 with one kernel).
+    let cc = core.out.2;
+    if cc != PLANAR_CORE_CHANNELS {
+        return Err(unsupported(
+            at,
+            core::DataoutSize1::DATAOUT_CHANNEL,
+            cc.wrapping_sub(1),
+            format!(
+                "every planar program with one kernel has the CORE deliver {PLANAR_CORE_CHANNELS} channels"
+            ),
+        ));
+    }
+    cvt_bypassed(cna, at)?;
+    // The vendor's planar programs enable 16 channels' converters (0xFFFF) with the
+    // converter bypassed: no conversion either way.
+    if !matches!(cna.cvt.per_channel, 0 | 0xFFFF) {
+        return Err(unsupported(
+            at,
+            cna::CvtCon5::PER_CHANNEL_CVT_EN,
+            cna.cvt.per_channel,
+            "the planar programs write 0xFFFF with the converter bypassed; other masks are not modelled",
+        ));
+    }
+    check_cbuf(cna, at, first, cbuf_state)?;
+    let (line, plane) = f.strides();
+    let wbase = weight_base(cna, at)?;
+    derived.push(format!(
+        "{} = {}: the 1-channel planar input's padded channels 1..7 are taken as zero (every captured weight for them is zero, so no capture tells), and the CORE's channels 1..15 beyond the one kernel as zero",
+        cna::ConvCon1::ARGB_IN,
+        PLANAR_ARGB_IN_VALUE
+    ));
+    Ok(Main::Conv {
+        feature: Feature {
+            base: addr(f.addr),
+            w: f.width,
+            h: f.height,
+            c: f.channels,
+            prec,
+            line,
+            surf: plane,
+            planar: true,
+        },
+        weights: Weights {
+            base: wbase,
+            n: cc,
+            c: f.channels,
+            prec,
+        },
+        window,
+    })
+}
+
+/// The planar feature's registers: fp16, one real channel padded to 8, lines of
+/// `DATAIN_WIDTH` elements `LINE_STRIDE` apart, `SURF_STRIDE` a whole number of lines and
+/// `DATA_ENTRIES` = `DATAIN_WIDTH` × rows, as in every program.
+fn feature(cna: &task::Cna, at: At) -> Result<(), SimError> {
+    let f = &cna.feature;
+    let prec = cna.precision;
     let pw = f.planar_width.unwrap_or(f.width);
     if prec != Precision::Fp16 {
         return Err(unsupported(
@@ -98,76 +177,7 @@ pub(super) fn planar_main(
             ),
         ));
     }
-    let window = check_window(cna, core, at, derived)?;
-    let unit =
-        window.taps() == 1 && window.stride == (1, 1) && window.pad == (0, 0) && !window.depthwise;
-    if !unit || cna.weights.kernels != 1 {
-        let (field, v) = if unit {
-            (cna::WeightSize2::WEIGHT_KERNELS, cna.weights.kernels)
-        } else {
-            (cna::WeightSize2::WEIGHT_WIDTH, cna.kernel.width)
-        };
-        return Err(unsupported(
-            at,
-            field,
-            v,
-            format!(
-                "over the planar input only one 1x1 stride-1 kernel is modelled ({}x{}, {} kernels here): the order of 8-channel weights of several kernels or taps is unknown",
-                cna.kernel.width, cna.kernel.height, cna.weights.kernels
-            ),
-        ));
-    }
-    // The CORE delivers one fp16 kernel group of 16 channels, of which the one kernel
-    // fills channel 0 (every planar program: DATAOUT_CHANNEL 15 with one kernel).
-    let cc = core.out.2;
-    if cc != PLANAR_CORE_CHANNELS {
-        return Err(unsupported(
-            at,
-            core::DataoutSize1::DATAOUT_CHANNEL,
-            cc.wrapping_sub(1),
-            format!(
-                "every planar program with one kernel has the CORE deliver {PLANAR_CORE_CHANNELS} channels"
-            ),
-        ));
-    }
-    cvt_bypassed(cna, at)?;
-    // The vendor's planar programs enable 16 channels' converters (0xFFFF) with the
-    // converter bypassed: no conversion either way.
-    if !matches!(cna.cvt.per_channel, 0 | 0xFFFF) {
-        return Err(unsupported(
-            at,
-            cna::CvtCon5::PER_CHANNEL_CVT_EN,
-            cna.cvt.per_channel,
-            "the planar programs write 0xFFFF with the converter bypassed; other masks are not modelled",
-        ));
-    }
-    check_cbuf(cna, at, first, cbuf_state)?;
-    let (line, plane) = f.strides();
-    let wbase = weight_base(cna, at)?;
-    derived.push(format!(
-        "{} = {}: the 1-channel planar input's padded channels 1..7 are taken as zero (every captured weight for them is zero, so no capture tells), and the CORE's channels 1..15 beyond the one kernel as zero",
-        cna::ConvCon1::ARGB_IN,
-        PLANAR_ARGB_IN_VALUE
-    ));
-    Ok(Main::Conv {
-        feature: Feature {
-            base: addr(f.addr),
-            w: f.width,
-            h: f.height,
-            c: f.channels,
-            prec,
-            line,
-            surf: plane,
-            planar: true,
-        },
-        weights: Weights {
-            base: wbase,
-            n: cc,
-            c: f.channels,
-            prec,
-        },
-        window,
-    })
+    Ok(())
 }
 
 /// `CONV_CON1.ARGB_IN` of the planar input (the task model accepts no other non-zero value).

@@ -18,11 +18,29 @@ pub(super) fn check_window(
     at: At,
     derived: &mut Vec<String>,
 ) -> Result<Window, SimError> {
+    let k = &cna.kernel;
+    let (sx, sy) = cna.conv.stride;
+    kernel(cna, at, derived)?;
+    let pad_value = pad_value(cna, at, derived)?;
+    let (ow, oh) = output(cna, core, at)?;
+    Ok(Window {
+        kw: k.width,
+        kh: k.height,
+        stride: (sx, sy),
+        dilation: k.dilation,
+        pad: (k.pad_left, k.pad_top),
+        pad_value,
+        depthwise: k.depthwise,
+        out_w: ow,
+        out_h: oh,
+    })
+}
+
+/// The kernel, stride, dilation and left and top padding of [`check_window`].
+fn kernel(cna: &task::Cna, at: At, derived: &mut Vec<String>) -> Result<(), SimError> {
     use Precision::*;
-    let f = &cna.feature;
     let k = &cna.kernel;
     let prec = cna.precision;
-    let (w, h) = (f.width, f.height);
     let (sx, sy) = cna.conv.stride;
     let unit = k.width == 1
         && k.height == 1
@@ -99,7 +117,17 @@ pub(super) fn check_window(
             ),
         ));
     }
-    let pad_value = pad_value(cna, at, derived)?;
+    Ok(())
+}
+
+/// The output size of [`check_window`]: the CNA's and the CORE's, and the right and
+/// bottom padding it implies. Returns the output's width and height.
+fn output(cna: &task::Cna, core: &task::Core, at: At) -> Result<(u32, u32), SimError> {
+    let f = &cna.feature;
+    let k = &cna.kernel;
+    let (w, h) = (f.width, f.height);
+    let (sx, sy) = cna.conv.stride;
+    let (ex, ey) = k.extent();
     let ow = cna.conv.out_width;
     if ow == 0 || cna.conv.out_atomics == 0 || !cna.conv.out_atomics.is_multiple_of(ow) {
         return Err(inconsistent(
@@ -170,17 +198,7 @@ pub(super) fn check_window(
             format!("the output is {oh} high"),
         ));
     }
-    Ok(Window {
-        kw: k.width,
-        kh: k.height,
-        stride: (sx, sy),
-        dilation: k.dilation,
-        pad: (k.pad_left, k.pad_top),
-        pad_value,
-        depthwise: k.depthwise,
-        out_w: ow,
-        out_h: oh,
-    })
+    Ok((ow, oh))
 }
 
 /// `PAD_CON1`: the int8 value as Mesa writes it (sign-extended, or its low byte twice,
