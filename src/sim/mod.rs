@@ -48,6 +48,7 @@ mod depthwise;
 mod dma;
 mod error;
 mod exec;
+mod fetch;
 mod lint;
 mod lut;
 mod memory;
