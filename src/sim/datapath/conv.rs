@@ -35,7 +35,6 @@ pub(super) fn conv(
     let out_pixels = win.out_w as usize * win.out_h as usize;
     let macs =
         out_pixels as u64 * n as u64 * taps as u64 * if win.depthwise { 1 } else { c as u64 };
-    let feature_reg = cna::FeatureDataAddr::NAME;
     let weight_reg = cna::DcompAddr0::NAME;
     // Depthwise: one window per channel; planar: the one kernel in memory, the CORE's
     // other 15 channels come from no weights (zero).
@@ -43,7 +42,6 @@ pub(super) fn conv(
     let wbytes = kernels * taps * c * w.prec.bits() as usize / 8;
     let wdata = run(mem, w.base as i64, wbytes, at, "CNA", weight_reg)?;
     *weighed += wdata.len() as u64;
-    let epa = f.prec.atom_elems() as usize;
     let g = w.prec.kernels_per_atom() as usize;
     let row_bytes = 32 * w.prec.bits() as usize / 8;
     let kblocks = c / 32;
@@ -54,42 +52,13 @@ pub(super) fn conv(
         (((j / g) * kblocks + kb) * taps + t) * 1024 + (j % g) * row_bytes
     };
 
-    // Visits every feature atom: (pixel, first channel, 16 bytes).
-    let mut each_atom = |visit: &mut dyn FnMut(usize, usize, &[u8])| -> Result<(), SimError> {
-        if f.planar {
-            // One plane of fp16 lines; the atom of each pixel holds it in channel 0 and
-            // zero in the padded channels (docs/hardware/convolution.md#planar-input).
-            for y in 0..f.h as usize {
-                let addr = f.base as i64 + y as i64 * f.line;
-                let bytes = run(mem, addr, f.w as usize * 2, at, "CNA", feature_reg)?;
-                *fetched += bytes.len() as u64;
-                for x in 0..f.w as usize {
-                    let mut atom = [0u8; 16];
-                    atom[..2].copy_from_slice(&bytes[2 * x..2 * x + 2]);
-                    visit(y * f.w as usize + x, 0, &atom);
-                }
-            }
-            return Ok(());
-        }
-        for c1 in 0..c / epa {
-            for y in 0..f.h as usize {
-                let addr = f.base as i64 + c1 as i64 * f.surf + y as i64 * f.line;
-                let bytes = run(mem, addr, f.w as usize * 16, at, "CNA", feature_reg)?;
-                *fetched += bytes.len() as u64;
-                for x in 0..f.w as usize {
-                    visit(y * f.w as usize + x, c1 * epa, &bytes[x * 16..x * 16 + 16]);
-                }
-            }
-        }
-        Ok(())
-    };
     let unit = taps == 1 && out_pixels == pixels && win.pad == (0, 0) && !win.depthwise;
 
     let values = match f.prec {
         Precision::Int8 | Precision::Int4 => {
             let mut a = vec![0i16; pixels * c];
             let int4 = f.prec == Precision::Int4;
-            each_atom(&mut |p, ch, atom| {
+            each_atom(mem, f, at, fetched, &mut |p, ch, atom| {
                 let dst = &mut a[p * c + ch..];
                 if int4 {
                     for (i, &b) in atom.iter().enumerate() {
@@ -106,23 +75,7 @@ pub(super) fn conv(
                 let pad = win.pad_value as i16;
                 return Ok((Values::Int(window_int(&a, wdata, f, w, win, pad)), macs));
             }
-            let mut b = vec![0i16; n * c];
-            for j in 0..n {
-                for kb in 0..kblocks {
-                    let src = &wdata[woff(j, kb, 0)..woff(j, kb, 0) + row_bytes];
-                    let dst = &mut b[j * c + kb * 32..j * c + kb * 32 + 32];
-                    if int4 {
-                        for (i, &v) in src.iter().enumerate() {
-                            dst[2 * i] = nibble(v >> 4);
-                            dst[2 * i + 1] = nibble(v & 0xF);
-                        }
-                    } else {
-                        for (d, &v) in dst.iter_mut().zip(src) {
-                            *d = v as i8 as i16;
-                        }
-                    }
-                }
-            }
+            let b = weights_int(wdata, n, c, row_bytes, int4, woff);
             let mut acc = gemm_i16(&a, &b, pixels, n, c);
             if int4 {
                 // The CORE accumulates int4 products in int16 and saturates (quirk 13,
@@ -135,7 +88,7 @@ pub(super) fn conv(
         }
         Precision::Int16 => {
             let mut a = vec![0i32; pixels * c];
-            each_atom(&mut |p, ch, atom| {
+            each_atom(mem, f, at, fetched, &mut |p, ch, atom| {
                 for e in 0..8 {
                     a[p * c + ch + e] = le16(atom, 2 * e) as i16 as i32;
                 }
@@ -171,7 +124,7 @@ pub(super) fn conv(
                 bf16_to_f32
             };
             let mut a = vec![0f32; pixels * c];
-            each_atom(&mut |p, ch, atom| {
+            each_atom(mem, f, at, fetched, &mut |p, ch, atom| {
                 for e in 0..8 {
                     a[p * c + ch + e] = conv(le16(atom, 2 * e));
                 }
@@ -180,25 +133,113 @@ pub(super) fn conv(
                 let pad = conv(win.pad_value as u16);
                 return Ok((Values::Float(window_f32(&a, wdata, f, w, win, pad)), macs));
             }
-            let mut b = vec![0f32; n * c];
-            if f.planar {
-                // The one 1x1 kernel over the 8 padded channels: 8 halves in order.
-                for (e, v) in b.iter_mut().take(c).enumerate() {
-                    *v = conv(le16(wdata, 2 * e));
-                }
-            }
-            for j in 0..n {
-                for kb in 0..kblocks {
-                    let o = woff(j, kb, 0);
-                    for e in 0..32 {
-                        b[j * c + kb * 32 + e] = conv(le16(wdata, o + 2 * e));
-                    }
-                }
-            }
+            let b = weights_f32(wdata, n, c, f.planar, conv, woff);
             Values::Float(gemm_f32(&a, &b, pixels, n, c))
         }
     };
     Ok((values, macs))
+}
+
+/// Visits every feature atom of `f`: (pixel, first channel, 16 bytes), adding the bytes
+/// read to `fetched`.
+fn each_atom(
+    mem: &Memory,
+    f: &Feature,
+    at: At,
+    fetched: &mut u64,
+    visit: &mut dyn FnMut(usize, usize, &[u8]),
+) -> Result<(), SimError> {
+    let feature_reg = cna::FeatureDataAddr::NAME;
+    let c = f.c as usize;
+    let epa = f.prec.atom_elems() as usize;
+    if f.planar {
+        // One plane of fp16 lines; the atom of each pixel holds it in channel 0 and
+        // zero in the padded channels (docs/hardware/convolution.md#planar-input).
+        for y in 0..f.h as usize {
+            let addr = f.base as i64 + y as i64 * f.line;
+            let bytes = run(mem, addr, f.w as usize * 2, at, "CNA", feature_reg)?;
+            *fetched += bytes.len() as u64;
+            for x in 0..f.w as usize {
+                let mut atom = [0u8; 16];
+                atom[..2].copy_from_slice(&bytes[2 * x..2 * x + 2]);
+                visit(y * f.w as usize + x, 0, &atom);
+            }
+        }
+        return Ok(());
+    }
+    for c1 in 0..c / epa {
+        for y in 0..f.h as usize {
+            let addr = f.base as i64 + c1 as i64 * f.surf + y as i64 * f.line;
+            let bytes = run(mem, addr, f.w as usize * 16, at, "CNA", feature_reg)?;
+            *fetched += bytes.len() as u64;
+            for x in 0..f.w as usize {
+                visit(y * f.w as usize + x, c1 * epa, &bytes[x * 16..x * 16 + 16]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The 1×1 integer weights of `n` kernels over `c` channels as rows of `c` values (int4
+/// unpacked), each 32-channel block `row_bytes` long at `woff(kernel, block, 0)` in
+/// `wdata`.
+fn weights_int(
+    wdata: &[u8],
+    n: usize,
+    c: usize,
+    row_bytes: usize,
+    int4: bool,
+    woff: impl Fn(usize, usize, usize) -> usize,
+) -> Vec<i16> {
+    let kblocks = c / 32;
+    let mut b = vec![0i16; n * c];
+    for j in 0..n {
+        for kb in 0..kblocks {
+            let src = &wdata[woff(j, kb, 0)..woff(j, kb, 0) + row_bytes];
+            let dst = &mut b[j * c + kb * 32..j * c + kb * 32 + 32];
+            if int4 {
+                for (i, &v) in src.iter().enumerate() {
+                    dst[2 * i] = nibble(v >> 4);
+                    dst[2 * i + 1] = nibble(v & 0xF);
+                }
+            } else {
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d = v as i8 as i16;
+                }
+            }
+        }
+    }
+    b
+}
+
+/// The 1×1 16-bit float weights of `n` kernels over `c` channels as rows of `c` values
+/// (`planar`: the one kernel over the 8 padded channels), each 32-channel block at
+/// `woff(kernel, block, 0)` in `wdata`, converted by `conv`.
+fn weights_f32(
+    wdata: &[u8],
+    n: usize,
+    c: usize,
+    planar: bool,
+    conv: fn(u16) -> f32,
+    woff: impl Fn(usize, usize, usize) -> usize,
+) -> Vec<f32> {
+    let kblocks = c / 32;
+    let mut b = vec![0f32; n * c];
+    if planar {
+        // The one 1x1 kernel over the 8 padded channels: 8 halves in order.
+        for (e, v) in b.iter_mut().take(c).enumerate() {
+            *v = conv(le16(wdata, 2 * e));
+        }
+    }
+    for j in 0..n {
+        for kb in 0..kblocks {
+            let o = woff(j, kb, 0);
+            for e in 0..32 {
+                b[j * c + kb * 32 + e] = conv(le16(wdata, o + 2 * e));
+            }
+        }
+    }
+    b
 }
 
 /// The input pixel under tap `(kx, ky)` of output pixel `(ox, oy)`, or `None` in the
