@@ -68,9 +68,8 @@ const BN: Fields = {
     }
 };
 
-/// The ALU operations the TRM names.
-const ALU_OPS: Allowed = OneOf(&[2, 4]);
-type Allowed = super::Allowed<task::Stage>;
+/// The ALU operations the TRM names, and the text naming them.
+const ALU_OPS: super::Allowed<task::Stage> = OneOf(&[2, 4]);
 const TRM_OPS: &str = "the TRM names 2 (add) and 4 (minus) only";
 
 /// An integer stage's envelope: add or minus, no shifts read from memory (no program
