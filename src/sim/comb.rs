@@ -10,7 +10,7 @@ use super::config::{addr, inconsistent, unsupported};
 use super::error::{At, SimError};
 use super::exec::Cube;
 use crate::regs::{Register, dpu, dpu_rdma};
-use crate::task::{self, DpuInput};
+use crate::task::{self, DpuInput, Precision};
 
 /// The EW operand of a task with `COMB_USE` 5, after checking that its registers are the
 /// board-run programs' geometry.
@@ -23,30 +23,9 @@ pub(super) fn shared_operand(
     out: &Cube,
     at: At,
 ) -> Result<Cube, SimError> {
-    use dpu_rdma::{RdmaErdmaCfg, RdmaFeatureModeCfg as Mode, RdmaSurfNotch};
+    use dpu_rdma::RdmaFeatureModeCfg as Mode;
     let comb = task::COMB_SHARED_OPERAND;
-    if e.data_size != er.data_size || e.data_mode != er.data_mode {
-        return Err(inconsistent(
-            at,
-            dpu::EwCfg::EDATA_SIZE,
-            e.data_size,
-            format!(
-                "{} and {} must repeat {} and {}",
-                dpu::EwCfg::EDATA_SIZE,
-                dpu::EwCfg::EW_DATA_MODE,
-                RdmaErdmaCfg::ERDMA_DATA_SIZE,
-                RdmaErdmaCfg::ERDMA_DATA_MODE
-            ),
-        ));
-    }
-    let prec = er.precision(float).ok_or_else(|| {
-        unsupported(
-            at,
-            RdmaErdmaCfg::ERDMA_DATA_SIZE,
-            er.data_size,
-            "16- and 32-bit shared operands are modelled",
-        )
-    })?;
+    let prec = precision(e, er, float, at)?;
     if t.dpu.as_ref().is_some_and(|d| d.input == DpuInput::Flying) {
         return Err(unsupported(
             at,
@@ -102,7 +81,76 @@ pub(super) fn shared_operand(
             "the board-run programs read whole lines (line notches 0)",
         ));
     }
-    let surface = w * h;
+    notches(m, er, w * h, at)?;
+    let line = u64::from(w) * 16;
+    let surf = line * u64::from(h);
+    let base = addr(m.addr);
+    if u64::from(addr(er.addr)) != u64::from(base) + surf {
+        return Err(inconsistent(
+            at,
+            dpu_rdma::RdmaEwBaseAddr::EW_BASE_ADDR,
+            addr(er.addr),
+            format!(
+                "ERDMA reads the odd surfaces: one surface ({surf} bytes) after {} {base:#x}",
+                dpu_rdma::RdmaSrcBaseAddr::NAME
+            ),
+        ));
+    }
+    let cube = Cube {
+        base,
+        w,
+        h,
+        c,
+        prec,
+        line,
+        surf,
+        register: dpu_rdma::RdmaSrcBaseAddr::NAME,
+        block: "DPU_RDMA",
+    };
+    if c % cube.atom_elems() != 0 {
+        return Err(unsupported(
+            at,
+            dpu::DataCubeChannel::CHANNEL,
+            c - 1,
+            "the operand channels must fill whole atoms",
+        ));
+    }
+    Ok(cube)
+}
+
+/// The shared operand's element precision: `EW_CFG` repeats ERDMA's size and mode, and
+/// the size is one the model runs.
+fn precision(e: &task::Ew, er: &task::Erdma, float: bool, at: At) -> Result<Precision, SimError> {
+    use dpu_rdma::RdmaErdmaCfg;
+    if e.data_size != er.data_size || e.data_mode != er.data_mode {
+        return Err(inconsistent(
+            at,
+            dpu::EwCfg::EDATA_SIZE,
+            e.data_size,
+            format!(
+                "{} and {} must repeat {} and {}",
+                dpu::EwCfg::EDATA_SIZE,
+                dpu::EwCfg::EW_DATA_MODE,
+                RdmaErdmaCfg::ERDMA_DATA_SIZE,
+                RdmaErdmaCfg::ERDMA_DATA_MODE
+            ),
+        ));
+    }
+    er.precision(float).ok_or_else(|| {
+        unsupported(
+            at,
+            RdmaErdmaCfg::ERDMA_DATA_SIZE,
+            er.data_size,
+            "16- and 32-bit shared operands are modelled",
+        )
+    })
+}
+
+/// The notches and the ERDMA surface stride of a shared operand of `surface`-atom
+/// surfaces: each engine steps over the other's surface.
+fn notches(m: &task::Mrdma, er: &task::Erdma, surface: u32, at: At) -> Result<(), SimError> {
+    use dpu_rdma::{RdmaFeatureModeCfg as Mode, RdmaSurfNotch};
+    let comb = task::COMB_SHARED_OPERAND;
     // rocket-userspace writes max(W·H, 12) in the three fields; below 12 atoms the
     // floor's effect on the step is not explained, so only W·H ≥ 12 runs.
     if surface < 12 {
@@ -140,38 +188,5 @@ pub(super) fn shared_operand(
         let f = dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE;
         return Err(unsupported(at, f, er.surf_stride, why()));
     }
-    let line = u64::from(w) * 16;
-    let surf = line * u64::from(h);
-    let base = addr(m.addr);
-    if u64::from(addr(er.addr)) != u64::from(base) + surf {
-        return Err(inconsistent(
-            at,
-            dpu_rdma::RdmaEwBaseAddr::EW_BASE_ADDR,
-            addr(er.addr),
-            format!(
-                "ERDMA reads the odd surfaces: one surface ({surf} bytes) after {} {base:#x}",
-                dpu_rdma::RdmaSrcBaseAddr::NAME
-            ),
-        ));
-    }
-    let cube = Cube {
-        base,
-        w,
-        h,
-        c,
-        prec,
-        line,
-        surf,
-        register: dpu_rdma::RdmaSrcBaseAddr::NAME,
-        block: "DPU_RDMA",
-    };
-    if c % cube.atom_elems() != 0 {
-        return Err(unsupported(
-            at,
-            dpu::DataCubeChannel::CHANNEL,
-            c - 1,
-            "the operand channels must fill whole atoms",
-        ));
-    }
-    Ok(cube)
+    Ok(())
 }

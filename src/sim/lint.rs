@@ -1,7 +1,7 @@
 //! Static checks of one task for known hazards (docs/hardware/quirks.md).
 
 use super::error::{At, Lint, LintKind};
-use super::exec::{EwSrc, Main, Task};
+use super::exec::{EwSrc, Feature, Main, Task};
 use super::reg_name;
 use crate::regcmd::BlockMask;
 use crate::regs::{Register, cna, dpu};
@@ -118,59 +118,64 @@ pub(super) fn task(t: &Task, at: At, out: &mut Vec<Lint>) {
         );
     }
     if let Main::Conv { feature, .. } = &t.main {
-        let pixels = feature.w as u64 * feature.h as u64;
-        if feature.prec == Precision::Int8
-            && limits::in_int8_k_gap(feature.c)
-            && pixels > u64::from(limits::INT8_GAP_MAX_ROWS)
-        {
-            lint(
-                out,
-                at,
-                LintKind::Int8KTile,
-                format!(
-                    "int8 K tile of {} channels with {pixels} rows: K in (3072, 4096) failed to submit on boards for M > 4",
-                    feature.c
-                ),
-            );
-        }
-        if feature.prec.is_float() && t.grains < feature.h + 1 {
-            lint(
-                out,
-                at,
-                LintKind::FeatureGrains,
-                format!(
-                    "{:?} = {} for {} rows; values below rows + 1 corrupted some large-K fp16 results",
-                    cna::ConvCon2::FEATURE_GRAINS,
-                    t.grains,
-                    feature.h
-                ),
-            );
-        }
-        if feature.prec == Precision::Int4 && feature.c > 480 {
-            lint(
-                out,
-                at,
-                LintKind::Int4Saturation,
-                format!(
-                    "int4 x int4 over {} channels accumulates in int16 and may saturate (safe for any input up to 480)",
-                    feature.c
-                ),
-            );
-        }
-        if !t.group_line_off && feature.h > 1 && t.line_stride_field != 4 * feature.w {
-            lint(
-                out,
-                at,
-                LintKind::UnverifiedGeometry,
-                format!(
-                    "{:?} = {} with group line fetch on and {} lines of width {}: no board-validated program uses a line stride other than 4 x width here",
-                    cna::DmaCon1::LINE_STRIDE,
-                    t.line_stride_field,
-                    feature.h,
-                    feature.w
-                ),
-            );
-        }
+        conv(t, feature, at, out);
+    }
+}
+
+/// Lints the convolution feeding a checked task, whose feature read is `feature`.
+fn conv(t: &Task, feature: &Feature, at: At, out: &mut Vec<Lint>) {
+    let pixels = feature.w as u64 * feature.h as u64;
+    if feature.prec == Precision::Int8
+        && limits::in_int8_k_gap(feature.c)
+        && pixels > u64::from(limits::INT8_GAP_MAX_ROWS)
+    {
+        lint(
+            out,
+            at,
+            LintKind::Int8KTile,
+            format!(
+                "int8 K tile of {} channels with {pixels} rows: K in (3072, 4096) failed to submit on boards for M > 4",
+                feature.c
+            ),
+        );
+    }
+    if feature.prec.is_float() && t.grains < feature.h + 1 {
+        lint(
+            out,
+            at,
+            LintKind::FeatureGrains,
+            format!(
+                "{:?} = {} for {} rows; values below rows + 1 corrupted some large-K fp16 results",
+                cna::ConvCon2::FEATURE_GRAINS,
+                t.grains,
+                feature.h
+            ),
+        );
+    }
+    if feature.prec == Precision::Int4 && feature.c > 480 {
+        lint(
+            out,
+            at,
+            LintKind::Int4Saturation,
+            format!(
+                "int4 x int4 over {} channels accumulates in int16 and may saturate (safe for any input up to 480)",
+                feature.c
+            ),
+        );
+    }
+    if !t.group_line_off && feature.h > 1 && t.line_stride_field != 4 * feature.w {
+        lint(
+            out,
+            at,
+            LintKind::UnverifiedGeometry,
+            format!(
+                "{:?} = {} with group line fetch on and {} lines of width {}: no board-validated program uses a line stride other than 4 x width here",
+                cna::DmaCon1::LINE_STRIDE,
+                t.line_stride_field,
+                feature.h,
+                feature.w
+            ),
+        );
     }
 }
 

@@ -211,10 +211,7 @@ pub(super) fn check(
     at: At,
     unvalidated: &mut Vec<String>,
 ) -> Result<Lut, SimError> {
-    use dpu::{
-        DataFormat, EwCfg, LutCfg, LutInfo, LutLeEnd, LutLeStart, LutLoEnd, LutLoStart,
-        OutCvtScale, OutCvtShift,
-    };
+    use dpu::{DataFormat, LutCfg, LutLeEnd, LutLeStart, LutLoEnd, LutLoStart, OutCvtScale};
     let fp32 = match d.precision {
         Precision::Fp16 => false,
         Precision::Fp32 => true,
@@ -249,10 +246,83 @@ pub(super) fn check(
             ),
         ));
     }
-    // The EW stage around the LUT: every unit but the LUT bypassed (EW_CFG 0x302), or, as
-    // rocket-userspace's board-run LUT programs leave it (EW_CFG 0x300), the ALU on with
-    // MAX and the zero register operand (checked below): their board outputs are the
-    // LUT's, so that exact configuration runs as the LUT alone (docs/hardware/lut.md#ew-around-the-lut).
+    ew_around(e, at)?;
+    // LUT_CFG: only the board-run 0x68 has known semantics for its mux fields.
+    for (field, v, want) in [
+        (LutCfg::LUT_ROAD_SEL, u32::from(l.road_sel), 0),
+        (LutCfg::LUT_EXPAND_EN, u32::from(l.expand), 0),
+        (LutCfg::LUT_CAL_SEL, u32::from(l.cal_sel), 0),
+        (LutCfg::LUT_LO_LE_MUX, l.lo_le_mux, 2),
+    ] {
+        if v != want {
+            return Err(unsupported(
+                at,
+                field,
+                v,
+                format!("its meaning is not published; every program that ran writes {want}"),
+            ));
+        }
+    }
+    if l.uflow_lo || !l.oflow_lo || !l.hybrid_lo {
+        unvalidated.push(format!(
+            "{} priorities underflow {}, overflow {}, hybrid {}: every program that ran writes 0, 1, 1 ({} 0x68); the model follows the NVDLA selection rules",
+            LutCfg::NAME,
+            u32::from(l.uflow_lo),
+            u32::from(l.oflow_lo),
+            u32::from(l.hybrid_lo),
+            LutCfg::NAME
+        ));
+    }
+    let le = range(&l.le, true, at)?;
+    let lo = range(&l.lo, false, at)?;
+    let span_le = LUT_SEGMENTS << l.le.index_select;
+    let span_lo = LUT_SEGMENTS << l.lo.index_select;
+    let board = l.le.end == 0
+        && l.lo.start == 0
+        && i64::from(l.le.start) == -span_le
+        && i64::from(l.lo.end) == span_lo
+        && l.le.index_select == l.lo.index_select
+        && matches!(l.le.index_select, 5 | 6);
+    if !board {
+        unvalidated.push(format!(
+            "LUT ranges LE [{}, {}] select {}, LO [{}, {}] select {}: every program that ran has {} = -{} = 512 << select (5 or 6) and {} = {} = 0",
+            l.le.start,
+            l.le.end,
+            l.le.index_select,
+            l.lo.start,
+            l.lo.end,
+            l.lo.index_select,
+            LutLoEnd::NAME,
+            LutLeStart::NAME,
+            LutLeEnd::NAME,
+            LutLoStart::NAME
+        ));
+    }
+    // The output converter: the affine decode of the fixed-point code.
+    let c = &d.out_cvt;
+    out_converter(c, at, unvalidated)?;
+    let scale = c.scale as u16 as i16;
+    Ok(Lut {
+        le,
+        lo,
+        uflow_lo: l.uflow_lo,
+        oflow_lo: l.oflow_lo,
+        hybrid_lo: l.hybrid_lo,
+        offset: c.offset as f32,
+        scale: f32::from(scale),
+        exp: pow2_neg(c.minus_exp),
+        add_first: c.add_first,
+        signed_decode: c.add_first && c.offset < 0,
+        tables: [[0; LUT_ENTRIES]; 2],
+    })
+}
+
+/// The EW stage around the LUT: every unit but the LUT bypassed (EW_CFG 0x302), or, as
+/// rocket-userspace's board-run LUT programs leave it (EW_CFG 0x300), the ALU on with
+/// MAX and the zero register operand (checked below): their board outputs are the
+/// LUT's, so that exact configuration runs as the LUT alone (docs/hardware/lut.md#ew-around-the-lut).
+fn ew_around(e: &task::Ew, at: At) -> Result<(), SimError> {
+    use dpu::EwCfg;
     match e.op {
         None | Some(task::EwOp::Alu(task::AluOp::Max)) => {}
         Some(_) => {
@@ -303,101 +373,57 @@ pub(super) fn check(
             ),
         ));
     }
-    // LUT_CFG: only the board-run 0x68 has known semantics for its mux fields.
-    for (field, v, want) in [
-        (LutCfg::LUT_ROAD_SEL, u32::from(l.road_sel), 0),
-        (LutCfg::LUT_EXPAND_EN, u32::from(l.expand), 0),
-        (LutCfg::LUT_CAL_SEL, u32::from(l.cal_sel), 0),
-        (LutCfg::LUT_LO_LE_MUX, l.lo_le_mux, 2),
-    ] {
-        if v != want {
-            return Err(unsupported(
-                at,
-                field,
-                v,
-                format!("its meaning is not published; every program that ran writes {want}"),
-            ));
-        }
-    }
-    if l.uflow_lo || !l.oflow_lo || !l.hybrid_lo {
-        unvalidated.push(format!(
-            "{} priorities underflow {}, overflow {}, hybrid {}: every program that ran writes 0, 1, 1 ({} 0x68); the model follows the NVDLA selection rules",
-            LutCfg::NAME,
-            u32::from(l.uflow_lo),
-            u32::from(l.oflow_lo),
-            u32::from(l.hybrid_lo),
-            LutCfg::NAME
+    Ok(())
+}
+
+/// One of the LUT's two ranges (`le`: the LE table's, else the LO table's).
+fn range(r: &task::LutRange, le: bool, at: At) -> Result<Range, SimError> {
+    use dpu::{LutInfo, LutLeEnd, LutLoEnd};
+    let sel = r.index_select;
+    if sel > 21 {
+        let f = if le {
+            LutInfo::LUT_LE_INDEX_SELECT
+        } else {
+            LutInfo::LUT_LO_INDEX_SELECT
+        };
+        return Err(unsupported(
+            at,
+            f,
+            sel,
+            "512 segments of 2^select index units must fit the 32-bit range registers (0..=21)",
         ));
     }
-    let range = |r: &task::LutRange, le: bool| -> Result<Range, SimError> {
-        let sel = r.index_select;
-        if sel > 21 {
-            let f = if le {
-                LutInfo::LUT_LE_INDEX_SELECT
-            } else {
-                LutInfo::LUT_LO_INDEX_SELECT
-            };
-            return Err(unsupported(
-                at,
-                f,
-                sel,
-                "512 segments of 2^select index units must fit the 32-bit range registers (0..=21)",
-            ));
-        }
-        let span = i64::from(r.end) - i64::from(r.start);
-        if span != LUT_SEGMENTS << sel {
-            let why = format!(
-                "END - START is {span}, not 512 << INDEX_SELECT {sel} = {}: the table holds 513 entries",
-                LUT_SEGMENTS << sel
-            );
-            return Err(if le {
-                inconsistent(at, LutLeEnd::LUT_LE_END, r.end as u32, why)
-            } else {
-                inconsistent(at, LutLoEnd::LUT_LO_END, r.end as u32, why)
-            });
-        }
-        let s = r.slope;
-        if s.uflow_shift > 31 || s.oflow_shift > 31 {
-            // 5-bit fields: cannot happen for decoded values.
-            return Err(SimError::Setup {
-                why: "a LUT slope shift above 31".into(),
-            });
-        }
-        Ok(Range {
-            start: r.start as f32,
-            end: r.end as f32,
-            inv_step: pow2_neg(sel),
-            uflow: f32::from(s.uflow_scale) * pow2_neg(s.uflow_shift),
-            oflow: f32::from(s.oflow_scale) * pow2_neg(s.oflow_shift),
-        })
-    };
-    let le = range(&l.le, true)?;
-    let lo = range(&l.lo, false)?;
-    let span_le = LUT_SEGMENTS << l.le.index_select;
-    let span_lo = LUT_SEGMENTS << l.lo.index_select;
-    let board = l.le.end == 0
-        && l.lo.start == 0
-        && i64::from(l.le.start) == -span_le
-        && i64::from(l.lo.end) == span_lo
-        && l.le.index_select == l.lo.index_select
-        && matches!(l.le.index_select, 5 | 6);
-    if !board {
-        unvalidated.push(format!(
-            "LUT ranges LE [{}, {}] select {}, LO [{}, {}] select {}: every program that ran has {} = -{} = 512 << select (5 or 6) and {} = {} = 0",
-            l.le.start,
-            l.le.end,
-            l.le.index_select,
-            l.lo.start,
-            l.lo.end,
-            l.lo.index_select,
-            LutLoEnd::NAME,
-            LutLeStart::NAME,
-            LutLeEnd::NAME,
-            LutLoStart::NAME
-        ));
+    let span = i64::from(r.end) - i64::from(r.start);
+    if span != LUT_SEGMENTS << sel {
+        let why = format!(
+            "END - START is {span}, not 512 << INDEX_SELECT {sel} = {}: the table holds 513 entries",
+            LUT_SEGMENTS << sel
+        );
+        return Err(if le {
+            inconsistent(at, LutLeEnd::LUT_LE_END, r.end as u32, why)
+        } else {
+            inconsistent(at, LutLoEnd::LUT_LO_END, r.end as u32, why)
+        });
     }
-    // The output converter: the affine decode of the fixed-point code.
-    let c = &d.out_cvt;
+    let s = r.slope;
+    if s.uflow_shift > 31 || s.oflow_shift > 31 {
+        // 5-bit fields: cannot happen for decoded values.
+        return Err(SimError::Setup {
+            why: "a LUT slope shift above 31".into(),
+        });
+    }
+    Ok(Range {
+        start: r.start as f32,
+        end: r.end as f32,
+        inv_step: pow2_neg(sel),
+        uflow: f32::from(s.uflow_scale) * pow2_neg(s.uflow_shift),
+        oflow: f32::from(s.oflow_scale) * pow2_neg(s.oflow_shift),
+    })
+}
+
+/// The output converter of a LUT task: the affine decode of the fixed-point code.
+fn out_converter(c: &task::OutCvt, at: At, unvalidated: &mut Vec<String>) -> Result<(), SimError> {
+    use dpu::OutCvtShift;
     if c.shift != 0 {
         return Err(unsupported(
             at,
@@ -429,19 +455,7 @@ pub(super) fn check(
             c.minus_exp
         ));
     }
-    Ok(Lut {
-        le,
-        lo,
-        uflow_lo: l.uflow_lo,
-        oflow_lo: l.oflow_lo,
-        hybrid_lo: l.hybrid_lo,
-        offset: c.offset as f32,
-        scale: f32::from(scale),
-        exp: pow2_neg(c.minus_exp),
-        add_first: c.add_first,
-        signed_decode: c.add_first && c.offset < 0,
-        tables: [[0; LUT_ENTRIES]; 2],
-    })
+    Ok(())
 }
 
 /// Board-measured hazards of the tables a task uses (docs/hardware/lut.md#quirks), one

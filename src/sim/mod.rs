@@ -40,7 +40,7 @@
 //! ```
 
 mod bounds;
-mod check_dpu;
+mod check;
 mod comb;
 mod config;
 mod datapath;
@@ -48,6 +48,7 @@ mod depthwise;
 mod dma;
 mod error;
 mod exec;
+mod fetch;
 mod lint;
 mod lut;
 mod memory;

@@ -86,59 +86,10 @@ pub(super) fn check(t: &task::Task, at: At) -> Result<Pool, SimError> {
             "input from the DPU (no public program runs DPU to PPU flying pooling; the model needs 1, input from PPU_RDMA)",
         ));
     }
+    shapes(at, p, r)?;
     let (iw, ih, c) = p.cube_in;
-    same(
-        at,
-        r.cube_in.0,
-        iw,
-        ppu_rdma::RdmaCubeInWidth::CUBE_IN_WIDTH,
-    )?;
-    same(
-        at,
-        r.cube_in.1,
-        ih,
-        ppu_rdma::RdmaCubeInHeight::CUBE_IN_HEIGHT,
-    )?;
-    if r.cube_in.2 != c {
-        return Err(inconsistent(
-            at,
-            ppu_rdma::RdmaCubeInChannel::CUBE_IN_CHANNEL,
-            r.cube_in.2 - 1,
-            format!("the PPU pools {c} channels"),
-        ));
-    }
-    let (ow, oh, oc) = p.cube_out;
-    if oc != c {
-        return Err(inconsistent(
-            at,
-            ppu::DataCubeOutChannel::CUBE_OUT_CHANNEL,
-            oc - 1,
-            format!("pooling keeps the {c} input channels"),
-        ));
-    }
+    let (ow, oh, _) = p.cube_out;
     let prec = p.precision;
-    let size_code = match prec {
-        Precision::Fp16 => 2,
-        Precision::Int8 => 1,
-        _ => {
-            return Err(unsupported(
-                at,
-                ppu::DataFormat::PROC_PRECISION,
-                prec.code(),
-                "the model pools fp16 (board-validated) and int8 max/min; no public program pools another type",
-            ));
-        }
-    };
-    if r.size_code != size_code {
-        return Err(inconsistent(
-            at,
-            ppu_rdma::RdmaDataFormat::IN_PRECISION,
-            r.size_code,
-            format!(
-                "the PPU processes {prec}, whose elements the read DMA codes as {size_code} (0 4-bit, 1 8-bit, 2 16-bit, 3 32-bit)"
-            ),
-        ));
-    }
     let (kw, kh) = p.kernel;
     let (sx, sy) = p.stride;
     let [pl, pt, pr, pb] = p.padding;
@@ -217,7 +168,79 @@ pub(super) fn check(t: &task::Task, at: At) -> Result<Pool, SimError> {
             format!("{c} channels: every program pools whole {atom}-channel atoms of {prec}"),
         ));
     }
-    let surfaces = c / atom;
+    strides(at, p, r, c / atom, &mut unvalidated)?;
+    Ok(pool(t, p, r, unvalidated))
+}
+
+/// The PPU's and PPU_RDMA's cubes agree, and the PPU pools a precision the model runs
+/// with the element size the read DMA codes for it.
+fn shapes(at: At, p: &task::Ppu, r: &task::PpuRdma) -> Result<(), SimError> {
+    let (iw, ih, c) = p.cube_in;
+    same(
+        at,
+        r.cube_in.0,
+        iw,
+        ppu_rdma::RdmaCubeInWidth::CUBE_IN_WIDTH,
+    )?;
+    same(
+        at,
+        r.cube_in.1,
+        ih,
+        ppu_rdma::RdmaCubeInHeight::CUBE_IN_HEIGHT,
+    )?;
+    if r.cube_in.2 != c {
+        return Err(inconsistent(
+            at,
+            ppu_rdma::RdmaCubeInChannel::CUBE_IN_CHANNEL,
+            r.cube_in.2 - 1,
+            format!("the PPU pools {c} channels"),
+        ));
+    }
+    let (_, _, oc) = p.cube_out;
+    if oc != c {
+        return Err(inconsistent(
+            at,
+            ppu::DataCubeOutChannel::CUBE_OUT_CHANNEL,
+            oc - 1,
+            format!("pooling keeps the {c} input channels"),
+        ));
+    }
+    let prec = p.precision;
+    let size_code = match prec {
+        Precision::Fp16 => 2,
+        Precision::Int8 => 1,
+        _ => {
+            return Err(unsupported(
+                at,
+                ppu::DataFormat::PROC_PRECISION,
+                prec.code(),
+                "the model pools fp16 (board-validated) and int8 max/min; no public program pools another type",
+            ));
+        }
+    };
+    if r.size_code != size_code {
+        return Err(inconsistent(
+            at,
+            ppu_rdma::RdmaDataFormat::IN_PRECISION,
+            r.size_code,
+            format!(
+                "the PPU processes {prec}, whose elements the read DMA codes as {size_code} (0 4-bit, 1 8-bit, 2 16-bit, 3 32-bit)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The read and write strides (16-byte units) of a task pooling `surfaces` surfaces.
+fn strides(
+    at: At,
+    p: &task::Ppu,
+    r: &task::PpuRdma,
+    surfaces: u32,
+    unvalidated: &mut Vec<String>,
+) -> Result<(), SimError> {
+    let (iw, ih, _) = p.cube_in;
+    let (ow, oh, _) = p.cube_out;
     // The read: line and surface strides in 16-byte units.
     if ih > 1 && r.line_stride < iw {
         return Err(inconsistent(
@@ -281,6 +304,14 @@ pub(super) fn check(t: &task::Task, at: At) -> Result<Pool, SimError> {
             ow * oh
         ));
     }
+    Ok(())
+}
+
+/// The checked pooling task.
+fn pool(t: &task::Task, p: &task::Ppu, r: &task::PpuRdma, unvalidated: Vec<String>) -> Pool {
+    let (iw, ih, c) = p.cube_in;
+    let (ow, oh, _) = p.cube_out;
+    let prec = p.precision;
     let input = Cube {
         base: super::config::addr(r.src),
         w: iw,
@@ -303,8 +334,8 @@ pub(super) fn check(t: &task::Task, at: At) -> Result<Pool, SimError> {
         register: ppu::DstBaseAddr::NAME,
         block: "PPU",
     };
-    Ok(Pool {
-        enable,
+    Pool {
+        enable: t.enable(),
         method: p.method,
         prec,
         input,
@@ -316,7 +347,7 @@ pub(super) fn check(t: &task::Task, at: At) -> Result<Pool, SimError> {
         recip: p.recip,
         dma: t.dma(),
         unvalidated,
-    })
+    }
 }
 
 /// The output size along one axis: `(n + pads − k) / s + 1`, every window starting in
