@@ -4,7 +4,7 @@
 use super::Allowed::{Is, Range, Test, When};
 use super::Why::{Text, With};
 use super::{Envelope, Why, check};
-use crate::regs::{dpu, dpu_rdma};
+use crate::regs::{Register, dpu, dpu_rdma};
 use crate::sim::config::unsupported;
 use crate::sim::error::{At, SimError};
 use crate::task::{self, DpuInput, EwSrc, Precision};
@@ -215,7 +215,10 @@ const DPU: &[Envelope<task::Dpu>] = {
             BsOwCfg::OD_BYPASS,
             |d| Some(d.ow.od_bypass.into()),
             Is(1),
-            Why::published::<BsOwCfg>("writes od_bypass 1", 2),
+            With(|_| {
+                let what = format!("writes {} 1", BsOwCfg::OD_BYPASS.name());
+                format!("the published task {what} ({} {:#x})", BsOwCfg::NAME, 2)
+            }),
         ),
         Envelope::new(
             BsOwOp::OW_OP,
