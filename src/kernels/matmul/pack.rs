@@ -145,17 +145,32 @@ pub fn weights_i4_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Re
         )));
     }
     check(layout, Dtype::Int4, b.len())?;
-    if let Some(v) = b.iter().find(|v| !(-8..=7).contains(*v)) {
-        return Err(unsupported(format!("int4 weight {v} is outside -8..=7")));
+    // One pass that vectorises; the value is looked for only when one is out of range.
+    let outside = b
+        .iter()
+        .fold(0u8, |acc, &v| acc | ((v as u8).wrapping_add(8) & 0xF0));
+    if outside != 0 {
+        if let Some(v) = b.iter().find(|v| !(-8..=7).contains(*v)) {
+            return Err(unsupported(format!("int4 weight {v} is outside -8..=7")));
+        }
     }
     let n = layout.n as usize;
     let n_pad = layout.n_pad as usize;
+    let bytes_b = b.as_bytes();
     for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
         let kb_count = w.ai as usize / 32;
         for kb in 0..kb_count {
             let k_rows = (w.kw as usize).saturating_sub(kb * 32).min(32);
             for g in 0..n_pad / 64 {
                 let cols = n.saturating_sub(g * 64).min(64);
+                let at = base as usize + (g * kb_count + kb) * 1024;
+                if k_rows == 32 && cols == 64 {
+                    // A full atom: two nibbles a byte, eight bytes at a time, then
+                    // sixteen 8×8 byte transposes.
+                    let first = (w.k0 as usize + kb * 32) * n + g * 64;
+                    i4_full_atom(bytes_b, (first, n), &mut out[at..at + 1024]);
+                    continue;
+                }
                 let mut tile = [0u8; 1024];
                 for pair in 0..k_rows.div_ceil(2) {
                     let k = w.k0 as usize + kb * 32 + 2 * pair;
@@ -171,12 +186,37 @@ pub fn weights_i4_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Re
                         }
                     }
                 }
-                let at = base as usize + (g * kb_count + kb) * 1024;
                 out[at..at + 1024].copy_from_slice(&tile);
             }
         }
     }
     Ok(())
+}
+
+/// One full int4 atom (32 channels × 64 kernels) from K×N values one a byte, the row
+/// of its first channel at `first`, rows `n` apart: each byte of a channel pair holds the
+/// even channel in its high nibble (the values were checked to lie in −8..=7), and the
+/// atom is `[kernel][16 pair bytes]`.
+fn i4_full_atom(b: &[u8], (first, n): (usize, usize), atom: &mut [u8]) {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    let word = |at: usize| {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(bytes)
+    };
+    for p8 in 0..2 {
+        for c8 in 0..8 {
+            let rows: [u64; 8] = std::array::from_fn(|i| {
+                let k = first + 2 * (p8 * 8 + i) * n + c8 * 8;
+                ((word(k) << 4) & HIGH) | (word(k + n) & LOW)
+            });
+            for (j, w) in transpose8(rows).iter().enumerate() {
+                let at = (c8 * 8 + j) * 16 + p8 * 8;
+                atom[at..at + 8].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+    }
 }
 
 /// Packs fp16 (or bf16, for a bf16 layout) B given as N×K bits (each kernel's channels

@@ -115,3 +115,39 @@ fn transpose8_transposes() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// The int4 `K×N` packer (whole atoms eight bytes at a time, the rest byte by
+    /// byte) writes every byte of the bank as the general packer does, over shapes with
+    /// whole and partial atoms and several waves.
+    #[test]
+    fn the_int4_kn_packer_matches_the_general_packer(
+        k in 1u32..1100,
+        n in 1u32..300,
+        seed in any::<u64>(),
+    ) {
+        let mut rng = crate::seeded::Rng::from_seed(seed);
+        let l4 = WeightLayout::new(k, n, Dtype::Int4).unwrap();
+        let b: Vec<i8> = (0..k * n).map(|_| (rng.next_u64() % 16) as i8 - 8).collect();
+        let mut out = vec![0xA5u8; l4.bytes as usize];
+        weights_i4_kn_into(&l4, &b, &mut out).unwrap();
+        let wide: Vec<i32> = b.iter().map(|&v| v as i32).collect();
+        prop_assert_eq!(&out, &super::super::pack_weights_int(&l4, &wide).unwrap());
+    }
+}
+
+#[test]
+fn an_int4_value_out_of_range_is_refused_by_value() {
+    let l4 = WeightLayout::new(64, 64, Dtype::Int4).unwrap();
+    let mut b = vec![3i8; 64 * 64];
+    b[100] = 8;
+    let mut out = vec![0u8; l4.bytes as usize];
+    match weights_i4_kn_into(&l4, &b, &mut out) {
+        Err(crate::error::Error::Unsupported { why, .. }) => {
+            assert!(why.contains("int4 weight 8"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
