@@ -149,10 +149,10 @@ pub fn weights_i4_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Re
     let outside = b
         .iter()
         .fold(0u8, |acc, &v| acc | ((v as u8).wrapping_add(8) & 0xF0));
-    if outside != 0 {
-        if let Some(v) = b.iter().find(|v| !(-8..=7).contains(*v)) {
-            return Err(unsupported(format!("int4 weight {v} is outside -8..=7")));
-        }
+    if outside != 0
+        && let Some(v) = b.iter().find(|v| !(-8..=7).contains(*v))
+    {
+        return Err(unsupported(format!("int4 weight {v} is outside -8..=7")));
     }
     let n = layout.n as usize;
     let n_pad = layout.n_pad as usize;
