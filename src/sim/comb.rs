@@ -6,7 +6,7 @@
 //! one surface of `W·H` atoms). The two reads together are the whole cube, which is what
 //! the EW stage gets.
 
-use super::config::{addr, inconsistent, unsupported};
+use super::config::{addr, inconsistent, same_cube, unsupported};
 use super::error::{At, SimError};
 use super::exec::Cube;
 use crate::regs::{Register, dpu, dpu_rdma};
@@ -61,18 +61,8 @@ pub(super) fn shared_operand(
             "the board-run programs share a per-pixel operand (1)",
         ));
     }
+    same_cube(rdma.cube, out, at)?;
     let (w, h, c) = rdma.cube;
-    if (w, h, c) != (out.w, out.h, out.c) {
-        return Err(inconsistent(
-            at,
-            dpu_rdma::RdmaDataCubeWidth::WIDTH,
-            w - 1,
-            format!(
-                "DPU_RDMA cube {w}x{h}x{c} differs from the DPU cube {}x{}x{}",
-                out.w, out.h, out.c
-            ),
-        ));
-    }
     if m.line_notch != 0 || er.line_notch != 0 {
         return Err(unsupported(
             at,

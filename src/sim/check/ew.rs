@@ -1,7 +1,7 @@
 //! The EW stage and its ERDMA operand.
 
 use crate::regs::{Register, dpu, dpu_rdma};
-use crate::sim::config::{addr, inconsistent, unsupported};
+use crate::sim::config::{addr, inconsistent, same_cube, unsupported};
 use crate::sim::error::{At, SimError};
 use crate::sim::exec::{Cube, Ew, EwOp, EwSrc};
 use crate::task::{self, DpuInput, EwSrc as TEwSrc, Precision};
@@ -218,18 +218,8 @@ fn erdma_own(
             },
         )
     })?;
+    same_cube(rdma.cube, out, at)?;
     let (w, h, c) = rdma.cube;
-    if (w, h, c) != (out.w, out.h, out.c) {
-        return Err(inconsistent(
-            at,
-            dpu_rdma::RdmaDataCubeWidth::WIDTH,
-            w - 1,
-            format!(
-                "DPU_RDMA cube {w}x{h}x{c} differs from the DPU cube {}x{}x{}",
-                out.w, out.h, out.c
-            ),
-        ));
-    }
     let (line, surf) = rdma.erdma_strides(er);
     if er.surf_notch != 0 {
         let by_notch = line * u64::from(h) + u64::from(er.surf_notch) * 16;

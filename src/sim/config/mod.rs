@@ -281,3 +281,24 @@ fn flying_cube(t: &task::Task, dpu: &task::Dpu, at: At) -> Result<Cube, SimError
     }
     Ok(cube)
 }
+
+/// Refuses a DPU_RDMA cube `(w, h, c)` other than the DPU's cube `out`: the read engine
+/// feeds the DPU element for element.
+pub(crate) fn same_cube(
+    (w, h, c): (u32, u32, u32),
+    out: &super::exec::Cube,
+    at: At,
+) -> Result<(), SimError> {
+    if (w, h, c) != (out.w, out.h, out.c) {
+        return Err(inconsistent(
+            at,
+            dpu_rdma::RdmaDataCubeWidth::WIDTH,
+            w - 1,
+            format!(
+                "DPU_RDMA cube {w}x{h}x{c} differs from the DPU cube {}x{}x{}",
+                out.w, out.h, out.c
+            ),
+        ));
+    }
+    Ok(())
+}
