@@ -99,8 +99,9 @@ impl Matmul {
         self.regcmd.write(0, &words_to_le_bytes(words))
     }
 
-    /// The NPU-dequantised rows into `out`, each multiplied on the host by its scale if
-    /// the NPU did not take it.
+    /// The NPU-dequantised rows into `out` (with several K waves, the sum of each wave's
+    /// block in wave order, in `f32`), each multiplied on the host by its scale if the
+    /// NPU did not take it.
     pub(super) fn read_npu_scaled_into(&self, out: &mut [f32]) -> Result<()> {
         shape("result values", self.len_c(), out.len())?;
         let Some(d) = &self.npu else {
@@ -111,13 +112,24 @@ impl Matmul {
             });
         };
         let (n, n_pad) = (self.n(), self.bank.layout.n_pad as usize);
+        let block = self.plan.spec.m as usize * n_pad * 4;
+        let waves = self.bank.layout.waves.len();
+        let f32_at = |v: &[u8]| f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
         d.out.read_with(|bytes| {
             for (m, row) in out.chunks_exact_mut(n).enumerate() {
-                let src = &bytes[m * n_pad * 4..][..n * 4];
+                let at = m * n_pad * 4;
+                for (y, v) in row.iter_mut().zip(bytes[at..at + n * 4].chunks_exact(4)) {
+                    *y = f32_at(v);
+                }
+                for w in 1..waves {
+                    let src = &bytes[w * block + at..][..n * 4];
+                    for (y, v) in row.iter_mut().zip(src.chunks_exact(4)) {
+                        *y += f32_at(v);
+                    }
+                }
                 let host = self.row_scales[m];
-                let factor = if fp16_normal(host) { 1.0 } else { host };
-                for (y, v) in row.iter_mut().zip(src.chunks_exact(4)) {
-                    *y = f32::from_le_bytes([v[0], v[1], v[2], v[3]]) * factor;
+                if !fp16_normal(host) {
+                    row.iter_mut().for_each(|y| *y *= host);
                 }
             }
         })

@@ -100,8 +100,9 @@ pub struct MatmulOptions {
     /// one wave of the bank's layout, the host's rounding of the summed fp32 partials
     /// where it takes several.
     pub fp16_out: bool,
-    /// int8 banks with one K wave: [`Matmul::mul_mat`] scales and converts to f32 on the
-    /// NPU (docs/matmul.md, "What runs where") instead of on the host.
+    /// int8 banks: [`Matmul::mul_mat`] scales and converts to f32 on the NPU
+    /// (docs/matmul.md, "What runs where") instead of on the host; with several K waves
+    /// the host adds the waves' dequantised results.
     pub npu_dequant: bool,
     /// Incremental task bodies: after the first two tasks of each core's chain, a task
     /// writes only the registers whose values differ from what its ping-pong register
@@ -152,10 +153,10 @@ impl MatmulOptions {
         }
     }
 
-    /// Dequantisation on the NPU (int8 banks with one K wave, int8 activations): the
-    /// DPU casts the sums to fp32 and multiplies them by the row and channel scales, read
-    /// as fp16 (so each scale is rounded to fp16: a relative error of at most 2⁻¹¹ each).
-    /// Only [`Matmul::mul_mat`] and its kin are offered then.
+    /// Dequantisation on the NPU (int8 banks, int8 activations): the DPU casts each K
+    /// wave's sums to fp32 and multiplies them by the row and channel scales, read
+    /// as fp16 (so each scale is rounded to fp16: a relative error of at most 2⁻¹¹ each);
+    /// the host adds the waves' results. Only [`Matmul::mul_mat`] and its kin are offered then.
     pub fn dequantize_on_npu(self) -> MatmulOptions {
         MatmulOptions {
             npu_dequant: true,

@@ -4,6 +4,12 @@
 //! (`kernels::single::dequant_task`; docs/simulator.md has its register values and their
 //! public source). The row scales are register operands: each call writes them into
 //! the bound program's words in place (one entry per dequantisation task).
+//!
+//! With K in several waves each wave's tasks dequantise their own partial sums into a
+//! block of their own (the result holds one `rows × n_pad` fp32 block per wave) and the
+//! host adds the blocks, in wave order, when it reads the result: the scales distribute
+//! over the sum, and every register value stays one that board-run programs use (an
+//! int32 running sum across tasks would need an int32 DPU input no public program shows).
 
 use crate::device::{Bo, BoFlags, Device};
 use crate::error::{Error, Result};
@@ -14,7 +20,7 @@ use crate::regs::{CommandRegister, Register, dpu};
 
 /// The coefficient buffer (one `u32` per channel, fp16 bits in the low half).
 pub(super) const COEFFS: BufferId = BufferId(4);
-/// The row-major fp32 result, `rows × n_pad`.
+/// The row-major fp32 result, one `rows × n_pad` block per K wave.
 pub(super) const OUT: BufferId = BufferId(5);
 
 /// Channels one dequantisation task covers at most.
@@ -65,7 +71,8 @@ fn counts(plan: &Plan) -> Result<Vec<usize>> {
 }
 
 impl NpuDequant {
-    /// The buffers for `plan` (one K wave, fp32 results) and the bank's channel scales.
+    /// The buffers for `plan` (fp32 results, one block per K wave) and the bank's channel
+    /// scales.
     pub(super) fn new(dev: &Device, plan: &Plan, scales: &[f32]) -> Result<NpuDequant> {
         if let Some(i) = scales.iter().position(|&s| !fp16_normal(s)) {
             return Err(Error::OutOfRange {
@@ -79,7 +86,15 @@ impl NpuDequant {
         let bytes = pack_dequant_coefficients(scales)?;
         let mut coeffs = dev.alloc(bytes.len(), BoFlags::default())?;
         coeffs.write(0, &bytes)?;
-        let out_bytes = plan.spec.m as usize * plan.layout.n_pad as usize * 4;
+        let out_bytes = (plan.spec.m as usize)
+            .checked_mul(plan.layout.n_pad as usize * 4)
+            .and_then(|b| b.checked_mul(plan.layout.waves.len()))
+            .filter(|&b| u32::try_from(b).is_ok())
+            .ok_or(Error::Unsupported {
+                what: "NPU dequantisation",
+                why: "the result blocks of every K wave exceed the 4 GiB a relocation addresses"
+                    .into(),
+            })?;
         let out = dev.alloc(out_bytes, BoFlags::default())?;
         Ok(NpuDequant {
             coeffs,
@@ -128,10 +143,12 @@ impl NpuDequant {
 
     /// The program: on each core the plan's matmul tasks, then one dequantisation task
     /// per row and chunk of each of them (in the order of [`dequant_rows`]), with these
-    /// row scales; with incremental bodies when `incremental` (the row scale always
-    /// written, since each call patches it).
+    /// row scales, each writing into its wave's block of the result; with incremental
+    /// bodies when `incremental` (the row scale always written, since each call patches
+    /// it).
     pub(super) fn program(plan: &Plan, incremental: bool) -> Result<Program> {
         let n_pad = plan.layout.n_pad;
+        let block = plan.spec.m * n_pad;
         let mut p = ProgramBuilder::new(REGCMD)
             .incremental(incremental)
             .always_write::<dpu::BsMulCfg>();
@@ -140,7 +157,7 @@ impl NpuDequant {
             plan.push_core(&mut p, core, [A, B, C])?;
             for t in &plan.tasks[first..first + count] {
                 for r in 0..t.rows {
-                    let m = t.m0 + r;
+                    let at = t.wave * block + (t.m0 + r) * n_pad + t.n0;
                     let mut j = 0;
                     while j < t.nt {
                         let ch = (t.nt - j).min(CHUNK);
@@ -151,7 +168,7 @@ impl NpuDequant {
                             1.0,
                             DmaAddr::reloc(C, t.c_offset as u32 + j * t.rows * 4),
                             DmaAddr::reloc(COEFFS, (t.n0 + j) * 4),
-                            DmaAddr::reloc(OUT, (m * n_pad + t.n0 + j) * 4),
+                            DmaAddr::reloc(OUT, (at + j) * 4),
                         )?;
                         p.push_task(body, BlockMask::ELEMENTWISE);
                         j += ch;

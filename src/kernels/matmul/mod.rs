@@ -98,8 +98,8 @@ pub struct MatmulSpec {
     pub n: u32,
     /// Input type: int8, int4, fp16 or bf16.
     pub dtype: Dtype,
-    /// Result type: int32 (int8, int4), int16 (int4), fp32 (fp16, bf16; int8 within one
-    /// wave: the DPU's cast) or fp16 (fp16: the DPU's conversion within one wave, the
+    /// Result type: int32 (int8, int4), int16 (int4), fp32 (fp16, bf16; int8: the DPU's
+    /// cast of each wave's sums) or fp16 (fp16: the DPU's conversion within one wave, the
     /// host's rounding of the summed partials beyond, see [`Plan::c_type`]).
     pub out: OutType,
     /// Cores, 1..=3.
@@ -292,8 +292,9 @@ impl Plan {
     /// fp16 and int32 for int8 partials, which the host sums over K waves — except an
     /// fp16 result of one wave, which the DPU converts itself (`OutType::Fp16` in each
     /// task; of several waves the tasks write fp32 partials and the host rounds their sum
-    /// to fp16), and an int8 plan with fp32 output, whose one wave the DPU casts
-    /// (exact for sums within ±2²⁴, rounded to nearest even beyond).
+    /// to fp16), and an int8 plan with fp32 output, whose tasks the DPU casts (each
+    /// wave's sums: exact within ±2²⁴, rounded to nearest even beyond; the host sums
+    /// the casts of several waves).
     pub fn c_type(&self) -> OutType {
         written_type(&self.spec, self.layout.waves.len())
     }

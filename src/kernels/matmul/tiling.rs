@@ -7,7 +7,7 @@ use super::*;
 pub(super) fn written_type(spec: &MatmulSpec, waves: usize) -> OutType {
     match spec.dtype {
         Dtype::Fp16 if spec.out == OutType::Fp16 && waves == 1 => OutType::Fp16,
-        Dtype::Int8 if spec.out == OutType::Fp32 && waves == 1 => OutType::Fp32,
+        Dtype::Int8 if spec.out == OutType::Fp32 => OutType::Fp32,
         Dtype::Int4 => OutType::Int16,
         Dtype::Fp16 | Dtype::Bf16 => OutType::Fp32,
         _ => OutType::Int32,
