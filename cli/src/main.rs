@@ -34,6 +34,7 @@ mod emit;
 mod gguf;
 mod info;
 mod matmul;
+mod matmul_run;
 mod model_cost;
 mod op;
 mod op_conv;

@@ -1,15 +1,16 @@
 //! `rknpu matmul`: seeded random matrices multiplied on the NPU (or the emulated kernel)
 //! and checked against the CPU.
 
+use crate::matmul_run::{run_f32, run_int, run_spread, spreads};
 use crate::{Failure, parse_u32, usage};
-use rknpu_driver::compute::matmul::{Matmul, MatmulOptions, Timings, WeightBank};
+use rknpu_driver::compute::matmul::MatmulOptions;
 use rknpu_driver::device::{Device, Interface};
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::seeded::Rng;
 use rknpu_driver::sim::DmaCounters;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The weight precision `--dtype` names (`rknpu matmul`, `rknpu model-cost`).
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -113,18 +114,6 @@ fn parse_positive(s: &str) -> Result<u32, String> {
     }
 }
 
-/// How a run went: weight packing time, the executor's timings, the largest error and
-/// how far it passes the bound (positive: a mismatch).
-struct Checked {
-    t_pack_b: Duration,
-    timings: Timings,
-    err: f64,
-    bound: f64,
-    /// What the emulated kernel's DMA engines moved for the product (not the weight
-    /// packing), when the device is the emulated kernel.
-    dma: Option<DmaCounters>,
-}
-
 /// The bytes of A (M×K), B (K×N) and C (M×N) once each, in their element types: A and B at
 /// the input's bits (int4: half a byte per element, rounded up to whole bytes), C at the
 /// result type's bytes. No schedule can move less.
@@ -215,23 +204,53 @@ pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
         Some(_) => spec,
         None => spec.on_cores(dev.info().cores.max(1)),
     };
+    // Through rocket, one open file runs on one core: where the cost model spreads the
+    // product over several cores, each takes an open file of its own and a share of the
+    // columns (a trace records one device and incremental bodies are refused on rocket:
+    // those runs stay on one).
+    let rocket = dev.info().interface == Interface::Rocket;
+    let may_spread = rocket && a.trace.is_none() && !a.incremental && spreads(&spec, spec.cores);
     let t0 = Instant::now();
-    let plan = cheapest(spec)?;
     // What the device runs (rocket starts each task on its own, without CBUF reuse),
     // costed on the profile of its interface.
-    let (plan, profile) = match dev.info().interface {
-        Interface::Rocket => (plan.without_reuse(), HardwareProfile::rk3588_rocket()),
-        _ => (plan, HardwareProfile::rk3588()),
+    let (plan, profile) = if rocket {
+        let mut profile = HardwareProfile::rk3588_rocket();
+        if may_spread {
+            profile.rocket_devices = spec.cores;
+        }
+        let plan = Plan::cheapest(spec, &profile).map_err(|e| fail(&e))?;
+        profile.rocket_devices = match may_spread {
+            true => plan.cores_used(),
+            false => 1,
+        };
+        (plan.without_reuse(), profile)
+    } else {
+        (cheapest(spec)?, HardwareProfile::rk3588())
     };
+    let spread = profile.rocket_devices > 1;
     let t_plan = t0.elapsed();
-    outln!("plan: {plan}");
-    outln!("{}", cost_line(&plan, &profile)?);
     let mut rng = Rng::from_seed(a.seed.unwrap_or(1));
     let options = MatmulOptions::default().incremental(a.incremental);
-    let c = if spec.dtype == Dtype::Fp16 {
-        run_f32(&dev, plan, options, &mut rng)?
+    let c = if spread {
+        let mut devices = vec![dev.clone()];
+        for _ in 1..profile.rocket_devices {
+            devices.push(open(a.device.as_deref().unwrap_or("auto"))?);
+        }
+        outln!(
+            "spread: {} open devices of the rocket driver, one core each, a share of the columns each",
+            devices.len()
+        );
+        outln!("plan: {plan}");
+        outln!("{}", cost_line(&plan, &profile)?);
+        run_spread(&devices, spec, &mut rng)?
     } else {
-        run_int(&dev, plan, options, &mut rng)?
+        outln!("plan: {plan}");
+        outln!("{}", cost_line(&plan, &profile)?);
+        if spec.dtype == Dtype::Fp16 {
+            run_f32(&dev, plan, options, &mut rng)?
+        } else {
+            run_int(&dev, plan, options, &mut rng)?
+        }
     };
     let timings = c.timings;
     outln!(
@@ -367,141 +386,4 @@ pub(crate) fn open(device: &str) -> Result<Device, Failure> {
         },
         spec => Device::open_spec(spec).map_err(|e| fail(&e))?,
     })
-}
-
-/// fp16 operands, checked against an fp64 product: fp32 summation in any order keeps
-/// |error| <= E = (K + 1) 2^-24 sum |a b|. An fp16 result is that sum rounded to nearest
-/// fp16 by the DPU, which adds at most half an fp16 ulp of it: 2^-11 (|exact| + E) for
-/// normal values, 2^-25 below them.
-fn run_f32(
-    dev: &Device,
-    plan: Plan,
-    options: MatmulOptions,
-    rng: &mut Rng,
-) -> Result<Checked, Failure> {
-    let fp16_out = plan.spec.out == OutType::Fp16;
-    use rknpu_driver::float::{f16_to_f32, f32_to_f16};
-    let (mu, ku, nu) = (
-        plan.spec.m as usize,
-        plan.spec.k as usize,
-        plan.spec.n as usize,
-    );
-    let q = |v: f32| f16_to_f32(f32_to_f16(v));
-    let a: Vec<f32> = (0..mu * ku).map(|_| q(rng.unit())).collect();
-    let b: Vec<f32> = (0..ku * nu).map(|_| q(rng.unit())).collect();
-    let t = Instant::now();
-    let bank =
-        std::sync::Arc::new(WeightBank::from_f32_kn(dev, &plan.layout, &b).map_err(|e| fail(&e))?);
-    let t_pack_b = t.elapsed();
-    let mut mm = Matmul::for_plan_with(&bank, plan, options).map_err(|e| fail(&e))?;
-    let counting = Counting::start(dev);
-    let c = mm.run_f32(&a).map_err(|e| fail(&e))?;
-    let dma = counting.stop();
-    let (mut worst, mut bound) = (0f64, 0f64);
-    let mut row = vec![0f64; nu];
-    let mut mag = vec![0f64; nu];
-    for i in 0..mu {
-        row.fill(0.0);
-        mag.fill(0.0);
-        for kk in 0..ku {
-            let x = a[i * ku + kk] as f64;
-            for j in 0..nu {
-                let p = x * b[kk * nu + j] as f64;
-                row[j] += p;
-                mag[j] += p.abs();
-            }
-        }
-        for j in 0..nu {
-            let e = (c[i * nu + j] as f64 - row[j]).abs();
-            let mut tol = (ku as f64 + 1.0) * 2f64.powi(-24) * mag[j];
-            if fp16_out {
-                tol += (row[j].abs() + tol) * 2f64.powi(-11) + 2f64.powi(-25);
-            }
-            worst = worst.max(e);
-            bound = bound.max(e - tol);
-        }
-    }
-    Ok(Checked {
-        t_pack_b,
-        timings: mm.timings,
-        err: worst,
-        bound,
-        dma,
-    })
-}
-
-/// int8 or int4 operands, checked exactly; an int16 result is the sum saturated to int16.
-fn run_int(
-    dev: &Device,
-    plan: Plan,
-    options: MatmulOptions,
-    rng: &mut Rng,
-) -> Result<Checked, Failure> {
-    let int16 = plan.spec.out == OutType::Int16;
-    let (mu, ku, nu) = (
-        plan.spec.m as usize,
-        plan.spec.k as usize,
-        plan.spec.n as usize,
-    );
-    let (lo, hi) = if plan.spec.dtype == Dtype::Int4 {
-        (-8, 7)
-    } else {
-        (-128, 127)
-    };
-    let a: Vec<i32> = (0..mu * ku).map(|_| rng.int(lo, hi)).collect();
-    let b: Vec<i32> = (0..ku * nu).map(|_| rng.int(lo, hi)).collect();
-    let t = Instant::now();
-    let bank =
-        std::sync::Arc::new(WeightBank::from_int_kn(dev, &plan.layout, &b).map_err(|e| fail(&e))?);
-    let t_pack_b = t.elapsed();
-    let mut mm = Matmul::for_plan_with(&bank, plan, options).map_err(|e| fail(&e))?;
-    let counting = Counting::start(dev);
-    let c = mm.run_int(&a).map_err(|e| fail(&e))?;
-    let dma = counting.stop();
-    let mut reference = vec![0i64; mu * nu];
-    for i in 0..mu {
-        let r = &mut reference[i * nu..(i + 1) * nu];
-        for kk in 0..ku {
-            let x = a[i * ku + kk] as i64;
-            for (o, &y) in r.iter_mut().zip(&b[kk * nu..(kk + 1) * nu]) {
-                *o += x * y as i64;
-            }
-        }
-        if int16 {
-            for o in r {
-                *o = (*o).clamp(i16::MIN.into(), i16::MAX.into());
-            }
-        }
-    }
-    let worst = c
-        .iter()
-        .zip(&reference)
-        .map(|(x, y)| (x - y).abs())
-        .max()
-        .unwrap_or(0) as f64;
-    Ok(Checked {
-        t_pack_b,
-        timings: mm.timings,
-        err: worst,
-        bound: worst,
-        dma,
-    })
-}
-
-/// The emulated kernel's DMA counters over one product: zeroed at the start (the kernel
-/// may be the process-wide one), read at the end. Nothing on a real device.
-struct Counting<'d>(Option<&'d rknpu_driver::emu::EmuKernel>);
-
-impl<'d> Counting<'d> {
-    fn start(dev: &'d Device) -> Counting<'d> {
-        let emu = dev.emulator();
-        if let Some(k) = emu {
-            k.reset_dma_counters();
-        }
-        Counting(emu)
-    }
-
-    fn stop(self) -> Option<DmaCounters> {
-        self.0.map(|k| k.dma_counters())
-    }
 }

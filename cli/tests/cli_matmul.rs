@@ -463,3 +463,47 @@ fn matmul_incremental_runs_on_the_vendor_kernel_and_is_refused_on_rocket() {
         Some(2)
     );
 }
+
+/// Through rocket, a product the cost model puts on several cores runs as one open device
+/// per core, each with a share of the columns (`spread:` and one `share:` line each, the
+/// shares covering the columns in order), checked against the CPU as on one device; with
+/// `--cores 1`, or an int4 product a spread does not take, it stays on one device.
+#[test]
+fn matmul_on_rocket_spreads_the_columns_over_one_device_per_core() {
+    let base = ["matmul", "--m", "128", "--k", "1024", "--n", "3000"];
+    let with = |extra: &[&str]| {
+        let mut all = base.to_vec();
+        all.extend_from_slice(&["--device", "emu:rocket"]);
+        all.extend_from_slice(extra);
+        let o = run(&all);
+        let text = out_text(&o);
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {text}");
+        assert_eq!(text.lines().last(), Some("OK"), "{text}");
+        text
+    };
+    for dtype in ["int8", "fp16"] {
+        let text = with(&["--dtype", dtype]);
+        assert!(text.lines().any(|l| l.starts_with("spread: ")), "{text}");
+        let shares: Vec<(u32, u32)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("share: device "))
+            .map(|l| {
+                let cols = l.split("columns ").nth(1).unwrap();
+                let range = cols.split(':').next().unwrap();
+                let (a, b) = range.split_once("..").unwrap();
+                (a.parse().unwrap(), b.parse().unwrap())
+            })
+            .collect();
+        assert!(shares.len() >= 2, "{text}");
+        assert_eq!(shares.first().unwrap().0, 0, "{text}");
+        assert_eq!(shares.last().unwrap().1, 3000, "{text}");
+        assert!(shares.windows(2).all(|w| w[0].1 == w[1].0), "{text}");
+        if dtype == "int8" {
+            assert!(text.contains("largest error: 0\n"), "{text}");
+        }
+        let one = with(&["--dtype", dtype, "--cores", "1"]);
+        assert!(!one.contains("spread: "), "{one}");
+    }
+    let int4 = with(&["--dtype", "int4"]);
+    assert!(!int4.contains("spread: "), "{int4}");
+}
