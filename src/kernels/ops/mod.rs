@@ -27,6 +27,7 @@
 pub mod conv;
 pub mod eltwise;
 pub mod epilogue;
+pub mod lower;
 pub mod lut;
 pub mod pool;
 pub mod residual;
