@@ -53,6 +53,7 @@ use std::time::Duration;
 
 mod built;
 mod check;
+mod operand;
 mod place;
 
 use built::Held;
@@ -388,6 +389,7 @@ impl LayerBuilder {
         let mut p = ProgramBuilder::new(REGCMD);
         let mut infos = Vec::with_capacity(steps.len());
         let mut uses = Vec::with_capacity(steps.len());
+        let mut scaled: Vec<Vec<bool>> = Vec::with_capacity(steps.len());
         let mut first = 0;
         for s in steps {
             let StepDef {
@@ -409,9 +411,11 @@ impl LayerBuilder {
             for t in &tasks {
                 p.push_task(t.body()?, t.enable());
             }
+            scaled.push(tasks.iter().map(operand::fp16_multiplier).collect());
             infos.push(LayerStep {
                 name,
                 tasks: first..first + tasks.len(),
+                output: writes,
             });
             uses.push((reads, writes));
             first += tasks.len();
@@ -487,9 +491,12 @@ impl LayerBuilder {
                 scratch_offset: (placed.at[i].0 == SCRATCH && !d.output).then_some(placed.at[i].1),
             })
             .collect();
+        let multipliers = operand::multiplier_words(&words, &program, &infos, &scaled);
         let layer = Layer {
             id,
             dev,
+            words,
+            multipliers,
             program,
             regcmd,
             scratch,

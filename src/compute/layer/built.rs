@@ -5,7 +5,7 @@ use crate::compute::matmul::WeightBank;
 use crate::device::{Bo, Device, Job, JobResult, Pending};
 use crate::error::{Error, Result};
 use crate::kernels::ops::Cube;
-use crate::regcmd::Program;
+use crate::regcmd::{Program, RegCmd};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +34,8 @@ pub struct LayerStep {
     pub name: String,
     /// Its tasks, as indices into [`Program::tasks`].
     pub tasks: Range<usize>,
+    /// The tensor it writes.
+    pub output: Tensor,
 }
 
 /// What a built layer knows of a tensor.
@@ -67,6 +69,11 @@ pub struct Layer {
     pub(super) buffers: Vec<(Tensor, Held)>,
     pub(super) tensors: Vec<TensorInfo>,
     pub(super) steps: Vec<LayerStep>,
+    /// The bound program's words, as written into `regcmd`.
+    pub(super) words: Vec<RegCmd>,
+    /// For each step, the indices into `words` of its tasks' fp16 register multipliers
+    /// (`BS_MUL_CFG`), which [`Layer::set_step_scale`] rewrites.
+    pub(super) multipliers: Vec<Vec<usize>>,
     pub(super) scratch_sum: u64,
     pub(super) timeout: Duration,
     /// The task ranges a whole run submits as separate jobs (on rocket, to stay within
