@@ -53,6 +53,9 @@ pub struct WeightBank {
     pub(super) scales: Option<Vec<f32>>,
     /// Int4 banks: each output channel's sum of weights (the W4A8 correction).
     pub(super) col_sums: Vec<i64>,
+    /// Grouped int8 banks: a scale per group of K (each group one wave of the layout)
+    /// and output channel, group-major (`waves × n`).
+    pub(super) group_scales: Option<Vec<f32>>,
 }
 
 /// The layout of a bank whose caller declares no M: the one that serves decoding and
@@ -112,6 +115,7 @@ impl WeightBank {
             layout,
             scales: None,
             col_sums: Vec::new(),
+            group_scales: None,
         })
     }
 

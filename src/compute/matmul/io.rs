@@ -72,7 +72,13 @@ impl Matmul {
                 Ok(Submitted::Float)
             }
             Activations::Int8 => {
-                let (q, s) = quant::quantize_rows_i8(x, self.k())?;
+                let (q, s) = match self.npu.as_ref().filter(|d| d.grouped) {
+                    // A grouped bank: a scale per row and group (wave).
+                    Some(_) => {
+                        super::quantize_groups_i8(x, self.k(), self.bank.layout.k_tile() as usize)?
+                    }
+                    None => quant::quantize_rows_i8(x, self.k())?,
+                };
                 self.put_i8(&q)?;
                 self.row_scales = s;
                 if self.npu.is_some() {
@@ -113,23 +119,25 @@ impl Matmul {
         };
         let (n, n_pad) = (self.n(), self.bank.layout.n_pad as usize);
         let block = self.plan.spec.m as usize * n_pad * 4;
-        let waves = self.bank.layout.waves.len();
         let f32_at = |v: &[u8]| f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+        // A scale fp16 cannot hold was left to the host: the NPU multiplied by 1.
+        let factor = |row: usize, wave: usize| {
+            let s = self.row_scales[d.scale_index(row, wave)];
+            if fp16_normal(s) { 1.0 } else { s }
+        };
         d.out.read_with(|bytes| {
             for (m, row) in out.chunks_exact_mut(n).enumerate() {
                 let at = m * n_pad * 4;
+                let f = factor(m, 0);
                 for (y, v) in row.iter_mut().zip(bytes[at..at + n * 4].chunks_exact(4)) {
-                    *y = f32_at(v);
+                    *y = f32_at(v) * f;
                 }
-                for w in 1..waves {
+                for w in 1..d.waves {
                     let src = &bytes[w * block + at..][..n * 4];
+                    let f = factor(m, w);
                     for (y, v) in row.iter_mut().zip(src.chunks_exact(4)) {
-                        *y += f32_at(v);
+                        *y += f32_at(v) * f;
                     }
-                }
-                let host = self.row_scales[m];
-                if !fp16_normal(host) {
-                    row.iter_mut().for_each(|y| *y *= host);
                 }
             }
         })

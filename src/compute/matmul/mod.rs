@@ -34,6 +34,7 @@
 
 mod bank;
 mod batch;
+mod grouped;
 mod io;
 mod npu_dequant;
 mod rows;
@@ -42,6 +43,7 @@ mod spread;
 
 pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
+pub use grouped::quantize_groups_i8;
 pub use run::PendingMatmul;
 pub(crate) use run::job_ranges;
 use run::{
@@ -273,7 +275,10 @@ impl Matmul {
             _ => Activations::Int8,
         });
         refuse_incremental_on_rocket(dev, options.incremental)?;
-        if options.npu_dequant && !(dtype == Dtype::Int8 && acts == Activations::Int8) {
+        // A grouped bank's scales are applied on the NPU, group by group.
+        let grouped = bank.group_scales.is_some();
+        let npu_dequant = options.npu_dequant || grouped;
+        if npu_dequant && !(dtype == Dtype::Int8 && acts == Activations::Int8) {
             return Err(Error::Precision {
                 input: acts.name(),
                 weights: dtype.name(),
@@ -281,7 +286,7 @@ impl Matmul {
             });
         }
         let out = match (dtype, acts) {
-            (Dtype::Int8, Activations::Int8) if options.npu_dequant => OutType::Fp32,
+            (Dtype::Int8, Activations::Int8) if npu_dequant => OutType::Fp32,
             (Dtype::Int8, Activations::Int8)
             | (Dtype::Int4, Activations::Int8 | Activations::Int4) => OutType::Int32,
             (Dtype::Fp16, Activations::Fp16) if options.fp16_out => OutType::Fp16,
@@ -319,16 +324,16 @@ impl Matmul {
             None => dev.cores(),
         };
         let plan = Plan::for_layout(&bank.layout, plan_rows, out, cores)?;
-        let npu = if options.npu_dequant {
+        let npu = if npu_dequant {
             let ones;
-            let scales = match bank.scales.as_deref() {
-                Some(s) => s,
-                None => {
+            let scales = match (bank.group_scales.as_deref(), bank.scales.as_deref()) {
+                (Some(s), _) | (None, Some(s)) => s,
+                (None, None) => {
                     ones = vec![1.0; bank.layout.n as usize];
                     &ones
                 }
             };
-            Some(NpuDequant::new(dev, &plan, scales)?)
+            Some(NpuDequant::new(dev, &plan, scales, grouped)?)
         } else {
             None
         };
@@ -401,7 +406,7 @@ impl Matmul {
         };
         let program = match &npu {
             // Each call's row scales are written into the bound words in place.
-            Some(_) => NpuDequant::program(&plan, incremental)?,
+            Some(d) => NpuDequant::program(&plan, incremental, d.grouped)?,
             None => plan.program_in(ProgramBuilder::new(REGCMD).incremental(incremental))?,
         };
         let reduction = plan.reduction();

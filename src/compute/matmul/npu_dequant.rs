@@ -10,6 +10,11 @@
 //! host adds the blocks, in wave order, when it reads the result: the scales distribute
 //! over the sum, and every register value stays one that board-run programs use (an
 //! int32 running sum across tasks would need an int32 DPU input no public program shows).
+//!
+//! A grouped bank (scales per group of K, each group one wave) gives each wave's tasks
+//! that group's channel scales (one coefficient block per wave) and each row's scale of
+//! that group: grouped W8A8, every group dequantised on the NPU with its own weight and
+//! activation scales (docs/matmul.md, "Grouped int8").
 
 use crate::device::{Bo, BoFlags, Device};
 use crate::error::{Error, Result};
@@ -18,7 +23,8 @@ use crate::kernels::single::{dequant_task, pack_dequant_coefficients};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder, RegCmd};
 use crate::regs::{CommandRegister, Register, dpu};
 
-/// The coefficient buffer (one `u32` per channel, fp16 bits in the low half).
+/// The coefficient buffer (one `u32` per channel, fp16 bits in the low half; a grouped
+/// bank's, one block of `n_pad` per wave).
 pub(super) const COEFFS: BufferId = BufferId(4);
 /// The row-major fp32 result, one `rows × n_pad` block per K wave.
 pub(super) const OUT: BufferId = BufferId(5);
@@ -36,8 +42,13 @@ pub(super) struct NpuDequant {
     /// The bound program, its row scales 1 until a call sets them.
     pub(super) words: Vec<RegCmd>,
     /// Where each row's scale is written: (index of a dequantisation task's BS_MUL_CFG
-    /// entry in `words`, the row).
-    scale_entries: Vec<(usize, u32)>,
+    /// entry in `words`, the row, the wave).
+    scale_entries: Vec<(usize, u32, u32)>,
+    /// K waves of the plan.
+    pub(super) waves: usize,
+    /// Whether scales are per group (wave): channel scales `waves × n`, row scales
+    /// `rows × waves`.
+    pub(super) grouped: bool,
 }
 
 /// Whether `s` can be a dequantisation scale without losing more than fp16's relative
@@ -72,8 +83,13 @@ fn counts(plan: &Plan) -> Result<Vec<usize>> {
 
 impl NpuDequant {
     /// The buffers for `plan` (fp32 results, one block per K wave) and the bank's channel
-    /// scales.
-    pub(super) fn new(dev: &Device, plan: &Plan, scales: &[f32]) -> Result<NpuDequant> {
+    /// scales: `n`, or with `grouped` one block of `n` per wave.
+    pub(super) fn new(
+        dev: &Device,
+        plan: &Plan,
+        scales: &[f32],
+        grouped: bool,
+    ) -> Result<NpuDequant> {
         if let Some(i) = scales.iter().position(|&s| !fp16_normal(s)) {
             return Err(Error::OutOfRange {
                 what: "weight scales (NPU dequantisation reads them as fp16)",
@@ -83,9 +99,14 @@ impl NpuDequant {
             });
         }
         let per_core = counts(plan)?;
-        let bytes = pack_dequant_coefficients(scales)?;
-        let mut coeffs = dev.alloc(bytes.len(), BoFlags::default())?;
-        coeffs.write(0, &bytes)?;
+        let waves = plan.layout.waves.len();
+        let (n, block) = (plan.layout.n as usize, plan.layout.n_pad as usize * 4);
+        let blocks = if grouped { waves } else { 1 };
+        let mut coeffs = dev.alloc(blocks * block, BoFlags::default())?;
+        for (w, s) in scales.chunks(n.max(1)).take(blocks).enumerate() {
+            let bytes = pack_dequant_coefficients(s)?;
+            coeffs.write(w * block, &bytes[..bytes.len().min(block)])?;
+        }
         let out_bytes = (plan.spec.m as usize)
             .checked_mul(plan.layout.n_pad as usize * 4)
             .and_then(|b| b.checked_mul(plan.layout.waves.len()))
@@ -102,6 +123,8 @@ impl NpuDequant {
             per_core,
             words: Vec::new(),
             scale_entries: Vec::new(),
+            waves,
+            grouped,
         })
     }
 
@@ -121,18 +144,18 @@ impl NpuDequant {
                 let at = body.iter().position(|w| {
                     w.target() == dpu::BsMulCfg::TARGET && w.offset() == dpu::BsMulCfg::OFFSET
                 })?;
-                Some((first + at, row))
+                Some((first + at, row.0, row.1))
             })
             .collect();
         self.words = words;
     }
 
-    /// Writes each row's scale into its tasks' BS multiplier operand (a row whose scale
-    /// fp16 cannot hold to its precision gets 1: the host scales it), in place: the
-    /// program is not encoded or bound again.
+    /// Writes each row's scale (grouped: each row's scale of each group, row-major) into
+    /// its tasks' BS multiplier operand (a scale fp16 cannot hold to its precision gets
+    /// 1: the host scales it), in place: the program is not encoded or bound again.
     pub(super) fn set_row_scales(&mut self, row_scales: &[f32]) -> Result<&[RegCmd]> {
-        for &(i, row) in &self.scale_entries {
-            let s = row_scales[row as usize];
+        for &(i, row, wave) in &self.scale_entries {
+            let s = row_scales[self.scale_index(row as usize, wave as usize)];
             let bits = half::f16::from_f32(if fp16_normal(s) { s } else { 1.0 }).to_bits();
             let reg = dpu::BsMulCfg::from_raw(self.words[i].value());
             let reg = dpu::BsMulCfg::BS_MUL_OPERAND.set(reg, u32::from(bits))?;
@@ -141,13 +164,23 @@ impl NpuDequant {
         Ok(&self.words)
     }
 
+    /// Where the scale of `row` for `wave` is in the row scales.
+    pub(super) fn scale_index(&self, row: usize, wave: usize) -> usize {
+        if self.grouped {
+            row * self.waves + wave
+        } else {
+            row
+        }
+    }
+
     /// The program: on each core the plan's matmul tasks, then one dequantisation task
     /// per row and chunk of each of them (in the order of [`dequant_rows`]), with these
     /// row scales, each writing into its wave's block of the result; with incremental
     /// bodies when `incremental` (the row scale always written, since each call patches
-    /// it).
-    pub(super) fn program(plan: &Plan, incremental: bool) -> Result<Program> {
+    /// it). With `grouped`, each wave's tasks read that wave's block of coefficients.
+    pub(super) fn program(plan: &Plan, incremental: bool, grouped: bool) -> Result<Program> {
         let n_pad = plan.layout.n_pad;
+        let coeff_block = if grouped { n_pad } else { 0 };
         let block = plan.spec.m * n_pad;
         let mut p = ProgramBuilder::new(REGCMD)
             .incremental(incremental)
@@ -167,7 +200,7 @@ impl NpuDequant {
                             ch,
                             1.0,
                             DmaAddr::reloc(C, t.c_offset as u32 + j * t.rows * 4),
-                            DmaAddr::reloc(COEFFS, (t.n0 + j) * 4),
+                            DmaAddr::reloc(COEFFS, (t.wave * coeff_block + t.n0 + j) * 4),
                             DmaAddr::reloc(OUT, (at + j) * 4),
                         )?;
                         p.push_task(body, BlockMask::ELEMENTWISE);
@@ -182,10 +215,12 @@ impl NpuDequant {
     }
 }
 
-/// The row of each dequantisation task, in program order: per core, per matmul task,
-/// per row, one task per chunk of 1024 channels.
-fn dequant_rows(plan: &Plan) -> impl Iterator<Item = u32> + '_ {
+/// The row and wave of each dequantisation task, in program order: per core, per matmul
+/// task, per row, one task per chunk of 1024 channels.
+fn dequant_rows(plan: &Plan) -> impl Iterator<Item = (u32, u32)> + '_ {
     plan.tasks.iter().flat_map(|t| {
-        (0..t.rows).flat_map(move |r| std::iter::repeat_n(t.m0 + r, t.nt.div_ceil(CHUNK) as usize))
+        (0..t.rows).flat_map(move |r| {
+            std::iter::repeat_n((t.m0 + r, t.wave), t.nt.div_ceil(CHUNK) as usize)
+        })
     })
 }

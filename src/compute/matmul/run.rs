@@ -291,6 +291,9 @@ impl Matmul {
 
     /// A quantised product from int8 activations and their per-row scales (as
     /// [`quant::quantize_rows_i8`] makes them): `y = (A · W) · row_scale · channel_scale`.
+    /// Against a grouped bank ([`WeightBank::quantize_f32_nk_grouped`]) the activations
+    /// carry a scale per row and group, row-major (as [`super::quantize_groups_i8`] makes
+    /// them), and each group's sums are scaled by its own scales.
     pub fn run_quantized_into(
         &mut self,
         a: &[i8],
@@ -298,7 +301,11 @@ impl Matmul {
         y: &mut [f32],
     ) -> Result<()> {
         self.expect(Activations::Int8)?;
-        shape("row scales", self.rows as usize, row_scales.len())?;
+        let per_row = match &self.npu {
+            Some(d) if d.grouped => d.waves,
+            _ => 1,
+        };
+        shape("row scales", self.rows as usize * per_row, row_scales.len())?;
         shape("result values", self.len_c(), y.len())?;
         self.run(
             |m| {

@@ -1,0 +1,98 @@
+//! Grouped int8 quantisation: weights with a scale per group of K input channels and
+//! output channel, activations with a scale per row and group, as the vendor runtime's
+//! grouped W8A8 types quantise (`w8a8_g128` and its kin) and as GGUF's block formats
+//! keep their weights. Each group is one K wave of the bank's layout, so every wave's
+//! integer sums are dequantised on the NPU with that group's scales
+//! (`npu_dequant`, docs/matmul.md "Grouped int8") and the host adds the waves.
+
+use super::{WeightBank, Weights};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::kernels::matmul::WeightLayout;
+use crate::kernels::matmul::quant::quantize_rows_i8_into;
+use crate::kernels::single::Dtype;
+
+/// Quantises `x` (rows of `k` values, row-major) to int8 with one scale per row and
+/// group of `group` values (the last group of a row shorter when `group` does not divide
+/// `k`): `(values, scales)`, the scales row-major (`rows × ⌈k / group⌉`). Non-finite
+/// values are refused, as [`quantize_rows_i8_into`] refuses them.
+pub fn quantize_groups_i8(x: &[f32], k: usize, group: usize) -> Result<(Vec<i8>, Vec<f32>)> {
+    if k == 0 || group == 0 || !x.len().is_multiple_of(k) {
+        return Err(Error::ShapeMismatch {
+            what: "grouped values (whole rows of k > 0, groups > 0)",
+            expected: x.len().next_multiple_of(k.max(1)) as u64,
+            actual: x.len() as u64,
+        });
+    }
+    let groups = k.div_ceil(group);
+    let mut q = vec![0i8; x.len()];
+    let mut s = vec![0f32; x.len() / k * groups];
+    for ((row, qrow), srow) in x
+        .chunks_exact(k)
+        .zip(q.chunks_exact_mut(k))
+        .zip(s.chunks_exact_mut(groups))
+    {
+        for ((seg, qseg), scale) in row
+            .chunks(group)
+            .zip(qrow.chunks_mut(group))
+            .zip(srow.iter_mut())
+        {
+            quantize_rows_i8_into(seg, seg.len(), qseg, std::slice::from_mut(scale))?;
+        }
+    }
+    Ok((q, s))
+}
+
+impl WeightBank {
+    /// `n × k` f32 weights (`[out][in]`) quantised to int8 with a scale per group of
+    /// `group` input channels and output channel, in the layout whose K waves are those
+    /// groups (`WeightLayout::with_k_tile(k, n, Int8, group)`: `group` a multiple of 32 of
+    /// at most 4096; the last group shorter when it does not divide `k`). A matmul against
+    /// it quantises its activations per row and group and dequantises every group on the
+    /// NPU ([`super::Matmul::mul_mat`] and [`super::Matmul::run_quantized_into`] only).
+    ///
+    /// Errors: a group the layout cannot make a wave [`Error::Unsupported`]; weights of
+    /// another length [`Error::ShapeMismatch`]; non-finite weights, and scales the NPU
+    /// cannot read as fp16 (checked when a matmul is made), [`Error::OutOfRange`].
+    pub fn quantize_f32_nk_grouped(
+        dev: &Device,
+        n: u32,
+        k: u32,
+        w: &[f32],
+        group: u32,
+    ) -> Result<WeightBank> {
+        let layout = WeightLayout::with_k_tile(k, n, Dtype::Int8, group)?;
+        let group = layout.k_tile() as usize;
+        let (q, by_channel) = quantize_groups_i8(w, k as usize, group)?;
+        let waves = layout.waves.len();
+        if waves != (k as usize).div_ceil(group) {
+            return Err(Error::Unsupported {
+                what: "grouped int8 bank",
+                why: format!(
+                    "groups of {group} channels over K = {k} make {waves} waves, not one per group"
+                ),
+            });
+        }
+        // Scales group-major, as the NPU's coefficient blocks hold them.
+        let mut scales = vec![0f32; waves * n as usize];
+        for (c, row) in by_channel.chunks_exact(waves).enumerate() {
+            for (g, &v) in row.iter().enumerate() {
+                scales[g * n as usize + c] = v;
+            }
+        }
+        let mut bank = WeightBank::from_nk_in(dev, &layout, Weights::I8(&q))?;
+        bank.group_scales = Some(scales);
+        Ok(bank)
+    }
+
+    /// A grouped bank's scales, one per group and output channel, group-major
+    /// (`groups × n`); `None` for other banks.
+    pub fn group_scales(&self) -> Option<&[f32]> {
+        self.group_scales.as_deref()
+    }
+
+    /// A grouped bank's input channels per group (the last group may be shorter).
+    pub fn group_size(&self) -> Option<u32> {
+        self.group_scales.as_ref().map(|_| self.layout.k_tile())
+    }
+}
