@@ -39,7 +39,7 @@ pub(super) fn planar_main(
             field,
             v,
             format!(
-                "over the planar input only one 1x1 stride-1 kernel is modelled ({}x{}, {} kernels here): the order of 8-channel weights of several kernels or taps is unknown",
+                "over the planar input only one 1x1 stride-1 kernel is modelled ({}x{}, {} kernels here): the order of the 8-channel weights of several kernels or taps is not published, and the only captures of such programs with their buffers (the inline cases of allbilly/rk3588) hold an all-zero input and output, which every candidate order reproduces",
                 cna.kernel.width, cna.kernel.height, cna.weights.kernels
             ),
         ));
