@@ -32,10 +32,11 @@ use std::path::{Path, PathBuf};
 const CASES: &[(&str, u32)] = &[
     // Task 1 writes at the end of the internal GEM, whose IOVA and size are inferred.
     ("allbilly-rk3588/rknn-add-gemdump", 1),
-    // Several-kernel 8-channel weights (layout unknown).
+    // Several kernels or taps over the planar input: their weight order is not
+    // published and the captured input and output are zero (no order is told apart).
     ("allbilly-rk3588/rknn-conv-fp16-inline-case1", 0),
     ("allbilly-rk3588/rknn-conv-fp16-inline-case4", 0),
-    // Task 2: the int16 transpose flying task.
+    // Task 2: the int16 transpose flying task (no public source explains it).
     ("phhusson-rknpu-reverse-engineering/dump-dumb", 2),
     // Regcmd buffer only; its first convolution has 12 kernels.
     ("phhusson-rknpu-reverse-engineering/dump-plus1", 0),
@@ -394,6 +395,104 @@ fn toy_graphs_first_two_tasks_over_a_seeded_input() {
         }
         eprintln!(
             "phhusson-rknpu-reverse-engineering/{name}: seeded input: {exact} pixels = f(input) exactly"
+        );
+    }
+}
+
+/// The 16-bit words of a buffer.
+fn halves(b: &[u8]) -> impl Iterator<Item = u16> + '_ {
+    b.chunks_exact(2).map(|h| u16::from_le_bytes([h[0], h[1]]))
+}
+
+/// Where the chains still stop, the captures hold nothing that could decide a model, as
+/// the refusals say (docs/hardware/convolution.md#planar-input,
+/// docs/hardware/dpu-ops.md#transpose):
+///
+/// * the inline cases stop at task 0 on CNA `WEIGHT_SIZE2` (several kernels or taps over
+///   the planar input); their weights (at the weight buffer's start, one value per
+///   8-half slot) differ from kernel to kernel, so the candidate orders ([kernel][tap],
+///   [tap][kernel], ...) compute different outputs from a non-zero input, but the
+///   captured input is all zero, and so are the internal and output buffers: every order
+///   reproduces them, none is told apart;
+/// * the phhusson toy graphs stop at task 2 on DPU `FEATURE_MODE_CFG` TP_EN; the values of
+///   the cube that task reads (the output GEM's non-zero halves: f(input) in channel 0)
+///   occur nowhere in the internal GEM it writes to, so the capture holds no transposed
+///   element at all.
+#[test]
+fn the_remaining_stops_have_no_evidence_in_the_captures() {
+    use rknpu_driver::regs::{cna, dpu};
+    let Some(root) = captures_or_skip("nothing to check") else {
+        return;
+    };
+    let stop = |dir: &Path| -> (Option<u32>, &'static str) {
+        let e = run_chain(&mut load(dir, &[]).unwrap()).unwrap_err();
+        match e {
+            SimError::Unsupported { field, .. } => (failing_task(&e), field),
+            other => panic!("{}: {other}", dir.display()),
+        }
+    };
+    for case in [
+        "allbilly-rk3588/rknn-conv-fp16-inline-case1",
+        "allbilly-rk3588/rknn-conv-fp16-inline-case4",
+    ] {
+        let dir = root.join(case);
+        let Ok(meta) = std::fs::read_to_string(dir.join("meta.json")) else {
+            common::absent_capture(case);
+            continue;
+        };
+        let (task, field) = stop(&dir);
+        let weight_fields = [
+            cna::WeightSize2::WEIGHT_WIDTH.name(),
+            cna::WeightSize2::WEIGHT_KERNELS.name(),
+        ];
+        assert!(
+            task == Some(0) && weight_fields.contains(&field),
+            "{case}: {field}"
+        );
+        let buffer = |role: &str| {
+            let a = buffer_addr(&meta, role).unwrap();
+            std::fs::read(dir.join(format!("buf-{a:08x}.bin"))).unwrap()
+        };
+        let weights = buffer("weights + regcmd buffer");
+        let first: Vec<u16> = halves(&weights).step_by(8).take(16).collect();
+        assert!(
+            first.iter().all(|&w| w != 0) && first.windows(2).any(|p| p[0] != p[1]),
+            "{case}: weights {first:x?}"
+        );
+        for role in [
+            "user input buffer",
+            "internal feature memory",
+            "user output buffer",
+        ] {
+            assert!(buffer(role).iter().all(|&b| b == 0), "{case}: {role}");
+        }
+        eprintln!("{case}: stops at task 0 on {field}; input, internal and output all zero");
+    }
+    for &(name, ..) in TOY_GRAPHS {
+        let dir = root.join("phhusson-rknpu-reverse-engineering").join(name);
+        let Ok(meta) = std::fs::read_to_string(dir.join("meta.json")) else {
+            common::absent_capture(name);
+            continue;
+        };
+        let (task, field) = stop(&dir);
+        assert_eq!(
+            (task, field),
+            (Some(2), dpu::FeatureModeCfg::TP_EN.name()),
+            "{name}"
+        );
+        let gem = |role: &str| {
+            let a = buffer_addr(&meta, role).unwrap();
+            std::fs::read(dir.join(format!("buf-{a:08x}.bin"))).unwrap()
+        };
+        let (read, written) = (gem("model output"), gem("internal feature memory"));
+        let read: std::collections::BTreeSet<u16> = halves(&read).filter(|&h| h != 0).collect();
+        let written: std::collections::BTreeSet<u16> = halves(&written).collect();
+        assert!(
+            !read.is_empty() && read.is_disjoint(&written),
+            "{name}: {read:x?} / {written:x?}"
+        );
+        eprintln!(
+            "phhusson-rknpu-reverse-engineering/{name}: stops at task 2 on {field}; none of the values it reads ({read:x?}) is in the internal GEM"
         );
     }
 }
