@@ -409,11 +409,9 @@ fn halves(b: &[u8]) -> impl Iterator<Item = u16> + '_ {
 /// docs/hardware/dpu-ops.md#transpose):
 ///
 /// * the inline cases stop at task 0 on CNA `WEIGHT_SIZE2` (several kernels or taps over
-///   the planar input); their weights (at the weight buffer's start, one value per
-///   8-half slot) differ from kernel to kernel, so the candidate orders ([kernel][tap],
-///   [tap][kernel], ...) compute different outputs from a non-zero input, but the
-///   captured input is all zero, and so are the internal and output buffers: every order
-///   reproduces them, none is told apart;
+///   the planar input); their captured input, internal and output buffers are all zero,
+///   which every weight order reproduces (the weights differ: see the next test), so no
+///   board output tells the orders apart;
 /// * the phhusson toy graphs stop at task 2 on DPU `FEATURE_MODE_CFG` TP_EN; the values of
 ///   the cube that task reads (the output GEM's non-zero halves: f(input) in channel 0)
 ///   occur nowhere in the internal GEM it writes to, so the capture holds no transposed
@@ -453,12 +451,6 @@ fn the_remaining_stops_have_no_evidence_in_the_captures() {
             let a = buffer_addr(&meta, role).unwrap();
             std::fs::read(dir.join(format!("buf-{a:08x}.bin"))).unwrap()
         };
-        let weights = buffer("weights + regcmd buffer");
-        let first: Vec<u16> = halves(&weights).step_by(8).take(16).collect();
-        assert!(
-            first.iter().all(|&w| w != 0) && first.windows(2).any(|p| p[0] != p[1]),
-            "{case}: weights {first:x?}"
-        );
         for role in [
             "user input buffer",
             "internal feature memory",
@@ -493,6 +485,110 @@ fn the_remaining_stops_have_no_evidence_in_the_captures() {
         );
         eprintln!(
             "phhusson-rknpu-reverse-engineering/{name}: stops at task 2 on {field}; none of the values it reads ({read:x?}) is in the internal GEM"
+        );
+    }
+}
+
+/// numpy's legacy generator (`np.random.seed(s)`: MT19937, `init_genrand`) and its
+/// `uniform(low, high)` (53-bit samples), with which the inline cases' source draws data.
+struct NumpyRandom {
+    mt: [u32; 624],
+    i: usize,
+}
+
+impl NumpyRandom {
+    fn new(seed: u32) -> Self {
+        let mut mt = [0u32; 624];
+        mt[0] = seed;
+        for i in 1..624 {
+            mt[i] = 1_812_433_253u32
+                .wrapping_mul(mt[i - 1] ^ (mt[i - 1] >> 30))
+                .wrapping_add(i as u32);
+        }
+        NumpyRandom { mt, i: 624 }
+    }
+
+    fn next_u32(&mut self) -> u32 {
+        if self.i == 624 {
+            for k in 0..624 {
+                let y = (self.mt[k] & 0x8000_0000) | (self.mt[(k + 1) % 624] & 0x7FFF_FFFF);
+                let mag = if y & 1 == 1 { 0x9908_B0DF } else { 0 };
+                self.mt[k] = self.mt[(k + 397) % 624] ^ (y >> 1) ^ mag;
+            }
+            self.i = 0;
+        }
+        let mut y = self.mt[self.i];
+        self.i += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9D2C_5680;
+        y ^= (y << 15) & 0xEFC6_0000;
+        y ^ (y >> 18)
+    }
+
+    fn uniform(&mut self, low: f64, high: f64) -> f64 {
+        let a = (self.next_u32() >> 5) as f64;
+        let b = (self.next_u32() >> 6) as f64;
+        low + (high - low) * ((a * 67_108_864.0 + b) / 9_007_199_254_740_992.0)
+    }
+}
+
+/// The inline cases' weights are identified, though no output was captured: numpy's seed 0
+/// draws the input (1×1×H×W, task 0's `FC_DATA_SIZE0`), then the weights (N×1×KH×KW, its
+/// `WEIGHT_SIZE2`), uniform in [−2, 2), fp16. The weight buffer (at `DCOMP_ADDR0`, its
+/// start) holds them one per 16-byte slot (7 padded halves zero) in the vendor's order:
+/// 16-kernel groups, in each the taps row by row, in each tap the group's kernels; kernel-
+/// major order does not match. The vendor's packing, not a board output
+/// (docs/hardware/convolution.md#planar-input).
+#[test]
+fn inline_cases_weights_are_the_seeded_kernels_packed_tap_major() {
+    let Some(root) = captures_or_skip("nothing to check") else {
+        return;
+    };
+    let cases = [
+        (
+            "allbilly-rk3588/rknn-conv-fp16-inline-case1",
+            (7, 5),
+            (6, 3, 1),
+        ),
+        (
+            "allbilly-rk3588/rknn-conv-fp16-inline-case4",
+            (10, 10),
+            (32, 5, 5),
+        ),
+    ];
+    for (case, (w, h), (n, kh, kw)) in cases {
+        let dir = root.join(case);
+        let Ok(meta) = std::fs::read_to_string(dir.join("meta.json")) else {
+            common::absent_capture(case);
+            continue;
+        };
+        let a = buffer_addr(&meta, "weights + regcmd buffer").unwrap();
+        let buf = std::fs::read(dir.join(format!("buf-{a:08x}.bin"))).unwrap();
+        let slots: Vec<u16> = halves(&buf).collect();
+        let mut rng = NumpyRandom::new(0);
+        for _ in 0..w * h {
+            rng.uniform(-2.0, 2.0);
+        }
+        let taps = kh * kw;
+        let wt: Vec<u16> = (0..n * taps)
+            .map(|_| half::f16::from_f64(rng.uniform(-2.0, 2.0)).to_bits())
+            .collect();
+        let (mut tap_major, mut kernel_major) = (0, 0);
+        for k in 0..n {
+            for t in 0..taps {
+                let (g, size) = (k / 16, 16.min(n - k / 16 * 16));
+                let slot = g * 16 * taps + t * size + k % 16;
+                let v = wt[k * taps + t];
+                tap_major += usize::from(slots[8 * slot] == v);
+                kernel_major += usize::from(slots[8 * (k * taps + t)] == v);
+                assert!(slots[8 * slot + 1..8 * slot + 8].iter().all(|&x| x == 0));
+            }
+        }
+        assert_eq!(tap_major, n * taps, "{case}");
+        assert!(kernel_major < n * taps / 2, "{case}: {kernel_major}");
+        eprintln!(
+            "{case}: all {} weights are numpy seed 0's, packed [16-kernel group][tap][kernel] (kernel-major matches {kernel_major})",
+            n * taps
         );
     }
 }
