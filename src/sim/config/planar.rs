@@ -39,7 +39,7 @@ pub(super) fn planar_main(
             field,
             v,
             format!(
-                "over the planar input only one 1x1 stride-1 kernel is modelled ({}x{}, {} kernels here): the order of 8-channel weights of several kernels or taps is unknown",
+                "over the planar input only one 1x1 stride-1 kernel is modelled ({}x{}, {} kernels here): no board output confirms the order in which the 8-channel weights of several kernels or taps are read: the inline cases of allbilly/rk3588 hold an all-zero input and output, which every order reproduces (their vendor packing is [16-kernel group][tap][kernel])",
                 cna.kernel.width, cna.kernel.height, cna.weights.kernels
             ),
         ));

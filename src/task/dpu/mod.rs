@@ -23,6 +23,15 @@ use crate::error::Result;
 use crate::regcmd::{DmaAddr, TaskBuilder};
 use crate::regs::{Block, Field, Register, dpu};
 
+/// Why the DPU transpose's enable stays refused (docs/hardware/dpu-ops.md#transpose): the
+/// register description names the bit only, and the one program that sets it whose buffers
+/// were published (the phhusson toy graphs) was dumped before its transposing task wrote.
+const TRANSPOSE_UNEXPLAINED: &str = "transpose is not modelled: no public source explains the field (its description reads only \"Enable transpose\"), and no capture with its buffers holds what a transposing task wrote";
+
+/// Why the transpose's other fields stay refused: no capture holds a transposed write to
+/// check a layout against.
+const TRANSPOSE_UNCHECKED: &str = "transpose is not modelled: no capture with its buffers holds what a transposing task wrote, so no layout could be checked";
+
 /// Where the DPU's main data comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DpuInput {
@@ -287,7 +296,7 @@ impl Dpu {
             0,
             "output regroup is not modelled",
         )?;
-        r.expect(FeatureModeCfg::TP_EN, 0, "transpose is not modelled")?;
+        r.expect(FeatureModeCfg::TP_EN, 0, TRANSPOSE_UNEXPLAINED)?;
         r.expect(
             FeatureModeCfg::COMB_USE,
             0,
@@ -319,7 +328,7 @@ impl Dpu {
             format!("differs from {} {proc_code}", DataFormat::PROC_PRECISION)
         })?;
         let ((w, h, c), notch) = decode_cube(r)?;
-        r.expect(BsOwCfg::TP_ORG_EN, 0, "transpose is not modelled")?;
+        r.expect(BsOwCfg::TP_ORG_EN, 0, TRANSPOSE_UNCHECKED)?;
         r.expect(BsOwCfg::RGP_CNTER, 0, "output regroup is not modelled")?;
         let bs = stage::decode(r, StageRegs::BS)?;
         let bn = stage::decode(r, StageRegs::BN)?;
@@ -411,7 +420,7 @@ fn decode_cube(r: &mut Reader<'_>) -> Decoded<((u32, u32, u32), u32)> {
         0,
         "write-DMA size_c is not modelled",
     )?;
-    r.expect(WdmaSize0::TP_PRECISION, 0, "transpose is not modelled")?;
+    r.expect(WdmaSize0::TP_PRECISION, 0, TRANSPOSE_UNCHECKED)?;
     r.agree(WdmaSize1::WIDTH_WDMA, w - 1, || {
         format!("the cube is {w} wide")
     })?;
