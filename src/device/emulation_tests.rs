@@ -5,6 +5,7 @@
 use super::behaviour_tests::matmul;
 use super::*;
 use crate::emu::{EmuKernel, Flavour};
+use crate::regs::Block;
 use std::time::{Duration, Instant};
 
 fn private(flavour: Flavour) -> Device {
@@ -110,7 +111,7 @@ fn only_the_simulators_own_bounds_are_emulation_stops() {
         at,
         addr: 0x1000,
         len: 16,
-        block: "CNA",
+        block: Block::Cna,
         register: "FEATURE_DATA_ADDR",
         write: false,
     };

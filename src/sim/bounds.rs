@@ -6,7 +6,7 @@ use super::datapath::run;
 use super::error::{At, SimError};
 use super::exec::{Cube, EwSrc, Main, Task};
 use super::memory::Memory;
-use crate::regs::{Register, cna};
+use crate::regs::{Block, Register, cna};
 
 /// Elements one cube of a task may have: the model holds each as an i64 or f32 at once
 /// (at most 512 MiB per cube). docs/simulator.md, "Bounds".
@@ -77,7 +77,7 @@ pub(super) fn check_first(mem: &Memory, t: &Task, at: At) -> Result<(), SimError
                     addr,
                     feature.w as usize * elem,
                     at,
-                    "CNA",
+                    Block::Cna,
                     cna::FeatureDataAddr::NAME,
                 )?;
             }

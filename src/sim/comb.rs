@@ -9,6 +9,7 @@
 use super::config::{addr, inconsistent, same_cube, unsupported};
 use super::error::{At, SimError};
 use super::exec::Cube;
+use crate::regs::Block;
 use crate::regs::{Register, dpu, dpu_rdma};
 use crate::task::{self, DpuInput, Precision};
 
@@ -95,7 +96,7 @@ pub(super) fn shared_operand(
         line,
         surf,
         register: dpu_rdma::RdmaSrcBaseAddr::NAME,
-        block: "DPU_RDMA",
+        block: Block::DpuRdma,
     };
     if c % cube.atom_elems() != 0 {
         return Err(unsupported(

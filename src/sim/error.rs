@@ -1,5 +1,6 @@
 //! What the simulator reports: hard errors ([`SimError`]) and warnings ([`Lint`]).
 
+use crate::regs::Block;
 use std::fmt;
 
 /// Where in a run something happened: the core and the task index within the kick.
@@ -43,7 +44,7 @@ pub enum SimError {
         /// Length of the access in bytes.
         len: u64,
         /// The block whose DMA made the access (`PC` for regcmd fetches).
-        block: &'static str,
+        block: Block,
         /// The register that holds the address the access derives from.
         register: &'static str,
         /// A write (true) or a read.
@@ -164,7 +165,8 @@ impl fmt::Display for SimError {
                 write,
             } => write!(
                 f,
-                "{at}: {block} DMA {} of {len} bytes at {addr:#x} is outside every memory region (address from {register})",
+                "{at}: {} DMA {} of {len} bytes at {addr:#x} is outside every memory region (address from {register})",
+                block.name(),
                 if *write { "write" } else { "read" }
             ),
             SimError::Unsupported {

@@ -1,6 +1,7 @@
 //! The checked description of one task that the data path executes: addresses resolved,
 //! strides in bytes, every value the checks of [`super::config`] let through.
 
+use crate::regs::Block;
 use crate::task::{AluOp, Precision};
 
 /// The CNA feature (activation) read: an NC1HWC2 cube with 16-byte atoms.
@@ -70,7 +71,7 @@ pub(super) struct Cube {
     /// The register the base address came from (for DMA errors).
     pub register: &'static str,
     /// The block whose DMA moves it.
-    pub block: &'static str,
+    pub block: Block,
 }
 
 impl Cube {

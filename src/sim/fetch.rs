@@ -41,7 +41,7 @@ pub(super) fn fetch_and_apply(
             at,
             addr: addr as u64,
             len: n as u64 * 8,
-            block: "PC",
+            block: Block::Pc,
             register,
             write: false,
         })?

@@ -19,10 +19,18 @@ fn setup(why: impl Into<String>) -> SimError {
 pub(super) fn run(sim: &mut Simulator, kick: &Kick) -> Result<CoreRun, SimError> {
     let first_amount = check_kick(sim, kick)?;
     let core = kick.core;
-    // The kernel's kick: CNA and CORE S_POINTER = 0xE with the core index in bits 29:28.
+    // The kernel's kick: CNA and CORE S_POINTER with both ping-pongs on and the pointer
+    // toggling by itself (0xE), the core index in bits 29:28 (no field of the model).
+    let kick_pointer = [
+        cna::SPointer::POINTER_PP_EN,
+        cna::SPointer::EXECUTER_PP_EN,
+        cna::SPointer::POINTER_PP_MODE,
+    ]
+    .iter()
+    .fold(0, |raw, f| raw | f.info().mask());
     for g in 0..2 {
         for off in [cna::SPointer::OFFSET, core::SPointer::OFFSET] {
-            sim.cores[core].groups[g][off as usize / 4] = 0xE | ((core as u32) << 28);
+            sim.cores[core].groups[g][off as usize / 4] = kick_pointer | ((core as u32) << 28);
         }
     }
     let mut out = CoreRun {
@@ -294,7 +302,8 @@ fn next_link(
     leaves_list(sim, at, task, f)?;
     // Bits 17:16: the vendor's multi-core chains write the number of cores − 1 there
     // (docs/hardware/registers.md#reserved-bits); run as no change to the fetch.
-    let (amount, cores_less_one) = (f.next_amount & 0xFFFF, f.next_amount >> 16);
+    let amount = pc::RegisterAmounts::PC_DATA_AMOUNT.extract(f.next_amount);
+    let cores_less_one = f.next_amount >> pc::RegisterAmounts::UNK_17_16.info().lo;
     match cores_less_one {
         0 => {}
         1 | 2 => out.lints.push(Lint {
@@ -357,6 +366,11 @@ fn next_link(
     Ok(Some((f.next_addr, amount)))
 }
 
+/// The fetch length the tail just fetched gives the next task (`PC_DATA_AMOUNT`).
+fn next_amount(f: &Fetched) -> u32 {
+    pc::RegisterAmounts::PC_DATA_AMOUNT.extract(f.next_amount)
+}
+
 /// When the kick runs listed tasks ([`Simulator::run_range`]): an error unless the tail
 /// just fetched names the next listed task's list and the amount that fetches exactly its
 /// body and tail.
@@ -368,11 +382,7 @@ fn leaves_list(sim: &Simulator, at: At, task: usize, f: &Fetched) -> Result<(), 
         .get(task)
         .map(|&(addr, body)| (addr, (body as usize + TAIL_ENTRIES).div_ceil(2) - 1));
     match want {
-        Some((addr, amount))
-            if addr == f.next_addr && amount == (f.next_amount & 0xFFFF) as usize =>
-        {
-            Ok(())
-        }
+        Some((addr, amount)) if addr == f.next_addr && amount == next_amount(f) as usize => Ok(()),
         _ => Err(SimError::Inconsistent {
             at,
             register: pc::BaseAddress::NAME,
@@ -381,7 +391,7 @@ fn leaves_list(sim: &Simulator, at: At, task: usize, f: &Fetched) -> Result<(), 
             why: match want {
                 Some((addr, amount)) => format!(
                     "the chain leaves the listed tasks: task {task} is listed at {addr:#x}, fetched with amount {amount}; the tail gives amount {}",
-                    f.next_amount & 0xFFFF
+                    next_amount(f)
                 ),
                 None => format!("the chain runs past the {} listed task(s)", listed.len()),
             },

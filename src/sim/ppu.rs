@@ -16,6 +16,7 @@ use super::exec::Cube;
 use super::memory::Memory;
 use crate::float::{f16_to_f32, f32_to_f16};
 use crate::regcmd::BlockMask;
+use crate::regs::Block;
 use crate::regs::{Register, ppu, ppu_rdma};
 use crate::task::{self, Access, DecodeError, DmaRange, PoolMethod, Precision};
 
@@ -321,7 +322,7 @@ fn pool(t: &task::Task, p: &task::Ppu, r: &task::PpuRdma, unvalidated: Vec<Strin
         line: u64::from(r.line_stride) * 16,
         surf: u64::from(r.surf_stride) * 16,
         register: ppu_rdma::RdmaSrcBaseAddr::NAME,
-        block: "PPU_RDMA",
+        block: Block::PpuRdma,
     };
     let out = Cube {
         base: super::config::addr(p.out),
@@ -332,7 +333,7 @@ fn pool(t: &task::Task, p: &task::Ppu, r: &task::PpuRdma, unvalidated: Vec<Strin
         line: u64::from(ow) * 16,
         surf: u64::from(p.surf_stride) * 16,
         register: ppu::DstBaseAddr::NAME,
-        block: "PPU",
+        block: Block::Ppu,
     };
     Pool {
         enable: t.enable(),

@@ -7,6 +7,7 @@ use super::dequant::fp32_dequant;
 use super::ew::ew_stage;
 use super::stage::{float_stage_notes, stage, stage_operands};
 use super::{Envelope, check};
+use crate::regs::Block;
 use crate::regs::{Register, dpu, dpu_rdma};
 use crate::sim::config::{addr, inconsistent, unsupported};
 use crate::sim::error::{At, SimError};
@@ -320,7 +321,7 @@ fn out_cube(d: &task::Dpu, main: &Main, at: At) -> Result<Cube, SimError> {
         line,
         surf,
         register: dpu::DstBaseAddr::NAME,
-        block: "DPU",
+        block: Block::Dpu,
     };
     if cc % out.atom_elems() != 0 {
         return Err(unsupported(

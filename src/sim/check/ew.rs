@@ -1,5 +1,6 @@
 //! The EW stage and its ERDMA operand.
 
+use crate::regs::Block;
 use crate::regs::{Register, dpu, dpu_rdma};
 use crate::sim::config::{addr, inconsistent, same_cube, unsupported};
 use crate::sim::error::{At, SimError};
@@ -249,7 +250,7 @@ fn erdma_own(
         line,
         surf,
         register: dpu_rdma::RdmaEwBaseAddr::NAME,
-        block: "DPU_RDMA",
+        block: Block::DpuRdma,
     };
     if c % cube.atom_elems() != 0 {
         return Err(unsupported(

@@ -4,6 +4,7 @@
 use super::Allowed::{Is, OneOf, When};
 use super::Why::Text;
 use super::{Envelope, FieldRef, check};
+use crate::regs::Block;
 use crate::regs::{Register, dpu, dpu_rdma};
 use crate::sim::config::addr;
 use crate::sim::error::{At, SimError};
@@ -303,7 +304,7 @@ fn operand_read(
         line: 16,
         surf: 16,
         register: f.base,
-        block: "DPU_RDMA",
+        block: Block::DpuRdma,
     };
     let validated = !f.bn && alu_mem && d.input == DpuInput::Core && d.precision == Precision::Int8;
     if !validated {

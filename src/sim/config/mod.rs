@@ -15,6 +15,7 @@ pub(super) use planar::PLANAR_CORE_CHANNELS;
 
 use super::error::{At, SimError};
 use super::exec::{Checked, Cube, Main};
+use crate::regs::Block;
 use crate::regs::{Register, dpu, dpu_rdma};
 use crate::task::{self, DecodeError, DecodeErrorKind, DpuInput, Precision};
 
@@ -203,7 +204,7 @@ pub(super) fn unfetched(w: u32, h: u32, c: u32, prec: Precision, register: &'sta
         line: 0,
         surf: 0,
         register,
-        block: "DPU_RDMA",
+        block: Block::DpuRdma,
     }
 }
 
@@ -269,7 +270,7 @@ fn flying_cube(t: &task::Task, dpu: &task::Dpu, at: At) -> Result<Cube, SimError
         line,
         surf,
         register: dpu_rdma::RdmaSrcBaseAddr::NAME,
-        block: "DPU_RDMA",
+        block: Block::DpuRdma,
     };
     if c % cube.atom_elems() != 0 {
         return Err(unsupported(

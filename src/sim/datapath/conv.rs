@@ -4,6 +4,7 @@
 use super::run;
 use super::{Values, le16, nibble};
 use crate::float::{bf16_to_f32, f16_to_f32};
+use crate::regs::Block;
 use crate::regs::{Register, cna};
 use crate::sim::error::{At, SimError};
 use crate::sim::exec::{Feature, Weights, Window};
@@ -40,7 +41,7 @@ pub(super) fn conv(
     // other 15 channels come from no weights (zero).
     let kernels = if win.depthwise || f.planar { 1 } else { n };
     let wbytes = kernels * taps * c * w.prec.bits() as usize / 8;
-    let wdata = run(mem, w.base as i64, wbytes, at, "CNA", weight_reg)?;
+    let wdata = run(mem, w.base as i64, wbytes, at, Block::Cna, weight_reg)?;
     *weighed += wdata.len() as u64;
     let g = w.prec.kernels_per_atom() as usize;
     let row_bytes = 32 * w.prec.bits() as usize / 8;
@@ -157,7 +158,7 @@ fn each_atom(
         // zero in the padded channels (docs/hardware/convolution.md#planar-input).
         for y in 0..f.h as usize {
             let addr = f.base as i64 + y as i64 * f.line;
-            let bytes = run(mem, addr, f.w as usize * 2, at, "CNA", feature_reg)?;
+            let bytes = run(mem, addr, f.w as usize * 2, at, Block::Cna, feature_reg)?;
             *fetched += bytes.len() as u64;
             for x in 0..f.w as usize {
                 let mut atom = [0u8; 16];
@@ -170,7 +171,7 @@ fn each_atom(
     for c1 in 0..c / epa {
         for y in 0..f.h as usize {
             let addr = f.base as i64 + c1 as i64 * f.surf + y as i64 * f.line;
-            let bytes = run(mem, addr, f.w as usize * 16, at, "CNA", feature_reg)?;
+            let bytes = run(mem, addr, f.w as usize * 16, at, Block::Cna, feature_reg)?;
             *fetched += bytes.len() as u64;
             for x in 0..f.w as usize {
                 visit(y * f.w as usize + x, c1 * epa, &bytes[x * 16..x * 16 + 16]);

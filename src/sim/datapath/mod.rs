@@ -5,6 +5,7 @@
 mod conv;
 mod post;
 
+use crate::regs::Block;
 use conv::conv;
 use post::{StageOperands, post};
 
@@ -127,7 +128,7 @@ fn dma_err(
     at: At,
     addr: i64,
     len: usize,
-    block: &'static str,
+    block: Block,
     register: &'static str,
     write: bool,
 ) -> SimError {
@@ -147,7 +148,7 @@ pub(super) fn run<'m>(
     addr: i64,
     len: usize,
     at: At,
-    block: &'static str,
+    block: Block,
     register: &'static str,
 ) -> Result<&'m [u8], SimError> {
     if !(0..1 << 32).contains(&addr) {

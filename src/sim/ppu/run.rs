@@ -63,7 +63,7 @@ pub(in crate::sim) fn execute(
                 at,
                 addr: r.start,
                 len: r.len,
-                block: r.block.name(),
+                block: r.block,
                 register: r.register,
                 write: r.access == Access::Write,
             });

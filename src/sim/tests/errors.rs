@@ -1,6 +1,7 @@
 //! Every simulator error, named by task, register, field and value.
 
 use super::*;
+use crate::regs::Block;
 
 #[test]
 fn dma_outside_memory_names_block_and_register() {
@@ -17,7 +18,7 @@ fn dma_outside_memory_names_block_and_register() {
         }) => {
             assert_eq!(
                 (block, register, write),
-                ("DPU", dpu::DstBaseAddr::NAME, true)
+                (Block::Dpu, dpu::DstBaseAddr::NAME, true)
             );
             assert_eq!(addr, at(single::C) as u64);
         }
@@ -28,7 +29,7 @@ fn dma_outside_memory_names_block_and_register() {
     assert!(matches!(
         sim.kick(&s.kick()),
         Err(SimError::Dma {
-            block: "CNA",
+            block: Block::Cna,
             register: cna::DcompAddr0::NAME,
             write: false,
             ..
@@ -38,7 +39,10 @@ fn dma_outside_memory_names_block_and_register() {
     sim.memory_mut().unmap(at(single::REGCMD)).unwrap();
     assert!(matches!(
         sim.kick(&s.kick()),
-        Err(SimError::Dma { block: "PC", .. })
+        Err(SimError::Dma {
+            block: Block::Pc,
+            ..
+        })
     ));
 }
 

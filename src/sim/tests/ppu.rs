@@ -6,6 +6,7 @@ use super::*;
 use crate::float::f32_to_f16;
 use crate::kernels::ops::Cube;
 use crate::kernels::ops::pool::{Pool2d, PoolKind};
+use crate::regs::Block;
 use crate::regs::{ppu, ppu_rdma};
 use crate::task::{Precision, Task};
 
@@ -339,7 +340,7 @@ fn a_read_outside_memory_is_a_dma_error_of_ppu_rdma() {
             write,
             ..
         }) => {
-            assert_eq!((block, write), ("PPU_RDMA", false));
+            assert_eq!((block, write), (Block::PpuRdma, false));
             assert_eq!(register, ppu_rdma::RdmaSrcBaseAddr::NAME);
         }
         other => panic!("{other:?}"),
