@@ -134,8 +134,11 @@ fn conv(t: &Task, feature: &Feature, at: At, out: &mut Vec<Lint>) {
             at,
             LintKind::Int8KTile,
             format!(
-                "int8 K tile of {} channels with {pixels} rows: K in (3072, 4096) failed to submit on boards for M > 4",
-                feature.c
+                "int8 K tile of {} channels with {pixels} rows: K in ({}, {}) failed to submit on boards for M > {}",
+                feature.c,
+                limits::INT8_K_GAP.0,
+                limits::INT8_K_GAP.1,
+                limits::INT8_GAP_MAX_ROWS
             ),
         );
     }

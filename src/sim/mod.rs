@@ -62,7 +62,7 @@ pub use dma::DmaCounters;
 pub use error::{At, BUDGET_FETCH, BUDGET_SEARCH, BUDGET_TASK, Lint, LintKind, SimError};
 pub use memory::{Memory, Region};
 
-use crate::regs::{self, Block, REGISTERS};
+use crate::regs::{self, Block};
 // The interrupt bits are the submission vocabulary's; `pc` and the tests use them as
 // `super::irq`.
 use crate::submit::{TaskDesc, irq};
@@ -175,16 +175,11 @@ struct CoreState {
     lut: lut::LutRam,
 }
 
-const WINDOW_WORDS: usize = 0x8000 / 4;
+const WINDOW_WORDS: usize = crate::task::read::WINDOW;
 
 impl CoreState {
     fn new() -> CoreState {
-        let mut reset = vec![0u32; WINDOW_WORDS];
-        for r in REGISTERS.iter() {
-            if (r.offset as usize) < 0x8000 {
-                reset[r.offset as usize / 4] = r.reset;
-            }
-        }
+        let reset = crate::task::read::reset_window();
         CoreState {
             groups: [reset.clone(), reset],
             written: [vec![0; WINDOW_WORDS], vec![0; WINDOW_WORDS]],

@@ -27,20 +27,28 @@ pub struct Snapshot {
     values: Vec<u32>,
 }
 
-/// Bytes of the register window a task can reach (offsets 0x0000..0x8000).
-const WINDOW_BYTES: usize = 0x8000;
+/// Bytes of the register window a task can reach: the blocks a regcmd targets, PC to
+/// PPU_RDMA (offsets 0x0000..0x8000); DDMA, the first block beyond, is MMIO only.
+pub(crate) const WINDOW_BYTES: usize = Block::Ddma.base() as usize;
 /// Words in that window.
-const WINDOW: usize = WINDOW_BYTES / 4;
+pub(crate) const WINDOW: usize = WINDOW_BYTES / 4;
+
+/// Every register of the window at its reset value, one word per offset / 4.
+pub(crate) fn reset_window() -> Vec<u32> {
+    let mut values = vec![0; WINDOW];
+    for r in REGISTERS.iter() {
+        if (r.offset as usize) < WINDOW_BYTES {
+            values[r.offset as usize / 4] = r.reset;
+        }
+    }
+    values
+}
 
 impl Default for Snapshot {
     fn default() -> Self {
-        let mut values = vec![0; WINDOW];
-        for r in REGISTERS.iter() {
-            if (r.offset as usize) < WINDOW_BYTES {
-                values[r.offset as usize / 4] = r.reset;
-            }
+        Snapshot {
+            values: reset_window(),
         }
-        Snapshot { values }
     }
 }
 
