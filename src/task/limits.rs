@@ -16,6 +16,13 @@ pub const fn in_int8_k_gap(channels: u32) -> bool {
     channels > INT8_K_GAP.0 && channels < INT8_K_GAP.1
 }
 
+/// The fewest CBUF banks a matmul or convolution task leaves its weights: a split with
+/// fewer gave wrong results on boards (quirk 3, docs/hardware/quirks.md#quirk-3).
+pub const MIN_WEIGHT_BANKS: u32 = 2;
+
+/// The most CBUF banks a task gives its data: every bank but [`MIN_WEIGHT_BANKS`].
+pub const MAX_DATA_BANKS: u32 = super::cbuf::BANKS - MIN_WEIGHT_BANKS;
+
 /// The widest 16-bit float task in output channels: wider ones made later int8 tasks
 /// time out on boards (quirk 7, docs/hardware/quirks.md#quirk-7).
 pub const FLOAT_MAX_CHANNELS: u32 = 4096;

@@ -472,7 +472,7 @@ impl fmt::Display for Plan {
             self.per_core.len(),
             self.per_core,
             self.data_banks(),
-            12 - self.data_banks(),
+            crate::task::cbuf::BANKS - self.data_banks(),
             match self.tasks.iter().filter(|t| t.reuse != Reuse::None).count() {
                 0 => String::new(),
                 n => format!(", {n} task(s) reusing them"),

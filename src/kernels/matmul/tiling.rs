@@ -2,6 +2,10 @@
 //! of each core.
 
 use super::*;
+use crate::task::limits::MAX_DATA_BANKS;
+
+/// Every CBUF bank of a core.
+const BANKS: u64 = crate::task::cbuf::BANKS as u64;
 
 /// The type the tasks of a plan with `waves` K waves write into C (see [`Plan::c_type`]).
 pub(super) fn written_type(spec: &MatmulSpec, waves: usize) -> OutType {
@@ -57,14 +61,14 @@ pub(super) fn tile_rows(dtype: Dtype, ai: u32) -> Result<u32> {
     let bits = dtype.bits() as u64;
     let group = dtype.kernels_per_atom().max(32) as u64;
     let weight_banks = (group * ai as u64 * bits / 8).div_ceil(BANK).max(2);
-    if weight_banks > 10 {
+    if weight_banks > u64::from(MAX_DATA_BANKS) {
         return Err(unsupported(format!(
             "K tile {ai} needs {weight_banks} weight banks"
         )));
     }
     let data_banks = match dtype {
-        Dtype::Int4 => (12 - weight_banks).min(8),
-        _ => 12 - weight_banks,
+        Dtype::Int4 => (BANKS - weight_banks).min(8),
+        _ => BANKS - weight_banks,
     };
     let row_bytes = (ai as u64 * bits / 8).max(1);
     Ok((data_banks * BANK / row_bytes).clamp(1, max_tile_rows(dtype) as u64) as u32)
@@ -216,7 +220,8 @@ pub(super) fn core_tasks(
         && waves.clone().all(|w| {
             m_tiles.clone().all(|mt| {
                 let db = task_data_banks(m_rows[mt as usize].1, ai(w), layout.dtype, true);
-                db <= 10 && group * ai(w) as u64 * bits / 8 <= (12 - db) * BANK
+                db <= u64::from(MAX_DATA_BANKS)
+                    && group * ai(w) as u64 * bits / 8 <= (BANKS - db) * BANK
             })
         });
     let can_reuse = !int8 || spare;
@@ -231,7 +236,7 @@ pub(super) fn core_tasks(
     let weights_fit = |w: u32, nt: u32| {
         same_split(w)
             && nt as u64 * ai(w) as u64 * bits / 8
-                <= (12 - banks(m_rows[work.t0 as usize].1, w)) * BANK
+                <= (BANKS - banks(m_rows[work.t0 as usize].1, w)) * BANK
     };
     let mut weight_saving = 0u64;
     let mut data_saving = 0u64;

@@ -66,8 +66,11 @@ pub const E: BufferId = BufferId(4);
 
 const BANK: u64 = task::cbuf::BANK_BYTES;
 
-/// At most 10 data banks, so that at least 2 weight banks remain (quirk 3, docs/hardware/quirks.md#quirk-3).
-const MAX_DATA_BANKS: u64 = 10;
+/// At most [`task::limits::MAX_DATA_BANKS`] data banks, so that at least
+/// [`task::limits::MIN_WEIGHT_BANKS`] weight banks remain.
+const MAX_DATA_BANKS: u64 = task::limits::MAX_DATA_BANKS as u64;
+/// Every CBUF bank of a core.
+const BANKS: u64 = task::cbuf::BANKS as u64;
 
 /// CBUF data banks a task of `rows` rows of `ai` (padded) channels of `dtype` takes: its
 /// A tile, at least 1, at most 10 (so that at least 2 weight banks remain).
@@ -215,17 +218,18 @@ impl SingleMatmul {
         let data = m * ai * b / 8;
         if data > MAX_DATA_BANKS * BANK {
             return Err(unsupported(format!(
-                "A is {data} bytes; one task holds at most {MAX_DATA_BANKS} CBUF data banks ({} bytes), keeping 2 for weights",
-                MAX_DATA_BANKS * BANK
+                "A is {data} bytes; one task holds at most {MAX_DATA_BANKS} CBUF data banks ({} bytes), keeping {} for weights",
+                MAX_DATA_BANKS * BANK,
+                task::limits::MIN_WEIGHT_BANKS
             )));
         }
         let db = data.div_ceil(BANK).clamp(1, MAX_DATA_BANKS);
         let group = (self.dtype.kernels_per_atom().max(32) as u64).min(ao);
         let weights = group * ai * b / 8;
-        if weights > (12 - db) * BANK {
+        if weights > (BANKS - db) * BANK {
             return Err(unsupported(format!(
                 "one group of {group} kernels is {weights} bytes but only {} weight banks remain",
-                12 - db
+                BANKS - db
             )));
         }
         Ok(())
