@@ -50,7 +50,7 @@ impl fmt::Display for LoadReport {
 }
 
 /// The weight matrix `name` as `(n, k)`: GGUF dims `[k, n]` (trailing dims of 1 allowed).
-fn matrix_shape(name: &str, dims: &[u64]) -> Result<(u32, u32)> {
+pub(super) fn matrix_shape(name: &str, dims: &[u64]) -> Result<(u32, u32)> {
     let shape_error = || Error::Unsupported {
         tensor: name.to_string(),
         what: format!("dims {dims:?} are not a matrix [k, n] of at most 2^32 - 1 each"),

@@ -30,6 +30,7 @@
 
 mod dequant;
 mod file;
+mod grouped;
 mod list;
 mod load;
 mod raw;
@@ -38,6 +39,7 @@ mod types;
 pub mod write;
 
 pub use dequant::{DEQUANTIZED, dequantize, dequantize_into};
+pub use grouped::{groups_exactly, load_grouped};
 pub use list::{LIST_NAME_COLUMN, escape_name, write_listing};
 pub use load::{LoadReport, bank_values, load_bank, load_weights};
 pub use raw::{bank_from_raw, check_raw, raw_bank_dtype, raw_row_bytes};

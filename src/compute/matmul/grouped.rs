@@ -61,9 +61,26 @@ impl WeightBank {
         w: &[f32],
         group: u32,
     ) -> Result<WeightBank> {
+        let group = WeightLayout::with_k_tile(k, n, Dtype::Int8, group)?.k_tile();
+        let (q, by_channel) = quantize_groups_i8(w, k as usize, group as usize)?;
+        WeightBank::from_i8_nk_grouped(dev, (n, k, group), &q, &by_channel)
+    }
+
+    /// A grouped bank from int8 values `q` (`n × k`, `[out][in]`) and their scales, one
+    /// per output channel and group of `group` input channels, channel-major (`n ×
+    /// ⌈k / group⌉`): `w[c][i] = q[c][i] · scales[c][i / group]`. GGUF's block formats
+    /// of one scale per 32 values (Q8_0, Q4_0, Q5_0) are such banks exactly, with
+    /// `group` 32 (`gguf::load_grouped`). Errors as
+    /// [`WeightBank::quantize_f32_nk_grouped`]; scales of another length
+    /// [`Error::ShapeMismatch`], non-finite ones [`Error::OutOfRange`].
+    pub fn from_i8_nk_grouped(
+        dev: &Device,
+        (n, k, group): (u32, u32, u32),
+        q: &[i8],
+        scales: &[f32],
+    ) -> Result<WeightBank> {
         let layout = WeightLayout::with_k_tile(k, n, Dtype::Int8, group)?;
         let group = layout.k_tile() as usize;
-        let (q, by_channel) = quantize_groups_i8(w, k as usize, group)?;
         let waves = layout.waves.len();
         if waves != (k as usize).div_ceil(group) {
             return Err(Error::Unsupported {
@@ -73,15 +90,24 @@ impl WeightBank {
                 ),
             });
         }
+        super::shape("group scales", n as usize * waves, scales.len())?;
+        if let Some(i) = scales.iter().position(|s| !s.is_finite()) {
+            return Err(Error::OutOfRange {
+                what: "group scales",
+                index: i,
+                value: scales[i].to_string(),
+                range: "finite",
+            });
+        }
         // Scales group-major, as the NPU's coefficient blocks hold them.
-        let mut scales = vec![0f32; waves * n as usize];
-        for (c, row) in by_channel.chunks_exact(waves).enumerate() {
+        let mut by_group = vec![0f32; scales.len()];
+        for (c, row) in scales.chunks_exact(waves).enumerate() {
             for (g, &v) in row.iter().enumerate() {
-                scales[g * n as usize + c] = v;
+                by_group[g * n as usize + c] = v;
             }
         }
-        let mut bank = WeightBank::from_nk_in(dev, &layout, Weights::I8(&q))?;
-        bank.group_scales = Some(scales);
+        let mut bank = WeightBank::from_nk_in(dev, &layout, Weights::I8(q))?;
+        bank.group_scales = Some(by_group);
         Ok(bank)
     }
 

@@ -1,0 +1,154 @@
+//! GGUF Q8_0, Q4_0 and Q5_0 tensors loaded as grouped int8 banks (`gguf::load_grouped`):
+//! the file's integers and block scales kept, activations quantised per row and block of
+//! 32, every block dequantised on the NPU. Held to the yardstick of issue-style targets
+//! computed here: llama.cpp's CPU backend multiplies such weights by activations
+//! quantised to Q8_0 (int8, one fp16 scale per 32 values); its relative RMS error
+//! against the f64 product of the file's weights, `e_cpu`, is the reference.
+
+mod common;
+
+use common::Rng;
+use half::f16;
+use rknpu_driver::compute::matmul::Matmul;
+use rknpu_driver::device::Device;
+use rknpu_driver::gguf::write::Writer;
+use rknpu_driver::gguf::{GgmlType, Gguf, groups_exactly, load_grouped};
+use std::sync::Arc;
+
+const N: usize = 64;
+const K: usize = 256;
+
+/// Q5_0 blocks of `values` (32 a block): d = max|x| / 15 as fp16 (the sign of the largest
+/// magnitude, as llama.cpp's quantiser chooses: −16 then holds it), q = round(x / d) + 16
+/// in 0..=31, the low nibbles in `qs`, the fifth bits in `qh`.
+fn q5_0(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for block in values.chunks_exact(32) {
+        let max = block
+            .iter()
+            .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+        let d = f16::from_f32(max / -16.0);
+        let inv = if d.to_f32() != 0.0 {
+            1.0 / d.to_f32()
+        } else {
+            0.0
+        };
+        let q: Vec<u8> = block
+            .iter()
+            .map(|&v| ((v * inv).round() + 16.0).clamp(0.0, 31.0) as u8)
+            .collect();
+        out.extend_from_slice(&d.to_le_bytes());
+        let qh: u32 = (0..32).fold(0, |h, j| h | (u32::from(q[j] >> 4) << j));
+        out.extend_from_slice(&qh.to_le_bytes());
+        out.extend((0..16).map(|j| (q[j] & 0xF) | ((q[j + 16] & 0xF) << 4)));
+    }
+    out
+}
+
+/// Activations quantised as llama.cpp's CPU backend does for these types (Q8_0: per 32
+/// values d = max|x| / 127 stored as fp16, q = round(x / d)), dequantised again.
+fn q8_0_activations(x: &[f32]) -> Vec<f64> {
+    x.chunks_exact(32)
+        .flat_map(|b| {
+            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let dh = f64::from(f16::from_f32(d).to_f32());
+            b.iter()
+                .map(move |&v| f64::from((v * id).round()) * dh)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Relative RMS error of `y` against the f64 product of `x` (m × K) and `w` (N × K).
+fn rel(x: &[f64], w: &[f32], y: &[f64], m: usize) -> f64 {
+    let (mut e2, mut r2) = (0f64, 0f64);
+    for r in 0..m {
+        for c in 0..N {
+            let want: f64 = (0..K).map(|i| x[r * K + i] * f64::from(w[c * K + i])).sum();
+            let got = y[r * N + c];
+            e2 += (got - want).powi(2);
+            r2 += want * want;
+        }
+    }
+    (e2 / r2).sqrt()
+}
+
+/// `x` (m × K) times `w` (N × K) in f64.
+fn product(x: &[f64], w: &[f32], m: usize) -> Vec<f64> {
+    (0..m * N)
+        .map(|i| {
+            let (r, c) = (i / N, i % N);
+            (0..K).map(|j| x[r * K + j] * f64::from(w[c * K + j])).sum()
+        })
+        .collect()
+}
+
+fn file(rng: &mut Rng) -> Gguf {
+    let w: Vec<f32> = (0..N * K).map(|_| 0.1 * (rng.float() - 0.5)).collect();
+    let dims = [K as u64, N as u64];
+    let mut out = Writer::new();
+    out.tensor_q8_0("q8_0", &dims, &w).unwrap();
+    out.tensor_q4_0("q4_0", &dims, &w).unwrap();
+    out.tensor_raw("q5_0", GgmlType::Q5_0, &dims, q5_0(&w))
+        .unwrap();
+    out.tensor_f32("f32", &dims, &w).unwrap();
+    Gguf::parse(&out.to_bytes()).unwrap()
+}
+
+/// Each type: the NPU path's error is within 1.25x the CPU backend's own and within 1 %,
+/// for M = 1, 7 and 64 rows, with and without outliers (one activation in 400 eight times
+/// the rest), and outliers cost it no more than they cost the CPU; the bank holds the
+/// file's bytes within 1.15x for Q8_0 (2x for the 4- and 5-bit types, an int8 bank).
+#[test]
+fn grouped_banks_from_gguf_blocks_meet_the_cpu_backends_error() {
+    let mut rng = Rng(0x66f0);
+    let g = file(&mut rng);
+    let dev = Device::open_spec("emu").unwrap();
+    for (name, size_bound) in [("q8_0", 1.15), ("q4_0", 2.0), ("q5_0", 2.0)] {
+        let info = g.tensor(name).unwrap();
+        assert!(groups_exactly(info.ggml_type));
+        let w = g.dequantize(name).unwrap();
+        let bank = Arc::new(load_grouped(&dev, &g, name).unwrap());
+        let held = bank.layout().bytes + 4 * bank.group_scales().unwrap().len() as u64;
+        let ratio = held as f64 / info.bytes() as f64;
+        assert!(
+            ratio <= size_bound,
+            "{name}: {held} bytes, {ratio:.3}x the file's"
+        );
+        for m in [1usize, 7, 64] {
+            let x: Vec<f32> = (0..m * K).map(|_| 2.0 * rng.float() - 1.0).collect();
+            let mut spiky = x.clone();
+            for v in spiky.iter_mut().step_by(400) {
+                *v *= 8.0;
+            }
+            let mut errs = Vec::new();
+            for x in [&x, &spiky] {
+                let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+                let e_cpu = rel(&exact, &w, &product(&q8_0_activations(x), &w, m), m);
+                let mut mm = Matmul::new(&bank, m as u32).unwrap();
+                let mut y = vec![0f32; m * N];
+                mm.mul_mat(x, &mut y).unwrap();
+                let y: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
+                let e = rel(&exact, &w, &y, m);
+                assert!(
+                    e <= 1.25 * e_cpu && e <= 0.01,
+                    "{name} m {m}: {e} vs CPU {e_cpu}"
+                );
+                errs.push((e, e_cpu));
+            }
+            // Outliers cost the NPU path no more than they cost the CPU backend (whose
+            // own Q8_0 activations lose up to 2.5x here, docs/gguf.md).
+            let (npu, cpu) = (errs[1].0 / errs[0].0, errs[1].1 / errs[0].1);
+            assert!(
+                npu <= 1.05 * cpu,
+                "{name} m {m}: outliers {npu} vs CPU {cpu}"
+            );
+        }
+    }
+    // Another type is refused by name.
+    assert!(!groups_exactly(g.tensor("f32").unwrap().ggml_type));
+    assert!(load_grouped(&dev, &g, "f32").is_err());
+    assert!(load_grouped(&dev, &g, "none").is_err());
+}
