@@ -43,37 +43,67 @@ pub fn load_grouped(dev: &Device, gguf: &Gguf, name: &str) -> Result<WeightBank>
     let groups = k_us / BLOCK;
     let mut q = vec![0i8; n_us * k_us];
     let mut scales = vec![0f32; n_us * groups];
-    let mut bytes = vec![0u8; row_bytes];
-    let mut values = vec![0f32; k_us];
-    for row in 0..n_us {
-        gguf.read_tensor(name, (row * row_bytes) as u64, &mut bytes)?;
-        super::dequantize_into(ty, &bytes, &mut values)?;
-        let qrow = &mut q[row * k_us..(row + 1) * k_us];
-        for (g, ((block, vals), qs)) in bytes
+    // Whole rows at a time, about 64 KiB of the file.
+    let rows_per_piece = ((64 << 10) / row_bytes.max(1)).clamp(1, n_us.max(1));
+    let mut bytes = vec![0u8; rows_per_piece * row_bytes];
+    for first in (0..n_us).step_by(rows_per_piece) {
+        let rows = rows_per_piece.min(n_us - first);
+        let bytes = &mut bytes[..rows * row_bytes];
+        gguf.read_tensor(name, (first * row_bytes) as u64, bytes)?;
+        let at = first * k_us;
+        let blocks = bytes
             .chunks_exact(type_size)
-            .zip(values.chunks_exact(BLOCK))
-            .zip(qrow.chunks_exact_mut(BLOCK))
-            .enumerate()
-        {
+            .zip(q[at..at + rows * k_us].chunks_exact_mut(BLOCK))
+            .zip(&mut scales[first * groups..(first + rows) * groups]);
+        for (i, ((block, qs), scale)) in blocks.enumerate() {
             let d = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
             if !d.is_finite() {
                 return Err(Error::NotRepresentable {
                     tensor: name.to_string(),
-                    row: row as u64,
-                    column: (g * BLOCK) as u64,
+                    row: (first + i / groups) as u64,
+                    column: (i % groups * BLOCK) as u64,
                     value: d,
                     bank: crate::kernels::single::Dtype::Int8,
                 });
             }
-            scales[row * groups + g] = d;
-            if d != 0.0 {
-                // Each value is d · q exactly (an 11-bit d times a q of at most 8 bits),
-                // so the quotient is q exactly.
-                for (o, &v) in qs.iter_mut().zip(vals) {
-                    *o = (v / d) as i8;
-                }
-            }
+            *scale = d;
+            integers(ty, block, qs.try_into().expect("a block of 32"));
         }
     }
     WeightBank::from_i8_nk_grouped(dev, (n, k, BLOCK as u32), &q, &scales).map_err(Error::Bank)
+}
+
+/// The 32 integers of one block of `ty` (its scale, the first two bytes, aside): Q8_0
+/// stores them as they are; Q4_0 as nibbles, value j low and j + 16 high in byte j,
+/// offset by 8; Q5_0 likewise with a fifth bit each in a 32-bit word, offset by 16
+/// (ggml's block layouts, docs/gguf.md "Dequantisation").
+fn integers(ty: GgmlType, block: &[u8], q: &mut [i8; BLOCK]) {
+    match ty {
+        GgmlType::Q8_0 => {
+            for (o, &b) in q.iter_mut().zip(&block[2..2 + BLOCK]) {
+                *o = b as i8;
+            }
+        }
+        GgmlType::Q4_0 => {
+            let (lo, hi) = q.split_at_mut(BLOCK / 2);
+            for ((l, h), &b) in lo.iter_mut().zip(hi).zip(&block[2..2 + BLOCK / 2]) {
+                *l = (b & 0xF) as i8 - 8;
+                *h = (b >> 4) as i8 - 8;
+            }
+        }
+        _ => {
+            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+            let (lo, hi) = q.split_at_mut(BLOCK / 2);
+            for (j, ((l, h), &b)) in lo
+                .iter_mut()
+                .zip(hi)
+                .zip(&block[6..6 + BLOCK / 2])
+                .enumerate()
+            {
+                let (bl, bh) = ((qh >> j) & 1, (qh >> (j + 16)) & 1);
+                *l = ((b & 0xF) as u32 | (bl << 4)) as i8 - 16;
+                *h = ((b >> 4) as u32 | (bh << 4)) as i8 - 16;
+            }
+        }
+    }
 }
