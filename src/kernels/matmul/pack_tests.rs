@@ -119,13 +119,13 @@ fn transpose8_transposes() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
-    /// The int4 `K×N` packer (whole atoms eight bytes at a time, the rest byte by
+    /// The int4 `K×N` packer (whole atoms a strip of groups at a time, the rest byte by
     /// byte) writes every byte of the bank as the general packer does, over shapes with
-    /// whole and partial atoms and several waves.
+    /// whole and partial atoms and strips and several waves.
     #[test]
     fn the_int4_kn_packer_matches_the_general_packer(
         k in 1u32..1100,
-        n in 1u32..300,
+        n in 1u32..1200,
         seed in any::<u64>(),
     ) {
         let mut rng = crate::seeded::Rng::from_seed(seed);
@@ -135,6 +135,32 @@ proptest! {
         weights_i4_kn_into(&l4, &b, &mut out).unwrap();
         let wide: Vec<i32> = b.iter().map(|&v| v as i32).collect();
         prop_assert_eq!(&out, &super::super::pack_weights_int(&l4, &wide).unwrap());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// The int8 `K×N` packer (whole atoms a strip of groups at a time, the rest byte by
+    /// byte) writes every byte of the bank as the general packer does, over shapes with
+    /// whole and partial atoms and strips, in one wave or waves of 32 to 256 channels.
+    #[test]
+    fn the_int8_kn_packer_matches_the_general_packer(
+        k in 1u32..1100,
+        n in 1u32..1200,
+        tile in prop_oneof![Just(0u32), 1u32..=8],
+        seed in any::<u64>(),
+    ) {
+        let mut rng = crate::seeded::Rng::from_seed(seed);
+        let l8 = match tile {
+            0 => WeightLayout::new(k, n, Dtype::Int8).unwrap(),
+            t => WeightLayout::with_k_tile(k, n, Dtype::Int8, 32 * t).unwrap(),
+        };
+        let b: Vec<i8> = (0..k * n).map(|_| rng.next_u64() as i8).collect();
+        let mut out = vec![0xA5u8; l8.bytes as usize];
+        weights_i8_kn_into(&l8, &b, &mut out).unwrap();
+        let wide: Vec<i32> = b.iter().map(|&v| v as i32).collect();
+        prop_assert_eq!(&out, &super::super::pack_weights_int(&l8, &wide).unwrap());
     }
 }
 
