@@ -8,9 +8,11 @@ use crate::kernels::single::{Dtype, OutType, check_float_bits};
 use zerocopy::IntoBytes;
 
 mod i4_stats;
+mod w4a8;
 
 pub use i4_stats::{i4_bank_magnitudes, i4_column_sums};
 use i4_stats::{row_nibble_sum, swap_nibbles};
+pub use w4a8::activations_w4a8_into;
 
 /// Whether the plan's weight bank has padding (N to the tile granule, K to 32).
 fn padded(layout: &WeightLayout) -> bool {

@@ -177,3 +177,30 @@ fn an_int4_value_out_of_range_is_refused_by_value() {
         other => panic!("{other:?}"),
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The W4A8 activation packer writes every byte of the A buffer as the general
+    /// packer does from the split halves, over row counts that cross M tiles (and the
+    /// high/low boundary inside one), K with whole and partial channel groups and
+    /// several waves, on 1 to 3 cores.
+    #[test]
+    fn the_w4a8_activation_packer_matches_the_split_and_the_general_packer(
+        m in 1u32..150,
+        k in 1u32..1100,
+        n in 1u32..200,
+        cores in 1u32..=3,
+        seed in any::<u64>(),
+    ) {
+        let mut rng = crate::seeded::Rng::from_seed(seed);
+        let plan = Plan::new(super::super::MatmulSpec::new(2 * m, k, n, Dtype::Int4).on_cores(cores)).unwrap();
+        let a: Vec<i8> = (0..m * k).map(|_| rng.next_u64() as i8).collect();
+        let (mut hi, mut lo) = (vec![0i8; a.len()], vec![0i8; a.len()]);
+        crate::kernels::matmul::quant::split_w4a8(&a, &mut hi, &mut lo).unwrap();
+        let both: Vec<i32> = hi.iter().chain(&lo).map(|&v| v as i32).collect();
+        let mut out = vec![0xA5u8; plan.a_bytes as usize];
+        activations_w4a8_into(&plan, &a, &mut out).unwrap();
+        prop_assert_eq!(&out, &plan.pack_a_int(&both).unwrap());
+    }
+}

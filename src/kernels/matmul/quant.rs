@@ -36,14 +36,28 @@ fn finite(what: &'static str, x: &[f32]) -> Result<()> {
 }
 
 /// Quantises each row of `cols` values of `x` to `max`-symmetric integers into `q`,
-/// writing one scale per row.
-fn quantize_rows(x: &[f32], cols: usize, max: f32, q: &mut [i8], scales: &mut [f32]) {
-    for ((row, qrow), scale) in x
+/// writing one scale per row. A value that is not finite is refused as `what` (by
+/// [`finite`], before anything is written).
+fn quantize_rows(
+    what: &'static str,
+    (x, cols): (&[f32], usize),
+    max: f32,
+    q: &mut [i8],
+    scales: &mut [f32],
+) -> Result<()> {
+    // Every row's largest magnitude first: the check that all are finite, in the
+    // same pass.
+    let amax: Vec<u32> = x.chunks_exact(cols).map(magnitude_bits).collect();
+    if amax.iter().any(|&b| b >= INFINITY_BITS) {
+        return finite(what, x);
+    }
+    for (((row, qrow), scale), &bits) in x
         .chunks_exact(cols)
         .zip(q.chunks_exact_mut(cols))
         .zip(scales.iter_mut())
+        .zip(&amax)
     {
-        let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let amax = f32::from_bits(bits);
         *scale = amax / max;
         let inv = if amax > 0.0 { max / amax } else { 0.0 };
         if inv.is_finite() {
@@ -58,6 +72,26 @@ fn quantize_rows(x: &[f32], cols: usize, max: f32, q: &mut [i8], scales: &mut [f
             }
         }
     }
+    Ok(())
+}
+
+/// The bits of `f32::INFINITY`: magnitude bits at or above them are not finite.
+const INFINITY_BITS: u32 = 0x7F80_0000;
+
+/// The largest `|v|` of `row` as bits (the bits of non-negative floats are ordered as
+/// their values, so this is an integer maximum, eight lanes at a time): at least
+/// [`INFINITY_BITS`] when a value is not finite, otherwise the bits of the largest
+/// magnitude.
+fn magnitude_bits(row: &[f32]) -> u32 {
+    let (chunks, tail) = row.as_chunks::<8>();
+    let mut lanes = [0u32; 8];
+    for chunk in chunks {
+        for (l, v) in lanes.iter_mut().zip(chunk) {
+            *l = (*l).max(v.to_bits() & 0x7FFF_FFFF);
+        }
+    }
+    let tail = tail.iter().map(|v| v.to_bits() & 0x7FFF_FFFF);
+    lanes.into_iter().chain(tail).max().unwrap_or(0)
 }
 
 /// `y` clamped to `[-max, max]` (`max` ≤ 127, a whole number) and rounded to the nearest
@@ -90,9 +124,7 @@ pub fn quantize_rows_i8_into(x: &[f32], k: usize, q: &mut [i8], scales: &mut [f3
         });
     }
     shape("row scales", x.len() / k, scales.len())?;
-    finite("activations", x)?;
-    quantize_rows(x, k, 127.0, q, scales);
-    Ok(())
+    quantize_rows("activations", (x, k), 127.0, q, scales)
 }
 
 /// [`quantize_rows_i8_into`] into new vectors: `(values, row scales)`.
@@ -111,7 +143,7 @@ pub fn quantize_weights_i8(w: &[f32], n: usize, k: usize) -> Result<(Vec<i8>, Ve
     let mut q = vec![0i8; w.len()];
     let mut s = vec![0f32; n];
     if k > 0 {
-        quantize_rows(w, k, 127.0, &mut q, &mut s);
+        quantize_rows("weights", (w, k), 127.0, &mut q, &mut s)?;
     }
     Ok((q, s))
 }
@@ -124,7 +156,7 @@ pub fn quantize_weights_i4(w: &[f32], n: usize, k: usize) -> Result<(Vec<i8>, Ve
     let mut q = vec![0i8; w.len()];
     let mut s = vec![0f32; n];
     if k > 0 {
-        quantize_rows(w, k, 7.0, &mut q, &mut s);
+        quantize_rows("weights", (w, k), 7.0, &mut q, &mut s)?;
     }
     Ok((q, s))
 }
