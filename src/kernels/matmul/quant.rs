@@ -78,20 +78,35 @@ fn quantize_rows(
 /// The bits of `f32::INFINITY`: magnitude bits at or above them are not finite.
 const INFINITY_BITS: u32 = 0x7F80_0000;
 
-/// The largest `|v|` of `row` as bits (the bits of non-negative floats are ordered as
-/// their values, so this is an integer maximum, eight lanes at a time): at least
-/// [`INFINITY_BITS`] when a value is not finite, otherwise the bits of the largest
-/// magnitude.
+/// The largest `|v|` of `row` as bits, eight lanes at a time: at least
+/// [`INFINITY_BITS`] when a value is not finite (`v · 0` is NaN for ±inf and NaN, zero
+/// otherwise, so a lane's sum of them is NaN exactly then), otherwise the bits of the
+/// largest magnitude (of finite values, the same as a fold of `f32::max`).
 fn magnitude_bits(row: &[f32]) -> u32 {
     let (chunks, tail) = row.as_chunks::<8>();
-    let mut lanes = [0u32; 8];
+    let (mut most, mut nan) = ([0f32; 8], [0f32; 8]);
     for chunk in chunks {
-        for (l, v) in lanes.iter_mut().zip(chunk) {
-            *l = (*l).max(v.to_bits() & 0x7FFF_FFFF);
+        for ((m, z), &v) in most.iter_mut().zip(&mut nan).zip(chunk) {
+            let a = v.abs();
+            *m = if a > *m { a } else { *m };
+            *z += v * 0.0;
         }
     }
-    let tail = tail.iter().map(|v| v.to_bits() & 0x7FFF_FFFF);
-    lanes.into_iter().chain(tail).max().unwrap_or(0)
+    let mut amax = 0f32;
+    let mut finite = true;
+    for (&m, &z) in most.iter().zip(&nan) {
+        amax = amax.max(m);
+        finite &= !z.is_nan();
+    }
+    for &v in tail {
+        amax = amax.max(v.abs());
+        finite &= v.is_finite();
+    }
+    if finite {
+        amax.to_bits()
+    } else {
+        INFINITY_BITS
+    }
 }
 
 /// `y` clamped to `[-max, max]` (`max` ≤ 127, a whole number) and rounded to the nearest
@@ -327,6 +342,44 @@ mod tests {
             pack_nibbles(&[1, 9]),
             Err(Error::OutOfRange { index: 1, .. })
         ));
+    }
+
+    proptest! {
+        /// The per-row quantiser (largest magnitude and finiteness in one lane-wise
+        /// pass) gives the values and scales of a plain fold of `f32::max`, over rows
+        /// whole and partial in its 8 lanes, and refuses the first value that is not
+        /// finite by its index.
+        #[test]
+        fn row_quantisation_matches_the_plain_fold(
+            k in 1usize..40,
+            rows in 1usize..5,
+            seed: u64,
+            bad in proptest::option::of((any::<prop::sample::Index>(), 0usize..3)),
+        ) {
+            let mut x: Vec<f32> = (0..rows * k)
+                .map(|i| ((seed.wrapping_mul(i as u64 + 1) >> 40) as f32 - 8e6) * 1e-3)
+                .collect();
+            if let Some((at, kind)) = bad {
+                let i = at.index(x.len());
+                x[i] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][kind];
+                let first = x.iter().position(|v| !v.is_finite()).unwrap();
+                let index = match quantize_rows_i8(&x, k) {
+                    Err(Error::OutOfRange { index, .. }) => Some(index),
+                    _ => None,
+                };
+                prop_assert_eq!(index, Some(first));
+                return Ok(());
+            }
+            let (q, scales) = quantize_rows_i8(&x, k).unwrap();
+            for (r, row) in x.chunks_exact(k).enumerate() {
+                let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+                prop_assert_eq!(scales[r].to_bits(), (amax / 127.0).to_bits());
+                let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+                for (j, &v) in row.iter().enumerate() {
+                    prop_assert_eq!(q[r * k + j], round_small(v * inv, 127.0));
+                }
+            }
+        }
     }
 
     #[test]
