@@ -7,7 +7,11 @@
 //!   overwrites every iteration.
 //! * `int4_weights_4096x4096`: `pack::weights_i4_kn_into` for the Int4 plan of the same
 //!   shape, B holding values in `-8..=7` (the packer's range check over all of B is inside
-//!   the timing), `out` a preallocated buffer of `plan.layout.bytes` (8 MiB).
+//!   the timing), `out` a preallocated buffer of `plan.layout.bytes` (8 MiB). This group
+//!   counts and copies the 16 MiB of B the packer reads, not the 8 MiB it writes: a
+//!   memcpy of 8 MiB (16 MiB of source and destination) stays in a 32 MiB last-level
+//!   cache while the packer's 24 MiB of input and output does not, and timing the
+//!   packer against that baseline would compare cache with DRAM.
 //! * `int8_activations_128x4096`: `pack::activations_i8(&plan, &a)` for the Int8 plan
 //!   above, A a row-major 128×4096 `Vec<i8>`. This packer allocates and zeroes its output
 //!   of `plan.a_bytes` (512 KiB) on every call, so that allocation is inside the timing;
@@ -16,11 +20,21 @@
 //!   above, `c` a `Vec<u8>` of `plan.c_bytes` (2 MiB) of int32 partials and `out` a
 //!   preallocated `Vec<i32>` of 128×4096 results (2 MiB).
 //!
-//! Baseline `memcpy`, in every group: `dst.copy_from_slice(&src)` of as many bytes as the
-//! operation writes, from a preallocated source into a preallocated destination.
+//! * `w4a8_activations_128x4096`: `pack::activations_w4a8_into(&plan, &a, &mut out)` for
+//!   the Int4 plan of 256×4096×4096 (the W4A8 plan of 128 rows: high halves, then low
+//!   halves), A a row-major 128×4096 `Vec<i8>`, `out` a preallocated buffer of
+//!   `plan.a_bytes` (512 KiB). Counted and copied: A's 512 KiB (bytes read).
+//! * `w4a8_prepare_f32_128x4096`: the same from f32 activations,
+//!   `quant::quantize_rows_i8_into` into preallocated values and scales, then
+//!   `activations_w4a8_into`. Counted and copied: the 2 MiB of f32 read.
 //!
-//! Every group reports `Throughput::Bytes(<output bytes>)`, so criterion prints output
-//! bytes per second. Inputs come from a xorshift64 generator with a fixed seed, so every
+//! Baseline `memcpy`, in every group: `dst.copy_from_slice(&src)` of as many bytes as the
+//! operation writes (int4 weights and the W4A8 groups: reads), from a preallocated source into a
+//! preallocated destination.
+//!
+//! Every group reports `Throughput::Bytes` of those bytes, so criterion prints them per
+//! second and the ratio of a group's two lines is the routine's speed as a fraction of
+//! memcpy's. Inputs come from a xorshift64 generator with a fixed seed, so every
 //! run packs the same values. The weight groups use flat sampling, 20 samples and 3 s of
 //! measurement, because one iteration takes milliseconds; the whole bench runs in about
 //! a minute. Run with:
@@ -33,7 +47,7 @@ mod common;
 
 use common::{group, memcpy_baseline};
 use criterion::{Criterion, criterion_group, criterion_main};
-use rknpu_driver::kernels::matmul::{MatmulSpec, Plan, pack};
+use rknpu_driver::kernels::matmul::{MatmulSpec, Plan, pack, quant};
 use rknpu_driver::kernels::single::Dtype;
 use std::hint::black_box;
 
@@ -113,7 +127,8 @@ fn int4_weights(c: &mut Criterion) {
     let b = rng().i4s(K as usize * N as usize);
     let mut out = vec![0u8; plan.layout.bytes as usize];
     pack::weights_i4_kn_into(&plan.layout, &b, &mut out).expect("int4 B packs");
-    let bytes = out.len();
+    // The bytes read (B, one value a byte): see the module documentation.
+    let bytes = b.len();
 
     let mut group = group(c, "int4_weights_4096x4096", bytes, true);
     group.bench_function("weights_i4_kn_into", |bch| {
@@ -160,11 +175,52 @@ fn int32_unpack(c: &mut Criterion) {
     group.finish();
 }
 
+fn w4a8_activations(c: &mut Criterion) {
+    // The int4 plan of twice the rows: high halves, then low halves.
+    let plan = Plan::new(MatmulSpec::new(2 * M, K, N, Dtype::Int4)).expect("the shape plans");
+    let a = rng().i8s(M as usize * K as usize);
+    let mut out = vec![0u8; plan.a_bytes as usize];
+    pack::activations_w4a8_into(&plan, &a, &mut out).expect("W4A8 A packs");
+
+    let mut packing = group(c, "w4a8_activations_128x4096", a.len(), false);
+    packing.bench_function("activations_w4a8_into", |bch| {
+        bch.iter(|| {
+            pack::activations_w4a8_into(black_box(&plan), black_box(&a), &mut out)
+                .expect("W4A8 A packs");
+            black_box(&mut out);
+        })
+    });
+    memcpy_baseline(&mut packing, rng().bytes(a.len()));
+    packing.finish();
+
+    // From f32 activations: quantised per row, then split and packed.
+    let x: Vec<f32> = rng()
+        .i8s(a.len())
+        .iter()
+        .map(|&v| v as f32 * 0.37)
+        .collect();
+    let mut q = vec![0i8; x.len()];
+    let mut scales = vec![0f32; M as usize];
+    let bytes = std::mem::size_of_val(x.as_slice());
+    let mut group = group(c, "w4a8_prepare_f32_128x4096", bytes, false);
+    group.bench_function("quantize_rows_i8_into+activations_w4a8_into", |bch| {
+        bch.iter(|| {
+            quant::quantize_rows_i8_into(black_box(&x), K as usize, &mut q, &mut scales)
+                .expect("finite activations");
+            pack::activations_w4a8_into(&plan, &q, &mut out).expect("W4A8 A packs");
+            black_box(&mut out);
+        })
+    });
+    memcpy_baseline(&mut group, rng().bytes(bytes));
+    group.finish();
+}
+
 criterion_group!(
     benches,
     int8_weights,
     int4_weights,
     int8_activations,
-    int32_unpack
+    int32_unpack,
+    w4a8_activations
 );
 criterion_main!(benches);

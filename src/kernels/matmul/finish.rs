@@ -6,8 +6,9 @@
 //! nothing.
 //!
 //! Int32 partials are summed in `i32` when no partial exceeds `2³¹ / waves` in
-//! magnitude, so that no sum can overflow: int8 products of fewer than 131 072
-//! channels always qualify. C is memory any caller can fill, so that is checked, not
+//! magnitude (for scaled results: the largest power of two not above it), so that no
+//! sum can overflow: int8 products of a wave of 4096 channels stay within ±2²⁶, so
+//! the waves plans make always qualify. C is memory any caller can fill, so that is checked, not
 //! assumed: otherwise the sums are made again in `i64`, and a result that leaves the
 //! int32 range is an error naming it. Fp32 partials are summed in `f32`, one more step
 //! of fp32 summation in another order (the error bound of docs/matmul.md holds for any
@@ -25,6 +26,13 @@ const ROW_BLOCK: usize = 8;
 /// Columns summed together in the stack buffer (a multiple of the 4 elements of an
 /// int32 or fp32 atom).
 const CHUNK: usize = 128;
+
+/// Rows summed together by the int32 path of [`Reduction::scale_i32_into`].
+const NARROW_ROWS: usize = 16;
+
+/// Columns summed together by the int32 path of [`Reduction::scale_i32_into`] (a
+/// multiple of 4).
+const NARROW_CHUNK: usize = 128;
 
 /// One output tile of a plan and the C blocks of its K waves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,28 +205,76 @@ impl Reduction {
         if let Some(s) = col_scales {
             Error::check_len("column scales", self.n, s.len())?;
         }
+        if self.scale_i32_narrow(c, row_scales, col_scales, out) {
+            return Ok(());
+        }
+        // A partial too large for i32 sums: every place again from exact i64 sums.
         let n = self.n;
-        self.for_int_sums(c, |row, col, sums| {
-            let cols = col_scales.map(|cs| &cs[col..]);
-            let rs = row_scales[row];
-            match sums {
-                Sums::Narrow(s) => scale_into(
-                    &mut out[row * n + col..][..s.len()],
-                    s,
+        self.for_each_sum(
+            c,
+            |v| i64::from(i32::from_le_bytes(v)),
+            |row, col, sums| {
+                let dst = &mut out[row * n + col..][..sums.len()];
+                scale_into(
+                    dst,
+                    sums,
                     |v| v as f32,
-                    rs,
-                    cols,
-                ),
-                Sums::Wide(s) => scale_into(
-                    &mut out[row * n + col..][..s.len()],
-                    s,
-                    |v| v as f32,
-                    rs,
-                    cols,
-                ),
-            }
-        });
+                    row_scales[row],
+                    col_scales.map(|cs| &cs[col..]),
+                );
+            },
+        );
         Ok(())
+    }
+
+    /// [`Reduction::scale_i32_into`] summing in `i32`: for each [`ROW_BLOCK`] rows and
+    /// [`CHUNK`] columns of a tile, every wave's atoms are added into a stack buffer
+    /// (the first wave stored), then each row's piece is written once, scaled. Returns
+    /// false, with `out` unspecified, when a partial is too large for `i32` sums to be
+    /// safe ([`narrow_bound`]).
+    fn scale_i32_narrow(
+        &self,
+        c: &[u8],
+        row_scales: &[f32],
+        col_scales: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> bool {
+        let waves = self.tiles.iter().map(|t| t.waves.len()).max().unwrap_or(1);
+        let n = self.n;
+        // The OR of every partial's magnitude bits (`x ^ (x >> 31)`).
+        let mut seen = 0u32;
+        let mut stage = [[[0i32; 4]; NARROW_CHUNK / 4]; NARROW_ROWS];
+        for t in &self.tiles {
+            let offsets = &self.offsets[t.waves.clone()];
+            for r0 in (0..t.rows).step_by(NARROW_ROWS) {
+                let block = (t.rows - r0).min(NARROW_ROWS);
+                for c0 in (0..t.cols).step_by(NARROW_CHUNK) {
+                    let cols = (t.cols - c0).min(NARROW_CHUNK);
+                    let groups = cols.div_ceil(4);
+                    for (w, &o) in offsets.iter().enumerate() {
+                        for gi in 0..groups {
+                            let at = o + ((c0 / 4 + gi) * t.rows + r0) * 16;
+                            let src = &c[at..at + block * 16];
+                            // One wave cannot overflow: nothing to look for.
+                            seen |= match (waves, w) {
+                                (1, _) => add_atoms::<false, true>(&mut stage, gi, src),
+                                (_, 0) => add_atoms::<true, true>(&mut stage, gi, src),
+                                _ => add_atoms::<true, false>(&mut stage, gi, src),
+                            };
+                        }
+                    }
+                    for (r, piece) in stage[..block].iter().enumerate() {
+                        let row = t.m0 + r0 + r;
+                        let col = t.n0 + c0;
+                        let dst = &mut out[row * n + col..][..cols];
+                        let sums = &piece.as_flattened()[..cols];
+                        let cs = col_scales.map(|cs| &cs[col..col + cols]);
+                        scale_into(dst, sums, |v| v as f32, row_scales[row], cs);
+                    }
+                }
+            }
+        }
+        seen < narrow_bound(waves)
     }
 
     /// Fp32 partials (fp16 and bf16 plans with fp32 results) summed in `f32` into
@@ -260,6 +316,51 @@ impl Reduction {
             );
         }
     }
+}
+
+/// Adds (or, `FIRST`, stores) the atoms of `src`, one 16-byte atom of 4
+/// int32 partials per row of a block (at most [`NARROW_ROWS`] rows), into column group
+/// `gi` of each row of `stage`, wrapping; returns the OR of every partial's magnitude
+/// bits `x ^ (x >> 31)` (`CHECK`; otherwise 0). A whole block goes through fixed sizes, which LLVM keeps in
+/// vector registers.
+#[inline]
+fn add_atoms<const CHECK: bool, const FIRST: bool>(
+    stage: &mut [[[i32; 4]; NARROW_CHUNK / 4]; NARROW_ROWS],
+    gi: usize,
+    src: &[u8],
+) -> u32 {
+    let mut seen = [0u32; 4];
+    let mut add = |acc: &mut [i32; 4], atom: &[u8; 16]| {
+        for ((a, v), seen) in acc.iter_mut().zip(atom.as_chunks::<4>().0).zip(&mut seen) {
+            let x = i32::from_le_bytes(*v);
+            if CHECK {
+                *seen |= (x ^ (x >> 31)) as u32;
+            }
+            *a = if FIRST { x } else { a.wrapping_add(x) };
+        }
+    };
+    if let Ok(whole) = <&[u8; 16 * NARROW_ROWS]>::try_from(src) {
+        for (row, atom) in stage.iter_mut().zip(whole.as_chunks::<16>().0) {
+            add(&mut row[gi], atom);
+        }
+    } else {
+        for (row, atom) in stage.iter_mut().zip(src.as_chunks::<16>().0) {
+            add(&mut row[gi], atom);
+        }
+    }
+    seen[0] | seen[1] | seen[2] | seen[3]
+}
+
+/// The bound on partial magnitude bits below which `waves` partials sum in `i32`
+/// without overflow: the largest power of two `2^b` with `waves · 2^b ≤ 2³¹`. A partial
+/// whose `x ^ (x >> 31)` is below it lies in `-2^b..2^b`, so `waves` of them sum within
+/// `-2³¹..2³¹`. Int8 products (at most 2¹⁴ a channel) of a wave of at most 4096
+/// channels stay below 2²⁶, far under it for the waves a plan makes.
+fn narrow_bound(waves: usize) -> u32 {
+    let waves = waves.max(1) as u64;
+    let b = (1u64 << 31) / waves;
+    // The largest power of two not above b.
+    (1u64 << (63 - b.leading_zeros())) as u32
 }
 
 /// A piece of a row of integer sums, as [`Reduction::for_int_sums`] made them.

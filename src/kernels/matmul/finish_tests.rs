@@ -138,3 +138,42 @@ fn wrong_buffers_are_refused() {
             .is_ok()
     );
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+
+    /// The scaled int32 finish equals the exact reduction scaled, for shapes with whole
+    /// and partial row blocks, atoms and chunks, 1 to 6 waves, and partials small
+    /// (summed in i32) or large (summed again in i64, the result still representable).
+    #[test]
+    fn scaled_int32_sums_equal_the_exact_reduction_scaled(
+        m in 1u32..40,
+        n in 1u32..300,
+        waves in 1u32..=6,
+        cores in 1u32..=3,
+        shift in proptest::prop_oneof![proptest::strategy::Just(11u32), proptest::strategy::Just(1u32)],
+        seed: u64,
+    ) {
+        let k = 64 * waves;
+        let layout = WeightLayout::with_k_tile(k, n, Dtype::Int8, 64).unwrap();
+        let p = Plan::for_layout(&layout, m, OutType::Int32, cores).unwrap();
+        // Partials shifted right by 11 (small) or 1 (large: beyond 2³¹ / waves, sums beyond
+        // int32).
+        let c: Vec<u8> = noise(p.c_bytes as usize, seed | 1)
+            .chunks_exact(4)
+            .flat_map(|v| (i32::from_le_bytes([v[0], v[1], v[2], v[3]]) >> shift).to_le_bytes())
+            .collect();
+        let exact = p.reduce_int(&c).unwrap();
+        let rows: Vec<f32> = (0..m).map(|i| 0.5 + i as f32 / 8.0).collect();
+        let cols: Vec<f32> = (0..n).map(|j| 1.0 / (1 + j) as f32).collect();
+        let mut y = vec![f32::NAN; exact.len()];
+        p.reduction().scale_i32_into(&c, &rows, Some(&cols), &mut y).unwrap();
+        let mut plain = vec![f32::NAN; exact.len()];
+        p.reduction().scale_i32_into(&c, &rows, None, &mut plain).unwrap();
+        for (i, &s) in exact.iter().enumerate() {
+            let (r, j) = (i / n as usize, i % n as usize);
+            proptest::prop_assert_eq!(y[i].to_bits(), (s as f32 * rows[r] * cols[j]).to_bits(), "{}: {}", p, i);
+            proptest::prop_assert_eq!(plain[i].to_bits(), (s as f32 * rows[r]).to_bits(), "{}: {}", p, i);
+        }
+    }
+}

@@ -8,13 +8,28 @@ use crate::kernels::single::{Dtype, OutType, check_float_bits};
 use zerocopy::IntoBytes;
 
 mod i4_stats;
+mod w4a8;
 
 pub use i4_stats::{i4_bank_magnitudes, i4_column_sums};
 use i4_stats::{row_nibble_sum, swap_nibbles};
+pub use w4a8::activations_w4a8_into;
 
 /// Whether the plan's weight bank has padding (N to the tile granule, K to 32).
 fn padded(layout: &WeightLayout) -> bool {
     layout.n_pad != layout.n || layout.waves.iter().any(|w| w.kw != w.ai)
+}
+
+/// Channel blocks of 32 packed together from K×N: their rows (`KB_BLOCK · 32` rows
+/// of B) are read while they stay in cache, and each group's atoms of them are one
+/// contiguous run of the output.
+const KB_BLOCK: usize = 4;
+
+/// The `(channel block, kernel group)` of each atom of a wave, in the order the K×N
+/// packers visit them: [`KB_BLOCK`] channel blocks at a time, every group across them.
+fn atom_order(kb_count: usize, groups: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..kb_count).step_by(KB_BLOCK).flat_map(move |kb0| {
+        (0..groups).flat_map(move |g| (kb0..(kb0 + KB_BLOCK).min(kb_count)).map(move |kb| (kb, g)))
+    })
 }
 
 /// Packs int8 B from row-major K×N into the weight bank of `layout`: one 32×32 transpose
@@ -41,42 +56,64 @@ pub fn weights_i8_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Re
     let bytes_b = b.as_bytes();
     for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
         let kb_count = w.ai as usize / 32;
-        for kb in 0..kb_count {
+        // Whole atoms (32 channels, 32 real kernels): 32 rows of a strip of groups
+        // copied as contiguous runs, then transposed from the copy.
+        let (full_kb, full_g) = (w.kw as usize / 32, n / 32);
+        for kb0 in (0..full_kb).step_by(KB_BLOCK) {
+            for s0 in (0..full_g).step_by(2 * STRIP) {
+                let groups = (full_g - s0).min(2 * STRIP);
+                for kb in kb0..(kb0 + KB_BLOCK).min(full_kb) {
+                    let first = (w.k0 as usize + kb * 32) * n + s0 * 32;
+                    let mut rows = [[0u8; 64 * STRIP]; 32];
+                    for (i, row) in rows.iter_mut().enumerate() {
+                        row[..groups * 32]
+                            .copy_from_slice(&bytes_b[first + i * n..][..groups * 32]);
+                    }
+                    for gl in 0..groups {
+                        let at = base as usize + ((s0 + gl) * kb_count + kb) * 1024;
+                        i8_atom_from_rows(&rows, gl * 32, &mut out[at..at + 1024]);
+                    }
+                }
+            }
+        }
+        for (kb, g) in atom_order(kb_count, n_pad / 32) {
+            if kb < full_kb && g < full_g {
+                continue;
+            }
+            // An atom with padding: byte by byte.
             let k_rows = (w.kw as usize).saturating_sub(kb * 32).min(32);
-            for g in 0..n_pad / 32 {
-                let cols = n.saturating_sub(g * 32).min(32);
-                let at = base as usize + (g * kb_count + kb) * 1024;
-                let atom = &mut out[at..at + 1024];
-                if k_rows == 32 && cols == 32 {
-                    // A full atom: sixteen 8×8 byte transposes.
-                    let first = (w.k0 as usize + kb * 32) * n + g * 32;
-                    for k8 in 0..4 {
-                        for n8 in 0..4 {
-                            let rows: [u64; 8] = std::array::from_fn(|i| {
-                                let at = first + (k8 * 8 + i) * n + n8 * 8;
-                                let mut bytes = [0u8; 8];
-                                bytes.copy_from_slice(&bytes_b[at..at + 8]);
-                                u64::from_le_bytes(bytes)
-                            });
-                            for (j, word) in transpose8(rows).iter().enumerate() {
-                                let at = (n8 * 8 + j) * 32 + k8 * 8;
-                                atom[at..at + 8].copy_from_slice(&word.to_le_bytes());
-                            }
-                        }
-                    }
-                } else {
-                    atom.fill(0);
-                    for kk in 0..k_rows {
-                        let row = &b[(w.k0 as usize + kb * 32 + kk) * n + g * 32..][..cols];
-                        for (nn, &v) in row.iter().enumerate() {
-                            atom[nn * 32 + kk] = v as u8;
-                        }
-                    }
+            let cols = n.saturating_sub(g * 32).min(32);
+            let at = base as usize + (g * kb_count + kb) * 1024;
+            let atom = &mut out[at..at + 1024];
+            atom.fill(0);
+            for kk in 0..k_rows {
+                let row = &b[(w.k0 as usize + kb * 32 + kk) * n + g * 32..][..cols];
+                for (nn, &v) in row.iter().enumerate() {
+                    atom[nn * 32 + kk] = v as u8;
                 }
             }
         }
     }
     Ok(())
+}
+
+/// One full int8 atom (32 channels × 32 kernels, `[kernel][32 channels]`) from 32 rows
+/// of K×N values, its kernels from column `col` on: sixteen 8×8 byte transposes.
+fn i8_atom_from_rows(rows: &[[u8; 64 * STRIP]; 32], col: usize, atom: &mut [u8]) {
+    for k8 in 0..4 {
+        for n8 in 0..4 {
+            let block: [u64; 8] = std::array::from_fn(|i| {
+                let at = col + n8 * 8;
+                let mut bytes = [0u8; 8];
+                bytes.copy_from_slice(&rows[k8 * 8 + i][at..at + 8]);
+                u64::from_le_bytes(bytes)
+            });
+            for (j, word) in transpose8(block).iter().enumerate() {
+                let at = (n8 * 8 + j) * 32 + k8 * 8;
+                atom[at..at + 8].copy_from_slice(&word.to_le_bytes());
+            }
+        }
+    }
 }
 
 /// Packs int8 B given as N×K (each kernel's channels contiguous, the layout of a
@@ -159,57 +196,80 @@ pub fn weights_i4_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Re
     let bytes_b = b.as_bytes();
     for (w, &base) in layout.waves.iter().zip(&layout.b_offsets) {
         let kb_count = w.ai as usize / 32;
-        for kb in 0..kb_count {
-            let k_rows = (w.kw as usize).saturating_sub(kb * 32).min(32);
-            for g in 0..n_pad / 64 {
-                let cols = n.saturating_sub(g * 64).min(64);
-                let at = base as usize + (g * kb_count + kb) * 1024;
-                if k_rows == 32 && cols == 64 {
-                    // A full atom: two nibbles a byte, eight bytes at a time, then
-                    // sixteen 8×8 byte transposes.
-                    let first = (w.k0 as usize + kb * 32) * n + g * 64;
-                    i4_full_atom(bytes_b, (first, n), &mut out[at..at + 1024]);
-                    continue;
-                }
-                let mut tile = [0u8; 1024];
-                for pair in 0..k_rows.div_ceil(2) {
-                    let k = w.k0 as usize + kb * 32 + 2 * pair;
-                    let hi = &b[k * n + g * 64..][..cols];
-                    if 2 * pair + 1 < k_rows {
-                        let lo = &b[(k + 1) * n + g * 64..][..cols];
-                        for nn in 0..cols {
-                            tile[nn * 16 + pair] = ((hi[nn] as u8) << 4) | (lo[nn] as u8 & 0xF);
-                        }
-                    } else {
-                        for nn in 0..cols {
-                            tile[nn * 16 + pair] = (hi[nn] as u8) << 4;
-                        }
+        // Whole atoms (32 channels, 64 real kernels), a strip of groups at a time.
+        let (full_kb, full_g) = (w.kw as usize / 32, n / 64);
+        for kb0 in (0..full_kb).step_by(KB_BLOCK) {
+            for s0 in (0..full_g).step_by(STRIP) {
+                let groups = (full_g - s0).min(STRIP);
+                for kb in kb0..(kb0 + KB_BLOCK).min(full_kb) {
+                    let first = (w.k0 as usize + kb * 32) * n + s0 * 64;
+                    let pairs = i4_pairs(bytes_b, (first, n), groups * 64);
+                    for gl in 0..groups {
+                        let at = base as usize + ((s0 + gl) * kb_count + kb) * 1024;
+                        i4_atom_from_pairs(&pairs, gl * 64, &mut out[at..at + 1024]);
                     }
                 }
-                out[at..at + 1024].copy_from_slice(&tile);
             }
+        }
+        for (kb, g) in atom_order(kb_count, n_pad / 64) {
+            if kb < full_kb && g < full_g {
+                continue;
+            }
+            let k_rows = (w.kw as usize).saturating_sub(kb * 32).min(32);
+            let cols = n.saturating_sub(g * 64).min(64);
+            let at = base as usize + (g * kb_count + kb) * 1024;
+            let mut tile = [0u8; 1024];
+            for pair in 0..k_rows.div_ceil(2) {
+                let k = w.k0 as usize + kb * 32 + 2 * pair;
+                let hi = &b[k * n + g * 64..][..cols];
+                if 2 * pair + 1 < k_rows {
+                    let lo = &b[(k + 1) * n + g * 64..][..cols];
+                    for nn in 0..cols {
+                        tile[nn * 16 + pair] = ((hi[nn] as u8) << 4) | (lo[nn] as u8 & 0xF);
+                    }
+                } else {
+                    for nn in 0..cols {
+                        tile[nn * 16 + pair] = (hi[nn] as u8) << 4;
+                    }
+                }
+            }
+            out[at..at + 1024].copy_from_slice(&tile);
         }
     }
     Ok(())
 }
 
-/// One full int4 atom (32 channels × 64 kernels) from K×N values one a byte, the row
-/// of its first channel at `first`, rows `n` apart: each byte of a channel pair holds the
-/// even channel in its high nibble (the values were checked to lie in −8..=7), and the
-/// atom is `[kernel][16 pair bytes]`.
-fn i4_full_atom(b: &[u8], (first, n): (usize, usize), atom: &mut [u8]) {
-    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-    const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
-    let word = |at: usize| {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(&b[at..at + 8]);
-        u64::from_le_bytes(bytes)
-    };
+/// Kernel groups of 64 whose channel pairs [`i4_pairs`] packs together.
+const STRIP: usize = 8;
+
+/// The 16 channel pairs of 32 rows of K×N values one a byte (the first row's first
+/// value at `first`, rows `n` apart), `width` columns of each (at most `64 · STRIP`):
+/// byte `j` of pair `p` holds column `j` of row `2p` in its high nibble and of row
+/// `2p + 1` in its low nibble (the values were checked to lie in −8..=7). Each row is
+/// read as one contiguous run.
+fn i4_pairs(b: &[u8], (first, n): (usize, usize), width: usize) -> [[u8; 64 * STRIP]; 16] {
+    let mut pairs = [[0u8; 64 * STRIP]; 16];
+    for (p, pair) in pairs.iter_mut().enumerate() {
+        let hi = &b[first + 2 * p * n..][..width];
+        let lo = &b[first + (2 * p + 1) * n..][..width];
+        for ((d, &h), &l) in pair[..width].iter_mut().zip(hi).zip(lo) {
+            *d = (h << 4) | (l & 0xF);
+        }
+    }
+    pairs
+}
+
+/// One full int4 atom (32 channels × 64 kernels, `[kernel][16 pair bytes]`) from the
+/// channel pairs of [`i4_pairs`], its kernels from column `col` on: sixteen 8×8 byte
+/// transposes.
+fn i4_atom_from_pairs(pairs: &[[u8; 64 * STRIP]; 16], col: usize, atom: &mut [u8]) {
     for p8 in 0..2 {
         for c8 in 0..8 {
             let rows: [u64; 8] = std::array::from_fn(|i| {
-                let k = first + 2 * (p8 * 8 + i) * n + c8 * 8;
-                ((word(k) << 4) & HIGH) | (word(k + n) & LOW)
+                let at = col + c8 * 8;
+                let mut bytes = [0u8; 8];
+                bytes.copy_from_slice(&pairs[p8 * 8 + i][at..at + 8]);
+                u64::from_le_bytes(bytes)
             });
             for (j, w) in transpose8(rows).iter().enumerate() {
                 let at = (c8 * 8 + j) * 16 + p8 * 8;

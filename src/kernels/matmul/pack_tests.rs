@@ -119,13 +119,13 @@ fn transpose8_transposes() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
-    /// The int4 `K×N` packer (whole atoms eight bytes at a time, the rest byte by
+    /// The int4 `K×N` packer (whole atoms a strip of groups at a time, the rest byte by
     /// byte) writes every byte of the bank as the general packer does, over shapes with
-    /// whole and partial atoms and several waves.
+    /// whole and partial atoms and strips and several waves.
     #[test]
     fn the_int4_kn_packer_matches_the_general_packer(
         k in 1u32..1100,
-        n in 1u32..300,
+        n in 1u32..1200,
         seed in any::<u64>(),
     ) {
         let mut rng = crate::seeded::Rng::from_seed(seed);
@@ -135,6 +135,32 @@ proptest! {
         weights_i4_kn_into(&l4, &b, &mut out).unwrap();
         let wide: Vec<i32> = b.iter().map(|&v| v as i32).collect();
         prop_assert_eq!(&out, &super::super::pack_weights_int(&l4, &wide).unwrap());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// The int8 `K×N` packer (whole atoms a strip of groups at a time, the rest byte by
+    /// byte) writes every byte of the bank as the general packer does, over shapes with
+    /// whole and partial atoms and strips, in one wave or waves of 32 to 256 channels.
+    #[test]
+    fn the_int8_kn_packer_matches_the_general_packer(
+        k in 1u32..1100,
+        n in 1u32..1200,
+        tile in prop_oneof![Just(0u32), 1u32..=8],
+        seed in any::<u64>(),
+    ) {
+        let mut rng = crate::seeded::Rng::from_seed(seed);
+        let l8 = match tile {
+            0 => WeightLayout::new(k, n, Dtype::Int8).unwrap(),
+            t => WeightLayout::with_k_tile(k, n, Dtype::Int8, 32 * t).unwrap(),
+        };
+        let b: Vec<i8> = (0..k * n).map(|_| rng.next_u64() as i8).collect();
+        let mut out = vec![0xA5u8; l8.bytes as usize];
+        weights_i8_kn_into(&l8, &b, &mut out).unwrap();
+        let wide: Vec<i32> = b.iter().map(|&v| v as i32).collect();
+        prop_assert_eq!(&out, &super::super::pack_weights_int(&l8, &wide).unwrap());
     }
 }
 
@@ -149,5 +175,32 @@ fn an_int4_value_out_of_range_is_refused_by_value() {
             assert!(why.contains("int4 weight 8"), "{why}")
         }
         other => panic!("{other:?}"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The W4A8 activation packer writes every byte of the A buffer as the general
+    /// packer does from the split halves, over row counts that cross M tiles (and the
+    /// high/low boundary inside one), K with whole and partial channel groups and
+    /// several waves, on 1 to 3 cores.
+    #[test]
+    fn the_w4a8_activation_packer_matches_the_split_and_the_general_packer(
+        m in 1u32..150,
+        k in 1u32..1100,
+        n in 1u32..200,
+        cores in 1u32..=3,
+        seed in any::<u64>(),
+    ) {
+        let mut rng = crate::seeded::Rng::from_seed(seed);
+        let plan = Plan::new(super::super::MatmulSpec::new(2 * m, k, n, Dtype::Int4).on_cores(cores)).unwrap();
+        let a: Vec<i8> = (0..m * k).map(|_| rng.next_u64() as i8).collect();
+        let (mut hi, mut lo) = (vec![0i8; a.len()], vec![0i8; a.len()]);
+        crate::kernels::matmul::quant::split_w4a8(&a, &mut hi, &mut lo).unwrap();
+        let both: Vec<i32> = hi.iter().chain(&lo).map(|&v| v as i32).collect();
+        let mut out = vec![0xA5u8; plan.a_bytes as usize];
+        activations_w4a8_into(&plan, &a, &mut out).unwrap();
+        prop_assert_eq!(&out, &plan.pack_a_int(&both).unwrap());
     }
 }

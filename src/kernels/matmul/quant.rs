@@ -36,14 +36,28 @@ fn finite(what: &'static str, x: &[f32]) -> Result<()> {
 }
 
 /// Quantises each row of `cols` values of `x` to `max`-symmetric integers into `q`,
-/// writing one scale per row.
-fn quantize_rows(x: &[f32], cols: usize, max: f32, q: &mut [i8], scales: &mut [f32]) {
-    for ((row, qrow), scale) in x
+/// writing one scale per row. A value that is not finite is refused as `what` (by
+/// [`finite`], before anything is written).
+fn quantize_rows(
+    what: &'static str,
+    (x, cols): (&[f32], usize),
+    max: f32,
+    q: &mut [i8],
+    scales: &mut [f32],
+) -> Result<()> {
+    // Every row's largest magnitude first: the check that all are finite, in the
+    // same pass.
+    let amax: Vec<u32> = x.chunks_exact(cols).map(magnitude_bits).collect();
+    if amax.iter().any(|&b| b >= INFINITY_BITS) {
+        return finite(what, x);
+    }
+    for (((row, qrow), scale), &bits) in x
         .chunks_exact(cols)
         .zip(q.chunks_exact_mut(cols))
         .zip(scales.iter_mut())
+        .zip(&amax)
     {
-        let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let amax = f32::from_bits(bits);
         *scale = amax / max;
         let inv = if amax > 0.0 { max / amax } else { 0.0 };
         if inv.is_finite() {
@@ -57,6 +71,41 @@ fn quantize_rows(x: &[f32], cols: usize, max: f32, q: &mut [i8], scales: &mut [f
                 *d = round_small(v / amax * max, max);
             }
         }
+    }
+    Ok(())
+}
+
+/// The bits of `f32::INFINITY`: magnitude bits at or above them are not finite.
+const INFINITY_BITS: u32 = 0x7F80_0000;
+
+/// The largest `|v|` of `row` as bits, eight lanes at a time: at least
+/// [`INFINITY_BITS`] when a value is not finite (`v · 0` is NaN for ±inf and NaN, zero
+/// otherwise, so a lane's sum of them is NaN exactly then), otherwise the bits of the
+/// largest magnitude (of finite values, the same as a fold of `f32::max`).
+fn magnitude_bits(row: &[f32]) -> u32 {
+    let (chunks, tail) = row.as_chunks::<8>();
+    let (mut most, mut nan) = ([0f32; 8], [0f32; 8]);
+    for chunk in chunks {
+        for ((m, z), &v) in most.iter_mut().zip(&mut nan).zip(chunk) {
+            let a = v.abs();
+            *m = if a > *m { a } else { *m };
+            *z += v * 0.0;
+        }
+    }
+    let mut amax = 0f32;
+    let mut finite = true;
+    for (&m, &z) in most.iter().zip(&nan) {
+        amax = amax.max(m);
+        finite &= !z.is_nan();
+    }
+    for &v in tail {
+        amax = amax.max(v.abs());
+        finite &= v.is_finite();
+    }
+    if finite {
+        amax.to_bits()
+    } else {
+        INFINITY_BITS
     }
 }
 
@@ -90,9 +139,7 @@ pub fn quantize_rows_i8_into(x: &[f32], k: usize, q: &mut [i8], scales: &mut [f3
         });
     }
     shape("row scales", x.len() / k, scales.len())?;
-    finite("activations", x)?;
-    quantize_rows(x, k, 127.0, q, scales);
-    Ok(())
+    quantize_rows("activations", (x, k), 127.0, q, scales)
 }
 
 /// [`quantize_rows_i8_into`] into new vectors: `(values, row scales)`.
@@ -111,7 +158,7 @@ pub fn quantize_weights_i8(w: &[f32], n: usize, k: usize) -> Result<(Vec<i8>, Ve
     let mut q = vec![0i8; w.len()];
     let mut s = vec![0f32; n];
     if k > 0 {
-        quantize_rows(w, k, 127.0, &mut q, &mut s);
+        quantize_rows("weights", (w, k), 127.0, &mut q, &mut s)?;
     }
     Ok((q, s))
 }
@@ -124,7 +171,7 @@ pub fn quantize_weights_i4(w: &[f32], n: usize, k: usize) -> Result<(Vec<i8>, Ve
     let mut q = vec![0i8; w.len()];
     let mut s = vec![0f32; n];
     if k > 0 {
-        quantize_rows(w, k, 7.0, &mut q, &mut s);
+        quantize_rows("weights", (w, k), 7.0, &mut q, &mut s)?;
     }
     Ok((q, s))
 }
@@ -295,6 +342,44 @@ mod tests {
             pack_nibbles(&[1, 9]),
             Err(Error::OutOfRange { index: 1, .. })
         ));
+    }
+
+    proptest! {
+        /// The per-row quantiser (largest magnitude and finiteness in one lane-wise
+        /// pass) gives the values and scales of a plain fold of `f32::max`, over rows
+        /// whole and partial in its 8 lanes, and refuses the first value that is not
+        /// finite by its index.
+        #[test]
+        fn row_quantisation_matches_the_plain_fold(
+            k in 1usize..40,
+            rows in 1usize..5,
+            seed: u64,
+            bad in proptest::option::of((any::<prop::sample::Index>(), 0usize..3)),
+        ) {
+            let mut x: Vec<f32> = (0..rows * k)
+                .map(|i| ((seed.wrapping_mul(i as u64 + 1) >> 40) as f32 - 8e6) * 1e-3)
+                .collect();
+            if let Some((at, kind)) = bad {
+                let i = at.index(x.len());
+                x[i] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][kind];
+                let first = x.iter().position(|v| !v.is_finite()).unwrap();
+                let index = match quantize_rows_i8(&x, k) {
+                    Err(Error::OutOfRange { index, .. }) => Some(index),
+                    _ => None,
+                };
+                prop_assert_eq!(index, Some(first));
+                return Ok(());
+            }
+            let (q, scales) = quantize_rows_i8(&x, k).unwrap();
+            for (r, row) in x.chunks_exact(k).enumerate() {
+                let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+                prop_assert_eq!(scales[r].to_bits(), (amax / 127.0).to_bits());
+                let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+                for (j, &v) in row.iter().enumerate() {
+                    prop_assert_eq!(q[r * k + j], round_small(v * inv, 127.0));
+                }
+            }
+        }
     }
 
     #[test]
