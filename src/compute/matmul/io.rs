@@ -9,11 +9,11 @@ impl Matmul {
         shape("activation values", self.len_a(), a.len())?;
         let packed = match self.bank.layout.dtype {
             Dtype::Int8 => pack::activations_i8(&self.plan, a)?,
+            // W4A8: each value's high and low int4 halves, in one pass.
             _ => {
-                let (mut hi, mut lo) = (vec![0i8; a.len()], vec![0i8; a.len()]);
-                quant::split_w4a8(a, &mut hi, &mut lo)?;
-                let both: Vec<i32> = hi.iter().chain(&lo).map(|&v| v as i32).collect();
-                self.plan.pack_a_int(&both)?
+                let mut packed = vec![0u8; self.plan.a_bytes as usize];
+                pack::activations_w4a8_into(&self.plan, a, &mut packed)?;
+                packed
             }
         };
         self.a.write(0, &packed)
