@@ -11,7 +11,9 @@
 //! * `read`: `Gguf::read_tensor` of the whole tensor into a buffer allocated once;
 //! * `load_bank_<type>`: `gguf::load_bank` into a bank of that type on the emulated
 //!   device: reading the file a piece at a time, dequantising, requantising (int8,
-//!   int4) or rounding (fp16), packing, and the emulated kernel's upload of the bank.
+//!   int4) or rounding (fp16), packing, and the emulated kernel's upload of the bank;
+//! * `load_grouped`: `gguf::load_grouped` into a grouped int8 bank (the file's integers
+//!   and block scales: decoding the blocks, packing, the upload).
 //!
 //! Each group reports `Throughput::Bytes(<tensor bytes in the file>)`, so criterion's
 //! rates compare directly. Run with `cargo bench --bench load`.
@@ -22,7 +24,7 @@ use common::{group, memcpy_baseline};
 use criterion::{Criterion, criterion_group, criterion_main};
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::write::Writer;
-use rknpu_driver::gguf::{Gguf, load_bank};
+use rknpu_driver::gguf::{Gguf, load_bank, load_grouped};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;
 use std::hint::black_box;
@@ -64,6 +66,9 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| black_box(load_bank(&dev, &file, name, dtype).expect("bank")))
             });
         }
+        g.bench_function("load_grouped", |b| {
+            b.iter(|| black_box(load_grouped(&dev, &file, name).expect("bank")))
+        });
         g.finish();
     }
     let _ = std::fs::remove_file(&path);

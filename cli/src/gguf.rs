@@ -4,7 +4,9 @@
 use crate::Failure;
 use crate::matmul::fail;
 use rknpu_driver::compute::matmul::{Matmul, MatmulOptions};
-use rknpu_driver::gguf::{GgmlType, Gguf, load_weights, write_listing};
+use rknpu_driver::gguf::{
+    GgmlType, Gguf, LoadReport, groups_exactly, load_grouped, load_weights, write_listing,
+};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;
 use std::io::Write;
@@ -87,7 +89,8 @@ pub(crate) struct GgufMatmul<'a> {
     pub(crate) tensor: &'a str,
     /// Rows of the activations.
     pub(crate) m: u32,
-    /// The bank's type; `None` for the default of the tensor's type.
+    /// The bank's type; `None` for the default of the tensor's type (a grouped int8 bank
+    /// of the file's own blocks where the type allows it).
     pub(crate) dtype: Option<Dtype>,
     /// The most cores (default: every core of the device).
     pub(crate) cores: Option<u32>,
@@ -122,14 +125,38 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
             ),
         )
     })?;
-    let dtype = p.dtype.unwrap_or(default_dtype(info.ggml_type));
+    let path = match p.dtype {
+        Some(d) => Path::Host(d),
+        None if grouped_fits(info.ggml_type, info.dims, info.bytes()) => Path::Grouped,
+        None => Path::Host(default_dtype(info.ggml_type)),
+    };
+    let file_bytes = info.bytes();
     let dev = crate::matmul::open(p.device)?;
     outln!("device: {}", dev.info());
     let t = Instant::now();
-    let (bank, report) = load_weights(&dev, &g, p.tensor, dtype)
-        .map_err(|e| Failure(1, format!("{}: {e}", p.file)))?;
+    let in_file = |e| Failure(1, format!("{}: {e}", p.file));
+    let (bank, max_abs, k, n) = match path {
+        Path::Host(dtype) => {
+            let (bank, report): (_, LoadReport) =
+                load_weights(&dev, &g, p.tensor, dtype).map_err(in_file)?;
+            outln!("load: {report}");
+            (bank, report.max_abs, report.k, report.n)
+        }
+        Path::Grouped => {
+            let bank = load_grouped(&dev, &g, p.tensor).map_err(in_file)?;
+            let (k, n) = (bank.layout().k, bank.layout().n);
+            outln!(
+                "load: {}: {} [{n} x {k}] -> grouped int8 bank (the file's integers and block scales, exactly)",
+                p.tensor,
+                info.ggml_type.name()
+            );
+            (bank, 0.0, k, n)
+        }
+    };
     let t_load = t.elapsed();
-    outln!("load: {report}");
+    let held = bank.layout().bytes
+        + 4 * bank.group_scales().map_or(0, |s| s.len() as u64)
+        + 4 * bank.scales().map_or(0, |s| s.len() as u64);
     // Plan (and refuse the shape) before anything of M rows is allocated.
     let options = match p.cores {
         Some(cores) => MatmulOptions::default().cores(cores),
@@ -140,7 +167,7 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
     let w = g
         .dequantize(p.tensor)
         .map_err(|e| Failure(1, format!("{}: {e}", p.file)))?;
-    let (m, k, n) = (p.m as usize, report.k as usize, report.n as usize);
+    let (m, k, n) = (p.m as usize, k as usize, n as usize);
     let mut rng = Rng::from_seed(p.seed);
     let mut x = host_buffer(m, k, "activations")?;
     x.extend((0..m * k).map(|_| rng.unit()));
@@ -154,7 +181,7 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
         t_load.as_secs_f64() * 1e3,
         t_run.as_secs_f64() * 1e3
     );
-    let c = check(&x, &w, &y, (m, k, n), dtype, report.max_abs);
+    let c = check(&x, &w, &y, (m, k, n), path, max_abs);
     outln!(
         "largest error: {:.3e}, relative rms error {:.3e}, largest error / bound {:.3}",
         c.largest,
@@ -168,8 +195,43 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
             "MISMATCH: the result is further from the f64 reference than the load report and the activations' rounding allow".into(),
         ));
     }
+    outln!(
+        "bank: {held} bytes, {:.2}x the tensor's {file_bytes} bytes in the file",
+        held as f64 / file_bytes.max(1) as f64
+    );
     outln!("OK");
     Ok(())
+}
+
+/// Whether a tensor of `ty` and GGUF `dims` (`[k, n]`) loads into a grouped bank of its own
+/// blocks within the size bound of its type: 1.15x its `bytes` in the file for Q8_0,
+/// 2x for the 4- and 5-bit types (the bank's buffer, its output channels padded to
+/// whole granules, and an f32 scale a block).
+fn grouped_fits(ty: GgmlType, dims: &[u64], bytes: u64) -> bool {
+    let (&[k, n], true) = (dims, groups_exactly(ty)) else {
+        return false;
+    };
+    let (Ok(k), Ok(n)) = (u32::try_from(k), u32::try_from(n)) else {
+        return false;
+    };
+    let Ok(layout) =
+        rknpu_driver::kernels::matmul::WeightLayout::with_k_tile(k, n, Dtype::Int8, 32)
+    else {
+        return false;
+    };
+    let held = layout.bytes + 4 * u64::from(n) * u64::from(k).div_ceil(32);
+    let bound = if ty == GgmlType::Q8_0 { 1.15 } else { 2.0 };
+    held as f64 <= bound * bytes as f64
+}
+
+/// How `rknpu matmul --gguf` holds the weights and scales the products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// A bank of this type (`gguf::load_weights`); integer banks are scaled on the host.
+    Host(Dtype),
+    /// A grouped int8 bank of the file's blocks (`gguf::load_grouped`), dequantised on
+    /// the NPU group by group.
+    Grouped,
 }
 
 /// An empty vector with room for `rows` × `cols` values, or exit 1 when that does not fit
@@ -204,17 +266,19 @@ struct Checked {
 /// The error of one activation the NPU sees instead of `v`: int8 per row (the step of
 /// `quantize_rows_i8`, `max|row| / 127`, halved) for integer banks; half an ulp for
 /// float banks (fp16: 2^-11 relative, 2^-25 below the normal range; bf16: 2^-8
-/// relative, 2^-134 below it).
-fn activation_error(row: &[f32], dtype: Dtype) -> impl Fn(f32) -> f64 {
+/// relative, 2^-134 below it); for a grouped bank at most the per-row half step (a
+/// group's is no larger) and the NPU's fp16 reading of the group's scale, 2^-11 of `v`.
+fn activation_error(row: &[f32], path: Path) -> impl Fn(f32) -> f64 {
     let half_step = row
         .iter()
         .fold(0f64, |a, &v| nan_max(a, f64::from(v).abs()))
         / 127.0
         * 0.5;
-    move |v| match dtype {
-        Dtype::Fp16 => f64::from(v).abs() * 2f64.powi(-11) + 2f64.powi(-25),
-        Dtype::Bf16 => f64::from(v).abs() * 2f64.powi(-8) + 2f64.powi(-134),
-        _ => half_step,
+    move |v| match path {
+        Path::Host(Dtype::Fp16) => f64::from(v).abs() * 2f64.powi(-11) + 2f64.powi(-25),
+        Path::Host(Dtype::Bf16) => f64::from(v).abs() * 2f64.powi(-8) + 2f64.powi(-134),
+        Path::Host(_) => half_step,
+        Path::Grouped => half_step + f64::from(v).abs() * 2f64.powi(-11),
     }
 }
 
@@ -240,13 +304,13 @@ fn check(
     w: &[f32],
     y: &[f32],
     (m, k, n): (usize, usize, usize),
-    dtype: Dtype,
+    path: Path,
     max_abs: f64,
 ) -> Checked {
     let (mut largest, mut err2, mut ref2, mut worst_ratio) = (0f64, 0f64, 0f64, 0f64);
     for i in 0..m {
         let row = &x[i * k..(i + 1) * k];
-        let e = activation_error(row, dtype);
+        let e = activation_error(row, path);
         for j in 0..n {
             let wrow = &w[j * k..(j + 1) * k];
             let want: f64 = row
@@ -282,7 +346,7 @@ fn check(
 
 #[cfg(test)]
 mod tests {
-    use super::{check, error_bound};
+    use super::{Path, check, error_bound};
     use rknpu_driver::kernels::single::Dtype;
 
     #[test]
@@ -308,14 +372,14 @@ mod tests {
         let e = |_: f32| 0.5 / 127.0;
         let exact = (0.25 - 1.0) as f32;
         let bound = error_bound(&x, &w, &e, 0.01, 2);
-        let ok = check(&x, &w, &[exact], (1, 2, 1), Dtype::Int8, 0.01);
+        let ok = check(&x, &w, &[exact], (1, 2, 1), Path::Host(Dtype::Int8), 0.01);
         assert_eq!((ok.largest, ok.worst_ratio), (0.0, 0.0));
         let near = check(
             &x,
             &w,
             &[exact + (bound * 0.5) as f32],
             (1, 2, 1),
-            Dtype::Int8,
+            Path::Host(Dtype::Int8),
             0.01,
         );
         assert!(
@@ -328,17 +392,31 @@ mod tests {
             &w,
             &[exact + (bound * 2.0) as f32],
             (1, 2, 1),
-            Dtype::Int8,
+            Path::Host(Dtype::Int8),
             0.01,
         );
         assert!(far.worst_ratio > 1.0, "{}", far.worst_ratio);
-        let nan = check(&x, &w, &[f32::NAN], (1, 2, 1), Dtype::Int8, 0.01);
+        let nan = check(
+            &x,
+            &w,
+            &[f32::NAN],
+            (1, 2, 1),
+            Path::Host(Dtype::Int8),
+            0.01,
+        );
         assert!(nan.worst_ratio > 1.0);
         // The largest error of a NaN result is NaN, not the 0 f64::max would keep.
         assert!(nan.largest.is_nan(), "{}", nan.largest);
         // A NaN activation makes the reference, the error and the largest error NaN,
         // and the check fail.
-        let bad_x = check(&[f32::NAN, 1.0], &w, &[exact], (1, 2, 1), Dtype::Int8, 0.01);
+        let bad_x = check(
+            &[f32::NAN, 1.0],
+            &w,
+            &[exact],
+            (1, 2, 1),
+            Path::Host(Dtype::Int8),
+            0.01,
+        );
         assert!(bad_x.largest.is_nan(), "{}", bad_x.largest);
         assert!(bad_x.worst_ratio > 1.0, "{}", bad_x.worst_ratio);
     }

@@ -174,7 +174,7 @@ fn field(line: &str, key: &str) -> f64 {
 fn matmul_gguf_checks_int8_int4_and_fp16_banks() {
     let (f, _) = model("mm.gguf");
     for (tensor, extra, bank, exact) in [
-        ("blk.0.q8", &[][..], "Int8", false),
+        ("blk.0.q8", &["--dtype", "int8"][..], "Int8", false),
         (
             "blk.0.q4",
             &["--dtype", "int4", "--cores", "2"][..],
@@ -221,7 +221,79 @@ fn matmul_gguf_checks_int8_int4_and_fp16_banks() {
         // Well below the weights' own relative error for the requantised banks; tiny for
         // an exact fp16 bank.
         assert!(rel > 0.0 && rel < 0.2, "{err}");
+        bank_line(&out);
     }
+}
+
+/// The `bank:` line before `OK`: the bytes the bank holds and their ratio to the
+/// tensor's bytes in the file, which it returns.
+fn bank_line(out: &str) -> f64 {
+    let lines: Vec<&str> = out.lines().collect();
+    let line = lines[lines.len() - 2];
+    assert!(
+        line.starts_with("bank: ") && line.contains("bytes in the file"),
+        "{out}"
+    );
+    let held = field(line, "bank:");
+    let ratio: f64 = line
+        .split(", ")
+        .nth(1)
+        .unwrap()
+        .split('x')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let file: f64 = line
+        .split("tensor's ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((held / file - ratio).abs() < 0.01, "{line}");
+    ratio
+}
+
+/// Without `--dtype`, a Q8_0 or Q4_0 tensor whose grouped int8 bank of the file's own
+/// blocks keeps within its size bound (1.15x the file's bytes for Q8_0, 2x for Q4_0)
+/// loads as one: its weights exact, the product within the bound, the bank's bytes
+/// stated. A tensor whose padded bank would not (40 output channels padded to 64) loads
+/// as before, into a per-channel int8 bank.
+#[test]
+fn matmul_gguf_defaults_to_grouped_banks_of_the_files_blocks() {
+    let (n, k) = (64u64, 96u64);
+    let mut rng = Rng::from_seed(12);
+    let w: Vec<f32> = (0..k * n).map(|_| rng.unit() * 0.8).collect();
+    let mut out = Writer::new();
+    out.tensor_q8_0("q8", &[k, n], &w).unwrap();
+    out.tensor_q4_0("q4", &[k, n], &w).unwrap();
+    let f = Temp::new("grouped.gguf");
+    std::fs::write(&f.0, out.to_bytes()).unwrap();
+    for (tensor, bound) in [("q8", 1.15), ("q4", 2.0)] {
+        let out = gguf_matmul(f.path(), tensor, &[]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.last(), Some(&"OK"), "{tensor}:\n{out}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("load: ") && l.contains("grouped int8 bank")),
+            "{out}"
+        );
+        let err = lines
+            .iter()
+            .find(|l| l.starts_with("largest error: "))
+            .unwrap();
+        assert!(field(err, "largest error / bound") <= 1.0, "{err}");
+        assert!(field(err, "relative rms error") < 0.05, "{err}");
+        let r = bank_line(&out);
+        assert!(r > 1.0 && r <= bound, "{tensor}: {r}");
+    }
+    let (small, _) = model("padded.gguf");
+    let out = gguf_matmul(small.path(), "blk.0.q8", &[]);
+    assert!(out.contains("-> Int8 bank"), "{out}");
 }
 
 #[test]
