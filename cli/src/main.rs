@@ -30,6 +30,7 @@ macro_rules! outln {
 mod bench;
 mod decode;
 mod doctor;
+mod element;
 mod emit;
 mod gguf;
 mod info;

@@ -1,6 +1,7 @@
 //! `rknpu matmul`: seeded random matrices multiplied on the NPU (or the emulated kernel)
 //! and checked against the CPU.
 
+use crate::element::{ElementArg, only};
 use crate::matmul_run::{run_f32, run_int, run_spread, spreads};
 use crate::{Failure, parse_u32, usage};
 use rknpu_driver::compute::matmul::MatmulOptions;
@@ -12,27 +13,11 @@ use rknpu_driver::seeded::Rng;
 use rknpu_driver::sim::DmaCounters;
 use std::time::Instant;
 
-/// The weight precision `--dtype` names (`rknpu matmul`, `rknpu model-cost`).
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub(crate) enum DtypeArg {
-    /// int8 (a random run: values -128..127).
-    Int8,
-    /// int4, run as W4A8 with int8 activations (a random run: values -8..7).
-    Int4,
-    /// fp16 (a random run: values in [-1, 1)).
-    Fp16,
-}
-
-impl DtypeArg {
-    /// The library's type.
-    pub(crate) fn dtype(self) -> Dtype {
-        match self {
-            DtypeArg::Int8 => Dtype::Int8,
-            DtypeArg::Int4 => Dtype::Int4,
-            DtypeArg::Fp16 => Dtype::Fp16,
-        }
-    }
-}
+/// The weight types of `rknpu matmul` and `rknpu model-cost`: int8 (a random run:
+/// values -128..127), int4 (run as W4A8 with int8 activations; values -8..7) and fp16
+/// (values in [-1, 1)).
+pub(crate) const MATMUL_TYPES: &[ElementArg] =
+    &[ElementArg::Int8, ElementArg::Int4, ElementArg::Fp16];
 
 /// The result type `--out` names.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -60,10 +45,13 @@ pub(crate) struct MatmulArgs {
     /// Columns of B and C (with --gguf: the tensor's second dimension).
     #[arg(long, value_name = "N", value_parser = parse_positive, required_unless_present = "gguf", conflicts_with = "gguf")]
     n: Option<u32>,
-    /// The input precision (with --gguf, the bank's type; default int8 for quantised
-    /// tensors, fp16 for F16, F32 and BF16).
-    #[arg(long, value_enum, required_unless_present = "gguf")]
-    dtype: Option<DtypeArg>,
+    /// The input precision: int8 (a random run: values -128..127), int4 (run as W4A8
+    /// with int8 activations; values -8..7) or fp16 (values in [-1, 1)). With --gguf,
+    /// the bank's type (default: a grouped int8 bank of the file's blocks for Q8_0, Q4_0
+    /// and Q5_0 within their size bound, else int8 for quantised tensors, fp16 for F16,
+    /// F32 and BF16).
+    #[arg(long, value_parser = only(MATMUL_TYPES), required_unless_present = "gguf")]
+    dtype: Option<ElementArg>,
     /// Take the weights from this GGUF file (the tensor --tensor names, n rows of k:
     /// ggml's src0 of mul_mat) through the library's loader, multiply seeded f32
     /// activations with mul_mat and check them against an f64 product with the
@@ -175,7 +163,7 @@ pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
             file,
             tensor: a.tensor.as_deref().unwrap_or_default(),
             m: a.m,
-            dtype: a.dtype.map(DtypeArg::dtype),
+            dtype: a.dtype.map(ElementArg::dtype),
             cores: a.cores,
             device: a.device.as_deref().unwrap_or("auto"),
             seed: a.seed.unwrap_or(1),

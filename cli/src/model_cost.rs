@@ -3,7 +3,8 @@
 //! (the tensors' names, types and shapes); no device is opened and no tensor data is read.
 
 use crate::Failure;
-use crate::matmul::DtypeArg;
+use crate::element::{ElementArg, only};
+use crate::matmul::MATMUL_TYPES;
 use rknpu_driver::gguf::{Gguf, TensorInfo, escape_name, raw_bank_dtype};
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{Plan, WeightLayout};
@@ -28,8 +29,8 @@ pub(crate) struct ModelCostArgs {
     /// The bank type of every matmul tensor (int4 costed on the conservative layouts of
     /// `WeightLayout::new`). Default: the type the ggml backend packs (bf16 for BF16
     /// tensors, fp16 for every other type it converts).
-    #[arg(long, value_enum, value_name = "TYPE")]
-    dtype: Option<DtypeArg>,
+    #[arg(long, value_parser = only(MATMUL_TYPES), value_name = "TYPE")]
+    dtype: Option<ElementArg>,
 }
 
 /// One matmul weight of the model: `n` output channels of `k` inputs in a bank of
@@ -206,7 +207,7 @@ fn bank_counts(weights: &[Weight]) -> String {
 pub(crate) fn run(a: ModelCostArgs) -> Result<(), Failure> {
     let g = crate::gguf::open(&a.file)?;
     let mut coster = Coster::new();
-    let forced = a.dtype.map(DtypeArg::dtype);
+    let forced = a.dtype.map(ElementArg::dtype);
     let m = model(&g, forced, coster.profile.cores)?;
     if m.weights.is_empty() {
         return Err(Failure(
@@ -244,7 +245,9 @@ pub(crate) fn run(a: ModelCostArgs) -> Result<(), Failure> {
         m.tensors_in_file
     );
     let source = match a.dtype {
-        Some(DtypeArg::Int4) => "--dtype; int4 layouts of WeightLayout::new, the conservative ones",
+        Some(ElementArg::Int4) => {
+            "--dtype; int4 layouts of WeightLayout::new, the conservative ones"
+        }
         Some(_) => "--dtype",
         None => "the types the ggml backend packs",
     };

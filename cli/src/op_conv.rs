@@ -1,5 +1,6 @@
 //! `rknpu op conv`: a K×K convolution of seeded data on the CNA and CORE.
 
+use crate::element::{ElementArg, only};
 use crate::op::{Common, execute, summary, verdict};
 use crate::{Failure, usage};
 use half::f16;
@@ -8,15 +9,6 @@ use rknpu_driver::kernels::ops::conv::{Conv2d, ConvOut, reference};
 use rknpu_driver::kernels::ops::{self, Cube, INPUT, OUTPUT, WEIGHTS};
 use rknpu_driver::seeded::Rng;
 use rknpu_driver::task::Precision;
-
-/// The element type `--dtype` names.
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum DtypeArg {
-    /// int8 input and weights, int32 results (exact).
-    Int8,
-    /// fp16 input and weights, fp16 results (fp32 accumulation).
-    Fp16,
-}
 
 /// The arguments of `rknpu op conv`.
 #[derive(clap::Args)]
@@ -51,9 +43,10 @@ pub(crate) struct ConvArgs {
     /// One kernel per channel.
     #[arg(long)]
     depthwise: bool,
-    /// The element type.
-    #[arg(long, value_enum)]
-    dtype: DtypeArg,
+    /// The element type: int8 (int8 input and weights, int32 results, exact) or fp16
+    /// (fp16 results, fp32 accumulation).
+    #[arg(long, value_parser = only(&[ElementArg::Int8, ElementArg::Fp16]))]
+    dtype: ElementArg,
     #[command(flatten)]
     common: Common,
 }
@@ -61,10 +54,7 @@ pub(crate) struct ConvArgs {
 pub(crate) fn run(a: ConvArgs) -> Result<(), Failure> {
     let fail = |e: rknpu_driver::Error| Failure(1, e.to_string());
     let bad = |e: rknpu_driver::Error| usage(format!("op conv: {e}"));
-    let prec = match a.dtype {
-        DtypeArg::Int8 => Precision::Int8,
-        DtypeArg::Fp16 => Precision::Fp16,
-    };
+    let prec = a.dtype.precision();
     let (stride, pad, dil) = (
         a.stride.unwrap_or(1),
         a.pad.unwrap_or(0),
@@ -77,8 +67,8 @@ pub(crate) fn run(a: ConvArgs) -> Result<(), Failure> {
         .with_dilation(dil, dil)
         .with_depthwise(a.depthwise)
         .with_out(match a.dtype {
-            DtypeArg::Int8 => ConvOut::Int32,
-            DtypeArg::Fp16 => ConvOut::Fp16,
+            ElementArg::Fp16 => ConvOut::Fp16,
+            _ => ConvOut::Int32,
         });
     conv.check().map_err(bad)?;
     let (ow, oh) = conv.output_size().map_err(bad)?;

@@ -1,5 +1,6 @@
 //! `rknpu op ew`: an element-wise operation of two seeded tensors on the DPU.
 
+use crate::element::{ElementArg, only};
 use crate::op::{Common, execute, summary, verdict};
 use crate::{Failure, usage};
 use half::f16;
@@ -24,17 +25,6 @@ enum OpArg {
     Min,
 }
 
-/// The element type `--dtype` names.
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum DtypeArg {
-    /// int8, saturating.
-    Int8,
-    /// int16, saturating.
-    Int16,
-    /// fp16.
-    Fp16,
-}
-
 /// The arguments of `rknpu op ew`.
 #[derive(clap::Args)]
 pub(crate) struct EwArgs {
@@ -50,9 +40,9 @@ pub(crate) struct EwArgs {
     /// Channels.
     #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..=8192))]
     c: u32,
-    /// The element type.
-    #[arg(long, value_enum)]
-    dtype: DtypeArg,
+    /// The element type: int8 or int16 (saturating), or fp16.
+    #[arg(long, value_parser = only(&[ElementArg::Int8, ElementArg::Int16, ElementArg::Fp16]))]
+    dtype: ElementArg,
     /// B holds one value per channel (broadcast over the pixels) instead of a tensor
     /// of A's shape.
     #[arg(long)]
@@ -114,11 +104,7 @@ pub(crate) fn run(a: EwArgs) -> Result<(), Failure> {
         OpArg::Max => EltwiseOp::Max,
         OpArg::Min => EltwiseOp::Min,
     };
-    let prec = match a.dtype {
-        DtypeArg::Int8 => Precision::Int8,
-        DtypeArg::Int16 => Precision::Int16,
-        DtypeArg::Fp16 => Precision::Fp16,
-    };
+    let prec = a.dtype.precision();
     let operand = if a.per_channel {
         Operand::PerChannel
     } else {

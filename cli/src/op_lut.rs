@@ -1,5 +1,6 @@
 //! `rknpu op lut`: a LUT activation of a seeded tensor on the DPU.
 
+use crate::element::{ElementArg, only};
 use crate::op::{Common, execute, summary, verdict};
 use crate::{Failure, usage};
 use half::f16;
@@ -7,7 +8,6 @@ use rknpu_driver::compute::ops::ProgramBuffers;
 use rknpu_driver::kernels::ops::lut::{Activation, ActivationOp};
 use rknpu_driver::kernels::ops::{self, Cube, INPUT, OPERAND, OUTPUT};
 use rknpu_driver::seeded::Rng;
-use rknpu_driver::task::Precision;
 
 /// The function `--fn` names.
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -28,15 +28,6 @@ enum FnArg {
     Exp,
 }
 
-/// The element type `--dtype` names.
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum DtypeArg {
-    /// int8 (refused: no board-run program drives the LUT in an integer pipeline).
-    Int8,
-    /// fp16.
-    Fp16,
-}
-
 /// The arguments of `rknpu op lut`.
 #[derive(clap::Args)]
 pub(crate) struct LutArgs {
@@ -52,9 +43,10 @@ pub(crate) struct LutArgs {
     /// Channels.
     #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..=8192))]
     c: u32,
-    /// The element type.
-    #[arg(long, value_enum)]
-    dtype: DtypeArg,
+    /// The element type: fp16, or int8 (refused: no board-run program drives the LUT in
+    /// an integer pipeline).
+    #[arg(long, value_parser = only(&[ElementArg::Int8, ElementArg::Fp16]))]
+    dtype: ElementArg,
     #[command(flatten)]
     common: Common,
 }
@@ -71,10 +63,7 @@ pub(crate) fn run(a: LutArgs) -> Result<(), Failure> {
         FnArg::Tanh => Activation::Tanh,
         FnArg::Exp => Activation::Exp,
     };
-    let prec = match a.dtype {
-        DtypeArg::Int8 => Precision::Int8,
-        DtypeArg::Fp16 => Precision::Fp16,
-    };
+    let prec = a.dtype.precision();
     let cube = Cube::new(a.w, a.h, a.c, prec).map_err(bad)?;
     let op = ActivationOp::new(act, cube).map_err(bad)?;
     let tasks = op

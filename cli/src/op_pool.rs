@@ -1,5 +1,6 @@
 //! `rknpu op pool`: max, average or min pooling of a seeded tensor on the PPU.
 
+use crate::element::{ElementArg, only};
 use crate::op::{Common, execute, summary, verdict};
 use crate::{Failure, usage};
 use half::f16;
@@ -18,15 +19,6 @@ enum KindArg {
     Avg,
     /// The smallest value of each window.
     Min,
-}
-
-/// The element type `--dtype` names.
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum DtypeArg {
-    /// int8 (max and min).
-    Int8,
-    /// fp16.
-    Fp16,
 }
 
 /// The arguments of `rknpu op pool`.
@@ -53,9 +45,9 @@ pub(crate) struct PoolArgs {
     /// Padding on every side (default 0).
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(0..=7))]
     pad: Option<u32>,
-    /// The element type.
-    #[arg(long, value_enum)]
-    dtype: DtypeArg,
+    /// The element type: int8 (max and min) or fp16.
+    #[arg(long, value_parser = only(&[ElementArg::Int8, ElementArg::Fp16]))]
+    dtype: ElementArg,
     #[command(flatten)]
     common: Common,
 }
@@ -67,10 +59,7 @@ pub(crate) fn run(a: PoolArgs) -> Result<(), Failure> {
         KindArg::Avg => (PoolKind::Avg, "avg"),
         KindArg::Min => (PoolKind::Min, "min"),
     };
-    let prec = match a.dtype {
-        DtypeArg::Int8 => Precision::Int8,
-        DtypeArg::Fp16 => Precision::Fp16,
-    };
+    let prec = a.dtype.precision();
     let input = Cube::new(a.w, a.h, a.c, prec).map_err(|e| usage(format!("op pool: {e}")))?;
     let stride = a.stride.unwrap_or(a.k);
     let pool = Pool2d::new(input, kind, a.k)

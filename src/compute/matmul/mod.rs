@@ -34,6 +34,7 @@
 
 mod bank;
 mod batch;
+mod element;
 mod grouped;
 mod io;
 mod npu_dequant;

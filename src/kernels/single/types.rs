@@ -187,3 +187,96 @@ pub struct PostOps {
     /// the rounding shift, as measured on RK3588), integer outputs only.
     pub out_cvt: Option<(i32, u16, u16)>,
 }
+
+/// The element types as subsets of [`Precision`], the task model's one vocabulary: each
+/// converts into it, and a precision converts back where the subset has it
+/// (`Error::Unsupported` naming the precision otherwise).
+mod subsets {
+    use super::{Dtype, OutType};
+    use crate::error::{Error, Result};
+    use crate::task::Precision;
+
+    fn refused(what: &'static str, p: Precision) -> Error {
+        Error::Unsupported {
+            what,
+            why: format!("{p} is not one of them"),
+        }
+    }
+
+    impl From<Dtype> for Precision {
+        fn from(d: Dtype) -> Precision {
+            d.precision()
+        }
+    }
+
+    impl From<OutType> for Precision {
+        fn from(o: OutType) -> Precision {
+            o.precision()
+        }
+    }
+
+    impl TryFrom<Precision> for Dtype {
+        type Error = Error;
+        fn try_from(p: Precision) -> Result<Dtype> {
+            Ok(match p {
+                Precision::Int8 => Dtype::Int8,
+                Precision::Int4 => Dtype::Int4,
+                Precision::Int16 => Dtype::Int16,
+                Precision::Fp16 => Dtype::Fp16,
+                Precision::Bf16 => Dtype::Bf16,
+                Precision::Int32 | Precision::Fp32 => {
+                    return Err(refused(
+                        "input element type (int4, int8, int16, fp16, bf16)",
+                        p,
+                    ));
+                }
+            })
+        }
+    }
+
+    impl TryFrom<Precision> for OutType {
+        type Error = Error;
+        fn try_from(p: Precision) -> Result<OutType> {
+            Ok(match p {
+                Precision::Int8 => OutType::Int8,
+                Precision::Int16 => OutType::Int16,
+                Precision::Int32 => OutType::Int32,
+                Precision::Fp16 => OutType::Fp16,
+                Precision::Bf16 => OutType::Bf16,
+                Precision::Fp32 => OutType::Fp32,
+                Precision::Int4 => {
+                    return Err(refused(
+                        "output element type (int8, int16, int32, fp16, bf16, fp32)",
+                        p,
+                    ));
+                }
+            })
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// Every precision either converts into the subset and back unchanged, or is
+        /// refused; every member of the subset comes from its precision.
+        #[test]
+        fn subsets_round_trip_through_precision() {
+            let mut inputs = 0;
+            let mut outputs = 0;
+            for p in Precision::ALL {
+                if let Ok(d) = Dtype::try_from(p) {
+                    assert_eq!(Precision::from(d), p);
+                    inputs += 1;
+                }
+                if let Ok(o) = OutType::try_from(p) {
+                    assert_eq!(Precision::from(o), p);
+                    outputs += 1;
+                }
+            }
+            assert_eq!((inputs, outputs), (5, 6));
+            assert!(Dtype::try_from(Precision::Fp32).is_err());
+            assert!(OutType::try_from(Precision::Int4).is_err());
+        }
+    }
+}
