@@ -220,6 +220,24 @@ pub enum Error {
         /// The offending task (its index in the layer's program) and range.
         error: crate::verify::VerifyError,
     },
+    /// The simulator refused or could not run a program ([`crate::sim`]).
+    Sim {
+        /// Where, which register, field and value.
+        error: crate::sim::SimError,
+    },
+    /// A register file holds a value the task model cannot represent
+    /// ([`crate::task::Task::decode`]).
+    Decode {
+        /// The register and field.
+        error: crate::task::DecodeError,
+    },
+    /// A GGUF file could not be read or loaded ([`crate::gguf::GgufError`], as text: its
+    /// dequantised values may be NaN, which this type's equality does not admit; a bank
+    /// refusal inside it converts to the refusal itself).
+    Gguf {
+        /// The reader's or loader's error.
+        what: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -337,11 +355,61 @@ impl fmt::Display for Error {
                 f,
                 "layer step {step} reaches outside the tensors it declares: {error}"
             ),
+            Error::Sim { error } => write!(f, "simulator: {error}"),
+            Error::Decode { error } => write!(f, "decoding a task: {error}"),
+            Error::Gguf { what } => write!(f, "GGUF: {what}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Verify { error } | Error::LayerStep { error, .. } => Some(error),
+            Error::Sim { error } => Some(error),
+            Error::Decode { error } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<crate::verify::VerifyError> for Error {
+    fn from(error: crate::verify::VerifyError) -> Error {
+        Error::Verify { error }
+    }
+}
+
+impl From<crate::sim::SimError> for Error {
+    fn from(error: crate::sim::SimError) -> Error {
+        Error::Sim { error }
+    }
+}
+
+impl From<crate::task::DecodeError> for Error {
+    fn from(error: crate::task::DecodeError) -> Error {
+        Error::Decode { error }
+    }
+}
+
+impl From<crate::trace::TraceError> for Error {
+    fn from(e: crate::trace::TraceError) -> Error {
+        Error::Trace {
+            what: e.to_string(),
+        }
+    }
+}
+
+impl From<crate::gguf::GgufError> for Error {
+    /// A bank refusal inside the GGUF error is that refusal; anything else its text.
+    fn from(e: crate::gguf::GgufError) -> Error {
+        match e {
+            crate::gguf::GgufError::Bank(inner) => inner,
+            e => Error::Gguf {
+                what: e.to_string(),
+            },
+        }
+    }
+}
 
 impl Error {
     /// `Ok` when `actual == expected`, else [`Error::ShapeMismatch`] naming `what`.
@@ -416,3 +484,31 @@ impl fmt::Display for OsError {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    /// Each sub-error converts into the crate's error with `?`, and the typed ones are
+    /// its `source()`; a GGUF bank refusal is that refusal.
+    #[test]
+    fn sub_errors_convert_and_are_their_source() {
+        let sim = crate::sim::SimError::Setup { why: "no".into() };
+        let e: Error = sim.clone().into();
+        assert_eq!(e, Error::Sim { error: sim });
+        assert!(e.source().is_some_and(|s| s.to_string().contains("no")));
+        let trace = crate::trace::TraceError {
+            offset: 8,
+            what: "bad magic".into(),
+        };
+        let e: Error = trace.into();
+        assert!(matches!(&e, Error::Trace { what } if what.contains("bad magic")));
+        let inner = Error::EmptyProgram;
+        let e: Error = crate::gguf::GgufError::Bank(inner.clone()).into();
+        assert_eq!(e, inner);
+        let e: Error = crate::gguf::GgufError::NoSuchTensor { name: "w".into() }.into();
+        assert!(matches!(&e, Error::Gguf { what } if what.contains('w')));
+        assert!(e.source().is_none());
+    }
+}

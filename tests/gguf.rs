@@ -8,7 +8,9 @@ use proptest::prelude::*;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::write::{Writer, quantize_q4_0, quantize_q8_0};
-use rknpu_driver::gguf::{Array, Error, GgmlType, Gguf, Value, bank_values, load_weights};
+use rknpu_driver::gguf::{
+    Array, GgmlType, Gguf, GgufError as Error, Value, bank_values, load_weights,
+};
 use rknpu_driver::kernels::matmul::quant;
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;

@@ -6,7 +6,8 @@
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::write::Writer;
 use rknpu_driver::gguf::{
-    Array, Error, GgmlType, Gguf, LIST_NAME_COLUMN, LoadReport, Value, load_weights, write_listing,
+    Array, GgmlType, Gguf, GgufError as Error, LIST_NAME_COLUMN, LoadReport, Value, load_weights,
+    write_listing,
 };
 use rknpu_driver::kernels::single::Dtype;
 

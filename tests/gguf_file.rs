@@ -7,7 +7,7 @@ use half::{bf16, f16};
 use rknpu_driver::compute::matmul::WeightBank;
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::write::Writer;
-use rknpu_driver::gguf::{Error, GgmlType, Gguf, Value, load_bank, load_weights};
+use rknpu_driver::gguf::{GgmlType, Gguf, GgufError as Error, Value, load_bank, load_weights};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;
 use std::path::PathBuf;

@@ -22,7 +22,8 @@ use rknpu_driver::compute::matmul::Matmul;
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::write::{quantize_q4_0, quantize_q8_0};
 use rknpu_driver::gguf::{
-    self, Error, GgmlType, bank_from_raw, bank_values, check_raw, raw_bank_dtype, raw_row_bytes,
+    self, GgmlType, GgufError as Error, bank_from_raw, bank_values, check_raw, raw_bank_dtype,
+    raw_row_bytes,
 };
 use rknpu_driver::kernels::matmul::WeightLayout;
 use rknpu_driver::kernels::single::Dtype;

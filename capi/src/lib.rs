@@ -168,11 +168,11 @@ impl From<Error> for Failure {
     }
 }
 
-impl From<gguf::Error> for Failure {
-    fn from(e: gguf::Error) -> Failure {
+impl From<gguf::GgufError> for Failure {
+    fn from(e: gguf::GgufError) -> Failure {
         let code = match &e {
-            gguf::Error::Bank(inner) => Code::of(inner),
-            gguf::Error::Unsupported { .. } => Code::Unsupported,
+            gguf::GgufError::Bank(inner) => Code::of(inner),
+            gguf::GgufError::Unsupported { .. } => Code::Unsupported,
             _ => Code::Arg,
         };
         Failure {

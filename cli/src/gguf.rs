@@ -28,7 +28,7 @@ pub(crate) struct GgufArgs {
 pub(crate) fn open(path: &str) -> Result<Gguf, Failure> {
     Gguf::open(path).map_err(|e| match e {
         // The reader's I/O error names the path already.
-        rknpu_driver::gguf::Error::Io { .. } => Failure(1, e.to_string()),
+        rknpu_driver::gguf::GgufError::Io { .. } => Failure(1, e.to_string()),
         e => Failure(1, format!("{path}: {e}")),
     })
 }

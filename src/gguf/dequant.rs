@@ -4,7 +4,7 @@
 //! Q3_K and Q6_K `(d * scale) * q`), so results equal ggml's and gguf-py's bit for bit.
 
 use super::types::GgmlType;
-use super::{Error, Result};
+use super::{GgufError, Result};
 use crate::float::{bf16_to_f32, f16_to_f32};
 
 /// The types [`dequantize`] converts.
@@ -306,8 +306,8 @@ fn q6_k(block: &[u8], out: &mut [f32]) {
 }
 
 /// `count` values of type `ty` from `data` (exactly their bytes) to f32, in the order
-/// they are stored. Types outside [`DEQUANTIZED`] are [`Error::Unsupported`]; a length
-/// that is not that of `count` values is [`Error::Invalid`].
+/// they are stored. Types outside [`DEQUANTIZED`] are [`GgufError::Unsupported`]; a length
+/// that is not that of `count` values is [`GgufError::Invalid`].
 pub fn dequantize(ty: GgmlType, data: &[u8], count: u64) -> Result<Vec<f32>> {
     // `count` values take `data.len()` bytes (checked before anything is allocated): the
     // densest type, Q1_0, packs 128 values in 18 bytes, so the output (4 bytes a value)
@@ -323,7 +323,7 @@ pub fn dequantize(ty: GgmlType, data: &[u8], count: u64) -> Result<Vec<f32>> {
 /// [`dequantize`] names.
 fn checked_len(ty: GgmlType, data: &[u8], count: u64) -> Result<usize> {
     if !DEQUANTIZED.contains(&ty) {
-        return Err(Error::Unsupported {
+        return Err(GgufError::Unsupported {
             tensor: String::new(),
             what: format!(
                 "dequantising {ty} (this library converts F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4 and Q1_0)"
@@ -338,7 +338,7 @@ fn checked_len(ty: GgmlType, data: &[u8], count: u64) -> Result<usize> {
         len,
     ) {
         (true, Some(len)) => Ok(len),
-        _ => Err(Error::Invalid {
+        _ => Err(GgufError::Invalid {
             offset: 0,
             what: "tensor data length (whole blocks of its values)",
             value: format!("{} bytes for {count} {ty} values", data.len()),

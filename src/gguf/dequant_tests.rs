@@ -6,19 +6,19 @@ use super::*;
 fn lengths_that_are_not_whole_blocks_are_refused() {
     assert!(matches!(
         dequantize(GgmlType::Q8_0, &[0; 33], 32),
-        Err(Error::Invalid { .. })
+        Err(GgufError::Invalid { .. })
     ));
     assert!(matches!(
         dequantize(GgmlType::Q8_0, &[0; 34], 31),
-        Err(Error::Invalid { .. })
+        Err(GgufError::Invalid { .. })
     ));
     assert!(matches!(
         dequantize(GgmlType::F32, &[0; 8], u64::MAX),
-        Err(Error::Invalid { .. })
+        Err(GgufError::Invalid { .. })
     ));
     assert!(matches!(
         dequantize(GgmlType::IQ2_XXS, &[0; 66], 256),
-        Err(Error::Unsupported { .. })
+        Err(GgufError::Unsupported { .. })
     ));
 }
 

@@ -3,7 +3,7 @@
 //! positional reads (docs/gguf.md, "Opening a file"). A model of several GiB then costs
 //! the process its header, not its size.
 
-use super::{Error, Gguf, Result, read};
+use super::{Gguf, GgufError, Result, read};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -23,7 +23,7 @@ pub(super) struct Source {
 impl Source {
     /// Fills `out` with the file's bytes from `at`.
     pub(super) fn read_at(&self, at: u64, out: &mut [u8]) -> Result<()> {
-        self.file.read_exact_at(out, at).map_err(|e| Error::Io {
+        self.file.read_exact_at(out, at).map_err(|e| GgufError::Io {
             path: self.path.clone(),
             error: format!("reading {} bytes at {at}: {e}", out.len()),
         })
@@ -33,7 +33,7 @@ impl Source {
 /// Opens the file at `path`: its header parsed from as few of its first bytes as it
 /// takes; the whole file in memory only when it is at most [`FIRST_READ`] bytes.
 pub(super) fn open(path: &Path) -> Result<Gguf> {
-    let io = |e: std::io::Error| Error::Io {
+    let io = |e: std::io::Error| GgufError::Io {
         path: path.display().to_string(),
         error: e.to_string(),
     };
@@ -47,7 +47,7 @@ pub(super) fn open(path: &Path) -> Result<Gguf> {
     let mut want = len.min(FIRST_READ);
     loop {
         let have = bytes.len();
-        let size = usize::try_from(want).map_err(|_| Error::TooLarge {
+        let size = usize::try_from(want).map_err(|_| GgufError::TooLarge {
             offset: 0,
             what: "header size",
             value: want,
@@ -64,7 +64,7 @@ pub(super) fn open(path: &Path) -> Result<Gguf> {
                 return Ok(Gguf::header_only(index, bytes, source, len));
             }
             Err(e) if read::needs_more(&e) => {
-                let Error::Truncated { offset, needed, .. } = e else {
+                let GgufError::Truncated { offset, needed, .. } = e else {
                     return Err(e);
                 };
                 want = (want * 2).max(offset + needed).min(len);

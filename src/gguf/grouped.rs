@@ -3,7 +3,7 @@
 //! ([`WeightBank::from_i8_nk_grouped`] with groups of 32).
 
 use super::load::matrix_shape;
-use super::{Error, GgmlType, Gguf, Result};
+use super::{GgmlType, Gguf, GgufError, Result};
 use crate::compute::matmul::WeightBank;
 use crate::device::Device;
 
@@ -22,16 +22,16 @@ pub fn groups_exactly(ty: GgmlType) -> bool {
 /// matmul against it quantises activations per row and group of 32 and dequantises
 /// every group on the NPU (docs/gguf.md, "Grouped banks").
 ///
-/// Errors: no such tensor [`Error::NoSuchTensor`]; another type, or not a matrix,
-/// [`Error::Unsupported`]; a non-finite block scale [`Error::NotRepresentable`]; the
-/// bank constructor's refusals [`Error::Bank`].
+/// Errors: no such tensor [`GgufError::NoSuchTensor`]; another type, or not a matrix,
+/// [`GgufError::Unsupported`]; a non-finite block scale [`GgufError::NotRepresentable`]; the
+/// bank constructor's refusals [`GgufError::Bank`].
 pub fn load_grouped(dev: &Device, gguf: &Gguf, name: &str) -> Result<WeightBank> {
-    let info = gguf.tensor(name).ok_or_else(|| Error::NoSuchTensor {
+    let info = gguf.tensor(name).ok_or_else(|| GgufError::NoSuchTensor {
         name: name.to_string(),
     })?;
     let ty = info.ggml_type;
     if !groups_exactly(ty) {
-        return Err(Error::Unsupported {
+        return Err(GgufError::Unsupported {
             tensor: name.to_string(),
             what: format!("a grouped int8 bank of {ty:?} (Q8_0, Q4_0 and Q5_0 are one)"),
         });
@@ -58,7 +58,7 @@ pub fn load_grouped(dev: &Device, gguf: &Gguf, name: &str) -> Result<WeightBank>
         for (i, ((block, qs), scale)) in blocks.enumerate() {
             let d = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
             if !d.is_finite() {
-                return Err(Error::NotRepresentable {
+                return Err(GgufError::NotRepresentable {
                     tensor: name.to_string(),
                     row: (first + i / groups) as u64,
                     column: (i % groups * BLOCK) as u64,
@@ -70,7 +70,7 @@ pub fn load_grouped(dev: &Device, gguf: &Gguf, name: &str) -> Result<WeightBank>
             integers(ty, block, qs.try_into().expect("a block of 32"));
         }
     }
-    WeightBank::from_i8_nk_grouped(dev, (n, k, BLOCK as u32), &q, &scales).map_err(Error::Bank)
+    WeightBank::from_i8_nk_grouped(dev, (n, k, BLOCK as u32), &q, &scales).map_err(GgufError::Bank)
 }
 
 /// The 32 integers of one block of `ty` (its scale, the first two bytes, aside): Q8_0

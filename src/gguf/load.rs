@@ -1,7 +1,7 @@
 //! Weight matrices of a GGUF file into weight banks, with the error the bank's type adds
 //! measured on the bank's own contents.
 
-use super::{Error, GgmlType, Gguf, Result};
+use super::{GgmlType, Gguf, GgufError, Result};
 use crate::compute::matmul::WeightBank;
 use crate::device::Device;
 use crate::float::{bf16_to_f32, f16_to_f32};
@@ -51,7 +51,7 @@ impl fmt::Display for LoadReport {
 
 /// The weight matrix `name` as `(n, k)`: GGUF dims `[k, n]` (trailing dims of 1 allowed).
 pub(super) fn matrix_shape(name: &str, dims: &[u64]) -> Result<(u32, u32)> {
-    let shape_error = || Error::Unsupported {
+    let shape_error = || GgufError::Unsupported {
         tensor: name.to_string(),
         what: format!("dims {dims:?} are not a matrix [k, n] of at most 2^32 - 1 each"),
     };
@@ -78,7 +78,7 @@ pub(crate) fn nan_max(a: f64, b: f64) -> f64 {
 /// every value rounding to a finite fp16 (bf16), that is `|x| < 65520` (`|x|` below
 /// about `3.39e38`). Int8 and int4 banks take any finite value (their per-channel
 /// scales, `max |row| / 127` or `/ 7`, are then finite). The first value that fails is
-/// [`Error::NotRepresentable`], naming the tensor, its row and column, and the value;
+/// [`GgufError::NotRepresentable`], naming the tensor, its row and column, and the value;
 /// `w` is rows of the tensor from row `first_row`.
 pub(crate) fn check_bank_range(
     name: &str,
@@ -95,7 +95,7 @@ pub(crate) fn check_bank_range(
         None => Ok(()),
         Some(i) => {
             let k = u64::from(k.max(1));
-            Err(Error::NotRepresentable {
+            Err(GgufError::NotRepresentable {
                 tensor: name.to_string(),
                 row: first_row + i as u64 / k,
                 column: i as u64 % k,
@@ -164,11 +164,11 @@ impl LoadReport {
 /// piece of rows at a time ([`Gguf::read_tensor`]), so the host holds the tensor once in
 /// the bank's type while it packs, never its f32 values. A value the bank cannot hold — a
 /// NaN, an infinity, or a finite value that rounds to infinity in an fp16 or bf16 bank —
-/// is [`Error::NotRepresentable`] before anything is allocated on the device (docs/gguf.md,
+/// is [`GgufError::NotRepresentable`] before anything is allocated on the device (docs/gguf.md,
 /// "Bounds"): never a bank holding an infinity. Nothing is read back:
 /// [`load_weights`] adds the report.
 pub fn load_bank(dev: &Device, gguf: &Gguf, name: &str, dtype: Dtype) -> Result<WeightBank> {
-    let info = gguf.tensor(name).ok_or_else(|| Error::NoSuchTensor {
+    let info = gguf.tensor(name).ok_or_else(|| GgufError::NoSuchTensor {
         name: name.to_string(),
     })?;
     let (n, k) = matrix_shape(name, info.dims)?;
@@ -178,7 +178,7 @@ pub fn load_bank(dev: &Device, gguf: &Gguf, name: &str, dtype: Dtype) -> Result<
             Host::Quant(Vec::with_capacity(info.elements() as usize), Vec::new())
         }
         _ => {
-            return Err(Error::Unsupported {
+            return Err(GgufError::Unsupported {
                 tensor: name.to_string(),
                 what: format!("a {dtype:?} weight bank (fp16, bf16, int8 and int4 load)"),
             });
@@ -256,9 +256,9 @@ impl Host {
 }
 
 /// An error about tensor data, naming the tensor.
-fn in_tensor(name: &str, e: Error) -> Error {
+fn in_tensor(name: &str, e: GgufError) -> GgufError {
     match e {
-        Error::Unsupported { what, .. } => Error::Unsupported {
+        GgufError::Unsupported { what, .. } => GgufError::Unsupported {
             tensor: name.to_string(),
             what,
         },
@@ -277,7 +277,7 @@ pub fn load_weights(
     dtype: Dtype,
 ) -> Result<(WeightBank, LoadReport)> {
     let bank = load_bank(dev, gguf, name, dtype)?;
-    let info = gguf.tensor(name).ok_or_else(|| Error::NoSuchTensor {
+    let info = gguf.tensor(name).ok_or_else(|| GgufError::NoSuchTensor {
         name: name.to_string(),
     })?;
     let (n, k) = matrix_shape(name, info.dims)?;
@@ -304,7 +304,7 @@ pub fn bank_values(bank: &WeightBank) -> Result<Vec<f32>> {
         Dtype::Int4 => 16,
         Dtype::Fp16 | Dtype::Bf16 => 64,
         d => {
-            return Err(Error::Unsupported {
+            return Err(GgufError::Unsupported {
                 tensor: String::new(),
                 what: format!("reading back a {d:?} bank"),
             });
@@ -313,7 +313,7 @@ pub fn bank_values(bank: &WeightBank) -> Result<Vec<f32>> {
     let per_atom = 1024 / run;
     let (n, k) = (layout.n as usize, layout.k as usize);
     let mut out = vec![0f32; n * k];
-    let short = |at: usize| Error::Unsupported {
+    let short = |at: usize| GgufError::Unsupported {
         tensor: String::new(),
         what: format!(
             "a bank of {} bytes read back where its layout puts a run at {at}",

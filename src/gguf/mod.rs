@@ -5,7 +5,7 @@
 //!
 //! The reader never trusts the file: every count and length is checked against the bytes
 //! that are left before anything is allocated for it, every tensor's data against the
-//! data section, and every failure is an [`Error`] that names the byte offset and what
+//! data section, and every failure is a [`GgufError`] that names the byte offset and what
 //! was wrong there. Layout facts follow the GGUF specification (`docs/gguf.md` of
 //! github.com/ggml-org/ggml) and the block definitions of `ggml-common.h`.
 //!
@@ -25,7 +25,7 @@
 //! let x = file.dequantize("blk.0.ffn_up.weight")?;
 //! // Q8_0 keeps each value within half a step (amax / 127 / 2) of its block.
 //! assert!(x.iter().zip(&w).all(|(a, b)| (a - b).abs() <= 4.0 / 127.0 / 2.0 + 1e-3));
-//! # Ok::<(), rknpu_driver::gguf::Error>(())
+//! # Ok::<(), rknpu_driver::gguf::GgufError>(())
 //! ```
 
 mod dequant;
@@ -67,7 +67,7 @@ pub const MAX_HEADER_BYTES: u64 = u32::MAX as u64;
 /// What can be wrong with a GGUF file, or with loading one of its tensors.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum Error {
+pub enum GgufError {
     /// The file ends inside a field.
     Truncated {
         /// Byte offset where the field starts.
@@ -171,10 +171,10 @@ pub enum Error {
     Bank(crate::Error),
 }
 
-impl fmt::Display for Error {
+impl fmt::Display for GgufError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Truncated {
+            GgufError::Truncated {
                 offset,
                 what,
                 needed,
@@ -183,13 +183,13 @@ impl fmt::Display for Error {
                 f,
                 "GGUF truncated at byte {offset}: {what} needs {needed} bytes, {available} are left"
             ),
-            Error::BadMagic { found } => {
+            GgufError::BadMagic { found } => {
                 write!(f, "not a GGUF file: magic {found:02x?}, expected \"GGUF\"")
             }
-            Error::UnsupportedVersion { version } => {
+            GgufError::UnsupportedVersion { version } => {
                 write!(f, "GGUF version {version} is not supported (2 and 3 are)")
             }
-            Error::TooLarge {
+            GgufError::TooLarge {
                 offset,
                 what,
                 value,
@@ -198,15 +198,15 @@ impl fmt::Display for Error {
                 f,
                 "GGUF byte {offset}: {what} is {value}, more than the {limit} possible there"
             ),
-            Error::Invalid {
+            GgufError::Invalid {
                 offset,
                 what,
                 value,
             } => write!(f, "GGUF byte {offset}: invalid {what}: {value}"),
-            Error::Duplicate { offset, what, name } => {
+            GgufError::Duplicate { offset, what, name } => {
                 write!(f, "GGUF byte {offset}: duplicate {what} {name:?}")
             }
-            Error::OutOfBounds {
+            GgufError::OutOfBounds {
                 tensor,
                 start,
                 end,
@@ -215,12 +215,12 @@ impl fmt::Display for Error {
                 f,
                 "GGUF tensor {tensor:?}: data {start}..{end} is outside the data section of a {file_len}-byte file"
             ),
-            Error::NoSuchTensor { name } => write!(f, "GGUF has no tensor {name:?}"),
-            Error::Unsupported { tensor, what } if tensor.is_empty() => {
+            GgufError::NoSuchTensor { name } => write!(f, "GGUF has no tensor {name:?}"),
+            GgufError::Unsupported { tensor, what } if tensor.is_empty() => {
                 write!(f, "GGUF: {what}")
             }
-            Error::Unsupported { tensor, what } => write!(f, "GGUF tensor {tensor:?}: {what}"),
-            Error::NotRepresentable {
+            GgufError::Unsupported { tensor, what } => write!(f, "GGUF tensor {tensor:?}: {what}"),
+            GgufError::NotRepresentable {
                 tensor,
                 row,
                 column,
@@ -231,29 +231,29 @@ impl fmt::Display for Error {
                 "GGUF tensor {tensor:?}: weight [row {row}, column {column}] is {value:e}, which a {} bank cannot hold (NaN, infinite or out of its range)",
                 bank.name()
             ),
-            Error::Io { path, error } => write!(f, "{path}: {error}"),
-            Error::Bank(e) => write!(f, "loading GGUF weights: {e}"),
+            GgufError::Io { path, error } => write!(f, "{path}: {error}"),
+            GgufError::Bank(e) => write!(f, "loading GGUF weights: {e}"),
         }
     }
 }
 
-impl std::error::Error for Error {
+impl std::error::Error for GgufError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Bank(e) => Some(e),
+            GgufError::Bank(e) => Some(e),
             _ => None,
         }
     }
 }
 
-impl From<crate::Error> for Error {
-    fn from(e: crate::Error) -> Error {
-        Error::Bank(e)
+impl From<crate::Error> for GgufError {
+    fn from(e: crate::Error) -> GgufError {
+        GgufError::Bank(e)
     }
 }
 
 /// The result of this module's functions.
-pub type Result<T> = std::result::Result<T, Error>;
+pub type Result<T> = std::result::Result<T, GgufError>;
 
 /// One tensor's header entry: its name, type, shape and where its data is. It borrows
 /// from the [`Gguf`] it came from.
@@ -473,7 +473,7 @@ impl Gguf {
 
     /// Fills `out` with the bytes of tensor `name`'s data from byte `at` of it: a part of
     /// it, so that a large tensor can be converted a piece at a time. A range past the
-    /// tensor's end is [`Error::OutOfBounds`].
+    /// tensor's end is [`GgufError::OutOfBounds`].
     pub fn read_tensor(&self, name: &str, at: u64, out: &mut [u8]) -> Result<()> {
         let (start, end) = self.span(name, at, out.len() as u64)?;
         match &self.source {
@@ -484,7 +484,7 @@ impl Gguf {
     }
 
     fn tensor_info(&self, name: &str) -> Result<TensorInfo<'_>> {
-        self.tensor(name).ok_or_else(|| Error::NoSuchTensor {
+        self.tensor(name).ok_or_else(|| GgufError::NoSuchTensor {
             name: name.to_string(),
         })
     }
@@ -505,8 +505,8 @@ impl Gguf {
         Ok((start, end))
     }
 
-    fn out_of_bounds(&self, name: &str, start: u64, end: u64) -> Error {
-        Error::OutOfBounds {
+    fn out_of_bounds(&self, name: &str, start: u64, end: u64) -> GgufError {
+        GgufError::OutOfBounds {
             tensor: name.to_string(),
             start,
             end,
@@ -533,7 +533,7 @@ impl Gguf {
         let data = self.tensor_data(name)?;
         let info = self.tensor_info(name)?;
         dequantize(info.ggml_type, &data, info.elements()).map_err(|e| match e {
-            Error::Unsupported { what, .. } => Error::Unsupported {
+            GgufError::Unsupported { what, .. } => GgufError::Unsupported {
                 tensor: name.to_string(),
                 what,
             },

@@ -11,7 +11,7 @@
 //! the largest fp16, ±65504, as any rounding does.
 
 use super::dequant::{DEQUANTIZED, dequantize};
-use super::{Error, GgmlType, Result};
+use super::{GgmlType, GgufError, Result};
 use crate::compute::matmul::WeightBank;
 use crate::device::Device;
 use crate::kernels::matmul::{Plan, WeightLayout};
@@ -22,12 +22,12 @@ use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 /// The bank type [`bank_from_raw`] packs data of type `ty` into: [`Dtype::Bf16`] for
 /// BF16, [`Dtype::Fp16`] for every other type [`super::dequantize`] converts, and
-/// [`Error::Unsupported`] for the rest.
+/// [`GgufError::Unsupported`] for the rest.
 pub fn raw_bank_dtype(ty: GgmlType) -> Result<Dtype> {
     match ty {
         GgmlType::BF16 => Ok(Dtype::Bf16),
         t if DEQUANTIZED.contains(&t) => Ok(Dtype::Fp16),
-        t => Err(Error::Unsupported {
+        t => Err(GgufError::Unsupported {
             tensor: String::new(),
             what: format!("weights of type {t} (no conversion to a bank)"),
         }),
@@ -38,7 +38,7 @@ pub fn raw_bank_dtype(ty: GgmlType) -> Result<Dtype> {
 /// of blocks and that neither size is zero.
 pub fn raw_row_bytes(ty: GgmlType, n: u32, k: u32) -> Result<usize> {
     if n == 0 || k == 0 {
-        return Err(Error::Invalid {
+        return Err(GgufError::Invalid {
             offset: 0,
             what: "weight shape (n and k at least 1)",
             value: format!("{n} x {k}"),
@@ -46,12 +46,12 @@ pub fn raw_row_bytes(ty: GgmlType, n: u32, k: u32) -> Result<usize> {
     }
     let block = ty.block_size();
     if !u64::from(k).is_multiple_of(block) {
-        return Err(Error::Unsupported {
+        return Err(GgufError::Unsupported {
             tensor: String::new(),
             what: format!("{k} values a row of {ty}, not a whole number of {block}-value blocks"),
         });
     }
-    usize::try_from(u64::from(k) / block * ty.type_size()).map_err(|_| Error::Invalid {
+    usize::try_from(u64::from(k) / block * ty.type_size()).map_err(|_| GgufError::Invalid {
         offset: 0,
         what: "row size",
         value: format!("{k} values of {ty}"),
@@ -67,7 +67,7 @@ pub fn check_raw(dev: &Device, ty: GgmlType, n: u32, k: u32, m: u32) -> Result<(
     let dtype = raw_bank_dtype(ty)?;
     raw_row_bytes(ty, n, k)?;
     if m == 0 {
-        return Err(Error::Invalid {
+        return Err(GgufError::Invalid {
             offset: 0,
             what: "rows of the product (at least 1)",
             value: "0".into(),
@@ -96,7 +96,7 @@ pub fn bank_from_raw(
     let row = raw_row_bytes(ty, n, k)?;
     let want = row.checked_mul(n as usize);
     if want != Some(data.len()) {
-        return Err(Error::Invalid {
+        return Err(GgufError::Invalid {
             offset: 0,
             what: "weight data length (n rows of k values)",
             value: format!(
@@ -159,13 +159,13 @@ fn check_finite(finite: impl Iterator<Item = bool>, k: usize) -> Result<()> {
     }
 }
 
-fn not_finite(row: usize, col: usize, value: f64) -> Error {
+fn not_finite(row: usize, col: usize, value: f64) -> GgufError {
     let value = if value.is_nan() {
         "a NaN or an infinity".to_string()
     } else {
         format!("{value:e}, which rounds to infinity in fp16,")
     };
-    Error::Unsupported {
+    GgufError::Unsupported {
         tensor: String::new(),
         what: format!("weight row {row}, column {col} is {value} which the bank cannot hold"),
     }

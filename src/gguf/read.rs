@@ -4,7 +4,7 @@
 //! (names and metadata values are read from there when asked for), sorted for lookup.
 
 use super::types::{Array, GgmlType, Value, ValueType};
-use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, Error, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS};
+use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GgufError, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS};
 use super::{MAX_HEADER_BYTES, Result};
 
 /// The fewest bytes a tensor info takes: name length, dimension count, type, offset.
@@ -102,7 +102,7 @@ pub(super) fn raw(buf: &[u8], at: u32, len: u32) -> &[u8] {
 /// A cursor over the first bytes of a file of `len` bytes: `buf` is all of it when the
 /// file is in memory, or a prefix of it when the header is read from disk a piece at a
 /// time. Counts are checked against the whole file; a read past `buf` but within the
-/// file is [`Error::Truncated`] with `needed <= available` (see [`needs_more`]).
+/// file is [`GgufError::Truncated`] with `needed <= available` (see [`needs_more`]).
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -121,7 +121,7 @@ impl<'a> Cursor<'a> {
     /// The offset as the index keeps it: the header must end within
     /// [`MAX_HEADER_BYTES`].
     fn offset32(&self, what: &'static str) -> Result<u32> {
-        u32::try_from(self.pos).map_err(|_| Error::TooLarge {
+        u32::try_from(self.pos).map_err(|_| GgufError::TooLarge {
             offset: self.offset(),
             what,
             value: self.offset(),
@@ -134,7 +134,7 @@ impl<'a> Cursor<'a> {
     fn str32(&mut self, what: &'static str) -> Result<(u32, u32, &'a str)> {
         let s = self.str(what)?;
         let start = self.pos - s.len();
-        let too_large = Error::TooLarge {
+        let too_large = GgufError::TooLarge {
             offset: start as u64,
             what: "header size (the end of a name or key)",
             value: self.offset(),
@@ -146,7 +146,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8]> {
-        let truncated = Error::Truncated {
+        let truncated = GgufError::Truncated {
             offset: self.offset(),
             what,
             needed: n,
@@ -186,7 +186,7 @@ impl<'a> Cursor<'a> {
             .min(MAX_HEADER_BYTES.saturating_sub(self.offset()));
         let limit = room.saturating_sub(reserved) / min_size.max(1);
         if n > limit {
-            return Err(Error::TooLarge {
+            return Err(GgufError::TooLarge {
                 offset,
                 what,
                 value: n,
@@ -194,7 +194,7 @@ impl<'a> Cursor<'a> {
             });
         }
         // At most the file's length, which is a usize.
-        usize::try_from(n).map_err(|_| Error::TooLarge {
+        usize::try_from(n).map_err(|_| GgufError::TooLarge {
             offset,
             what,
             value: n,
@@ -207,7 +207,7 @@ impl<'a> Cursor<'a> {
         let offset = self.offset();
         let len = self.u64(what)?;
         let bytes = self.take(len, what)?;
-        std::str::from_utf8(bytes).map_err(|e| Error::Invalid {
+        std::str::from_utf8(bytes).map_err(|e| GgufError::Invalid {
             offset: offset + 8 + e.valid_up_to() as u64,
             what: "string (not UTF-8)",
             value: format!("{what} of {len} bytes"),
@@ -217,7 +217,7 @@ impl<'a> Cursor<'a> {
     fn value_type(&mut self) -> Result<ValueType> {
         let offset = self.offset();
         let code = self.u32("value type")?;
-        ValueType::from_code(code).ok_or(Error::Invalid {
+        ValueType::from_code(code).ok_or(GgufError::Invalid {
             offset,
             what: "metadata value type (0..=12)",
             value: code.to_string(),
@@ -229,7 +229,7 @@ impl<'a> Cursor<'a> {
         match self.array::<1>("bool")?[0] {
             0 => Ok(false),
             1 => Ok(true),
-            b => Err(Error::Invalid {
+            b => Err(GgufError::Invalid {
                 offset,
                 what: "bool (0 or 1)",
                 value: b.to_string(),
@@ -270,7 +270,7 @@ impl<'a> Cursor<'a> {
     fn array_header(&mut self, depth: u32) -> Result<(ValueType, usize)> {
         let offset = self.offset();
         if depth > MAX_ARRAY_DEPTH {
-            return Err(Error::TooLarge {
+            return Err(GgufError::TooLarge {
                 offset,
                 what: "nesting of metadata arrays",
                 value: depth.into(),
@@ -340,14 +340,14 @@ impl<'a> Cursor<'a> {
         let dims_at = self.offset();
         let n_dims = self.u32("tensor dimension count")?;
         if n_dims > MAX_DIMS {
-            return Err(Error::TooLarge {
+            return Err(GgufError::TooLarge {
                 offset: dims_at,
                 what: "tensor dimension count",
                 value: n_dims.into(),
                 limit: MAX_DIMS.into(),
             });
         }
-        let first_dim = u32::try_from(dims.len()).map_err(|_| Error::TooLarge {
+        let first_dim = u32::try_from(dims.len()).map_err(|_| GgufError::TooLarge {
             offset: dims_at,
             what: "dims of all tensors",
             value: dims.len() as u64,
@@ -361,7 +361,7 @@ impl<'a> Cursor<'a> {
             elements = elements
                 .checked_mul(d)
                 .filter(|&e| e <= i64::MAX as u64)
-                .ok_or(Error::TooLarge {
+                .ok_or(GgufError::TooLarge {
                     offset: d_at,
                     what: "tensor element count (product of the dimensions)",
                     value: d,
@@ -371,7 +371,7 @@ impl<'a> Cursor<'a> {
         }
         let ty_at = self.offset();
         let code = self.u32("tensor type")?;
-        let ty = GgmlType::from_code(code).ok_or_else(|| Error::Invalid {
+        let ty = GgmlType::from_code(code).ok_or_else(|| GgufError::Invalid {
             offset: ty_at,
             what: "tensor type (a ggml type code)",
             value: format!("{code} (tensor {name_str:?})"),
@@ -384,7 +384,7 @@ impl<'a> Cursor<'a> {
             dims[first_dim as usize]
         };
         if !first.is_multiple_of(block) {
-            return Err(Error::Invalid {
+            return Err(GgufError::Invalid {
                 offset: dims_at + 4,
                 what: "first dimension (a whole number of blocks)",
                 value: format!("{first} for {ty} blocks of {block} (tensor {name_str:?})"),
@@ -420,8 +420,8 @@ fn sorted<'b>(n: usize, key: impl Fn(usize) -> &'b [u8]) -> (Vec<u32>, Option<us
 /// Whether `e`, from [`header`] over a prefix of a file, asks for more of the file's bytes
 /// (the header goes on past the prefix) rather than reporting a fault: a read the file
 /// itself could satisfy.
-pub(super) fn needs_more(e: &Error) -> bool {
-    matches!(e, Error::Truncated { needed, available, .. } if needed <= available)
+pub(super) fn needs_more(e: &GgufError) -> bool {
+    matches!(e, GgufError::Truncated { needed, available, .. } if needed <= available)
 }
 
 /// Reads the header of a file of `file_len` bytes from `buf`, its first bytes (all of
@@ -436,11 +436,11 @@ pub(super) fn header(buf: &[u8], file_len: u64) -> Result<Index> {
     };
     let magic: [u8; 4] = c.array("magic")?;
     if magic != MAGIC {
-        return Err(Error::BadMagic { found: magic });
+        return Err(GgufError::BadMagic { found: magic });
     }
     let version = c.u32("version")?;
     if !(2..=3).contains(&version) {
-        return Err(Error::UnsupportedVersion { version });
+        return Err(GgufError::UnsupportedVersion { version });
     }
     let n_tensors = c.count("tensor count", MIN_TENSOR_INFO, 0)?;
     // The metadata shares the bytes left with the tensor infos.
@@ -457,7 +457,7 @@ pub(super) fn header(buf: &[u8], file_len: u64) -> Result<Index> {
             alignment = match c.value(ty, 0)? {
                 Value::U32(a) if a.is_power_of_two() => a,
                 ref v => {
-                    return Err(Error::Invalid {
+                    return Err(GgufError::Invalid {
                         offset: value_at,
                         what: "general.alignment (a u32 power of two)",
                         value: format!("{v:?}"),
@@ -477,7 +477,7 @@ pub(super) fn header(buf: &[u8], file_len: u64) -> Result<Index> {
     let (kv_order, duplicate) = sorted(kvs.len(), |i| raw(buf, kvs[i].key, kvs[i].key_len));
     if let Some(i) = duplicate {
         let kv = kvs[i];
-        return Err(Error::Duplicate {
+        return Err(GgufError::Duplicate {
             offset: u64::from(kv.key) - 8,
             what: "metadata key",
             name: text(buf, kv.key, kv.key_len).to_string(),
@@ -495,7 +495,7 @@ pub(super) fn header(buf: &[u8], file_len: u64) -> Result<Index> {
     });
     if let Some(i) = duplicate {
         let t = tensors[i];
-        return Err(Error::Duplicate {
+        return Err(GgufError::Duplicate {
             offset: u64::from(t.name) - 8,
             what: "tensor name",
             name: text(buf, t.name, t.name_len).to_string(),
@@ -518,7 +518,7 @@ pub(super) fn header(buf: &[u8], file_len: u64) -> Result<Index> {
     for t in &index.tensors {
         let info = super::TensorInfo::of(buf, &index, t);
         if !info.offset.is_multiple_of(alignment.into()) {
-            return Err(Error::Invalid {
+            return Err(GgufError::Invalid {
                 offset: u64::from(t.name) - 8,
                 what: "tensor data offset (a multiple of the alignment)",
                 value: format!(
@@ -534,7 +534,7 @@ pub(super) fn header(buf: &[u8], file_len: u64) -> Result<Index> {
         match (start, end) {
             (Some(_), Some(e)) if e <= file_len => {}
             _ => {
-                return Err(Error::OutOfBounds {
+                return Err(GgufError::OutOfBounds {
                     tensor: info.name.to_string(),
                     start: start.unwrap_or(u64::MAX),
                     end: end.unwrap_or(u64::MAX),

@@ -11,11 +11,11 @@
 //! let file = Gguf::parse(&w.to_bytes())?;
 //! assert_eq!(file.alignment(), 64);
 //! assert_eq!(file.dequantize("bias")?, [1.0, 2.0, 3.0, 4.0]);
-//! # Ok::<(), rknpu_driver::gguf::Error>(())
+//! # Ok::<(), rknpu_driver::gguf::GgufError>(())
 //! ```
 
 use super::types::{Array, GgmlType, Value};
-use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, Error, MAGIC, MAX_DIMS, Result};
+use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GgufError, MAGIC, MAX_DIMS, Result};
 use crate::float::f32_to_f16;
 use half::f16;
 use std::collections::HashSet;
@@ -50,8 +50,8 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-fn unsupported(tensor: &str, what: String) -> Error {
-    Error::Unsupported {
+fn unsupported(tensor: &str, what: String) -> GgufError {
+    GgufError::Unsupported {
         tensor: tensor.to_string(),
         what,
     }
@@ -200,7 +200,7 @@ impl Writer {
     /// the reader reads, are refused.
     pub fn metadata(&mut self, key: &str, value: Value) -> Result<&mut Writer> {
         if self.keys.contains(key) {
-            return Err(Error::Duplicate {
+            return Err(GgufError::Duplicate {
                 offset: 0,
                 what: "metadata key",
                 name: key.to_string(),
@@ -218,7 +218,7 @@ impl Writer {
             match value {
                 Value::U32(a) if a.is_power_of_two() => self.alignment = a,
                 ref v => {
-                    return Err(Error::Invalid {
+                    return Err(GgufError::Invalid {
                         offset: 0,
                         what: "general.alignment (a u32 power of two)",
                         value: format!("{v:?}"),
@@ -241,7 +241,7 @@ impl Writer {
         data: Vec<u8>,
     ) -> Result<&mut Writer> {
         if self.names.contains(name) {
-            return Err(Error::Duplicate {
+            return Err(GgufError::Duplicate {
                 offset: 0,
                 what: "tensor name",
                 name: name.to_string(),
@@ -337,7 +337,7 @@ impl Writer {
     /// Writes the file to `path`.
     pub fn write(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_bytes()).map_err(|e| Error::Io {
+        std::fs::write(path, self.to_bytes()).map_err(|e| GgufError::Io {
             path: path.display().to_string(),
             error: e.to_string(),
         })
