@@ -222,7 +222,7 @@ pub enum Error {
     },
     /// A job (a matmul, a batch, a layer) whose buffers lie in more than one of the
     /// vendor driver's IOMMU domains: the driver runs a job in one domain, and a buffer
-    /// is mapped only in the domain it was created in (docs/device.md, "Beyond 4 GiB").
+    /// is mapped only in the domain it was created in (docs/device.md, "Beyond 4 GiB: IOMMU domains").
     /// Nothing is submitted.
     MixedDomains {
         /// What was refused.

@@ -48,7 +48,7 @@ pub struct BoFlags {
     pub kernel_mapping: bool,
     /// The vendor driver's IOMMU domain (0..=15; 0.9.6 and later), each a 4 GiB window
     /// of its own; `None` (the default): the first domain with room, domain 0 until it
-    /// is full (docs/device.md, "Beyond 4 GiB"). rocket has domain 0 only.
+    /// is full (docs/device.md, "Beyond 4 GiB: IOMMU domains"). rocket has domain 0 only.
     pub iommu_domain: Option<u8>,
 }
 

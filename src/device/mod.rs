@@ -9,7 +9,8 @@
 //! What differs between the interfaces is one private trait, `Backend` (`backend.rs`),
 //! with a vendor (`vendor.rs`) and a rocket (`rocket.rs`) implementation that a device
 //! picks once, by the driver's name, when it is opened. Around it, the same for every
-//! interface: buffers and mappings (`bo.rs`), jobs and their checks (`job.rs`), recording
+//! interface: buffers and mappings (`bo.rs`), their placement in the vendor driver's IOMMU
+//! domains (`domains.rs`), jobs and their checks (`job.rs`), recording
 //! (`recording.rs`). What runs on a device (weight banks, matmuls, layer programs) is
 //! [`crate::compute`]; the emulated kernels are [`crate::emu`].
 //!

@@ -9,7 +9,8 @@
 //! in its log instead. Caches are modelled: a cacheable buffer has a CPU view (what a
 //! mapping shows) and a device view (what the NPU reads); MEM_SYNC (vendor) and
 //! PREP_BO/FINI_BO (rocket) copy between them, so a program that forgets a sync reads
-//! stale data here as it would on a board. docs/hw-testing.md lists the behaviours.
+//! stale data here as it would on a board. The vendor driver's sixteen IOMMU domains are
+//! modelled in `domains.rs`. docs/hw-testing.md lists the behaviours.
 
 mod domains;
 mod inspect;

@@ -410,7 +410,7 @@ impl Matmul {
             None => plan.program_in(ProgramBuilder::new(REGCMD).incremental(incremental))?,
         };
         let reduction = plan.reduction();
-        // In the bank's IOMMU domain: one job names them all (docs/matmul.md, "Beyond 4 GiB").
+        // In the bank's IOMMU domain: one job names them all (docs/matmul.md, "Running").
         let beside = |bytes: usize| dev.alloc_beside(bank.buffer(), bytes, BoFlags::default());
         let regcmd = beside(program.byte_len())?;
         let a = beside(plan.a_bytes.max(1) as usize)?;
