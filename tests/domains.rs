@@ -297,3 +297,43 @@ fn without_domains_allocation_past_four_gib_is_enomem() {
         .collect();
     assert_eq!(held.iter().filter(|b| b.iommu_domain() == 1).count(), 1);
 }
+
+#[test]
+fn a_switch_waits_for_the_live_domains_jobs_and_destroy_switches_to_the_objects_domain() {
+    let emu = Arc::new(EmuKernel::new_async(Flavour::Vendor098));
+    let dev = Device::open_emulator(emu.clone()).unwrap();
+    let (mm, regcmd, a, b, c) = single_job_buffers(&dev, 0);
+    let program = mm.program().unwrap();
+    // A job of domain 0 queued and held: it holds a reference on domain 0.
+    let hold = emu.hold_worker();
+    let job = Job::from_program(&regcmd, &program)
+        .reads(&a)
+        .reads(&b)
+        .writes(&c);
+    let pending = dev.submit_nonblocking(job).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        drop(hold);
+    });
+    let switches = emu.iommu_domain_switches();
+    let t = std::time::Instant::now();
+    let other = dev.alloc_in(1, 4096, BoFlags::default()).unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(50),
+        "the switch waited for the job"
+    );
+    assert!(pending.is_done().unwrap(), "the job ran before the switch");
+    assert_eq!(emu.live_iommu_domain(), 1);
+    // Waiting frees the job's task array, an object of domain 0: MEM_DESTROY switches
+    // back to its domain first.
+    pending
+        .wait(std::time::Instant::now() + Duration::from_secs(5))
+        .unwrap();
+    release.join().unwrap();
+    assert_eq!(emu.live_iommu_domain(), 0);
+    let back = dev.alloc_in(0, 4096, BoFlags::default()).unwrap();
+    drop(other);
+    assert_eq!(emu.live_iommu_domain(), 1);
+    assert_eq!(emu.iommu_domain_switches(), switches + 3);
+    drop(back);
+}
