@@ -238,6 +238,16 @@ pub enum Error {
         /// The reader's or loader's error.
         what: String,
     },
+    /// A job (a matmul, a batch, a layer) whose buffers lie in more than one of the
+    /// vendor driver's IOMMU domains: the driver runs a job in one domain, and a buffer
+    /// is mapped only in the domain it was created in (docs/device.md, "Beyond 4 GiB: IOMMU domains").
+    /// Nothing is submitted.
+    MixedDomains {
+        /// What was refused.
+        what: String,
+        /// The domains its buffers lie in, ascending.
+        domains: Vec<u8>,
+    },
 }
 
 impl fmt::Display for Error {
@@ -297,6 +307,10 @@ impl fmt::Display for Error {
             }
             Error::NotOffered { what } => write!(f, "not supported: {what}"),
             Error::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+            Error::MixedDomains { what, domains } => write!(
+                f,
+                "{what} uses buffers of IOMMU domains {domains:?}: a job runs in one domain, and a buffer is mapped only in the domain it was created in"
+            ),
             Error::Verify { error } => write!(
                 f,
                 "the job was not submitted: {error} (Job::unverified skips this check)"

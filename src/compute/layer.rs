@@ -421,8 +421,16 @@ impl LayerBuilder {
             first += tasks.len();
         }
         let program = p.build()?;
-        // Buffers, then the program bound to them.
-        let flags = BoFlags::default();
+        // Buffers, then the program bound to them: in the IOMMU domain of the layer's
+        // weight banks (the first one's; a layer of banks in two is refused at its job).
+        let bank_domain = tensors.iter().find_map(|t| match &t.kind {
+            Kind::Bank(bank) => Some(bank.buffer().iommu_domain()),
+            _ => None,
+        });
+        let flags = match bank_domain {
+            Some(d) => BoFlags::default().with_iommu_domain(d),
+            None => BoFlags::default(),
+        };
         let scratch = if placed.scratch_end > 0 {
             Some(dev.alloc(placed.scratch_end as usize, flags)?)
         } else {

@@ -30,6 +30,8 @@ pub(super) struct BoMeta {
     pub(super) cpu_written: bool,
     /// Exported as a dma-buf.
     pub(super) exported: bool,
+    /// The vendor driver's IOMMU domain it lies in.
+    pub(super) domain: u8,
 }
 
 /// How a buffer is allocated. The default is what board-run programs use for buffers
@@ -44,8 +46,10 @@ pub struct BoFlags {
     pub cacheable: bool,
     /// A kernel mapping (vendor: required for task arrays; the device adds it there).
     pub kernel_mapping: bool,
-    /// The vendor driver's IOMMU domain (0..15; 0.9.6 and later).
-    pub iommu_domain: u8,
+    /// The vendor driver's IOMMU domain (0..=15; 0.9.6 and later), each a 4 GiB window
+    /// of its own; `None` (the default): the first domain with room, domain 0 until it
+    /// is full (docs/device.md, "Beyond 4 GiB: IOMMU domains"). rocket has domain 0 only.
+    pub iommu_domain: Option<u8>,
 }
 
 impl Default for BoFlags {
@@ -54,7 +58,7 @@ impl Default for BoFlags {
             contiguous: false,
             cacheable: true,
             kernel_mapping: false,
-            iommu_domain: 0,
+            iommu_domain: None,
         }
     }
 }
@@ -78,15 +82,18 @@ impl BoFlags {
         self
     }
 
-    /// These flags in the vendor driver's IOMMU domain `domain`.
+    /// These flags in the vendor driver's IOMMU domain `domain` (exactly that one).
     pub fn with_iommu_domain(mut self, domain: u8) -> BoFlags {
-        self.iommu_domain = domain;
+        self.iommu_domain = Some(domain);
         self
     }
 }
 
 impl Device {
-    /// Allocates a buffer object of at least `size` bytes.
+    /// Allocates a buffer object of at least `size` bytes: in the IOMMU domain `flags`
+    /// name, or else (vendor driver) in the first domain with room, so that a process
+    /// can hold more than the 4 GiB one domain maps ([`Device::alloc_in`] places one
+    /// beside another buffer).
     pub fn alloc(&self, size: usize, flags: BoFlags) -> Result<Bo> {
         let bo = self.alloc_with(size, flags, true)?;
         if let Some(r) = self.recording().as_mut() {
@@ -113,7 +120,7 @@ impl Device {
                 ),
             });
         }
-        self.inner.backend.alloc(self, size, flags, traced)
+        self.place(size, flags, traced)
     }
 
     /// Imports a dma-buf — one [`Bo::export_dmabuf`] made, on this or another device, or
@@ -144,6 +151,8 @@ pub struct Bo {
     pub(super) dma: u32,
     /// The vendor driver's kernel address of the object (0 on rocket).
     pub(super) obj_addr: u64,
+    /// The vendor driver's IOMMU domain it was created in (0 on rocket).
+    pub(super) domain: u8,
     pub(super) mmap_offset: u64,
     pub(super) cacheable: bool,
     /// An imported buffer's dma-buf, held by the kernel seam: its CPU mappings are of
@@ -163,7 +172,15 @@ impl Bo {
             traced,
             cpu_written: false,
             exported: false,
+            domain: self.domain,
         }
+    }
+
+    /// The vendor driver's IOMMU domain the buffer lies in (0..=15; always 0 on rocket
+    /// and for imported buffers): a job runs in one domain, so every buffer it names
+    /// must lie in the same one ([`Device::alloc_in`]).
+    pub fn iommu_domain(&self) -> u8 {
+        self.domain
     }
 
     /// The device address the NPU uses.
@@ -305,6 +322,7 @@ impl Drop for Bo {
             .backend
             .free(&self.dev, self.handle, &self.meta(false));
         self.dev.untrack(self.handle);
+        self.dev.freed_in(self.domain);
         if let Some(fd) = self.dmabuf {
             self.dev.inner.port.close(fd);
         }

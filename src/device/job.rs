@@ -91,7 +91,8 @@ pub struct Job<'a> {
     pub(super) timeout: Duration,
     pub(super) reads: Vec<&'a Bo>,
     pub(super) writes: Vec<&'a Bo>,
-    pub(super) iommu_domain: u8,
+    /// The IOMMU domain asked for with [`Job::iommu_domain`]; otherwise its buffers'.
+    pub(super) iommu_domain: Option<u8>,
     /// Whether submission runs the pre-submit verifier.
     pub(super) verify: bool,
 }
@@ -114,7 +115,7 @@ impl<'a> Job<'a> {
             timeout: Duration::from_millis(500),
             reads: Vec::new(),
             writes: Vec::new(),
-            iommu_domain: 0,
+            iommu_domain: None,
             verify: true,
         }
     }
@@ -131,10 +132,38 @@ impl<'a> Job<'a> {
         self
     }
 
-    /// The vendor IOMMU domain to run in (0.9.6+): the one its buffers were allocated in.
+    /// The vendor IOMMU domain to run in (0.9.6+), which must be the one its buffers lie
+    /// in. Without it the job runs in its buffers' domain ([`Bo::iommu_domain`]); a job
+    /// whose buffers lie in several is refused ([`DeviceError::MixedDomains`]).
     pub fn iommu_domain(mut self, domain: u8) -> Job<'a> {
-        self.iommu_domain = domain;
+        self.iommu_domain = Some(domain);
         self
+    }
+
+    /// The domain the job runs in: the one asked for, else its regcmd buffer's (the
+    /// checks hold every buffer to it).
+    pub(super) fn domain(&self) -> u8 {
+        self.iommu_domain
+            .unwrap_or_else(|| self.regcmd.iommu_domain())
+    }
+
+    /// Refuses a job whose buffers (or the domain asked for) span several domains.
+    fn check_domains(&self) -> Result<()> {
+        let mut domains: Vec<u8> = self.buffers().map(Bo::iommu_domain).collect();
+        domains.extend(self.iommu_domain);
+        domains.sort_unstable();
+        domains.dedup();
+        if domains.len() > 1 {
+            let what = match self.iommu_domain {
+                Some(d) => format!(
+                    "a job of {} tasks asked to run in domain {d}",
+                    self.tasks.len()
+                ),
+                None => format!("a job of {} tasks", self.tasks.len()),
+            };
+            return Err(DeviceError::MixedDomains { what, domains });
+        }
+        Ok(())
     }
 
     /// Runs on `mask` with `per_core[i]` consecutive tasks on its i-th core (one entry for
@@ -180,11 +209,8 @@ impl<'a> Job<'a> {
                 self.cores.cores()
             ));
         }
-        if self.iommu_domain > 15 {
-            return invalid(format!(
-                "IOMMU domain {}: the driver has 0..=15",
-                self.iommu_domain
-            ));
+        if let Some(d) = self.iommu_domain.filter(|&d| d >= super::IOMMU_DOMAINS) {
+            return invalid(format!("IOMMU domain {d}: the driver has 0..=15"));
         }
         if self.split.contains(&0) {
             return invalid("a core with no task".into());
@@ -221,6 +247,7 @@ impl<'a> Job<'a> {
             }
             dev.check_not_held(bo.handle)?;
         }
+        self.check_domains()?;
         dev.inner.backend.check(self)?;
         if self.verify {
             self.verify_ranges(dev.inner.backend.interface() == super::Interface::Rocket)?;

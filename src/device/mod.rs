@@ -9,7 +9,8 @@
 //! What differs between the interfaces is one private trait, `Backend` (`backend.rs`),
 //! with a vendor (`vendor.rs`) and a rocket (`rocket.rs`) implementation that a device
 //! picks once, by the driver's name, when it is opened. Around it, the same for every
-//! interface: buffers and mappings (`bo.rs`), jobs and their checks (`job.rs`), recording
+//! interface: buffers and mappings (`bo.rs`), their placement in the vendor driver's IOMMU
+//! domains (`domains.rs`), jobs and their checks (`job.rs`), recording
 //! (`recording.rs`). What runs on a device (weight banks, matmuls, layer programs) is
 //! [`crate::compute`]; the emulated kernels are [`crate::emu`].
 //!
@@ -43,6 +44,7 @@
 
 mod backend;
 mod bo;
+mod domains;
 mod error;
 mod job;
 mod leak;
@@ -52,6 +54,7 @@ mod sentinel;
 mod vendor;
 
 pub use bo::{Bo, BoFlags, CpuMap};
+pub use domains::IOMMU_DOMAINS;
 pub use error::DeviceError;
 pub use job::{CoreMask, Job, JobResult, Pending};
 pub use leak::LeakedBuffer;
@@ -175,6 +178,8 @@ struct Inner {
     recorder: Mutex<Option<Recorder>>,
     /// Buffers of jobs that may still run, and those leaked because of them.
     quarantine: Mutex<leak::Quarantine>,
+    /// Which IOMMU domains have room, and whether the kernel has domains at all.
+    placement: Mutex<domains::Placement>,
     /// The highest core mask the driver accepts: 7 on the RK3588, 3 once an RK3583 has
     /// refused a mask naming core 2.
     core_limit: AtomicU32,
@@ -305,6 +310,7 @@ impl Device {
             handles: Default::default(),
             recorder: Default::default(),
             quarantine: Default::default(),
+            placement: Default::default(),
             core_limit: AtomicU32::new(7),
         };
         let dev = Device {

@@ -48,6 +48,7 @@ impl Backend for Rocket {
             size: size.div_ceil(4096) * 4096,
             dma: c.dma_address as u32,
             obj_addr: 0,
+            domain: 0,
             mmap_offset: c.offset,
             cacheable: true,
             dmabuf: None,

@@ -559,6 +559,6 @@ fn buffer_flags_build_from_the_default() {
         .with_kernel_mapping(true)
         .with_iommu_domain(3);
     assert!(f.contiguous && !f.cacheable && f.kernel_mapping);
-    assert_eq!(f.iommu_domain, 3);
+    assert_eq!(f.iommu_domain, Some(3));
     assert_ne!(f, BoFlags::default());
 }

@@ -88,7 +88,7 @@ impl Backend for Vendor {
         let mut c = RknpuMemCreate {
             flags: flags.vendor_bits(dev.inner.info.version),
             size: size as u64,
-            iommu_domain_id: flags.iommu_domain as i32,
+            iommu_domain_id: i32::from(flags.iommu_domain.unwrap_or(0)),
             ..RknpuMemCreate::default()
         };
         dev.inner
@@ -101,6 +101,7 @@ impl Backend for Vendor {
             size: c.size as usize,
             dma: c.dma_addr as u32,
             obj_addr: c.obj_addr,
+            domain: flags.iommu_domain.unwrap_or(0),
             mmap_offset: 0,
             dmabuf: None,
             cacheable: flags.cacheable,
@@ -179,6 +180,8 @@ impl Backend for Vendor {
             size: c.size as usize,
             dma: c.dma_addr as u32,
             obj_addr: c.obj_addr,
+            // Attached in the live domain; the library keeps it with domain 0's.
+            domain: 0,
             mmap_offset: u64::MAX,
             cacheable: false,
             dmabuf: Some(fd),
@@ -428,8 +431,12 @@ impl Vendor {
         job: &Job<'_>,
         nonblocking: bool,
     ) -> Result<(RknpuSubmit, Bo)> {
+        // The task array's address is the kernel's own mapping, but it is an object of
+        // the job's domain like the others (creating it elsewhere would switch domains).
+        let domain = job.domain();
         let flags = BoFlags {
             kernel_mapping: true,
+            iommu_domain: Some(domain),
             ..BoFlags::default()
         };
         let mut tasks = dev.alloc_with(job.tasks.len() * TASK_BYTES, flags, false)?;
@@ -451,7 +458,7 @@ impl Vendor {
             timeout: job.timeout.as_millis().min(u32::MAX as u128) as u32,
             task_number: job.tasks.len() as u32,
             task_obj_addr: tasks.obj_addr,
-            iommu_domain_id: job.iommu_domain as u32,
+            iommu_domain_id: u32::from(domain),
             core_mask: job.cores.bits(),
             fence_fd: -1,
             ..RknpuSubmit::default()

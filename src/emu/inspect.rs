@@ -81,7 +81,7 @@ impl EmuKernel {
         self.lock().files.len()
     }
 
-    /// Device-address bytes handed out and not given back: the vendor domain's and every
+    /// Device-address bytes handed out and not given back: the vendor domains' and every
     /// open rocket fd's, for leak checks (a closed rocket fd takes its space with it).
     pub fn iova_in_use(&self) -> u64 {
         let s = self.lock();
@@ -93,7 +93,7 @@ impl EmuKernel {
                 _ => 0,
             })
             .sum();
-        s.vendor_iova.in_use() + rocket
+        s.domains.in_use() + rocket
     }
 }
 

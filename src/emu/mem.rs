@@ -45,6 +45,15 @@ pub(super) struct EmuBo {
     /// write-backs): the simulator's copy of a cacheable object is current while its tag
     /// holds this version, and is not copied in again for the next job.
     pub(super) version: u64,
+    /// Vendor: the IOMMU domain it was created in (0 on rocket, and on a vendor kernel
+    /// without domains).
+    pub(super) domain: u8,
+    /// A cacheable object both of whose views hold zeros in allocations no page of
+    /// which is resident (fresh, never mapped by the CPU nor written by the NPU): syncs
+    /// have nothing to copy, and copying would make every page resident. An object
+    /// whose CPU bytes are all zeros when they are synced to the device becomes so
+    /// again, so that banks of zeros (tests of the address space) cost no memory.
+    pub(super) pristine: bool,
 }
 
 /// A new object identity.
@@ -66,6 +75,7 @@ impl EmuBo {
     /// Makes `bytes` what the NPU sees (shared, not copied, for a cacheable buffer).
     pub(super) fn set_device_bytes(&mut self, bytes: Arc<Vec<u8>>) -> bool {
         self.version += 1;
+        self.pristine = false;
         match &mut self.dev {
             Some(d) => {
                 *d = bytes;
@@ -82,6 +92,10 @@ impl EmuBo {
             return Ok(());
         };
         self.dirty = false;
+        if self.pristine {
+            // Zeros on both sides: nothing to copy.
+            return Ok(());
+        }
         let start = offset.min(self.size) as usize;
         let end = offset.saturating_add(size).min(self.size) as usize;
         let ok = if to_device {
@@ -89,6 +103,13 @@ impl EmuBo {
             if start == 0 && end as u64 == self.size {
                 // The whole view: take the CPU's bytes rather than copy them.
                 match self.cpu.hand_over() {
+                    Some(bytes) if all_zero(&bytes) => {
+                        // Both views become fresh zeros, and the resident pages go.
+                        self.cpu = Arc::new(DmaMem::zeroed(self.size as usize));
+                        *dev = Arc::new(vec![0u8; self.size as usize]);
+                        self.pristine = true;
+                        true
+                    }
                     Some(bytes) => {
                         *dev = bytes;
                         true
@@ -103,6 +124,13 @@ impl EmuBo {
         };
         if ok { Ok(()) } else { Err(Errno::EBUSY) }
     }
+}
+
+/// Whether `bytes` are all zeros (page by page, each folded without branches).
+fn all_zero(bytes: &[u8]) -> bool {
+    bytes
+        .chunks(4096)
+        .all(|page| page.iter().fold(0u8, |acc, &b| acc | b) == 0)
 }
 
 pub(super) fn bo_of(s: &State, fd: Fd, handle: u32) -> Result<Arc<Mutex<EmuBo>>, Errno> {
@@ -136,13 +164,13 @@ pub(super) fn release(s: &mut State, bo: &Arc<Mutex<EmuBo>>) {
         File::Fence { .. } | File::Misc | File::Foreign => false,
     }) || s.exports.values().any(|e| Arc::ptr_eq(&e.bo, bo));
     if !held {
-        let (obj, dma, size) = {
+        let (obj, dma, size, domain) = {
             let b = lock_bo(bo);
-            (b.obj_addr, b.dma, b.size)
+            (b.obj_addr, b.dma, b.size, b.domain)
         };
-        // Vendor: the domain hands the range out again.
+        // Vendor: the object's domain hands the range out again.
         if s.objects.remove(&obj).is_some() {
-            s.vendor_iova.free(u64::from(dma), size);
+            s.domains.free(domain, u64::from(dma), size);
         }
     }
 }

@@ -9,8 +9,10 @@
 //! in its log instead. Caches are modelled: a cacheable buffer has a CPU view (what a
 //! mapping shows) and a device view (what the NPU reads); MEM_SYNC (vendor) and
 //! PREP_BO/FINI_BO (rocket) copy between them, so a program that forgets a sync reads
-//! stale data here as it would on a board. docs/hw-testing.md lists the behaviours.
+//! stale data here as it would on a board. The vendor driver's sixteen IOMMU domains are
+//! modelled in `domains.rs`. docs/hw-testing.md lists the behaviours.
 
+mod domains;
 mod inspect;
 mod iova;
 mod knobs;
@@ -22,7 +24,8 @@ mod worker;
 
 use crate::sim::{DmaCounters, Faults, Simulator};
 use crate::sys::uapi;
-use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping, VendorOp};
+use crate::sys::{Errno, Fd, Ioctl, Kernel, Mapping};
+pub use domains::{DOMAIN_SWITCH_WAIT, IOMMU_DOMAINS};
 pub use inspect::EmuStop;
 use iova::Iova;
 use mem::{EmuBo, bo_of, lock_bo, release};
@@ -146,11 +149,11 @@ struct State {
     next_fd: i32,
     /// Dma-bufs handed out as real descriptors, by the identity of their file.
     exports: HashMap<(u64, u64), Export>,
-    /// Vendor: objects by `obj_addr` (one IOMMU domain for every fd).
+    /// Vendor: objects by `obj_addr` (every fd shares the driver's IOMMU domains).
     objects: HashMap<u64, Arc<Mutex<EmuBo>>>,
     next_obj: u64,
-    /// Vendor: IOVAs are handed out top-down from 4 GiB, freed ranges first.
-    vendor_iova: Iova,
+    /// Vendor: the IOMMU domains, each handing IOVAs out top-down from 4 GiB.
+    domains: domains::Domains,
     /// Vendor: cores held for good by a non-blocking job that never completed (the
     /// driver never times such jobs out, and a soft reset does not clear them).
     occupied: [bool; 3],
@@ -210,7 +213,7 @@ impl EmuKernel {
                     exports: HashMap::new(),
                     objects: HashMap::new(),
                     next_obj: 0xFFFF_FF80_1000_0000,
-                    vendor_iova: Iova::top_down(),
+                    domains: domains::Domains::new(),
                     occupied: [false; 3],
                     core_limit: 7,
                     sim: Arc::new(Mutex::new(Simulator::new())),
@@ -445,10 +448,7 @@ impl Kernel for EmuKernel {
                     // rocket has no such numbers; the emulation plays the DRM flavour only.
                     return Err(Errno::EINVAL);
                 }
-                match op {
-                    VendorOp::Submit(sub) => self.vendor_submit(s, sub),
-                    op => self.vendor(&mut s, fd, op),
-                }
+                self.vendor_request(s, fd, op)
             }
             Ioctl::RocketCreateBo(c) if self.flavour == Flavour::Rocket => {
                 rocket::rocket_create(&mut s, fd, c)
@@ -504,7 +504,7 @@ impl Kernel for EmuKernel {
             Some(File::DmaBuf(_) | File::Foreign) => return Err(Errno::EINVAL),
             _ => return Err(Errno::EBADF),
         };
-        let bo = lock_bo(&bo);
+        let mut bo = lock_bo(&bo);
         if len as u64 > bo.size || len == 0 {
             return Err(Errno::EINVAL);
         }
@@ -520,6 +520,7 @@ impl Kernel for EmuKernel {
             ));
         }
         // One CPU mapping of a buffer at a time (the emulation's restriction).
+        bo.pristine = false;
         bo.cpu.map(len).ok_or(Errno::EBUSY)
     }
 

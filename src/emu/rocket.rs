@@ -58,6 +58,8 @@ pub(super) fn rocket_create(
             dirty: false,
             id: next_id(),
             version: 0,
+            domain: 0,
+            pristine: true,
         })),
     );
     c.handle = handle;

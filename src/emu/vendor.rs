@@ -113,12 +113,14 @@ impl EmuKernel {
     /// submission overtakes) the job goes to the worker's queue: a non-blocking one
     /// returns at once with a fence the worker signals, a blocking one waits for the
     /// worker to have run it.
-    pub(super) fn vendor_submit(
-        &self,
-        mut s: MutexGuard<'_, State>,
+    pub(super) fn vendor_submit<'a>(
+        &'a self,
+        mut s: MutexGuard<'a, State>,
         sub: &mut RknpuSubmit,
     ) -> Result<i32, Errno> {
         let mut job = VendorJob::check(&mut s, sub)?;
+        // The job holds a reference on its domain from here until it is done.
+        s = self.submit_domain(s, sub)?;
         if job.nonblock() && s.knobs.failing_commits > 0 {
             // rknpu_submit installs the out-fence before it schedules the job and
             // returns the commit's error without taking it back (rknpu_job.c).
@@ -192,7 +194,7 @@ pub(super) struct VendorOutcome {
     wait: Option<Duration>,
 }
 
-/// The cores a job starts with, and every object of the domain, taken when it starts.
+/// The cores a job starts with, and every object of its domain, taken when it starts.
 struct Plan {
     slots: Vec<(usize, usize)>,
     objects: Vec<Arc<Mutex<EmuBo>>>,
@@ -306,9 +308,18 @@ impl VendorJob {
             // The wait gives up after three timeouts (docs/hardware/kernel-behaviours.md#k4).
             return Err(Box::new(self.never_committed(s, timeout * 3)));
         }
+        // The live domain's page table: only objects created in the job's domain are
+        // mapped (an address of another domain's object reads what this domain maps
+        // there, or faults).
+        let domain = s.domains.placed(self.sub.iommu_domain_id as u8);
         Ok(Plan {
             slots,
-            objects: s.objects.values().cloned().collect(),
+            objects: s
+                .objects
+                .values()
+                .filter(|b| lock_bo(b).domain == domain)
+                .cloned()
+                .collect(),
         })
     }
 
@@ -336,7 +347,9 @@ impl VendorJob {
                 // FROM_DEVICE sync of the task array discards it.
                 let last = sub.subcore_task[slots[slots.len() - 1].1];
                 let at = (last.task_start + last.task_number - 1) as usize * TASK_BYTES;
-                lock_bo(&self.task_bo)
+                let mut task_bo = lock_bo(&self.task_bo);
+                task_bo.pristine = false;
+                task_bo
                     .cpu
                     .write(at + STATUS_AT, &run.wait_status.to_le_bytes());
             }
@@ -456,7 +469,7 @@ struct CoresRun {
 }
 
 /// Runs each started core's range of the job on the simulator against every object's
-/// device view (one shared domain), in core order, until one does not complete; the
+/// device view (those of the job's IOMMU domain), in core order, until one does not complete; the
 /// cores are reset after a job that did not. What the kernel would log goes to `log`.
 fn run_cores(sim: &mut Simulator, job: &VendorJob, plan: &Plan, log: &mut Vec<String>) -> CoresRun {
     let started = Instant::now();

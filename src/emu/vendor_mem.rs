@@ -1,5 +1,6 @@
-//! The emulated vendor driver's memory requests: MEM_CREATE in the one shared IOMMU
-//! domain and MEM_SYNC between a cacheable object's CPU and device views.
+//! The emulated vendor driver's memory requests: MEM_CREATE in the IOMMU domain the
+//! request names ([`super::domains`]) and MEM_SYNC between a cacheable object's CPU and
+//! device views.
 
 use super::mem::{EmuBo, bo_of, lock_bo, next_id, object};
 use super::{File, Flavour, PAGE, State};
@@ -11,8 +12,8 @@ use std::sync::{Arc, Mutex};
 /// memory held before (the emulation's stand-in for it).
 pub const STALE_BYTE: u8 = 0x5A;
 
-/// MEM_CREATE: a new object in the one shared domain (a freed range first, else
-/// top-down from 4 GiB), or the information of an existing handle (after PRIME
+/// MEM_CREATE: a new object in the domain the request names (a freed range of its
+/// window first, else top-down from 4 GiB), or the information of an existing handle (after PRIME
 /// import). An unknown non-zero handle allocates a new object, as the driver does
 /// (`rknpu_gem.c:883-895`).
 pub(super) fn mem_create(
@@ -39,7 +40,10 @@ pub(super) fn mem_create(
     if size == 0 || !(0..16).contains(&c.iommu_domain_id) {
         return Err(Errno::EINVAL);
     }
-    let dma = s.vendor_iova.alloc(size).ok_or(Errno::ENOMEM)?;
+    // The request's domain, which the caller has made live (every object in domain 0's
+    // window on a kernel without domains).
+    let domain = s.domains.placed(c.iommu_domain_id as u8);
+    let dma = s.domains.alloc(domain, size).ok_or(Errno::ENOMEM)?;
     let obj = s.next_obj;
     s.next_obj += 0x1000;
     let cacheable = c.flags & mem::CACHEABLE != 0;
@@ -70,6 +74,9 @@ pub(super) fn mem_create(
         dirty,
         id: next_id(),
         version: 0,
+        domain,
+        // Pages are zeroed, lazily: nothing of either view is resident yet.
+        pristine: !stale && cacheable,
     }));
     let Some(File::Device {
         handles,

@@ -85,6 +85,12 @@ impl Queue {
         self.on || self.done < self.issued
     }
 
+    /// Whether a job is queued or running (each holds a reference on the vendor
+    /// driver's live IOMMU domain).
+    pub(super) fn busy(&self) -> bool {
+        self.done < self.issued
+    }
+
     /// Whether the job of `ticket` has finished.
     pub(super) fn finished(&self, ticket: u64) -> bool {
         self.done >= ticket

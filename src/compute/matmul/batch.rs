@@ -88,7 +88,12 @@ impl MatmulBatch {
             p.end_chain();
         }
         let program = p.build()?;
-        let mut regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
+        // In the members' IOMMU domain (a batch of banks in two is refused at its job).
+        let mut regcmd = dev.alloc_beside(
+            members[0].bank.buffer(),
+            program.byte_len(),
+            BoFlags::default(),
+        )?;
         let regcmd_addr = regcmd.dma_addr();
         let words = program.bind(|id: BufferId| {
             if id == REGCMD {

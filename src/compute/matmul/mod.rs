@@ -334,7 +334,7 @@ impl Matmul {
                     &ones
                 }
             };
-            Some(NpuDequant::new(dev, &plan, scales, grouped)?)
+            Some(NpuDequant::new(bank.buffer(), &plan, scales, grouped)?)
         } else {
             None
         };
@@ -411,9 +411,11 @@ impl Matmul {
             None => plan.program_in(ProgramBuilder::new(REGCMD).incremental(incremental))?,
         };
         let reduction = plan.reduction();
-        let regcmd = dev.alloc(program.byte_len(), BoFlags::default())?;
-        let a = dev.alloc(plan.a_bytes.max(1) as usize, BoFlags::default())?;
-        let c = dev.alloc(plan.c_bytes.max(1) as usize, BoFlags::default())?;
+        // In the bank's IOMMU domain: one job names them all (docs/matmul.md, "Running").
+        let beside = |bytes: usize| dev.alloc_beside(bank.buffer(), bytes, BoFlags::default());
+        let regcmd = beside(program.byte_len())?;
+        let a = beside(plan.a_bytes.max(1) as usize)?;
+        let c = beside(plan.c_bytes.max(1) as usize)?;
         let mut mm = Matmul {
             bank: bank.clone(),
             plan,

@@ -16,7 +16,7 @@
 //! that group: grouped W8A8, every group dequantised on the NPU with its own weight and
 //! activation scales (docs/matmul.md, "Grouped int8").
 
-use crate::device::{Bo, BoFlags, Device};
+use crate::device::{Bo, BoFlags};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{A, B, C, MAX_TASKS, Plan, REGCMD};
 use crate::kernels::single::{dequant_task, pack_dequant_coefficients};
@@ -83,13 +83,9 @@ fn counts(plan: &Plan) -> Result<Vec<usize>> {
 
 impl NpuDequant {
     /// The buffers for `plan` (fp32 results, one block per K wave) and the bank's channel
-    /// scales: `n`, or with `grouped` one block of `n` per wave.
-    pub(super) fn new(
-        dev: &Device,
-        plan: &Plan,
-        scales: &[f32],
-        grouped: bool,
-    ) -> Result<NpuDequant> {
+    /// scales: `n`, or with `grouped` one block of `n` per wave; allocated beside the
+    /// bank's buffer `bank` (in its IOMMU domain: the matmul's job names them all).
+    pub(super) fn new(bank: &Bo, plan: &Plan, scales: &[f32], grouped: bool) -> Result<NpuDequant> {
         if let Some(i) = scales.iter().position(|&s| !fp16_normal(s)) {
             return Err(Error::OutOfRange {
                 what: "weight scales (NPU dequantisation reads them as fp16)",
@@ -102,7 +98,8 @@ impl NpuDequant {
         let waves = plan.layout.waves.len();
         let (n, block) = (plan.layout.n as usize, plan.layout.n_pad as usize * 4);
         let blocks = if grouped { waves } else { 1 };
-        let mut coeffs = dev.alloc(blocks * block, BoFlags::default())?;
+        let dev = bank.device();
+        let mut coeffs = dev.alloc_beside(bank, blocks * block, BoFlags::default())?;
         for (w, s) in scales.chunks(n.max(1)).take(blocks).enumerate() {
             let bytes = pack_dequant_coefficients(s)?;
             coeffs.write(w * block, &bytes[..bytes.len().min(block)])?;
@@ -116,7 +113,7 @@ impl NpuDequant {
                 why: "the result blocks of every K wave exceed the 4 GiB a relocation addresses"
                     .into(),
             })?;
-        let out = dev.alloc(out_bytes, BoFlags::default())?;
+        let out = dev.alloc_beside(bank, out_bytes, BoFlags::default())?;
         Ok(NpuDequant {
             coeffs,
             out,
