@@ -83,26 +83,11 @@ pub(crate) fn tasks(words: &[RegCmd]) -> Result<Vec<TaskState>, String> {
 // The shape of a task, from its model.
 
 pub(crate) fn dtype_of(p: Precision) -> Result<Dtype, String> {
-    Ok(match p {
-        Precision::Int8 => Dtype::Int8,
-        Precision::Int4 => Dtype::Int4,
-        Precision::Int16 => Dtype::Int16,
-        Precision::Fp16 => Dtype::Fp16,
-        Precision::Bf16 => Dtype::Bf16,
-        other => return Err(format!("{other} is no convolution input")),
-    })
+    Dtype::try_from(p).map_err(|_| format!("{p} is no convolution input"))
 }
 
 pub(crate) fn out_of(p: Precision) -> Result<OutType, String> {
-    Ok(match p {
-        Precision::Int8 => OutType::Int8,
-        Precision::Int16 => OutType::Int16,
-        Precision::Int32 => OutType::Int32,
-        Precision::Fp16 => OutType::Fp16,
-        Precision::Bf16 => OutType::Bf16,
-        Precision::Fp32 => OutType::Fp32,
-        other => return Err(format!("{other} is no matmul output type")),
-    })
+    OutType::try_from(p).map_err(|_| format!("{p} is no matmul output type"))
 }
 
 /// The matmul a task computes, read from its model alone: M from the output atomics and
