@@ -6,7 +6,8 @@
 //! that never completes holds its core for good) runs on a private emulated kernel.
 
 use super::{cpu_matmul, dev, upload, upload_program, values};
-use rknpu_driver::device::{Bo, BoFlags, Device, DeviceError, Interface, Job};
+use rknpu_driver::Error;
+use rknpu_driver::device::{Bo, BoFlags, Device, Interface, Job};
 use rknpu_driver::emu::EmuKernel;
 use rknpu_driver::kernels::single::{Dtype, SingleMatmul};
 use rknpu_driver::regcmd::Program;
@@ -104,7 +105,7 @@ fn a_hang_is_a_timeout_even_past_the_rocket_scheduler_timeout() {
     if let Some(emu) = d.emulator() {
         emu.inject(Faults::default());
     }
-    assert!(matches!(r, Err(DeviceError::Timeout { .. })), "{r:?}");
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
     assert!(d.leaked_buffers().is_empty(), "a blocking timeout settles");
     d.submit(&m.job()).unwrap();
     assert_eq!(m.product(), m.want, "the device runs jobs again");
@@ -175,7 +176,7 @@ fn a_vendor_int_mask_that_cannot_complete_is_refused() {
                 .writes(&m.c);
             let r = d.submit(&job);
             assert!(
-                matches!(r, Err(DeviceError::InvalidArgument { .. })),
+                matches!(r, Err(Error::InvalidArgument { .. })),
                 "{mask:#x}: {r:?}"
             );
         }
@@ -192,7 +193,7 @@ fn sizes_no_kernel_can_map_are_refused() {
     for size in [usize::MAX, usize::MAX - 4094, (1 << 32) + 1] {
         let r = d.alloc(size, BoFlags::default());
         assert!(
-            matches!(r, Err(DeviceError::InvalidArgument { .. })),
+            matches!(r, Err(Error::InvalidArgument { .. })),
             "{size}: {:?}",
             r.map(|b| b.size())
         );

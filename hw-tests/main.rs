@@ -10,7 +10,8 @@
 //! says what was looked for: none passes vacuously. docs/hw-testing.md says what each
 //! test proves.
 
-use rknpu_driver::device::{Bo, BoFlags, CoreMask, Device, DeviceError, Interface, Job};
+use rknpu_driver::Error;
+use rknpu_driver::device::{Bo, BoFlags, CoreMask, Device, Interface, Job};
 use rknpu_driver::kernels::single::{self, Dtype, SingleMatmul};
 use rknpu_driver::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder, words_to_le_bytes};
 use rknpu_driver::sim::{At, Faults};
@@ -87,7 +88,7 @@ fn run_matmul(
     tiles: u32,
     mask: CoreMask,
     split: &[usize],
-) -> Result<bool, DeviceError> {
+) -> Result<bool, Error> {
     let full = SingleMatmul::new(m, k, n, Dtype::Int8);
     let tile = SingleMatmul::new(m / tiles, k, n, Dtype::Int8);
     let (a, b) = (values(m * k, 1), values(k * n, 2));
@@ -235,12 +236,12 @@ fn every_accepted_core_mask() {
     for bits in [5, 6] {
         assert_eq!(
             CoreMask::from_bits(bits).unwrap_err(),
-            DeviceError::CoreMask { mask: bits }
+            Error::CoreMask { mask: bits }
         );
     }
     if d.info().interface == Interface::Rocket {
         let err = run_matmul(&d, 4, 64, 32, 1, CoreMask::Core1, &[1]).unwrap_err();
-        assert!(matches!(err, DeviceError::NotOffered { .. }), "{err}");
+        assert!(matches!(err, Error::NotOffered { .. }), "{err}");
     }
 }
 
@@ -322,7 +323,7 @@ fn a_job_that_never_completes_times_out_and_the_device_recovers() {
     assert!(
         matches!(
             err,
-            DeviceError::Timeout {
+            Error::Timeout {
                 task_counter: 0,
                 ..
             }
@@ -382,7 +383,7 @@ fn dma_buf_export_and_import_where_the_driver_allows_them() {
         }
         Interface::Rocket => assert!(matches!(
             other.import_dmabuf(fd.as_fd()),
-            Err(DeviceError::NotOffered { .. })
+            Err(Error::NotOffered { .. })
         )),
         other => panic!("no expectation for {other:?}"),
     }

@@ -287,7 +287,7 @@ fn rebased(case: &Case, placed: &[(u32, usize, u32)]) -> Vec<RegCmd> {
 
 /// Runs a case on an emulated kernel: the output image, or the error that refused it.
 fn on_kernel(case: &Case, spec: &str) -> Result<Vec<u8>, String> {
-    let e = |x: rknpu_driver::device::DeviceError| x.to_string();
+    let e = |x: rknpu_driver::Error| x.to_string();
     let dev = Device::open_spec(spec).map_err(|x| x.to_string())?;
     let mut bos = Vec::new();
     for b in &case.buffers {

@@ -8,14 +8,17 @@ use half::{bf16, f16};
 use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::device::Device;
+use rknpu_driver::emu::{EmuKernel, Flavour};
 use std::sync::Arc;
 
 const N: u32 = 16;
 const K: u32 = 32;
 const M: u32 = 2;
 
+/// A device of an emulated vendor kernel of its own: the tests compare its work
+/// counter before and after a refusal, which other tests' jobs on a shared kernel move.
 fn dev() -> Device {
-    Device::open_spec("emu").unwrap()
+    Device::open_emulator(Arc::new(EmuKernel::new(Flavour::Vendor098))).unwrap()
 }
 
 /// Asserts `r` is the refusal of the activation at `index`.

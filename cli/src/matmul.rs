@@ -366,7 +366,7 @@ pub(crate) fn open(device: &str) -> Result<Device, Failure> {
     Ok(match device {
         "auto" => match Device::open() {
             Ok(d) => d,
-            Err(rknpu_driver::device::DeviceError::NotFound { .. }) => {
+            Err(rknpu_driver::Error::NotFound { .. }) => {
                 outln!("no NPU found: running on the emulated kernel (RKNPU_DEVICE=emu)");
                 Device::open_spec("emu").map_err(|e| fail(&e))?
             }

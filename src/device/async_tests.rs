@@ -56,7 +56,7 @@ fn async_specs_open_kernels_in_asynchronous_mode() {
     }
     assert!(matches!(
         Device::open_spec("emu:nonsense:async"),
-        Err(DeviceError::NotFound { .. })
+        Err(Error::NotFound { .. })
     ));
 }
 
@@ -186,18 +186,15 @@ fn a_deadline_passing_while_the_worker_is_held_is_a_timeout() {
     let r = pending.wait(Instant::now() + Duration::from_millis(10));
     assert_eq!(
         r,
-        Err(DeviceError::Timeout {
+        Err(Error::Timeout {
             task_counter: 0,
             int_status: 0
         })
     );
-    assert!(matches!(
-        mm.c.read_all(),
-        Err(DeviceError::StillRunning { .. })
-    ));
+    assert!(matches!(mm.c.read_all(), Err(Error::StillRunning { .. })));
     assert!(matches!(
         d.submit(&mm.job()),
-        Err(DeviceError::StillRunning { .. })
+        Err(Error::StillRunning { .. })
     ));
     drop(hold);
     drop(mm);
@@ -212,11 +209,8 @@ fn a_deadline_passing_while_the_worker_is_held_is_a_timeout() {
     let hold = d.emulator().unwrap().hold_worker();
     let pending = d.submit_nonblocking(mm.job()).unwrap();
     let r = pending.wait(Instant::now() + Duration::from_millis(10));
-    assert!(matches!(r, Err(DeviceError::Timeout { .. })), "{r:?}");
-    assert!(matches!(
-        mm.c.read_all(),
-        Err(DeviceError::StillRunning { .. })
-    ));
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    assert!(matches!(mm.c.read_all(), Err(Error::StillRunning { .. })));
     drop(hold);
     drop(mm);
     assert_eq!(d.leaked_buffers().len(), 5, "four buffers and the sentinel");

@@ -4,7 +4,7 @@
 //! reports, and from then on every operation that depends on the interface — buffers,
 //! syncs, submission, completion, reset — asks it, never the interface enum.
 
-use super::{Bo, BoMeta, Capabilities, Device, DeviceError, DeviceInfo, Interface, Job, JobResult};
+use super::{Bo, BoMeta, Capabilities, Device, DeviceInfo, Error, Interface, Job, JobResult};
 use super::{BoFlags, Result};
 use crate::sys::uapi::{
     DRM_CLOEXEC, DRM_RDWR, DmaBufSync, DrmPrimeHandle, RknpuAction, VendorNode,
@@ -26,8 +26,8 @@ pub(super) struct Port {
     pub(super) keep_open: AtomicBool,
 }
 
-fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> DeviceError {
-    move |errno| DeviceError::Ioctl {
+fn ioctl_err(op: &'static str) -> impl Fn(Errno) -> Error {
+    move |errno| Error::Ioctl {
         op,
         errno: crate::sys::os_error(errno),
     }

@@ -123,7 +123,7 @@ fn hang(d: &Device, core: usize, task: usize) {
 }
 
 pub(super) fn is_timeout<T: std::fmt::Debug>(r: &Result<T>) -> bool {
-    matches!(r, Err(DeviceError::Timeout { .. }))
+    matches!(r, Err(Error::Timeout { .. }))
 }
 
 #[test]
@@ -207,7 +207,7 @@ fn s8_4_a_hung_nonblocking_vendor_job_keeps_its_core() {
     assert!(
         matches!(
             r,
-            Err(DeviceError::Ioctl {
+            Err(Error::Ioctl {
                 errno: crate::OsError::EINVAL,
                 ..
             })
@@ -229,7 +229,7 @@ fn s8_5_nonblocking_vendor_jobs_on_an_explicit_mask_are_refused() {
     let mm = matmul(&d, 1);
     let job = mm.job().on_cores(CoreMask::Core1, &[1]);
     match d.submit_nonblocking(job) {
-        Err(DeviceError::NotOffered { what }) => assert!(what.contains("automatic"), "{what}"),
+        Err(Error::NotOffered { what }) => assert!(what.contains("automatic"), "{what}"),
         other => panic!("{other:?}"),
     }
     assert!(d.submit(&mm.job().on_cores(CoreMask::Core1, &[1])).is_ok());
@@ -293,13 +293,10 @@ fn s8_7_a_dropped_job_that_may_still_run_keeps_its_buffers() {
     );
     assert!(t0.elapsed() >= Duration::from_millis(50), "a bounded wait");
     emu.inject(Faults::default());
-    assert!(matches!(
-        mm.c.read_all(),
-        Err(DeviceError::StillRunning { .. })
-    ));
+    assert!(matches!(mm.c.read_all(), Err(Error::StillRunning { .. })));
     assert!(matches!(
         d.submit(&mm.job()),
-        Err(DeviceError::StillRunning { .. })
+        Err(Error::StillRunning { .. })
     ));
     let held: Vec<(u64, u64)> = [&mm.regcmd, &mm.a, &mm.b, &mm.c]
         .iter()
@@ -323,7 +320,7 @@ fn s8_7_a_dropped_job_that_may_still_run_keeps_its_buffers() {
 fn s8_8_the_misc_node_is_recognised() {
     let emu = Arc::new(EmuKernel::new(Flavour::Vendor098));
     match Device::open_with(emu.clone(), Some(emu), MISC_NODE) {
-        Err(DeviceError::UnsupportedDriver { driver, .. }) => {
+        Err(Error::UnsupportedDriver { driver, .. }) => {
             assert!(driver.contains("misc"), "{driver}")
         }
         other => panic!("{other:?}"),
@@ -417,12 +414,12 @@ fn s8_11_an_rk3583_has_two_cores() {
     assert_eq!(d.cores(), 3, "not known before the driver refuses a mask");
     let mut mm = matmul(&d, 1);
     let r = d.submit(&mm.job().on_cores(CoreMask::Core2, &[1]));
-    assert_eq!(r, Err(DeviceError::NoSuchCore { mask: 4, cores: 2 }));
+    assert_eq!(r, Err(Error::NoSuchCore { mask: 4, cores: 2 }));
     assert_eq!(d.cores(), 2);
     let refusals = d.emulator().unwrap().log().len();
     let mm3 = matmul_split(&d, &[1, 1, 1]);
     let r = d.submit(&mm3.job().on_cores(CoreMask::All, &[1, 1, 1]));
-    assert_eq!(r, Err(DeviceError::NoSuchCore { mask: 7, cores: 2 }));
+    assert_eq!(r, Err(Error::NoSuchCore { mask: 7, cores: 2 }));
     assert_eq!(d.emulator().unwrap().log().len(), refusals, "not sent");
     d.submit(&mm.job().on_cores(CoreMask::Core1, &[1])).unwrap();
     assert!(mm.product_is_right());
@@ -436,7 +433,7 @@ fn s8_12_a_vendor_timeout_reports_the_wait_cores_counter() {
     let r = d.submit(&mm.job().timeout(Duration::from_millis(30)));
     assert_eq!(
         r,
-        Err(DeviceError::Timeout {
+        Err(Error::Timeout {
             task_counter: 1,
             int_status: 0
         })
@@ -449,7 +446,7 @@ fn s8_12_a_vendor_timeout_reports_the_wait_cores_counter() {
     assert!(
         matches!(
             r,
-            Err(DeviceError::Timeout {
+            Err(Error::Timeout {
                 task_counter: 2,
                 ..
             })

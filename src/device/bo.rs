@@ -2,7 +2,7 @@
 //! dma-buf export. What the driver is asked is the backend's; what the device keeps of a
 //! buffer (for traces) is here.
 
-use super::{Device, DeviceError, Result};
+use super::{Device, Error, Result};
 use crate::sys::uapi::dma_buf;
 use crate::sys::{Fd, Mapping};
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -106,7 +106,7 @@ impl Device {
     /// Allocates a buffer; `traced` says whether a trace records it.
     pub(super) fn alloc_with(&self, size: usize, flags: BoFlags, traced: bool) -> Result<Bo> {
         if size == 0 {
-            return Err(DeviceError::InvalidArgument {
+            return Err(Error::InvalidArgument {
                 what: "a buffer of 0 bytes".into(),
             });
         }
@@ -114,7 +114,7 @@ impl Device {
         // never be mapped (and rounding the largest sizes would overflow).
         let pages = size.checked_next_multiple_of(PAGE_BYTES);
         if pages.is_none_or(|p| p as u64 > MAX_BUFFER_BYTES) {
-            return Err(DeviceError::InvalidArgument {
+            return Err(Error::InvalidArgument {
                 what: format!(
                     "a buffer of {size} bytes: the NPU's 32-bit address space holds at most {MAX_BUFFER_BYTES} bytes (in 4096-byte pages)"
                 ),
@@ -133,9 +133,9 @@ impl Device {
     /// cacheable (no syncs) and is mapped through the dma-buf, since the driver's
     /// MEM_MAP refuses imported objects; it cannot hold a task array (no kernel
     /// mapping). A dma-buf of this very device's fd is refused with
-    /// [`DeviceError::InvalidArgument`] (DRM would give back the existing buffer).
+    /// [`Error::InvalidArgument`] (DRM would give back the existing buffer).
     ///
-    /// rocket: refused with [`DeviceError::NotOffered`] before any request, because
+    /// rocket: refused with [`Error::NotOffered`] before any request, because
     /// the driver cannot attach a dma-buf.
     pub fn import_dmabuf(&self, dmabuf: BorrowedFd<'_>) -> Result<Bo> {
         self.inner.backend.import(self, dmabuf)
@@ -237,7 +237,7 @@ impl Bo {
     /// Copies `data` in at `offset` (map, copy, hand back to the device).
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
         let end = offset.checked_add(data.len()).filter(|&e| e <= self.size);
-        let end = end.ok_or_else(|| DeviceError::InvalidArgument {
+        let end = end.ok_or_else(|| Error::InvalidArgument {
             what: format!(
                 "{} bytes at offset {offset} of a {}-byte buffer",
                 data.len(),

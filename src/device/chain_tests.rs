@@ -58,7 +58,7 @@ fn a_forged_chain_tail_is_refused_before_submission() {
         .reads(&b)
         .writes(&c);
     match d.submit(&job) {
-        Err(DeviceError::Verify {
+        Err(Error::Verify {
             error: VerifyError::Chain {
                 task: 0, address, ..
             },
@@ -76,7 +76,7 @@ fn a_forged_chain_tail_is_refused_before_submission() {
         .writes(&c);
     assert!(matches!(
         d.submit(&job.unverified()),
-        Err(DeviceError::Timeout { .. })
+        Err(Error::Timeout { .. })
     ));
     assert!(a.read_all().unwrap() == before, "A was written");
     let mut sim = crate::sim::Simulator::new();
@@ -133,7 +133,7 @@ fn a_buffer_of_another_open_is_refused() {
         .reads(&b)
         .writes(&foreign_c);
     match d.submit(&job) {
-        Err(DeviceError::InvalidArgument { what }) => {
+        Err(Error::InvalidArgument { what }) => {
             assert!(what.contains("another device open"), "{what}")
         }
         other => panic!("expected a refusal, got {other:?}"),

@@ -121,7 +121,7 @@ fn descriptors_that_are_no_dma_buf_of_this_kernel_are_refused_as_the_kernel_refu
     assert_eq!(k.open_files(), 2);
     for fd in [null.as_fd(), theirs.as_fd()] {
         match d1.import_dmabuf(fd) {
-            Err(DeviceError::Ioctl { op, errno }) => {
+            Err(Error::Ioctl { op, errno }) => {
                 assert_eq!(op, "DRM_IOCTL_PRIME_FD_TO_HANDLE");
                 assert_eq!(errno, OsError::EINVAL);
             }
@@ -135,7 +135,7 @@ fn descriptors_that_are_no_dma_buf_of_this_kernel_are_refused_as_the_kernel_refu
     let fd = x.export_dmabuf().unwrap();
     assert!(matches!(
         d2.import_dmabuf(fd.as_fd()),
-        Err(DeviceError::InvalidArgument { .. })
+        Err(Error::InvalidArgument { .. })
     ));
     // ... and the buffer is still whole.
     x.write(0, &[1, 2, 3]).unwrap();
@@ -211,7 +211,7 @@ fn rocket_exports_and_refuses_an_import_before_asking_the_kernel() {
     for fd in [fd.as_fd(), null.as_fd()] {
         assert!(matches!(
             d2.import_dmabuf(fd),
-            Err(DeviceError::NotOffered { .. })
+            Err(Error::NotOffered { .. })
         ));
     }
     assert_eq!(d2.live_buffers(), 0);

@@ -20,7 +20,7 @@
 //!
 //! [`Error::MixedDomains`]: crate::Error::MixedDomains
 
-use super::{Bo, BoFlags, Device, DeviceError, Interface, Result};
+use super::{Bo, BoFlags, Device, Error, Interface, Result};
 use crate::OsError;
 
 /// `RKNPU_MAX_IOMMU_DOMAIN_NUM`: the vendor driver's domains, 0..=15.
@@ -58,10 +58,10 @@ impl Default for Placement {
     }
 }
 
-fn is_enomem(e: &DeviceError) -> bool {
+fn is_enomem(e: &Error) -> bool {
     matches!(
         e,
-        DeviceError::Ioctl {
+        Error::Ioctl {
             errno: OsError::ENOMEM,
             ..
         }
@@ -89,11 +89,11 @@ impl Device {
     pub(super) fn place(&self, size: usize, flags: BoFlags, traced: bool) -> Result<Bo> {
         let backend = &self.inner.backend;
         match flags.iommu_domain {
-            Some(d) if d >= IOMMU_DOMAINS => Err(DeviceError::InvalidArgument {
+            Some(d) if d >= IOMMU_DOMAINS => Err(Error::InvalidArgument {
                 what: format!("IOMMU domain {d}: the vendor driver has 0..=15"),
             }),
             Some(d) if d > 0 && backend.interface() == Interface::Rocket => {
-                Err(DeviceError::NotOffered {
+                Err(Error::NotOffered {
                     what: format!(
                         "IOMMU domain {d}: rocket gives each open one address space of 4 GiB (domain 0 only)"
                     ),
@@ -110,7 +110,7 @@ impl Device {
     /// Tries domain 0, then (unless the kernel has shown it has no domains) the next
     /// ones, skipping those that refused a size no larger since their last free.
     fn place_first_fit(&self, size: usize, flags: BoFlags, traced: bool) -> Result<Bo> {
-        let mut first_refusal: Option<DeviceError> = None;
+        let mut first_refusal: Option<Error> = None;
         for d in 0..IOMMU_DOMAINS {
             let (evidence, skip) = {
                 let p = self.placement();
@@ -151,7 +151,7 @@ impl Device {
                 Err(e) => return Err(e),
             }
         }
-        Err(first_refusal.unwrap_or(DeviceError::Ioctl {
+        Err(first_refusal.unwrap_or(Error::Ioctl {
             op: "RKNPU_MEM_CREATE",
             errno: OsError::ENOMEM,
         }))

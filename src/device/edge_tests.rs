@@ -17,13 +17,13 @@ fn private(flavour: Flavour) -> Device {
 }
 
 fn is_invalid<T: std::fmt::Debug>(r: &Result<T>) -> bool {
-    matches!(r, Err(DeviceError::InvalidArgument { .. }))
+    matches!(r, Err(Error::InvalidArgument { .. }))
 }
 
 fn is_einval<T: std::fmt::Debug>(r: &Result<T>) -> bool {
     matches!(
         r,
-        Err(DeviceError::Ioctl {
+        Err(Error::Ioctl {
             errno: crate::OsError::EINVAL,
             ..
         })
@@ -173,7 +173,7 @@ fn s8_17_rocket_addresses_above_4_gib_are_refused() {
     let d = Device::open_emulator(Arc::clone(&k)).unwrap();
     let r = d.alloc(8192, BoFlags::default());
     assert!(
-        matches!(r, Err(DeviceError::NotOffered { .. })),
+        matches!(r, Err(Error::NotOffered { .. })),
         "{:?}",
         r.map(|b| b.dma_addr())
     );

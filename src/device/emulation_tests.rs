@@ -1,5 +1,5 @@
 //! The emulated kernels are honest about their own limits (issue 26, item 9): a job the
-//! simulator cannot finish within its work budget is [`DeviceError::WorkBudget`], never
+//! simulator cannot finish within its work budget is [`Error::WorkBudget`], never
 //! a timeout, and what the finished tasks wrote stays in memory, as on a board.
 
 use super::behaviour_tests::matmul;
@@ -34,7 +34,7 @@ fn budget_stops_the_second_task(flavour: Flavour, nonblocking: bool) {
         d.submit(&mm.job().timeout(Duration::from_millis(900)))
     };
     match &r {
-        Err(DeviceError::WorkBudget { why }) => {
+        Err(Error::WorkBudget { why }) => {
             assert!(why.contains("budget"), "{why}");
         }
         other => panic!("{flavour:?}: expected WorkBudget, got {other:?}"),
@@ -80,7 +80,7 @@ fn a_real_timeout_stays_a_timeout() {
         ..crate::sim::Faults::default()
     });
     let r = d.submit(&mm.job().timeout(Duration::from_millis(100)));
-    assert!(matches!(r, Err(DeviceError::Timeout { .. })), "{r:?}");
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
 }
 
 #[test]

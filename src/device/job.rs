@@ -3,7 +3,7 @@
 //! are the backend's.
 
 use super::backend::InFlight;
-use super::{Bo, Device, DeviceError, Result};
+use super::{Bo, Device, Error, Result};
 use crate::regcmd::{Program, words_from_le_bytes};
 use crate::submit::{self, TaskDesc};
 use crate::verify::{self, BufferAccess, JobBuffer, TaskList};
@@ -37,9 +37,9 @@ impl CoreMask {
             4 => CoreMask::Core2,
             3 => CoreMask::Cores01,
             7 => CoreMask::All,
-            5 | 6 => return Err(DeviceError::CoreMask { mask: bits }),
+            5 | 6 => return Err(Error::CoreMask { mask: bits }),
             _ => {
-                return Err(DeviceError::InvalidArgument {
+                return Err(Error::InvalidArgument {
                     what: format!(
                         "core mask {bits:#x}: the RK3588 has cores 0..=2 (mask at most 7)"
                     ),
@@ -134,7 +134,7 @@ impl<'a> Job<'a> {
 
     /// The vendor IOMMU domain to run in (0.9.6+), which must be the one its buffers lie
     /// in. Without it the job runs in its buffers' domain ([`Bo::iommu_domain`]); a job
-    /// whose buffers lie in several is refused ([`DeviceError::MixedDomains`]).
+    /// whose buffers lie in several is refused ([`Error::MixedDomains`]).
     pub fn iommu_domain(mut self, domain: u8) -> Job<'a> {
         self.iommu_domain = Some(domain);
         self
@@ -161,7 +161,7 @@ impl<'a> Job<'a> {
                 ),
                 None => format!("a job of {} tasks", self.tasks.len()),
             };
-            return Err(DeviceError::MixedDomains { what, domains });
+            return Err(Error::MixedDomains { what, domains });
         }
         Ok(())
     }
@@ -195,7 +195,7 @@ impl<'a> Job<'a> {
     /// The checks every submit makes (tasks, split, cores, domain, verification against
     /// the job's buffers), without submitting: what a layer build runs once.
     pub(crate) fn check(&self, dev: &Device) -> Result<()> {
-        let invalid = |what: String| Err(DeviceError::InvalidArgument { what });
+        let invalid = |what: String| Err(Error::InvalidArgument { what });
         if self.tasks.is_empty() {
             return invalid("a job with no task".into());
         }
@@ -230,7 +230,7 @@ impl<'a> Job<'a> {
             .core_limit
             .load(std::sync::atomic::Ordering::SeqCst);
         if self.cores.bits() > limit {
-            return Err(DeviceError::NoSuchCore {
+            return Err(Error::NoSuchCore {
                 mask: self.cores.bits(),
                 cores: dev.cores(),
             });
@@ -286,11 +286,11 @@ impl<'a> Job<'a> {
             for t in &self.tasks[first..first + n] {
                 // check() has placed every list inside the buffer.
                 let list = &bytes[t.offset as usize..t.end() as usize];
-                words.push(words_from_le_bytes(list).map_err(|e| {
-                    DeviceError::InvalidArgument {
+                words.push(
+                    words_from_le_bytes(list).map_err(|e| Error::InvalidArgument {
                         what: format!("task list at {:#x}: {e}", t.offset),
-                    }
-                })?);
+                    })?,
+                );
             }
             let lists: Vec<TaskList<'_>> = self.tasks[first..first + n]
                 .iter()
@@ -307,7 +307,7 @@ impl<'a> Job<'a> {
             } else {
                 verify::check_chain(&lists, &buffers)
             };
-            checked.map_err(|e| DeviceError::Verify {
+            checked.map_err(|e| Error::Verify {
                 error: e.shift_task(first),
             })?;
             first += n;
@@ -356,9 +356,9 @@ impl Pending<'_> {
     ///
     /// "Finished" means the job no longer runs, not that it succeeded: a rocket job the
     /// scheduler stopped after its timeout is finished, and `wait` reports it as
-    /// [`DeviceError::Timeout`]; a vendor non-blocking job that hangs is never finished
+    /// [`Error::Timeout`]; a vendor non-blocking job that hangs is never finished
     /// (the driver never times such jobs out). A vendor kernel that returned no fence is
-    /// [`DeviceError::Unsupported`].
+    /// [`Error::Unsupported`].
     ///
     /// ```
     /// use rknpu_driver::device::{BoFlags, Device, Job};
@@ -405,7 +405,7 @@ impl Pending<'_> {
     }
 
     /// Waits until `deadline` for the job. A job not finished then is a
-    /// [`DeviceError::Timeout`] (counters unknown: 0). After any failed wait the job is
+    /// [`Error::Timeout`] (counters unknown: 0). After any failed wait the job is
     /// waited for with a bound, as a dropped one, and its buffers held if it may still
     /// run (vendor: also when the kernel returned no fence to wait on).
     pub fn wait(mut self, deadline: Instant) -> Result<JobResult> {
@@ -454,15 +454,13 @@ impl Device {
     }
 
     /// On the emulated kernel, a timeout whose cause was a bound of the simulator (not
-    /// anything a board would do) becomes [`DeviceError::WorkBudget`] or
-    /// [`DeviceError::TooLargeToSimulate`].
+    /// anything a board would do) becomes [`Error::WorkBudget`] or
+    /// [`Error::TooLargeToSimulate`].
     fn budget_not_timeout(&self, r: Result<JobResult>) -> Result<JobResult> {
         match r {
-            Err(DeviceError::Timeout { .. }) => match self.emulator().and_then(|e| e.take_stop()) {
-                Some(crate::emu::EmuStop::WorkBudget(why)) => Err(DeviceError::WorkBudget { why }),
-                Some(crate::emu::EmuStop::CubeLimit(why)) => {
-                    Err(DeviceError::TooLargeToSimulate { why })
-                }
+            Err(Error::Timeout { .. }) => match self.emulator().and_then(|e| e.take_stop()) {
+                Some(crate::emu::EmuStop::WorkBudget(why)) => Err(Error::WorkBudget { why }),
+                Some(crate::emu::EmuStop::CubeLimit(why)) => Err(Error::TooLargeToSimulate { why }),
                 None => r,
             },
             r => r,

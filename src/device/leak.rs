@@ -6,7 +6,7 @@
 //! (docs/hardware/kernel-behaviours.md#k7).
 
 use super::backend::InFlight;
-use super::{Bo, Device, DeviceError, Job, Result};
+use super::{Bo, Device, Error, Job, Result};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -52,7 +52,7 @@ impl Device {
     /// Refuses CPU or job access to a held buffer.
     pub(super) fn check_not_held(&self, handle: u32) -> Result<()> {
         match self.quarantine().held.get(&handle) {
-            Some(reason) => Err(DeviceError::StillRunning {
+            Some(reason) => Err(Error::StillRunning {
                 what: format!("buffer {handle}: {reason}"),
             }),
             None => Ok(()),

@@ -45,7 +45,6 @@
 mod backend;
 mod bo;
 mod domains;
-mod error;
 mod job;
 mod leak;
 mod recording;
@@ -55,10 +54,10 @@ mod vendor;
 
 pub use bo::{Bo, BoFlags, CpuMap};
 pub use domains::IOMMU_DOMAINS;
-pub use error::DeviceError;
 pub use job::{CoreMask, Job, JobResult, Pending};
 pub use leak::LeakedBuffer;
 
+use crate::Error;
 use crate::emu::{self, EmuKernel, Flavour};
 use crate::sys::uapi::{self, DrmVersion, RknpuAction, VendorNode};
 use crate::sys::{Ioctl, Kernel, RealKernel, VendorOp};
@@ -69,8 +68,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// `Result` with [`DeviceError`].
-pub type Result<T, E = DeviceError> = std::result::Result<T, E>;
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The kernel interface a device speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -201,7 +200,7 @@ impl Device {
                             Ok(d) => return Ok(d),
                             // An NPU driver the library does not speak: say so, unless
                             // another node works.
-                            Err(e @ DeviceError::UnsupportedDriver { .. }) if e.is_npu() => {
+                            Err(e @ Error::UnsupportedDriver { .. }) if e.is_npu() => {
                                 refused = Some(e)
                             }
                             Err(_) => {}
@@ -211,7 +210,7 @@ impl Device {
                 if let Some(e) = refused {
                     return Err(e);
                 }
-                Err(DeviceError::NotFound {
+                Err(Error::NotFound {
                     looked_for: "an rknpu or rocket DRM node among /dev/accel/accel0-7, /dev/dri/renderD128-143, /dev/dri/card0-7, /dev/rknpu".into(),
                     hint: "set RKNPU_DEVICE to a node path, or to emu, emu:rocket or emu:vendor-0.9.6 for the emulated kernel".into(),
                 })
@@ -226,7 +225,7 @@ impl Device {
     /// refuses to open is an error, not a fallback.
     pub fn open_or_emulated() -> Result<Device> {
         match Device::open() {
-            Err(DeviceError::NotFound { .. }) => Device::open_spec("emu"),
+            Err(Error::NotFound { .. }) => Device::open_spec("emu"),
             r => r,
         }
     }
@@ -245,7 +244,7 @@ impl Device {
             "emu:vendor-0.9.6" => Some(Flavour::Vendor096),
             "emu:rocket" => Some(Flavour::Rocket),
             s if s.starts_with("emu") => {
-                return Err(DeviceError::NotFound {
+                return Err(Error::NotFound {
                     looked_for: format!("the emulated kernel {spec:?}"),
                     hint: "emu, emu:vendor-0.9.8, emu:vendor-0.9.6 or emu:rocket, optionally followed by :async".into(),
                 });
@@ -290,7 +289,7 @@ impl Device {
         emu: Option<Arc<EmuKernel>>,
         node: &str,
     ) -> Result<Device> {
-        let fd = kernel.open(node).map_err(|errno| DeviceError::Open {
+        let fd = kernel.open(node).map_err(|errno| Error::Open {
             node: node.into(),
             errno: crate::sys::os_error(errno),
         })?;
@@ -456,7 +455,7 @@ fn identify(port: &Port, node: &str) -> Result<(Box<dyn Backend>, DeviceInfo)> {
     );
     let Some(backend) = backend::for_driver(&info.driver) else {
         let (major, minor, patch) = info.version;
-        return Err(DeviceError::UnsupportedDriver {
+        return Err(Error::UnsupportedDriver {
             driver: info.driver,
             version: format!("{major}.{minor}.{patch}"),
             why: "not an NPU driver (expected rknpu or rocket)".into(),
@@ -470,7 +469,7 @@ fn identify(port: &Port, node: &str) -> Result<(Box<dyn Backend>, DeviceInfo)> {
 /// The error for a node that is not a DRM node (`errno` from DRM_IOCTL_VERSION, or none
 /// when it succeeded without naming a driver): the vendor misc node, recognised by its
 /// own RKNPU_ACTION and refused by name, or something else.
-fn not_drm(port: &Port, node: &str, errno: Option<crate::sys::Errno>) -> DeviceError {
+fn not_drm(port: &Port, node: &str, errno: Option<crate::sys::Errno>) -> Error {
     let mut a = RknpuAction {
         flags: uapi::action::GET_DRV_VERSION,
         value: 0,
@@ -480,12 +479,12 @@ fn not_drm(port: &Port, node: &str, errno: Option<crate::sys::Errno>) -> DeviceE
         &mut Ioctl::Vendor(VendorNode::Misc, VendorOp::Action(&mut a)),
     );
     match misc {
-        Ok(_) => DeviceError::UnsupportedDriver {
+        Ok(_) => Error::UnsupportedDriver {
             driver: "rknpu (misc node, DMA-heap build)".into(),
             version: format!("{}.{}.{}", a.value / 10000, a.value / 100 % 100, a.value % 100),
             why: "this flavour allocates from a DMA heap whose addresses are only meaningful without an IOMMU; use a kernel built with CONFIG_ROCKCHIP_RKNPU_DRM_GEM or the rocket driver".into(),
         },
-        Err(_) => DeviceError::NotOffered {
+        Err(_) => Error::NotOffered {
             what: match errno {
                 Some(e) => format!("{node}: not a DRM node (DRM_IOCTL_VERSION: {e}) and not the vendor misc node"),
                 None => format!("{node}: DRM_IOCTL_VERSION named no driver, and the node is not the vendor misc node"),

@@ -2,7 +2,7 @@
 //! [`crate::trace::Recorder`], which it feeds buffers, contents and submissions.
 
 use super::bo::BoMeta;
-use super::{CoreMask, Device, DeviceError, Interface, Job, JobResult, Result};
+use super::{CoreMask, Device, Error, Interface, Job, JobResult, Result};
 use crate::submit::{self, BufferTask};
 use crate::sys::Errno;
 use crate::trace::{DoneRecord, Header, Recorder, SubmitRecord};
@@ -15,7 +15,7 @@ impl Device {
     /// contents they leave. Setting `RKNPU_TRACE=FILE` does the same for every device a
     /// program opens (the first device writes FILE, later ones FILE.1, FILE.2, ...).
     pub fn start_recording(&self, sink: Box<dyn std::io::Write + Send>) -> Result<()> {
-        let r = Recorder::new(sink, &self.trace_header()).map_err(|e| DeviceError::Trace {
+        let r = Recorder::new(sink, &self.trace_header()).map_err(|e| Error::Trace {
             what: e.to_string(),
         })?;
         self.record_with(r)
@@ -65,7 +65,7 @@ impl Device {
         }
         // A recording already running ends here, flushed, with its error if it had one.
         match self.recording().replace(r) {
-            Some(mut old) => old.finish().map_err(|e| DeviceError::Trace {
+            Some(mut old) => old.finish().map_err(|e| Error::Trace {
                 what: format!("the previous recording: {e}"),
             }),
             None => Ok(()),
@@ -74,7 +74,7 @@ impl Device {
 
     /// [`Device::start_recording`] into a new file at `path`.
     pub fn record_to_file(&self, path: &std::path::Path) -> Result<()> {
-        let f = std::fs::File::create(path).map_err(|e| DeviceError::Trace {
+        let f = std::fs::File::create(path).map_err(|e| Error::Trace {
             what: format!("{}: {e}", path.display()),
         })?;
         self.start_recording(Box::new(std::io::BufWriter::new(f)))
@@ -85,7 +85,7 @@ impl Device {
     /// only place left to say it).
     pub fn stop_recording(&self) -> Result<()> {
         match self.recording().take() {
-            Some(mut r) => r.finish().map_err(|e| DeviceError::Trace {
+            Some(mut r) => r.finish().map_err(|e| Error::Trace {
                 what: e.to_string(),
             }),
             None => Ok(()),
@@ -176,7 +176,7 @@ impl Device {
             Err(e) => {
                 let mut statuses = vec![0; n];
                 let (errno, task_counter) = match e {
-                    DeviceError::Timeout {
+                    Error::Timeout {
                         task_counter,
                         int_status,
                     } => {
@@ -185,7 +185,7 @@ impl Device {
                         }
                         (Errno::ETIMEDOUT as i32, *task_counter)
                     }
-                    DeviceError::Ioctl { errno, .. } => (errno.code(), 0),
+                    Error::Ioctl { errno, .. } => (errno.code(), 0),
                     _ => (-1, 0),
                 };
                 DoneRecord {

@@ -4,7 +4,7 @@
 
 use super::backend::{Backend, InFlight, Port, deadline_ns, prime_export};
 use super::sentinel;
-use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo};
+use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceInfo, Error};
 use super::{Capabilities, Interface, Job, JobResult, Result};
 use crate::OsError;
 use crate::sys::uapi::*;
@@ -34,7 +34,7 @@ impl Backend for Rocket {
     }
 
     fn alloc(&self, dev: &Device, size: usize, _flags: BoFlags, traced: bool) -> Result<Bo> {
-        let size32 = u32::try_from(size).map_err(|_| DeviceError::InvalidArgument {
+        let size32 = u32::try_from(size).map_err(|_| Error::InvalidArgument {
             what: format!("{size} bytes: rocket buffers are at most 4 GiB - 1"),
         })?;
         let mut c = DrmRocketCreateBo {
@@ -58,7 +58,7 @@ impl Backend for Rocket {
         // the IOMMU domain's aperture (rocket_drv.c, rocket_gem.c) without checking it
         // against the NPU's 32-bit address registers; dropping `bo` frees the object.
         if c.dma_address.saturating_add(bo.size as u64) > 1 << 32 {
-            return Err(DeviceError::NotOffered {
+            return Err(Error::NotOffered {
                 what: format!(
                     "buffer at {:#x}+{:#x} lies above the NPU's 32-bit address space",
                     c.dma_address, bo.size
@@ -72,7 +72,7 @@ impl Backend for Rocket {
     /// refuses a foreign dma-buf (`EINVAL`), and an object is mapped only into the
     /// address space of the fd that created it.
     fn import(&self, _dev: &Device, _dmabuf: BorrowedFd<'_>) -> Result<Bo> {
-        Err(DeviceError::NotOffered {
+        Err(Error::NotOffered {
             what: "dma-buf import: the rocket driver cannot attach a dma-buf (no gem_prime_import_sg_table)".into(),
         })
     }
@@ -116,7 +116,7 @@ impl Backend for Rocket {
     }
 
     fn reset(&self, _dev: &Device) -> Result<()> {
-        Err(DeviceError::NotOffered {
+        Err(Error::NotOffered {
             what: "reset: the rocket driver resets a core itself after a job timeout".into(),
         })
     }
@@ -135,12 +135,12 @@ impl Backend for Rocket {
 
     fn check(&self, job: &Job<'_>) -> Result<()> {
         if job.cores != CoreMask::Auto {
-            return Err(DeviceError::NotOffered {
+            return Err(Error::NotOffered {
                 what: "core selection: the rocket driver schedules jobs on cores itself".into(),
             });
         }
         if job.writes.is_empty() {
-            return Err(DeviceError::InvalidArgument {
+            return Err(Error::InvalidArgument {
                 what: "rocket signals completion only through written buffers: name one with Job::writes".into(),
             });
         }
@@ -153,7 +153,7 @@ impl Backend for Rocket {
             .iter()
             .position(|t| t.int_mask & crate::submit::irq::PPU != 0 || t.enable & ppu != 0)
         {
-            return Err(DeviceError::NotOffered {
+            return Err(Error::NotOffered {
                 what: format!(
                     "task {i} runs the PPU (pooling): the rocket driver waits for DPU interrupts only, so the task would time out after 500 ms and the core be reset; pool on the vendor driver or on the host"
                 ),
@@ -215,7 +215,7 @@ impl Backend for Rocket {
         };
         match dev.inner.port.ioctl(&mut Ioctl::RocketPrepBo(&mut p)) {
             Ok(_) => Ok(true),
-            Err(DeviceError::Ioctl {
+            Err(Error::Ioctl {
                 errno: OsError::EBUSY | OsError::ETIMEDOUT,
                 ..
             }) => Ok(false),
@@ -322,7 +322,7 @@ fn wait(
     flight: &mut InFlight,
     deadline: Instant,
 ) -> Result<JobResult> {
-    let timeout = DeviceError::Timeout {
+    let timeout = Error::Timeout {
         task_counter: 0,
         int_status: 0,
     };
@@ -331,7 +331,7 @@ fn wait(
     for handle in handles {
         match prep(dev, handle, left) {
             Ok(_) => {}
-            Err(DeviceError::Ioctl {
+            Err(Error::Ioctl {
                 errno: OsError::ETIMEDOUT | OsError::EBUSY,
                 ..
             }) => return Err(timeout),

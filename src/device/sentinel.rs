@@ -9,7 +9,7 @@
 //! task is an ordinary regcmd program in an ordinary buffer, so the check works on a
 //! board as on the emulated kernel (docs/hardware/kernel-behaviours.md#k1).
 
-use super::{Bo, BoFlags, Device, DeviceError, Result};
+use super::{Bo, BoFlags, Device, Error, Result};
 use crate::kernels::single::{self, Dtype, SingleMatmul};
 use crate::regcmd::{Program, words_to_le_bytes};
 use crate::sys::uapi::DrmRocketTask;
@@ -55,7 +55,7 @@ fn layout() -> Result<&'static Layout> {
             })
         })
         .as_ref()
-        .ok_or_else(|| DeviceError::NotOffered {
+        .ok_or_else(|| Error::NotOffered {
             what: "the rocket completion sentinel program could not be built".into(),
         })
 }
@@ -78,7 +78,7 @@ pub(super) fn make(dev: &Device) -> Result<Bo> {
                 } as u64,
             )
         })
-        .map_err(|e| DeviceError::InvalidArgument {
+        .map_err(|e| Error::InvalidArgument {
             what: format!("binding the completion sentinel: {e}"),
         })?;
     let mut bytes = vec![0u8; l.size];

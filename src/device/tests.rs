@@ -376,7 +376,7 @@ fn rocket_requests_are_checked_like_the_driver() {
 fn devices_open_by_specification() {
     assert!(matches!(
         Device::open_spec("emu:nonsense"),
-        Err(DeviceError::NotFound { .. })
+        Err(Error::NotFound { .. })
     ));
     for (spec, interface, version) in [
         ("emu", Interface::Vendor, (0, 9, 8)),
@@ -389,7 +389,7 @@ fn devices_open_by_specification() {
     }
     assert!(matches!(
         Device::open_spec("/nonexistent/node"),
-        Err(DeviceError::Open {
+        Err(Error::Open {
             errno: crate::OsError::ENOENT,
             ..
         })
@@ -417,7 +417,7 @@ fn jobs_are_checked_before_they_reach_the_kernel() {
     };
     let err = d.submit(&Job::new(&regcmd, vec![task])).unwrap_err();
     assert!(
-        matches!(err, DeviceError::InvalidArgument { .. }),
+        matches!(err, Error::InvalidArgument { .. }),
         "misaligned: {err}"
     );
     let task = TaskDesc {
@@ -426,23 +426,23 @@ fn jobs_are_checked_before_they_reach_the_kernel() {
     };
     assert!(matches!(
         d.submit(&Job::new(&regcmd, vec![task])),
-        Err(DeviceError::InvalidArgument { .. })
+        Err(Error::InvalidArgument { .. })
     ));
     let ok = TaskDesc { offset: 0, ..task };
     let j = Job::new(&regcmd, vec![ok]).on_cores(CoreMask::All, &[1]);
     assert!(
-        matches!(d.submit(&j), Err(DeviceError::InvalidArgument { .. })),
+        matches!(d.submit(&j), Err(Error::InvalidArgument { .. })),
         "one task over three cores"
     );
     assert!(matches!(
         d.alloc(0, BoFlags::default()),
-        Err(DeviceError::InvalidArgument { .. })
+        Err(Error::InvalidArgument { .. })
     ));
     let r = Device::open_spec("emu:rocket").unwrap();
     let rc = r.alloc(4096, BoFlags::default()).unwrap();
     let err = r.submit(&Job::new(&rc, vec![ok])).unwrap_err();
     assert!(
-        matches!(err, DeviceError::InvalidArgument { .. }),
+        matches!(err, Error::InvalidArgument { .. }),
         "rocket needs an output: {err}"
     );
 }
@@ -489,7 +489,7 @@ fn the_verifier_not_the_kernel_catches_a_stray_address() {
                 .writes(&c)
         };
         match d.submit(&job()) {
-            Err(DeviceError::Verify {
+            Err(Error::Verify {
                 error: VerifyError::Access { task: 0, range, .. },
             }) => assert_eq!(range.register, dpu::DstBaseAddr::NAME, "{spec}"),
             other => panic!("{spec}: {other:?}"),
@@ -499,7 +499,7 @@ fn the_verifier_not_the_kernel_catches_a_stray_address() {
         assert!(
             matches!(
                 job().unverified().verify_on(&d),
-                Err(DeviceError::Verify {
+                Err(Error::Verify {
                     error: VerifyError::Access { task: 0, .. }
                 })
             ),
@@ -524,7 +524,7 @@ fn the_verifier_not_the_kernel_catches_a_stray_address() {
         assert!(
             matches!(
                 d.submit(&job),
-                Err(DeviceError::Verify {
+                Err(Error::Verify {
                     error: VerifyError::Outside { task: 0, .. }
                 })
             ),

@@ -3,7 +3,7 @@
 //! `subcore_task` ranges, blocking submission or an out-fence (docs/hardware/matmul-programs.md#multi-core, docs/hardware/kernel-behaviours.md).
 
 use super::backend::{Backend, InFlight, Port, prime_export};
-use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceError, DeviceInfo};
+use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceInfo, Error};
 use super::{Capabilities, Interface, Job, JobResult, Result};
 use crate::OsError;
 use crate::submit::{self, irq};
@@ -68,7 +68,7 @@ impl Backend for Vendor {
     fn identify(&self, port: &Port, info: &mut DeviceInfo) -> Result<()> {
         let code = port.action(uapi::action::GET_DRV_VERSION, 0)?;
         if !(906..1000).contains(&code) {
-            return Err(DeviceError::UnsupportedDriver {
+            return Err(Error::UnsupportedDriver {
                 driver: "rknpu".into(),
                 version: format!("{}.{}.{}", code / 10000, code / 100 % 100, code % 100),
                 why: "the library speaks the 0.9.6 and later 0.9.x layouts (48-byte MEM_CREATE, IOMMU domains); older drivers use a 40-byte MEM_CREATE".into(),
@@ -108,7 +108,7 @@ impl Backend for Vendor {
         };
         dev.track(c.handle, bo.meta(traced));
         if c.dma_addr.saturating_add(c.size) > 1 << 32 {
-            return Err(DeviceError::NotOffered {
+            return Err(Error::NotOffered {
                 what: format!(
                     "buffer at {:#x}+{:#x} lies above the NPU's 32-bit address space",
                     c.dma_addr, c.size
@@ -152,7 +152,7 @@ impl Backend for Vendor {
             // DRM gives a buffer of this fd back under its existing handle; a second Bo
             // would free it twice.
             port.close(fd);
-            return Err(DeviceError::InvalidArgument {
+            return Err(Error::InvalidArgument {
                 what: format!(
                     "the dma-buf is this device's own buffer (handle {}): use that buffer",
                     p.handle
@@ -187,7 +187,7 @@ impl Backend for Vendor {
             dmabuf: Some(fd),
         };
         if c.dma_addr.saturating_add(c.size) > 1 << 32 {
-            return Err(DeviceError::InvalidArgument {
+            return Err(Error::InvalidArgument {
                 what: format!(
                     "the imported buffer at {:#x}+{:#x} lies above the NPU's 32-bit address space",
                     c.dma_addr, c.size
@@ -256,7 +256,7 @@ impl Backend for Vendor {
                 continue;
             };
             if !irq::vendor_completable(last.int_mask) {
-                return Err(DeviceError::InvalidArgument {
+                return Err(Error::InvalidArgument {
                     what: format!(
                         "task {} ends a core's range with int_mask {:#x}: the vendor driver completes a job only on exactly one interrupt pair (0x3, 0xc, 0x30, 0xc0, 0x300 or 0xc00, the block that finishes last); this mask would never complete it and would hold the core",
                         end - 1,
@@ -277,7 +277,7 @@ impl Backend for Vendor {
         if job.cores == CoreMask::Auto {
             return Ok(());
         }
-        Err(DeviceError::NotOffered {
+        Err(Error::NotOffered {
             what: format!(
                 "non-blocking submission on core mask {:#x}: the vendor driver's timeout clean-up of explicitly placed non-blocking jobs can crash the kernel on another process's blocking job; submit with the automatic mask, or block",
                 job.cores.bits()
@@ -309,12 +309,12 @@ impl Backend for Vendor {
             // the timeout, and a job another process's soft reset wakes fails with
             // EINVAL too, 100 ms or more into the reset (rknpu_reset.c,
             // rknpu_soft_reset).
-            Err(DeviceError::Ioctl {
+            Err(Error::Ioctl {
                 errno: OsError::EINVAL,
                 ..
             }) if job.cores.bits() & 4 != 0 && started.elapsed() < IMMEDIATE_REFUSAL => {
                 dev.learn_core_limit(3);
-                Err(DeviceError::NoSuchCore {
+                Err(Error::NoSuchCore {
                     mask: job.cores.bits(),
                     cores: 2,
                 })
@@ -324,10 +324,10 @@ impl Backend for Vendor {
                 int_status: statuses,
                 hw_elapsed: Some(Duration::from_nanos(sub.hw_elapse_time.max(0) as u64)),
             }),
-            Err(DeviceError::Ioctl {
+            Err(Error::Ioctl {
                 errno: OsError::ETIMEDOUT,
                 ..
-            }) => Err(DeviceError::Timeout {
+            }) => Err(Error::Timeout {
                 task_counter: sub.task_counter,
                 int_status: statuses.last().copied().unwrap_or(0),
             }),
@@ -366,7 +366,7 @@ impl Backend for Vendor {
         deadline: Instant,
     ) -> Result<JobResult> {
         let Some(fd) = flight.fence.take() else {
-            return Err(DeviceError::NotOffered {
+            return Err(Error::NotOffered {
                 what: "waiting: the kernel returned no fence".into(),
             });
         };
@@ -375,7 +375,7 @@ impl Backend for Vendor {
             // Kept: a settling wait polls it again, and dropping the job closes it.
             flight.fence = Some(fd);
             ready?;
-            return Err(DeviceError::Timeout {
+            return Err(Error::Timeout {
                 task_counter: 0,
                 int_status: 0,
             });
@@ -397,7 +397,7 @@ impl Backend for Vendor {
     fn is_done(&self, dev: &Device, _job: &Job<'_>, flight: &InFlight) -> Result<bool> {
         match flight.fence {
             Some(fd) => dev.inner.port.poll(fd, Duration::ZERO),
-            None => Err(DeviceError::NotOffered {
+            None => Err(Error::NotOffered {
                 what: "telling whether the job finished: the kernel returned no fence".into(),
             }),
         }

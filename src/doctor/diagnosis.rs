@@ -1,8 +1,9 @@
 //! What a failed rung reports: what was expected, what came back, and what to check.
 
 use super::Rung;
+use crate::Error;
 use crate::OsError;
-use crate::device::{DeviceError, JobResult};
+use crate::device::JobResult;
 use std::fmt;
 
 /// Where a result first differs from the CPU's.
@@ -52,7 +53,7 @@ impl fmt::Display for Mismatch {
 pub enum Finding {
     /// The device layer returned an error (a timeout carries the task counter and the
     /// interrupt status the kernel reported).
-    Device(DeviceError),
+    Device(Error),
     /// The ladder could not build its own program or pack its data (a library bug).
     Build(String),
     /// The job completed but the kernel counted a different number of tasks.
@@ -180,20 +181,20 @@ fn hint(rung: Rung, finding: &Finding) -> String {
     }
 }
 
-fn device_hint(rung: Rung, e: &DeviceError) -> String {
+fn device_hint(rung: Rung, e: &Error) -> String {
     match e {
-        DeviceError::NotFound { .. } => "is the driver loaded? `dmesg | grep -i -e rknpu -e rocket` should show it; the vendor driver needs CONFIG_ROCKCHIP_RKNPU (DRM flavour), mainline needs Linux 6.18+ with CONFIG_DRM_ACCEL_ROCKET and the rknn-core nodes enabled in the device tree; or set RKNPU_DEVICE to the node".into(),
-        DeviceError::Open { errno, .. } if *errno == OsError::EACCES || *errno == OsError::EPERM => "the user may not open the node: add it to the `render` group (renderD*), `video` (card*) or add a udev rule for accel* (docs/hw-testing.md)".into(),
-        DeviceError::Open { .. } => "the node named does not open: check the path (`ls -l /dev/dri /dev/accel`) and that the driver is bound (dmesg)".into(),
-        DeviceError::UnsupportedDriver { .. } => "the library speaks the vendor rknpu 0.9.6 and later 0.9.x (DRM flavour) and rocket: update the BSP kernel or switch to the mainline driver".into(),
-        DeviceError::Timeout { task_counter, .. } => timeout_hint(rung, *task_counter),
-        DeviceError::Ioctl { op, .. } => format!(
+        Error::NotFound { .. } => "is the driver loaded? `dmesg | grep -i -e rknpu -e rocket` should show it; the vendor driver needs CONFIG_ROCKCHIP_RKNPU (DRM flavour), mainline needs Linux 6.18+ with CONFIG_DRM_ACCEL_ROCKET and the rknn-core nodes enabled in the device tree; or set RKNPU_DEVICE to the node".into(),
+        Error::Open { errno, .. } if *errno == OsError::EACCES || *errno == OsError::EPERM => "the user may not open the node: add it to the `render` group (renderD*), `video` (card*) or add a udev rule for accel* (docs/hw-testing.md)".into(),
+        Error::Open { .. } => "the node named does not open: check the path (`ls -l /dev/dri /dev/accel`) and that the driver is bound (dmesg)".into(),
+        Error::UnsupportedDriver { .. } => "the library speaks the vendor rknpu 0.9.6 and later 0.9.x (DRM flavour) and rocket: update the BSP kernel or switch to the mainline driver".into(),
+        Error::Timeout { task_counter, .. } => timeout_hint(rung, *task_counter),
+        Error::Ioctl { op, .. } => format!(
             "the kernel refused {op}: compare the driver's version and build options with the vendor and rocket driver sources (docs/provenance.md), and look in dmesg for the driver's message; {SEND}"
         ),
-        DeviceError::Verify { .. } => format!(
+        Error::Verify { .. } => format!(
             "the pre-submit verifier refused a program the library built: a library bug, not the board; {SEND}"
         ),
-        DeviceError::NotOffered { .. } | DeviceError::CoreMask { .. } => format!(
+        Error::NotOffered { .. } | Error::CoreMask { .. } => format!(
             "the ladder asked for something this interface does not offer: a library bug; {SEND}"
         ),
         _ => SEND.into(),

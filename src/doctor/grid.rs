@@ -3,8 +3,8 @@
 
 use super::check::{Operands, Values};
 use super::rungs::{Ctx, Fail, dtype_name, judge};
+use crate::Error;
 use crate::compute::matmul::{Matmul, WeightBank};
-use crate::device::DeviceError;
 use crate::kernels::matmul::{MatmulSpec, Plan};
 use crate::kernels::single::Dtype;
 
@@ -85,7 +85,7 @@ fn run_plan(c: &Ctx<'_>, plan: Plan, seed: u64) -> Result<bool, Fail> {
     if c.corrupt() {
         ops.corrupt();
     }
-    let dev_err = |e: DeviceError| Fail::device(expected.as_str())(e);
+    let dev_err = |e: Error| Fail::device(expected.as_str())(e);
     let (got, job) = match &ops {
         Operands::Int { a, b, .. } => {
             let bank = std::sync::Arc::new(

@@ -4,7 +4,8 @@
 use super::check::{self, Operands, Values};
 use super::diagnosis::{Diagnosis, Finding};
 use super::{Options, Rung, grid};
-use crate::device::{Bo, BoFlags, Device, DeviceError, Job, JobResult};
+use crate::Error;
+use crate::device::{Bo, BoFlags, Device, Job, JobResult};
 use crate::kernels::single::{self, Dtype, SingleMatmul};
 use crate::kernels::worked_example as we;
 use crate::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder, words_to_le_bytes};
@@ -43,7 +44,7 @@ impl Fail {
         self
     }
 
-    pub(super) fn device(expected: impl Into<String>) -> impl FnOnce(DeviceError) -> Fail {
+    pub(super) fn device(expected: impl Into<String>) -> impl FnOnce(Error) -> Fail {
         let expected = expected.into();
         move |e| Fail::new(expected, Finding::Device(e))
     }
@@ -181,14 +182,14 @@ fn round_trip(c: &Ctx<'_>, size: usize, seed: u64) -> Result<(), Fail> {
 }
 
 /// A buffer holding `bytes`.
-pub(super) fn upload(dev: &Device, bytes: &[u8]) -> Result<Bo, DeviceError> {
+pub(super) fn upload(dev: &Device, bytes: &[u8]) -> Result<Bo, Error> {
     let mut bo = dev.alloc(bytes.len().max(1), BoFlags::default())?;
     bo.write(0, bytes)?;
     Ok(bo)
 }
 
 /// An output buffer of `len` bytes, filled with [`FILL`].
-fn output(dev: &Device, len: usize) -> Result<Bo, DeviceError> {
+fn output(dev: &Device, len: usize) -> Result<Bo, Error> {
     upload(dev, &vec![FILL; len.max(1)])
 }
 

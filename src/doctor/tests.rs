@@ -2,7 +2,7 @@
 //! just before that rung on an emulator of the test's own.
 
 use super::*;
-use crate::device::DeviceError;
+use crate::Error;
 use crate::emu::{EmuKernel, Flavour};
 use crate::sim::{At, Faults};
 
@@ -137,7 +137,7 @@ fn probe_fails_on_a_node_that_does_not_open() {
     assert!(report.device.is_none());
     let d = stopped_at(report, Rung::Probe);
     assert!(
-        matches!(&d.finding, Finding::Device(DeviceError::Open { errno, .. }) if *errno == crate::OsError::ENOENT),
+        matches!(&d.finding, Finding::Device(Error::Open { errno, .. }) if *errno == crate::OsError::ENOENT),
         "{d}"
     );
     assert!(d.hint.contains("ls -l /dev/dri"), "{d}");
@@ -147,7 +147,7 @@ fn probe_fails_on_a_node_that_does_not_open() {
 fn probe_fails_on_an_unknown_emulator_saying_how_to_select_a_device() {
     let d = stopped_at(run_spec(Some("emu:vendor-0.9.5"), &options()), Rung::Probe);
     assert!(
-        matches!(&d.finding, Finding::Device(DeviceError::NotFound { .. })),
+        matches!(&d.finding, Finding::Device(Error::NotFound { .. })),
         "{d}"
     );
     assert!(d.hint.contains("RKNPU_DEVICE"), "{d}");
@@ -182,7 +182,7 @@ fn the_worked_example_catches_an_npu_that_runs_nothing() {
     assert!(
         matches!(
             d.finding,
-            Finding::Device(DeviceError::Timeout {
+            Finding::Device(Error::Timeout {
                 task_counter: 0,
                 ..
             })
@@ -209,7 +209,7 @@ fn on_rocket_a_hang_is_a_timeout_without_counters_at_the_worked_example() {
     // The rocket driver reports nothing about a job that timed out.
     assert_eq!(
         d.finding,
-        Finding::Device(DeviceError::Timeout {
+        Finding::Device(Error::Timeout {
             task_counter: 0,
             int_status: 0
         }),
@@ -284,7 +284,7 @@ fn the_chained_program_catches_a_chain_that_stops() {
     assert!(
         matches!(
             d.finding,
-            Finding::Device(DeviceError::Timeout {
+            Finding::Device(Error::Timeout {
                 task_counter: 2,
                 ..
             })
@@ -321,7 +321,7 @@ fn the_two_core_grid_catches_a_second_core_that_never_completes() {
         },
     );
     assert!(
-        matches!(d.finding, Finding::Device(DeviceError::Timeout { .. })),
+        matches!(d.finding, Finding::Device(Error::Timeout { .. })),
         "{d}"
     );
     assert!(d.hint.contains("multi-core job did not complete"), "{d}");

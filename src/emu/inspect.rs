@@ -23,8 +23,8 @@ impl EmuKernel {
     /// Why the last job that did not finish stopped, when it was a bound of the
     /// simulator (docs/simulator.md, "Bounds") and not anything a board does; taken
     /// once. The device layer asks after a job times out, so that an emulation limit is
-    /// reported as such ([`crate::device::DeviceError::WorkBudget`],
-    /// [`crate::device::DeviceError::TooLargeToSimulate`]), never as a timeout.
+    /// reported as such ([`crate::Error::WorkBudget`],
+    /// [`crate::Error::TooLargeToSimulate`]), never as a timeout.
     pub fn take_stop(&self) -> Option<EmuStop> {
         self.lock().budget_stop.take()
     }
@@ -46,7 +46,7 @@ impl EmuKernel {
     /// Sets the simulator's work budget for each job from now on (docs/simulator.md,
     /// "Bounds"; [`crate::sim::DEFAULT_WORK_BUDGET`] unless set). A job that needs more
     /// stops where it ran out, and the device layer reports
-    /// [`crate::device::DeviceError::WorkBudget`].
+    /// [`crate::Error::WorkBudget`].
     pub fn set_work_budget(&self, units: u64) {
         let sim = Arc::clone(&self.lock().sim);
         worker::lock_sim(&sim).set_work_budget(units);

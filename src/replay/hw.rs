@@ -2,7 +2,8 @@
 //! them; each submission is one job.
 
 use super::target::{Outcome, Run, Target};
-use crate::device::{Bo, BoFlags, CoreMask, Device, DeviceError, Job};
+use crate::Error;
+use crate::device::{Bo, BoFlags, CoreMask, Device, Job};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -102,7 +103,7 @@ impl Target for Hw<'_> {
                 lints: Vec::new(),
                 why: None,
             },
-            Err(DeviceError::Timeout {
+            Err(Error::Timeout {
                 task_counter,
                 int_status,
             }) => {

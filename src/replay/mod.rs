@@ -18,7 +18,8 @@ mod model;
 mod target;
 mod walk;
 
-use crate::device::{Device, DeviceError};
+use crate::Error;
+use crate::device::Device;
 use crate::trace::{ChunkReader, Header, Trace, TraceError};
 use hw::Hw;
 use model::Model;
@@ -207,7 +208,7 @@ pub fn replay_hw_with(t: &Trace, dev: &Device, opts: &ReplayOptions) -> ReplayRe
 }
 
 /// Replays `t` in `mode` (hw mode on `Device::open()`).
-pub fn replay(t: &Trace, mode: Mode, opts: &ReplayOptions) -> Result<ReplayReport, DeviceError> {
+pub fn replay(t: &Trace, mode: Mode, opts: &ReplayOptions) -> Result<ReplayReport, Error> {
     Ok(match mode {
         Mode::Check => replay_check(t),
         Mode::Model => replay_model_with(t, opts),
@@ -222,7 +223,7 @@ pub enum StreamError {
     /// The trace stops being a trace at this chunk (the replay stops there).
     Trace(TraceError),
     /// Hw mode could not open a device.
-    Device(DeviceError),
+    Device(Error),
 }
 
 impl std::fmt::Display for StreamError {
