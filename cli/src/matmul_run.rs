@@ -114,6 +114,33 @@ fn check_int(spec: &MatmulSpec, (a, b): (&[i32], &[i32]), c: &[i64]) -> (f64, f6
     (worst, worst)
 }
 
+/// One product on one device: operands `(a, b)` packed into a bank by `bank`, run by
+/// `run`, checked by `check` (largest error, how far past its bound).
+fn run_on<T, C>(
+    dev: &Device,
+    (plan, options): (Plan, MatmulOptions),
+    (a, b): (&[T], &[T]),
+    bank: impl FnOnce(&Device, &Plan, &[T]) -> rknpu_driver::Result<WeightBank>,
+    run: impl FnOnce(&mut Matmul, &[T]) -> rknpu_driver::Result<Vec<C>>,
+    check: impl FnOnce(&[C]) -> (f64, f64),
+) -> Result<Checked, Failure> {
+    let t = Instant::now();
+    let bank = Arc::new(bank(dev, &plan, b).map_err(|e| fail(&e))?);
+    let t_pack_b = t.elapsed();
+    let mut mm = Matmul::for_plan_with(&bank, plan, options).map_err(|e| fail(&e))?;
+    let counting = Counting::start(dev);
+    let c = run(&mut mm, a).map_err(|e| fail(&e))?;
+    let dma = counting.stop();
+    let (err, bound) = check(&c);
+    Ok(Checked {
+        t_pack_b,
+        timings: mm.timings,
+        err,
+        bound,
+        dma,
+    })
+}
+
 /// fp16 operands on one device, checked against an f64 product ([`check_f32`]).
 pub(crate) fn run_f32(
     dev: &Device,
@@ -123,21 +150,14 @@ pub(crate) fn run_f32(
 ) -> Result<Checked, Failure> {
     let spec = plan.spec;
     let (a, b) = float_operands(&spec, rng);
-    let t = Instant::now();
-    let bank = Arc::new(WeightBank::from_f32_kn(dev, &plan.layout, &b).map_err(|e| fail(&e))?);
-    let t_pack_b = t.elapsed();
-    let mut mm = Matmul::for_plan_with(&bank, plan, options).map_err(|e| fail(&e))?;
-    let counting = Counting::start(dev);
-    let c = mm.run_f32(&a).map_err(|e| fail(&e))?;
-    let dma = counting.stop();
-    let (err, bound) = check_f32(&spec, (&a, &b), &c);
-    Ok(Checked {
-        t_pack_b,
-        timings: mm.timings,
-        err,
-        bound,
-        dma,
-    })
+    run_on(
+        dev,
+        (plan, options),
+        (&a, &b),
+        |d, p, b| WeightBank::from_f32_kn(d, &p.layout, b),
+        |mm, a| mm.run_f32(a),
+        |c| check_f32(&spec, (&a, &b), c),
+    )
 }
 
 /// int8 or int4 operands on one device, checked exactly ([`check_int`]).
@@ -149,21 +169,14 @@ pub(crate) fn run_int(
 ) -> Result<Checked, Failure> {
     let spec = plan.spec;
     let (a, b) = int_operands(&spec, rng);
-    let t = Instant::now();
-    let bank = Arc::new(WeightBank::from_int_kn(dev, &plan.layout, &b).map_err(|e| fail(&e))?);
-    let t_pack_b = t.elapsed();
-    let mut mm = Matmul::for_plan_with(&bank, plan, options).map_err(|e| fail(&e))?;
-    let counting = Counting::start(dev);
-    let c = mm.run_int(&a).map_err(|e| fail(&e))?;
-    let dma = counting.stop();
-    let (err, bound) = check_int(&spec, (&a, &b), &c);
-    Ok(Checked {
-        t_pack_b,
-        timings: mm.timings,
-        err,
-        bound,
-        dma,
-    })
+    run_on(
+        dev,
+        (plan, options),
+        (&a, &b),
+        |d, p, b| WeightBank::from_int_kn(d, &p.layout, b),
+        |mm, a| mm.run_int(a),
+        |c| check_int(&spec, (&a, &b), c),
+    )
 }
 
 /// `v` (rows × cols, row-major) transposed and converted by `f`.

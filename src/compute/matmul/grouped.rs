@@ -27,17 +27,40 @@ pub fn quantize_groups_i8(x: &[f32], k: usize, group: usize) -> Result<(Vec<i8>,
     let groups = k.div_ceil(group);
     let mut q = vec![0i8; x.len()];
     let mut s = vec![0f32; x.len() / k * groups];
-    for ((row, qrow), srow) in x
+    if k.is_multiple_of(group) {
+        // Whole groups: row-major, they are rows of `group` values, in order.
+        quantize_rows_i8_into(x, group, &mut q, &mut s)?;
+        return Ok((q, s));
+    }
+    for (((r, row), qrow), srow) in x
         .chunks_exact(k)
+        .enumerate()
         .zip(q.chunks_exact_mut(k))
         .zip(s.chunks_exact_mut(groups))
     {
-        for ((seg, qseg), scale) in row
+        for (((g, seg), qseg), scale) in row
             .chunks(group)
+            .enumerate()
             .zip(qrow.chunks_mut(group))
             .zip(srow.iter_mut())
         {
-            quantize_rows_i8_into(seg, seg.len(), qseg, std::slice::from_mut(scale))?;
+            // A refused value is named by its index in `x`, as in the whole-group path.
+            quantize_rows_i8_into(seg, seg.len(), qseg, std::slice::from_mut(scale)).map_err(
+                |e| match e {
+                    Error::OutOfRange {
+                        what,
+                        index,
+                        value,
+                        range,
+                    } => Error::OutOfRange {
+                        what,
+                        index: index + r * k + g * group,
+                        value,
+                        range,
+                    },
+                    e => e,
+                },
+            )?;
         }
     }
     Ok((q, s))

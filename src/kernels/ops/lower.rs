@@ -17,18 +17,12 @@
 //! The forms give the same values at every element the caller reads (the packed layouts
 //! differ, so the caller packs and unpacks through the Conv2d the choice returns).
 
-use super::Cube;
 use super::conv::Conv2d;
 use super::eltwise::{Eltwise, EltwiseOp, Operand};
 use crate::error::Result;
 use crate::kernels::matmul::cost::HardwareProfile;
 use crate::regcmd::DmaAddr;
 use crate::task::Task;
-
-/// Where the cost is modelled: placeholder addresses (the cost reads sizes, not places).
-fn placeholders() -> [DmaAddr; 4] {
-    [0x1000_0000, 0x2000_0000, 0x3000_0000, 0x4000_0000].map(DmaAddr::Fixed)
-}
 
 /// How [`Conv2d::tasks_adding`] adds the tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -80,26 +74,17 @@ impl Conv2d {
         [input, weights, operand, output]: [DmaAddr; 4],
         profile: &HardwareProfile,
     ) -> Result<(Vec<Task>, AddForm)> {
-        let separate = |[i, w, r, o]: [DmaAddr; 4]| -> Result<Vec<Task>> {
-            let mut tasks = self.tasks(i, w, o)?;
-            let cube: Cube = self.output_cube()?;
-            let add = Eltwise::new(EltwiseOp::Add, cube, Operand::Tensor)?;
-            tasks.extend(add.tasks(o, r, o)?);
-            Ok(tasks)
-        };
-        let at = [input, weights, operand, output];
-        let [i, w, r, o] = placeholders();
-        let Ok(fused) = self.tasks_with_add(i, w, r, o) else {
-            return Ok((separate(at)?, AddForm::Separate));
-        };
-        let apart = separate(placeholders())?;
-        if profile.serial_job_seconds(&fused) <= profile.serial_job_seconds(&apart) {
-            Ok((
-                self.tasks_with_add(input, weights, operand, output)?,
-                AddForm::Fused,
-            ))
-        } else {
-            Ok((separate(at)?, AddForm::Separate))
+        // The cost reads sizes, not places: both forms are costed as they will run.
+        let mut apart = self.tasks(input, weights, output)?;
+        let add = Eltwise::new(EltwiseOp::Add, self.output_cube()?, Operand::Tensor)?;
+        apart.extend(add.tasks(output, operand, output)?);
+        match self.tasks_with_add(input, weights, operand, output) {
+            Ok(fused)
+                if profile.serial_job_seconds(&fused) <= profile.serial_job_seconds(&apart) =>
+            {
+                Ok((fused, AddForm::Fused))
+            }
+            _ => Ok((apart, AddForm::Separate)),
         }
     }
 }
