@@ -173,11 +173,11 @@ fn run() -> Res {
     })?;
     let act = ActivationOp::new(Activation::Silu, half)?;
     let s = b.op("silu(gate)", &[g16], half, move |i, o| {
-        act.tasks(i[0], o, i[0])
+        act.tasks_at(i[0], o, i[0])
     })?;
     let mul = Eltwise::new(EltwiseOp::Mul, half, Operand::Tensor)?;
     let h = b.op("silu(gate) * up", &[s, u16], half, move |i, o| {
-        mul.tasks(i[0], i[1], o)
+        mul.tasks_at(i[0], i[1], o)
     })?;
     let y = b.matmul("down", &down, h, M, OutType::Fp32, MatmulInput::Native)?;
     b.output(y)?;

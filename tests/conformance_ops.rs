@@ -438,7 +438,7 @@ fn the_generators_fp16_depthwise_task_has_the_board_run_modes() {
     let mine = Conv2d::new(Cube::new(6, 6, 32, Precision::Fp16).unwrap(), 32, (3, 3))
         .with_depthwise(true)
         .with_pad_symmetric(1)
-        .tasks(
+        .tasks_at(
             DmaAddr::Fixed(0x2000_0000),
             DmaAddr::Fixed(0x3000_0000),
             DmaAddr::Fixed(0x5000_0000),

@@ -109,7 +109,7 @@ fn bad_scale_requests_are_typed_errors_and_change_nothing() {
     let a = b.input("a", half).unwrap();
     let add = Eltwise::new(EltwiseOp::Add, half, Operand::Tensor).unwrap();
     let s = b
-        .op("a+a", &[a], half, move |i, o| add.tasks(i[0], i[0], o))
+        .op("a+a", &[a], half, move |i, o| add.tasks_at(i[0], i[0], o))
         .unwrap();
     b.output(s).unwrap();
     let mut plain = b.build().unwrap();

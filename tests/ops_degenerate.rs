@@ -38,7 +38,7 @@ fn degenerate_convolutions_are_errors() {
             Conv2d::new(c, 16, (3, 3)).with_stride(u32::MAX, u32::MAX),
         ];
         for (n, s) in specs.iter().enumerate() {
-            assert!(s.tasks(i, w, o).is_err(), "{p} spec {n} builds tasks");
+            assert!(s.tasks_at(i, w, o).is_err(), "{p} spec {n} builds tasks");
             assert!(
                 s.output_size().is_err() || s.check().is_err(),
                 "{p} spec {n}"
@@ -61,7 +61,7 @@ fn degenerate_pools_are_errors() {
         Pool2d::new(c, PoolKind::Max, 2).with_stride(u32::MAX, 1),
     ];
     for (n, s) in specs.iter().enumerate() {
-        assert!(s.tasks(i, o, o).is_err(), "spec {n} builds tasks");
+        assert!(s.tasks_at(i, o, o).is_err(), "spec {n} builds tasks");
         assert!(s.output().is_err(), "spec {n} has an output");
     }
 }

@@ -23,7 +23,7 @@ use rknpu_driver::task::Precision;
 
 fn program(op: &Eltwise) -> Program {
     let tasks = op
-        .tasks(
+        .tasks_at(
             ops::at(ops::INPUT, 0),
             ops::at(ops::OPERAND, 0),
             ops::at(ops::OUTPUT, 0),
@@ -311,7 +311,7 @@ fn widths_at_the_tiling_limit() {
         let cube = Cube::new(w, 1, 8, Precision::Fp16).unwrap();
         let e = Eltwise::new(EltwiseOp::Sub, cube, Operand::Tensor).unwrap();
         let tasks = e
-            .tasks(
+            .tasks_at(
                 ops::at(ops::INPUT, 0),
                 ops::at(ops::OPERAND, 0),
                 ops::at(ops::OUTPUT, 0),
@@ -352,7 +352,7 @@ fn refusals_are_typed_errors() {
     let cube = Cube::new(8192, 1, 8, Precision::Fp16).unwrap();
     let e = Eltwise::new(EltwiseOp::Add, cube, Operand::Tensor).unwrap();
     assert!(matches!(
-        e.tasks(
+        e.tasks_at(
             rknpu_driver::regcmd::DmaAddr::Fixed(u32::MAX - 16),
             ops::at(ops::OPERAND, 0),
             ops::at(ops::OUTPUT, 0)

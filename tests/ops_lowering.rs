@@ -92,7 +92,7 @@ fn one_channel_groups_run_in_the_depthwise_mode() {
     let wide = |v: &[f16]| v.iter().map(|e| f64::from(e.to_f32())).collect::<Vec<_>>();
     let (want, mag) = reference(&grouped, c, &wide(&x), &wide(&k));
     let [i, w, _, o] = addresses();
-    let tasks = cv.tasks(i, w, o).unwrap();
+    let tasks = cv.tasks_at(i, w, o).unwrap();
     let bufs = [
         &cv.pack_input(&x).unwrap()[..],
         &cv.pack_weights(&k).unwrap()[..],

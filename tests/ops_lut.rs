@@ -45,7 +45,7 @@ fn run(
 fn activation(dev: &Device, a: Activation, cube: Cube, input: &[f16]) -> Vec<f16> {
     let op = ActivationOp::new(a, cube).unwrap();
     let tasks = op
-        .tasks(
+        .tasks_at(
             ops::at(ops::INPUT, 0),
             ops::at(ops::OUTPUT, 0),
             ops::at(ops::OPERAND, 0),

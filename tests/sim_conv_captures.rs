@@ -338,7 +338,7 @@ fn compare(name: &str, v: &Task, cv: &Conv2d, dpu: bool) {
     {
         let case_name = name;
         let ours = cv
-            .tasks(
+            .tasks_at(
                 ops::at(ops::INPUT, 0),
                 ops::at(ops::WEIGHTS, 0),
                 ops::at(ops::OUTPUT, 0),

@@ -72,7 +72,7 @@ fn vendor_flying_fp16_adds_are_what_the_generator_builds_and_run_clean() {
         let (a, b, out) = (r.mrdma.unwrap().addr, r.erdma.unwrap().addr, d.out.addr);
         let mine = Eltwise::new(EltwiseOp::Add, cube, Operand::Tensor)
             .unwrap()
-            .tasks(a, b, out)
+            .tasks_at(a, b, out)
             .unwrap();
         assert_eq!(mine.len(), 1);
         let (md, mr) = (mine[0].dpu.unwrap(), mine[0].dpu_rdma.unwrap());

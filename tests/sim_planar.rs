@@ -17,7 +17,7 @@ fn planar_task(w: u32, h: u32) -> rknpu_driver::task::Task {
     use rknpu_driver::task::Precision;
     let cv = Conv2d::new(Cube::new(w, h, 32, Precision::Fp16).unwrap(), 16, (1, 1));
     let mut t = cv
-        .tasks(
+        .tasks_at(
             ops::at(ops::INPUT, 0),
             ops::at(ops::WEIGHTS, 0),
             ops::at(ops::OUTPUT, 0),

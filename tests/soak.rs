@@ -101,7 +101,7 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
     let ecube = Cube::new(4, 1, 16, Precision::Int8).unwrap();
     let ew = Eltwise::new(EltwiseOp::Add, ecube, Operand::Tensor).unwrap();
     let ew_program = ops::chain(
-        &ew.tasks(
+        &ew.tasks_at(
             ops::at(ops::INPUT, 0),
             ops::at(ops::OPERAND, 0),
             ops::at(ops::OUTPUT, 0),

@@ -73,7 +73,7 @@ pub(crate) fn run(a: ConvArgs) -> Result<(), Failure> {
     conv.check().map_err(bad)?;
     let (ow, oh) = conv.output_size().map_err(bad)?;
     let tasks = conv
-        .tasks(ops::at(INPUT, 0), ops::at(WEIGHTS, 0), ops::at(OUTPUT, 0))
+        .tasks_at(ops::at(INPUT, 0), ops::at(WEIGHTS, 0), ops::at(OUTPUT, 0))
         .map_err(fail)?;
     let program = ops::chain(&tasks).map_err(fail)?;
     outln!(

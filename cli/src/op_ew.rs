@@ -67,7 +67,7 @@ fn check<T: EwElement + Element + PartialEq>(
         .map_err(|e| usage(format!("op ew: {e}")))?;
     let b_cube = ew.operand_cube();
     let tasks = ew
-        .tasks(ops::at(INPUT, 0), ops::at(OPERAND, 0), ops::at(OUTPUT, 0))
+        .tasks_at(ops::at(INPUT, 0), ops::at(OPERAND, 0), ops::at(OUTPUT, 0))
         .map_err(fail)?;
     let program = ops::chain(&tasks).map_err(fail)?;
     summary(&program);

@@ -67,7 +67,7 @@ pub(crate) fn run(a: LutArgs) -> Result<(), Failure> {
     let cube = Cube::new(a.w, a.h, a.c, prec).map_err(bad)?;
     let op = ActivationOp::new(act, cube).map_err(bad)?;
     let tasks = op
-        .tasks(ops::at(INPUT, 0), ops::at(OUTPUT, 0), ops::at(OPERAND, 0))
+        .tasks_at(ops::at(INPUT, 0), ops::at(OUTPUT, 0), ops::at(OPERAND, 0))
         .map_err(fail)?;
     let program = ops::chain(&tasks).map_err(fail)?;
     let (lo, hi) = act.input_range();

@@ -33,7 +33,7 @@ fn raw<R: Register>(fields: &[(Field<R>, u32)]) -> u32 {
 /// A 1×1 fp16 convolution task: MRDMA and ERDMA disabled, the EW stage bypassed.
 fn conv() -> Task {
     Conv2d::new(Cube::new(4, 4, 32, Precision::Fp16).unwrap(), 16, (1, 1))
-        .tasks(
+        .tasks_at(
             DmaAddr::Fixed(0x10_0000),
             DmaAddr::Fixed(0x20_0000),
             DmaAddr::Fixed(0x30_0000),
@@ -104,7 +104,7 @@ fn the_same_fields_are_checked_when_their_engine_runs() {
         Operand::Tensor,
     )
     .unwrap()
-    .tasks(
+    .tasks_at(
         DmaAddr::Fixed(0x10_0000),
         DmaAddr::Fixed(0x20_0000),
         DmaAddr::Fixed(0x30_0000),

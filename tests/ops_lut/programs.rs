@@ -18,7 +18,7 @@ fn golden_decoded_programs() {
         let cube = Cube::new(2, 1, 16, Precision::Fp16).unwrap();
         let op = ActivationOp::new(a, cube).unwrap();
         let tasks = op
-            .tasks(
+            .tasks_at(
                 ops::at(ops::INPUT, 0),
                 ops::at(ops::OUTPUT, 0),
                 ops::at(ops::OPERAND, 0),
@@ -148,7 +148,7 @@ fn each_activation_raises_the_lints_its_docs_name() {
     for (a, signed, flat, unvalidated) in cases {
         let op = ActivationOp::new(a, cube).unwrap();
         let tasks = op
-            .tasks(
+            .tasks_at(
                 ops::at(ops::INPUT, 0),
                 ops::at(ops::OUTPUT, 0),
                 ops::at(ops::OPERAND, 0),

@@ -118,7 +118,7 @@ fn board_measured_hazards_are_linted() {
     assert!(quirks.iter().any(|m| m.contains("flat run")), "{quirks:?}");
     let tanh = ActivationOp::new(Activation::Tanh, cube).unwrap();
     let tasks = tanh
-        .tasks(
+        .tasks_at(
             ops::at(ops::INPUT, 0),
             ops::at(ops::OUTPUT, 0),
             ops::at(ops::OPERAND, 0),
@@ -135,7 +135,7 @@ fn board_measured_hazards_are_linted() {
     // The sigmoid program of the boards has none.
     let sig = ActivationOp::new(Activation::Sigmoid, cube).unwrap();
     let tasks = sig
-        .tasks(
+        .tasks_at(
             ops::at(ops::INPUT, 0),
             ops::at(ops::OUTPUT, 0),
             ops::at(ops::OPERAND, 0),
@@ -155,7 +155,7 @@ fn wide_tensors_are_tiled_at_4096_atoms() {
     let cube = Cube::new(4100, 2, 8, Precision::Fp16).unwrap();
     let op = ActivationOp::new(Activation::Sigmoid, cube).unwrap();
     let tasks = op
-        .tasks(
+        .tasks_at(
             DmaAddr::Fixed(0x10_0000),
             DmaAddr::Fixed(0x80_0000),
             DmaAddr::Fixed(0),

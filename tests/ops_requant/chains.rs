@@ -29,7 +29,7 @@ fn dequant_to_fp16_then_fp16_multiply_in_one_program() {
         .unwrap();
     let mul = eltwise::Eltwise::new(eltwise::EltwiseOp::Mul, h16, eltwise::Operand::Tensor)
         .unwrap()
-        .tasks(
+        .tasks_at(
             ops::at(MIDDLE, 0),
             ops::at(ops::OPERAND, 0),
             ops::at(ops::OUTPUT, 0),
@@ -239,7 +239,7 @@ fn int8_matmul_then_dequant_then_fp16_multiply() {
     tasks.extend(
         eltwise::Eltwise::new(eltwise::EltwiseOp::Mul, h16, eltwise::Operand::Tensor)
             .unwrap()
-            .tasks(
+            .tasks_at(
                 ops::at(MIDDLE, 0),
                 ops::at(ops::OPERAND, 0),
                 ops::at(ops::OUTPUT, 0),

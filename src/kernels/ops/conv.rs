@@ -443,7 +443,7 @@ impl Conv2d {
     /// The tasks reading the input cube at `input`, the packed weights at `weights` and
     /// writing the output cube at `output`: one per (group, kernel tile, band of output
     /// rows), in that order.
-    pub fn tasks(&self, input: DmaAddr, weights: DmaAddr, output: DmaAddr) -> Result<Vec<Task>> {
+    pub fn tasks_at(&self, input: DmaAddr, weights: DmaAddr, output: DmaAddr) -> Result<Vec<Task>> {
         self.check()?;
         let plan = self.plan()?;
         let slices = self.slices(&plan)?;

@@ -166,7 +166,7 @@ impl Eltwise {
     /// layout at `out`. The channels are processed up to whole atoms: the padding lanes
     /// of the output are computed from the padding lanes of A and B (zeros when packed by
     /// [`Cube::pack`]).
-    pub fn tasks(&self, a: DmaAddr, b: DmaAddr, out: DmaAddr) -> Result<Vec<Task>> {
+    pub fn tasks_at(&self, a: DmaAddr, b: DmaAddr, out: DmaAddr) -> Result<Vec<Task>> {
         let c = self.cube;
         let mut tasks = Vec::new();
         let mut x0 = 0;
@@ -426,7 +426,7 @@ mod tests {
         let cube = Cube::new(MAX_TASK_WIDTH + 10, 2, 8, Precision::Fp16).unwrap();
         let op = Eltwise::new(EltwiseOp::Add, cube, Operand::Tensor).unwrap();
         let t = op
-            .tasks(
+            .tasks_at(
                 DmaAddr::Fixed(0x1000),
                 DmaAddr::Fixed(0x10_0000),
                 DmaAddr::Fixed(0x20_0000),

@@ -75,9 +75,9 @@ impl Conv2d {
         profile: &HardwareProfile,
     ) -> Result<(Vec<Task>, AddForm)> {
         // The cost reads sizes, not places: both forms are costed as they will run.
-        let mut apart = self.tasks(input, weights, output)?;
+        let mut apart = self.tasks_at(input, weights, output)?;
         let add = Eltwise::new(EltwiseOp::Add, self.output_cube()?, Operand::Tensor)?;
-        apart.extend(add.tasks(output, operand, output)?);
+        apart.extend(add.tasks_at(output, operand, output)?);
         match self.tasks_with_add(input, weights, operand, output) {
             Ok(fused)
                 if profile.serial_job_seconds(&fused) <= profile.serial_job_seconds(&apart) =>

@@ -440,7 +440,7 @@ impl ActivationOp {
     /// `output`, then an element-wise multiply of every tile by `input` overwrites it in
     /// place (the board-validated form; the single-pass tables of [`Gate::Silu`] and
     /// [`Gate::Gelu`] mis-decode near 0 on boards, docs/hardware/lut.md#quirks).
-    pub fn tasks(&self, input: DmaAddr, output: DmaAddr, operand: DmaAddr) -> Result<Vec<Task>> {
+    pub fn tasks_at(&self, input: DmaAddr, output: DmaAddr, operand: DmaAddr) -> Result<Vec<Task>> {
         let tiles = self.tiles()?;
         let mut out = Vec::new();
         let at = |a: DmaAddr, t: &Tile| plus(a, t.offset);

@@ -24,6 +24,7 @@
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
 
+pub mod contract;
 pub mod conv;
 pub mod eltwise;
 pub mod epilogue;

@@ -266,7 +266,7 @@ impl Pool2d {
     }
 
     /// The passes' kernels: one pass, or the factorisation of a global pool.
-    fn pass_kernels(&self) -> Result<Vec<(u32, u32)>> {
+    pub(crate) fn pass_kernels(&self) -> Result<Vec<(u32, u32)>> {
         let (kw, kh) = self.kernel;
         if kw <= MAX_KERNEL && kh <= MAX_KERNEL {
             return Ok(vec![(kw, kh)]);
@@ -361,7 +361,7 @@ impl Pool2d {
 
     /// The tasks, reading `input`, writing `output`, with the intermediates of a
     /// multi-pass pool at `scratch` ([`Pool2d::scratch_bytes`] bytes; unused otherwise).
-    pub fn tasks(&self, input: DmaAddr, output: DmaAddr, scratch: DmaAddr) -> Result<Vec<Task>> {
+    pub fn tasks_at(&self, input: DmaAddr, output: DmaAddr, scratch: DmaAddr) -> Result<Vec<Task>> {
         let pieces = self.plan()?;
         let mids = self.intermediates()?;
         let passes = mids.len() + 1;
@@ -429,7 +429,7 @@ impl Pool2d {
     /// The program reading [`INPUT`], writing [`OUTPUT`], its intermediates in
     /// [`SCRATCH`] (a multi-pass pool only), its list in [`REGCMD`].
     pub fn program(&self) -> Result<Program> {
-        let tasks = self.tasks(at(INPUT, 0), at(OUTPUT, 0), at(SCRATCH, 0))?;
+        let tasks = self.tasks_at(at(INPUT, 0), at(OUTPUT, 0), at(SCRATCH, 0))?;
         let mut p = ProgramBuilder::new(REGCMD);
         for t in &tasks {
             p.push_task(t.body()?, t.enable());

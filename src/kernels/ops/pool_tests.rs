@@ -20,7 +20,7 @@ fn factorisations_keep_intermediates_at_least_4() {
 fn a_global_pool_of_a_large_plane_is_a_chain_of_passes() {
     let p = Pool2d::global(fp16(64, 40, 8), PoolKind::Avg);
     let t = p
-        .tasks(
+        .tasks_at(
             DmaAddr::Fixed(0x1000),
             DmaAddr::Fixed(0x8000),
             DmaAddr::Fixed(0x20000),
@@ -46,7 +46,7 @@ fn tall_outputs_split_by_rows_as_windows_of_the_whole_tensors() {
         .with_stride(1, 1)
         .with_pad(1);
     let t = p
-        .tasks(
+        .tasks_at(
             DmaAddr::Fixed(0),
             DmaAddr::Fixed(0x100000),
             DmaAddr::Fixed(0),

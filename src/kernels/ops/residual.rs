@@ -138,7 +138,7 @@ impl Conv2d {
         operand: DmaAddr,
         output: DmaAddr,
     ) -> Result<Vec<Task>> {
-        let mut tasks = self.tasks(input, weights, output)?;
+        let mut tasks = self.tasks_at(input, weights, output)?;
         for t in &mut tasks {
             add_operand(t, output, operand)?;
         }

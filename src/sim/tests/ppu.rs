@@ -21,7 +21,7 @@ fn fixed(a: u32) -> DmaAddr {
 
 /// The tasks of `pool` at the fixed addresses above.
 fn tasks(pool: &Pool2d) -> Vec<Task> {
-    pool.tasks(fixed(IN_AT), fixed(OUT_AT), fixed(MID_AT))
+    pool.tasks_at(fixed(IN_AT), fixed(OUT_AT), fixed(MID_AT))
         .unwrap()
 }
 

@@ -95,7 +95,7 @@ fn pooling_dma_ranges_follow_the_strides() {
     use crate::kernels::ops::pool::{Pool2d, PoolKind};
     let c = Cube::new(6, 4, 16, Precision::Fp16).unwrap();
     let t = Pool2d::new(c, PoolKind::Max, 2)
-        .tasks(
+        .tasks_at(
             DmaAddr::Fixed(0x1000),
             DmaAddr::Fixed(0x9000),
             DmaAddr::Fixed(0),
@@ -126,7 +126,7 @@ fn kxk_conv_dma_ranges_cover_the_band_and_the_kernels() {
     // (rows 0..23 and 21..40), each task reading its rows of all 20 surfaces.
     let cv = Conv2d::new(Cube::new(40, 40, 160, Precision::Fp16).unwrap(), 32, (3, 3));
     let tasks = cv
-        .tasks(
+        .tasks_at(
             DmaAddr::Fixed(0x10_0000),
             DmaAddr::Fixed(0x80_0000),
             DmaAddr::Fixed(0x100_0000),
@@ -202,7 +202,7 @@ fn per_channel_operand_reads_round_trip_and_touch_one_value_per_channel() {
         Operand::PerChannel,
     )
     .unwrap()
-    .tasks(
+    .tasks_at(
         DmaAddr::Fixed(0x10_0000),
         DmaAddr::Fixed(0x20_0000),
         DmaAddr::Fixed(0x30_0000),

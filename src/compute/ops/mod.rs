@@ -1,6 +1,9 @@
 //! Running one operation's program (`kernels::ops`) on a device: the buffers it
 //! relocates are allocated, filled, bound, submitted as one job and read back.
 //!
+//! [`run_op`] and [`check_op`] run any operation of the `kernels::ops::contract::Op`
+//! contract this way, its buffers found by role.
+//!
 //! This is the plain path for a single operation (and what the operations' tests on the
 //! emulated kernel use); a layer program keeps its buffers resident instead.
 //!
@@ -28,6 +31,10 @@
 //! assert_eq!(sum[5], 5 + 5000);
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
+
+mod run;
+
+pub use run::{OpCheck, check_op, run_op};
 
 use crate::device::{Bo, BoFlags, Device, Job};
 use crate::error::{Error, Result};
