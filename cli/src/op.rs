@@ -1,13 +1,15 @@
 //! `rknpu op`: one operation beyond matmul (convolution, element-wise, LUT activation,
 //! pooling) on seeded data, on the NPU or the emulated kernel, checked against the
-//! library's CPU reference of it (docs/cli.md, docs/ops.md).
+//! library's CPU reference of it (docs/cli.md, docs/ops.md): each subcommand builds the
+//! operation from its arguments, and one generic path ([`check`]) runs any operation of
+//! the `Op` contract.
 
-use crate::Failure;
 use crate::matmul::open;
-use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
+use crate::{Failure, usage};
+use rknpu_driver::compute::ops::check_op;
 use rknpu_driver::device::Device;
+use rknpu_driver::kernels::ops::contract::{self, Op};
 use rknpu_driver::regcmd::Program;
-use std::time::Instant;
 
 /// The options every operation takes.
 #[derive(clap::Args)]
@@ -81,19 +83,18 @@ pub(crate) fn summary(program: &Program) {
     );
 }
 
-/// Runs `program` with `buffers` on `dev`, printing the time it took.
-pub(crate) fn execute(
-    dev: &Device,
-    program: &Program,
-    buffers: ProgramBuffers,
-) -> Result<Vec<Vec<u8>>, Failure> {
-    let t0 = Instant::now();
-    let out = run_program(dev, program, buffers).map_err(|e| crate::matmul::fail(&e))?;
-    outln!(
-        "time: submit+wait {:.3} ms",
-        t0.elapsed().as_secs_f64() * 1e3
-    );
-    Ok(out)
+/// Checks `op` on seeded data on the device `common` names: prints `NAME: ` and what
+/// it computes, the program summary, the device, the time of the job and the verdict
+/// against the operation's reference within its tolerance (`compute::ops::check_op`).
+/// An operation that cannot be built from the arguments is a usage error.
+pub(crate) fn check(name: &str, op: &dyn Op, common: &Common) -> Result<(), Failure> {
+    let program = contract::program(op).map_err(|e| usage(format!("op {name}: {e}")))?;
+    outln!("{name}: {}", op.describe());
+    summary(&program);
+    let dev = common.open()?;
+    let c = check_op(&dev, op, common.seed()).map_err(|e| crate::matmul::fail(&e))?;
+    outln!("time: submit+wait {:.3} ms", c.elapsed.as_secs_f64() * 1e3);
+    verdict(c.worst, c.within, &c.basis)
 }
 
 /// Prints the error line and ends with OK, or fails with MISMATCH when an element is

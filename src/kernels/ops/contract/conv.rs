@@ -38,7 +38,7 @@ impl Op for Conv2d {
     fn describe(&self) -> String {
         let c = self.input;
         format!(
-            "{}x{}x{} {} * {} kernel(s) of {}x{}{} stride {} pad {} dilation {}",
+            "{}x{}x{} {} * {} kernel(s) of {}x{}{} stride {} pad {} dilation {}{}",
             c.height,
             c.width,
             c.channels,
@@ -49,7 +49,11 @@ impl Op for Conv2d {
             if self.depthwise { " (depthwise)" } else { "" },
             self.stride.0,
             self.pad.top,
-            self.dilation.0
+            self.dilation.0,
+            match self.output_size() {
+                Ok((ow, oh)) => format!(" -> {oh}x{ow}x{}", self.out_channels),
+                Err(_) => String::new(),
+            }
         )
     }
 

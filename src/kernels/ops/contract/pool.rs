@@ -14,12 +14,21 @@ impl Op for Pool2d {
             PoolKind::Avg => "avg",
             PoolKind::Min => "min",
         };
+        let pad = match self.padding {
+            [0, 0, 0, 0] => String::new(),
+            [l, t, r, b] if l == t && t == r && r == b => format!(" pad {l}"),
+            [l, t, r, b] => format!(" pad {l},{t},{r},{b} (left, top, right, bottom)"),
+        };
+        let out = match self.output() {
+            Ok(o) => format!(" -> {}x{}x{}", o.height, o.width, o.channels),
+            Err(_) => String::new(),
+        };
         format!(
-            "{kind} pool {}x{} stride {}x{} of {}x{}x{} {}",
-            self.kernel.1,
+            "{kind} {}x{} stride {}x{}{pad} of {}x{}x{} {}{out}",
             self.kernel.0,
-            self.stride.1,
+            self.kernel.1,
             self.stride.0,
+            self.stride.1,
             c.height,
             c.width,
             c.channels,
