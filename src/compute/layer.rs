@@ -55,6 +55,7 @@ mod built;
 mod check;
 mod operand;
 mod place;
+mod step;
 
 use built::Held;
 pub use built::{Layer, LayerStep, PendingLayer, TensorInfo};
