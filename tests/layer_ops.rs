@@ -69,7 +69,13 @@ fn relu6_then_global_max(dev: &Device, pool: bool) {
     let add = Eltwise::new(EltwiseOp::Add, cube, Operand::Tensor).unwrap();
     let relu6 = ActivationOp::new(Activation::Relu6, cube).unwrap();
     let global = Pool2d::global(cube, PoolKind::Max);
-    let ab = sample(&add, 5).unwrap();
+    let mut ab = sample(&add, 5).unwrap();
+    if pool {
+        // Values in [-2, 2] (exact in fp16): the window maxima differ by channel.
+        for v in ab.values_mut().flatten() {
+            *v /= 8.0;
+        }
+    }
     let mut b = LayerBuilder::new(dev);
     let tx = b.input("x", cube).unwrap();
     let ty = b.input("y", cube).unwrap();
@@ -101,9 +107,10 @@ fn relu6_then_global_max(dev: &Device, pool: bool) {
             .unwrap();
         assert!(global.scratch_bytes().unwrap() > 0);
         assert_eq!(unpack_values(&o, &bytes).unwrap(), want);
-        assert!(want.iter().all(|&v| v == 6.0 || v < 6.0));
+        assert!(want.iter().any(|&v| v != want[0]), "{want:?}");
     } else {
         assert_eq!(unpack_values(&cube, &bytes).unwrap(), clamped);
+        assert!(clamped.contains(&6.0) && clamped.contains(&0.0));
     }
 }
 

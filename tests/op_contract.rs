@@ -9,15 +9,18 @@
 use rknpu_driver::Error;
 use rknpu_driver::compute::ops::{check_op, run_op};
 use rknpu_driver::device::Device;
+use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::contract::{
-    self, Access, Bindings, DequantOp, Op, Port, RequantOp, Role, Sampling, Tolerance, Values,
+    self, Access, Bindings, DequantOp, MatmulOp, Op, Port, RequantOp, Role, Sampling, Tolerance,
+    Values,
 };
 use rknpu_driver::kernels::ops::conv::{Conv2d, ConvOut};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::kernels::ops::epilogue::{Dequant, OutScale, Requant};
 use rknpu_driver::kernels::ops::lut::{Activation, ActivationOp};
 use rknpu_driver::kernels::ops::pool::{Pool2d, PoolKind};
+use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::task::{Precision, Task};
 
 const SPECS: [&str; 2] = ["emu", "emu:rocket"];
@@ -82,6 +85,17 @@ fn ops() -> Vec<Box<dyn Op>> {
     let dq = |out, p| DequantOp::new(Dequant::new(0.125, out).unwrap(), cube(6, 2, 32, p), &w);
     v.push(Box::new(dq(Precision::Fp16, Precision::Fp32).unwrap()));
     v.push(Box::new(dq(Precision::Fp32, Precision::Int32).unwrap()));
+    // Matmuls of one and of several K waves (the host sums the waves in `unpack`).
+    for (m, k, n, dtype) in [
+        (5, 96, 64, Dtype::Int8),
+        (3, 9000, 32, Dtype::Int8),
+        (4, 128, 48, Dtype::Fp16),
+        (2, 5000, 32, Dtype::Fp16),
+        (3, 64, 32, Dtype::Bf16),
+    ] {
+        let plan = Plan::new(MatmulSpec::new(m, k, n, dtype)).unwrap();
+        v.push(Box::new(MatmulOp::new(plan).unwrap()));
+    }
     v
 }
 

@@ -44,6 +44,7 @@ use crate::device::{BoFlags, Device};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::Plan;
 use crate::kernels::ops::Cube;
+use crate::kernels::ops::contract::{MatmulOp, Role};
 use crate::kernels::single::OutType;
 use crate::regcmd::{BufferId, DmaAddr, ProgramBuilder, words_to_le_bytes};
 use crate::task::{Precision, Task};
@@ -336,22 +337,8 @@ impl LayerBuilder {
             None,
             Kind::Bank(bank.clone()),
         )?;
-        let generate = move |ins: &[DmaAddr], c: DmaAddr| -> Result<Vec<Task>> {
-            plan.tasks
-                .iter()
-                .map(|t| match input {
-                    MatmulInput::Packed => plan.task(t, [ins[0], ins[1], c]),
-                    MatmulInput::Native => plan.task_native_a(t, [ins[0], ins[1], c]),
-                })
-                .collect()
-        };
-        self.op_bytes(
-            name,
-            &[a, weights],
-            out_cube.bytes(),
-            Some(out_cube),
-            Box::new(generate),
-        )
+        let op = MatmulOp::new(plan)?.with_native_input(input == MatmulInput::Native);
+        self.step(name, op, &[(Role::Input, a), (Role::Weights, weights)])
     }
 
     /// Places the tensors, generates and binds the program, checks every step's tasks

@@ -40,10 +40,12 @@ mod conv;
 mod eltwise;
 mod epilogue;
 mod lut;
+mod matmul;
 mod pool;
 mod values;
 
 pub use epilogue::{DequantOp, RequantOp};
+pub use matmul::MatmulOp;
 pub use values::{pack_values, round_to, unpack_values};
 
 use super::Cube;
