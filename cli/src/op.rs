@@ -50,7 +50,7 @@ pub(crate) enum OpCommand {
     Ew(super::op_ew::EwArgs),
     /// A LUT activation of a seeded tensor.
     ///
-    /// relu, relu6, silu, gelu, sigmoid, tanh or exp of an H×W×C tensor. Prints the
+    /// Any activation of the library (--fn) of an H×W×C tensor. Prints the
     /// program summary, the largest error against the exact function (and the bound it
     /// is held to) and OK.
     Lut(super::op_lut::LutArgs),

@@ -3,34 +3,24 @@
 use crate::element::{ElementArg, only};
 use crate::op::{Common, check};
 use crate::{Failure, usage};
+use clap::builder::TypedValueParser;
 use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::lut::{Activation, ActivationOp};
 
-/// The function `--fn` names.
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum FnArg {
-    /// max(x, 0).
-    Relu,
-    /// min(max(x, 0), 6).
-    Relu6,
-    /// x · sigmoid(x).
-    Silu,
-    /// x · Φ(x).
-    Gelu,
-    /// 1 / (1 + e^−x).
-    Sigmoid,
-    /// tanh(x).
-    Tanh,
-    /// e^x.
-    Exp,
+/// `--fn`: every activation the library has, by its name (its formula as the help).
+fn activation() -> impl TypedValueParser<Value = Activation> {
+    let names =
+        Activation::ALL.map(|a| clap::builder::PossibleValue::new(a.name()).help(a.formula()));
+    clap::builder::PossibleValuesParser::new(names)
+        .try_map(|name: String| Activation::from_name(&name).ok_or(format!("no activation {name}")))
 }
 
 /// The arguments of `rknpu op lut`.
 #[derive(clap::Args)]
 pub(crate) struct LutArgs {
     /// The function.
-    #[arg(long = "fn", value_enum, value_name = "FN")]
-    function: FnArg,
+    #[arg(long = "fn", value_name = "FN", value_parser = activation())]
+    function: Activation,
     /// Height.
     #[arg(long, value_name = "H", value_parser = clap::value_parser!(u32).range(1..=8192))]
     h: u32,
@@ -50,15 +40,7 @@ pub(crate) struct LutArgs {
 
 pub(crate) fn run(a: LutArgs) -> Result<(), Failure> {
     let bad = |e: rknpu_driver::Error| usage(format!("op lut: {e}"));
-    let act = match a.function {
-        FnArg::Relu => Activation::Relu,
-        FnArg::Relu6 => Activation::Relu6,
-        FnArg::Silu => Activation::Silu,
-        FnArg::Gelu => Activation::Gelu,
-        FnArg::Sigmoid => Activation::Sigmoid,
-        FnArg::Tanh => Activation::Tanh,
-        FnArg::Exp => Activation::Exp,
-    };
+    let act = a.function;
     let cube = Cube::new(a.w, a.h, a.c, a.dtype.precision()).map_err(bad)?;
     let op = ActivationOp::new(act, cube).map_err(bad)?;
     check("lut", &op, &a.common)

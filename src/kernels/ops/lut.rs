@@ -95,6 +95,19 @@ impl Activation {
         }
     }
 
+    /// Its definition, as a formula (`max(x, 0)`, `x · sigmoid(x)`, ...).
+    pub const fn formula(self) -> &'static str {
+        match self {
+            Activation::Relu => "max(x, 0)",
+            Activation::Relu6 => "min(max(x, 0), 6)",
+            Activation::Silu => "x · sigmoid(x)",
+            Activation::Gelu => "x · Φ(x), the erf form",
+            Activation::Sigmoid => "1 / (1 + e^−x)",
+            Activation::Tanh => "tanh(x)",
+            Activation::Exp => "e^x",
+        }
+    }
+
     /// The activation of a name.
     pub fn from_name(name: &str) -> Option<Activation> {
         Activation::ALL.into_iter().find(|a| a.name() == name)
