@@ -34,6 +34,7 @@ use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{Plan, pack};
 use rknpu_driver::kernels::ops::Cube;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::kernels::ops::epilogue::Dequant;
 use rknpu_driver::kernels::ops::lut::{Activation, ActivationOp};
@@ -173,11 +174,21 @@ fn run() -> Res {
     })?;
     let act = ActivationOp::new(Activation::Silu, half)?;
     let s = b.op("silu(gate)", &[g16], half, move |i, o| {
-        act.tasks_at(i[0], o, i[0])
+        act.tasks(
+            &Bindings::new()
+                .bind(Role::Input, i[0])
+                .bind(Role::Output, o)
+                .bind(Role::Operand, i[0]),
+        )
     })?;
     let mul = Eltwise::new(EltwiseOp::Mul, half, Operand::Tensor)?;
     let h = b.op("silu(gate) * up", &[s, u16], half, move |i, o| {
-        mul.tasks_at(i[0], i[1], o)
+        mul.tasks(
+            &Bindings::new()
+                .bind(Role::Input, i[0])
+                .bind(Role::Operand, i[1])
+                .bind(Role::Output, o),
+        )
     })?;
     let y = b.matmul("down", &down, h, M, OutType::Fp32, MatmulInput::Native)?;
     b.output(y)?;

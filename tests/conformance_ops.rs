@@ -23,6 +23,7 @@ mod manifest;
 use half::f16;
 use manifest::{Json, read_npy};
 use rknpu_driver::device::{BoFlags, Device, Job};
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::regcmd::{RegCmd, words_from_le_bytes, words_to_le_bytes};
 use rknpu_driver::sim::{Kick, Simulator};
 use rknpu_driver::submit::TaskDesc;
@@ -438,10 +439,11 @@ fn the_generators_fp16_depthwise_task_has_the_board_run_modes() {
     let mine = Conv2d::new(Cube::new(6, 6, 32, Precision::Fp16).unwrap(), 32, (3, 3))
         .with_depthwise(true)
         .with_pad_symmetric(1)
-        .tasks_at(
-            DmaAddr::Fixed(0x2000_0000),
-            DmaAddr::Fixed(0x3000_0000),
-            DmaAddr::Fixed(0x5000_0000),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, DmaAddr::Fixed(0x2000_0000))
+                .bind(Role::Weights, DmaAddr::Fixed(0x3000_0000))
+                .bind(Role::Output, DmaAddr::Fixed(0x5000_0000)),
         )
         .unwrap()
         .remove(0);

@@ -11,6 +11,7 @@ use rknpu_driver::Error;
 use rknpu_driver::compute::layer::{Layer, LayerBuilder, Tensor};
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::ops::Cube;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::kernels::ops::epilogue::Dequant;
 use rknpu_driver::task::Precision;
@@ -109,7 +110,14 @@ fn bad_scale_requests_are_typed_errors_and_change_nothing() {
     let a = b.input("a", half).unwrap();
     let add = Eltwise::new(EltwiseOp::Add, half, Operand::Tensor).unwrap();
     let s = b
-        .op("a+a", &[a], half, move |i, o| add.tasks_at(i[0], i[0], o))
+        .op("a+a", &[a], half, move |i, o| {
+            add.tasks(
+                &Bindings::new()
+                    .bind(Role::Input, i[0])
+                    .bind(Role::Operand, i[0])
+                    .bind(Role::Output, o),
+            )
+        })
         .unwrap();
     b.output(s).unwrap();
     let mut plain = b.build().unwrap();

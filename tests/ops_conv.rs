@@ -10,6 +10,7 @@ use half::f16;
 use proptest::prelude::*;
 use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::Device;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::conv::{self, Conv2d, ConvOut, Padding};
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::regcmd::{BufferId, words_to_le_bytes};
@@ -97,10 +98,11 @@ fn addr(b: BufferId) -> Option<u64> {
 /// Runs the convolution on the simulator directly: the run (lints) and the output bytes.
 fn simulate(cv: &Conv2d, input: Vec<u8>, weights: Vec<u8>) -> (CoreRun, Vec<u8>) {
     let tasks = cv
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::WEIGHTS, 0),
-            ops::at(ops::OUTPUT, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         )
         .unwrap();
     let program = ops::chain(&tasks).unwrap();
@@ -125,10 +127,11 @@ fn simulate(cv: &Conv2d, input: Vec<u8>, weights: Vec<u8>) -> (CoreRun, Vec<u8>)
 fn emulate(cv: &Conv2d, input: Vec<u8>, weights: Vec<u8>) -> Vec<u8> {
     let dev = Device::open_spec("emu").unwrap();
     let tasks = cv
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::WEIGHTS, 0),
-            ops::at(ops::OUTPUT, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         )
         .unwrap();
     let program = ops::chain(&tasks).unwrap();
@@ -276,10 +279,11 @@ fn grouped_convolutions_are_one_set_of_tasks_per_group() {
         .with_groups(2)
         .with_pad_symmetric(1);
     let tasks = cv
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::WEIGHTS, 0),
-            ops::at(ops::OUTPUT, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         )
         .unwrap();
     assert_eq!(tasks.len(), 2);
@@ -292,10 +296,11 @@ fn tall_inputs_are_cut_into_bands_of_rows() {
     let cv = Conv2d::new(Cube::new(40, 120, 64, Precision::Fp16).unwrap(), 16, (3, 3))
         .with_pad_symmetric(1);
     let tasks = cv
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::WEIGHTS, 0),
-            ops::at(ops::OUTPUT, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         )
         .unwrap();
     assert!(tasks.len() >= 2, "{} tasks", tasks.len());
@@ -322,10 +327,11 @@ fn tall_inputs_are_cut_into_bands_of_rows() {
     .with_stride(2, 1)
     .with_pad_symmetric(1);
     assert!(
-        cv.tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::WEIGHTS, 0),
-            ops::at(ops::OUTPUT, 0)
+        cv.tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0))
         )
         .unwrap()
         .len()
@@ -339,10 +345,11 @@ fn a_tall_narrow_input_keeps_bands_within_the_fetch_ahead_field() {
     // 3000 rows of 1 × 32 fp16: the CBUF would hold them all, FEATURE_GRAINS not.
     let cv = Conv2d::new(Cube::new(1, 3000, 32, Precision::Fp16).unwrap(), 16, (3, 1));
     let tasks = cv
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::WEIGHTS, 0),
-            ops::at(ops::OUTPUT, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         )
         .unwrap();
     assert_eq!(tasks.len(), 3);
@@ -355,10 +362,11 @@ fn wide_kernels_are_cut_into_kernel_tiles() {
     // 3·3·640 fp16 = 11 520 bytes a kernel: a group of 32 needs 12 banks, of 16 six.
     let cv = Conv2d::new(Cube::new(3, 3, 640, Precision::Fp16).unwrap(), 48, (3, 3));
     let tasks = cv
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::WEIGHTS, 0),
-            ops::at(ops::OUTPUT, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         )
         .unwrap();
     assert_eq!(tasks.len(), 3);
@@ -431,10 +439,11 @@ fn shapes_beyond_the_registers_are_refused() {
         Conv2d::new(c(3, 3, 8192, Precision::Fp16), 16, (3, 3)),
     ];
     for cv in bad {
-        let r = cv.tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::WEIGHTS, 0),
-            ops::at(ops::OUTPUT, 0),
+        let r = cv.tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         );
         assert!(r.is_err(), "{cv:?}");
     }
@@ -462,10 +471,11 @@ fn golden_programs() {
     ];
     for (name, cv) in cases {
         let tasks = cv
-            .tasks_at(
-                ops::at(ops::INPUT, 0),
-                ops::at(ops::WEIGHTS, 0),
-                ops::at(ops::OUTPUT, 0),
+            .tasks(
+                &Bindings::new()
+                    .bind(Role::Input, ops::at(ops::INPUT, 0))
+                    .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                    .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
             )
             .unwrap();
         let program = ops::chain(&tasks).unwrap();

@@ -1,6 +1,7 @@
 //! Degenerate operation specs — zero kernels, strides, dilations, groups or channels —
 //! are typed errors from every generator, never a panic.
 
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::conv::Conv2d;
 use rknpu_driver::kernels::ops::pool::{Pool2d, PoolKind};
 use rknpu_driver::kernels::ops::{self, Cube};
@@ -38,7 +39,16 @@ fn degenerate_convolutions_are_errors() {
             Conv2d::new(c, 16, (3, 3)).with_stride(u32::MAX, u32::MAX),
         ];
         for (n, s) in specs.iter().enumerate() {
-            assert!(s.tasks_at(i, w, o).is_err(), "{p} spec {n} builds tasks");
+            assert!(
+                s.tasks(
+                    &Bindings::new()
+                        .bind(Role::Input, i)
+                        .bind(Role::Weights, w)
+                        .bind(Role::Output, o)
+                )
+                .is_err(),
+                "{p} spec {n} builds tasks"
+            );
             assert!(
                 s.output_size().is_err() || s.check().is_err(),
                 "{p} spec {n}"
@@ -61,7 +71,16 @@ fn degenerate_pools_are_errors() {
         Pool2d::new(c, PoolKind::Max, 2).with_stride(u32::MAX, 1),
     ];
     for (n, s) in specs.iter().enumerate() {
-        assert!(s.tasks_at(i, o, o).is_err(), "spec {n} builds tasks");
+        assert!(
+            s.tasks(
+                &Bindings::new()
+                    .bind(Role::Input, i)
+                    .bind(Role::Output, o)
+                    .bind(Role::Scratch, o)
+            )
+            .is_err(),
+            "spec {n} builds tasks"
+        );
         assert!(s.output().is_err(), "spec {n} has an output");
     }
 }

@@ -15,6 +15,7 @@ use proptest::prelude::*;
 use rknpu_driver::Error;
 use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::Device;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::eltwise::{self, Eltwise, EltwiseOp, MAX_TASK_WIDTH, Operand};
 use rknpu_driver::kernels::ops::{self, Cube, Element};
 use rknpu_driver::regcmd::{BufferId, Program, words_to_le_bytes};
@@ -23,10 +24,11 @@ use rknpu_driver::task::Precision;
 
 fn program(op: &Eltwise) -> Program {
     let tasks = op
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::OPERAND, 0),
-            ops::at(ops::OUTPUT, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Operand, ops::at(ops::OPERAND, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         )
         .unwrap();
     ops::chain(&tasks).unwrap()
@@ -311,10 +313,11 @@ fn widths_at_the_tiling_limit() {
         let cube = Cube::new(w, 1, 8, Precision::Fp16).unwrap();
         let e = Eltwise::new(EltwiseOp::Sub, cube, Operand::Tensor).unwrap();
         let tasks = e
-            .tasks_at(
-                ops::at(ops::INPUT, 0),
-                ops::at(ops::OPERAND, 0),
-                ops::at(ops::OUTPUT, 0),
+            .tasks(
+                &Bindings::new()
+                    .bind(Role::Input, ops::at(ops::INPUT, 0))
+                    .bind(Role::Operand, ops::at(ops::OPERAND, 0))
+                    .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
             )
             .unwrap();
         assert_eq!(tasks.len(), if w == MAX_TASK_WIDTH { 1 } else { 2 });
@@ -352,10 +355,14 @@ fn refusals_are_typed_errors() {
     let cube = Cube::new(8192, 1, 8, Precision::Fp16).unwrap();
     let e = Eltwise::new(EltwiseOp::Add, cube, Operand::Tensor).unwrap();
     assert!(matches!(
-        e.tasks_at(
-            rknpu_driver::regcmd::DmaAddr::Fixed(u32::MAX - 16),
-            ops::at(ops::OPERAND, 0),
-            ops::at(ops::OUTPUT, 0)
+        e.tasks(
+            &Bindings::new()
+                .bind(
+                    Role::Input,
+                    rknpu_driver::regcmd::DmaAddr::Fixed(u32::MAX - 16)
+                )
+                .bind(Role::Operand, ops::at(ops::OPERAND, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0))
         ),
         Err(Error::Unsupported { .. })
     ));

@@ -11,6 +11,7 @@ use half::f16;
 use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::conv::{Conv2d, ConvOut};
 use rknpu_driver::kernels::ops::lower::AddForm;
 use rknpu_driver::kernels::ops::{self, Cube};
@@ -92,7 +93,14 @@ fn one_channel_groups_run_in_the_depthwise_mode() {
     let wide = |v: &[f16]| v.iter().map(|e| f64::from(e.to_f32())).collect::<Vec<_>>();
     let (want, mag) = reference(&grouped, c, &wide(&x), &wide(&k));
     let [i, w, _, o] = addresses();
-    let tasks = cv.tasks_at(i, w, o).unwrap();
+    let tasks = cv
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, i)
+                .bind(Role::Weights, w)
+                .bind(Role::Output, o),
+        )
+        .unwrap();
     let bufs = [
         &cv.pack_input(&x).unwrap()[..],
         &cv.pack_weights(&k).unwrap()[..],

@@ -12,6 +12,7 @@ use half::f16;
 use proptest::prelude::*;
 use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::Device;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::lut::{Activation, ActivationOp, LutRecipe, lut_task};
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::regcmd::{BufferId, DmaAddr, words_to_le_bytes};
@@ -45,10 +46,11 @@ fn run(
 fn activation(dev: &Device, a: Activation, cube: Cube, input: &[f16]) -> Vec<f16> {
     let op = ActivationOp::new(a, cube).unwrap();
     let tasks = op
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::OUTPUT, 0),
-            ops::at(ops::OPERAND, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0))
+                .bind(Role::Operand, ops::at(ops::OPERAND, 0)),
         )
         .unwrap();
     run(dev, cube, &tasks, input, op.operand().unwrap())

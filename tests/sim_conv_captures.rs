@@ -25,6 +25,7 @@
 
 mod common;
 use common::{captures_or_skip, meta_hex, meta_numbers};
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::conv::Conv2d;
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::regcmd::BlockMask;
@@ -338,10 +339,11 @@ fn compare(name: &str, v: &Task, cv: &Conv2d, dpu: bool) {
     {
         let case_name = name;
         let ours = cv
-            .tasks_at(
-                ops::at(ops::INPUT, 0),
-                ops::at(ops::WEIGHTS, 0),
-                ops::at(ops::OUTPUT, 0),
+            .tasks(
+                &Bindings::new()
+                    .bind(Role::Input, ops::at(ops::INPUT, 0))
+                    .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                    .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
             )
             .unwrap()
             .remove(0);

@@ -16,6 +16,7 @@ mod common;
 use common::captures_or_skip;
 use half::f16;
 use rknpu_driver::kernels::ops::Cube;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::regcmd::{BlockMask, DmaAddr, RegCmd, words_from_le_bytes};
 use rknpu_driver::sim::{Kick, Simulator};
@@ -72,7 +73,12 @@ fn vendor_flying_fp16_adds_are_what_the_generator_builds_and_run_clean() {
         let (a, b, out) = (r.mrdma.unwrap().addr, r.erdma.unwrap().addr, d.out.addr);
         let mine = Eltwise::new(EltwiseOp::Add, cube, Operand::Tensor)
             .unwrap()
-            .tasks_at(a, b, out)
+            .tasks(
+                &Bindings::new()
+                    .bind(Role::Input, a)
+                    .bind(Role::Operand, b)
+                    .bind(Role::Output, out),
+            )
             .unwrap();
         assert_eq!(mine.len(), 1);
         let (md, mr) = (mine[0].dpu.unwrap(), mine[0].dpu_rdma.unwrap());

@@ -2,6 +2,7 @@
 //! from typed task values, without captures: the simulator's output against a CPU
 //! computation made here, and the refusals of what no board-run program shows.
 
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::sim::{Kick, SimError, Simulator};
 
 fn f16_at(b: &[u8], i: usize) -> f32 {
@@ -17,10 +18,11 @@ fn planar_task(w: u32, h: u32) -> rknpu_driver::task::Task {
     use rknpu_driver::task::Precision;
     let cv = Conv2d::new(Cube::new(w, h, 32, Precision::Fp16).unwrap(), 16, (1, 1));
     let mut t = cv
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::WEIGHTS, 0),
-            ops::at(ops::OUTPUT, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Weights, ops::at(ops::WEIGHTS, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         )
         .unwrap()
         .remove(0);

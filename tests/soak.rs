@@ -18,6 +18,7 @@ use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::Device;
 use rknpu_driver::emu::{EmuKernel, Flavour};
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::kernels::single::add_task_model;
@@ -101,10 +102,11 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
     let ecube = Cube::new(4, 1, 16, Precision::Int8).unwrap();
     let ew = Eltwise::new(EltwiseOp::Add, ecube, Operand::Tensor).unwrap();
     let ew_program = ops::chain(
-        &ew.tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::OPERAND, 0),
-            ops::at(ops::OUTPUT, 0),
+        &ew.tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Operand, ops::at(ops::OPERAND, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         )
         .unwrap(),
     )

@@ -2,6 +2,7 @@
 //! fp32 SiLU and the lints each activation raises.
 
 use super::*;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -18,10 +19,11 @@ fn golden_decoded_programs() {
         let cube = Cube::new(2, 1, 16, Precision::Fp16).unwrap();
         let op = ActivationOp::new(a, cube).unwrap();
         let tasks = op
-            .tasks_at(
-                ops::at(ops::INPUT, 0),
-                ops::at(ops::OUTPUT, 0),
-                ops::at(ops::OPERAND, 0),
+            .tasks(
+                &Bindings::new()
+                    .bind(Role::Input, ops::at(ops::INPUT, 0))
+                    .bind(Role::Output, ops::at(ops::OUTPUT, 0))
+                    .bind(Role::Operand, ops::at(ops::OPERAND, 0)),
             )
             .unwrap();
         let text = ops::chain(&tasks)
@@ -148,10 +150,11 @@ fn each_activation_raises_the_lints_its_docs_name() {
     for (a, signed, flat, unvalidated) in cases {
         let op = ActivationOp::new(a, cube).unwrap();
         let tasks = op
-            .tasks_at(
-                ops::at(ops::INPUT, 0),
-                ops::at(ops::OUTPUT, 0),
-                ops::at(ops::OPERAND, 0),
+            .tasks(
+                &Bindings::new()
+                    .bind(Role::Input, ops::at(ops::INPUT, 0))
+                    .bind(Role::Output, ops::at(ops::OUTPUT, 0))
+                    .bind(Role::Operand, ops::at(ops::OPERAND, 0)),
             )
             .unwrap();
         let program = ops::chain(&tasks).unwrap();

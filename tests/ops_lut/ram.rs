@@ -2,6 +2,7 @@
 //! the board-measured hazards and the tiling of wide tensors.
 
 use super::*;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 
 #[test]
 fn hand_computed_interpolation_cases() {
@@ -118,10 +119,11 @@ fn board_measured_hazards_are_linted() {
     assert!(quirks.iter().any(|m| m.contains("flat run")), "{quirks:?}");
     let tanh = ActivationOp::new(Activation::Tanh, cube).unwrap();
     let tasks = tanh
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::OUTPUT, 0),
-            ops::at(ops::OPERAND, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0))
+                .bind(Role::Operand, ops::at(ops::OPERAND, 0)),
         )
         .unwrap();
     let (run, _) = simulate(&tasks, cube.pack(&xs).unwrap(), 16);
@@ -135,10 +137,11 @@ fn board_measured_hazards_are_linted() {
     // The sigmoid program of the boards has none.
     let sig = ActivationOp::new(Activation::Sigmoid, cube).unwrap();
     let tasks = sig
-        .tasks_at(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::OUTPUT, 0),
-            ops::at(ops::OPERAND, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(ops::INPUT, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0))
+                .bind(Role::Operand, ops::at(ops::OPERAND, 0)),
         )
         .unwrap();
     let (run, _) = simulate(&tasks, cube.pack(&xs).unwrap(), 16);
@@ -155,10 +158,11 @@ fn wide_tensors_are_tiled_at_4096_atoms() {
     let cube = Cube::new(4100, 2, 8, Precision::Fp16).unwrap();
     let op = ActivationOp::new(Activation::Sigmoid, cube).unwrap();
     let tasks = op
-        .tasks_at(
-            DmaAddr::Fixed(0x10_0000),
-            DmaAddr::Fixed(0x80_0000),
-            DmaAddr::Fixed(0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, DmaAddr::Fixed(0x10_0000))
+                .bind(Role::Output, DmaAddr::Fixed(0x80_0000))
+                .bind(Role::Operand, DmaAddr::Fixed(0)),
         )
         .unwrap();
     let widths: Vec<(u32, u32, u32)> = tasks.iter().map(|t| t.dpu.unwrap().cube).collect();

@@ -2,6 +2,7 @@
 //! accumulators, and the whole feed-forward chain.
 
 use super::*;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 
 /// The feed-forward path after the int8 matmul's fp32 output: dequantisation to fp16,
 /// then an fp16 multiply by a second tensor (`SiLU(gate) · up` with the activation
@@ -29,10 +30,11 @@ fn dequant_to_fp16_then_fp16_multiply_in_one_program() {
         .unwrap();
     let mul = eltwise::Eltwise::new(eltwise::EltwiseOp::Mul, h16, eltwise::Operand::Tensor)
         .unwrap()
-        .tasks_at(
-            ops::at(MIDDLE, 0),
-            ops::at(ops::OPERAND, 0),
-            ops::at(ops::OUTPUT, 0),
+        .tasks(
+            &Bindings::new()
+                .bind(Role::Input, ops::at(MIDDLE, 0))
+                .bind(Role::Operand, ops::at(ops::OPERAND, 0))
+                .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
         )
         .unwrap();
     tasks.extend(mul);
@@ -239,10 +241,11 @@ fn int8_matmul_then_dequant_then_fp16_multiply() {
     tasks.extend(
         eltwise::Eltwise::new(eltwise::EltwiseOp::Mul, h16, eltwise::Operand::Tensor)
             .unwrap()
-            .tasks_at(
-                ops::at(MIDDLE, 0),
-                ops::at(ops::OPERAND, 0),
-                ops::at(ops::OUTPUT, 0),
+            .tasks(
+                &Bindings::new()
+                    .bind(Role::Input, ops::at(MIDDLE, 0))
+                    .bind(Role::Operand, ops::at(ops::OPERAND, 0))
+                    .bind(Role::Output, ops::at(ops::OUTPUT, 0)),
             )
             .unwrap(),
     );

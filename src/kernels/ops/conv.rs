@@ -17,7 +17,8 @@
 //!
 //! ```
 //! use half::f16;
-//! use rknpu_driver::kernels::ops::{self, Cube};
+//! use rknpu_driver::kernels::ops::Cube;
+//! use rknpu_driver::kernels::ops::contract::{Bindings, Op};
 //! use rknpu_driver::kernels::ops::conv::{Conv2d, ConvOut};
 //! use rknpu_driver::task::Precision;
 //!
@@ -25,7 +26,7 @@
 //!     .with_pad_symmetric(1)
 //!     .with_out(ConvOut::Fp16);
 //! assert_eq!(conv.output_size()?, (6, 5));
-//! let tasks = conv.tasks(ops::at(ops::INPUT, 0), ops::at(ops::WEIGHTS, 0), ops::at(ops::OUTPUT, 0))?;
+//! let tasks = conv.tasks(&Bindings::slots(&conv.ports()?))?;
 //! assert_eq!(tasks.len(), 1);
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
@@ -443,7 +444,12 @@ impl Conv2d {
     /// The tasks reading the input cube at `input`, the packed weights at `weights` and
     /// writing the output cube at `output`: one per (group, kernel tile, band of output
     /// rows), in that order.
-    pub fn tasks_at(&self, input: DmaAddr, weights: DmaAddr, output: DmaAddr) -> Result<Vec<Task>> {
+    pub(crate) fn tasks_at(
+        &self,
+        input: DmaAddr,
+        weights: DmaAddr,
+        output: DmaAddr,
+    ) -> Result<Vec<Task>> {
         self.check()?;
         let plan = self.plan()?;
         let slices = self.slices(&plan)?;

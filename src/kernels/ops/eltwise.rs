@@ -18,25 +18,20 @@
 //! (docs/hardware/dpu-ops.md#limits).
 //!
 //! ```
-//! use half::f16;
 //! use rknpu_driver::device::Device;
-//! use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
-//! use rknpu_driver::kernels::ops::{self, Cube, eltwise};
+//! use rknpu_driver::compute::ops::run_op;
+//! use rknpu_driver::kernels::ops::contract::{Role, Values};
+//! use rknpu_driver::kernels::ops::{Cube, eltwise};
 //! use rknpu_driver::task::Precision;
 //!
 //! let dev = Device::open_spec("emu")?;
 //! let cube = Cube::new(4, 2, 8, Precision::Fp16)?;
 //! let op = eltwise::Eltwise::new(eltwise::EltwiseOp::Add, cube, eltwise::Operand::Tensor)?;
-//! let program = ops::chain(&op.tasks(ops::at(ops::INPUT, 0), ops::at(ops::OPERAND, 0),
-//!     ops::at(ops::OUTPUT, 0))?)?;
-//! let a: Vec<f16> = (0..64).map(|i| f16::from_f32(i as f32)).collect();
-//! let b: Vec<f16> = (0..64).map(|_| f16::from_f32(0.5)).collect();
-//! let out = run_program(&dev, &program, ProgramBuffers::new()
-//!     .input(ops::INPUT, cube.pack(&a)?)
-//!     .input(ops::OPERAND, op.operand_cube().pack(&b)?)
-//!     .output(ops::OUTPUT, cube.bytes() as usize))?;
-//! let sum: Vec<f16> = cube.unpack(&out[0])?;
-//! assert_eq!(sum[3].to_f32(), 3.5);
+//! // The tensors by role, as row-major [h][w][c] values; one job on the device.
+//! let a: Vec<f64> = (0..64).map(f64::from).collect();
+//! let inputs = Values::from([(Role::Input, a), (Role::Operand, vec![0.5; 64])]);
+//! let sum = run_op(&dev, &op, &inputs)?;
+//! assert_eq!(sum[3], 3.5);
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
 
@@ -166,7 +161,7 @@ impl Eltwise {
     /// layout at `out`. The channels are processed up to whole atoms: the padding lanes
     /// of the output are computed from the padding lanes of A and B (zeros when packed by
     /// [`Cube::pack`]).
-    pub fn tasks_at(&self, a: DmaAddr, b: DmaAddr, out: DmaAddr) -> Result<Vec<Task>> {
+    pub(crate) fn tasks_at(&self, a: DmaAddr, b: DmaAddr, out: DmaAddr) -> Result<Vec<Task>> {
         let c = self.cube;
         let mut tasks = Vec::new();
         let mut x0 = 0;

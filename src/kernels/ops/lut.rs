@@ -18,12 +18,13 @@
 //! The tables are uploaded by the first LUT task; later tasks use the core's LUT RAM.
 //!
 //! ```
-//! use rknpu_driver::kernels::ops::{self, Cube, lut::{Activation, ActivationOp}};
+//! use rknpu_driver::kernels::ops::{Cube, lut::{Activation, ActivationOp}};
+//! use rknpu_driver::kernels::ops::contract::{Bindings, Op};
 //! use rknpu_driver::task::Precision;
 //!
 //! let cube = Cube::new(64, 2, 16, Precision::Fp16)?;
 //! let op = ActivationOp::new(Activation::Silu, cube)?;
-//! let tasks = op.tasks(ops::at(ops::INPUT, 0), ops::at(ops::OUTPUT, 0), ops::at(ops::OPERAND, 0))?;
+//! let tasks = op.tasks(&Bindings::slots(&op.ports()?))?;
 //! // 64 × 2 × 2 atoms, one tile: the sigmoid gate on the LUT, then x · gate.
 //! assert_eq!(tasks.len(), 2);
 //! assert!(tasks[0].dpu.unwrap().ew.unwrap().lut.unwrap().upload.is_some());
@@ -434,7 +435,7 @@ impl ActivationOp {
         tiles(self.cube.bytes() / 16)
     }
 
-    /// The bytes the `operand` buffer of [`ActivationOp::tasks`] must hold, `None` when
+    /// The bytes the `operand` buffer of [`Op::tasks`](super::contract::Op::tasks) must hold, `None` when
     /// the tasks read none: fp16 zeros for ReLU, sixes for ReLU6 (one tile's worth;
     /// every tile reads the same constants).
     pub fn operand(&self) -> Result<Option<Vec<u8>>> {
@@ -453,7 +454,12 @@ impl ActivationOp {
     /// `output`, then an element-wise multiply of every tile by `input` overwrites it in
     /// place (the board-validated form; the single-pass tables of [`Gate::Silu`] and
     /// [`Gate::Gelu`] mis-decode near 0 on boards, docs/hardware/lut.md#quirks).
-    pub fn tasks_at(&self, input: DmaAddr, output: DmaAddr, operand: DmaAddr) -> Result<Vec<Task>> {
+    pub(crate) fn tasks_at(
+        &self,
+        input: DmaAddr,
+        output: DmaAddr,
+        operand: DmaAddr,
+    ) -> Result<Vec<Task>> {
         let tiles = self.tiles()?;
         let mut out = Vec::new();
         let at = |a: DmaAddr, t: &Tile| plus(a, t.offset);

@@ -361,7 +361,12 @@ impl Pool2d {
 
     /// The tasks, reading `input`, writing `output`, with the intermediates of a
     /// multi-pass pool at `scratch` ([`Pool2d::scratch_bytes`] bytes; unused otherwise).
-    pub fn tasks_at(&self, input: DmaAddr, output: DmaAddr, scratch: DmaAddr) -> Result<Vec<Task>> {
+    pub(crate) fn tasks_at(
+        &self,
+        input: DmaAddr,
+        output: DmaAddr,
+        scratch: DmaAddr,
+    ) -> Result<Vec<Task>> {
         let pieces = self.plan()?;
         let mids = self.intermediates()?;
         let passes = mids.len() + 1;

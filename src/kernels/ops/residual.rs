@@ -128,7 +128,7 @@ pub fn add_operand(task: &mut Task, output: DmaAddr, operand: DmaAddr) -> Result
 }
 
 impl Conv2d {
-    /// The tasks of [`Conv2d::tasks`] with the tensor at `operand` (laid out as
+    /// The tasks of [`Op::tasks`](crate::kernels::ops::contract::Op::tasks) with the tensor at `operand` (laid out as
     /// [`Conv2d::output_cube`]) added to the output in each task's DPU ([`add_operand`]):
     /// `output = conv(input) + operand`, fp16 only, in one pass.
     pub fn tasks_with_add(
