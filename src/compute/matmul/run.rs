@@ -311,6 +311,7 @@ impl Matmul {
             |m| {
                 m.put_i8(a)?;
                 m.row_scales = row_scales.to_vec();
+                m.keep_group_sums_i8(a, row_scales);
                 if m.npu.is_some() {
                     m.encode_row_scales()?;
                 }
