@@ -353,3 +353,52 @@ fn a_non_finite_scale_or_minimum_is_refused_by_name() {
         }
     }
 }
+
+/// Q6_K blocks of random bytes (random sub-block scales of either sign and any ratio,
+/// `d` finite): the requantisation to one scale per 32 values costs more here than on
+/// tensors quantised in ggml's manner. Reported, and held to what docs/gguf.md states:
+/// within 1.5x the CPU backend's error and 1 %.
+#[test]
+fn q6_k_of_random_blocks_stays_within_the_documented_margin() {
+    let mut rng = Rng(0x6b6b);
+    const KR: usize = 1024;
+    let mut bytes = Vec::new();
+    for _ in 0..N * KR / 256 {
+        let mut block: Vec<u8> = (0..210).map(|_| rng.int(0, 255) as u8).collect();
+        let d = f16::from_f32(0.001 + 0.049 * (rng.float() + 1.0) / 2.0);
+        block[208..210].copy_from_slice(&d.to_le_bytes());
+        bytes.extend(block);
+    }
+    let mut out = Writer::new();
+    out.tensor_raw("q6_k", GgmlType::Q6_K, &[KR as u64, N as u64], bytes)
+        .unwrap();
+    let g = Gguf::parse(&out.to_bytes()).unwrap();
+    let w = g.dequantize("q6_k").unwrap();
+    let dev = Device::open_spec("emu").unwrap();
+    let bank = Arc::new(load_grouped(&dev, &g, "q6_k").unwrap());
+    for m in [1usize, 7, 64] {
+        let x: Vec<f32> = (0..m * KR).map(|_| rng.float()).collect();
+        let wide = |x: &[f64]| -> Vec<f64> {
+            (0..m * N)
+                .map(|i| {
+                    (0..KR)
+                        .map(|j| x[i / N * KR + j] * f64::from(w[i % N * KR + j]))
+                        .sum()
+                })
+                .collect()
+        };
+        let want = wide(&x.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+        let e_cpu = rel(&want, &wide(&q8_0_activations(&x)));
+        let mut y = vec![0f32; m * N];
+        Matmul::new(&bank, m as u32)
+            .unwrap()
+            .mul_mat(&x, &mut y)
+            .unwrap();
+        let e = rel(&want, &y.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+        eprintln!(
+            "q6_k random blocks m {m}: e {e:.3e} (CPU {e_cpu:.3e}, {:.3}x)",
+            e / e_cpu
+        );
+        assert!(e <= 1.5 * e_cpu && e <= 0.01, "m {m}: {e} vs CPU {e_cpu}");
+    }
+}
