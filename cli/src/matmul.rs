@@ -47,9 +47,9 @@ pub(crate) struct MatmulArgs {
     n: Option<u32>,
     /// The input precision: int8 (a random run: values -128..127), int4 (run as W4A8
     /// with int8 activations; values -8..7) or fp16 (values in [-1, 1)). With --gguf,
-    /// the bank's type (default: a grouped int8 bank of the file's blocks for Q8_0, Q4_0
-    /// and Q5_0 within their size bound, else int8 for quantised tensors, fp16 for F16,
-    /// F32 and BF16).
+    /// the bank's type (default: a grouped int8 bank of the file's groups of 32 for Q8_0,
+    /// Q4_0, Q5_0, Q4_1, Q5_K and Q6_K within their size bound, else int8 for quantised
+    /// tensors, fp16 for F16, F32 and BF16).
     #[arg(long, value_parser = only(MATMUL_TYPES), required_unless_present = "gguf")]
     dtype: Option<ElementArg>,
     /// Take the weights from this GGUF file (the tensor --tensor names, n rows of k:

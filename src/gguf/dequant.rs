@@ -27,7 +27,7 @@ pub const DEQUANTIZED: [GgmlType; 16] = [
     GgmlType::Q1_0,
 ];
 
-fn f16_at(b: &[u8], at: usize) -> f32 {
+pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
@@ -56,10 +56,20 @@ fn q4_0(block: &[u8], out: &mut [f32]) {
 /// nibbles unsigned; `x = q · d + m`.
 fn q4_1(block: &[u8], out: &mut [f32]) {
     let (d, m) = (f16_at(block, 0), f16_at(block, 2));
-    let (lo, hi) = out.split_at_mut(16);
-    for ((&b, l), h) in block[4..20].iter().zip(lo).zip(hi) {
-        *l = (b & 0xF) as f32 * d + m;
-        *h = (b >> 4) as f32 * d + m;
+    let mut q = [0u8; 32];
+    nibbles_32(&block[4..20], &mut q);
+    for (y, &q) in out.iter_mut().zip(&q) {
+        *y = q as f32 * d + m;
+    }
+}
+
+/// The 32 unsigned nibbles of 16 bytes packed as Q4_0 and Q4_1 pack them: byte `j`
+/// holds value `j` in its low nibble and value `j + 16` in its high one.
+pub(super) fn nibbles_32(qs: &[u8], q: &mut [u8; 32]) {
+    let (lo, hi) = q.split_at_mut(16);
+    for ((&b, l), h) in qs.iter().zip(lo).zip(hi) {
+        *l = b & 0xF;
+        *h = b >> 4;
     }
 }
 
@@ -217,7 +227,7 @@ fn q1_0(block: &[u8], out: &mut [f32]) {
 /// scale bytes: sub-blocks 0–3 keep theirs in the low six bits of bytes `i` and `i + 4`;
 /// sub-blocks 4–7 in the nibbles of byte `i + 4` with their top two bits in the top bits
 /// of bytes `i − 4` and `i` (ggml's `get_scale_min_k4`).
-fn scale_min_k4(s: &[u8], i: usize) -> (u8, u8) {
+pub(super) fn scale_min_k4(s: &[u8], i: usize) -> (u8, u8) {
     if i < 4 {
         (s[i] & 63, s[i + 4] & 63)
     } else {
@@ -233,74 +243,75 @@ fn scale_min_k4(s: &[u8], i: usize) -> (u8, u8) {
 /// nibbles are the first 32 values (sub-block `2j`), the high nibbles the next 32
 /// (sub-block `2j + 1`); `x = (d · scale) · q − dmin · min`.
 fn q4_k(block: &[u8], out: &mut [f32]) {
-    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-    let scales = &block[4..16];
-    let qs = &block[16..144];
-    for (j, (chunk, q)) in out
-        .chunks_exact_mut(64)
-        .zip(qs.chunks_exact(32))
-        .enumerate()
-    {
-        let (sc1, m1) = scale_min_k4(scales, 2 * j);
-        let (sc2, m2) = scale_min_k4(scales, 2 * j + 1);
-        let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);
-        let (d2, min2) = (d * sc2 as f32, dmin * m2 as f32);
+    let mut q = [0u8; 256];
+    quants_k(&block[16..144], None, &mut q);
+    scale_k_subblocks(block, &q, out);
+}
+
+/// The 256 unsigned quants of a Q4_K block's 128 quant bytes `qs` (`qh` `None`, 0..=15)
+/// or of a Q5_K block's, with its 32 bytes `qh` of fifth bits (0..=31). Each 64 values
+/// share 32 bytes of `qs`: low nibbles for sub-block `2j`, high ones for `2j + 1`; value
+/// `l` (0..32) of sub-block `s` adds 16 when bit `s` of `qh[l]` is set.
+pub(super) fn quants_k(qs: &[u8], qh: Option<&[u8]>, q: &mut [u8; 256]) {
+    for (j, (chunk, bytes)) in q.chunks_exact_mut(64).zip(qs.chunks_exact(32)).enumerate() {
         let (lo, hi) = chunk.split_at_mut(32);
-        for ((&b, l), h) in q.iter().zip(lo).zip(hi) {
-            *l = d1 * (b & 0xF) as f32 - min1;
-            *h = d2 * (b >> 4) as f32 - min2;
+        for (l, ((&b, lo), hi)) in bytes.iter().zip(lo).zip(hi).enumerate() {
+            let fifth = |s: usize| qh.map_or(0, |h| ((h[l] >> s) & 1) << 4);
+            *lo = (b & 0xF) | fifth(2 * j);
+            *hi = (b >> 4) | fifth(2 * j + 1);
+        }
+    }
+}
+
+/// `x = (d · scale) · q − dmin · min` for the eight sub-blocks of 32 of a Q4_K or Q5_K
+/// block (`d`, `dmin` and the 12 scale bytes first in the block).
+fn scale_k_subblocks(block: &[u8], q: &[u8; 256], out: &mut [f32]) {
+    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+    for (s, (y, q)) in out.chunks_exact_mut(32).zip(q.chunks_exact(32)).enumerate() {
+        let (sc, m) = scale_min_k4(&block[4..16], s);
+        let (d1, min1) = (d * sc as f32, dmin * m as f32);
+        for (y, &q) in y.iter_mut().zip(q) {
+            *y = d1 * q as f32 - min1;
         }
     }
 }
 
 /// Q5_K (`block_q5_K`, 256 values): f16 `d`, f16 `dmin`, the same 12 scale bytes as
 /// Q4_K, 32 bytes `qh` of fifth bits, then 128 bytes of nibbles arranged as in Q4_K
-/// (each 64 values: 32 bytes, low nibbles for sub-block `2j`, high ones for `2j + 1`).
-/// Value `l` (0..32) of sub-block `s` adds 16 when bit `s` of `qh[l]` is set;
-/// `x = (d · scale) · q − dmin · min`.
+/// ([`quants_k`]); `x = (d · scale) · q − dmin · min`.
 fn q5_k(block: &[u8], out: &mut [f32]) {
-    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-    let scales = &block[4..16];
-    let qh = &block[16..48];
-    let qs = &block[48..176];
-    for (j, (chunk, q)) in out
-        .chunks_exact_mut(64)
-        .zip(qs.chunks_exact(32))
-        .enumerate()
-    {
-        let (sc1, m1) = scale_min_k4(scales, 2 * j);
-        let (sc2, m2) = scale_min_k4(scales, 2 * j + 1);
-        let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);
-        let (d2, min2) = (d * sc2 as f32, dmin * m2 as f32);
-        let (lo, hi) = chunk.split_at_mut(32);
-        for (((&b, &h), l), u) in q.iter().zip(qh).zip(lo).zip(hi) {
-            let fifth = |s: usize| ((h >> s) & 1) << 4;
-            *l = d1 * ((b & 0xF) | fifth(2 * j)) as f32 - min1;
-            *u = d2 * ((b >> 4) | fifth(2 * j + 1)) as f32 - min2;
-        }
-    }
+    let mut q = [0u8; 256];
+    quants_k(&block[48..176], Some(&block[16..48]), &mut q);
+    scale_k_subblocks(block, &q, out);
 }
 
 /// Q6_K (`block_q6_K`, 256 values): 128 bytes of low nibbles `ql`, 64 bytes of high
-/// bit pairs `qh`, sixteen `i8` scales (one per 16 values), an f16 `d`. In each half of
-/// 128 values, value `32g + l` (g in 0..4, l in 0..32) takes its low four bits from
-/// `ql[l + 32·(g mod 2)]` (low nibble for g < 2, high otherwise) and its top two bits
-/// from bits `2g..2g+2` of `qh[l]`; `x = (d · scale) · (q − 32)`.
+/// bit pairs `qh`, sixteen `i8` scales (one per 16 values, from byte 192), an f16 `d`
+/// (byte 208); `x = (d · scale) · q` with the quants of [`quants_q6_k`].
 fn q6_k(block: &[u8], out: &mut [f32]) {
-    let (ql, rest) = block.split_at(128);
-    let (qh, rest) = rest.split_at(64);
-    let (scales, d) = rest.split_at(16);
-    let d = f16_at(d, 0);
-    for (half, y) in out.chunks_exact_mut(128).enumerate() {
+    let mut q = [0i8; 256];
+    quants_q6_k(block, &mut q);
+    let d = f16_at(block, 208);
+    for (i, (v, &q)) in out.iter_mut().zip(&q).enumerate() {
+        let scale = block[192 + i / 16] as i8;
+        *v = (d * scale as f32) * q as f32;
+    }
+}
+
+/// The 256 signed quants (−32..=31) of a Q6_K block. In each half of 128 values, value
+/// `32g + l` (g in 0..4, l in 0..32) takes its low four bits from `ql[l + 32·(g mod 2)]`
+/// (low nibble for g < 2, high otherwise) and its top two bits from bits `2g..2g+2` of
+/// `qh[l]`, unsigned with an offset of 32.
+pub(super) fn quants_q6_k(block: &[u8], q: &mut [i8; 256]) {
+    let (ql, qh) = (&block[..128], &block[128..192]);
+    for (half, y) in q.chunks_exact_mut(128).enumerate() {
         let ql = &ql[64 * half..64 * half + 64];
         let qh = &qh[32 * half..32 * half + 32];
         for (i, v) in y.iter_mut().enumerate() {
             let (g, l) = (i / 32, i % 32);
             let low = ql[l + 32 * (g % 2)] >> (4 * (g / 2)) & 0xF;
             let high = (qh[l] >> (2 * g)) & 3;
-            let q = (low | (high << 4)) as i32 - 32;
-            let scale = scales[(128 * half + i) / 16] as i8;
-            *v = (d * scale as f32) * q as f32;
+            *v = (low | (high << 4)) as i8 - 32;
         }
     }
 }

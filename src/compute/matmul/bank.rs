@@ -56,6 +56,9 @@ pub struct WeightBank {
     /// Grouped int8 banks: a scale per group of K (each group one wave of the layout)
     /// and output channel, group-major (`waves × n`).
     pub(super) group_scales: Option<Vec<f32>>,
+    /// Grouped banks of weights `s · q + c`: the offset `c` per group and output channel,
+    /// group-major (`waves × n`); a matmul adds `Σ_g c · (the row's sum over group g)`.
+    pub(super) group_offsets: Option<Vec<f32>>,
 }
 
 /// The layout of a bank whose caller declares no M: the one that serves decoding and
@@ -116,6 +119,7 @@ impl WeightBank {
             scales: None,
             col_sums: Vec::new(),
             group_scales: None,
+            group_offsets: None,
         })
     }
 

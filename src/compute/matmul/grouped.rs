@@ -5,7 +5,7 @@
 //! integer sums are dequantised on the NPU with that group's scales
 //! (`npu_dequant`, docs/matmul.md "Grouped int8") and the host adds the waves.
 
-use super::{WeightBank, Weights};
+use super::{Matmul, WeightBank, Weights};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernels::matmul::WeightLayout;
@@ -113,25 +113,40 @@ impl WeightBank {
                 ),
             });
         }
-        super::shape("group scales", n as usize * waves, scales.len())?;
-        if let Some(i) = scales.iter().position(|s| !s.is_finite()) {
-            return Err(Error::OutOfRange {
-                what: "group scales",
-                index: i,
-                value: scales[i].to_string(),
-                range: "finite",
-            });
-        }
-        // Scales group-major, as the NPU's coefficient blocks hold them.
-        let mut by_group = vec![0f32; scales.len()];
-        for (c, row) in scales.chunks_exact(waves).enumerate() {
-            for (g, &v) in row.iter().enumerate() {
-                by_group[g * n as usize + c] = v;
-            }
-        }
+        let by_group = group_major("group scales", scales, n as usize, waves)?;
         let mut bank = WeightBank::from_nk_in(dev, &layout, Weights::I8(q))?;
         bank.group_scales = Some(by_group);
         Ok(bank)
+    }
+
+    /// A grouped bank of weights with an offset per group and output channel:
+    /// `w[c][i] = q[c][i] · scales[c][g] + offsets[c][g]`, `g = i / group`, the offsets
+    /// channel-major like the scales (`n × ⌈k / group⌉`). GGUF's types with minimums
+    /// (Q4_1, Q4_K, Q5_K) are such banks exactly (`gguf::load_grouped`). A matmul
+    /// against it computes `Σ_g s·(x_g · q_g)` on the NPU as for
+    /// [`WeightBank::from_i8_nk_grouped`] and adds `Σ_g offset_g · Σ x_g` on the host
+    /// (one multiply-add per row, group and output channel: `M·N·K / group`).
+    ///
+    /// Errors as [`WeightBank::from_i8_nk_grouped`]; offsets of another length
+    /// [`Error::ShapeMismatch`], non-finite ones [`Error::OutOfRange`].
+    pub fn from_i8_nk_grouped_offset(
+        dev: &Device,
+        (n, k, group): (u32, u32, u32),
+        q: &[i8],
+        scales: &[f32],
+        offsets: &[f32],
+    ) -> Result<WeightBank> {
+        let waves = (k as usize).div_ceil(group.max(1) as usize);
+        let by_group = group_major("group offsets", offsets, n as usize, waves)?;
+        let mut bank = WeightBank::from_i8_nk_grouped(dev, (n, k, group), q, scales)?;
+        bank.group_offsets = Some(by_group);
+        Ok(bank)
+    }
+
+    /// A grouped bank's offsets, one per group and output channel, group-major
+    /// (`groups × n`); `None` for banks without ([`WeightBank::from_i8_nk_grouped_offset`]).
+    pub fn group_offsets(&self) -> Option<&[f32]> {
+        self.group_offsets.as_deref()
     }
 
     /// A grouped bank's scales, one per group and output channel, group-major
@@ -143,5 +158,86 @@ impl WeightBank {
     /// A grouped bank's input channels per group (the last group may be shorter).
     pub fn group_size(&self) -> Option<u32> {
         self.group_scales.as_ref().map(|_| self.layout.k_tile())
+    }
+}
+
+/// `values` given channel-major (`n × groups`), checked (length, finite) and returned
+/// group-major (`groups × n`), as the NPU's coefficient blocks and the offset term read
+/// them.
+fn group_major(what: &'static str, values: &[f32], n: usize, groups: usize) -> Result<Vec<f32>> {
+    super::shape(what, n * groups, values.len())?;
+    if let Some(i) = values.iter().position(|s| !s.is_finite()) {
+        return Err(Error::OutOfRange {
+            what,
+            index: i,
+            value: values[i].to_string(),
+            range: "finite",
+        });
+    }
+    let mut by_group = vec![0f32; values.len()];
+    for (c, row) in values.chunks_exact(groups.max(1)).enumerate() {
+        for (g, &v) in row.iter().enumerate() {
+            by_group[g * n + c] = v;
+        }
+    }
+    Ok(by_group)
+}
+
+impl Matmul {
+    /// Against a bank with group offsets: keeps each row's sum of `x` (row-major, `k`
+    /// values a row) over every group, in f64 rounded once, for [`Matmul::add_group_offsets`].
+    pub(super) fn keep_group_sums(&mut self, x: &[f32]) {
+        self.group_sums.clear();
+        if self.bank.group_offsets.is_none() {
+            return;
+        }
+        let (k, group) = (self.k(), self.bank.layout.k_tile() as usize);
+        for row in x.chunks_exact(k.max(1)) {
+            self.group_sums.extend(
+                row.chunks(group.max(1))
+                    .map(|g| g.iter().map(|&v| f64::from(v)).sum::<f64>() as f32),
+            );
+        }
+    }
+
+    /// [`Matmul::keep_group_sums`] of int8 activations and their scales per row and
+    /// group (what [`Matmul::run_quantized_into`] is given): the sums of the values the
+    /// NPU multiplies.
+    pub(super) fn keep_group_sums_i8(&mut self, a: &[i8], scales: &[f32]) {
+        self.group_sums.clear();
+        if self.bank.group_offsets.is_none() {
+            return;
+        }
+        let (k, group) = (self.k(), self.bank.layout.k_tile() as usize);
+        let groups = k.div_ceil(group.max(1));
+        for (row, s) in a.chunks_exact(k.max(1)).zip(scales.chunks_exact(groups)) {
+            self.group_sums.extend(
+                row.chunks(group.max(1))
+                    .zip(s)
+                    .map(|(g, &s)| g.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * s),
+            );
+        }
+    }
+
+    /// Adds the offset term `Σ_g offset[g][c] · sum[r][g]` to each result `out[r][c]`
+    /// (nothing for a bank without offsets).
+    pub(super) fn add_group_offsets(&self, out: &mut [f32]) {
+        let Some(offsets) = self.bank.group_offsets.as_deref() else {
+            return;
+        };
+        let n = self.n();
+        let groups = offsets.len() / n.max(1);
+        for (row, sums) in out
+            .chunks_exact_mut(n.max(1))
+            .zip(self.group_sums.chunks_exact(groups.max(1)))
+        {
+            for (&s, off) in sums.iter().zip(offsets.chunks_exact(n)) {
+                if s != 0.0 {
+                    for (y, &c) in row.iter_mut().zip(off) {
+                        *y += s * c;
+                    }
+                }
+            }
+        }
     }
 }

@@ -81,6 +81,7 @@ impl Matmul {
                 };
                 self.put_i8(&q)?;
                 self.row_scales = s;
+                self.keep_group_sums(x);
                 if self.npu.is_some() {
                     self.encode_row_scales()?;
                     return Ok(Submitted::NpuScaled);
@@ -140,7 +141,9 @@ impl Matmul {
                     }
                 }
             }
-        })
+        })?;
+        self.add_group_offsets(out);
+        Ok(())
     }
 
     /// The exact integer results, row-major M×N, from the C buffer.

@@ -242,6 +242,9 @@ pub struct Matmul {
     c: Bo,
     /// Row scales of the last quantised submission.
     row_scales: Vec<f32>,
+    /// Against a bank with group offsets: each row's sum of activations per group
+    /// (`rows × groups`) of the last submission.
+    group_sums: Vec<f32>,
     /// NPU dequantisation, when chosen.
     npu: Option<NpuDequant>,
     /// Whether the program has incremental bodies.
@@ -427,6 +430,7 @@ impl Matmul {
             a,
             c,
             row_scales: Vec::new(),
+            group_sums: Vec::new(),
             npu,
             incremental,
             timeout,

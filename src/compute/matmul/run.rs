@@ -293,7 +293,9 @@ impl Matmul {
     /// [`quant::quantize_rows_i8`] makes them): `y = (A · W) · row_scale · channel_scale`.
     /// Against a grouped bank ([`WeightBank::quantize_f32_nk_grouped`]) the activations
     /// carry a scale per row and group, row-major (as [`super::quantize_groups_i8`] makes
-    /// them), and each group's sums are scaled by its own scales.
+    /// them), and each group's sums are scaled by its own scales; a bank with group
+    /// offsets ([`WeightBank::from_i8_nk_grouped_offset`]) has its offset term added from
+    /// the sums of these values times their scales.
     pub fn run_quantized_into(
         &mut self,
         a: &[i8],
@@ -311,6 +313,7 @@ impl Matmul {
             |m| {
                 m.put_i8(a)?;
                 m.row_scales = row_scales.to_vec();
+                m.keep_group_sums_i8(a, row_scales);
                 if m.npu.is_some() {
                     m.encode_row_scales()?;
                 }
