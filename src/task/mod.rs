@@ -55,8 +55,8 @@ pub use self::core::Core;
 pub use cna::{CORE_SPLIT_VALUES, Cbuf, CbufHeld, Cna, Conv, Feature, InputCvt, Kernel, Weights};
 pub(crate) use dpu::is_lut_port;
 pub use dpu::{
-    Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, LUT_ENTRIES, LUT_SEGMENTS, Lut, LutRange, LutSlope,
-    LutTables, Mul, OpCvt, OutCvt, Output, OwCfg, Stage,
+    Alu, AluOp, Dpu, DpuInput, Ew, EwOp, EwSrc, FLYING_BURST_LEN, LUT_ENTRIES, LUT_SEGMENTS, Lut,
+    LutRange, LutSlope, LutTables, Mul, OpCvt, OutCvt, Output, OwCfg, RDMA_ARBITER, Stage,
 };
 pub use dpu_rdma::{
     COMB_SHARED_OPERAND, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Mrdma, OperandRead,

@@ -39,8 +39,8 @@ use super::Cube;
 use crate::error::{Error, Result};
 use crate::regcmd::{DmaAddr, Reloc};
 use crate::task::{
-    AluOp, Dpu, DpuInput, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Ew, EwOp, EwSrc, Mrdma,
-    OpCvt, OutCvt, Output, OwCfg, Precision, Stage, Task,
+    AluOp, Dpu, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Ew, EwOp, EwSrc, Mrdma, OpCvt,
+    OutCvt, Output, Precision, Task,
 };
 use half::f16;
 
@@ -202,16 +202,8 @@ impl Eltwise {
             shift: 0,
             add_first: false,
         });
+        let out = Output::at(offset(out, shift)?, p, surface, notch);
         let dpu = Dpu {
-            depthwise: false,
-            ping_pong: true,
-            input: DpuInput::Flying,
-            burst_len: 15,
-            precision: p,
-            cube,
-            orig_channels: cube.2,
-            bs: Stage::BYPASSED,
-            bn: Stage::BYPASSED,
             ew: Some(Ew {
                 op: Some(self.op.ew_op()),
                 src: EwSrc::Memory,
@@ -223,23 +215,11 @@ impl Eltwise {
                 values: [0; 8],
                 lut: None,
             }),
-            ow: OwCfg {
-                od_bypass: true,
-                size_e: [0; 3],
-                ow_src: 0,
-                ow_op: 0,
-            },
             out_cvt: OutCvt {
                 fp32_to_fp16: p == Precision::Fp16,
                 ..OutCvt::IDENTITY
             },
-            out: Output {
-                addr: offset(out, shift)?,
-                precision: p,
-                surf_stride: surface,
-                notch,
-                surface_add: surface,
-            },
+            ..Dpu::flying(cube, p, out)
         };
         let erdma = if per_channel {
             Erdma {
@@ -260,24 +240,11 @@ impl Eltwise {
                 surf_notch: 0,
             }
         };
+        let read = Mrdma::at(offset(a, shift)?, notch, 0);
         let dpu_rdma = DpuRdma {
-            depthwise: false,
-            comb_use: 0,
-            ping_pong: true,
-            cube,
-            precision: p,
-            flying: true,
-            burst_len: 15,
-            mrdma: Some(Mrdma {
-                addr: offset(a, shift)?,
-                line_notch: notch,
-                surf_notch: 0,
-            }),
             erdma: Some(erdma),
-            arbiter: [1, 1, 1, 1],
             fp16_to_fp32: p == Precision::Fp16,
-            brdma: None,
-            nrdma: None,
+            ..DpuRdma::flying(cube, p, read)
         };
         Ok(Task::dpu_only(dpu, dpu_rdma))
     }

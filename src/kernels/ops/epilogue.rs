@@ -21,8 +21,8 @@ use super::eltwise::{MAX_TASK_WIDTH, offset};
 use crate::error::{Error, Result};
 use crate::regcmd::DmaAddr;
 use crate::task::{
-    Alu, AluOp, Dpu, DpuInput, DpuRdma, Mrdma, Mul, OperandRead, OutCvt, Output, OwCfg, Precision,
-    Stage, Task,
+    Alu, AluOp, Dpu, DpuInput, DpuRdma, Mrdma, Mul, OperandRead, OutCvt, Output, Precision, Stage,
+    Task,
 };
 
 mod dequant;
@@ -297,7 +297,7 @@ impl Requant {
             burst_len,
             mrdma: None,
             erdma: None,
-            arbiter: [1, 1, 1, 1],
+            arbiter: crate::task::RDMA_ARBITER,
             fp16_to_fp32: false,
             brdma: None,
             nrdma: None,
@@ -428,51 +428,10 @@ fn flying(
     })?;
     let notch = cube.width - wt;
     let dims = (wt, cube.height, cube.padded_channels());
-    let dpu = Dpu {
-        depthwise: false,
-        ping_pong: true,
-        input: DpuInput::Flying,
-        burst_len: 15,
-        precision: proc,
-        cube: dims,
-        orig_channels: dims.2,
-        bs: Stage::BYPASSED,
-        bn: Stage::BYPASSED,
-        ew: None,
-        ow: OwCfg {
-            od_bypass: true,
-            size_e: [0; 3],
-            ow_src: 0,
-            ow_op: 0,
-        },
-        out_cvt: OutCvt::IDENTITY,
-        out: Output {
-            addr: offset(output, x0 * 16)?,
-            precision: out,
-            surf_stride: surface,
-            notch,
-            surface_add: surface,
-        },
-    };
-    let dpu_rdma = DpuRdma {
-        depthwise: false,
-        comb_use: 0,
-        ping_pong: true,
-        cube: dims,
-        precision: proc,
-        flying: true,
-        burst_len: 15,
-        mrdma: Some(Mrdma {
-            addr: offset(input, x0 * 16)?,
-            line_notch: notch,
-            surf_notch: 0,
-        }),
-        erdma: None,
-        arbiter: [1, 1, 1, 1],
-        fp16_to_fp32: false,
-        brdma: None,
-        nrdma: None,
-    };
+    let out = Output::at(offset(output, x0 * 16)?, out, surface, notch);
+    let dpu = Dpu::flying(dims, proc, out);
+    let read = Mrdma::at(offset(input, x0 * 16)?, notch, 0);
+    let dpu_rdma = DpuRdma::flying(dims, proc, read);
     Ok(Task::dpu_only(dpu, dpu_rdma))
 }
 

@@ -119,7 +119,7 @@ pub fn add_operand(task: &mut Task, output: DmaAddr, operand: DmaAddr) -> Result
             line_notch: 0,
             surf_notch: plane,
         }),
-        arbiter: [1, 1, 1, 1],
+        arbiter: crate::task::RDMA_ARBITER,
         fp16_to_fp32: false,
         brdma: None,
         nrdma: None,

@@ -1,12 +1,8 @@
 //! The DPU-only split-K add task.
 
-use super::RDMA_ARBITER;
 use crate::error::{Error, Result};
 use crate::regcmd::{DmaAddr, TaskBuilder};
-use crate::task::{
-    AluOp, Dpu, DpuInput, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, OutCvt, Output, OwCfg, Precision,
-    Stage, Task,
-};
+use crate::task::{AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, Output, Precision, Task};
 
 /// The DPU-only task that adds two int32 partial results in the native layout
 /// `[channels/4][rows][4]` — the split-K accumulate of docs/hardware/matmul-programs.md#npu-k-reduction: MRDMA reads
@@ -40,16 +36,8 @@ pub fn add_task_model(
     }
     let stride = rows; // 16-byte units: one surface is `rows` atoms.
     let cube = (rows, 1, channels);
+    let out = Output::at(out, Precision::Int32, stride, 0);
     let dpu = Dpu {
-        depthwise: false,
-        ping_pong: true,
-        input: DpuInput::Flying,
-        burst_len: 15,
-        precision: Precision::Int32,
-        cube,
-        orig_channels: channels,
-        bs: Stage::BYPASSED,
-        bn: Stage::BYPASSED,
         ew: Some(Ew {
             op: Some(EwOp::Alu(AluOp::Add)),
             src: EwSrc::Memory,
@@ -61,34 +49,10 @@ pub fn add_task_model(
             values: [0; 8],
             lut: None,
         }),
-        ow: OwCfg {
-            od_bypass: true,
-            size_e: [0; 3],
-            ow_src: 0,
-            ow_op: 0,
-        },
-        out_cvt: OutCvt::IDENTITY,
-        out: Output {
-            addr: out,
-            precision: Precision::Int32,
-            surf_stride: stride,
-            notch: 0,
-            surface_add: stride,
-        },
+        ..Dpu::flying(cube, Precision::Int32, out)
     };
+    let read = Mrdma::at(acc, 0, 0);
     let dpu_rdma = DpuRdma {
-        depthwise: false,
-        comb_use: 0,
-        ping_pong: true,
-        cube,
-        precision: Precision::Int32,
-        flying: true,
-        burst_len: 15,
-        mrdma: Some(Mrdma {
-            addr: acc,
-            line_notch: 0,
-            surf_notch: 0,
-        }),
         erdma: Some(Erdma {
             addr: partial,
             data_size: 3,
@@ -97,10 +61,7 @@ pub fn add_task_model(
             line_notch: 0,
             surf_notch: 0,
         }),
-        arbiter: RDMA_ARBITER,
-        fp16_to_fp32: false,
-        brdma: None,
-        nrdma: None,
+        ..DpuRdma::flying(cube, Precision::Int32, read)
     };
     Ok(Task::dpu_only(dpu, dpu_rdma))
 }

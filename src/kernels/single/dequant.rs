@@ -13,13 +13,11 @@
 //! itself with an fp32 output type, or, for split-K, the last add task — and read one
 //! pixel at a time from the native `[channels/4][rows][4]` layout.
 
-use super::RDMA_ARBITER;
 use crate::error::{Error, Result};
 use crate::float::{f16_to_f32, f32_to_f16};
 use crate::regcmd::{DmaAddr, Reloc, TaskBuilder};
 use crate::task::{
-    Dpu, DpuInput, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, Mul, OutCvt, Output, OwCfg, Precision,
-    Stage, Task,
+    Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, Mul, Output, Precision, Stage, Task,
 };
 
 /// Channels one dequantisation task covers at most (the public program's guard).
@@ -179,14 +177,8 @@ pub fn dequant_task_model(
     let bits = dequant_scale_bits("dequant row scale", row as usize, row_scale)?;
     // One pixel per surface: the next surface of `acc` is `rows` atoms further on.
     let cube = (1, 1, channels);
+    let out = Output::at(out, Precision::Fp32, 1, 0);
     let dpu = Dpu {
-        depthwise: false,
-        ping_pong: true,
-        input: DpuInput::Flying,
-        burst_len: 15,
-        precision: Precision::Fp32,
-        cube,
-        orig_channels: channels,
         bs: Stage {
             bypass: false,
             alu: None,
@@ -194,7 +186,6 @@ pub fn dequant_task_model(
             relu: false,
             relux: None,
         },
-        bn: Stage::BYPASSED,
         ew: Some(Ew {
             op: Some(EwOp::Mul(0, 0)),
             src: EwSrc::Memory,
@@ -206,34 +197,10 @@ pub fn dequant_task_model(
             values: [0; 8],
             lut: None,
         }),
-        ow: OwCfg {
-            od_bypass: true,
-            size_e: [0; 3],
-            ow_src: 0,
-            ow_op: 0,
-        },
-        out_cvt: OutCvt::IDENTITY,
-        out: Output {
-            addr: out,
-            precision: Precision::Fp32,
-            surf_stride: 1,
-            notch: 0,
-            surface_add: 1,
-        },
+        ..Dpu::flying(cube, Precision::Fp32, out)
     };
+    let read = Mrdma::at(offset(acc, row * 16)?, 0, rows - 1);
     let dpu_rdma = DpuRdma {
-        depthwise: false,
-        comb_use: 0,
-        ping_pong: true,
-        cube,
-        precision: Precision::Fp32,
-        flying: true,
-        burst_len: 15,
-        mrdma: Some(Mrdma {
-            addr: offset(acc, row * 16)?,
-            line_notch: 0,
-            surf_notch: rows - 1,
-        }),
         erdma: Some(Erdma {
             addr: coeffs,
             data_size: 3,
@@ -242,10 +209,7 @@ pub fn dequant_task_model(
             line_notch: 0,
             surf_notch: 0,
         }),
-        arbiter: RDMA_ARBITER,
-        fp16_to_fp32: false,
-        brdma: None,
-        nrdma: None,
+        ..DpuRdma::flying(cube, Precision::Fp32, read)
     };
     Ok(Task::dpu_only(dpu, dpu_rdma))
 }

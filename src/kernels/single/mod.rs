@@ -50,7 +50,8 @@ use crate::error::{Error, Result};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder, TaskBuilder};
 use crate::task::{
     self, Alu, AluOp, Cbuf, Cna, Conv, Core, Dpu, DpuInput, DpuRdma, Erdma, Ew, EwOp, EwSrc,
-    Feature, InputCvt, Mul, OpCvt, OutCvt, Output, OwCfg, Precision, Stage, Task, Weights,
+    Feature, InputCvt, Mul, OpCvt, OutCvt, Output, OwCfg, Precision, RDMA_ARBITER, Stage, Task,
+    Weights,
 };
 
 /// The buffer holding the program.
@@ -510,9 +511,6 @@ impl SingleMatmul {
         p.build()
     }
 }
-
-/// DPU_RDMA arbiter weights: 1 for each read engine, as every known program writes.
-const RDMA_ARBITER: [u32; 4] = [1, 1, 1, 1];
 
 /// Two tasks of `mm` over the same A and B, each with one spare data bank (2 data + 10
 /// weight banks), in one chain or (`two_chains`) in two, the second with `reuse` applied

@@ -8,11 +8,13 @@
 
 mod ew;
 mod lut;
+mod preset;
 mod stage;
 
 pub use ew::{Ew, EwOp, EwSrc, OpCvt};
 pub(crate) use lut::is_port as is_lut_port;
 pub use lut::{LUT_ENTRIES, LUT_SEGMENTS, Lut, LutRange, LutSlope, LutTables};
+pub use preset::{FLYING_BURST_LEN, RDMA_ARBITER};
 use stage::StageRegs;
 pub use stage::{Alu, AluOp, Mul, Stage};
 

@@ -231,7 +231,7 @@ impl Conv2d {
             burst_len: 15,
             mrdma: None,
             erdma: None,
-            arbiter: [1, 1, 1, 1],
+            arbiter: crate::task::RDMA_ARBITER,
             fp16_to_fp32: false,
             brdma: None,
             nrdma: None,

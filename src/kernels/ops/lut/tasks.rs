@@ -4,8 +4,8 @@
 use super::{LutRecipe, Tile};
 use crate::regcmd::DmaAddr;
 use crate::task::{
-    Alu, AluOp, Dpu, DpuInput, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, Mul, OpCvt, OutCvt, Output,
-    OwCfg, Precision, Stage, Task,
+    Alu, AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, Mul, OpCvt, OutCvt, Output, Precision,
+    Stage, Task,
 };
 
 /// The flying fp16 DPU task over one tile: MRDMA reads `input`, the write DMA stores
@@ -22,49 +22,19 @@ fn flying(
     let cube = (t.w, t.h, 8);
     let surf = t.w * t.h; // 16-byte units: one surface
     let dpu = Dpu {
-        depthwise: false,
-        ping_pong: true,
-        input: DpuInput::Flying,
-        burst_len: 15,
-        precision: Precision::Fp16,
-        cube,
-        orig_channels: 8,
-        bs: Stage::BYPASSED,
         bn,
         ew: Some(ew),
-        ow: OwCfg {
-            od_bypass: true,
-            size_e: [0; 3],
-            ow_src: 0,
-            ow_op: 0,
-        },
         out_cvt,
-        out: Output {
-            addr: output,
-            precision: Precision::Fp16,
-            surf_stride: surf,
-            notch: 0,
-            surface_add: surf,
-        },
+        ..Dpu::flying(
+            cube,
+            Precision::Fp16,
+            Output::at(output, Precision::Fp16, surf, 0),
+        )
     };
     let dpu_rdma = DpuRdma {
-        depthwise: false,
-        comb_use: 0,
-        ping_pong: true,
-        cube,
-        precision: Precision::Fp16,
-        flying: true,
-        burst_len: 15,
         // MRDMA_FP16TOFP32_EN, as every board-run fp16 LUT program (FEATURE_MODE_CFG
         // 0x17849).
         fp16_to_fp32: true,
-        brdma: None,
-        nrdma: None,
-        mrdma: Some(Mrdma {
-            addr: input,
-            line_notch: 0,
-            surf_notch: 0,
-        }),
         erdma: erdma.map(|addr| Erdma {
             addr,
             data_size: 2,
@@ -73,7 +43,7 @@ fn flying(
             line_notch: 0,
             surf_notch: 0,
         }),
-        arbiter: [1, 1, 1, 1],
+        ..DpuRdma::flying(cube, Precision::Fp16, Mrdma::at(input, 0, 0))
     };
     Task::dpu_only(dpu, dpu_rdma)
 }
