@@ -8,8 +8,8 @@
 mod common;
 
 use common::Rng;
+use common::llama_cpu::errors;
 use half::f16;
-use rknpu_driver::compute::matmul::Matmul;
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::write::Writer;
 use rknpu_driver::gguf::{GgmlType, Gguf, groups_exactly, load_grouped};
@@ -45,46 +45,6 @@ fn q5_0(values: &[f32]) -> Vec<u8> {
     out
 }
 
-/// Activations quantised as llama.cpp's CPU backend does for these types (Q8_0: per 32
-/// values d = max|x| / 127 stored as fp16, q = round(x / d)), dequantised again.
-fn q8_0_activations(x: &[f32]) -> Vec<f64> {
-    x.chunks_exact(32)
-        .flat_map(|b| {
-            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let dh = f64::from(f16::from_f32(d).to_f32());
-            b.iter()
-                .map(move |&v| f64::from((v * id).round()) * dh)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// Relative RMS error of `y` against the f64 product of `x` (m × K) and `w` (N × K).
-fn rel(x: &[f64], w: &[f32], y: &[f64], m: usize) -> f64 {
-    let (mut e2, mut r2) = (0f64, 0f64);
-    for r in 0..m {
-        for c in 0..N {
-            let want: f64 = (0..K).map(|i| x[r * K + i] * f64::from(w[c * K + i])).sum();
-            let got = y[r * N + c];
-            e2 += (got - want).powi(2);
-            r2 += want * want;
-        }
-    }
-    (e2 / r2).sqrt()
-}
-
-/// `x` (m × K) times `w` (N × K) in f64.
-fn product(x: &[f64], w: &[f32], m: usize) -> Vec<f64> {
-    (0..m * N)
-        .map(|i| {
-            let (r, c) = (i / N, i % N);
-            (0..K).map(|j| x[r * K + j] * f64::from(w[c * K + j])).sum()
-        })
-        .collect()
-}
-
 fn file(rng: &mut Rng) -> Gguf {
     let w: Vec<f32> = (0..N * K).map(|_| 0.1 * (rng.float() - 0.5)).collect();
     let dims = [K as u64, N as u64];
@@ -118,25 +78,12 @@ fn grouped_banks_from_gguf_blocks_meet_the_cpu_backends_error() {
             "{name}: {held} bytes, {ratio:.3}x the file's"
         );
         for m in [1usize, 7, 64] {
-            let x: Vec<f32> = (0..m * K).map(|_| 2.0 * rng.float() - 1.0).collect();
-            let mut spiky = x.clone();
-            for v in spiky.iter_mut().step_by(400) {
-                *v *= 8.0;
-            }
-            let mut errs = Vec::new();
-            for x in [&x, &spiky] {
-                let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
-                let e_cpu = rel(&exact, &w, &product(&q8_0_activations(x), &w, m), m);
-                let mut mm = Matmul::new(&bank, m as u32).unwrap();
-                let mut y = vec![0f32; m * N];
-                mm.mul_mat(x, &mut y).unwrap();
-                let y: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
-                let e = rel(&exact, &w, &y, m);
+            let errs = errors(&bank, &w, (m, K, N), &mut rng);
+            for (e, e_cpu) in errs {
                 assert!(
                     e <= 1.25 * e_cpu && e <= 0.01,
                     "{name} m {m}: {e} vs CPU {e_cpu}"
                 );
-                errs.push((e, e_cpu));
             }
             // Outliers cost the NPU path no more than they cost the CPU backend (whose
             // own Q8_0 activations lose up to 2.5x here, docs/gguf.md).

@@ -9,6 +9,7 @@
 mod common;
 
 use common::Rng;
+use common::llama_cpu::{errors, product, q8_0_activations, rel};
 use half::f16;
 use rknpu_driver::compute::matmul::Matmul;
 use rknpu_driver::device::Device;
@@ -163,39 +164,6 @@ fn q6_k(values: &[f32]) -> Vec<u8> {
     out
 }
 
-/// Activations as llama.cpp's CPU backend quantises them for these types (Q8_0: per 32
-/// values d = max|x| / 127 stored as fp16, q = round(x / d)), dequantised again.
-fn q8_0_activations(x: &[f32]) -> Vec<f64> {
-    x.chunks_exact(32)
-        .flat_map(|b| {
-            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let dh = f64::from(f16::from_f32(d).to_f32());
-            b.iter()
-                .map(move |&v| f64::from((v * id).round()) * dh)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// `x` (m × K) times `w` (N × K) in f64.
-fn product(x: &[f64], w: &[f32], m: usize) -> Vec<f64> {
-    (0..m * N)
-        .map(|i| {
-            let (r, c) = (i / N, i % N);
-            (0..K).map(|j| x[r * K + j] * f64::from(w[c * K + j])).sum()
-        })
-        .collect()
-}
-
-/// Relative RMS error of `y` against `want`.
-fn rel(want: &[f64], y: &[f64]) -> f64 {
-    let e2: f64 = want.iter().zip(y).map(|(a, b)| (a - b).powi(2)).sum();
-    let r2: f64 = want.iter().map(|a| a * a).sum();
-    (e2 / r2).sqrt()
-}
-
 /// The four types' tensors of the same seeded weights (offset from zero, so that the
 /// minimums matter), and an F32 copy.
 fn file(rng: &mut Rng) -> Gguf {
@@ -242,26 +210,12 @@ fn k_quants_and_q4_1_meet_the_cpu_backends_error() {
         );
         assert!(ratio <= size_bound, "{name}: {ratio:.3}x");
         for m in [1usize, 7, 64] {
-            let x: Vec<f32> = (0..m * K).map(|_| 2.0 * rng.float() - 1.0).collect();
-            let mut spiky = x.clone();
-            for v in spiky.iter_mut().step_by(400) {
-                *v *= 8.0;
-            }
-            let mut errs = Vec::new();
-            for x in [&x, &spiky] {
-                let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
-                let want = product(&exact, &w, m);
-                let e_cpu = rel(&want, &product(&q8_0_activations(x), &w, m));
-                let mut mm = Matmul::new(&bank, m as u32).unwrap();
-                let mut y = vec![0f32; m * N];
-                mm.mul_mat(x, &mut y).unwrap();
-                let y: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
-                let e = rel(&want, &y);
+            let errs = errors(&bank, &w, (m, K, N), &mut rng);
+            for (e, e_cpu) in errs {
                 assert!(
                     e <= 1.25 * e_cpu && e <= 0.01,
                     "{name} m {m}: {e} vs CPU {e_cpu}"
                 );
-                errs.push((e, e_cpu));
             }
             let (npu, cpu) = (errs[1].0 / errs[0].0, errs[1].1 / errs[0].1);
             eprintln!(
@@ -296,7 +250,13 @@ fn every_path_adds_the_offset_term() {
     let w = g.dequantize("q4_1").unwrap();
     let m = 3;
     let x: Vec<f32> = (0..m * K).map(|_| rng.float()).collect();
-    let want = product(&x.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(), &w, m);
+    let want = product(
+        &x.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+        &w,
+        m,
+        K,
+        N,
+    );
     let mut mm = Matmul::new(&bank, m as u32).unwrap();
     let mut blocking = vec![0f32; m * N];
     mm.mul_mat(&x, &mut blocking).unwrap();

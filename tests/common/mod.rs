@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests (each test binary uses a part of them).
 #![allow(dead_code)]
 
+pub mod llama_cpu;
+
 /// Describes where two texts first differ: the 1-based line number and both lines
 /// (`None` where one text has ended). Returns `None` when they are equal.
 pub fn first_difference(expected: &[u8], actual: &[u8]) -> Option<String> {

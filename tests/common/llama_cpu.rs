@@ -1,0 +1,64 @@
+//! What llama.cpp's CPU backend computes for a quantised weight type, in f64: the
+//! yardstick of the grouped banks' tests.
+
+use half::f16;
+
+/// Activations as llama.cpp's CPU backend quantises them for the block types (Q8_0: per
+/// 32 values `d = max|x| / 127` stored as fp16, `q = round(x / d)`), dequantised again.
+pub fn q8_0_activations(x: &[f32]) -> Vec<f64> {
+    x.chunks_exact(32)
+        .flat_map(|b| {
+            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let dh = f64::from(f16::from_f32(d).to_f32());
+            b.iter()
+                .map(move |&v| f64::from((v * id).round()) * dh)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `x` (`m × k`) times `w` (`n × k`, llama.cpp's `[out][in]`) in f64, row-major `m × n`.
+pub fn product(x: &[f64], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+    (0..m * n)
+        .map(|i| {
+            let (r, c) = (i / n, i % n);
+            (0..k).map(|j| x[r * k + j] * f64::from(w[c * k + j])).sum()
+        })
+        .collect()
+}
+
+/// Relative RMS error of `y` against `want`.
+pub fn rel(want: &[f64], y: &[f64]) -> f64 {
+    let e2: f64 = want.iter().zip(y).map(|(a, b)| (a - b).powi(2)).sum();
+    let r2: f64 = want.iter().map(|a| a * a).sum();
+    (e2 / r2).sqrt()
+}
+
+/// The relative RMS errors `(npu, cpu)` of a matmul against `bank` for `m` rows of seeded
+/// activations in [−1, 1), and again with one activation in 400 eight times larger:
+/// `npu` is `Matmul::mul_mat`'s, `cpu` llama.cpp's CPU backend's (activations as Q8_0),
+/// each against the f64 product with `w` (`n × k`, the file's dequantised weights).
+pub fn errors(
+    bank: &std::sync::Arc<rknpu_driver::compute::matmul::WeightBank>,
+    w: &[f32],
+    (m, k, n): (usize, usize, usize),
+    rng: &mut super::Rng,
+) -> [(f64, f64); 2] {
+    let x: Vec<f32> = (0..m * k).map(|_| 2.0 * rng.float() - 1.0).collect();
+    let mut spiky = x.clone();
+    for v in spiky.iter_mut().step_by(400) {
+        *v *= 8.0;
+    }
+    [&x, &spiky].map(|x| {
+        let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        let want = product(&exact, w, m, k, n);
+        let e_cpu = rel(&want, &product(&q8_0_activations(x), w, m, k, n));
+        let mut mm = rknpu_driver::compute::matmul::Matmul::new(bank, m as u32).unwrap();
+        let mut y = vec![0f32; m * n];
+        mm.mul_mat(x, &mut y).unwrap();
+        let y: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
+        (rel(&want, &y), e_cpu)
+    })
+}
