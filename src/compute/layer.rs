@@ -374,41 +374,7 @@ impl LayerBuilder {
             let (id, off) = placed.at[t.index];
             DmaAddr::reloc(id, off as u32)
         };
-        let mut p = ProgramBuilder::new(REGCMD);
-        let mut infos = Vec::with_capacity(steps.len());
-        let mut uses = Vec::with_capacity(steps.len());
-        let mut scaled: Vec<Vec<bool>> = Vec::with_capacity(steps.len());
-        let mut first = 0;
-        for s in steps {
-            let StepDef {
-                name,
-                reads,
-                writes,
-                generate,
-            } = s;
-            let ins: Vec<DmaAddr> = reads.iter().map(|&t| addr(t)).collect();
-            let tasks = generate(&ins, addr(writes)).map_err(|e| Error::Unsupported {
-                what: "layer step",
-                why: format!("{name}: {e}"),
-            })?;
-            if tasks.is_empty() {
-                return Err(Error::InvalidArgument {
-                    what: format!("step {name} made no task"),
-                });
-            }
-            for t in &tasks {
-                p.push_task(t.body()?, t.enable());
-            }
-            scaled.push(tasks.iter().map(operand::fp16_multiplier).collect());
-            infos.push(LayerStep {
-                name,
-                tasks: first..first + tasks.len(),
-                output: writes,
-            });
-            uses.push((reads, writes));
-            first += tasks.len();
-        }
-        let program = p.build()?;
+        let (program, infos, uses, scaled) = generate(steps, &addr)?;
         // Buffers, then the program bound to them: in the IOMMU domain of the layer's
         // weight banks (the first one's; a layer of banks in two is refused at its job).
         let bank_domain = tensors.iter().find_map(|t| match &t.kind {
@@ -419,31 +385,7 @@ impl LayerBuilder {
             Some(d) => BoFlags::default().with_iommu_domain(d),
             None => BoFlags::default(),
         };
-        let scratch = if placed.scratch_end > 0 {
-            Some(dev.alloc(placed.scratch_end as usize, flags)?)
-        } else {
-            None
-        };
-        let mut buffers = Vec::with_capacity(placed.own.len());
-        for &t in &placed.own {
-            let def = &tensors[t];
-            let held = match &def.kind {
-                Kind::Bank(bank) => Held::Bank(bank.clone()),
-                Kind::Constant(bytes) => {
-                    let mut bo = dev.alloc(bytes.len(), flags)?;
-                    bo.write(0, bytes)?;
-                    Held::Own(bo)
-                }
-                _ => Held::Own(dev.alloc(def.bytes as usize, flags)?),
-            };
-            buffers.push((
-                Tensor {
-                    layer: id,
-                    index: t,
-                },
-                held,
-            ));
-        }
+        let (scratch, buffers) = allocate(&dev, id, &tensors, &placed, flags)?;
         let mut regcmd = dev.alloc(program.byte_len(), flags)?;
         let regcmd_addr = regcmd.dma_addr();
         let scratch_addr = scratch.as_ref().map(|b| b.dma_addr());
@@ -511,4 +453,93 @@ impl LayerBuilder {
             .check(&layer.dev)?;
         Ok(layer)
     }
+}
+
+/// What generating a layer's steps gives: the program, each step's tasks, the tensors it
+/// reads and writes, and which of its tasks carry an fp16 register multiplier.
+type Generated = (
+    crate::regcmd::Program,
+    Vec<LayerStep>,
+    Vec<(Vec<Tensor>, Tensor)>,
+    Vec<Vec<bool>>,
+);
+
+/// Generates every step's tasks with its tensors at `addr`, in one chain of one program.
+fn generate(steps: Vec<StepDef>, addr: &dyn Fn(Tensor) -> DmaAddr) -> Result<Generated> {
+    let mut p = ProgramBuilder::new(REGCMD);
+    let mut infos = Vec::with_capacity(steps.len());
+    let mut uses = Vec::with_capacity(steps.len());
+    let mut scaled: Vec<Vec<bool>> = Vec::with_capacity(steps.len());
+    let mut first = 0;
+    for s in steps {
+        let StepDef {
+            name,
+            reads,
+            writes,
+            generate,
+        } = s;
+        let ins: Vec<DmaAddr> = reads.iter().map(|&t| addr(t)).collect();
+        let tasks = generate(&ins, addr(writes)).map_err(|e| Error::Unsupported {
+            what: "layer step",
+            why: format!("{name}: {e}"),
+        })?;
+        if tasks.is_empty() {
+            return Err(Error::InvalidArgument {
+                what: format!("step {name} made no task"),
+            });
+        }
+        for t in &tasks {
+            p.push_task(t.body()?, t.enable());
+        }
+        scaled.push(tasks.iter().map(operand::fp16_multiplier).collect());
+        infos.push(LayerStep {
+            name,
+            tasks: first..first + tasks.len(),
+            output: writes,
+        });
+        uses.push((reads, writes));
+        first += tasks.len();
+    }
+    Ok((p.build()?, infos, uses, scaled))
+}
+
+/// The buffers of the tensors that have their own, in placement order.
+type Buffers = Vec<(Tensor, Held)>;
+
+/// The layer's buffers: the scratch buffer of the intermediates (if any) and one per
+/// tensor with a buffer of its own (constants written now, banks shared), all with
+/// `flags`.
+fn allocate(
+    dev: &Device,
+    id: u64,
+    tensors: &[TensorDef],
+    placed: &place::Placement,
+    flags: BoFlags,
+) -> Result<(Option<crate::device::Bo>, Buffers)> {
+    let scratch = if placed.scratch_end > 0 {
+        Some(dev.alloc(placed.scratch_end as usize, flags)?)
+    } else {
+        None
+    };
+    let mut buffers = Vec::with_capacity(placed.own.len());
+    for &t in &placed.own {
+        let def = &tensors[t];
+        let held = match &def.kind {
+            Kind::Bank(bank) => Held::Bank(bank.clone()),
+            Kind::Constant(bytes) => {
+                let mut bo = dev.alloc(bytes.len(), flags)?;
+                bo.write(0, &bytes[..])?;
+                Held::Own(bo)
+            }
+            _ => Held::Own(dev.alloc(def.bytes as usize, flags)?),
+        };
+        buffers.push((
+            Tensor {
+                layer: id,
+                index: t,
+            },
+            held,
+        ));
+    }
+    Ok((scratch, buffers))
 }
