@@ -240,6 +240,28 @@ pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
             run_int(&dev, plan, options, &mut rng)?
         }
     };
+    report(&a, &spec, &c, t_plan);
+    if c.bound > 0.0 {
+        return Err(Failure(
+            1,
+            "MISMATCH: the result differs from the CPU reference".into(),
+        ));
+    }
+    if let Some(path) = &a.trace {
+        dev.stop_recording().map_err(|e| fail(&e))?;
+        outln!("trace: {path}");
+    }
+    outln!("OK");
+    Ok(())
+}
+
+/// Prints a run's times, its largest error against the CPU and its DMA and regcmd bytes.
+fn report(
+    a: &MatmulArgs,
+    spec: &MatmulSpec,
+    c: &crate::matmul_run::Checked,
+    t_plan: std::time::Duration,
+) {
     let timings = c.timings;
     outln!(
         "time: plan {:.3} ms, pack {:.3} ms (weights {:.3} ms, A {:.3} ms), submit+wait {:.3} ms, unpack {:.3} ms",
@@ -265,25 +287,13 @@ pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
         outln!("largest error: {}", c.err);
     }
     if let Some(dma) = &c.dma {
-        outln!("{}", dma_line(&spec, dma));
+        outln!("{}", dma_line(spec, dma));
         outln!(
             "regcmd: {} bytes fetched by the PC ({} bodies)",
             dma.pc_regcmd,
             if a.incremental { "incremental" } else { "full" }
         );
     }
-    if c.bound > 0.0 {
-        return Err(Failure(
-            1,
-            "MISMATCH: the result differs from the CPU reference".into(),
-        ));
-    }
-    if let Some(path) = &a.trace {
-        dev.stop_recording().map_err(|e| fail(&e))?;
-        outln!("trace: {path}");
-    }
-    outln!("OK");
-    Ok(())
 }
 
 /// Checks the combination of options: `--emit` and `--plan-only` build no run.
