@@ -34,7 +34,7 @@ use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{Plan, pack};
 use rknpu_driver::kernels::ops::Cube;
-use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
+use rknpu_driver::kernels::ops::contract::{Bindings, DequantOp, Op, Role};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::kernels::ops::epilogue::Dequant;
 use rknpu_driver::kernels::ops::lut::{Activation, ActivationOp};
@@ -162,16 +162,13 @@ fn run() -> Res {
     let x_in = b.input_bytes("x", plan.a_bytes as usize)?;
     let g_acc = b.matmul("gate", &gate, x_in, M, OutType::Fp32, MatmulInput::Packed)?;
     let u_acc = b.matmul("up", &up, x_in, M, OutType::Fp32, MatmulInput::Packed)?;
-    let g_coeffs = b.constant("gate scales", Dequant::coefficients(&gate_scales)?)?;
-    let u_coeffs = b.constant("up scales", Dequant::coefficients(&up_scales)?)?;
-    // The activation scale is set per call (`Layer::set_step_scale`); 1 until then.
+    // The activation scale is set per call (`Layer::set_step_scale`); 1 until then. Each
+    // dequantisation's channel scales are a constant of its step.
     let dequant = Dequant::new(1.0, Precision::Fp16)?;
-    let g16 = b.op("gate to fp16", &[g_acc, g_coeffs], half, move |i, o| {
-        dequant.tasks(acc, i[0], i[1], o)
-    })?;
-    let u16 = b.op("up to fp16", &[u_acc, u_coeffs], half, move |i, o| {
-        dequant.tasks(acc, i[0], i[1], o)
-    })?;
+    let g_dq = DequantOp::new(dequant, acc, &gate_scales)?;
+    let g16 = b.step("gate to fp16", g_dq, &[(Role::Input, g_acc)])?;
+    let u_dq = DequantOp::new(dequant, acc, &up_scales)?;
+    let u16 = b.step("up to fp16", u_dq, &[(Role::Input, u_acc)])?;
     let act = ActivationOp::new(Activation::Silu, half)?;
     let s = b.op("silu(gate)", &[g16], half, move |i, o| {
         act.tasks(

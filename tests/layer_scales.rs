@@ -11,7 +11,7 @@ use rknpu_driver::Error;
 use rknpu_driver::compute::layer::{Layer, LayerBuilder, Tensor};
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::ops::Cube;
-use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
+use rknpu_driver::kernels::ops::contract::{Bindings, DequantOp, Op, Role};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::kernels::ops::epilogue::Dequant;
 use rknpu_driver::task::Precision;
@@ -28,14 +28,13 @@ fn layer(dev: &Device, s0: f32) -> (Layer, Tensor, Tensor, Vec<f32>) {
     let w: Vec<f32> = (0..N).map(|_| 0.5 + rng.float()).collect();
     let mut b = LayerBuilder::new(dev);
     let x = b.input("x", cube).unwrap();
-    let coeffs = b
-        .constant("scales", Dequant::coefficients(&w).unwrap())
-        .unwrap();
     let dq = Dequant::new(s0, Precision::Fp32).unwrap();
     let y = b
-        .op("dequant", &[x, coeffs], cube, move |i, o| {
-            dq.tasks(cube, i[0], i[1], o)
-        })
+        .step(
+            "dequant",
+            DequantOp::new(dq, cube, &w).unwrap(),
+            &[(Role::Input, x)],
+        )
         .unwrap();
     b.output(y).unwrap();
     (b.build().unwrap(), x, y, w)

@@ -1,7 +1,7 @@
 //! Degenerate operation specs — zero kernels, strides, dilations, groups or channels —
 //! are typed errors from every generator, never a panic.
 
-use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
+use rknpu_driver::kernels::ops::contract::{self, Bindings, DequantOp, Op, Role};
 use rknpu_driver::kernels::ops::conv::Conv2d;
 use rknpu_driver::kernels::ops::pool::{Pool2d, PoolKind};
 use rknpu_driver::kernels::ops::{self, Cube};
@@ -100,12 +100,12 @@ fn degenerate_dpu_operations_are_errors() {
     assert!(Dequant::new(0.5, Precision::Int8).is_err());
     // A dequantisation over a cube that is not fp32, or fp16 output of 6 channels.
     let d = Dequant::new(0.5, Precision::Fp16).unwrap();
-    let [i, w, o] = addrs();
-    assert!(d.tasks(i16c, i, w, o).is_err());
-    assert!(
-        d.tasks(Cube::new(4, 1, 6, Precision::Fp32).unwrap(), i, w, o)
-            .is_err()
-    );
+    let refused = |cube: Cube| {
+        let scales = vec![1.0; cube.channels as usize];
+        contract::program(&DequantOp::new(d, cube, &scales).unwrap()).is_err()
+    };
+    assert!(refused(i16c));
+    assert!(refused(Cube::new(4, 1, 6, Precision::Fp32).unwrap()));
     for scales in [vec![], vec![1.0, f32::NAN], vec![0.0], vec![-1.0]] {
         assert!(Requant::per_channel(&scales, 0).is_err(), "{scales:?}");
     }

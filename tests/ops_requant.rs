@@ -12,11 +12,38 @@ use proptest::prelude::*;
 use rknpu_driver::Error;
 use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::Device;
+use rknpu_driver::kernels::ops::contract::{Bindings, DequantOp, Op, RequantOp, Role, program};
 use rknpu_driver::kernels::ops::epilogue::{Dequant, OutScale, Requant};
 use rknpu_driver::kernels::ops::{self, Cube, eltwise};
 use rknpu_driver::regcmd::{BufferId, DmaAddr, Program, words_to_le_bytes};
 use rknpu_driver::sim::{CoreRun, Kick, LintKind, Simulator};
-use rknpu_driver::task::Precision;
+use rknpu_driver::task::{Precision, Task};
+
+/// The tasks of `op` with each role at the address given for it.
+fn bound(op: &dyn Op, roles: &[(Role, BufferId)]) -> rknpu_driver::Result<Vec<Task>> {
+    op.tasks(
+        &roles
+            .iter()
+            .fold(Bindings::new(), |b, &(r, id)| b.bind(r, ops::at(id, 0))),
+    )
+}
+
+/// A dequantisation's tasks reading `input`, its scales at `PARAMS`, writing `output`.
+fn dequant_tasks(
+    dq: Dequant,
+    cube: Cube,
+    w: &[f32],
+    input: BufferId,
+    output: BufferId,
+) -> Vec<Task> {
+    let op = DequantOp::new(dq, cube, w).unwrap();
+    let roles = [
+        (Role::Input, input),
+        (Role::Params, ops::PARAMS),
+        (Role::Output, output),
+    ];
+    bound(&op, &roles).unwrap()
+}
 
 /// The intermediate tensor of a two-operation chain.
 const MIDDLE: BufferId = BufferId(6);

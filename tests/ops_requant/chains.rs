@@ -19,15 +19,8 @@ fn dequant_to_fp16_then_fp16_multiply_in_one_program() {
         .collect();
     let s = 0.02;
     let h16 = cube.with_precision(Precision::Fp16).unwrap();
-    let mut tasks = Dequant::new(s, Precision::Fp16)
-        .unwrap()
-        .tasks(
-            cube,
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::PARAMS, 0),
-            ops::at(MIDDLE, 0),
-        )
-        .unwrap();
+    let dq = Dequant::new(s, Precision::Fp16).unwrap();
+    let mut tasks = dequant_tasks(dq, cube, &w, ops::INPUT, MIDDLE);
     let mul = eltwise::Eltwise::new(eltwise::EltwiseOp::Mul, h16, eltwise::Operand::Tensor)
         .unwrap()
         .tasks(
@@ -149,16 +142,15 @@ fn dequant_from_int32_accumulators() {
     let acc: Vec<i32> = (0..m * n).map(|_| (rng.next() >> 32) as i32).collect();
     let w: Vec<f32> = (0..n).map(|_| rng.float() * 0.001 + 0.002).collect();
     let s = 1.0 / 4096.0;
-    let tasks = Dequant::new(s, Precision::Fp16)
-        .unwrap()
-        .int32_tasks(
-            cube,
-            ops::at(ops::INPUT, 0),
-            ops::at(SCRATCH, 0),
-            ops::at(ops::PARAMS, 0),
-            ops::at(ops::OUTPUT, 0),
-        )
-        .unwrap();
+    let dq = Dequant::new(s, Precision::Fp16).unwrap();
+    let op = DequantOp::new(dq, cube, &w).unwrap();
+    let roles = [
+        (Role::Input, ops::INPUT),
+        (Role::Scratch, SCRATCH),
+        (Role::Params, ops::PARAMS),
+        (Role::Output, ops::OUTPUT),
+    ];
+    let tasks = bound(&op, &roles).unwrap();
     assert_eq!(tasks.len(), 2);
     let oc = cube.with_precision(Precision::Fp16).unwrap();
     let (r, out) = on_sim(
@@ -185,13 +177,9 @@ fn dequant_from_int32_accumulators() {
         .count();
     assert!(derived >= 2, "{:?}", r.lints);
     let f32cube = cube.with_precision(Precision::Fp32).unwrap();
-    let a = ops::at(ops::INPUT, 0);
-    assert!(matches!(
-        Dequant::new(s, Precision::Fp16)
-            .unwrap()
-            .int32_tasks(f32cube, a, a, a, a),
-        Err(Error::Unsupported { .. })
-    ));
+    // An fp32 cube has no cast task; the int32 path's scratch is not its.
+    let op = DequantOp::new(dq, f32cube, &w).unwrap();
+    assert!(op.ports().unwrap().iter().all(|p| p.role != Role::Scratch));
 }
 
 /// The feed-forward path from the matmul itself: an int8 matmul writing fp32 in the native
@@ -227,17 +215,8 @@ fn int8_matmul_then_dequant_then_fp16_multiply() {
         )
         .unwrap(),
     ];
-    tasks.extend(
-        Dequant::new(s, Precision::Fp16)
-            .unwrap()
-            .tasks(
-                acc_cube,
-                ops::at(ACC, 0),
-                ops::at(ops::PARAMS, 0),
-                ops::at(MIDDLE, 0),
-            )
-            .unwrap(),
-    );
+    let dq = Dequant::new(s, Precision::Fp16).unwrap();
+    tasks.extend(dequant_tasks(dq, acc_cube, &w, ACC, MIDDLE));
     tasks.extend(
         eltwise::Eltwise::new(eltwise::EltwiseOp::Mul, h16, eltwise::Operand::Tensor)
             .unwrap()

@@ -13,14 +13,12 @@ fn the_output_converter_rounds_ties_to_even_and_offsets_after_rounding() {
     let cube = Cube::new(1, 1, 16, Precision::Int32).unwrap();
     let mut acc = vec![0i32; 16];
     acc[..6].copy_from_slice(&[3, 5, 7, -3, 300, -300]);
-    let tasks = rq
-        .tasks(
-            cube,
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::PARAMS, 0),
-            ops::at(ops::OUTPUT, 0),
-        )
-        .unwrap();
+    let op = RequantOp::new(rq, cube, &[], &[]).unwrap();
+    let tasks = bound(
+        &op,
+        &[(Role::Input, ops::INPUT), (Role::Output, ops::OUTPUT)],
+    )
+    .unwrap();
     let (r, out) = on_sim(
         &ops::chain(&tasks).unwrap(),
         &[
@@ -39,7 +37,6 @@ fn the_output_converter_rounds_ties_to_even_and_offsets_after_rounding() {
 
 #[test]
 fn refusals_are_typed_errors() {
-    let a = ops::at(ops::INPUT, 0);
     assert!(matches!(
         Dequant::new(1e9, Precision::Fp16),
         Err(Error::OutOfRange { .. })
@@ -49,21 +46,15 @@ fn refusals_are_typed_errors() {
         Err(Error::Unsupported { .. })
     ));
     let dq = Dequant::new(0.5, Precision::Fp16).unwrap();
+    // An fp16 output of 12 fp32 channels (not whole fp16 atoms).
     let odd = Cube::new(2, 1, 12, Precision::Fp32).unwrap();
-    assert!(matches!(
-        dq.tasks(odd, a, a, a),
-        Err(Error::Unsupported { .. })
-    ));
+    let odd = DequantOp::new(dq, odd, &[1.0; 12]).unwrap();
+    assert!(matches!(program(&odd), Err(Error::Unsupported { .. })));
+    // A requantisation of 8 int32 channels (not whole int8 atoms).
     let i32c = Cube::new(2, 1, 8, Precision::Int32).unwrap();
-    assert!(matches!(
-        dq.tasks(i32c, a, a, a),
-        Err(Error::Unsupported { .. })
-    ));
     let rq = Requant::per_tensor(OutScale::new(1, 0, 0));
-    assert!(matches!(
-        rq.tasks(i32c, a, a, a),
-        Err(Error::Unsupported { .. })
-    ));
+    let narrow = RequantOp::new(rq, i32c, &[], &[]).unwrap();
+    assert!(matches!(program(&narrow), Err(Error::Unsupported { .. })));
     assert!(matches!(
         rq.with_channel_multipliers(64),
         Err(Error::OutOfRange { .. })
@@ -86,7 +77,7 @@ fn refusals_are_typed_errors() {
     .unwrap();
     no_dpu.dpu = None;
     assert!(matches!(
-        rq.apply(&mut no_dpu, a),
+        rq.apply(&mut no_dpu, ops::at(ops::INPUT, 0)),
         Err(Error::InvalidArgument { .. })
     ));
 }
@@ -101,15 +92,15 @@ fn decoded_programs_match_the_golden_fixtures() {
             .join("fixtures/ops")
             .join(name)
     };
-    let (i, p, o) = (
-        ops::at(ops::INPUT, 0),
-        ops::at(ops::PARAMS, 0),
-        ops::at(ops::OUTPUT, 0),
-    );
-    let dq = Dequant::new(0.125, Precision::Fp16)
-        .unwrap()
-        .tasks(Cube::new(4, 1, 32, Precision::Fp32).unwrap(), i, p, o)
-        .unwrap();
+    let roles = [
+        (Role::Input, ops::INPUT),
+        (Role::Params, ops::PARAMS),
+        (Role::Output, ops::OUTPUT),
+    ];
+    // The tasks read the parameters from memory: their values do not enter the program.
+    let dq = Dequant::new(0.125, Precision::Fp16).unwrap();
+    let cube = Cube::new(4, 1, 32, Precision::Fp32).unwrap();
+    let dq = bound(&DequantOp::new(dq, cube, &[1.0; 32]).unwrap(), &roles).unwrap();
     common::check_text_fixture(
         &fixture("requant-dequant-fp16-4x1x32.txt"),
         &ops::chain(&dq).unwrap().decode().to_text(None),
@@ -117,9 +108,10 @@ fn decoded_programs_match_the_golden_fixtures() {
     let rq = Requant::per_tensor(OutScale::from_scale(0.0017, -5).unwrap())
         .with_bias()
         .with_channel_multipliers(14)
-        .unwrap()
-        .tasks(Cube::new(4, 1, 16, Precision::Int32).unwrap(), i, p, o)
         .unwrap();
+    let cube = Cube::new(4, 1, 16, Precision::Int32).unwrap();
+    let rq = RequantOp::new(rq, cube, &[0; 16], &[1; 16]).unwrap();
+    let rq = bound(&rq, &roles).unwrap();
     common::check_text_fixture(
         &fixture("requant-int8-bias-per-channel-4x1x16.txt"),
         &ops::chain(&rq).unwrap().decode().to_text(None),

@@ -11,14 +11,7 @@ fn dequant_case(m: u32, n: u32, out: Precision, seed: u64) {
     let w: Vec<f32> = (0..n).map(|_| rng.float() * 0.01 + 0.02).collect();
     let s = 0.003f32;
     let dq = Dequant::new(s, out).unwrap();
-    let tasks = dq
-        .tasks(
-            cube,
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::PARAMS, 0),
-            ops::at(ops::OUTPUT, 0),
-        )
-        .unwrap();
+    let tasks = dequant_tasks(dq, cube, &w, ops::INPUT, ops::OUTPUT);
     let program = ops::chain(&tasks).unwrap();
     let oc = cube.with_precision(out).unwrap();
     let dev = Device::open_spec("emu").unwrap();
@@ -97,14 +90,13 @@ fn requant_case(w: u32, h: u32, c: u32, bias: bool, per_channel: bool, zp: i32, 
         (rq, Vec::new())
     };
     let params = rq.params(c, &b, &mults).unwrap();
-    let tasks = rq
-        .tasks(
-            cube,
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::PARAMS, 0),
-            ops::at(ops::OUTPUT, 0),
-        )
-        .unwrap();
+    let op = RequantOp::new(rq, cube, &b, &mults).unwrap();
+    let roles = [
+        (Role::Input, ops::INPUT),
+        (Role::Params, ops::PARAMS),
+        (Role::Output, ops::OUTPUT),
+    ];
+    let tasks = bound(&op, &roles).unwrap();
     let oc = cube.with_precision(Precision::Int8).unwrap();
     let dev = Device::open_spec("emu").unwrap();
     let out = run_program(

@@ -6,7 +6,7 @@
 //!   ⟫ SHIFT) + zero_point)` — the bias through the BS ALU from memory (BRDMA, Mesa's int8
 //!   convolution bias), a per-channel multiplier through the BN multiplier from memory
 //!   (NRDMA, derived) and the per-tensor output converter of Mesa's int8 convolution.
-//!   [`Requant::tasks`] runs it as flying tasks over an int32 cube; [`Requant::apply`]
+//!   [`RequantOp`](super::contract::RequantOp) runs it as flying tasks over an int32 cube; [`Requant::apply`]
 //!   puts it on a convolution or matmul task's DPU.
 //! * [`Dequant`]: fp32 → fp32 or fp16, `y = (x · s) · w[c]` with a per-tensor scale `s`
 //!   and a per-channel scale `w[c]`, over a whole cube: the board-tested dequantisation
@@ -312,7 +312,7 @@ impl Requant {
     /// parameters ([`Requant::params`]) at `params`. The channel count must be a
     /// multiple of 16 (whole int8 output atoms read from whole int32 input surfaces);
     /// other cubes are `Error::Unsupported`.
-    pub fn tasks(
+    pub(crate) fn tasks_at(
         &self,
         cube: Cube,
         input: DmaAddr,

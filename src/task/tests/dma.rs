@@ -166,7 +166,7 @@ fn per_channel_operand_reads_round_trip_and_touch_one_value_per_channel() {
         .with_channel_multipliers(3)
         .unwrap();
     let t = rq
-        .tasks(
+        .tasks_at(
             cube,
             DmaAddr::Fixed(0x10_0000),
             DmaAddr::Fixed(0x20_0000),

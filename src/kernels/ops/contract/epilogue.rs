@@ -80,7 +80,7 @@ impl Op for RequantOp {
             false => b.get(Role::Params)?,
         };
         let (i, o) = (b.get(Role::Input)?, b.get(Role::Output)?);
-        self.requant.tasks(self.cube, i, params, o)
+        self.requant.tasks_at(self.cube, i, params, o)
     }
 
     fn reference(&self, inputs: &Values) -> Result<Vec<f64>> {
@@ -170,9 +170,9 @@ impl Op for DequantOp {
         match self.cube.precision {
             Precision::Int32 => {
                 let s = b.get(Role::Scratch)?;
-                self.dequant.int32_tasks(self.cube, i, s, p, o)
+                self.dequant.int32_tasks_at(self.cube, i, s, p, o)
             }
-            _ => self.dequant.tasks(self.cube, i, p, o),
+            _ => self.dequant.tasks_at(self.cube, i, p, o),
         }
     }
 

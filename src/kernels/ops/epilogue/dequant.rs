@@ -45,7 +45,7 @@ impl Dequant {
     /// ([`Dequant::coefficients`]) at `coeffs`, writing `cube.with_precision(out)` at
     /// `output`. An fp16 output needs a multiple of 8 channels (whole fp16 atoms from
     /// whole fp32 surfaces); other cubes are `Error::Unsupported`.
-    pub fn tasks(
+    pub(crate) fn tasks_at(
         &self,
         cube: Cube,
         input: DmaAddr,
@@ -104,11 +104,11 @@ impl Dequant {
     /// The tasks for an int32 cube at `input` (a matmul's int32 accumulators): first one
     /// flying task per band converting it to fp32 at `scratch` (which holds
     /// `cube.with_precision(Fp32)`, as many bytes as the int32 cube; the conversion
-    /// rounds to nearest even), then [`Dequant::tasks`] from `scratch`. The cast task is
+    /// rounds to nearest even), then the fp32 tasks from `scratch`. The cast task is
     /// the split-K add's int32 → fp32 output without the add (derived, raising
     /// `unvalidated` in the simulator; docs/hardware/dpu-ops.md#dequantisation-over-a-cube).
     /// Cubes other than int32 are `Error::Unsupported`.
-    pub fn int32_tasks(
+    pub(crate) fn int32_tasks_at(
         &self,
         cube: Cube,
         input: DmaAddr,
@@ -134,7 +134,7 @@ impl Dequant {
                 Precision::Fp32,
             )
         })?;
-        tasks.extend(self.tasks(f, scratch, coeffs, output)?);
+        tasks.extend(self.tasks_at(f, scratch, coeffs, output)?);
         Ok(tasks)
     }
 
