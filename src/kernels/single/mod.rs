@@ -49,9 +49,8 @@ pub use types::{Dtype, Layout, OutType, PostOps};
 use crate::error::{Error, Result};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder, TaskBuilder};
 use crate::task::{
-    self, Alu, AluOp, Cbuf, Cna, Conv, Core, Dpu, DpuInput, DpuRdma, Erdma, Ew, EwOp, EwSrc,
-    Feature, InputCvt, Mul, OpCvt, OutCvt, Output, OwCfg, Precision, RDMA_ARBITER, Stage, Task,
-    Weights,
+    self, Alu, AluOp, Cbuf, Cna, Conv, Core, Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Feature,
+    InputCvt, Mul, OpCvt, OutCvt, Output, Precision, RDMA_ARBITER, Stage, Task, Weights,
 };
 
 /// The buffer holding the program.
@@ -420,25 +419,17 @@ impl SingleMatmul {
         });
         let (cvt_offset, cvt_scale, cvt_shift) = post.out_cvt.unwrap_or((0, 1, 0));
         let size_e = task::Dpu::validated_size_e(p, out).unwrap_or(7);
+        // OD_BYPASS as the validated programs set it (docs/conformance.md).
+        let out_at = Output {
+            addr: c,
+            precision: out,
+            surf_stride: dst_surf,
+            notch,
+            surface_add: ratio * dst_surf,
+        };
         Dpu {
-            depthwise: false,
-            ping_pong: true,
-            input: DpuInput::Core,
-            burst_len: 15,
-            precision: p,
-            cube: (w, h, ao),
-            orig_channels: ao,
             bs,
-            bn: Stage::BYPASSED,
             ew,
-            // The vendor's int8 programs clear OD_BYPASS (the CPEND adder adds 0); every
-            // other validated program sets it (docs/conformance.md).
-            ow: OwCfg {
-                od_bypass: p != Precision::Int8,
-                size_e: [size_e; 3],
-                ow_src: 0,
-                ow_op: 0,
-            },
             out_cvt: OutCvt {
                 offset: cvt_offset,
                 scale: cvt_scale.into(),
@@ -448,13 +439,7 @@ impl SingleMatmul {
                 fp32_to_fp16: self.out == OutType::Fp16,
                 minus_exp: 0,
             },
-            out: Output {
-                addr: c,
-                precision: out,
-                surf_stride: dst_surf,
-                notch,
-                surface_add: ratio * dst_surf,
-            },
+            ..Dpu::core_fed((w, h, ao), p, out_at, size_e)
         }
     }
 

@@ -60,6 +60,26 @@ impl Dpu {
     }
 }
 
+impl Dpu {
+    /// A DPU task fed by the CORE (a convolution's or matmul's sums) over `cube` in
+    /// `precision`, writing `out`: ping-pong, burst 15, BS, BN and EW bypassed, the
+    /// identity output converter, and `BS_OW_CFG` as the board-validated programs of that
+    /// precision set it: `OD_BYPASS` clear for int8 (the CPEND adder adds 0) and set
+    /// otherwise, `SIZE_E` `size_e` on all three lanes.
+    pub fn core_fed(cube: (u32, u32, u32), precision: Precision, out: Output, size_e: u32) -> Dpu {
+        Dpu {
+            input: DpuInput::Core,
+            ow: OwCfg {
+                od_bypass: precision != Precision::Int8,
+                size_e: [size_e; 3],
+                ow_src: 0,
+                ow_op: 0,
+            },
+            ..Dpu::flying(cube, precision, out)
+        }
+    }
+}
+
 impl DpuRdma {
     /// The read side of [`Dpu::flying`]: MRDMA reads the main data as `mrdma` says, no
     /// operand reads, equal arbiter weights, no fp16 widening.

@@ -6,8 +6,8 @@ use crate::kernels::ops::Cube;
 use crate::regcmd::DmaAddr;
 use crate::regs::cna as cna_regs;
 use crate::task::{
-    Cbuf, Cna, Conv, Core, Dpu, DpuInput, DpuRdma, Feature, InputCvt, Kernel, OutCvt, Output,
-    OwCfg, Precision, Stage, Task, Weights,
+    Cbuf, Cna, Conv, Core, Dpu, DpuRdma, Feature, InputCvt, Kernel, OutCvt, Output, OwCfg,
+    Precision, Task, Weights,
 };
 
 /// `a` moved on by `off` bytes; refused beyond 32-bit addresses.
@@ -186,22 +186,21 @@ impl Conv2d {
             ConvOut::Int8 { multiplier } => requant_scale_shift(multiplier)?,
             _ => (1, 0),
         };
+        let out_at = Output {
+            addr: offset(output, out_off)?,
+            precision: out_p,
+            surf_stride: surf,
+            notch: 0,
+            surface_add: ratio * surf,
+        };
+        let fed = Dpu::core_fed((ow, s.oh, out_ch), p, out_at, size_e);
         let dpu = Dpu {
             depthwise: dw_mode,
-            ping_pong: true,
-            input: DpuInput::Core,
-            burst_len: 15,
-            precision: p,
-            cube: (ow, s.oh, out_ch),
-            orig_channels: out_ch,
             bs: self.bs,
-            bn: Stage::BYPASSED,
-            ew: None,
             ow: OwCfg {
-                od_bypass: p != Precision::Int8 && !dw_mode,
-                size_e: [size_e; 3],
-                ow_src: 0,
+                od_bypass: fed.ow.od_bypass && !dw_mode,
                 ow_op: if dw_mode { 0x80 } else { 0 },
+                ..fed.ow
             },
             out_cvt: OutCvt {
                 offset: 0,
@@ -212,13 +211,7 @@ impl Conv2d {
                 fp32_to_fp16: out_p == Precision::Fp16,
                 minus_exp: 0,
             },
-            out: Output {
-                addr: offset(output, out_off)?,
-                precision: out_p,
-                surf_stride: surf,
-                notch: 0,
-                surface_add: ratio * surf,
-            },
+            ..fed
         };
         // The board-run depthwise program starts DPU_RDMA for its mode, every read off.
         let dpu_rdma = dw_mode.then_some(DpuRdma {
