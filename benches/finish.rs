@@ -9,6 +9,9 @@
 //!   and a column scale into a preallocated 128×4096 `f32` result. The `Reduction` is
 //!   made once, outside the timing, as a `Matmul` makes it.
 //!
+//! On an x86-64 processor with AVX2 the reduction runs the vector kernel the library
+//! picks at run time (`sys::simd::sum_scale_tile`); without it, the scalar path.
+//!
 //! Baseline `memcpy`, in every group: a copy of as many bytes as C holds, from a
 //! preallocated source into a preallocated destination. Every group reports
 //! `Throughput::Bytes(<C bytes>)`, so criterion prints bytes of C per second and the

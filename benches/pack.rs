@@ -28,6 +28,10 @@
 //!   `quant::quantize_rows_i8_into` into preallocated values and scales, then
 //!   `activations_w4a8_into`. Counted and copied: the 2 MiB of f32 read.
 //!
+//! On an x86-64 processor with AVX2 the int8 K×N packer and the W4A8 activation packer
+//! run the vector kernels the library picks at run time (`sys::simd`); without it, their
+//! scalar paths.
+//!
 //! Baseline `memcpy`, in every group: `dst.copy_from_slice(&src)` of as many bytes as the
 //! operation writes (int4 weights and the W4A8 groups: reads), from a preallocated source into a
 //! preallocated destination.

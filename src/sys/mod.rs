@@ -15,6 +15,7 @@
 
 mod mem;
 mod real;
+pub(crate) mod simd;
 pub mod uapi;
 
 pub use mem::{DmaMem, Mapping};

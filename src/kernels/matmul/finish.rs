@@ -17,6 +17,7 @@
 use super::{Plan, unsupported};
 use crate::error::{Error, Result};
 use crate::kernels::single::OutType;
+use crate::sys::simd;
 use std::ops::Range;
 
 /// Rows finished together: their atoms are contiguous in each partial block, and their
@@ -205,7 +206,7 @@ impl Reduction {
         if let Some(s) = col_scales {
             Error::check_len("column scales", self.n, s.len())?;
         }
-        if self.scale_i32_narrow(c, row_scales, col_scales, out) {
+        if self.scale_i32_narrow(c, row_scales, col_scales, out, simd::avx2()) {
             return Ok(());
         }
         // A partial too large for i32 sums: every place again from exact i64 sums.
@@ -238,8 +239,13 @@ impl Reduction {
         row_scales: &[f32],
         col_scales: Option<&[f32]>,
         out: &mut [f32],
+        vector: bool,
     ) -> bool {
         let waves = self.tiles.iter().map(|t| t.waves.len()).max().unwrap_or(1);
+        if vector {
+            let seen = self.scale_i32_tiles(c, waves > 1, row_scales, col_scales, out);
+            return seen < narrow_bound(waves);
+        }
         let n = self.n;
         // The OR of every partial's magnitude bits (`x ^ (x >> 31)`).
         let mut seen = 0u32;
@@ -275,6 +281,35 @@ impl Reduction {
             }
         }
         seen < narrow_bound(waves)
+    }
+
+    /// The vector form of [`Reduction::scale_i32_narrow`]: each tile summed over its
+    /// waves and scaled straight from C into `out` by [`simd::sum_scale_tile`], with no
+    /// stack buffer. Returns the OR of every partial's magnitude bits (`check`;
+    /// otherwise 0).
+    fn scale_i32_tiles(
+        &self,
+        c: &[u8],
+        check: bool,
+        row_scales: &[f32],
+        col_scales: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> u32 {
+        let n = self.n;
+        let mut seen = 0u32;
+        for t in &self.tiles {
+            let partials = simd::Partials {
+                c,
+                offsets: &self.offsets[t.waves.clone()],
+                stride: t.rows * 16,
+                check,
+            };
+            let rows = &row_scales[t.m0..t.m0 + t.rows];
+            let cols = col_scales.map(|cs| &cs[t.n0..t.n0 + t.cols]);
+            let dst = &mut out[t.m0 * n + t.n0..];
+            seen |= simd::sum_scale_tile(&partials, rows, cols, t.cols, dst, n);
+        }
+        seen
     }
 
     /// Fp32 partials (fp16 and bf16 plans with fp32 results) summed in `f32` into
@@ -418,3 +453,7 @@ fn scale_into<T: Copy>(
 #[cfg(test)]
 #[path = "finish_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "finish_vector_tests.rs"]
+mod vector_tests;

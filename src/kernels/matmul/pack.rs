@@ -5,6 +5,7 @@
 use super::{Plan, WeightLayout, unsupported};
 use crate::error::{Error, Result};
 use crate::kernels::single::{Dtype, OutType, check_float_bits};
+use crate::sys::simd;
 use zerocopy::IntoBytes;
 
 mod i4_stats;
@@ -43,6 +44,12 @@ pub fn weights_i8_kn(layout: &WeightLayout, b: &[i8]) -> Result<Vec<u8>> {
 /// Packs int8 B (row-major K×N) into `out`, which holds `layout.bytes` bytes (a buffer reused across
 /// calls, or a device mapping); every byte is written.
 pub fn weights_i8_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Result<()> {
+    i8_kn(layout, b, out, simd::avx2())
+}
+
+/// [`weights_i8_kn_into`]; `vector`: whole atoms transposed from the copy of their rows
+/// by [`simd::transpose_i8_atom`], otherwise by [`i8_atom_from_rows`].
+fn i8_kn(layout: &WeightLayout, b: &[i8], out: &mut [u8], vector: bool) -> Result<()> {
     if out.len() as u64 != layout.bytes {
         return Err(unsupported(format!(
             "{} bytes for a {}-byte weight bank",
@@ -71,7 +78,14 @@ pub fn weights_i8_kn_into(layout: &WeightLayout, b: &[i8], out: &mut [u8]) -> Re
                     }
                     for gl in 0..groups {
                         let at = base as usize + ((s0 + gl) * kb_count + kb) * 1024;
-                        i8_atom_from_rows(&rows, gl * 32, &mut out[at..at + 1024]);
+                        let atom = &mut out[at..at + 1024];
+                        match atom.first_chunk_mut::<1024>() {
+                            Some(atom) if vector => {
+                                let copy = rows.as_flattened();
+                                simd::transpose_i8_atom(copy, gl * 32, 64 * STRIP, atom);
+                            }
+                            _ => i8_atom_from_rows(&rows, gl * 32, atom),
+                        }
                     }
                 }
             }

@@ -204,3 +204,39 @@ proptest! {
         prop_assert_eq!(&out, &plan.pack_a_int(&both).unwrap());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// The vector paths of the int8 K×N packer and the W4A8 activation packer write the
+    /// same bytes as their scalar paths: one row, odd K, N and K not multiples of 32,
+    /// several waves and cores.
+    #[test]
+    fn the_vector_packers_match_the_scalar_packers(
+        m in 1u32..70,
+        k in 1u32..1100,
+        n in 1u32..200,
+        waves in 1u32..=4,
+        cores in 1u32..=3,
+        seed in any::<u64>(),
+    ) {
+        let mut rng = crate::seeded::Rng::from_seed(seed);
+        let kw = k.div_ceil(waves).next_multiple_of(32);
+        let layout = WeightLayout::with_k_tile(k, n, Dtype::Int8, kw).unwrap();
+        let b: Vec<i8> = (0..k * n).map(|_| rng.next_u64() as i8).collect();
+        let mut scalar = vec![0x5Au8; layout.bytes as usize];
+        let mut vector = vec![0xA5u8; layout.bytes as usize];
+        i8_kn(&layout, &b, &mut scalar, false).unwrap();
+        i8_kn(&layout, &b, &mut vector, true).unwrap();
+        prop_assert_eq!(&scalar, &vector);
+
+        let spec = super::super::MatmulSpec::new(2 * m, k, n, Dtype::Int4).on_cores(cores);
+        let plan = Plan::new(spec).unwrap();
+        let a: Vec<i8> = (0..m * k).map(|_| rng.next_u64() as i8).collect();
+        let mut scalar = vec![0x5Au8; plan.a_bytes as usize];
+        let mut vector = vec![0xA5u8; plan.a_bytes as usize];
+        w4a8::w4a8(&plan, &a, &mut scalar, false).unwrap();
+        w4a8::w4a8(&plan, &a, &mut vector, true).unwrap();
+        prop_assert_eq!(&scalar, &vector);
+    }
+}

@@ -1,0 +1,428 @@
+//! Explicit vector kernels for the host's per-call work (finishing C, packing int8 weights
+//! from K×N, W4A8 activations), chosen at run time: on x86-64 the AVX2 forms run when
+//! the processor has AVX2 (`is_x86_feature_detected!`, which std caches), since the
+//! library itself is built for baseline x86-64 (SSE2). Every function here is safe and
+//! takes slices; each checks that every access its vector form makes lies inside them
+//! and otherwise, or without the feature, runs a plain scalar form computing the same
+//! values. On other architectures (aarch64, where NEON is baseline) only the scalar
+//! forms exist, written so that the compiler can vectorise them at NEON's width.
+//!
+//! The callers in `kernels::matmul` keep their own scalar paths for machines without
+//! the feature and test these kernels bit for bit against them. Every `unsafe` block is
+//! listed in docs/unsafe-audit.md.
+
+/// Whether the AVX2 kernels run on this machine.
+pub(crate) fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Where the int32 partials of one output tile lie in C: wave `w`'s atom of column group
+/// `g` (4 partials, little-endian) and tile row `i` starts at byte `offsets[w] + g ·
+/// stride + 16 · i` of `c` (a tile's rows of one group are contiguous).
+pub(crate) struct Partials<'a> {
+    /// The C buffer.
+    pub c: &'a [u8],
+    /// Each wave's byte offset of the tile's first atom.
+    pub offsets: &'a [usize],
+    /// Bytes from one column group's atoms to the next (the tile's rows · 16).
+    pub stride: usize,
+    /// Whether to return the OR of every partial's magnitude bits.
+    pub check: bool,
+}
+
+/// Sums one tile's K waves of int32 partials (wrapping `i32`) and scales them into
+/// `dst`: row `i` (of `rows.len()`) and column `j` (of `width`) go to `dst[i ·
+/// dst_stride + j]` as `(sum as f32 · rows[i]) · cols[j]` (no column scales: `sum as
+/// f32 · rows[i]`). With `p.check`, returns the OR of `x ^ (x >> 31)` over every
+/// partial read (all 4 of each atom, the last group's padding too); otherwise 0. The
+/// caller uses the results only when that OR shows the sums cannot have wrapped.
+///
+/// The vector form takes 4 rows by 16 columns at a time: for each wave, one 64-byte
+/// line of C per column group, and 4 whole 64-byte lines of `dst` written.
+pub(crate) fn sum_scale_tile(
+    p: &Partials<'_>,
+    rows: &[f32],
+    cols: Option<&[f32]>,
+    width: usize,
+    dst: &mut [f32],
+    dst_stride: usize,
+) -> u32 {
+    let groups = width.div_ceil(4);
+    let fits = groups == 0
+        || rows.is_empty()
+        || p.offsets.iter().all(|&o| {
+            (groups - 1)
+                .checked_mul(p.stride)
+                .and_then(|s| s.checked_add(o)?.checked_add(16 * rows.len()))
+                .is_some_and(|end| end <= p.c.len())
+        });
+    let dst_fits = rows.is_empty()
+        || (rows.len() - 1)
+            .checked_mul(dst_stride)
+            .and_then(|s| s.checked_add(width))
+            .is_some_and(|end| end <= dst.len());
+    let cols_fit = cols.is_none_or(|cs| cs.len() >= width);
+    let mut seen = 0;
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if fits && dst_fits && cols_fit && rows.len() >= 4 && width >= 16 && avx2() {
+        // SAFETY: the processor has AVX2 (checked just above). The kernel reads the atoms
+        // of rows below `4 · (rows.len() / 4)` and groups below `4 · (width / 16)`, each
+        // inside `c` (`fits`: the last group's last row ends within `c` for every
+        // wave); the first `width` column scales (`cols_fit`); and writes columns below
+        // `width` of rows below `rows.len()`, inside `dst` (`dst_fits`).
+        seen = unsafe { x86::sum_scale_quads(p, rows, cols, width, dst, dst_stride) };
+        done = rows.len() / 4 * 4;
+    }
+    let _ = (fits, dst_fits, cols_fit);
+    // The rest (all of it without the vector form): the columns the quads left, then the
+    // rows.
+    let vector_cols = if done > 0 { width / 16 * 4 } else { 0 };
+    for (i, &row) in rows.iter().enumerate() {
+        let first = if i < done { vector_cols } else { 0 };
+        for g in first..groups {
+            seen |= scalar_atom(p, i, g, row, cols, width, &mut dst[i * dst_stride..]);
+        }
+    }
+    seen
+}
+
+/// The scalar form of one atom of [`sum_scale_tile`]: tile row `i`, column group `g`,
+/// written to `dst_row[4g..]` (the real columns below `width`).
+fn scalar_atom(
+    p: &Partials<'_>,
+    i: usize,
+    g: usize,
+    row: f32,
+    cols: Option<&[f32]>,
+    width: usize,
+    dst_row: &mut [f32],
+) -> u32 {
+    let mut seen = 0u32;
+    let mut sum = [0i32; 4];
+    for &o in p.offsets {
+        let atom = &p.c[o + g * p.stride + 16 * i..][..16];
+        for (s, v) in sum.iter_mut().zip(atom.chunks_exact(4)) {
+            let x = i32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+            if p.check {
+                seen |= (x ^ (x >> 31)) as u32;
+            }
+            *s = s.wrapping_add(x);
+        }
+    }
+    for (j, &s) in sum.iter().enumerate().take(width - g * 4) {
+        let col = g * 4 + j;
+        dst_row[col] = match cols {
+            Some(cs) => s as f32 * row * cs[col],
+            None => s as f32 * row,
+        };
+    }
+    seen
+}
+
+/// One whole int8 weight atom from K×N bytes, a 32×32 byte transpose: `atom[n · 32 +
+/// k] = b[first + k · stride + n]` for `k, n` in `0..32` (32 channels of 32 kernels,
+/// each kernel's channels contiguous).
+pub(crate) fn transpose_i8_atom(b: &[u8], first: usize, stride: usize, atom: &mut [u8; 1024]) {
+    let fits = stride
+        .checked_mul(31)
+        .and_then(|s| s.checked_add(first)?.checked_add(32))
+        .is_some_and(|end| end <= b.len());
+    #[cfg(target_arch = "x86_64")]
+    if fits && avx2() {
+        // SAFETY: the processor has AVX2 (checked just above); the kernel reads 32 bytes
+        // at `first + k · stride` for k in 0..32, the last ending at `first + 31 · stride
+        // + 32 <= b.len()` (`fits`), and writes the 1024 bytes of `atom`.
+        unsafe { x86::transpose_i8_atom(b, first, stride, atom) };
+        return;
+    }
+    let _ = fits;
+    for k in 0..32 {
+        let src = &b[first + k * stride..][..32];
+        for (n, &v) in src.iter().enumerate() {
+            atom[n * 32 + k] = v;
+        }
+    }
+}
+
+/// The int4 halves of W4A8 activations for `rows` rows of int8 values, row `i` the
+/// `32 · groups` values from `src[i · src_stride..]`: each 32 values to 16 bytes, row
+/// `i`'s group `g` written to `dst[g · dst_stride + 16 · i..][..16]`; the even channel in
+/// the high nibble; `low`: each value's `(v & 15) − 8`, else `v >> 4` (the nibble of
+/// the first is `v`'s low nibble with its top bit flipped, of the second `v`'s high
+/// nibble). The vector form takes 4 rows at a time, so each group's 64 output bytes
+/// are one store pair.
+pub(crate) fn w4a8_rows(
+    src: &[i8],
+    (src_stride, rows, groups): (usize, usize, usize),
+    low: bool,
+    dst: &mut [u8],
+    dst_stride: usize,
+) {
+    if rows == 0 || groups == 0 {
+        return;
+    }
+    let src_fits = (rows - 1)
+        .checked_mul(src_stride)
+        .and_then(|s| s.checked_add(groups.checked_mul(32)?))
+        .is_some_and(|end| end <= src.len());
+    let dst_fits = (groups - 1)
+        .checked_mul(dst_stride)
+        .and_then(|s| s.checked_add(rows.checked_mul(16)?))
+        .is_some_and(|end| end <= dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if src_fits && dst_fits && avx2() {
+        // SAFETY: the processor has AVX2 (checked just above); the kernel reads the
+        // `32 · groups` bytes of each row `i < rows` from `i · src_stride`, the last
+        // ending within `src` (`src_fits`), and writes the 16 bytes of row `i`, group `g`
+        // at `g · dst_stride + 16 · i`, the last ending within `dst` (`dst_fits`).
+        unsafe { x86::w4a8_rows(src, (src_stride, rows, groups), low, dst, dst_stride) };
+        return;
+    }
+    let _ = (src_fits, dst_fits);
+    for i in 0..rows {
+        let row = &src[i * src_stride..][..32 * groups];
+        for (g, chunk) in row.chunks_exact(32).enumerate() {
+            let out = &mut dst[g * dst_stride + 16 * i..][..16];
+            for (j, d) in out.iter_mut().enumerate() {
+                let (e, o) = (chunk[2 * j] as u8, chunk[2 * j + 1] as u8);
+                *d = if low {
+                    (((e & 0xF) ^ 8) << 4) | ((o & 0xF) ^ 8)
+                } else {
+                    (e & 0xF0) | (o >> 4)
+                };
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The AVX2 forms. Each is an `unsafe fn` whose contract is the one its safe wrapper
+    //! checks: the feature is present and every access is in bounds.
+
+    use std::arch::x86_64::*;
+
+    /// Row quads finished together by [`sum_scale_quads`]: 8 rows, whose 8 output lines
+    /// of a step share one set of an 8-way L1 when the rows are a power of two apart
+    /// (16 rows thrash it: 0.23 of memcpy for one wave against 0.55, measured).
+    const QUADS: usize = 2;
+
+    /// [`super::sum_scale_tile`] over whole quads: 4 rows by 4 column groups (16
+    /// columns) at a time. Returns the OR of the magnitude bits of the partials it read
+    /// (`p.check`; otherwise 0).
+    ///
+    /// # Safety
+    /// AVX2 is present; for every wave, the atoms of rows below `rows.len()` and groups
+    /// below `width.div_ceil(4)` lie in `p.c`; `cols`, when given, holds at least
+    /// `width` scales; row `i < rows.len()` of `dst` holds `width` values from `i ·
+    /// dst_stride` on.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn sum_scale_quads(
+        p: &super::Partials<'_>,
+        rows: &[f32],
+        cols: Option<&[f32]>,
+        width: usize,
+        dst: &mut [f32],
+        dst_stride: usize,
+    ) -> u32 {
+        let base = p.c.as_ptr();
+        let out = dst.as_mut_ptr();
+        let mut seen = _mm256_setzero_si256();
+        let quads = rows.len() / 4;
+        // Blocks of up to QUADS quads: each group's atoms of them are adjacent lines of
+        // C, and each step writes one line of each of the block's rows.
+        for b0 in (0..quads).step_by(QUADS) {
+            for g0 in (0..width / 16).map(|q| 4 * q) {
+                for i0 in (b0..(b0 + QUADS).min(quads)).map(|q| 4 * q) {
+                    let scale: [__m256; 4] = std::array::from_fn(|r| _mm256_set1_ps(rows[i0 + r]));
+                    // acc[2q + h]: group g0 + q, rows i0 + 2h and i0 + 2h + 1.
+                    let mut acc = [_mm256_setzero_si256(); 8];
+                    for &o in p.offsets {
+                        for (k, a) in acc.iter_mut().enumerate() {
+                            let at = o + (g0 + k / 2) * p.stride + 16 * (i0 + 2 * (k % 2));
+                            // SAFETY: group g0 + k/2 < 4 · (width / 16) <= width.div_ceil(4)
+                            // and rows i0 + 2(k % 2) + 1 < rows.len(): both atoms lie in `p.c`.
+                            let v = unsafe { _mm256_loadu_si256(base.add(at).cast()) };
+                            if p.check {
+                                let mag = _mm256_xor_si256(v, _mm256_srai_epi32::<31>(v));
+                                seen = _mm256_or_si256(seen, mag);
+                            }
+                            *a = _mm256_add_epi32(*a, v);
+                        }
+                    }
+                    let col = 4 * g0;
+                    // SAFETY: columns col..col + 16 lie below `width`.
+                    let cs = cols.map(|cs| unsafe {
+                        let p = cs.as_ptr().add(col);
+                        [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]
+                    });
+                    for (r, &scale) in scale.iter().enumerate() {
+                        // Row i0 + r: lane (r % 2) of groups g0..g0 + 4, from the registers
+                        // of its row pair.
+                        let h = r / 2;
+                        let (a, b, c, d) = (acc[h], acc[2 + h], acc[4 + h], acc[6 + h]);
+                        let (left, right) = if r % 2 == 0 {
+                            (
+                                _mm256_permute2x128_si256::<0x20>(a, b),
+                                _mm256_permute2x128_si256::<0x20>(c, d),
+                            )
+                        } else {
+                            (
+                                _mm256_permute2x128_si256::<0x31>(a, b),
+                                _mm256_permute2x128_si256::<0x31>(c, d),
+                            )
+                        };
+                        let mut f = [
+                            _mm256_mul_ps(_mm256_cvtepi32_ps(left), scale),
+                            _mm256_mul_ps(_mm256_cvtepi32_ps(right), scale),
+                        ];
+                        if let Some(cs) = cs {
+                            f = [_mm256_mul_ps(f[0], cs[0]), _mm256_mul_ps(f[1], cs[1])];
+                        }
+                        // SAFETY: row i0 + r < rows.len() holds columns col..col + 16 < width
+                        // from (i0 + r) · dst_stride on.
+                        unsafe {
+                            let q = out.add((i0 + r) * dst_stride + col);
+                            _mm256_storeu_ps(q, f[0]);
+                            _mm256_storeu_ps(q.add(8), f[1]);
+                        }
+                    }
+                }
+            }
+        }
+        let mut lanes = [0u32; 8];
+        // SAFETY: `lanes` is 32 bytes, the width of the store.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), seen) };
+        lanes.iter().fold(0, |a, &l| a | l)
+    }
+
+    /// [`super::transpose_i8_atom`]: rows 0-15 and 16-31 of the atom each transposed as
+    /// two 16×16 byte blocks at once (one per 128-bit lane) by four rounds of byte
+    /// interleaves, then the halves of each kernel joined.
+    ///
+    /// # Safety
+    /// AVX2 is present; `first + 31 · stride + 32 <= b.len()`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn transpose_i8_atom(
+        b: &[u8],
+        first: usize,
+        stride: usize,
+        atom: &mut [u8; 1024],
+    ) {
+        let p = b.as_ptr();
+        let mut half = [[_mm256_setzero_si256(); 16]; 2];
+        for (h, regs) in half.iter_mut().enumerate() {
+            for (i, r) in regs.iter_mut().enumerate() {
+                // SAFETY: row 16h + i of 32 starts at `first + (16h + i) · stride`, and
+                // its 32 bytes end at or before `first + 31 · stride + 32 <= b.len()`.
+                *r = unsafe { _mm256_loadu_si256(p.add(first + (16 * h + i) * stride).cast()) };
+            }
+            // Each round sends (register i, byte j) to (register 2i + j/8 mod 16, byte
+            // 2(j mod 8) + i/8): four rounds make register n hold byte n of every row.
+            for _ in 0..4 {
+                let r = *regs;
+                for i in 0..8 {
+                    regs[2 * i] = _mm256_unpacklo_epi8(r[i], r[i + 8]);
+                    regs[2 * i + 1] = _mm256_unpackhi_epi8(r[i], r[i + 8]);
+                }
+            }
+        }
+        let out = atom.as_mut_ptr();
+        for (n, (&top, &bottom)) in half[0].iter().zip(&half[1]).enumerate() {
+            // Lane 0 of register n holds kernel n, lane 1 kernel n + 16; rows 0-15 come
+            // from the first half, 16-31 from the second.
+            let low = _mm256_permute2x128_si256::<0x20>(top, bottom);
+            let high = _mm256_permute2x128_si256::<0x31>(top, bottom);
+            // SAFETY: kernels n and n + 16 (n < 16) are bytes 32n..32n + 32 and
+            // 32(n + 16)..32(n + 16) + 32 of the 1024-byte atom.
+            unsafe {
+                _mm256_storeu_si256(out.add(32 * n).cast(), low);
+                _mm256_storeu_si256(out.add(32 * (n + 16)).cast(), high);
+            }
+        }
+    }
+
+    /// The halves of 32 values, each pair's byte (even value's nibble high) in the low
+    /// byte of its 16-bit lane: every value's nibble (`low`: its low nibble with the top
+    /// bit flipped; else its high nibble), then each pair as `16 · even + odd` by one
+    /// multiply-add of unsigned bytes.
+    #[target_feature(enable = "avx2")]
+    fn halves(v: __m256i, low: bool) -> __m256i {
+        let nib = _mm256_set1_epi8(0x0F);
+        let nibbles = if low {
+            _mm256_xor_si256(_mm256_and_si256(v, nib), _mm256_set1_epi8(8))
+        } else {
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v), nib)
+        };
+        _mm256_maddubs_epi16(nibbles, _mm256_set1_epi16(0x0110))
+    }
+
+    /// [`super::w4a8_rows`]: 4 rows of a group at a time (the pairs of rows packed
+    /// together), then the rows left one at a time.
+    ///
+    /// # Safety
+    /// AVX2 is present; `rows` and `groups` are positive; `(rows − 1) · src_stride + 32
+    /// · groups <= src.len()` and `(groups − 1) · dst_stride + 16 · rows <= dst.len()`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn w4a8_rows(
+        src: &[i8],
+        (src_stride, rows, groups): (usize, usize, usize),
+        low: bool,
+        dst: &mut [u8],
+        dst_stride: usize,
+    ) {
+        let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
+        // SAFETY: for row i < rows and group g < groups, the 32 source bytes at i ·
+        // src_stride + 32g end within `src`, and the 16 (or, for rows 4q..4q + 4, 64)
+        // output bytes at g · dst_stride + 16i end within `dst` (the contract).
+        let load = |i: usize, g: usize| unsafe {
+            halves(
+                _mm256_loadu_si256(sp.add(i * src_stride + 32 * g).cast()),
+                low,
+            )
+        };
+        for q in 0..rows / 4 {
+            for g in 0..groups {
+                let (a, b, c, d) = (
+                    load(4 * q, g),
+                    load(4 * q + 1, g),
+                    load(4 * q + 2, g),
+                    load(4 * q + 3, g),
+                );
+                // Per lane: 8 bytes of one row, 8 of the next; reordered to all of the
+                // first row, then all of the second.
+                let ab = _mm256_permute4x64_epi64::<0xD8>(_mm256_packus_epi16(a, b));
+                let cd = _mm256_permute4x64_epi64::<0xD8>(_mm256_packus_epi16(c, d));
+                // SAFETY: rows 4q..4q + 4 of group g: 64 bytes from g · dst_stride + 64q.
+                unsafe {
+                    let o = dp.add(g * dst_stride + 64 * q);
+                    _mm256_storeu_si256(o.cast(), ab);
+                    _mm256_storeu_si256(o.add(32).cast(), cd);
+                }
+            }
+        }
+        for i in rows / 4 * 4..rows {
+            for g in 0..groups {
+                let a = load(i, g);
+                let packed = _mm256_permute4x64_epi64::<0xD8>(_mm256_packus_epi16(a, a));
+                // SAFETY: row i of group g: 16 bytes from g · dst_stride + 16i.
+                unsafe {
+                    let o = dp.add(g * dst_stride + 16 * i);
+                    _mm_storeu_si128(o.cast(), _mm256_castsi256_si128(packed));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "simd_tests.rs"]
+mod tests;

@@ -1,0 +1,142 @@
+//! The vector kernels against CPU references written here, on seeded random data and the
+//! edge sizes of each: tails that are not a multiple of the vector width, one row, odd
+//! widths. On a machine without AVX2 these check the scalar forms.
+
+use super::*;
+
+/// Deterministic bytes (xorshift64).
+fn noise(len: usize, mut x: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// The i32 at byte `at` of `c`.
+fn word(c: &[u8], at: usize) -> i32 {
+    i32::from_le_bytes(c[at..at + 4].try_into().unwrap())
+}
+
+#[test]
+fn tile_sums_match_a_reference_for_every_shape() {
+    for (rows_n, width, waves, scaled) in [
+        (1, 5, 1, true),
+        (4, 16, 1, false),
+        (5, 17, 2, true),
+        (13, 70, 3, true),
+        (16, 128, 6, false),
+        (33, 47, 4, true),
+        (8, 3, 2, true),
+    ] {
+        let groups = usize::div_ceil(width, 4);
+        // Tile rows beyond the ones finished, as a plan's padding would leave.
+        let tile_rows = rows_n + 3;
+        let stride = tile_rows * 16;
+        let wave_bytes = groups * stride + 40;
+        let offsets: Vec<usize> = (0..waves).map(|w| 24 + w * wave_bytes).collect();
+        let c = noise(24 + waves * wave_bytes, (rows_n * 131 + width) as u64);
+        let rows: Vec<f32> = (0..rows_n).map(|i| 0.25 + i as f32 / 7.0).collect();
+        let cols: Vec<f32> = (0..width).map(|j| 1.0 / (3 + j) as f32).collect();
+        let cols = scaled.then_some(cols.as_slice());
+        let dst_stride = width + 9;
+        let mut dst = vec![-1f32; rows_n * dst_stride];
+        let p = Partials {
+            c: &c,
+            offsets: &offsets,
+            stride,
+            check: true,
+        };
+        let seen = sum_scale_tile(&p, &rows, cols, width, &mut dst, dst_stride);
+        let mut want_seen = 0u32;
+        for i in 0..rows_n {
+            for g in 0..groups {
+                for lane in 0..4 {
+                    let mut sum = 0i32;
+                    for &o in &offsets {
+                        let x = word(&c, o + g * stride + 16 * i + 4 * lane);
+                        want_seen |= (x ^ (x >> 31)) as u32;
+                        sum = sum.wrapping_add(x);
+                    }
+                    let j = 4 * g + lane;
+                    if j < width {
+                        let scale = cols.map_or(1.0, |cs| cs[j]);
+                        let want = if cols.is_some() {
+                            sum as f32 * rows[i] * scale
+                        } else {
+                            sum as f32 * rows[i]
+                        };
+                        let got = dst[i * dst_stride + j];
+                        assert_eq!(got.to_bits(), want.to_bits(), "{rows_n}x{width} ({i}, {j})");
+                    }
+                }
+            }
+            // The columns between rows are not written.
+            assert!(
+                dst[i * dst_stride + width..]
+                    [..(dst_stride - width).min(dst.len() - i * dst_stride - width)]
+                    .iter()
+                    .all(|&v| v == -1.0)
+            );
+        }
+        assert_eq!(seen, want_seen, "{rows_n}x{width}");
+        let unchecked = Partials { check: false, ..p };
+        assert_eq!(
+            sum_scale_tile(&unchecked, &rows, cols, width, &mut dst, dst_stride),
+            0
+        );
+    }
+}
+
+#[test]
+fn atoms_transpose_any_stride() {
+    for (stride, first) in [(32, 0), (33, 5), (4096, 64), (96, 7)] {
+        let b = noise(first + 31 * stride + 32 + 11, stride as u64);
+        let mut atom = [0u8; 1024];
+        transpose_i8_atom(&b, first, stride, &mut atom);
+        for k in 0..32 {
+            for n in 0..32 {
+                assert_eq!(atom[n * 32 + k], b[first + k * stride + n], "({k}, {n})");
+            }
+        }
+    }
+}
+
+#[test]
+fn w4a8_rows_match_the_nibbles_of_each_value() {
+    // Rows not a multiple of 4, one row, one group, strides with gaps.
+    for (rows, groups, extra) in [(1, 1, 0), (4, 2, 16), (5, 3, 0), (7, 15, 8), (128, 4, 3)] {
+        let src_stride = 32 * groups + extra;
+        let dst_stride = 16 * rows + 2 * extra;
+        let src: Vec<i8> = noise(rows * src_stride, (rows * 7 + groups) as u64)
+            .into_iter()
+            .map(|v| v as i8)
+            .collect();
+        for low in [false, true] {
+            let mut dst = vec![0xA5u8; (groups - 1) * dst_stride + 16 * rows];
+            w4a8_rows(&src, (src_stride, rows, groups), low, &mut dst, dst_stride);
+            let nib = |v: i8| {
+                let v = i32::from(v);
+                let half = if low { (v & 15) - 8 } else { v >> 4 };
+                (half & 15) as u8
+            };
+            for i in 0..rows {
+                for g in 0..groups {
+                    for j in 0..16 {
+                        let at = i * src_stride + 32 * g + 2 * j;
+                        let want = (nib(src[at]) << 4) | nib(src[at + 1]);
+                        let got = dst[g * dst_stride + 16 * i + j];
+                        assert_eq!(got, want, "row {i} group {g} byte {j} low {low}");
+                    }
+                }
+            }
+            for g in 0..groups - 1 {
+                let gap = &dst[g * dst_stride + 16 * rows..(g + 1) * dst_stride];
+                assert!(gap.iter().all(|&v| v == 0xA5), "the gaps are not written");
+            }
+        }
+    }
+}
