@@ -10,21 +10,22 @@ use common::Rng;
 use half::f16;
 use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::Device;
+use rknpu_driver::kernels::ops::contract::{Bindings, Role};
 use rknpu_driver::kernels::ops::conv::Conv2d;
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::regcmd::{BufferId, words_to_le_bytes};
 use rknpu_driver::sim::{Kick, Simulator};
 use rknpu_driver::task::Precision;
 
+/// The input, weights, operand and output each at offset 0 of its role's buffer.
+fn slots() -> Bindings {
+    [Role::Input, Role::Weights, Role::Operand, Role::Output]
+        .into_iter()
+        .fold(Bindings::new(), |b, r| b.bind(r, ops::at(r.buffer(), 0)))
+}
+
 fn program(cv: &Conv2d) -> rknpu_driver::regcmd::Program {
-    let tasks = cv
-        .tasks_with_add(
-            ops::at(ops::INPUT, 0),
-            ops::at(ops::WEIGHTS, 0),
-            ops::at(ops::OPERAND, 0),
-            ops::at(ops::OUTPUT, 0),
-        )
-        .unwrap();
+    let tasks = cv.tasks_with_add(&slots()).unwrap();
     ops::chain(&tasks).unwrap()
 }
 
@@ -139,27 +140,11 @@ fn a_tensor_added_in_the_convolutions_dpu_matches_the_cpu() {
 #[test]
 fn what_the_board_run_add_does_not_cover_is_refused() {
     let cube = |w, h, c| Cube::new(w, h, c, Precision::Fp16).unwrap();
-    let at = |b| ops::at(b, 0);
     // A 3×3 plane (9 atoms) is below the 12 the board-run add floors at.
     let small = Conv2d::new(cube(3, 3, 32), 16, (1, 1));
-    let e = small
-        .tasks_with_add(
-            at(ops::INPUT),
-            at(ops::WEIGHTS),
-            at(ops::OPERAND),
-            at(ops::OUTPUT),
-        )
-        .unwrap_err();
+    let e = small.tasks_with_add(&slots()).unwrap_err();
     assert!(e.to_string().contains("at least 12"), "{e}");
     // int8 is not fused.
     let int8 = Conv2d::new(Cube::new(4, 4, 32, Precision::Int8).unwrap(), 32, (1, 1));
-    assert!(
-        int8.tasks_with_add(
-            at(ops::INPUT),
-            at(ops::WEIGHTS),
-            at(ops::OPERAND),
-            at(ops::OUTPUT)
-        )
-        .is_err()
-    );
+    assert!(int8.tasks_with_add(&slots()).is_err());
 }

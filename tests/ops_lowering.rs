@@ -69,8 +69,11 @@ fn run(spec: &str, tasks: &[Task], bufs: [&[u8]; 3], out_bytes: usize) -> Vec<u8
     o.remove(0)
 }
 
-fn addresses() -> [rknpu_driver::regcmd::DmaAddr; 4] {
-    [ops::INPUT, ops::WEIGHTS, ops::OPERAND, ops::OUTPUT].map(|b| ops::at(b, 0))
+/// The input, weights, operand and output each at offset 0 of its role's buffer.
+fn addresses() -> Bindings {
+    [Role::Input, Role::Weights, Role::Operand, Role::Output]
+        .into_iter()
+        .fold(Bindings::new(), |b, r| b.bind(r, ops::at(r.buffer(), 0)))
 }
 
 /// A grouped fp16 convolution of one channel per group, which the grouped path refuses,
@@ -92,15 +95,7 @@ fn one_channel_groups_run_in_the_depthwise_mode() {
     let k: Vec<f16> = (0..c * 9).map(|_| f16::from_f32(rng.float())).collect();
     let wide = |v: &[f16]| v.iter().map(|e| f64::from(e.to_f32())).collect::<Vec<_>>();
     let (want, mag) = reference(&grouped, c, &wide(&x), &wide(&k));
-    let [i, w, _, o] = addresses();
-    let tasks = cv
-        .tasks(
-            &Bindings::new()
-                .bind(Role::Input, i)
-                .bind(Role::Weights, w)
-                .bind(Role::Output, o),
-        )
-        .unwrap();
+    let tasks = cv.tasks(&addresses()).unwrap();
     let bufs = [
         &cv.pack_input(&x).unwrap()[..],
         &cv.pack_weights(&k).unwrap()[..],
@@ -163,7 +158,7 @@ fn a_tensor_add_is_fused_where_it_applies_and_separate_elsewhere() {
         ),
         (Conv2d::new(fp16(3, 3, 32), 16, (1, 1)), AddForm::Separate),
     ] {
-        let (tasks, chosen) = cv.tasks_adding(addresses(), &profile).unwrap();
+        let (tasks, chosen) = cv.tasks_adding(&addresses(), &profile).unwrap();
         assert_eq!(chosen, form, "{cv:?}");
         let (h, w, c, oc) = (
             cv.input.height,
@@ -209,7 +204,7 @@ fn a_tensor_add_is_fused_where_it_applies_and_separate_elsewhere() {
     // int8 in and out: the element-wise path adds int8 tensors.
     let int8 = Conv2d::new(Cube::new(6, 6, 32, Precision::Int8).unwrap(), 32, (1, 1))
         .with_out(ConvOut::Int8 { multiplier: 0.01 });
-    match int8.tasks_adding(addresses(), &profile) {
+    match int8.tasks_adding(&addresses(), &profile) {
         Ok((_, form)) => assert_eq!(form, AddForm::Separate),
         Err(e) => panic!("int8 add: {e}"),
     }

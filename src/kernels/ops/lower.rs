@@ -17,11 +17,11 @@
 //! The forms give the same values at every element the caller reads (the packed layouts
 //! differ, so the caller packs and unpacks through the Conv2d the choice returns).
 
+use super::contract::{Bindings, Op, Role};
 use super::conv::Conv2d;
 use super::eltwise::{Eltwise, EltwiseOp, Operand};
 use crate::error::Result;
 use crate::kernels::matmul::cost::HardwareProfile;
-use crate::regcmd::DmaAddr;
 use crate::task::Task;
 
 /// How [`Conv2d::tasks_adding`] adds the tensor.
@@ -69,16 +69,18 @@ impl Conv2d {
     /// ([`Conv2d::tasks_with_add`], fp16 whole-plane tasks only) or an element-wise add
     /// after the convolution tasks, in place on the output ([`Eltwise`], fp16 and int8
     /// results). A result type neither form adds is the error of the element-wise path.
+    /// The input, weights, operand and output are bound by role.
     pub fn tasks_adding(
         &self,
-        [input, weights, operand, output]: [DmaAddr; 4],
+        b: &Bindings,
         profile: &HardwareProfile,
     ) -> Result<(Vec<Task>, AddForm)> {
         // The cost reads sizes, not places: both forms are costed as they will run.
-        let mut apart = self.tasks_at(input, weights, output)?;
+        let (operand, output) = (b.get(Role::Operand)?, b.get(Role::Output)?);
+        let mut apart = self.tasks(b)?;
         let add = Eltwise::new(EltwiseOp::Add, self.output_cube()?, Operand::Tensor)?;
         apart.extend(add.tasks_at(output, operand, output)?);
-        match self.tasks_with_add(input, weights, operand, output) {
+        match self.tasks_with_add(b) {
             Ok(fused)
                 if profile.serial_job_seconds(&fused) <= profile.serial_job_seconds(&apart) =>
             {

@@ -8,6 +8,7 @@
 //! output planes (no band of rows) of at least 12 atoms, the operand laid out as the
 //! output cube ([`Conv2d::output_cube`]).
 
+use super::contract::{Bindings, Op, Role};
 use super::conv::Conv2d;
 use super::eltwise::offset;
 use crate::error::{Error, Result};
@@ -128,17 +129,13 @@ pub fn add_operand(task: &mut Task, output: DmaAddr, operand: DmaAddr) -> Result
 }
 
 impl Conv2d {
-    /// The tasks of [`Op::tasks`](crate::kernels::ops::contract::Op::tasks) with the tensor at `operand` (laid out as
+    /// The tasks of [`Op::tasks`] with the tensor bound to [`Role::Operand`] (laid out as
     /// [`Conv2d::output_cube`]) added to the output in each task's DPU ([`add_operand`]):
-    /// `output = conv(input) + operand`, fp16 only, in one pass.
-    pub fn tasks_with_add(
-        &self,
-        input: DmaAddr,
-        weights: DmaAddr,
-        operand: DmaAddr,
-        output: DmaAddr,
-    ) -> Result<Vec<Task>> {
-        let mut tasks = self.tasks_at(input, weights, output)?;
+    /// `output = conv(input) + operand`, fp16 only, in one pass. The input, weights,
+    /// operand and output are bound by role.
+    pub fn tasks_with_add(&self, b: &Bindings) -> Result<Vec<Task>> {
+        let (output, operand) = (b.get(Role::Output)?, b.get(Role::Operand)?);
+        let mut tasks = self.tasks(b)?;
         for t in &mut tasks {
             add_operand(t, output, operand)?;
         }
