@@ -29,7 +29,10 @@
 //! * [`regcmd`] — entries, a task/program builder with symbolic DMA-address relocations,
 //!   and a lossless decoder to text and JSON;
 //! * [`kernels`] — program generators: the worked int8 example, single-task matmuls
-//!   for every precision, and matmul plans of any shape with their packers;
+//!   for every precision, matmul plans of any shape with their packers, and the
+//!   operations beyond matmul, each under one contract
+//!   ([`kernels::ops::contract::Op`]: buffers bound by role, a CPU reference and its
+//!   tolerance; `compute::ops::run_op` runs any of them);
 //! * [`sim`] — a strict functional simulator that executes programs against a memory
 //!   image, so programs can be tested without a board (docs/simulator.md);
 //! * [`task`] — the typed task model, one file per block: what kernels emit, what the
