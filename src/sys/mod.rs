@@ -13,10 +13,12 @@
 //! block is listed in docs/unsafe-audit.md.
 #![allow(unsafe_code)]
 
+mod filemap;
 mod mem;
 mod real;
 pub mod uapi;
 
+pub use filemap::FileMap;
 pub use mem::{DmaMem, Mapping};
 pub use nix::errno::Errno;
 pub use real::RealKernel;
