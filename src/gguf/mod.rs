@@ -39,7 +39,10 @@ mod types;
 pub mod write;
 
 pub use dequant::{DEQUANTIZED, dequantize, dequantize_into};
-pub use grouped::{GroupedReport, groups, groups_exactly, load_grouped, load_grouped_report};
+pub use grouped::{
+    GroupedReport, grouped_layout, groups, groups_exactly, load_grouped, load_grouped_report,
+    pack_grouped,
+};
 pub use list::{LIST_NAME_COLUMN, escape_name, write_listing};
 pub use load::{LoadReport, bank_values, load_bank, load_weights};
 pub use raw::{bank_from_raw, check_raw, raw_bank_dtype, raw_row_bytes};
