@@ -7,8 +7,7 @@
 //! The bank's layout has one K wave per group of 32 input channels; a wave holds
 //! `n_pad / 32` atoms of 1024 bytes, an atom 32 output channels of that group's 32
 //! integers each. So block `b` of row `r` (32 bytes once decoded) goes to byte
-//! `b_offsets[b] + (r / 32) · 1024 + (r % 32) · 32`. Rows are taken 32 at a time (one
-//! atom of every wave), whose bytes stay in cache while their atoms are written.
+//! `b_offsets[b] + (r / 32) · 1024 + (r % 32) · 32`.
 
 use super::super::dequant::{f16_at, nibbles_32};
 use super::super::{GgmlType, Gguf, GgufError, Result};
@@ -21,9 +20,10 @@ use crate::kernels::single::Dtype;
 /// Bytes of an atom: 32 output channels of 32 int8 values.
 const ATOM: usize = 1024;
 
-/// Waves [`Fill::run`] writes side by side: a stripe of 16 blocks of every row (544
-/// bytes of a Q8_0 row) and 16 streams of atoms.
-const WAVES: usize = 16;
+/// Groups of 32 rows [`Fill::run`] takes at a time (64 rows: 278 KiB of a 4096-wide
+/// Q8_0 tensor, which stay in a core's L2 cache while every wave's atoms of them are
+/// written).
+const CHUNK: usize = 2;
 
 /// Whether [`load`] takes `ty`: the types whose blocks are 32 integers and one scale.
 pub(super) fn takes(ty: GgmlType) -> bool {
@@ -135,44 +135,51 @@ impl Fill<'_> {
     /// scale stops it with [`GgufError::NotRepresentable`] naming the first such block
     /// in file order.
     ///
-    /// The order keeps both sides streaming: [`WAVES`] waves at a time (a stripe of
-    /// every row's blocks), 32 rows at a time down the stripe, so each wave's atoms are
-    /// written one after another and each row's stripe is read once.
+    /// The order: [`CHUNK`] groups of 32 rows at a time, copied once from the file's
+    /// bytes (a sequential read the prefetchers follow, over few pages), then every
+    /// wave's atoms of them, so the scattered reads of one block a row hit the cache.
     fn run<const TS: usize>(
         &self,
         layout: &WeightLayout,
         out: &mut [u8],
         scales: &mut [f32],
-        decode: fn(&[u8; TS], &mut [u8; GROUP]),
+        decode: impl Fn(&[u8; TS], &mut [u8; GROUP]),
     ) -> Result<()> {
         let (n, wave_bytes) = (layout.n as usize, layout.n_pad as usize * GROUP);
+        let chunk_bytes = CHUNK * GROUP * self.row_bytes;
+        let mut rows = vec![0u8; chunk_bytes.min(self.data.len())];
         let mut finite = true;
-        let stripes = out
-            .chunks_mut(WAVES * wave_bytes)
-            .zip(scales.chunks_mut(WAVES * n.max(1)))
-            .enumerate();
-        for (stripe, (out, scales)) in stripes {
-            let first = stripe * WAVES * TS;
-            for (g, rows) in self.data.chunks(GROUP * self.row_bytes).enumerate() {
-                let waves = out
-                    .chunks_exact_mut(wave_bytes)
-                    .zip(scales.chunks_exact_mut(n));
-                for (wave, (dst, s)) in waves.enumerate() {
+        for (c, file_rows) in self.data.chunks(chunk_bytes).enumerate() {
+            let rows = &mut rows[..file_rows.len()];
+            rows.copy_from_slice(file_rows);
+            for (wave, (dst, s)) in out
+                .chunks_exact_mut(wave_bytes)
+                .zip(scales.chunks_exact_mut(n))
+                .enumerate()
+            {
+                let column = wave * TS;
+                for (i, group) in rows.chunks(GROUP * self.row_bytes).enumerate() {
+                    let g = c * CHUNK + i;
+                    let kernels = group.len() / self.row_bytes;
                     let atom = &mut dst[g * ATOM..][..ATOM];
-                    let kernels = rows.len() / self.row_bytes;
-                    let (used, pad) = atom.split_at_mut(kernels * GROUP);
-                    for ((row, q), d) in rows
-                        .chunks_exact(self.row_bytes)
-                        .zip(used.chunks_exact_mut(GROUP))
-                        .zip(&mut s[g * GROUP..][..kernels])
-                    {
-                        let block: &[u8; TS] =
-                            row[first + wave * TS..][..TS].try_into().expect("TS bytes");
-                        *d = f16_at(block, 0);
-                        finite &= d.is_finite();
-                        decode(block, q.try_into().expect("32 bytes"));
+                    let mut bits = [0u16; GROUP];
+                    for (r, h) in bits[..kernels].iter_mut().enumerate() {
+                        let block: &[u8; TS] = group[r * self.row_bytes + column..][..TS]
+                            .try_into()
+                            .expect("TS bytes");
+                        *h = u16::from_le_bytes([block[0], block[1]]);
+                        let q: &mut [u8; GROUP] = (&mut atom[r * GROUP..][..GROUP])
+                            .try_into()
+                            .expect("32 bytes");
+                        decode(block, q);
                     }
-                    pad.fill(0);
+                    atom[kernels * GROUP..].fill(0);
+                    // The scales 32 at a time, in loops that vectorise.
+                    for (d, &h) in s[g * GROUP..][..kernels].iter_mut().zip(&bits) {
+                        *d = f16_bits_to_f32(h);
+                    }
+                    let top = bits.iter().fold(0u16, |m, &h| m.max(h & 0x7FFF));
+                    finite &= top < 0x7C00;
                 }
             }
         }
@@ -200,6 +207,22 @@ impl Fill<'_> {
             bank: Dtype::Int8,
         }
     }
+}
+
+/// An fp16 value's bits as f32, exactly for every finite value (as `half` converts
+/// them), an infinity or a NaN for the others; without a call or a branch on the
+/// common path: the magnitude's bits moved to f32's place and scaled by 2^112, which
+/// rebiases the exponent (and normalises subnormals) exactly.
+#[inline(always)]
+pub(super) fn f16_bits_to_f32(h: u16) -> f32 {
+    let (sign, magnitude) = (u32::from(h & 0x8000) << 16, u32::from(h & 0x7FFF));
+    let wide = f32::from_bits(magnitude << 13) * f32::from_bits(0x7780_0000);
+    let bits = if magnitude >= 0x7C00 {
+        0x7F80_0000 | magnitude << 13
+    } else {
+        wide.to_bits()
+    };
+    f32::from_bits(bits | sign)
 }
 
 /// Q8_0: the 32 integers as they are.
