@@ -232,11 +232,13 @@ fn q8_0(block: &[u8; 34], q: &mut [u8; GROUP]) {
 
 /// Q4_0: nibbles (value `j` in byte `j`'s low nibble, `j + 16` in its high one) less 8.
 fn q4_0(block: &[u8; 18], q: &mut [u8; GROUP]) {
-    let (lo, hi) = q.split_at_mut(16);
-    for ((&b, l), h) in block[2..].iter().zip(lo).zip(hi) {
-        *l = (b & 0xF).wrapping_sub(8);
-        *h = (b >> 4).wrapping_sub(8);
-    }
+    // Whole 16-byte arrays, so the two halves are one vector operation each.
+    let mut nibbles = [0u8; 16];
+    nibbles.copy_from_slice(&block[2..]);
+    let lo = nibbles.map(|b| (b & 0xF).wrapping_sub(8));
+    let hi = nibbles.map(|b| (b >> 4).wrapping_sub(8));
+    q[..16].copy_from_slice(&lo);
+    q[16..].copy_from_slice(&hi);
 }
 
 /// Q5_0: nibbles as Q4_0's, each with a fifth bit from the little-endian word before
