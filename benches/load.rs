@@ -3,8 +3,8 @@
 //!
 //! The file holds two 4096×4096 tensors, Q8_0 (17.8 MB) and Q4_0 (9.4 MB), of seeded
 //! values; it is written to the temporary directory once and opened with `Gguf::open`,
-//! which reads its header only, so every iteration reads its tensor from the file (from
-//! the page cache after the first).
+//! which reads its header and maps the rest, so every iteration reads its tensor in
+//! place from the page cache.
 //!
 //! Per tensor, a group of:
 //! * `memcpy`: the baseline, as many bytes as the tensor has in the file;
@@ -13,7 +13,10 @@
 //!   device: reading the file a piece at a time, dequantising, requantising (int8,
 //!   int4) or rounding (fp16), packing, and the emulated kernel's upload of the bank;
 //! * `load_grouped`: `gguf::load_grouped` into a grouped int8 bank (the file's integers
-//!   and block scales: decoding the blocks, packing, the upload).
+//!   and block scales written in one pass into the bank's mapped buffer, which the
+//!   emulated kernel allocates afresh each time, and freed when the bank drops);
+//! * `pack_grouped`: `gguf::pack_grouped`, the same pass into a bank-sized buffer and
+//!   scales allocated once (the packing alone, without a device buffer).
 //!
 //! Each group reports `Throughput::Bytes(<tensor bytes in the file>)`, so criterion's
 //! rates compare directly. Run with `cargo bench --bench load`.
@@ -24,7 +27,7 @@ use common::{group, memcpy_baseline};
 use criterion::{Criterion, criterion_group, criterion_main};
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::write::Writer;
-use rknpu_driver::gguf::{Gguf, load_bank, load_grouped};
+use rknpu_driver::gguf::{Gguf, grouped_layout, load_bank, load_grouped, pack_grouped};
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;
 use std::hint::black_box;
@@ -68,6 +71,15 @@ fn bench(c: &mut Criterion) {
         }
         g.bench_function("load_grouped", |b| {
             b.iter(|| black_box(load_grouped(&dev, &file, name).expect("bank")))
+        });
+        let layout = grouped_layout(&file, name).expect("a plain grouped layout");
+        let mut bank = vec![0u8; layout.bytes as usize];
+        let mut scales = vec![0f32; layout.n as usize * layout.waves.len()];
+        g.bench_function("pack_grouped", |b| {
+            b.iter(|| {
+                pack_grouped(&file, name, &layout, black_box(&mut bank), &mut scales)
+                    .expect("packed")
+            })
         });
         g.finish();
     }

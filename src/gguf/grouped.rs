@@ -10,9 +10,13 @@ use super::load::matrix_shape;
 use super::{GgmlType, Gguf, GgufError, Result};
 use crate::compute::matmul::WeightBank;
 use crate::device::Device;
+use crate::kernels::matmul::WeightLayout;
 use crate::kernels::single::Dtype;
 
+mod direct;
 mod q6_k;
+#[cfg(test)]
+mod tests;
 
 /// Values per group of the banks [`load_grouped`] makes.
 const GROUP: usize = 32;
@@ -88,6 +92,24 @@ pub fn load_grouped_report(
         });
     }
     let (n, k) = matrix_shape(name, info.dims)?;
+    if direct::takes(ty)
+        && let Some(bank) = direct::load(dev, gguf, name, ty, (n, k))?
+    {
+        return Ok((bank, GroupedReport::default()));
+    }
+    decoded(dev, gguf, name, ty, (n, k))
+}
+
+/// [`load_grouped_report`] by way of the tensor's integers, scales and offsets decoded
+/// into host vectors, then packed: the path of the types with offsets or requantised
+/// groups, and of any layout `direct` does not write.
+fn decoded(
+    dev: &Device,
+    gguf: &Gguf,
+    name: &str,
+    ty: GgmlType,
+    (n, k): (u32, u32),
+) -> Result<(WeightBank, GroupedReport)> {
     let (n_us, k_us) = (n as usize, k as usize);
     let (block, type_size) = (ty.block_size() as usize, ty.type_size() as usize);
     let row_bytes = k_us / block * type_size;
@@ -131,6 +153,62 @@ pub fn load_grouped_report(
         WeightBank::from_i8_nk_grouped(dev, shape, &q, &scales)
     };
     Ok((bank.map_err(GgufError::Bank)?, report))
+}
+
+/// The layout of the grouped int8 bank [`load_grouped`] makes of the Q8_0, Q4_0 or
+/// Q5_0 matrix `name` by packing it in place ([`pack_grouped`]): one K wave per 32
+/// input channels. Another type, or a shape whose layout is not of such waves,
+/// [`GgufError::Unsupported`]; no such tensor [`GgufError::NoSuchTensor`].
+pub fn grouped_layout(gguf: &Gguf, name: &str) -> Result<WeightLayout> {
+    let info = gguf.tensor(name).ok_or_else(|| GgufError::NoSuchTensor {
+        name: name.to_string(),
+    })?;
+    let (n, k) = matrix_shape(name, info.dims)?;
+    match direct::takes(info.ggml_type) {
+        true => direct::layout(n, k)?,
+        false => None,
+    }
+    .ok_or_else(|| GgufError::Unsupported {
+        tensor: name.to_string(),
+        what: format!(
+            "packing a {:?} [{n} x {k}] tensor in place (Q8_0, Q4_0 and Q5_0 pack)",
+            info.ggml_type
+        ),
+    })
+}
+
+/// Packs the Q8_0, Q4_0 or Q5_0 matrix `name` as [`load_grouped`] packs it, without a
+/// device: its integers into `out` (`layout.bytes` bytes, every one written) and its
+/// block scales into `scales` (one per group and output channel, group-major: `groups
+/// × n`, as [`WeightBank::group_scales`] holds them), for the layout
+/// [`grouped_layout`] gives. One pass over the tensor's bytes (in place from a mapped
+/// file), for a bank cache or a buffer of one's own.
+///
+/// Errors: as [`grouped_layout`]; buffers of other lengths or another layout
+/// [`GgufError::Unsupported`]; a non-finite scale [`GgufError::NotRepresentable`] naming
+/// the first such block in file order.
+pub fn pack_grouped(
+    gguf: &Gguf,
+    name: &str,
+    layout: &WeightLayout,
+    out: &mut [u8],
+    scales: &mut [f32],
+) -> Result<()> {
+    let ty = gguf
+        .tensor(name)
+        .ok_or_else(|| GgufError::NoSuchTensor {
+            name: name.to_string(),
+        })?
+        .ggml_type;
+    let want = grouped_layout(gguf, name)?;
+    if want != *layout {
+        return Err(GgufError::Unsupported {
+            tensor: name.to_string(),
+            what: "packing into a layout other than grouped_layout's".into(),
+        });
+    }
+    let data = gguf.tensor_data(name)?;
+    direct::pack(name, ty, &data, layout, out, scales)
 }
 
 /// The first of `values` that is not finite, as an error value.

@@ -39,7 +39,10 @@ mod types;
 pub mod write;
 
 pub use dequant::{DEQUANTIZED, dequantize, dequantize_into};
-pub use grouped::{GroupedReport, groups, groups_exactly, load_grouped, load_grouped_report};
+pub use grouped::{
+    GroupedReport, grouped_layout, groups, groups_exactly, load_grouped, load_grouped_report,
+    pack_grouped,
+};
 pub use list::{LIST_NAME_COLUMN, escape_name, write_listing};
 pub use load::{LoadReport, bank_values, load_bank, load_weights};
 pub use raw::{bank_from_raw, check_raw, raw_bank_dtype, raw_row_bytes};
@@ -298,11 +301,11 @@ impl<'a> TensorInfo<'a> {
     }
 }
 
-/// A parsed GGUF file: the bytes of the whole file (the crate maps no files) and a
-/// compact index of its metadata and tensor infos. The index holds fixed-size entries
-/// that point into the bytes, sorted for lookup; names and metadata values are read from
-/// the bytes when asked for, so the index takes at most about 1.6 bytes a byte of the
-/// file, whatever the file holds (docs/gguf.md, "Bounds"; [`Gguf::index_bytes`]).
+/// A parsed GGUF file: the bytes of the whole file (or of its header, the rest mapped
+/// or read when asked for: [`Gguf::open`]) and a compact index of its metadata and
+/// tensor infos. The index holds fixed-size entries that point into the bytes, sorted
+/// for lookup; names and metadata values are read from the bytes when asked for, so the
+/// index takes at most about 1.6 bytes a byte of the file, whatever the file holds (docs/gguf.md, "Bounds"; [`Gguf::index_bytes`]).
 #[derive(Clone, Debug)]
 pub struct Gguf {
     index: read::Index,
@@ -347,10 +350,13 @@ impl Gguf {
     }
 
     /// Opens the file at `path` and parses its header, reading the file's first bytes
-    /// only as far as the header goes; a tensor's data is read from the file when it is
-    /// asked for ([`Gguf::tensor_data`], [`Gguf::read_tensor`]). A file of at most 1 MiB
-    /// is read whole. The file must not change while the value lives: data read later
-    /// is checked against the header's bounds, not against what the file held at open.
+    /// only as far as the header goes, and maps the file read-only: a tensor's data is
+    /// read in place from the page cache when it is asked for ([`Gguf::tensor_data`]
+    /// borrows it, [`Gguf::read_tensor`] copies it), or read from the file where it
+    /// cannot be mapped. A file of at most 1 MiB is read whole. The file must not
+    /// change while the value lives: data read later is checked against the header's
+    /// bounds, not against what the file held at open (a file truncated under its
+    /// mapping stops the process with `SIGBUS`).
     pub fn open(path: impl AsRef<Path>) -> Result<Gguf> {
         file::open(path.as_ref())
     }
@@ -456,15 +462,19 @@ impl Gguf {
     }
 
     /// The raw data of tensor `name` (bounds checked when the file was parsed): borrowed
-    /// from a file held in memory, read from disk for a file [`Gguf::open`] did not read
-    /// whole.
+    /// from a file held in memory or from the mapping of a file [`Gguf::open`] did not
+    /// read whole, read from disk only when such a file could not be mapped.
     pub fn tensor_data(&self, name: &str) -> Result<Cow<'_, [u8]>> {
         let len = self.tensor_info(name)?.bytes();
         let (start, end) = self.span(name, 0, len)?;
         match &self.source {
             None => Ok(Cow::Borrowed(self.held(name, start, end)?)),
             Some(source) => {
-                let mut out = vec![0; self.size(name, start, end)?];
+                let len = self.size(name, start, end)?;
+                if let Some(bytes) = source.mapped(start, len) {
+                    return Ok(Cow::Borrowed(bytes));
+                }
+                let mut out = vec![0; len];
                 source.read_at(start, &mut out)?;
                 Ok(Cow::Owned(out))
             }

@@ -13,11 +13,13 @@
 //! block is listed in docs/unsafe-audit.md.
 #![allow(unsafe_code)]
 
+mod filemap;
 mod mem;
 mod real;
 pub(crate) mod simd;
 pub mod uapi;
 
+pub use filemap::FileMap;
 pub use mem::{DmaMem, Mapping};
 pub use nix::errno::Errno;
 pub use real::RealKernel;

@@ -106,6 +106,15 @@ impl WeightBank {
         layout: WeightLayout,
         fill: impl FnOnce(&WeightLayout, &mut [u8]) -> Result<()>,
     ) -> Result<WeightBank> {
+        WeightBank::create_with(dev, layout, fill)
+    }
+
+    /// [`WeightBank::create`] with a `fill` of another error type.
+    pub(super) fn create_with<E: From<Error>>(
+        dev: &Device,
+        layout: WeightLayout,
+        fill: impl FnOnce(&WeightLayout, &mut [u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<WeightBank, E> {
         let mut bo = dev.alloc(layout.bytes as usize, BoFlags::default())?;
         {
             let mut map = bo.map()?;

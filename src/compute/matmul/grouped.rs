@@ -119,6 +119,44 @@ impl WeightBank {
         Ok(bank)
     }
 
+    /// A grouped int8 bank whose packed bytes and scales `fill` writes in place, with no
+    /// `n × k` copy of the weights on the host: `fill(layout, bank, scales)` gets the
+    /// layout of [`WeightBank::from_i8_nk_grouped`] for `(n, k, group)`, the bank's
+    /// mapped buffer (`layout.bytes`, zeros when fresh; `fill` writes every byte, padding
+    /// included) and the scales to set, group-major (`groups × n`, zeros). GGUF's
+    /// Q8_0, Q4_0 and Q5_0 tensors load this way (`gguf::load_grouped`).
+    ///
+    /// Errors as [`WeightBank::from_i8_nk_grouped`], and `fill`'s own, which drop the
+    /// buffer.
+    pub(crate) fn from_i8_grouped_fill<E: From<Error>>(
+        dev: &Device,
+        (n, k, group): (u32, u32, u32),
+        fill: impl FnOnce(&WeightLayout, &mut [u8], &mut [f32]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<WeightBank, E> {
+        let layout = WeightLayout::with_k_tile(k, n, Dtype::Int8, group)?;
+        let waves = layout.waves.len();
+        if waves != (k as usize).div_ceil(layout.k_tile() as usize) {
+            return Err(Error::Unsupported {
+                what: "grouped int8 bank",
+                why: format!("groups of {group} channels over K = {k} make {waves} waves"),
+            }
+            .into());
+        }
+        let mut scales = vec![0f32; waves * n as usize];
+        let mut bank = WeightBank::create_with(dev, layout, |l, out| fill(l, out, &mut scales))?;
+        if let Some(i) = scales.iter().position(|s| !s.is_finite()) {
+            return Err(Error::OutOfRange {
+                what: "group scales",
+                index: i,
+                value: scales[i].to_string(),
+                range: "finite",
+            }
+            .into());
+        }
+        bank.group_scales = Some(scales);
+        Ok(bank)
+    }
+
     /// A grouped bank of weights with an offset per group and output channel:
     /// `w[c][i] = q[c][i] · scales[c][g] + offsets[c][g]`, `g = i / group`, the offsets
     /// channel-major like the scales (`n × ⌈k / group⌉`). GGUF's types with minimums

@@ -1,0 +1,253 @@
+//! Q8_0, Q4_0 and Q5_0 tensors straight into a grouped int8 bank: one pass over the
+//! tensor's bytes (borrowed from the file's mapping) that writes each block's 32
+//! integers into their place in the bank's buffer and its scale into the bank's
+//! group-major scales, with nothing of the tensor's size in between (docs/gguf.md,
+//! "Loading speed").
+//!
+//! The bank's layout has one K wave per group of 32 input channels; a wave holds
+//! `n_pad / 32` atoms of 1024 bytes, an atom 32 output channels of that group's 32
+//! integers each. So block `b` of row `r` (32 bytes once decoded) goes to byte
+//! `b_offsets[b] + (r / 32) · 1024 + (r % 32) · 32`.
+
+use super::super::dequant::{f16_at, nibbles_32};
+use super::super::{GgmlType, Gguf, GgufError, Result};
+use super::GROUP;
+use crate::compute::matmul::WeightBank;
+use crate::device::Device;
+use crate::kernels::matmul::WeightLayout;
+use crate::kernels::single::Dtype;
+
+/// Bytes of an atom: 32 output channels of 32 int8 values.
+const ATOM: usize = 1024;
+
+/// Groups of 32 rows [`Fill::run`] takes at a time (64 rows: 278 KiB of a 4096-wide
+/// Q8_0 tensor, which stay in a core's L2 cache while every wave's atoms of them are
+/// written).
+const CHUNK: usize = 2;
+
+/// Whether [`load`] takes `ty`: the types whose blocks are 32 integers and one scale.
+pub(super) fn takes(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0)
+}
+
+/// Whether `layout` is the one [`fill`] writes: every wave 32 channels wide, the waves
+/// one after another, each `n_pad / 32` atoms.
+fn plain(layout: &WeightLayout) -> bool {
+    let wave_bytes = layout.n_pad as usize * GROUP;
+    let n_pad = layout.n_pad as usize;
+    n_pad >= layout.n as usize
+        && n_pad.is_multiple_of(GROUP)
+        && layout.bytes as usize == wave_bytes * layout.waves.len()
+        && layout.b_offsets.len() == layout.waves.len()
+        && (layout.waves.iter().zip(&layout.b_offsets).enumerate()).all(|(i, (w, &at))| {
+            w.k0 as usize == i * GROUP
+                && w.kw as usize == GROUP
+                && w.ai as usize == GROUP
+                && at as usize == i * wave_bytes
+        })
+}
+
+/// The layout of the grouped bank of an `n × k` tensor of a type [`takes`] names, when
+/// it is the plain one [`Fill::run`] writes (otherwise `None`: the caller then decodes
+/// the blocks first).
+pub(super) fn layout(n: u32, k: u32) -> Result<Option<WeightLayout>> {
+    let layout = WeightLayout::with_k_tile(k, n, Dtype::Int8, GROUP as u32)?;
+    Ok((k.is_multiple_of(GROUP as u32) && plain(&layout)).then_some(layout))
+}
+
+/// The grouped bank of tensor `name` (`n` rows of `k`, of a type [`takes`] names), or
+/// `None` when its layout is not the plain one. Errors as `load_grouped`'s.
+pub(super) fn load(
+    dev: &Device,
+    gguf: &Gguf,
+    name: &str,
+    ty: GgmlType,
+    (n, k): (u32, u32),
+) -> Result<Option<WeightBank>> {
+    if layout(n, k)?.is_none() {
+        return Ok(None);
+    }
+    let data = gguf.tensor_data(name)?;
+    let shape = (n, k, GROUP as u32);
+    let bank = WeightBank::from_i8_grouped_fill(dev, shape, |l, out, scales| {
+        pack(name, ty, &data, l, out, scales)
+    })?;
+    Ok(Some(bank))
+}
+
+/// Packs `data`, the blocks of tensor `name` of type `ty` (one [`takes`] names), into
+/// `out` (`layout.bytes`) and `scales` (group-major, `groups × n`), for a plain
+/// `layout` of the tensor's shape.
+pub(super) fn pack(
+    name: &str,
+    ty: GgmlType,
+    data: &[u8],
+    layout: &WeightLayout,
+    out: &mut [u8],
+    scales: &mut [f32],
+) -> Result<()> {
+    let unsupported = |what: String| GgufError::Unsupported {
+        tensor: name.to_string(),
+        what,
+    };
+    if !takes(ty) || !plain(layout) || layout.dtype != Dtype::Int8 {
+        return Err(unsupported(format!(
+            "packing {ty:?} into a {:?} layout of {} waves (Q8_0, Q4_0 and Q5_0 into int8 waves of 32 channels)",
+            layout.dtype,
+            layout.waves.len()
+        )));
+    }
+    let (n, groups) = (layout.n as usize, layout.waves.len());
+    let row_bytes = groups * ty.type_size() as usize;
+    let sizes = [
+        (data.len(), n * row_bytes, "bytes of data"),
+        (out.len(), layout.bytes as usize, "bank bytes"),
+        (scales.len(), n * groups, "scales"),
+    ];
+    if let Some((got, want, what)) = sizes.into_iter().find(|(got, want, _)| got != want) {
+        return Err(unsupported(format!(
+            "{got} {what} where the layout takes {want}"
+        )));
+    }
+    let fill = Fill {
+        name,
+        data,
+        row_bytes,
+    };
+    match ty {
+        GgmlType::Q8_0 => fill.run::<34>(layout, out, scales, q8_0),
+        GgmlType::Q4_0 => fill.run::<18>(layout, out, scales, q4_0),
+        _ => fill.run::<22>(layout, out, scales, q5_0),
+    }
+}
+
+/// The tensor a bank is filled from.
+struct Fill<'a> {
+    name: &'a str,
+    /// Its data: `n` rows of `row_bytes`.
+    data: &'a [u8],
+    row_bytes: usize,
+}
+
+impl Fill<'_> {
+    /// Writes every atom of `out` (the bank, laid out as [`plain`] says) and every scale
+    /// (group-major) from blocks of `TS` bytes, each decoded by `decode`. A non-finite
+    /// scale stops it with [`GgufError::NotRepresentable`] naming the first such block
+    /// in file order.
+    ///
+    /// The order: [`CHUNK`] groups of 32 rows at a time, copied once from the file's
+    /// bytes (a sequential read the prefetchers follow, over few pages), then every
+    /// wave's atoms of them, so the scattered reads of one block a row hit the cache.
+    fn run<const TS: usize>(
+        &self,
+        layout: &WeightLayout,
+        out: &mut [u8],
+        scales: &mut [f32],
+        decode: impl Fn(&[u8; TS], &mut [u8; GROUP]),
+    ) -> Result<()> {
+        let (n, wave_bytes) = (layout.n as usize, layout.n_pad as usize * GROUP);
+        let chunk_bytes = CHUNK * GROUP * self.row_bytes;
+        let mut rows = vec![0u8; chunk_bytes.min(self.data.len())];
+        let mut finite = true;
+        for (c, file_rows) in self.data.chunks(chunk_bytes).enumerate() {
+            let rows = &mut rows[..file_rows.len()];
+            rows.copy_from_slice(file_rows);
+            for (wave, (dst, s)) in out
+                .chunks_exact_mut(wave_bytes)
+                .zip(scales.chunks_exact_mut(n))
+                .enumerate()
+            {
+                let column = wave * TS;
+                for (i, group) in rows.chunks(GROUP * self.row_bytes).enumerate() {
+                    let g = c * CHUNK + i;
+                    let kernels = group.len() / self.row_bytes;
+                    let atom = &mut dst[g * ATOM..][..ATOM];
+                    let mut bits = [0u16; GROUP];
+                    for (r, h) in bits[..kernels].iter_mut().enumerate() {
+                        let block: &[u8; TS] = group[r * self.row_bytes + column..][..TS]
+                            .try_into()
+                            .expect("TS bytes");
+                        *h = u16::from_le_bytes([block[0], block[1]]);
+                        let q: &mut [u8; GROUP] = (&mut atom[r * GROUP..][..GROUP])
+                            .try_into()
+                            .expect("32 bytes");
+                        decode(block, q);
+                    }
+                    atom[kernels * GROUP..].fill(0);
+                    // The scales 32 at a time, in loops that vectorise.
+                    for (d, &h) in s[g * GROUP..][..kernels].iter_mut().zip(&bits) {
+                        *d = f16_bits_to_f32(h);
+                    }
+                    let top = bits.iter().fold(0u16, |m, &h| m.max(h & 0x7FFF));
+                    finite &= top < 0x7C00;
+                }
+            }
+        }
+        match finite {
+            true => Ok(()),
+            false => Err(self.first_non_finite::<TS>(0, self.data)),
+        }
+    }
+
+    /// The error of the first block of `rows` (from row `first`) in file order whose
+    /// scale is not finite.
+    fn first_non_finite<const TS: usize>(&self, first: usize, rows: &[u8]) -> GgufError {
+        let (i, value) = rows
+            .chunks_exact(TS)
+            .map(|b| f16_at(b, 0))
+            .enumerate()
+            .find(|(_, d)| !d.is_finite())
+            .unwrap_or((0, f32::NAN));
+        let per_row = self.row_bytes / TS;
+        GgufError::NotRepresentable {
+            tensor: self.name.to_string(),
+            row: (first + i / per_row) as u64,
+            column: (i % per_row * GROUP) as u64,
+            value,
+            bank: Dtype::Int8,
+        }
+    }
+}
+
+/// An fp16 value's bits as f32, exactly for every finite value (as `half` converts
+/// them), an infinity or a NaN for the others; without a call or a branch on the
+/// common path: the magnitude's bits moved to f32's place and scaled by 2^112, which
+/// rebiases the exponent (and normalises subnormals) exactly.
+#[inline(always)]
+pub(super) fn f16_bits_to_f32(h: u16) -> f32 {
+    let (sign, magnitude) = (u32::from(h & 0x8000) << 16, u32::from(h & 0x7FFF));
+    let wide = f32::from_bits(magnitude << 13) * f32::from_bits(0x7780_0000);
+    let bits = if magnitude >= 0x7C00 {
+        0x7F80_0000 | magnitude << 13
+    } else {
+        wide.to_bits()
+    };
+    f32::from_bits(bits | sign)
+}
+
+/// Q8_0: the 32 integers as they are.
+fn q8_0(block: &[u8; 34], q: &mut [u8; GROUP]) {
+    q.copy_from_slice(&block[2..]);
+}
+
+/// Q4_0: nibbles (value `j` in byte `j`'s low nibble, `j + 16` in its high one) less 8.
+fn q4_0(block: &[u8; 18], q: &mut [u8; GROUP]) {
+    // Whole 16-byte arrays, so the two halves are one vector operation each.
+    let mut nibbles = [0u8; 16];
+    nibbles.copy_from_slice(&block[2..]);
+    let lo = nibbles.map(|b| (b & 0xF).wrapping_sub(8));
+    let hi = nibbles.map(|b| (b >> 4).wrapping_sub(8));
+    q[..16].copy_from_slice(&lo);
+    q[16..].copy_from_slice(&hi);
+}
+
+/// Q5_0: nibbles as Q4_0's, each with a fifth bit from the little-endian word before
+/// them (bit `i` for value `i`), less 16.
+fn q5_0(block: &[u8; 22], q: &mut [u8; GROUP]) {
+    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+    let mut u = [0u8; GROUP];
+    nibbles_32(&block[6..], &mut u);
+    for (j, (o, &v)) in q.iter_mut().zip(&u).enumerate() {
+        *o = (v | (((qh >> j) & 1) << 4) as u8).wrapping_sub(16);
+    }
+}
