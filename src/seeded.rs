@@ -40,6 +40,11 @@ impl Rng {
         (i64::from(lo) + ((self.next_u64() >> 11) % span) as i64) as i32
     }
 
+    /// `len` random bytes (the top byte of each draw).
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| (self.next_u64() >> 56) as u8).collect()
+    }
+
     /// A float in `[-1, 1)`.
     pub fn unit(&mut self) -> f32 {
         ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0

@@ -4,16 +4,9 @@
 
 use super::*;
 
-/// Deterministic bytes (xorshift64).
-fn noise(len: usize, mut x: u64) -> Vec<u8> {
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+/// Deterministic bytes.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    crate::seeded::Rng::new(seed).bytes(len)
 }
 
 /// The i32 at byte `at` of `c`.

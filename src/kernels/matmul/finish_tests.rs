@@ -2,16 +2,9 @@ use super::*;
 use crate::kernels::matmul::{MatmulSpec, WeightLayout};
 use crate::kernels::single::Dtype;
 
-/// Deterministic bytes (xorshift64).
-fn noise(len: usize, mut x: u64) -> Vec<u8> {
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+/// Deterministic bytes.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    crate::seeded::Rng::new(seed).bytes(len)
 }
 
 /// Int32 partials within ±2²⁰, so any few waves sum inside int32.
