@@ -5,14 +5,18 @@
 //! arithmetic, ReLU6, max pooling), so the comparison is exact too.
 
 use rknpu_driver::Error;
-use rknpu_driver::compute::layer::LayerBuilder;
+use rknpu_driver::compute::layer::{LayerBuilder, MatmulInput};
+use rknpu_driver::compute::matmul::WeightBank;
 use rknpu_driver::device::Device;
+use rknpu_driver::kernels::matmul::{Plan, WeightLayout};
 use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::contract::{Op, Role, Values, pack_values, sample, unpack_values};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::kernels::ops::lut::{Activation, ActivationOp};
 use rknpu_driver::kernels::ops::pool::{Pool2d, PoolKind};
+use rknpu_driver::kernels::single::{Dtype, OutType};
 use rknpu_driver::task::Precision;
+use std::sync::Arc;
 
 fn values(pairs: &[(Role, &[f64])]) -> Values {
     pairs.iter().map(|(r, v)| (*r, v.to_vec())).collect()
@@ -161,5 +165,36 @@ fn roles_that_do_not_match_the_operation_are_refused_by_name() {
     layer.run().unwrap();
     let got = unpack_values(&cube, &layer.read(doubled).unwrap()).unwrap();
     let want: Vec<f64> = v.iter().map(|a| (2.0 * a).clamp(-128.0, 127.0)).collect();
+    assert_eq!(got, want);
+}
+
+/// A matmul step against an int4 bank: its int16 result cube read back and summed exactly
+/// (the step runs through `MatmulOp`, which emits every plan, host values or not).
+#[test]
+fn an_int4_matmul_step_gives_the_exact_product() {
+    let dev = Device::open_spec("emu").unwrap();
+    let (m, k, n) = (4u32, 64u32, 64u32);
+    let layout = WeightLayout::new(k, n, Dtype::Int4).unwrap();
+    let w: Vec<i32> = (0..k * n).map(|i| (i * 7 % 16) as i32 - 8).collect();
+    let bank = Arc::new(WeightBank::from_int_kn(&dev, &layout, &w).unwrap());
+    let plan = Plan::for_layout(&layout, m, OutType::Int16, 1).unwrap();
+    let mut b = LayerBuilder::new(&dev);
+    let a = b.input_bytes("a", plan.a_bytes as usize).unwrap();
+    let y = b
+        .matmul("a.W", &bank, a, m, OutType::Int16, MatmulInput::Packed)
+        .unwrap();
+    b.output(y).unwrap();
+    let mut layer = b.build().unwrap();
+    let x: Vec<i32> = (0..m * k).map(|i| (i * 5 % 16) as i32 - 8).collect();
+    layer.write(a, &plan.pack_a_int(&x).unwrap()).unwrap();
+    layer.run().unwrap();
+    let got = plan.reduce_int(&layer.read(y).unwrap()).unwrap();
+    let (k, n) = (k as usize, n as usize);
+    let want: Vec<i64> = (0..m as usize * n)
+        .map(|i| {
+            let (r, c) = (i / n, i % n);
+            (0..k).map(|j| i64::from(x[r * k + j] * w[j * n + c])).sum()
+        })
+        .collect();
     assert_eq!(got, want);
 }

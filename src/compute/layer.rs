@@ -44,10 +44,10 @@ use crate::device::{BoFlags, Device};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::Plan;
 use crate::kernels::ops::Cube;
-use crate::kernels::ops::contract::{MatmulOp, Role};
+use crate::kernels::ops::contract::{MatmulOp, Op, Role};
 use crate::kernels::single::OutType;
 use crate::regcmd::{BufferId, DmaAddr, ProgramBuilder, words_to_le_bytes};
-use crate::task::{Precision, Task};
+use crate::task::Task;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -302,28 +302,17 @@ impl LayerBuilder {
                 plan.m_tile
             )));
         }
-        let c_prec = match plan.c_type() {
-            OutType::Int32 => Precision::Int32,
-            OutType::Fp32 => Precision::Fp32,
-            OutType::Fp16 => Precision::Fp16,
-            OutType::Int16 => Precision::Int16,
-            other => return Err(unsupported(format!("{other:?} results"))),
-        };
-        let out_cube = Cube::new(m, 1, plan.spec.n.next_multiple_of(32), c_prec)?;
-        if out_cube.bytes() != plan.c_bytes {
+        let op = MatmulOp::new(plan)?.with_native_input(input == MatmulInput::Native);
+        let ports = op.ports()?;
+        let port = |role| ports.iter().find(|p| p.role == role);
+        if port(Role::Output).is_none_or(|c| c.cube.is_none()) {
             return Err(unsupported(format!(
-                "C of {} bytes is not the cube of {} bytes",
-                plan.c_bytes,
-                out_cube.bytes()
+                "C of {} bytes is not one cube of {m} rows",
+                op.plan.c_bytes
             )));
         }
         let a_def = self.def(a)?;
-        let a_need = match input {
-            MatmulInput::Packed => plan.a_bytes,
-            MatmulInput::Native => {
-                Cube::new(m, 1, plan.spec.k, plan.spec.dtype.precision())?.bytes()
-            }
-        };
+        let a_need = port(Role::Input).map_or(0, |p| p.bytes);
         if a_def.bytes < a_need {
             return Err(Error::ShapeMismatch {
                 what: "matmul step activations (bytes)",
@@ -337,7 +326,6 @@ impl LayerBuilder {
             None,
             Kind::Bank(bank.clone()),
         )?;
-        let op = MatmulOp::new(plan)?.with_native_input(input == MatmulInput::Native);
         self.step(name, op, &[(Role::Input, a), (Role::Weights, weights)])
     }
 

@@ -35,7 +35,7 @@ impl LayerBuilder {
             }
         }
         let ports = op.ports()?;
-        let out = contract::output(&op)?;
+        let out = contract::output(&ports)?.clone();
         let mut roles = Vec::new();
         let mut reads = Vec::new();
         let mut scratch = None;

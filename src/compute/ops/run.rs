@@ -4,7 +4,8 @@
 use super::{ProgramBuffers, run_program};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernels::ops::contract::{self, Access, Op, Values};
+use crate::kernels::ops;
+use crate::kernels::ops::contract::{self, Access, Bindings, Op, Values};
 use std::time::{Duration, Instant};
 
 /// Runs `op` on `dev` as one job: each input port holds [`Op::pack`] of its values in
@@ -14,8 +15,8 @@ use std::time::{Duration, Instant};
 /// freed when this returns.
 pub fn run_op<O: Op + ?Sized>(dev: &Device, op: &O, inputs: &Values) -> Result<Vec<f64>> {
     let ports = op.ports()?;
-    let program = contract::program(op)?;
-    let out = contract::output(op)?;
+    let program = ops::chain(&op.tasks(&Bindings::slots(&ports))?)?;
+    let out = contract::output(&ports)?;
     let mut buffers = ProgramBuffers::new();
     let mut out_index = 0;
     let mut outputs = 0;

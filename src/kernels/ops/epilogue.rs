@@ -156,6 +156,12 @@ impl Requant {
         Ok((Requant::per_tensor(out).with_channel_multipliers(14)?, m))
     }
 
+    /// Whether the epilogue reads a parameter buffer ([`Requant::params`]): with a bias or
+    /// per-channel multipliers.
+    pub const fn reads_params(&self) -> bool {
+        self.bias || self.channel_shift.is_some()
+    }
+
     /// Byte offset of the multipliers in the parameter buffer of `channels` channels.
     pub fn multipliers_offset(&self, channels: u32) -> u32 {
         if self.bias {

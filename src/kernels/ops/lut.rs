@@ -435,10 +435,19 @@ impl ActivationOp {
         tiles(self.cube.bytes() / 16)
     }
 
+    /// Whether the tasks read a constant operand ([`ActivationOp::operand`]): ReLU and
+    /// ReLU6, which run on the EW stage against zeros and sixes.
+    pub const fn reads_operand(&self) -> bool {
+        !self.activation.uses_lut()
+    }
+
     /// The bytes the `operand` buffer of [`Op::tasks`](super::contract::Op::tasks) must hold, `None` when
     /// the tasks read none: fp16 zeros for ReLU, sixes for ReLU6 (one tile's worth;
     /// every tile reads the same constants).
     pub fn operand(&self) -> Result<Option<Vec<u8>>> {
+        if !self.reads_operand() {
+            return Ok(None);
+        }
         let first = self.tiles()?[0];
         let n = first.w as usize * first.h as usize * 16;
         Ok(match self.activation {

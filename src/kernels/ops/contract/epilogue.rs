@@ -63,8 +63,8 @@ impl Op for RequantOp {
 
     fn ports(&self) -> Result<Vec<Port>> {
         let mut ports = vec![Port::cube(Role::Input, Access::Read, self.cube)];
-        let params = self.params()?;
-        if !params.is_empty() {
+        if self.requant.reads_params() {
+            let params = self.params()?;
             let n = params.len() as u64;
             let p = Precision::Int32;
             ports.push(Port::raw(Role::Params, Access::Constant(params), n, 0, p));
@@ -75,9 +75,9 @@ impl Op for RequantOp {
     }
 
     fn tasks(&self, b: &Bindings) -> Result<Vec<Task>> {
-        let params = match self.params()?.is_empty() {
-            true => b.get(Role::Input)?,
-            false => b.get(Role::Params)?,
+        let params = match self.requant.reads_params() {
+            true => b.get(Role::Params)?,
+            false => b.get(Role::Input)?,
         };
         let (i, o) = (b.get(Role::Input)?, b.get(Role::Output)?);
         self.requant.tasks_at(self.cube, i, params, o)

@@ -34,9 +34,9 @@ impl Op for ActivationOp {
 
     fn tasks(&self, b: &Bindings) -> Result<Vec<Task>> {
         // Functions without a constant operand never read it: any address serves.
-        let operand = match self.operand()? {
-            Some(_) => b.get(Role::Operand)?,
-            None => b.get(Role::Input)?,
+        let operand = match self.reads_operand() {
+            true => b.get(Role::Operand)?,
+            false => b.get(Role::Input)?,
         };
         self.tasks_at(b.get(Role::Input)?, b.get(Role::Output)?, operand)
     }

@@ -5,12 +5,14 @@ use super::{Access, Bindings, Op, Port, Role, Sampling, Tolerance, Values, input
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{Plan, pack_weights_f32, pack_weights_int};
 use crate::kernels::ops::Cube;
-use crate::kernels::single::{Dtype, OutType};
+use crate::kernels::single::OutType;
 use crate::task::{Precision, Task};
 
 /// A matmul plan as an operation: the input is A (row-major `M × K`), the weights B
 /// (row-major `K × N`, packed into the plan's weight layout), the output C (row-major
-/// `M × N`, the host's sum of the plan's K waves). Int8, fp16 and bf16 plans.
+/// `M × N`, the host's sum of the plan's K waves). Every plan emits and reads back; host
+/// values (packing, sampling) exist for int8, int16, fp16 and bf16 operands, so an int4
+/// plan's [`Op::pack`] is an [`Error::Unsupported`] (a layer binds its bank instead).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct MatmulOp {
@@ -23,18 +25,8 @@ pub struct MatmulOp {
 }
 
 impl MatmulOp {
-    /// The operation of `plan`; int4 and int16 plans are [`Error::Unsupported`] (their
-    /// operands are no host element type of the contract).
+    /// The operation of `plan`.
     pub fn new(plan: Plan) -> Result<MatmulOp> {
-        if !matches!(plan.spec.dtype, Dtype::Int8 | Dtype::Fp16 | Dtype::Bf16) {
-            return Err(Error::Unsupported {
-                what: "matmul operation",
-                why: format!(
-                    "{} operands; the operation takes int8, fp16 and bf16",
-                    plan.spec.dtype.name()
-                ),
-            });
-        }
         Ok(MatmulOp {
             plan,
             native_input: false,
@@ -59,6 +51,7 @@ impl MatmulOp {
             OutType::Int32 => Precision::Int32,
             OutType::Fp32 => Precision::Fp32,
             OutType::Fp16 => Precision::Fp16,
+            OutType::Int16 => Precision::Int16,
             _ => return Ok(None),
         };
         if p.layout.waves.len() != 1 || p.m_tile < p.spec.m {

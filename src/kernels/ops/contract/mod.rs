@@ -356,17 +356,14 @@ pub fn port<O: Op + ?Sized>(op: &O, role: Role) -> Result<Port> {
         })
 }
 
-/// The operation's single output port.
-pub fn output<O: Op + ?Sized>(op: &O) -> Result<Port> {
-    let mut outs = op
-        .ports()?
-        .into_iter()
-        .filter(|p| p.access == Access::Write);
+/// The single output among an operation's `ports` ([`Op::ports`]).
+pub fn output(ports: &[Port]) -> Result<&Port> {
+    let mut outs = ports.iter().filter(|p| p.access == Access::Write);
     match (outs.next(), outs.next()) {
         (Some(p), None) => Ok(p),
         _ => Err(Error::Unsupported {
             what: "operation",
-            why: format!("{} does not have exactly one output", op.describe()),
+            why: "ports without exactly one output".into(),
         }),
     }
 }
