@@ -4,12 +4,12 @@
 //! own tolerance (`compute::ops::check_op`). The operations' own test files check their
 //! references against hand-computed values; this harness checks that the contract joins
 //! them correctly for every operation, so a new operation gets the same test by adding
-//! one line to `ops()`.
+//! one line to `ops(..)`.
 
 use rknpu_driver::Error;
 use rknpu_driver::compute::ops::{check_op, run_op};
 use rknpu_driver::device::Device;
-use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
+use rknpu_driver::kernels::matmul::{MatmulSpec, Plan, TileLimits};
 use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::contract::{
     self, Access, Bindings, DequantOp, MatmulOp, Op, Port, RequantOp, Role, Sampling, Tolerance,
@@ -30,7 +30,7 @@ fn cube(w: u32, h: u32, c: u32, p: Precision) -> Cube {
 }
 
 /// One operation of every kind the contract covers, at shapes with partial atoms.
-fn ops() -> Vec<Box<dyn Op>> {
+fn ops(reuse: bool) -> Vec<Box<dyn Op>> {
     let mut v: Vec<Box<dyn Op>> = Vec::new();
     for (p, op, operand) in [
         (Precision::Int8, EltwiseOp::Add, Operand::Tensor),
@@ -96,14 +96,73 @@ fn ops() -> Vec<Box<dyn Op>> {
         let plan = Plan::new(MatmulSpec::new(m, k, n, dtype)).unwrap();
         v.push(Box::new(MatmulOp::new(plan).unwrap()));
     }
+    v.extend(cube_matmuls(reuse));
     v
+}
+
+/// Matmuls writing C as one cube (what a layer step runs): M tiles, column tiles, cores
+/// and K waves written in place, later waves added on the NPU, A packed or native. With
+/// `reuse` the plans keep their CBUF reuse (the vendor driver runs a core's tasks as one
+/// chain); the rocket driver starts each task alone, so there they load every operand.
+fn cube_matmuls(reuse: bool) -> Vec<Box<dyn Op>> {
+    let mut v: Vec<Box<dyn Op>> = Vec::new();
+    // (m, k, n, dtype, cores, tile rows, tile columns, native A)
+    for (m, k, n, dtype, cores, rows, cols, native) in [
+        (70, 256, 96, Dtype::Int8, 1, 32, 64, true),
+        (6, 9000, 64, Dtype::Int8, 1, u32::MAX, 32, false),
+        (40, 5120, 64, Dtype::Int8, 1, 16, u32::MAX, true),
+        (9, 96, 96, Dtype::Int8, 3, u32::MAX, u32::MAX, false),
+        (5, 128, 48, Dtype::Fp16, 1, 2, u32::MAX, true),
+        (7, 64, 40, Dtype::Bf16, 2, 3, 32, false),
+    ] {
+        let layout = Plan::new(MatmulSpec::new(m, k, n, dtype)).unwrap().layout;
+        let limits = TileLimits {
+            rows,
+            cols,
+            split_rows: false,
+        };
+        let plan = Plan::with_limits(&layout, m, dtype.default_out(), cores, limits).unwrap();
+        let plan = if reuse { plan } else { plan.without_reuse() };
+        let op = MatmulOp::new(plan)
+            .unwrap()
+            .with_native_input(native)
+            .with_cube_output()
+            .unwrap();
+        v.push(Box::new(op));
+    }
+    v
+}
+
+#[test]
+fn cube_matmuls_cover_tiles_waves_and_cores() {
+    let ops = cube_matmuls(true);
+    let plans: Vec<_> = ops.iter().map(|op| op.describe()).collect();
+    let tasks = |i: usize| {
+        let op = &ops[i];
+        op.tasks(&Bindings::slots(&op.ports().unwrap())).unwrap()
+    };
+    // Several M tiles and column tiles; several K waves (with their adds, DPU-only
+    // tasks); several cores.
+    assert!(tasks(0).len() >= 6, "{}", plans[0]);
+    assert!(tasks(1).iter().any(|t| t.cna.is_none()), "{}", plans[1]);
+    assert!(plans[1].contains("3 K wave(s)"), "{}", plans[1]);
+    assert!(tasks(2).iter().any(|t| t.cna.is_none()), "{}", plans[2]);
+    assert!(!tasks(4).iter().any(|t| t.cna.is_none()), "{}", plans[4]);
+}
+
+#[test]
+fn a_float_plan_of_several_waves_is_not_written_as_one_cube() {
+    let plan = Plan::new(MatmulSpec::new(2, 5000, 32, Dtype::Fp16)).unwrap();
+    let e = MatmulOp::new(plan).unwrap().with_cube_output().unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("int32 partials"), "{e}");
 }
 
 #[test]
 fn every_operation_meets_its_reference_on_the_emulated_kernels() {
     for spec in SPECS {
         let dev = Device::open_spec(spec).unwrap();
-        for op in ops() {
+        for op in ops(spec == "emu") {
             let tasks = op.tasks(&Bindings::slots(&op.ports().unwrap())).unwrap();
             let pools = tasks.iter().any(|t| t.ppu.is_some());
             let result = check_op(&dev, op.as_ref(), 7);

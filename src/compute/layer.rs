@@ -42,7 +42,6 @@
 use super::matmul::WeightBank;
 use crate::device::{BoFlags, Device};
 use crate::error::{Error, Result};
-use crate::kernels::matmul::Plan;
 use crate::kernels::ops::Cube;
 use crate::kernels::ops::contract::{MatmulOp, Op, Role};
 use crate::kernels::single::OutType;
@@ -56,6 +55,7 @@ mod built;
 mod check;
 mod operand;
 mod place;
+mod spread;
 mod step;
 
 use built::Held;
@@ -116,6 +116,8 @@ struct StepDef {
     reads: Vec<Tensor>,
     writes: Tensor,
     generate: Generator,
+    /// For a matmul step spread over cores: how many of its first tasks each core runs.
+    spread: Option<Vec<usize>>,
 }
 
 /// Describes a layer program: tensors and the steps between them, in execution order.
@@ -125,6 +127,7 @@ pub struct LayerBuilder {
     tensors: Vec<TensorDef>,
     steps: Vec<StepDef>,
     timeout: Duration,
+    cores: u32,
 }
 
 impl std::fmt::Debug for LayerBuilder {
@@ -141,7 +144,8 @@ impl std::fmt::Debug for LayerBuilder {
 }
 
 impl LayerBuilder {
-    /// An empty layer on `dev`, with a 2 s job timeout.
+    /// An empty layer on `dev`, with a 2 s job timeout, its matmul steps free to use
+    /// every core of the device.
     pub fn new(dev: &Device) -> LayerBuilder {
         LayerBuilder {
             id: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
@@ -149,7 +153,16 @@ impl LayerBuilder {
             tensors: Vec::new(),
             steps: Vec::new(),
             timeout: Duration::from_secs(2),
+            cores: u32::MAX,
         }
+    }
+
+    /// At most `cores` cores for each later matmul step (1 keeps the whole layer one
+    /// chain on one core). A step is spread over several only where the cost model has
+    /// it faster as a job of its own (docs/ops.md, "Layer programs").
+    pub fn with_cores(mut self, cores: u32) -> LayerBuilder {
+        self.cores = cores.max(1);
+        self
     }
 
     /// The job timeout of every run.
@@ -256,16 +269,21 @@ impl LayerBuilder {
             reads: reads.to_vec(),
             writes,
             generate,
+            spread: None,
         });
         Ok(writes)
     }
 
     /// A matmul step: `a` (M rows of the bank's K) times the bank, written as the native
-    /// cube `Cube::new(m, 1, n, out)` (C's `[N/E][M][E]` layout, which later steps read
-    /// as a tensor of M pixels of N channels). One core, one M tile and one K wave: the
-    /// whole product is one run of tasks whose output is one cube (a larger one is an
-    /// [`Error::Unsupported`] naming the limit; a bank of another device than the layer's
-    /// is an [`Error::Foreign`]). `input` says whether `a` is the plan's
+    /// cube `Cube::new(m, 1, n', out)` (C's `[N/E][M][E]` layout, which later steps read
+    /// as a tensor of M pixels of N channels; `n'` is N rounded up to the plan's column
+    /// tiles, a multiple of 32). Any M and K the bank's layout plans: every M tile
+    /// writes its rows of the cube in place, and the int32 partial sums of K waves after
+    /// the first are added into it on the NPU
+    /// ([`Plan::cube_tasks`](crate::kernels::matmul::Plan::cube_tasks)); only int32 partials
+    /// are added there, so a float or int4 plan of several K waves is an
+    /// [`Error::Unsupported`]. A bank of another device than the layer's is an
+    /// [`Error::Foreign`]. `input` says whether `a` is the plan's
     /// packed A (a layer input the host writes, `kernels::matmul::pack::activations_i8`)
     /// or a native cube an earlier step wrote.
     pub fn matmul(
@@ -284,33 +302,17 @@ impl LayerBuilder {
                 ),
             });
         }
-        let plan = Plan::for_layout(bank.layout(), m, out, 1)?;
+        let (plan, spread) = spread::choose_plan(&self.dev, bank.layout(), (m, out), self.cores)?;
+        let per_core = spread.then(|| plan.per_core.clone());
         let plan = match self.dev.capabilities().cbuf_reuse {
             true => plan,
             false => plan.without_reuse(),
         };
-        let unsupported = |why: String| Error::Unsupported {
-            what: "layer matmul step",
-            why,
-        };
-        if plan.layout.waves.len() != 1 || plan.m_tile < m {
-            return Err(unsupported(format!(
-                "{m}x{}x{}: {} K wave(s), M tiles of {} rows; a layer step takes one wave and one M tile",
-                plan.spec.k,
-                plan.spec.n,
-                plan.layout.waves.len(),
-                plan.m_tile
-            )));
-        }
-        let op = MatmulOp::new(plan)?.with_native_input(input == MatmulInput::Native);
+        let op = MatmulOp::new(plan)?
+            .with_native_input(input == MatmulInput::Native)
+            .with_cube_output()?;
         let ports = op.ports()?;
         let port = |role| ports.iter().find(|p| p.role == role);
-        if port(Role::Output).is_none_or(|c| c.cube.is_none()) {
-            return Err(unsupported(format!(
-                "C of {} bytes is not one cube of {m} rows",
-                op.plan.c_bytes
-            )));
-        }
         let a_def = self.def(a)?;
         let a_need = port(Role::Input).map_or(0, |p| p.bytes);
         if a_def.bytes < a_need {
@@ -326,7 +328,11 @@ impl LayerBuilder {
             None,
             Kind::Bank(bank.clone()),
         )?;
-        self.step(name, op, &[(Role::Input, a), (Role::Weights, weights)])
+        let y = self.step(name, op, &[(Role::Input, a), (Role::Weights, weights)])?;
+        if let Some(step) = self.steps.last_mut() {
+            step.spread = per_core;
+        }
+        Ok(y)
     }
 
     /// Places the tensors, generates and binds the program, checks every step's tasks
@@ -340,6 +346,7 @@ impl LayerBuilder {
             tensors,
             steps,
             timeout,
+            cores: _,
         } = self;
         if steps.is_empty() {
             return Err(Error::InvalidArgument {
@@ -362,7 +369,7 @@ impl LayerBuilder {
             let (id, off) = placed.at[t.index];
             DmaAddr::reloc(id, off as u32)
         };
-        let (program, infos, uses, scaled) = generate(steps, &addr)?;
+        let (program, infos, uses, scaled, spreads) = generate(steps, &addr)?;
         // Buffers, then the program bound to them: in the IOMMU domain of the layer's
         // weight banks (the first one's; a layer of banks in two is refused at its job).
         let bank_domain = tensors.iter().find_map(|t| match &t.kind {
@@ -404,7 +411,13 @@ impl LayerBuilder {
             check::check_step(&words, program.tasks(), &step)?;
         }
         regcmd.write(0, &words_to_le_bytes(&words))?;
-        let jobs = crate::compute::matmul::job_ranges(&dev, &words, &program)?;
+        let jobs = match spreads.is_empty() {
+            true => crate::compute::matmul::job_ranges(&dev, &words, &program)?
+                .into_iter()
+                .map(spread::LayerJob::chain)
+                .collect(),
+            false => spread::jobs(program.tasks().len(), &spreads),
+        };
         let tensors = tensors
             .into_iter()
             .enumerate()
@@ -444,12 +457,14 @@ impl LayerBuilder {
 }
 
 /// What generating a layer's steps gives: the program, each step's tasks, the tensors it
-/// reads and writes, and which of its tasks carry an fp16 register multiplier.
+/// reads and writes, which of its tasks carry an fp16 register multiplier, and where the
+/// spread steps start with their tasks per core.
 type Generated = (
     crate::regcmd::Program,
     Vec<LayerStep>,
     Vec<(Vec<Tensor>, Tensor)>,
     Vec<Vec<bool>>,
+    Vec<(usize, Vec<usize>)>,
 );
 
 /// Generates every step's tasks with its tensors at `addr`, in one chain of one program.
@@ -458,6 +473,7 @@ fn generate(steps: Vec<StepDef>, addr: &dyn Fn(Tensor) -> DmaAddr) -> Result<Gen
     let mut infos = Vec::with_capacity(steps.len());
     let mut uses = Vec::with_capacity(steps.len());
     let mut scaled: Vec<Vec<bool>> = Vec::with_capacity(steps.len());
+    let mut spreads = Vec::new();
     let mut first = 0;
     for s in steps {
         let StepDef {
@@ -465,6 +481,7 @@ fn generate(steps: Vec<StepDef>, addr: &dyn Fn(Tensor) -> DmaAddr) -> Result<Gen
             reads,
             writes,
             generate,
+            spread,
         } = s;
         let ins: Vec<DmaAddr> = reads.iter().map(|&t| addr(t)).collect();
         let tasks = generate(&ins, addr(writes)).map_err(|e| Error::Unsupported {
@@ -480,6 +497,9 @@ fn generate(steps: Vec<StepDef>, addr: &dyn Fn(Tensor) -> DmaAddr) -> Result<Gen
             p.push_task(t.body()?, t.enable());
         }
         scaled.push(tasks.iter().map(operand::fp16_multiplier).collect());
+        if let Some(per_core) = spread {
+            spreads.push((first, per_core));
+        }
         infos.push(LayerStep {
             name,
             tasks: first..first + tasks.len(),
@@ -488,7 +508,7 @@ fn generate(steps: Vec<StepDef>, addr: &dyn Fn(Tensor) -> DmaAddr) -> Result<Gen
         uses.push((reads, writes));
         first += tasks.len();
     }
-    Ok((p.build()?, infos, uses, scaled))
+    Ok((p.build()?, infos, uses, scaled, spreads))
 }
 
 /// The buffers of the tensors that have their own, in placement order.

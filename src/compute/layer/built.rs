@@ -1,6 +1,7 @@
 //! A built layer program: its buffers, its bound program, its runs.
 
 use super::Tensor;
+use super::spread::LayerJob;
 use crate::compute::matmul::WeightBank;
 use crate::device::{Bo, Device, Job, JobResult, Pending};
 use crate::error::{Error, Result};
@@ -76,9 +77,9 @@ pub struct Layer {
     pub(super) multipliers: Vec<Vec<usize>>,
     pub(super) scratch_sum: u64,
     pub(super) timeout: Duration,
-    /// The task ranges a whole run submits as separate jobs (on rocket, to stay within
+    /// The jobs a whole run submits (on rocket, to stay within
     /// its job timeout: docs/device.md, "Long programs on rocket").
-    pub(super) jobs: Vec<Range<usize>>,
+    pub(super) jobs: Vec<LayerJob>,
     /// The result of the last run (of its last job, where it took several).
     pub last: Option<JobResult>,
 }
@@ -165,12 +166,19 @@ impl Layer {
         self.job(tasks).unverified()
     }
 
-    /// Runs the whole layer as one job (on rocket, as the jobs of [`Layer::jobs`], one
-    /// after another) and waits for it; the result of the last job.
+    /// [`Layer::checked_job`] of `j`, on its cores.
+    fn layer_job(&self, j: &LayerJob) -> Job<'_> {
+        let (mask, split) = j.cores(&self.dev);
+        self.checked_job(j.tasks.clone()).on_cores(mask, &split)
+    }
+
+    /// Runs the whole layer as one job (as the jobs of [`Layer::jobs`], one after
+    /// another: on rocket, and around steps spread over cores) and waits for it; the
+    /// result of the last job.
     pub fn run(&mut self) -> Result<JobResult> {
         let mut last = None;
-        for r in &self.jobs {
-            last = Some(self.dev.submit(&self.checked_job(r.clone()))?);
+        for j in &self.jobs {
+            last = Some(self.dev.submit(&self.layer_job(j))?);
         }
         let r = last.ok_or_else(|| Error::InvalidArgument {
             what: "a layer of no task".into(),
@@ -179,23 +187,39 @@ impl Layer {
         Ok(r)
     }
 
-    /// Submits the whole layer as one job (on rocket, the jobs of [`Layer::jobs`], in
-    /// order) and returns at once; the layer's buffers stay borrowed until
-    /// [`PendingLayer::wait`].
+    /// Submits the whole layer as one job (the jobs of [`Layer::jobs`], in order) and
+    /// returns once the last is submitted; the layer's buffers stay borrowed until
+    /// [`PendingLayer::wait`]. The jobs of one core (rocket's) run in submission order;
+    /// where a step is spread over cores, the kernel could start the next job on a core
+    /// the spread job has finished with while another still runs it, so there each job
+    /// but the last is waited for before the next is submitted.
     pub fn submit(&mut self) -> Result<PendingLayer<'_>> {
-        let pending = self
-            .jobs
-            .iter()
-            .map(|r| self.dev.submit_nonblocking(self.checked_job(r.clone())))
-            .collect::<Result<Vec<_>>>()?;
+        let spread = self.jobs.iter().any(|j| j.per_core.len() > 1);
+        let mut pending = Vec::with_capacity(self.jobs.len());
+        for (i, j) in self.jobs.iter().enumerate() {
+            let job = self.layer_job(j);
+            if spread && i + 1 < self.jobs.len() {
+                self.dev.submit(&job)?;
+            } else {
+                pending.push(self.dev.submit_nonblocking(job)?);
+            }
+        }
         Ok(PendingLayer { pending })
     }
 
     /// The ranges of the program's tasks a whole run submits as one job each: the
-    /// program, or on a driver that stops long jobs (rocket) runs of tasks each modelled
-    /// within half its timeout ([`crate::device::Capabilities::job_timeout`]).
-    pub fn jobs(&self) -> &[Range<usize>] {
-        &self.jobs
+    /// program; on a driver that stops long jobs (rocket) runs of tasks each modelled
+    /// within half its timeout ([`crate::device::Capabilities::job_timeout`]); around a
+    /// matmul step spread over cores, the chain before it, the step's own tasks, and the
+    /// chain after it.
+    pub fn jobs(&self) -> Vec<Range<usize>> {
+        self.jobs.iter().map(|j| j.tasks.clone()).collect()
+    }
+
+    /// How many tasks each core runs in each job of [`Layer::jobs`] (one entry: one
+    /// core).
+    pub fn job_cores(&self) -> Vec<Vec<usize>> {
+        self.jobs.iter().map(|j| j.per_core.clone()).collect()
     }
 
     /// Runs each step as a job of its own, one after another (the same tasks and
@@ -240,7 +264,7 @@ impl Layer {
 /// A layer submitted without blocking.
 #[derive(Debug)]
 pub struct PendingLayer<'l> {
-    /// One job, or on rocket those of [`Layer::jobs`].
+    /// One job, or those of [`Layer::jobs`] not yet waited for.
     pending: Vec<Pending<'l>>,
 }
 

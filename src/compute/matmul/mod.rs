@@ -46,11 +46,11 @@ pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
 pub use grouped::quantize_groups_i8;
 pub use run::PendingMatmul;
-pub(crate) use run::job_ranges;
 use run::{
-    all_done, cores_of, in_range, refuse_incremental_on_rocket, shape, submit_blocking,
-    submit_chains, wait_all,
+    all_done, in_range, refuse_incremental_on_rocket, shape, submit_blocking, submit_chains,
+    wait_all,
 };
+pub(crate) use run::{cores_of, job_ranges};
 pub use spread::SpreadMatmul;
 
 use crate::device::{Bo, BoFlags, CoreMask, Device, Job, JobResult, Pending};

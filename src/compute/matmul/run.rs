@@ -154,7 +154,7 @@ pub(super) fn refuse_incremental_on_rocket(dev: &Device, incremental: bool) -> R
 }
 
 /// The core mask and per-core task counts of a job whose chains are `per_core`.
-pub(super) fn cores_of(dev: &Device, per_core: &[usize]) -> (CoreMask, Vec<usize>) {
+pub(crate) fn cores_of(dev: &Device, per_core: &[usize]) -> (CoreMask, Vec<usize>) {
     let mask = match per_core.len() {
         // A driver that places jobs on cores itself (rocket) is given none.
         _ if dev.capabilities().picks_cores => CoreMask::Auto,

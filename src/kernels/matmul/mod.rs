@@ -32,6 +32,7 @@
 //! docs/matmul.md has the details and figures.
 
 pub mod cost;
+mod cube;
 pub mod finish;
 mod host;
 pub mod host_cost;
@@ -41,6 +42,7 @@ mod planner;
 pub mod quant;
 mod tiling;
 
+pub use cube::CubeForm;
 pub use host::{
     dequantize, pack_weights_f32, pack_weights_f32_nk, pack_weights_int, pack_weights_int_nk,
 };

@@ -38,7 +38,7 @@ mod pack;
 pub(crate) use pack::{check_float, check_float_bits};
 mod types;
 
-pub use add::{add_task, add_task_model};
+pub use add::{add_task, add_task_model, add_task_strided};
 pub use dequant::{
     DEQUANT_CHANNEL_STEP, DEQUANT_COEFFICIENT_BYTES, DEQUANT_MAX_CHANNELS, DEQUANT_MAX_ROWS,
     add_to_fp32_task, add_to_fp32_task_model, dequant_scale_bits, dequant_task, dequant_task_model,

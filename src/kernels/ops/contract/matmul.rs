@@ -10,7 +10,8 @@ use crate::task::{Precision, Task};
 
 /// A matmul plan as an operation: the input is A (row-major `M × K`), the weights B
 /// (row-major `K × N`, packed into the plan's weight layout), the output C (row-major
-/// `M × N`, the host's sum of the plan's K waves). Every plan emits and reads back; host
+/// `M × N`, the host's sum of the plan's K waves, or with [`MatmulOp::cube_output`] the
+/// cube the NPU wrote whole). Every plan emits and reads back; host
 /// values (packing, sampling) exist for int8, int16, fp16 and bf16 operands, so an int4
 /// plan's [`Op::pack`] is an [`Error::Unsupported`] (a layer binds its bank instead).
 #[derive(Clone, Debug, PartialEq)]
@@ -20,8 +21,13 @@ pub struct MatmulOp {
     pub plan: Plan,
     /// Whether the tasks read A as the native cube `Cube::new(m, 1, k, ..)` an earlier
     /// operation wrote ([`Plan::task_native_a`]; one K wave, one M tile) rather than the
-    /// plan's own packed A.
+    /// plan's own packed A. With [`MatmulOp::cube_output`] any plan reads it so;
+    /// otherwise only one of one K wave and one M tile.
     pub native_input: bool,
+    /// Whether C is written as the one cube `Cube::new(m, 1, n', ..)` ([`Plan::cube_tasks`]:
+    /// every block in place, later K waves added on the NPU through scratch), which a
+    /// chained operation reads, rather than the plan's partial blocks.
+    pub cube_output: bool,
 }
 
 impl MatmulOp {
@@ -30,7 +36,16 @@ impl MatmulOp {
         Ok(MatmulOp {
             plan,
             native_input: false,
+            cube_output: false,
         })
+    }
+
+    /// Writing C as one cube ([`MatmulOp::cube_output`]); an error when the plan cannot
+    /// ([`Plan::cube_form`]: several K waves of other than int32 partials).
+    pub fn with_cube_output(mut self) -> Result<MatmulOp> {
+        self.plan.cube_form()?;
+        self.cube_output = true;
+        Ok(self)
     }
 
     /// Reading A as a native cube ([`MatmulOp::native_input`]).
@@ -44,7 +59,8 @@ impl MatmulOp {
         (s.m as usize, s.k as usize, s.n as usize)
     }
 
-    /// The precision C is written in, when it is one cube (one K wave, one M tile).
+    /// The cube C is written as, when it is one (as [`MatmulOp::cube_output`] asks, or a
+    /// plan of one K wave and one M tile whose blocks make one).
     fn out_cube(&self) -> Result<Option<Cube>> {
         let p = &self.plan;
         let prec = match p.c_type() {
@@ -54,6 +70,10 @@ impl MatmulOp {
             OutType::Int16 => Precision::Int16,
             _ => return Ok(None),
         };
+        if self.cube_output {
+            let form = p.cube_form()?;
+            return Ok(Some(Cube::new(p.spec.m, 1, form.channels, prec)?));
+        }
         if p.layout.waves.len() != 1 || p.m_tile < p.spec.m {
             return Ok(None);
         }
@@ -106,11 +126,24 @@ impl Op for MatmulOp {
             },
             None => Port::raw(Role::Output, Access::Write, p.c_bytes, m * n, out_prec),
         };
-        Ok(vec![
+        let mut ports = vec![
             a,
             Port::raw(Role::Weights, Access::Read, p.layout.bytes, k * n, prec),
             c,
-        ])
+        ];
+        if self.cube_output {
+            let scratch = p.cube_form()?.scratch;
+            if scratch > 0 {
+                ports.push(Port::raw(
+                    Role::Scratch,
+                    Access::Scratch,
+                    scratch,
+                    0,
+                    out_prec,
+                ));
+            }
+        }
+        Ok(ports)
     }
 
     fn tasks(&self, b: &Bindings) -> Result<Vec<Task>> {
@@ -119,6 +152,14 @@ impl Op for MatmulOp {
             b.get(Role::Weights)?,
             b.get(Role::Output)?,
         ];
+        if self.cube_output {
+            let scratch = match self.plan.cube_form()?.scratch {
+                0 => addrs[2],
+                _ => b.get(Role::Scratch)?,
+            };
+            let [a, w, c] = addrs;
+            return self.plan.cube_tasks([a, w, c, scratch], self.native_input);
+        }
         self.plan
             .tasks
             .iter()
@@ -158,6 +199,15 @@ impl Op for MatmulOp {
             return Err(Error::InvalidArgument {
                 what: format!("a matmul does not write a {role}"),
             });
+        }
+        if self.cube_output
+            && let Some(cube) = self.out_cube()?
+        {
+            let (m, _, n) = self.dims();
+            let all =
+                super::unpack_values(&cube, bytes.get(..cube.bytes() as usize).unwrap_or(bytes))?;
+            let width = cube.channels as usize;
+            return Ok((0..m * n).map(|i| all[i / n * width + i % n]).collect());
         }
         let c = bytes.get(..self.plan.c_bytes as usize).unwrap_or(bytes);
         Ok(match self.float() {
