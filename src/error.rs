@@ -253,47 +253,16 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::InputLength { len, offset } => write!(
-                f,
-                "input length {len} is not a multiple of 8: incomplete entry at byte offset {offset}"
-            ),
-            Error::EmptyInput => write!(f, "input holds no regcmd entry"),
-            Error::FieldOverflow {
-                register,
-                field,
-                value,
-                max,
-            } => write!(
-                f,
-                "{register}.{field}: value {value} exceeds the field maximum {max}"
-            ),
-            Error::UnknownField { register, field } => {
-                write!(f, "{register} has no field {field}")
-            }
-            Error::Unsupported { what, why } => write!(f, "{what}: {why}"),
-            Error::Misaligned {
-                register,
-                addr,
-                align,
-            } => write!(
-                f,
-                "{register}: address {addr:#x} is not aligned to {align} bytes"
-            ),
-            Error::AddressOverflow {
-                buffer,
-                offset,
-                base,
-            } => write!(
-                f,
-                "buffer {buffer} bound at {base:#x} plus offset {offset:#x} exceeds 32-bit device addresses"
-            ),
-            Error::UnboundBuffer { buffer } => {
-                write!(f, "buffer {buffer} is not bound to an address")
-            }
-            Error::ProgramTooLarge { what, value, limit } => {
-                write!(f, "{what} is {value}, above the limit of {limit}")
-            }
-            Error::EmptyProgram => write!(f, "program has no task"),
+            Error::InputLength { .. }
+            | Error::EmptyInput
+            | Error::FieldOverflow { .. }
+            | Error::UnknownField { .. }
+            | Error::Unsupported { .. }
+            | Error::Misaligned { .. }
+            | Error::AddressOverflow { .. }
+            | Error::UnboundBuffer { .. }
+            | Error::ProgramTooLarge { .. }
+            | Error::EmptyProgram => self.fmt_program(f),
             Error::NotFound { looked_for, hint } => {
                 write!(f, "no NPU found: looked for {looked_for}; {hint}")
             }
@@ -372,6 +341,57 @@ impl fmt::Display for Error {
             Error::Sim { error } => write!(f, "simulator: {error}"),
             Error::Decode { error } => write!(f, "decoding a task: {error}"),
             Error::Gguf { what } => write!(f, "GGUF: {what}"),
+        }
+    }
+}
+
+impl Error {
+    /// The messages of the errors of building and encoding programs.
+    fn fmt_program(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InputLength { len, offset } => write!(
+                f,
+                "input length {len} is not a multiple of 8: incomplete entry at byte offset {offset}"
+            ),
+            Error::EmptyInput => write!(f, "input holds no regcmd entry"),
+            Error::FieldOverflow {
+                register,
+                field,
+                value,
+                max,
+            } => write!(
+                f,
+                "{register}.{field}: value {value} exceeds the field maximum {max}"
+            ),
+            Error::UnknownField { register, field } => {
+                write!(f, "{register} has no field {field}")
+            }
+            Error::Unsupported { what, why } => write!(f, "{what}: {why}"),
+            Error::Misaligned {
+                register,
+                addr,
+                align,
+            } => write!(
+                f,
+                "{register}: address {addr:#x} is not aligned to {align} bytes"
+            ),
+            Error::AddressOverflow {
+                buffer,
+                offset,
+                base,
+            } => write!(
+                f,
+                "buffer {buffer} bound at {base:#x} plus offset {offset:#x} exceeds 32-bit device addresses"
+            ),
+            Error::UnboundBuffer { buffer } => {
+                write!(f, "buffer {buffer} is not bound to an address")
+            }
+            Error::ProgramTooLarge { what, value, limit } => {
+                write!(f, "{what} is {value}, above the limit of {limit}")
+            }
+            Error::EmptyProgram => write!(f, "program has no task"),
+            // Every other error has its message in `Display::fmt`.
+            other => write!(f, "{other:?}"),
         }
     }
 }

@@ -13,6 +13,7 @@
 //! modelled in `domains.rs`. docs/hw-testing.md lists the behaviours.
 
 mod domains;
+mod drm;
 mod inspect;
 mod iova;
 mod knobs;
@@ -342,43 +343,14 @@ impl Kernel for EmuKernel {
     fn ioctl(&self, fd: Fd, req: &mut Ioctl<'_>) -> Result<i32, Errno> {
         let mut s = self.lock_pruned();
         match s.files.get(&fd.0) {
-            Some(File::DmaBuf(_)) => {
-                let Ioctl::DmaBufSync(y) = req else {
-                    return Err(Errno::ENOTTY);
-                };
-                // dma_buf_ioctl: unknown bits, or neither READ nor WRITE, are EINVAL. The
-                // drivers' dma-bufs use DRM's PRIME operations, which have no CPU-access
-                // hooks: a valid bracket does nothing.
-                let valid = uapi::dma_buf::RW | uapi::dma_buf::END;
-                if y.flags & !valid != 0 || y.flags & uapi::dma_buf::RW == 0 {
-                    return Err(Errno::EINVAL);
-                }
-                return Ok(0);
-            }
+            Some(File::DmaBuf(_)) => return drm::dma_buf_sync(req),
             Some(File::Device { .. }) => {}
             Some(File::Misc) => return self.misc(&mut s, req),
             _ => return Err(Errno::EBADF),
         }
         match req {
-            Ioctl::DrmVersion {
-                version,
-                name,
-                date,
-                desc,
-            } => {
-                let (ma, mi, pa, n, d, e) = self.version();
-                version.version_major = ma;
-                version.version_minor = mi;
-                version.version_patchlevel = pa;
-                for (buf, text, len) in [
-                    (&mut **name, n, &mut version.name_len),
-                    (&mut **date, d, &mut version.date_len),
-                    (&mut **desc, e, &mut version.desc_len),
-                ] {
-                    let k = buf.len().min(text.len());
-                    buf[..k].copy_from_slice(&text.as_bytes()[..k]);
-                    *len = text.len() as u64;
-                }
+            Ioctl::DrmVersion { .. } => {
+                self.drm_version(req);
                 Ok(0)
             }
             Ioctl::GemClose(c) => {
@@ -403,46 +375,7 @@ impl Kernel for EmuKernel {
                 p.fd = new;
                 Ok(0)
             }
-            Ioctl::PrimeFdToHandle(p) => {
-                let bo = match s.files.get(&p.fd) {
-                    Some(File::DmaBuf(bo)) => Arc::clone(bo),
-                    // dma_buf_get refuses a file that is not a dma-buf, and a dma-buf of
-                    // another exporter is one this kernel cannot attach.
-                    Some(_) => return Err(Errno::EINVAL),
-                    None => return Err(Errno::EBADF),
-                };
-                if self.flavour == Flavour::Rocket {
-                    // rocket has no gem_prime_import_sg_table: DRM gives back only an
-                    // object of this very fd (under its handle) and refuses the rest.
-                    let Some(File::Device { handles, .. }) = s.files.get(&fd.0) else {
-                        return Err(Errno::EBADF);
-                    };
-                    let (&h, _) = handles
-                        .iter()
-                        .find(|(_, b)| Arc::ptr_eq(b, &bo))
-                        .ok_or(Errno::EINVAL)?;
-                    p.handle = h;
-                    return Ok(0);
-                }
-                let Some(File::Device {
-                    handles,
-                    next_handle,
-                    imported,
-                    ..
-                }) = s.files.get_mut(&fd.0)
-                else {
-                    return Err(Errno::EBADF);
-                };
-                if let Some((&h, _)) = handles.iter().find(|(_, b)| Arc::ptr_eq(b, &bo)) {
-                    p.handle = h;
-                } else {
-                    p.handle = *next_handle;
-                    *next_handle += 1;
-                    handles.insert(p.handle, bo);
-                    imported.insert(p.handle);
-                }
-                Ok(0)
-            }
+            Ioctl::PrimeFdToHandle(p) => self.prime_fd_to_handle(&mut s, fd, p),
             Ioctl::Vendor(node, op) => {
                 if !self.flavour.is_vendor() || *node != uapi::VendorNode::Drm {
                     // rocket has no such numbers; the emulation plays the DRM flavour only.

@@ -3,14 +3,13 @@
 
 use super::*;
 
-/// Bad inputs are typed errors, never panics: wrong lengths are `ShapeMismatch` with the
-/// expected and given counts; an int4 weight of 9, NaN activations in `mul_mat` and a
-/// NaN scale are `OutOfRange`; `run_f16` on an int8 bank is `Precision`; `cores(0)`, a
-/// packed int4 bank of odd K and `for_plan` with another layout's plan are errors.
+/// Bad weights are typed errors, never panics: wrong lengths and scale counts are
+/// `ShapeMismatch` with the expected and given counts; an int4 weight of 9 and a NaN
+/// scale are `OutOfRange`; a packed int4 bank of odd K is an error.
 #[test]
-fn bad_inputs_are_typed_errors() {
+fn bad_weights_are_typed_errors() {
     let dev = open("emu");
-    let (m, k, n) = (2u32, 64u32, 32u32);
+    let (k, n) = (64u32, 32u32);
     let w = vec![1i8; (n * k) as usize];
     // Weights of the wrong length.
     match WeightBank::from_i8_nk(&dev, n, k, &w[1..]) {
@@ -42,6 +41,33 @@ fn bad_inputs_are_typed_errors() {
         }
         r => panic!("int4 weight 9: {r:?}"),
     }
+    // A NaN scale, and scales of the wrong length.
+    let mut scales = vec![1f32; n as usize];
+    scales[3] = f32::NAN;
+    let b2 = WeightBank::from_i8_nk(&dev, n, k, &w).unwrap();
+    match b2.with_scales(&scales) {
+        Err(Error::OutOfRange { index, .. }) => assert_eq!(index, 3),
+        r => panic!("NaN scale: {r:?}"),
+    }
+    let b3 = WeightBank::from_i8_nk(&dev, n, k, &w).unwrap();
+    assert!(matches!(
+        b3.with_scales(&[1.0; 3]),
+        Err(Error::ShapeMismatch {
+            expected: 32,
+            actual: 3,
+            ..
+        })
+    ));
+}
+
+/// Activations, results and options a matmul cannot take: wrong lengths are
+/// `ShapeMismatch`, NaN activations in `mul_mat` are `OutOfRange`, `run_f16` on an int8
+/// bank is `Precision`, `cores(0)` is refused; the matmul still works after them.
+#[test]
+fn bad_activations_are_typed_errors() {
+    let dev = open("emu");
+    let (m, k, n) = (2u32, 64u32, 32u32);
+    let w = vec![1i8; (n * k) as usize];
     let bank = Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w).unwrap());
     let mut mm = Matmul::new(&bank, m).unwrap();
     // Activations and results of the wrong length.
@@ -77,23 +103,19 @@ fn bad_inputs_are_typed_errors() {
     assert!(matches!(mm.run_f16(&h), Err(Error::Precision { .. })));
     // No cores.
     assert!(Matmul::with_options(&bank, m, MatmulOptions::default().cores(0)).is_err());
-    // A NaN scale, and scales of the wrong length.
-    let mut scales = vec![1f32; n as usize];
-    scales[3] = f32::NAN;
-    let b2 = WeightBank::from_i8_nk(&dev, n, k, &w).unwrap();
-    match b2.with_scales(&scales) {
-        Err(Error::OutOfRange { index, .. }) => assert_eq!(index, 3),
-        r => panic!("NaN scale: {r:?}"),
-    }
-    let b3 = WeightBank::from_i8_nk(&dev, n, k, &w).unwrap();
-    assert!(matches!(
-        b3.with_scales(&[1.0; 3]),
-        Err(Error::ShapeMismatch {
-            expected: 32,
-            actual: 3,
-            ..
-        })
-    ));
+    // The bank still works after all of that.
+    let ok = mm.run_i8(&vec![1i8; (m * k) as usize]).unwrap();
+    assert!(ok.iter().all(|&v| v == k as i32));
+}
+
+/// Plans of another layout, and batches empty, of another device or given the wrong
+/// number of inputs or outputs: refused before anything runs.
+#[test]
+fn foreign_plans_and_batches_are_refused() {
+    let dev = open("emu");
+    let (m, k, n) = (2u32, 64u32, 32u32);
+    let w = vec![1i8; (n * k) as usize];
+    let bank = Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w).unwrap());
     // A plan of another layout: other K, and the same shape as int4.
     for other in [
         WeightLayout::new(k + 32, n, Dtype::Int8).unwrap(),
@@ -161,9 +183,6 @@ fn bad_inputs_are_typed_errors() {
         })
     ));
     batch.mul_mat(&[&x], &mut [&mut y1]).unwrap();
-    // The bank still works after all of that.
-    let ok = mm.run_i8(&vec![1i8; (m * k) as usize]).unwrap();
-    assert!(ok.iter().all(|&v| v == k as i32));
 }
 
 /// Compiles only if `T` can be held by a backend: owned, shareable across threads.
