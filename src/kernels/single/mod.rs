@@ -47,10 +47,11 @@ pub use dequant::{
 pub use types::{Dtype, Layout, OutType, PostOps};
 
 use crate::error::{Error, Result};
+use crate::kernels::emit::{ConvRead, FeatureRead, Strides, Window};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder, TaskBuilder};
 use crate::task::{
-    self, Alu, AluOp, Cbuf, Cna, Conv, Core, Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Feature,
-    InputCvt, Mul, OpCvt, OutCvt, Output, Precision, RDMA_ARBITER, Stage, Task, Weights,
+    self, Alu, AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mul, OpCvt, OutCvt, Output, Precision,
+    RDMA_ARBITER, Stage, Task, Weights,
 };
 
 /// The buffer holding the program.
@@ -272,18 +273,10 @@ impl SingleMatmul {
     /// docs/hardware/matmul-programs.md#validated-values).
     pub fn task_at(&self, a: DmaAddr, b: DmaAddr, c: DmaAddr, e: DmaAddr) -> Result<Task> {
         self.check()?;
-        let (w, h) = self.feature_dims();
-        let p = self.dtype.precision();
+        let (cna, core) = self.conv_read(a, b).emit()?;
         Ok(Task {
-            cna: Some(self.cna_task(a, b)),
-            // QD_EN set for every precision, as the vendor runtime's programs do
-            // (docs/conformance.md).
-            core: Some(Core {
-                precision: p,
-                qd_en: true,
-                depthwise: false,
-                out: (w, h, self.padded_n()),
-            }),
+            cna: Some(cna),
+            core: Some(core),
             dpu: Some(self.dpu_task(c)),
             dpu_rdma: self.rdma_task(e),
             ppu: None,
@@ -308,61 +301,39 @@ impl SingleMatmul {
         }
     }
 
-    /// The CNA side: feature cube, weights, CBUF split.
-    fn cna_task(&self, a: DmaAddr, b: DmaAddr) -> Cna {
-        let (m, ai, ao) = (self.m, self.padded_k(), self.padded_n());
-        let p = self.dtype.precision();
-        let native_a = self.a_layout == Layout::Native;
-        let (w, h) = if native_a { (m, 1) } else { (1, m) };
-        let db = self.data_banks();
-        let row_bytes = u64::from(w) * u64::from(ai) * u64::from(p.bits()) / 8;
-        // int4 rounds each pixel to whole entries, as every validated int4 program does.
-        let data_entries = if p == Precision::Int4 {
-            w * ai.div_ceil(128)
-        } else {
-            row_bytes.div_ceil(task::cbuf::ENTRY_BYTES) as u32
+    /// What the CNA reads: A as a feature cube of M pixels (one line of M for a native
+    /// A, M lines of one pixel for a plain one), B as N kernels of a 1×1 window, the
+    /// data banks holding the A tile.
+    fn conv_read(&self, a: DmaAddr, b: DmaAddr) -> ConvRead {
+        let (ai, p) = (self.padded_k(), self.dtype.precision());
+        let (w, h) = self.feature_dims();
+        let strides = match self.a_layout {
+            // Group line fetch over one line of M atoms (a surface of one line).
+            Layout::Native => Strides::Surfaces { lines: 1 },
+            // Row-major A: one pixel of K channels per line, lines that many atoms apart.
+            Layout::Plain => Strides::Lines {
+                line: ai * p.bits() / 128,
+                surf: 0,
+            },
         };
-        let (line_stride, surf_stride) = if native_a {
-            // Group line fetch over one line of M atoms: surface stride 4·W + SURF = M atoms.
-            (4 * m, -3 * m as i32)
-        } else {
-            (ai * p.bits() / 128, 0)
-        };
-        Cna {
-            core_split: 0,
+        ConvRead {
             precision: p,
-            feature: Feature {
+            feature: FeatureRead {
                 addr: a,
                 width: w,
                 height: h,
                 channels: ai,
-                channels_real: ai,
-                line_stride,
-                surf_stride,
-                group_line_off: !native_a,
-                grains: if native_a { 2 } else { (m + 1).min(1023) },
-                planar_width: None,
+                strides,
             },
             weights: Weights {
                 addr: b,
-                kernels: ao,
+                kernels: self.padded_n(),
             },
-            conv: Conv {
-                out_width: w,
-                out_atomics: m,
-                stride: (1, 1),
-            },
-            kernel: task::Kernel::default(),
-            cbuf: Cbuf {
-                data_banks: db,
-                weight_banks: task::cbuf::BANKS - db,
-                fc_data_banks: 0,
-                data_reuse: false,
-                weight_reuse: false,
-                data_entries,
-            },
-            cvt: InputCvt::bypassed(true),
-            burst: (15, 15),
+            window: Window::point(),
+            out: (w, h),
+            data_banks: self.data_banks(),
+            data_reuse: false,
+            weight_reuse: false,
         }
     }
 

@@ -1,14 +1,12 @@
-//! The CNA, CORE, DPU and DPU_RDMA registers of one convolution task.
+//! The CNA, CORE, DPU and DPU_RDMA registers of one convolution task: the CNA and CORE
+//! from the emitter the matmul tasks share ([`crate::kernels::emit`]).
 
 use super::{Conv2d, ConvOut, Plan, Slice, requant_scale_shift, unsupported};
 use crate::error::Result;
+use crate::kernels::emit::{ConvRead, FeatureRead, Strides, Window};
 use crate::kernels::ops::Cube;
 use crate::regcmd::DmaAddr;
-use crate::regs::cna as cna_regs;
-use crate::task::{
-    Cbuf, Cna, Conv, Core, Dpu, DpuRdma, Feature, InputCvt, Kernel, OutCvt, Output, OwCfg,
-    Precision, Task, Weights,
-};
+use crate::task::{Dpu, DpuRdma, Kernel, OutCvt, Output, OwCfg, Precision, Task, Weights};
 
 /// `a` moved on by `off` bytes; refused beyond 32-bit addresses.
 fn offset(a: DmaAddr, off: u64) -> Result<DmaAddr> {
@@ -34,19 +32,13 @@ impl Conv2d {
         weights: DmaAddr,
         output: DmaAddr,
     ) -> Result<Task> {
-        let p = self.prec();
         let in_cube = self.input_cube()?;
         let out_cube = self.output_cube()?;
         let ow = out_cube.width;
-        let c = self.task_in_channels();
-        let cna = self.task_cna(s, plan, in_cube, ow, input, weights)?;
-        let out_ch = if self.depthwise { c } else { s.kernels };
-        let core = Core {
-            precision: p,
-            qd_en: true,
-            depthwise: self.depthwise,
-            out: (ow, s.oh, out_ch),
-        };
+        let (cna, core) = self
+            .task_read(s, plan, in_cube, ow, input, weights)?
+            .emit()?;
+        let out_ch = core.out.2;
         let (dpu, dpu_rdma) = self.task_dpu(s, out_cube, out_ch, output)?;
         Ok(Task {
             cna: Some(cna),
@@ -58,8 +50,9 @@ impl Conv2d {
         })
     }
 
-    /// The CNA of one slice: the input rows its band needs and its kernels' weights.
-    fn task_cna(
+    /// What the CNA of one slice reads: the input rows its band needs and its kernels'
+    /// weights.
+    fn task_read(
         &self,
         s: &Slice,
         plan: &Plan,
@@ -67,7 +60,7 @@ impl Conv2d {
         ow: u32,
         input: DmaAddr,
         weights: DmaAddr,
-    ) -> Result<Cna> {
+    ) -> Result<ConvRead> {
         let p = self.prec();
         let (w, h) = (self.input.width, self.input.height);
         let (ey, _) = self.extent();
@@ -95,55 +88,40 @@ impl Conv2d {
         };
         let w_off = (u64::from(s.group) * u64::from(group_kernels) + u64::from(s.k0)) * kb;
         let k = &self.kernel;
-        Ok(Cna {
-            core_split: 0,
+        Ok(ConvRead {
             precision: p,
-            feature: Feature {
+            feature: FeatureRead {
                 addr: offset(input, in_off)?,
                 width: w,
                 height: rows,
                 channels: c,
-                channels_real: c,
-                // Line by line in 4-byte units (4·W) and the full tensor's surfaces:
-                // 4·W + SURF_STRIDE = W·H atoms (the vendor's values).
-                line_stride: 4 * w,
-                surf_stride: (i64::from(w) * (i64::from(h) - 4)) as i32,
-                group_line_off: false,
-                grains: (rows + 1).min(cna_regs::ConvCon2::FEATURE_GRAINS.max()),
-                planar_width: None,
+                // The band's lines within the full tensor's surfaces.
+                strides: Strides::Surfaces { lines: h },
             },
             weights: Weights {
                 addr: offset(weights, w_off)?,
                 kernels: s.kernels,
             },
-            conv: Conv {
-                out_width: ow,
-                out_atomics: ow * s.oh,
+            window: Window {
+                kernel: Kernel {
+                    width: k.1,
+                    height: k.0,
+                    pad_left: self.pad.left,
+                    pad_top,
+                    pad_value: if p == Precision::Int8 {
+                        i32::from(self.pad_value) as u32
+                    } else {
+                        0
+                    },
+                    dilation: (self.dilation.1, self.dilation.0),
+                    depthwise: self.depthwise,
+                },
                 stride: (self.stride.1, self.stride.0),
             },
-            kernel: Kernel {
-                width: k.1,
-                height: k.0,
-                pad_left: self.pad.left,
-                pad_top,
-                pad_value: if p == Precision::Int8 {
-                    i32::from(self.pad_value) as u32
-                } else {
-                    0
-                },
-                dilation: (self.dilation.1, self.dilation.0),
-                depthwise: self.depthwise,
-            },
-            cbuf: Cbuf {
-                data_banks: plan.data_banks,
-                weight_banks: plan.weight_banks,
-                fc_data_banks: 0,
-                data_reuse: false,
-                weight_reuse: false,
-                data_entries: self.entries() as u32,
-            },
-            cvt: InputCvt::bypassed(true),
-            burst: (15, 15),
+            out: (ow, s.oh),
+            data_banks: plan.data_banks,
+            data_reuse: false,
+            weight_reuse: false,
         })
     }
 
