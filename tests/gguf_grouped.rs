@@ -71,7 +71,11 @@ fn grouped_banks_from_gguf_blocks_meet_the_cpu_backends_error() {
         assert!(groups_exactly(info.ggml_type));
         let w = g.dequantize(name).unwrap();
         let bank = Arc::new(load_grouped(&dev, &g, name).unwrap());
-        let held = bank.layout().bytes + 4 * bank.group_scales().unwrap().len() as u64;
+        let held = bank.held_bytes();
+        assert_eq!(
+            held,
+            bank.layout().bytes + 2 * bank.group_scales().unwrap().len() as u64
+        );
         let ratio = held as f64 / info.bytes() as f64;
         assert!(
             ratio <= size_bound,

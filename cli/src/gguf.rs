@@ -165,10 +165,7 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
         }
     };
     let t_load = t.elapsed();
-    let held = bank.layout().bytes
-        + 4 * bank.group_scales().map_or(0, |s| s.len() as u64)
-        + 4 * bank.group_offsets().map_or(0, |s| s.len() as u64)
-        + 4 * bank.scales().map_or(0, |s| s.len() as u64);
+    let held = bank.held_bytes();
     // Plan (and refuse the shape) before anything of M rows is allocated.
     let options = match p.cores {
         Some(cores) => MatmulOptions::default().cores(cores),
@@ -235,9 +232,9 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
 
 /// Whether a tensor of `ty` and GGUF `dims` (`[k, n]`) loads into a grouped bank of its own
 /// groups of 32 within the size bound of its type: 1.15x its `bytes` in the file for
-/// Q8_0, 2x for the others (the bank's buffer, its output channels padded to whole
-/// granules, an f32 scale a group and, for Q4_1, Q4_K and Q5_K, an f32 offset a group).
-/// Q4_K's offsets take it past 2x: it loads into a per-channel int8 bank by default.
+/// Q8_0, 2x for the others (`WeightBank::held_bytes`: the bank's buffer, its output
+/// channels padded to whole granules, an fp16 scale a group and, for Q4_1, Q4_K and
+/// Q5_K, an fp16 offset a group).
 fn grouped_fits(ty: GgmlType, dims: &[u64], bytes: u64) -> bool {
     let (&[k, n], true) = (dims, groups(ty)) else {
         return false;
@@ -251,9 +248,9 @@ fn grouped_fits(ty: GgmlType, dims: &[u64], bytes: u64) -> bool {
         return false;
     };
     let per_group = if matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K) {
-        8
-    } else {
         4
+    } else {
+        2
     };
     let held = layout.bytes + per_group * u64::from(n) * u64::from(k).div_ceil(32);
     let bound = if ty == GgmlType::Q8_0 { 1.15 } else { 2.0 };

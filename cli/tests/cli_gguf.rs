@@ -289,7 +289,8 @@ fn matmul_gguf_defaults_to_grouped_banks_of_the_files_blocks() {
         assert!(field(err, "largest error / bound") <= 1.0, "{err}");
         assert!(field(err, "relative rms error") < 0.05, "{err}");
         let r = bank_line(&out);
-        assert!(r > 1.0 && r <= bound, "{tensor}: {r}");
+        // At least the file's bytes (Q8_0 exactly them: 32 integers and an fp16 scale).
+        assert!(r >= 1.0 && r <= bound, "{tensor}: {r}");
     }
     let (small, _) = model("padded.gguf");
     let out = gguf_matmul(small.path(), "blk.0.q8", &[]);

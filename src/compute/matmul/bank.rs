@@ -54,11 +54,13 @@ pub struct WeightBank {
     /// Int4 banks: each output channel's sum of weights (the W4A8 correction).
     pub(super) col_sums: Vec<i64>,
     /// Grouped int8 banks: a scale per group of K (each group one wave of the layout)
-    /// and output channel, group-major (`waves × n`).
-    pub(super) group_scales: Option<Vec<f32>>,
+    /// and output channel, group-major (`waves × n`), in fp16: the precision the NPU's
+    /// dequantisation reads them in.
+    pub(super) group_scales: Option<Vec<f16>>,
     /// Grouped banks of weights `s · q + c`: the offset `c` per group and output channel,
-    /// group-major (`waves × n`); a matmul adds `Σ_g c · (the row's sum over group g)`.
-    pub(super) group_offsets: Option<Vec<f32>>,
+    /// group-major (`waves × n`), in fp16; a matmul adds `Σ_g c · (the row's sum over
+    /// group g)`.
+    pub(super) group_offsets: Option<Vec<f16>>,
 }
 
 /// The layout of a bank whose caller declares no M: the one that serves decoding and

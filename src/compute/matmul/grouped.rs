@@ -10,7 +10,8 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernels::matmul::WeightLayout;
 use crate::kernels::matmul::quant::quantize_rows_i8_into;
-use crate::kernels::single::Dtype;
+use crate::kernels::single::{Dtype, dequant_scale_bits};
+use half::f16;
 
 /// Quantises `x` (rows of `k` values, row-major) to int8 with one scale per row and
 /// group of `group` values (the last group of a row shorter when `group` does not divide
@@ -93,9 +94,12 @@ impl WeightBank {
     /// per output channel and group of `group` input channels, channel-major (`n ×
     /// ⌈k / group⌉`): `w[c][i] = q[c][i] · scales[c][i / group]`. GGUF's block formats
     /// of one scale per 32 values (Q8_0, Q4_0, Q5_0) are such banks exactly, with
-    /// `group` 32 (`gguf::load_grouped`). Errors as
+    /// `group` 32 (`gguf::load_grouped`). The bank holds the scales in fp16, the
+    /// precision the NPU's dequantisation reads them in (so a matmul's result is the
+    /// same as from f32 scales), 2 bytes a group and channel. Errors as
     /// [`WeightBank::quantize_f32_nk_grouped`]; scales of another length
-    /// [`Error::ShapeMismatch`], non-finite ones [`Error::OutOfRange`].
+    /// [`Error::ShapeMismatch`], ones fp16 cannot carry (not finite, |s| ≥ 65520, or
+    /// non-zero rounding to 0) [`Error::OutOfRange`].
     pub fn from_i8_nk_grouped(
         dev: &Device,
         (n, k, group): (u32, u32, u32),
@@ -144,16 +148,7 @@ impl WeightBank {
         }
         let mut scales = vec![0f32; waves * n as usize];
         let mut bank = WeightBank::create_with(dev, layout, |l, out| fill(l, out, &mut scales))?;
-        if let Some(i) = scales.iter().position(|s| !s.is_finite()) {
-            return Err(Error::OutOfRange {
-                what: "group scales",
-                index: i,
-                value: scales[i].to_string(),
-                range: "finite",
-            }
-            .into());
-        }
-        bank.group_scales = Some(scales);
+        bank.group_scales = Some(to_f16("group scales", &scales)?);
         Ok(bank)
     }
 
@@ -163,10 +158,12 @@ impl WeightBank {
     /// (Q4_1, Q4_K, Q5_K) are such banks exactly (`gguf::load_grouped`). A matmul
     /// against it computes `Σ_g s·(x_g · q_g)` on the NPU as for
     /// [`WeightBank::from_i8_nk_grouped`] and adds `Σ_g offset_g · Σ x_g` on the host
-    /// (one multiply-add per row, group and output channel: `M·N·K / group`).
+    /// (one multiply-add per row, group and output channel: `M·N·K / group`). The
+    /// offsets are held in fp16 like the scales (each within 2⁻¹² of its value
+    /// relatively; docs/gguf.md measures what that costs GGUF's types).
     ///
     /// Errors as [`WeightBank::from_i8_nk_grouped`]; offsets of another length
-    /// [`Error::ShapeMismatch`], non-finite ones [`Error::OutOfRange`].
+    /// [`Error::ShapeMismatch`], ones fp16 cannot carry [`Error::OutOfRange`].
     pub fn from_i8_nk_grouped_offset(
         dev: &Device,
         (n, k, group): (u32, u32, u32),
@@ -182,15 +179,30 @@ impl WeightBank {
     }
 
     /// A grouped bank's offsets, one per group and output channel, group-major
-    /// (`groups × n`); `None` for banks without ([`WeightBank::from_i8_nk_grouped_offset`]).
-    pub fn group_offsets(&self) -> Option<&[f32]> {
+    /// (`groups × n`), as it holds them (fp16); `None` for banks without
+    /// ([`WeightBank::from_i8_nk_grouped_offset`]).
+    pub fn group_offsets(&self) -> Option<&[f16]> {
         self.group_offsets.as_deref()
     }
 
     /// A grouped bank's scales, one per group and output channel, group-major
-    /// (`groups × n`); `None` for other banks.
-    pub fn group_scales(&self) -> Option<&[f32]> {
+    /// (`groups × n`), as it holds them (fp16, what the NPU reads); `None` for other
+    /// banks.
+    pub fn group_scales(&self) -> Option<&[f16]> {
         self.group_scales.as_deref()
+    }
+
+    /// The bytes the bank holds: its device buffer (`layout().bytes`, padding
+    /// included) and, on the host, its per-channel scales (4 bytes each) and a grouped
+    /// bank's scales and offsets (2 bytes each). Not counted: what a [`Matmul`] against
+    /// it allocates for itself (its activations, results and, for NPU dequantisation,
+    /// a coefficient block of 4 bytes per channel and group, as the DPU reads them).
+    pub fn held_bytes(&self) -> u64 {
+        let len = |v: Option<usize>| v.unwrap_or(0) as u64;
+        self.layout.bytes
+            + 4 * len(self.scales.as_ref().map(Vec::len))
+            + 2 * len(self.group_scales.as_ref().map(Vec::len))
+            + 2 * len(self.group_offsets.as_ref().map(Vec::len))
     }
 
     /// A grouped bank's input channels per group (the last group may be shorter).
@@ -199,26 +211,29 @@ impl WeightBank {
     }
 }
 
-/// `values` given channel-major (`n × groups`), checked (length, finite) and returned
-/// group-major (`groups × n`), as the NPU's coefficient blocks and the offset term read
-/// them.
-fn group_major(what: &'static str, values: &[f32], n: usize, groups: usize) -> Result<Vec<f32>> {
+/// `values` given channel-major (`n × groups`), checked (length, fp16) and returned
+/// group-major (`groups × n`) in fp16, as the NPU's coefficient blocks and the offset
+/// term read them.
+fn group_major(what: &'static str, values: &[f32], n: usize, groups: usize) -> Result<Vec<f16>> {
     super::shape(what, n * groups, values.len())?;
-    if let Some(i) = values.iter().position(|s| !s.is_finite()) {
-        return Err(Error::OutOfRange {
-            what,
-            index: i,
-            value: values[i].to_string(),
-            range: "finite",
-        });
-    }
-    let mut by_group = vec![0f32; values.len()];
-    for (c, row) in values.chunks_exact(groups.max(1)).enumerate() {
+    let held = to_f16(what, values)?;
+    let mut by_group = vec![f16::ZERO; values.len()];
+    for (c, row) in held.chunks_exact(groups.max(1)).enumerate() {
         for (g, &v) in row.iter().enumerate() {
             by_group[g * n + c] = v;
         }
     }
     Ok(by_group)
+}
+
+/// `values` rounded to fp16 (to nearest even); one fp16 cannot carry (not finite, too
+/// large, or non-zero rounding to 0) is [`Error::OutOfRange`] naming its index.
+fn to_f16(what: &'static str, values: &[f32]) -> Result<Vec<f16>> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| dequant_scale_bits(what, i, v).map(f16::from_bits))
+        .collect()
 }
 
 impl Matmul {
@@ -272,7 +287,7 @@ impl Matmul {
             for (&s, off) in sums.iter().zip(offsets.chunks_exact(n)) {
                 if s != 0.0 {
                     for (y, &c) in row.iter_mut().zip(off) {
-                        *y += s * c;
+                        *y += s * c.to_f32();
                     }
                 }
             }

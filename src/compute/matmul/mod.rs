@@ -329,12 +329,16 @@ impl Matmul {
         };
         let plan = Plan::for_layout(&bank.layout, plan_rows, out, cores)?;
         let npu = if npu_dequant {
-            let ones;
+            let held;
             let scales = match (bank.group_scales.as_deref(), bank.scales.as_deref()) {
-                (Some(s), _) | (None, Some(s)) => s,
+                (Some(s), _) => {
+                    held = s.iter().map(|&h| h.to_f32()).collect::<Vec<_>>();
+                    &held
+                }
+                (None, Some(s)) => s,
                 (None, None) => {
-                    ones = vec![1.0; bank.layout.n as usize];
-                    &ones
+                    held = vec![1.0; bank.layout.n as usize];
+                    &held
                 }
             };
             Some(NpuDequant::new(bank.buffer(), &plan, scales, grouped)?)

@@ -50,7 +50,8 @@ fn the_direct_fill_makes_the_decoded_path_s_bank_bit_for_bit() {
         assert_eq!(report, GroupedReport::default(), "{}", t.name);
         assert_eq!(fast.layout(), slow.layout(), "{}", t.name);
         assert_eq!(fast.packed().unwrap(), slow.packed().unwrap(), "{}", t.name);
-        let bits = |s: Option<&[f32]>| s.map(|s| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        let bits =
+            |s: Option<&[half::f16]>| s.map(|s| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
         assert_eq!(
             bits(fast.group_scales()),
             bits(slow.group_scales()),
