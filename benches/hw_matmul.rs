@@ -57,7 +57,7 @@ fn main() {
                 std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
             let mut mm = Matmul::for_plan(&bank, plan).unwrap();
             for _ in 0..10 {
-                mm.run_f32(&a).unwrap();
+                mm.run::<f32, f32>(&a).unwrap();
                 best = best.min(mm.timings.submit_wait.as_secs_f64());
             }
         } else {
@@ -72,7 +72,7 @@ fn main() {
                 std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
             let mut mm = Matmul::for_plan(&bank, plan).unwrap();
             for _ in 0..10 {
-                mm.run_int(&a).unwrap();
+                mm.run::<i32, i64>(&a).unwrap();
                 best = best.min(mm.timings.submit_wait.as_secs_f64());
             }
         }

@@ -3,7 +3,7 @@
 //!
 //! Setup, outside every timing: a 128×4096×4096 int8 matmul (`C[128×4096] =
 //! A[128×4096] × B[4096×4096]`, int32 results) runs once on the emulated kernel
-//! (`Device::open_spec("emu")`) through `WeightBank::new_int` and `Matmul::run_int`, with
+//! (`Device::open_spec("emu")`) through `WeightBank::new_int` and `Matmul::run` (exact `i64`), with
 //! `Device::start_recording` streaming the trace into an in-memory `Vec<u8>`. A and B come
 //! from a xorshift64 generator with a fixed seed, so every run records the same trace. The
 //! setup checks once that the device's C equals the CPU baseline's C, that the bytes read
@@ -118,7 +118,7 @@ fn fixture() -> Fixture {
         );
         let mut mm = Matmul::for_plan(&bank, plan).expect("the matmul binds");
         mm.timeout = Duration::from_secs(60);
-        mm.run_int(&widen(&a)).expect("the matmul runs")
+        mm.run::<i32, i64>(&widen(&a)).expect("the matmul runs")
     };
     dev.stop_recording().expect("recording stops cleanly");
     drop(dev);

@@ -78,7 +78,7 @@ fn run() -> Res {
         let a = int8_values(100 + i as u64, (m * K) as usize);
         let start = Instant::now();
         // Row-major M×K int8 in, row-major M×N int32 out: exact integer results.
-        let c = mm.run_i8(&a)?;
+        let c = mm.run::<i8, i32>(&a)?;
         let time = start.elapsed();
 
         let want = reference(&a, &w, m as usize, K as usize, N as usize);

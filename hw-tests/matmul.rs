@@ -34,7 +34,7 @@ fn run_plan(plan: Plan) {
             .collect();
         let bank = std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
-        let c = mm.run_f32(&a).unwrap();
+        let c = mm.run::<f32, f32>(&a).unwrap();
         // Multiples of 1/8 in [-1, 1): every partial sum is exact in fp32 for these K.
         let ok = (0..m).all(|i| {
             (0..n).step_by(97).all(|j| {
@@ -55,7 +55,7 @@ fn run_plan(plan: Plan) {
         let b = values(k * n, 2, lo, span);
         let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
-        let c = mm.run_int(&a).unwrap();
+        let c = mm.run::<i32, i64>(&a).unwrap();
         let ok = (0..m).all(|i| {
             (0..n).step_by(97).all(|j| {
                 let exact: i64 = (0..k)
@@ -185,7 +185,7 @@ fn incremental_bodies_match_the_cpu_on_the_vendor_driver() {
                 "{:?}",
                 mm.plan().per_core
             );
-            let c = mm.run_int(&a).unwrap();
+            let c = mm.run::<i32, i64>(&a).unwrap();
             assert!(
                 c == cpu,
                 "{m}x{k}x{n} on {cores} core(s), incremental {incremental}: differs from the CPU"

@@ -30,7 +30,10 @@ fn record(spec: MatmulSpec, name: &str, redact: bool) -> Trace {
             .map(|&v| v as f32 / 128.0)
             .collect();
         let bank = std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
-        Matmul::for_plan(&bank, plan).unwrap().run_f32(&a).unwrap();
+        Matmul::for_plan(&bank, plan)
+            .unwrap()
+            .run::<f32, f32>(&a)
+            .unwrap();
     } else {
         let shrink = |v: Vec<i32>| -> Vec<i32> {
             if spec.dtype == Dtype::Int4 {
@@ -44,7 +47,10 @@ fn record(spec: MatmulSpec, name: &str, redact: bool) -> Trace {
             shrink(super::values(k * n, 4)),
         );
         let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
-        let c = Matmul::for_plan(&bank, plan).unwrap().run_int(&a).unwrap();
+        let c = Matmul::for_plan(&bank, plan)
+            .unwrap()
+            .run::<i32, i64>(&a)
+            .unwrap();
         let want = super::cpu_matmul(&a, &b, m as usize, k as usize, n as usize);
         assert_eq!(c, want, "{name}: the recorded run itself is wrong");
     }

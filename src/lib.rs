@@ -13,7 +13,7 @@
 //! let (k, n) = (64u32, 32u32);
 //! let w: Vec<i8> = (0..k * n).map(|i| (i % 7) as i8 - 3).collect(); // B, k × n
 //! let bank = Arc::new(WeightBank::from_i8_kn(&dev, k, n, &w)?);
-//! let c = Matmul::new(&bank, 2)?.run_i8(&vec![1; 2 * k as usize])?; // C = A · B
+//! let c = Matmul::new(&bank, 2)?.run::<i8, i32>(&vec![1; 2 * k as usize])?; // C = A · B
 //! assert_eq!(c[0], (0..k).map(|r| i32::from(w[(r * n) as usize])).sum::<i32>());
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```

@@ -38,8 +38,14 @@ fn a_batch_of_two_devices_is_refused_and_frees_what_it_was_given() {
     assert_eq!((dev.live_buffers(), other.live_buffers()), before);
     // Each device's bank still runs on its own.
     let x = vec![1i8; (M * K) as usize];
-    assert_eq!(Matmul::new(&mine, M).unwrap().run_i8(&x).unwrap()[0], 64);
-    assert_eq!(Matmul::new(&theirs, M).unwrap().run_i8(&x).unwrap()[0], 128);
+    assert_eq!(
+        Matmul::new(&mine, M).unwrap().run::<i8, i32>(&x).unwrap()[0],
+        64
+    );
+    assert_eq!(
+        Matmul::new(&theirs, M).unwrap().run::<i8, i32>(&x).unwrap()[0],
+        128
+    );
 }
 
 #[test]

@@ -69,7 +69,7 @@ fn small(dev: &Device, seed: u64) -> (Matmul, Vec<i8>) {
 fn check_exact(mm: &mut Matmul, w: &[i8], seed: u64) {
     let (m, k, n) = (4usize, 64usize, 32usize);
     let a = values(m * k, seed);
-    let got = mm.run_i8(&a).unwrap();
+    let got = mm.run::<i8, i32>(&a).unwrap();
     assert_eq!(
         got,
         cpu_product(&a, w, m, k, n),

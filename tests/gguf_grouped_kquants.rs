@@ -264,13 +264,13 @@ fn every_path_adds_the_offset_term() {
     mm.mul_mat(&x, &mut blocking).unwrap();
     let mut submitted = vec![0f32; m * N];
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    mm.submit_mul_mat(&x)
+    mm.submit::<f32>(&x)
         .unwrap()
-        .wait_f32_into(deadline, &mut submitted)
+        .wait(deadline, &mut submitted)
         .unwrap();
     let (q, s) = rknpu_driver::compute::matmul::quantize_groups_i8(&x, K, 32).unwrap();
     let mut quantised = vec![0f32; m * N];
-    mm.run_quantized_into(&q, &s, &mut quantised).unwrap();
+    mm.mul_mat_quantized(&q, &s, &mut quantised).unwrap();
     for y in [&blocking, &submitted, &quantised] {
         let y: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
         assert!(rel(&want, &y) < 0.01, "{}", rel(&want, &y));

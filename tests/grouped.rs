@@ -88,7 +88,7 @@ fn a_grouped_product_is_each_groups_dpu_arithmetic_summed() {
             let mut y = vec![0f32; m * n];
             mm.mul_mat(&x, &mut y).unwrap();
             let mut via_scales = vec![0f32; m * n];
-            mm.run_quantized_into(&xq, &xs, &mut via_scales).unwrap();
+            mm.mul_mat_quantized(&xq, &xs, &mut via_scales).unwrap();
             assert_eq!(y, via_scales, "{spec}");
             for r in 0..m {
                 for c in 0..n {
@@ -191,11 +191,14 @@ fn grouped_banks_refuse_what_they_do_not_compute() {
     let mut mm = Matmul::new(&bank, 2).unwrap();
     let mut y = vec![0f32; 64];
     assert!(matches!(
-        mm.run_quantized_into(&[1; 256], &[0.1; 2], &mut y),
+        mm.mul_mat_quantized(&[1; 256], &[0.1; 2], &mut y),
         Err(Error::ShapeMismatch { .. })
     ));
     // Integer results are not what it computes.
-    assert!(matches!(mm.run_i8(&[1; 256]), Err(Error::Precision { .. })));
+    assert!(matches!(
+        mm.run::<i8, i32>(&[1; 256]),
+        Err(Error::Precision { .. })
+    ));
     // A batch of it.
     assert!(MatmulBatch::new(vec![Matmul::new(&bank, 1).unwrap()]).is_err());
 }

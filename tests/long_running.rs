@@ -36,7 +36,7 @@ fn a_hundred_large_calls_on_one_emulated_device_succeed() {
     let mut c = vec![0i32; M * N];
     for call in 0..CALLS {
         a.iter_mut().for_each(|x| *x = rng.int(-128, 127) as i8);
-        mm.run_i8_into(&a, &mut c)
+        mm.run_into(&a, &mut c)
             .unwrap_or_else(|e| panic!("call {call}: {e}"));
         let row = call % M;
         let random = |rng: &mut Rng, n: usize| rng.int(0, n as i32 - 1) as usize;

@@ -34,7 +34,7 @@ fn check(spec: MatmulSpec, seed: u64) {
             .collect();
         let bank = std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
-        let c = mm.run_f32(&a).unwrap();
+        let c = mm.run::<f32, f32>(&a).unwrap();
         for i in 0..m {
             for j in 0..n {
                 let (mut exact, mut mag) = (0f64, 0f64);
@@ -64,9 +64,9 @@ fn check(spec: MatmulSpec, seed: u64) {
         let b: Vec<i32> = (0..k * n).map(|_| rng.int(lo, hi)).collect();
         let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
-        let c = mm.run_int(&a).unwrap();
+        let c = mm.run::<i32, i64>(&a).unwrap();
         // A second call reuses the plan, program and weights.
-        let again = mm.run_int(&a).unwrap();
+        let again = mm.run::<i32, i64>(&a).unwrap();
         assert_eq!(c, again);
         for i in 0..m {
             let mut row = vec![0i64; n];
@@ -141,7 +141,7 @@ fn result_types_and_rocket() {
     let b: Vec<i32> = (0..1000 * 200).map(|i| (i % 9) - 4).collect();
     let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
     let mut mm = Matmul::for_plan(&bank, plan).unwrap();
-    let c = mm.run_int(&vec![1; 20 * 1000]).unwrap();
+    let c = mm.run::<i32, i64>(&vec![1; 20 * 1000]).unwrap();
     for (j, &got) in c.iter().take(200).enumerate() {
         let want: i64 = (0..1000).map(|kk| ((kk * 200 + j) % 9) as i64 - 4).sum();
         assert_eq!(got, want, "column {j}");

@@ -1,4 +1,4 @@
-//! One `Matmul` for every row count up to its own (`Matmul::mul_mat_rows`), and batches
+//! One `Matmul` for every row count up to its own (`Matmul::mul_mat` of fewer rows), and batches
 //! that give their members back (`MatmulBatch::into_members`).
 
 mod common;
@@ -28,7 +28,7 @@ fn fewer_rows_give_what_a_matmul_of_that_size_gives() {
     for rows in [1, 2, 7, 23, 24] {
         let x = x(&mut rng, rows);
         let mut got = vec![0f32; (rows * N) as usize];
-        big.mul_mat_rows(&x, rows, &mut got).unwrap();
+        big.mul_mat(&x, &mut got).unwrap();
         let mut want = vec![0f32; (rows * N) as usize];
         Matmul::new(&bank, rows)
             .unwrap()
@@ -46,15 +46,15 @@ fn row_counts_and_lengths_outside_the_matmul_are_refused() {
     let mut y = vec![0f32; (5 * N) as usize];
     for rows in [0, 5] {
         let x = vec![1f32; (rows * K) as usize];
-        let r = mm.mul_mat_rows(&x, rows, &mut y[..(rows * N) as usize]);
+        let r = mm.mul_mat(&x, &mut y[..(rows * N) as usize]);
         assert!(
             matches!(r, Err(Error::ShapeMismatch { .. })),
             "{rows}: {r:?}"
         );
     }
-    let r = mm.mul_mat_rows(&[1.0; 10], 2, &mut y[..(2 * N) as usize]);
+    let r = mm.mul_mat(&[1.0; 10], &mut y[..(2 * N) as usize]);
     assert!(r.is_err(), "a short x");
-    let r = mm.mul_mat_rows(&vec![1.0; (2 * K) as usize], 2, &mut y[..3]);
+    let r = mm.mul_mat(&vec![1.0; (2 * K) as usize], &mut y[..3]);
     assert!(r.is_err(), "a short y");
 }
 

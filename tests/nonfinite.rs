@@ -59,16 +59,16 @@ fn fp16_bank_refuses_what_fp16_cannot_hold() {
     ];
     for (i, (case, v)) in cases.into_iter().enumerate() {
         let index = 7 + i * 5;
-        refused(mm.run_f32(&with(v, index)), index, case);
+        refused(mm.run::<f32, f32>(&with(v, index)), index, case);
         let mut y = vec![0f32; (M * N) as usize];
         refused(mm.mul_mat(&with(v, index), &mut y), index, case);
-        refused(mm.submit_mul_mat(&with(v, index)).map(|_| ()), index, case);
+        refused(mm.submit::<f32>(&with(v, index)).map(|_| ()), index, case);
     }
     // fp16 inputs that are already infinite or NaN.
     for (case, v) in [("f16 +inf", f16::INFINITY), ("f16 NaN", f16::NAN)] {
         let mut a = vec![f16::ONE; (M * K) as usize];
         a[40] = v;
-        refused(mm.run_f16(&a), 40, case);
+        refused(mm.run::<_, f32>(&a), 40, case);
     }
 }
 
@@ -78,7 +78,7 @@ fn fp16_bank_runs_the_largest_values_fp16_holds() {
     let mut mm = Matmul::new(&f16_bank(&dev, 1.0 / 1024.0), M).unwrap();
     // 65519 rounds down to 65504, fp16's largest finite value.
     for v in [65504.0f32, 65519.0, -65519.0] {
-        let y = mm.run_f32(&with(v, 3)).unwrap();
+        let y = mm.run::<f32, f32>(&with(v, 3)).unwrap();
         let want = (65504.0f32.copysign(v) + (K - 1) as f32) / 1024.0;
         assert!(
             (y[0] - want).abs() <= want.abs() * 1e-3,
@@ -95,14 +95,18 @@ fn bf16_bank_refuses_what_bf16_cannot_hold() {
     let w = vec![bf16::from_f32(0.0); (N * K) as usize];
     let bank = Arc::new(WeightBank::from_bf16_nk(&dev, N, K, &w).unwrap());
     let mut mm = Matmul::new(&bank, M).unwrap();
-    refused(mm.run_f32(&with(f32::NAN, 0)), 0, "NaN");
-    refused(mm.run_f32(&with(3.4e38, 9)), 9, "3.4e38 rounds to +inf");
+    refused(mm.run::<f32, f32>(&with(f32::NAN, 0)), 0, "NaN");
+    refused(
+        mm.run::<f32, f32>(&with(3.4e38, 9)),
+        9,
+        "3.4e38 rounds to +inf",
+    );
     let mut a = vec![bf16::ONE; (M * K) as usize];
     a[63] = bf16::NEG_INFINITY;
     let mut y = vec![0f32; (M * N) as usize];
-    refused(mm.run_bf16_into(&a, &mut y), 63, "bf16 -inf");
+    refused(mm.run_into(&a, &mut y), 63, "bf16 -inf");
     // The largest finite bf16 runs (the zero weights keep the sums finite).
-    let y = mm.run_f32(&with(3.38e38, 9)).unwrap();
+    let y = mm.run::<f32, f32>(&with(3.38e38, 9)).unwrap();
     assert!(y.iter().all(|&r| r == 0.0));
 }
 

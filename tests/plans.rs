@@ -332,13 +332,11 @@ fn run(dev: &Device, plan: &Plan, seed: u64) -> (Vec<f64>, Vec<(f64, f64)>) {
             let (a, w) = (floats(m * k), floats(n * k));
             if s.dtype == Dtype::Fp16 {
                 let (a, w) = (f16s(&a), f16s(&w));
-                matmul(Weights::F16(&w)).run_f16_into(&a, &mut got).unwrap();
+                matmul(Weights::F16(&w)).run_into(&a, &mut got).unwrap();
                 (wide(&a, f16::to_f64), wide(&w, f16::to_f64))
             } else {
                 let (a, w) = (bf16s(&a), bf16s(&w));
-                matmul(Weights::Bf16(&w))
-                    .run_bf16_into(&a, &mut got)
-                    .unwrap();
+                matmul(Weights::Bf16(&w)).run_into(&a, &mut got).unwrap();
                 (wide(&a, bf16::to_f64), wide(&w, bf16::to_f64))
             }
         }
@@ -352,11 +350,11 @@ fn run(dev: &Device, plan: &Plan, seed: u64) -> (Vec<f64>, Vec<(f64, f64)>) {
             let (a, w) = (ints(m * k), ints(n * k));
             let exact: Vec<f64> = if s.dtype == Dtype::Int8 {
                 let mut out = vec![i32::MIN; m * n];
-                matmul(Weights::I8(&w)).run_i8_into(&a, &mut out).unwrap();
+                matmul(Weights::I8(&w)).run_into(&a, &mut out).unwrap();
                 wide(&out, |v| v as f64)
             } else {
                 let a32: Vec<i32> = a.iter().map(|&v| v as i32).collect();
-                let out = matmul(Weights::I4(&w)).run_int(&a32).unwrap();
+                let out = matmul(Weights::I4(&w)).run::<i32, i64>(&a32).unwrap();
                 wide(&out, |v| v as f64)
             };
             let want = reference(&wide(&a, |v| v as f64), &wide(&w, |v| v as f64), (m, k, n));

@@ -84,7 +84,7 @@ fn a_program_modelled_beyond_the_timeout_runs_as_several_jobs_and_one_job_is_sto
     let short = Duration::from_micros(1500);
     emu.set_rocket_job_timeout(short);
     assert_eq!(dev.capabilities().job_timeout, Some(short));
-    match whole.run_i8(&a) {
+    match whole.run::<i8, i32>(&a) {
         Err(Error::Timeout { .. }) => {}
         other => panic!("one job of 1.7 ms under a 1.5 ms timeout: {other:?}"),
     }
@@ -106,13 +106,13 @@ fn a_program_modelled_beyond_the_timeout_runs_as_several_jobs_and_one_job_is_sto
     assert_eq!(jobs.first().unwrap().start, 0);
     assert!(jobs.windows(2).all(|w| w[0].end == w[1].start));
     assert_eq!(tasks, split.plan().tasks.len());
-    assert_eq!(split.run_i8(&a).unwrap(), want);
+    assert_eq!(split.run::<i8, i32>(&a).unwrap(), want);
     // The same, submitted without blocking.
     let mut got = vec![0i32; want.len()];
     split
-        .submit_i8(&a)
+        .submit::<i8>(&a)
         .unwrap()
-        .wait_i32_into(
+        .wait(
             std::time::Instant::now() + Duration::from_secs(30),
             &mut got,
         )

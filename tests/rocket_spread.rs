@@ -54,13 +54,13 @@ fn int8_shares_on_three_devices_make_the_exact_product() {
     );
     assert!(parts.iter().all(|p| p.plan().per_core.len() == 1));
     let mut c = vec![0i32; m * n];
-    mm.run_i8_into(&a, &mut c).unwrap();
+    mm.run_into(&a, &mut c).unwrap();
     let f = |v: &[i8]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
     let want = reference(&f(&a), &f(&w), (m, k, n));
     assert!(c.iter().zip(&want).all(|(&g, &e)| g as f64 == e));
     // A second call on the same buffers.
     let a2 = values(m * k, 3);
-    mm.run_i8_into(&a2, &mut c).unwrap();
+    mm.run_into(&a2, &mut c).unwrap();
     let want = reference(&f(&a2), &f(&w), (m, k, n));
     assert!(c.iter().zip(&want).all(|(&g, &e)| g as f64 == e));
 }
@@ -81,7 +81,7 @@ fn fp16_shares_match_the_product_within_the_fp32_bound() {
         SpreadMatmul::new(&devs, Weights::F16(&w), (n as u32, k as u32), m as u32).unwrap();
     assert_eq!(mm.columns().len(), 2);
     let mut c = vec![0f32; m * n];
-    mm.run_f16_into(&a, &mut c).unwrap();
+    mm.run_into(&a, &mut c).unwrap();
     let f = |v: &[f16]| v.iter().map(|x| x.to_f64()).collect::<Vec<_>>();
     let want = reference(&f(&a), &f(&w), (m, k, n));
     for (i, (&g, &e)) in c.iter().zip(&want).enumerate() {
@@ -113,7 +113,7 @@ fn bad_input_is_refused_by_name() {
     let mut mm = SpreadMatmul::new(&devs, Weights::I8(&w), (64, 32), 1).unwrap();
     let mut short = vec![0i32; 63];
     assert!(matches!(
-        mm.run_i8_into(&[1; 32], &mut short),
+        mm.run_into(&[1; 32], &mut short),
         Err(Error::ShapeMismatch { .. })
     ));
 }

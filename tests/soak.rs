@@ -117,31 +117,28 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
         match rng.int(0, 9) {
             0 => {
                 let a = int8(&mut rng, (M * K) as usize);
-                assert_eq!(mm.run_i8(&a).unwrap(), reference(&a, &w));
+                assert_eq!(mm.run::<i8, i32>(&a).unwrap(), reference(&a, &w));
                 t.checked += 1;
             }
             1 => {
                 let a = int8(&mut rng, (M * K) as usize);
                 let mut c = vec![0i32; (M * N) as usize];
-                mm.submit_i8(&a)
-                    .unwrap()
-                    .wait_i32_into(soon(), &mut c)
-                    .unwrap();
+                mm.submit::<i8>(&a).unwrap().wait(soon(), &mut c).unwrap();
                 assert_eq!(c, reference(&a, &w));
                 t.checked += 1;
             }
             2 => {
                 // Cancelled: dropped without a wait.
                 let a = int8(&mut rng, (M * K) as usize);
-                drop(mm.submit_i8(&a).unwrap());
+                drop(mm.submit::<i8>(&a).unwrap());
                 t.cancelled += 1;
             }
             3 => {
                 // A wait whose deadline has passed: the result only if it finished.
                 let a = int8(&mut rng, (M * K) as usize);
                 let mut c = vec![0i32; (M * N) as usize];
-                let pending = mm.submit_i8(&a).unwrap();
-                match pending.wait_i32_into(Instant::now(), &mut c) {
+                let pending = mm.submit::<i8>(&a).unwrap();
+                match pending.wait(Instant::now(), &mut c) {
                     Ok(()) => {
                         assert_eq!(c, reference(&a, &w));
                         t.checked += 1;
@@ -211,7 +208,7 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
                 let bank2 = Arc::new(WeightBank::from_i8_nk(dev, N, K, &w2).unwrap());
                 let mut mm2 = Matmul::new(&bank2, M).unwrap();
                 let a = int8(&mut rng, (M * K) as usize);
-                assert_eq!(mm2.run_i8(&a).unwrap(), reference(&a, &w2));
+                assert_eq!(mm2.run::<i8, i32>(&a).unwrap(), reference(&a, &w2));
                 t.checked += 1;
             }
         }

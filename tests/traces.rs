@@ -96,7 +96,10 @@ fn record(case: &Case) -> Vec<u8> {
             let b: Vec<f32> = (0..k * n).map(|_| rng.float()).collect();
             let bank =
                 std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
-            Matmul::for_plan(&bank, plan).unwrap().run_f32(&a).unwrap();
+            Matmul::for_plan(&bank, plan)
+                .unwrap()
+                .run::<f32, f32>(&a)
+                .unwrap();
         }
         d => {
             let (lo, hi) = if d == Dtype::Int4 {
@@ -108,7 +111,10 @@ fn record(case: &Case) -> Vec<u8> {
             let b: Vec<i32> = (0..k * n).map(|_| rng.int(lo, hi)).collect();
             let bank =
                 std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
-            Matmul::for_plan(&bank, plan).unwrap().run_int(&a).unwrap();
+            Matmul::for_plan(&bank, plan)
+                .unwrap()
+                .run::<i32, i64>(&a)
+                .unwrap();
         }
     }
     dev.stop_recording().unwrap();
@@ -512,7 +518,7 @@ fn contents_written_between_submissions_are_recorded_once_each() {
     let mut mm = Matmul::for_plan(&bank, plan).unwrap();
     for _ in 0..2 {
         let a: Vec<i32> = (0..16 * 64).map(|_| rng.int(-128, 127)).collect();
-        mm.run_int(&a).unwrap();
+        mm.run::<i32, i64>(&a).unwrap();
     }
     dev.stop_recording().unwrap();
     let t = Trace::from_bytes(&sink.bytes()).unwrap();
@@ -552,7 +558,7 @@ fn a_trace_of_two_program_lifetimes_at_reused_addresses_replays_in_model_mode() 
         let bank = Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         let a: Vec<i32> = (0..16 * 64).map(|_| rng.int(-128, 127)).collect();
-        mm.run_int(&a).unwrap();
+        mm.run::<i32, i64>(&a).unwrap();
     }
     dev.stop_recording().unwrap();
     let t = Trace::from_bytes(&sink.bytes()).unwrap();

@@ -428,11 +428,11 @@ impl RknpuWeights {
         match x.ty {
             XType::F16 if native => {
                 let a: Vec<half::f16> = x.gather(rows, k, half::f16::from_bits)?;
-                self.with_plan(m, |mm| Ok(mm.run_f16_into(&a, target)?))?;
+                self.with_plan(m, |mm| Ok(mm.run_into(&a, target)?))?;
             }
             XType::Bf16 if native => {
                 let a: Vec<half::bf16> = x.gather(rows, k, half::bf16::from_bits)?;
-                self.with_plan(m, |mm| Ok(mm.run_bf16_into(&a, target)?))?;
+                self.with_plan(m, |mm| Ok(mm.run_into(&a, target)?))?;
             }
             _ => {
                 let a = x.gather_f32(rows, k)?;

@@ -155,7 +155,7 @@ pub(crate) fn run_f32(
         (plan, options),
         (&a, &b),
         |d, p, b| WeightBank::from_f32_kn(d, &p.layout, b),
-        |mm, a| mm.run_f32(a),
+        |mm, a| mm.run::<f32, f32>(a),
         |c| check_f32(&spec, (&a, &b), c),
     )
 }
@@ -174,7 +174,7 @@ pub(crate) fn run_int(
         (plan, options),
         (&a, &b),
         |d, p, b| WeightBank::from_int_kn(d, &p.layout, b),
-        |mm, a| mm.run_int(a),
+        |mm, a| mm.run::<i32, i64>(a),
         |c| check_int(&spec, (&a, &b), c),
     )
 }
@@ -230,7 +230,7 @@ pub(crate) fn run_spread(
         let mut c = vec![0f32; m * n];
         let counting = Counting::start(&devices[0]);
         let t = Instant::now();
-        mm.run_f16_into(&a16, &mut c).map_err(|e| fail(&e))?;
+        mm.run_into(&a16, &mut c).map_err(|e| fail(&e))?;
         timings.submit_wait = t.elapsed();
         let dma = counting.stop();
         let (err, bound) = check_f32(&spec, (&a, &b), &c);
@@ -248,7 +248,7 @@ pub(crate) fn run_spread(
     let mut c = vec![0i32; m * n];
     let counting = Counting::start(&devices[0]);
     let t = Instant::now();
-    mm.run_i8_into(&a8, &mut c).map_err(|e| fail(&e))?;
+    mm.run_into(&a8, &mut c).map_err(|e| fail(&e))?;
     timings.submit_wait = t.elapsed();
     let dma = counting.stop();
     let wide: Vec<i64> = c.iter().map(|&v| v.into()).collect();

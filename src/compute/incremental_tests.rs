@@ -70,9 +70,14 @@ fn run(dev: &Device, case: Case, incremental: bool) -> (Vec<u64>, Vec<usize>, u6
     };
     emu.reset_dma_counters();
     let bits = match input {
-        Ok(a) => mm.run_int(&a).unwrap().iter().map(|&v| v as u64).collect(),
+        Ok(a) => mm
+            .run::<i32, i64>(&a)
+            .unwrap()
+            .iter()
+            .map(|&v| v as u64)
+            .collect(),
         Err(a) => mm
-            .run_f16(&a)
+            .run::<_, f32>(&a)
             .unwrap()
             .iter()
             .map(|v| u64::from(v.to_bits()))

@@ -21,7 +21,7 @@
 //! let w: Vec<i8> = (0..k * n).map(|i| (i % 7) as i8 - 3).collect();
 //! let bank = Arc::new(WeightBank::from_i8_kn(&dev, k, n, &w)?);
 //! let mut mm = Matmul::new(&bank, m)?;
-//! let c = mm.run_i8(&vec![1i8; (m * k) as usize])?;
+//! let c = mm.run::<i8, i32>(&vec![1i8; (m * k) as usize])?;
 //! let column0: i32 = (0..k).map(|kk| i32::from(w[(kk * n) as usize])).sum();
 //! assert_eq!(c[0], column0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -93,7 +93,7 @@ fn run_plan(c: &Ctx<'_>, plan: Plan, seed: u64) -> Result<bool, Fail> {
             );
             let mut mm = Matmul::for_plan(&bank, plan).map_err(dev_err)?;
             mm.timeout = c.opts.deadline;
-            let got = mm.run_int(a).map_err(dev_err)?;
+            let got = mm.run::<i32, i64>(a).map_err(dev_err)?;
             (Values::Int(got), mm.last.take())
         }
         Operands::Float { a, b } => {
@@ -102,7 +102,7 @@ fn run_plan(c: &Ctx<'_>, plan: Plan, seed: u64) -> Result<bool, Fail> {
             );
             let mut mm = Matmul::for_plan(&bank, plan).map_err(dev_err)?;
             mm.timeout = c.opts.deadline;
-            let got = mm.run_f32(a).map_err(dev_err)?;
+            let got = mm.run::<f32, f32>(a).map_err(dev_err)?;
             (Values::Float(got), mm.last.take())
         }
     };

@@ -61,7 +61,7 @@ fn bad_weights_are_typed_errors() {
 }
 
 /// Activations, results and options a matmul cannot take: wrong lengths are
-/// `ShapeMismatch`, NaN activations in `mul_mat` are `OutOfRange`, `run_f16` on an int8
+/// `ShapeMismatch`, NaN activations in `mul_mat` are `OutOfRange`, `run` of `f16` on an int8
 /// bank is `Precision`, `cores(0)` is refused; the matmul still works after them.
 #[test]
 fn bad_activations_are_typed_errors() {
@@ -71,14 +71,14 @@ fn bad_activations_are_typed_errors() {
     let bank = Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w).unwrap());
     let mut mm = Matmul::new(&bank, m).unwrap();
     // Activations and results of the wrong length.
-    match mm.run_i8(&vec![0i8; (m * k + 1) as usize]) {
+    match mm.run::<i8, i32>(&vec![0i8; (m * k + 1) as usize]) {
         Err(Error::ShapeMismatch {
             expected, actual, ..
         }) => assert_eq!((expected, actual), ((m * k) as u64, (m * k + 1) as u64)),
         r => panic!("long activations: {r:?}"),
     }
     let mut short = vec![0i32; (m * n - 1) as usize];
-    match mm.run_i8_into(&vec![0i8; (m * k) as usize], &mut short) {
+    match mm.run_into(&vec![0i8; (m * k) as usize], &mut short) {
         Err(Error::ShapeMismatch {
             expected, actual, ..
         }) => assert_eq!((expected, actual), ((m * n) as u64, (m * n - 1) as u64)),
@@ -100,12 +100,61 @@ fn bad_activations_are_typed_errors() {
     }
     // fp16 activations on an int8 bank.
     let h = vec![f16::ONE; (m * k) as usize];
-    assert!(matches!(mm.run_f16(&h), Err(Error::Precision { .. })));
+    assert!(matches!(mm.run::<_, f32>(&h), Err(Error::Precision { .. })));
     // No cores.
     assert!(Matmul::with_options(&bank, m, MatmulOptions::default().cores(0)).is_err());
     // The bank still works after all of that.
-    let ok = mm.run_i8(&vec![1i8; (m * k) as usize]).unwrap();
+    let ok = mm.run::<i8, i32>(&vec![1i8; (m * k) as usize]).unwrap();
     assert!(ok.iter().all(|&v| v == k as i32));
+}
+
+/// The element types in and out: one int8 product read as `i32`, `i64` and `f32`
+/// gives the same values, blocking and submitted; `i32` integers of the activation type
+/// give the same product; integer results of float activations are refused before
+/// anything runs (the device runs no job), blocking and on wait.
+#[test]
+fn element_types_in_and_out_agree() {
+    let dev = open("emu");
+    let (m, k, n) = (3usize, 64usize, 32usize);
+    let mut rng = Rng(0x5eed_0e1e);
+    let w = ints(&mut rng, n * k, -128, 127);
+    let a = ints(&mut rng, m * k, -128, 127);
+    let wide_want = cpu_nk(&wide(&a), &wide(&w), m, k, n);
+    let want = as_i32(&wide_want);
+    let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+    let mut mm = Matmul::new(&bank, m as u32).unwrap();
+    assert_eq!(mm.run::<i8, i32>(&a).unwrap(), want);
+    assert_eq!(mm.run::<i8, i64>(&a).unwrap(), wide_want);
+    let as_int: Vec<i32> = a.iter().map(|&v| i32::from(v)).collect();
+    assert_eq!(mm.run::<i32, i64>(&as_int).unwrap(), wide_want);
+    let floats: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+    assert_eq!(mm.run::<i8, f32>(&a).unwrap(), floats);
+    let mut got = vec![0f32; m * n];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    mm.submit(&a).unwrap().wait(deadline, &mut got).unwrap();
+    assert_eq!(got, floats);
+    // Integer results of a float product: refused before anything is submitted.
+    let x = vec![0.5f32; m * k];
+    let ran = submissions(&dev, || {
+        assert!(matches!(
+            mm.run::<f32, i32>(&x),
+            Err(Error::Precision { .. })
+        ));
+    });
+    assert_eq!(ran, 0, "a refused call submitted a job");
+    let mut ints_out = vec![0i32; m * n];
+    let pending = mm.submit(&x).unwrap();
+    assert!(matches!(
+        pending.wait(deadline, &mut ints_out),
+        Err(Error::Precision { .. })
+    ));
+    // An int8 activation out of range, given as i32, is refused by its index.
+    let mut bad = as_int.clone();
+    bad[5] = 200;
+    match mm.run::<i32, i64>(&bad) {
+        Err(Error::OutOfRange { index, .. }) => assert_eq!(index, 5),
+        r => panic!("int8 activation 200: {r:?}"),
+    }
 }
 
 /// Plans of another layout, and batches empty, of another device or given the wrong
@@ -220,7 +269,7 @@ fn handles_are_owned_and_free_their_buffers() {
         let a2 = a.clone();
         let mut layer = std::thread::spawn(move || {
             let mut layer = layer;
-            let got = layer.mm.run_i8(&a2).unwrap();
+            let got = layer.mm.run::<i8, i32>(&a2).unwrap();
             (layer, got)
         })
         .join()
@@ -230,7 +279,7 @@ fn handles_are_owned_and_free_their_buffers() {
         })
         .unwrap();
         // Back on this thread, it still runs.
-        assert_eq!(layer.mm.run_i8(&a).unwrap(), want, "{spec} back");
+        assert_eq!(layer.mm.run::<i8, i32>(&a).unwrap(), want, "{spec} back");
         assert_eq!(Arc::strong_count(&layer.bank), 2);
         drop(layer);
         assert_eq!(
@@ -268,13 +317,16 @@ fn packed_bytes_round_trip_through_from_packed() {
         let again = Arc::new(WeightBank::from_packed(&dev, bank.layout(), &bytes).unwrap());
         let want = as_i32(&cpu_nk(&wide(&a), &wide(w), m, k, n));
         let dtype = again.layout().dtype;
-        let got = Matmul::new(&again, m as u32).unwrap().run_i8(&a).unwrap();
+        let got = Matmul::new(&again, m as u32)
+            .unwrap()
+            .run::<i8, i32>(&a)
+            .unwrap();
         assert_eq!(got, want, "{dtype:?} from_packed");
         if dtype == Dtype::Int4 {
             let opts = MatmulOptions::default().activations(Activations::Int4);
             let got = Matmul::with_options(&again, m as u32, opts)
                 .unwrap()
-                .run_int(&a4)
+                .run::<i32, i64>(&a4)
                 .unwrap();
             assert_eq!(got, cpu_nk(&wide(&a4), &wide(w), m, k, n));
         }
@@ -284,8 +336,14 @@ fn packed_bytes_round_trip_through_from_packed() {
     let bank = Arc::new(WeightBank::from_f16_nk(&dev, n as u32, k as u32, &wf).unwrap());
     let again =
         Arc::new(WeightBank::from_packed(&dev, bank.layout(), &bank.packed().unwrap()).unwrap());
-    let x = Matmul::new(&bank, m as u32).unwrap().run_f16(&af).unwrap();
-    let y = Matmul::new(&again, m as u32).unwrap().run_f16(&af).unwrap();
+    let x = Matmul::new(&bank, m as u32)
+        .unwrap()
+        .run::<_, f32>(&af)
+        .unwrap();
+    let y = Matmul::new(&again, m as u32)
+        .unwrap()
+        .run::<_, f32>(&af)
+        .unwrap();
     assert_eq!(x, y);
 }
 
@@ -304,6 +362,6 @@ fn a_matmul_outlives_the_device_handle() {
             Matmul::new(&bank, m as u32).unwrap()
         };
         let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n));
-        assert_eq!(mm.run_i8(&a).unwrap(), want, "{spec}");
+        assert_eq!(mm.run::<i8, i32>(&a).unwrap(), want, "{spec}");
     }
 }

@@ -45,7 +45,7 @@ fn wide_n_splits_columns_evenly_over_three_cores() {
             })
             .collect();
         assert_eq!(starts, [0, 1376, 2752]);
-        assert_eq!(mm.run_i8(&a).unwrap(), want, "{spec}");
+        assert_eq!(mm.run::<i8, i32>(&a).unwrap(), want, "{spec}");
     }
 }
 
@@ -73,7 +73,7 @@ fn small_n_splits_m_over_cores() {
         assert_eq!(rows.iter().map(|&(_, r)| r).sum::<u32>(), m as u32);
         let cores_of_rows: BTreeSet<u32> = plan.tasks.iter().map(|t| t.core).collect();
         assert_eq!(cores_of_rows.len(), 3);
-        assert_eq!(mm.run_i8(&a).unwrap(), want, "{spec}");
+        assert_eq!(mm.run::<i8, i32>(&a).unwrap(), want, "{spec}");
     }
 }
 
@@ -93,7 +93,7 @@ fn tiny_product_runs_on_one_core() {
         let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
         assert_eq!(mm.plan().per_core.len(), 1);
         assert_eq!(mm.plan().cores_used(), 1);
-        assert_eq!(mm.run_i8(&a).unwrap(), want, "{spec}");
+        assert_eq!(mm.run::<i8, i32>(&a).unwrap(), want, "{spec}");
     }
 }
 
@@ -189,9 +189,9 @@ fn batch_of_int8_members_is_exact() {
     }
 }
 
-/// Checks the asynchronous calls on `spec` against the blocking ones: `submit_i8` then
-/// `wait_i32_into` equals `run_i8` (and the CPU product); `submit_mul_mat` then
-/// `wait_f32_into` equals `mul_mat` bit for bit, on an int8 quantised bank and on an
+/// Checks the asynchronous calls on `spec` against the blocking ones: `submit` of int8 then
+/// `wait` into int32 equals `run` (and the CPU product); `submit` of f32 then
+/// `wait` into f32 equals `mul_mat` bit for bit, on an int8 quantised bank and on an
 /// fp16 bank; each on at most 1 and at most 3 cores.
 fn check_async(spec: &str) {
     let mut rng = Rng(0x5eed_000e);
@@ -208,11 +208,11 @@ fn check_async(spec: &str) {
         let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
         let mut out = vec![0i32; m * n];
         let pending: PendingMatmul<'_> = mm
-            .submit_i8(&a)
-            .unwrap_or_else(|e| panic!("{spec} submit_i8 on {cores} core(s): {e:?}"));
-        pending.wait_i32_into(deadline(), &mut out).unwrap();
+            .submit::<i8>(&a)
+            .unwrap_or_else(|e| panic!("{spec} submit of int8 on {cores} core(s): {e:?}"));
+        pending.wait(deadline(), &mut out).unwrap();
         assert_eq!(out, as_i32(&cpu_nk(&wide(&a), &wide(&w8), m, k, n)));
-        assert_eq!(out, mm.run_i8(&a).unwrap(), "{spec} submit_i8");
+        assert_eq!(out, mm.run::<i8, i32>(&a).unwrap(), "{spec} submit of int8");
 
         let banks = [
             WeightBank::quantize_f32_nk(&dev, n as u32, k as u32, &wf, Dtype::Int8).unwrap(),
@@ -222,13 +222,13 @@ fn check_async(spec: &str) {
             let dtype = bank.layout().dtype;
             let mut mm = Matmul::with_options(&Arc::new(bank), m as u32, opts).unwrap();
             let (mut y1, mut y2) = (vec![0f32; m * n], vec![0f32; m * n]);
-            mm.submit_mul_mat(&x)
-                .unwrap_or_else(|e| panic!("{spec} submit_mul_mat on {cores} core(s): {e:?}"))
-                .wait_f32_into(deadline(), &mut y1)
+            mm.submit::<f32>(&x)
+                .unwrap_or_else(|e| panic!("{spec} submit of f32 on {cores} core(s): {e:?}"))
+                .wait(deadline(), &mut y1)
                 .unwrap();
             mm.mul_mat(&x, &mut y2).unwrap();
             let bits = |v: &[f32]| v.iter().map(|t| t.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&y1), bits(&y2), "{spec} {dtype:?} submit_mul_mat");
+            assert_eq!(bits(&y1), bits(&y2), "{spec} {dtype:?} submit of f32");
         }
     }
 }
@@ -273,7 +273,7 @@ fn single_token_layouts_serve_few_rows_only() {
         let dev = open(spec);
         let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
         assert!(bank.layout().waves.len() >= 2);
-        let got = Matmul::new(&bank, 5).unwrap().run_i8(&a).unwrap();
+        let got = Matmul::new(&bank, 5).unwrap().run::<i8, i32>(&a).unwrap();
         assert_eq!(got, want, "{spec} default layout");
 
         let layout = WeightLayout::for_max_rows(k as u32, n as u32, Dtype::Int8, 1).unwrap();
@@ -282,7 +282,7 @@ fn single_token_layouts_serve_few_rows_only() {
         for m in 1..=4usize {
             let got = Matmul::new(&single, m as u32)
                 .unwrap()
-                .run_i8(&a[..m * k])
+                .run::<i8, i32>(&a[..m * k])
                 .unwrap();
             assert_eq!(got, want[..m * n], "{spec} single-token layout, M={m}");
         }
@@ -307,7 +307,7 @@ fn pending_matmuls_report_is_done_and_overlap_the_cpu() {
         let mut mm =
             Matmul::with_options(&bank, m as u32, MatmulOptions::default().cores(3)).unwrap();
         let hold = emu.hold_worker();
-        let pending = mm.submit_i8(&a).unwrap();
+        let pending = mm.submit::<i8>(&a).unwrap();
         assert!(
             !pending.is_done().unwrap(),
             "{spec}: done while the worker is held"
@@ -318,7 +318,7 @@ fn pending_matmuls_report_is_done_and_overlap_the_cpu() {
         drop(hold);
         let mut out = vec![0i32; m * n];
         pending
-            .wait_i32_into(Instant::now() + Duration::from_secs(10), &mut out)
+            .wait(Instant::now() + Duration::from_secs(10), &mut out)
             .unwrap();
         let got: Vec<i64> = out.iter().map(|&v| v as i64).collect();
         assert_eq!(got, want, "{spec}");
@@ -331,7 +331,7 @@ fn pending_matmuls_report_is_done_and_overlap_the_cpu() {
         drop(hold);
         let mut y = vec![0f32; n];
         pending
-            .wait_f32_into(Instant::now() + Duration::from_secs(10), &mut [&mut y])
+            .wait(Instant::now() + Duration::from_secs(10), &mut [&mut y])
             .unwrap();
         // x is all ones: quantised to 127 with scale 1/127, so y[j] = Σ w[j][·] exactly.
         for (j, &v) in y.iter().enumerate() {
@@ -370,9 +370,9 @@ fn the_cost_model_counts_what_the_simulator_moves() {
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         emu.reset_dma_counters();
         if dtype == Dtype::Fp16 {
-            mm.run_f32(&vec![1.0; (m * k) as usize]).unwrap();
+            mm.run::<f32, f32>(&vec![1.0; (m * k) as usize]).unwrap();
         } else {
-            mm.run_int(&vec![1; (m * k) as usize]).unwrap();
+            mm.run::<i32, i64>(&vec![1; (m * k) as usize]).unwrap();
         }
         let what = format!("{m}x{k}x{n} {dtype:?} on {cores}");
         common::assert_dma_is_the_cost(&what, &emu.dma_counters(), &cost, 0);
@@ -405,7 +405,10 @@ fn a_bank_in_a_chosen_layout_serves_any_m() {
     let bank = Arc::new(WeightBank::from_nk_in(&dev, &layout, Weights::I8(&w)).unwrap());
     for m in [1usize, 128] {
         let a = ints(&mut rng, m * k, -128, 127);
-        let got = Matmul::new(&bank, m as u32).unwrap().run_i8(&a).unwrap();
+        let got = Matmul::new(&bank, m as u32)
+            .unwrap()
+            .run::<i8, i32>(&a)
+            .unwrap();
         assert_eq!(got, as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n)), "M={m}");
     }
     assert!(matches!(

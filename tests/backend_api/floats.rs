@@ -36,7 +36,7 @@ fn within_fp32_bound(
     }
 }
 
-/// fp16 banks: `run_f16_into` against an f64 reference. The inputs are fp16 values, so
+/// fp16 banks: `run_into` of `f16` against an f64 reference. The inputs are fp16 values, so
 /// every product `a·b` is exact in fp32 (11 + 11 significant bits); the simulator sums
 /// each K wave in fp32 and the host adds the waves in f64 and rounds once to f32. Summing
 /// K exact terms in fp32 in any order errs by at most `(K − 1)·u·Σ|a·b|` (u = 2⁻²⁴, to
@@ -54,7 +54,7 @@ fn fp16_bank_is_within_the_fp32_accumulation_bound() {
             let mut mm = Matmul::new(&bank, m as u32).unwrap();
             assert_eq!(mm.activations(), Activations::Fp16);
             let mut out = vec![f32::NAN; m * n];
-            mm.run_f16_into(&a, &mut out).unwrap();
+            mm.run_into(&a, &mut out).unwrap();
             let (a, w) = (wide_f(&a, f16::to_f64), wide_f(&w, f16::to_f64));
             within_fp32_bound(spec, &a, &w, &out, (m, k, n));
         }
@@ -121,7 +121,7 @@ fn quantised_layers_are_within_the_quantisation_bound() {
     }
 }
 
-/// `run_quantized_into` with the output of `quant::quantize_rows_i8` gives bit for bit
+/// `mul_mat_quantized` with the output of `quant::quantize_rows_i8` gives bit for bit
 /// what `mul_mat` gives for the same f32 activations (int8 and int4 quantised banks).
 #[test]
 fn run_quantized_equals_mul_mat_bit_for_bit() {
@@ -138,7 +138,7 @@ fn run_quantized_equals_mul_mat_bit_for_bit() {
             let mut mm = Matmul::new(&bank, m as u32).unwrap();
             let (mut y1, mut y2) = (vec![0f32; m * n], vec![1f32; m * n]);
             mm.mul_mat(&x, &mut y1).unwrap();
-            mm.run_quantized_into(&q, &scales, &mut y2).unwrap();
+            mm.mul_mat_quantized(&q, &scales, &mut y2).unwrap();
             let bits = |v: &[f32]| v.iter().map(|t| t.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&y1), bits(&y2), "{spec} {dtype:?}");
         }
@@ -229,7 +229,7 @@ proptest! {
             opts = opts.fp16_out();
         }
         let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
-        let out = mm.run_f16(&a).unwrap();
+        let out = mm.run::<_, f32>(&a).unwrap();
         check_f16(&out, &a, &w, (m, k, n), f16_out);
     }
 }
@@ -325,14 +325,17 @@ fn dequantisation_on_the_npu_is_the_dpus_arithmetic() {
                 );
             }
             // Asynchronously: the same bits.
-            let pending = mm.submit_mul_mat(&x).unwrap();
+            let pending = mm.submit::<f32>(&x).unwrap();
             let mut ya = vec![0f32; m * n];
             pending
-                .wait_f32_into(Instant::now() + Duration::from_secs(10), &mut ya)
+                .wait(Instant::now() + Duration::from_secs(10), &mut ya)
                 .unwrap();
             assert_eq!(ya, y, "{spec} m {m} asynchronous");
             // Integer results are not what this program computes.
-            assert!(matches!(mm.run_i8(&xq), Err(Error::Precision { .. })));
+            assert!(matches!(
+                mm.run::<i8, i32>(&xq),
+                Err(Error::Precision { .. })
+            ));
         }
     }
 }
@@ -427,7 +430,7 @@ fn dequantisation_on_the_npu_is_refused_outside_its_path() {
 /// A bf16 bank (`from_bf16_nk`) with bf16 activations: within the bound of fp32
 /// summation, `(K + 1)·2⁻²⁴·Σ|a·b|` (bf16 products are exact in fp32), for one and two
 /// K waves; `mul_mat` rounds f32 activations to bf16 first and agrees with
-/// `run_bf16_into` on the rounded values bit for bit.
+/// `run_into` of `bf16` on the rounded values bit for bit.
 #[test]
 fn bf16_banks_are_within_the_fp32_accumulation_bound() {
     use half::bf16;
@@ -444,7 +447,7 @@ fn bf16_banks_are_within_the_fp32_accumulation_bound() {
             let bank = Arc::new(WeightBank::from_bf16_nk(&dev, n as u32, k as u32, &w).unwrap());
             let mut mm = Matmul::new(&bank, m as u32).unwrap();
             let mut out = vec![0f32; m * n];
-            mm.run_bf16_into(&a, &mut out).unwrap();
+            mm.run_into(&a, &mut out).unwrap();
             within_fp32_bound(
                 spec,
                 &wide_f(&a, bf16::to_f64),
@@ -457,7 +460,7 @@ fn bf16_banks_are_within_the_fp32_accumulation_bound() {
             mm.mul_mat(&x, &mut y).unwrap();
             assert_eq!(y, out, "{spec}: mul_mat on values bf16 holds exactly");
             assert!(matches!(
-                mm.run_i8(&vec![0; m * k]),
+                mm.run::<i8, i32>(&vec![0; m * k]),
                 Err(Error::Precision { .. })
             ));
         }

@@ -4,7 +4,7 @@
 use super::*;
 
 /// One int8 bank, from `[out][in]` and from `[in][out]` weights, serves M = 1, 5, 33 and
-/// 130 (two M tiles): `run_i8` and `run_i8_into` equal the CPU product exactly, on the
+/// 130 (two M tiles): `run` and `run_into` of int8 equal the CPU product exactly, on the
 /// vendor and rocket kernels.
 #[test]
 fn one_int8_bank_serves_any_m() {
@@ -24,10 +24,10 @@ fn one_int8_bank_serves_any_m() {
                 let want = as_i32(&cpu_nk(&wide(&a), &wide(&w_nk), m, k, n));
                 let mut mm = Matmul::new(bank, m as u32).unwrap();
                 assert_eq!(mm.rows(), m as u32);
-                assert_eq!(mm.run_i8(&a).unwrap(), want, "{spec} run_i8 M={m}");
+                assert_eq!(mm.run::<i8, i32>(&a).unwrap(), want, "{spec} run M={m}");
                 let mut out = vec![i32::MIN; m * n];
-                mm.run_i8_into(&a, &mut out).unwrap();
-                assert_eq!(out, want, "{spec} run_i8_into M={m}");
+                mm.run_into(&a, &mut out).unwrap();
+                assert_eq!(out, want, "{spec} run_into M={m}");
             }
         }
     }
@@ -37,7 +37,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
     /// Random small int8 shapes (K 1..300, N 1..200, M 1..70) on at most 1 to 3 cores, on
-    /// either kernel: `run_i8` against an `[out][in]` bank is exact.
+    /// either kernel: an int8 `run` against an `[out][in]` bank is exact.
     #[test]
     fn int8_products_of_random_shapes_are_exact(
         k in 1usize..300,
@@ -55,7 +55,7 @@ proptest! {
         let opts = MatmulOptions::default().cores(cores);
         let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
         prop_assert!(mm.plan().cores_used() <= cores);
-        let got = mm.run_i8(&a).unwrap();
+        let got = mm.run::<i8, i32>(&a).unwrap();
         prop_assert_eq!(got, as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n)));
     }
 }
@@ -89,9 +89,12 @@ fn int4_banks_agree_and_w4a8_is_exact() {
                 let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n));
                 let x = Matmul::new(&unpacked, m as u32)
                     .unwrap()
-                    .run_i8(&a)
+                    .run::<i8, i32>(&a)
                     .unwrap();
-                let y = Matmul::new(&packed, m as u32).unwrap().run_i8(&a).unwrap();
+                let y = Matmul::new(&packed, m as u32)
+                    .unwrap()
+                    .run::<i8, i32>(&a)
+                    .unwrap();
                 assert_eq!(x, want, "{spec} from_i4_nk W4A8 {m}x{k}x{n}");
                 assert_eq!(y, want, "{spec} from_i4_packed_nk W4A8 {m}x{k}x{n}");
             }
@@ -116,7 +119,7 @@ fn int4_banks_agree_and_w4a8_is_exact() {
         let mut out = vec![0i32; m * n];
         Matmul::new(&bank, m as u32)
             .unwrap()
-            .run_i8_into(&a, &mut out)
+            .run_into(&a, &mut out)
             .unwrap();
         assert_eq!(
             out,
@@ -155,7 +158,7 @@ fn certified_int4_banks_are_exact_at_the_extremes_and_refuse_weights_beyond_them
             let opts = MatmulOptions::default().activations(Activations::Int4);
             let got = Matmul::with_options(&bank, m as u32, opts)
                 .unwrap()
-                .run_int(&a4)
+                .run::<i32, i64>(&a4)
                 .unwrap();
             assert_eq!(
                 got,
@@ -165,7 +168,10 @@ fn certified_int4_banks_are_exact_at_the_extremes_and_refuse_weights_beyond_them
         }
         for fill in [-128i8, 127] {
             let a8 = vec![fill; m * k];
-            let got = Matmul::new(&bank, m as u32).unwrap().run_i8(&a8).unwrap();
+            let got = Matmul::new(&bank, m as u32)
+                .unwrap()
+                .run::<i8, i32>(&a8)
+                .unwrap();
             assert_eq!(
                 got,
                 as_i32(&cpu_nk(&wide(&a8), &wide(&w), m, k, n)),
@@ -214,7 +220,7 @@ proptest! {
 
     /// Random int4 banks (K 1..600, odd K and several int4 K waves included; N 1..150;
     /// M 1..70, so W4A8's doubled rows cross M tiles) on at most 1 to 3 cores: W4A8
-    /// (`run_i8`) and int4 × int4 (`run_int`) are exact.
+    /// and int4 × int4 (`run` into `i64`) are exact.
     #[test]
     fn int4_products_of_random_shapes_are_exact(
         k in 1usize..600,
@@ -231,15 +237,15 @@ proptest! {
         let a4: Vec<i32> = (0..m * k).map(|_| rng.int(-8, 7)).collect();
         let bank = Arc::new(WeightBank::from_i4_nk(&dev, n as u32, k as u32, &w).unwrap());
         let opts = MatmulOptions::default().cores(cores);
-        let got = Matmul::with_options(&bank, m as u32, opts).unwrap().run_i8(&a8).unwrap();
+        let got = Matmul::with_options(&bank, m as u32, opts).unwrap().run::<i8, i32>(&a8).unwrap();
         prop_assert_eq!(got, as_i32(&cpu_nk(&wide(&a8), &wide(&w), m, k, n)));
         let opts = opts.activations(Activations::Int4);
-        let got = Matmul::with_options(&bank, m as u32, opts).unwrap().run_int(&a4).unwrap();
+        let got = Matmul::with_options(&bank, m as u32, opts).unwrap().run::<i32, i64>(&a4).unwrap();
         prop_assert_eq!(got, cpu_nk(&wide(&a4), &wide(&w), m, k, n));
     }
 }
 
-/// int4 × int4 (`Activations::Int4`, `run_int`) is exact against the CPU product, for
+/// int4 × int4 (`Activations::Int4`, `run` of `i32` into `i64`) is exact against the CPU product, for
 /// both int4 bank constructors, including K = 1000 (several K waves).
 #[test]
 fn int4_by_int4_is_exact() {
@@ -259,7 +265,7 @@ fn int4_by_int4_is_exact() {
                 let bank = Arc::new(bank);
                 let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
                 assert_eq!(mm.activations(), Activations::Int4);
-                assert_eq!(mm.run_int(&a).unwrap(), want, "{spec} {m}x{k}x{n}");
+                assert_eq!(mm.run::<i32, i64>(&a).unwrap(), want, "{spec} {m}x{k}x{n}");
             }
         }
     }
@@ -276,7 +282,7 @@ fn long_k_case() -> (usize, Vec<i8>, Vec<i8>) {
     (k, a, w)
 }
 
-/// A result that leaves the int32 range is an error from `run_i8`, not a wrapped value:
+/// A result that leaves the int32 range is an error from an int32 `run`, not a wrapped value:
 /// K = 35·4096 channels of 127 × 127 sum to 2 311 786 240 > 2³¹ − 1.
 #[test]
 fn int8_result_outside_int32_is_an_error() {
@@ -288,7 +294,7 @@ fn int8_result_outside_int32_is_an_error() {
     let bank = Arc::new(WeightBank::from_i8_nk(&dev, 1, k as u32, &w).unwrap());
     let mut mm = Matmul::new(&bank, 1).unwrap();
     assert!(mm.plan().layout.waves.len() > 1);
-    let r = mm.run_i8(&a);
+    let r = mm.run::<i8, i32>(&a);
     assert!(
         matches!(&r, Err(Error::OutOfRange { index: 0, value, .. }) if *value == exact.to_string()),
         "{exact} as i32: {r:?}"
@@ -310,7 +316,7 @@ fn int8_in_range_result_is_exact_whatever_the_partial_sums() {
         let bank = WeightBank::from_nk_in(&dev, &layout, Weights::I8(&w)).unwrap();
         let mut mm = Matmul::new(&Arc::new(bank), 1).unwrap();
         assert_eq!(mm.plan().layout.waves.len(), 35);
-        let got = mm.run_i8(&a);
+        let got = mm.run::<i8, i32>(&a);
         assert_eq!(got, Ok(vec![want as i32]), "{spec}");
     }
 }

@@ -40,7 +40,7 @@ pub enum Weights<'a> {
 /// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 64, 96, &w)?);
 /// for m in [1, 7, 40] {
 ///     let mut mm = Matmul::new(&bank, m)?; // the same bank for every M
-///     let y = mm.run_i8(&vec![1; m as usize * 96])?;
+///     let y = mm.run::<i8, i32>(&vec![1; m as usize * 96])?;
 ///     assert_eq!(y[0], w[..96].iter().map(|&v| v as i32).sum::<i32>());
 /// }
 /// # Ok::<(), rknpu_driver::Error>(())

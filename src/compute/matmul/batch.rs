@@ -225,7 +225,7 @@ impl PendingBatch<'_> {
     }
 
     /// Waits until `deadline`, then reads each member's results into `ys[j]`.
-    pub fn wait_f32_into(self, deadline: Instant, ys: &mut [&mut [f32]]) -> Result<()> {
+    pub fn wait(self, deadline: Instant, ys: &mut [&mut [f32]]) -> Result<()> {
         shape("batch outputs", self.batch.members.len(), ys.len())?;
         wait_all(self.pending, deadline)?;
         for ((m, y), &w) in self.batch.members.iter().zip(ys.iter_mut()).zip(&self.what) {

@@ -73,7 +73,7 @@ impl WeightBank {
     /// groups (`WeightLayout::with_k_tile(k, n, Int8, group)`: `group` a multiple of 32 of
     /// at most 4096; the last group shorter when it does not divide `k`). A matmul against
     /// it quantises its activations per row and group and dequantises every group on the
-    /// NPU ([`super::Matmul::mul_mat`] and [`super::Matmul::run_quantized_into`] only).
+    /// NPU ([`super::Matmul::mul_mat`] and [`super::Matmul::mul_mat_quantized`] only).
     ///
     /// Errors: a group the layout cannot make a wave [`Error::Unsupported`]; weights of
     /// another length [`Error::ShapeMismatch`]; non-finite weights, and scales the NPU
@@ -254,7 +254,7 @@ impl Matmul {
     }
 
     /// [`Matmul::keep_group_sums`] of int8 activations and their scales per row and
-    /// group (what [`Matmul::run_quantized_into`] is given): the sums of the values the
+    /// group (what [`Matmul::mul_mat_quantized`] is given): the sums of the values the
     /// NPU multiplies.
     pub(super) fn keep_group_sums_i8(&mut self, a: &[i8], scales: &[f32]) {
         self.group_sums.clear();

@@ -4,6 +4,47 @@
 use super::*;
 
 impl Matmul {
+    /// Packs activations of any element type into the A buffer; what the job will
+    /// compute from them. Integer activations are refused where the program
+    /// dequantises on the NPU (its C holds no integer sums).
+    pub(super) fn put(&mut self, a: InputSlice<'_>) -> Result<Submitted> {
+        match a {
+            InputSlice::I8(a) => {
+                self.expect(Activations::Int8)?;
+                self.integer_results()?;
+                self.put_i8(a)?;
+                Ok(Submitted::Int)
+            }
+            InputSlice::I32(a) => {
+                self.integer_results()?;
+                self.put_int(a)?;
+                Ok(Submitted::Int)
+            }
+            InputSlice::F16(a) => {
+                self.put_f16(a)?;
+                Ok(Submitted::Float)
+            }
+            InputSlice::Bf16(a) => {
+                self.put_bf16(a)?;
+                Ok(Submitted::Float)
+            }
+            InputSlice::F32(x) => self.put_f32(x),
+        }
+    }
+
+    /// Reads what `what` computed into `out` in its element type.
+    pub(super) fn read(&self, what: Submitted, out: &mut OutputSlice<'_>) -> Result<()> {
+        match out {
+            OutputSlice::I32(out) => self.read_i32_into(out),
+            OutputSlice::I64(out) => {
+                shape("result values", self.len_c(), out.len())?;
+                out.copy_from_slice(&self.read_int()?);
+                Ok(())
+            }
+            OutputSlice::F32(out) => self.read_f32_of(what, out),
+        }
+    }
+
     /// Packs int8 activations into the A buffer (W4A8: their high and low halves).
     pub(super) fn put_i8(&mut self, a: &[i8]) -> Result<()> {
         shape("activation values", self.len_a(), a.len())?;
@@ -173,7 +214,7 @@ impl Matmul {
                 what: "results",
                 index: i,
                 value: v.to_string(),
-                range: "the int32 range (Matmul::run_int returns it exactly)",
+                range: "the int32 range (read as i64 it is exact)",
             })?;
         }
         Ok(())

@@ -38,12 +38,12 @@ mod element;
 mod grouped;
 mod io;
 mod npu_dequant;
-mod rows;
 mod run;
 mod spread;
 
 pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
+pub use element::{Input, InputSlice, Output, OutputSlice};
 pub use grouped::quantize_groups_i8;
 pub use run::PendingMatmul;
 use run::{
@@ -223,7 +223,7 @@ enum Submitted {
 /// let mut mm = Matmul::with_options(&bank, 3, MatmulOptions::default().cores(2))?;
 /// let a = vec![2i8; 3 * 64];
 /// let mut c = vec![0i32; 3 * 64];
-/// mm.run_i8_into(&a, &mut c)?; // exact int32, into the caller's slice
+/// mm.run_into(&a, &mut c)?; // exact int32, into the caller's slice
 /// assert_eq!(c[1], 2 * w[64..128].iter().map(|&v| v as i32).sum::<i32>());
 /// # Ok::<(), rknpu_driver::Error>(())
 /// ```

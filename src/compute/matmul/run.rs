@@ -189,7 +189,7 @@ impl Matmul {
     }
 
     /// Runs `put`, the job and `read`, timing each.
-    pub(super) fn run<T>(
+    pub(super) fn timed<T>(
         &mut self,
         put: impl FnOnce(&mut Matmul) -> Result<T>,
         read: impl FnOnce(&Matmul, T) -> Result<()>,
@@ -204,89 +204,84 @@ impl Matmul {
         Ok(())
     }
 
-    /// `C = A · W` for int8 A (row-major M×K) into `out` (M×N `i32`): exact, and an error
-    /// if a result leaves the int32 range (int8: K above 131 072 can). Int8 banks, and
-    /// int4 banks through W4A8.
-    pub fn run_i8_into(&mut self, a: &[i8], out: &mut [i32]) -> Result<()> {
-        self.expect(Activations::Int8)?;
-        self.integer_results()?;
+    /// `C = A · W` for activations `a` (row-major M×K) into `out` (M×N), both of any
+    /// element type the matmul takes ([`Input`], [`Output`]):
+    ///
+    /// - `i8` (int8 banks; int4 banks through W4A8) or `i32` (integers of the matmul's
+    ///   activation type, each checked against it) into `i32`, exact (a result beyond
+    ///   the int32 range is an error, none is wrapped), `i64`, or `f32` converted;
+    /// - `f16` or `bf16` on a bank of that type into `f32`: fp32 sums of each K wave,
+    ///   waves summed in f64 and rounded once (or the DPU's fp16, widened, with
+    ///   [`MatmulOptions::fp16_out`]);
+    /// - `f32` into `f32`: [`Matmul::mul_mat`] of all M rows.
+    ///
+    /// Integer results of float activations, and activations of another type than the
+    /// matmul was made for, are [`Error::Precision`] before anything runs; lengths
+    /// other than M×K and M×N are [`Error::ShapeMismatch`].
+    pub fn run_into<A: Input, C: Output>(&mut self, a: &[A], out: &mut [C]) -> Result<()> {
+        let (a, mut out) = (A::slice(a), C::slice_mut(out));
+        self.accepts(&a, &out)?;
         shape("result values", self.len_c(), out.len())?;
-        self.run(|m| m.put_i8(a), |m, ()| m.read_i32_into(out))
+        self.timed(|m| m.put(a), |m, what| m.read(what, &mut out))
     }
 
-    /// [`Matmul::run_i8_into`] into a new vector.
-    pub fn run_i8(&mut self, a: &[i8]) -> Result<Vec<i32>> {
-        let mut out = vec![0i32; self.len_c()];
-        self.run_i8_into(a, &mut out)?;
+    /// [`Matmul::run_into`] into a new vector.
+    pub fn run<A: Input, C: Output>(&mut self, a: &[A]) -> Result<Vec<C>> {
+        let mut out = vec![C::default(); self.len_c()];
+        self.run_into(a, &mut out)?;
         Ok(out)
     }
 
-    /// `C = A · W` for integer A of this matmul's activation type (row-major M×K, each
-    /// value checked against it), exact in `i64`.
-    pub fn run_int(&mut self, a: &[i32]) -> Result<Vec<i64>> {
-        self.integer_results()?;
-        let mut out = Vec::new();
-        self.run(
-            |m| m.put_int(a),
-            |m, ()| {
-                out = m.read_int()?;
-                Ok(())
-            },
-        )?;
-        Ok(out)
-    }
-
-    /// `C = A · W` for fp16 A (row-major M×K) into `out` (M×N `f32`): fp32 sums of each
-    /// K wave, waves summed in f64 and rounded once (or the DPU's fp16, widened, with
-    /// [`MatmulOptions::fp16_out`]).
-    pub fn run_f16_into(&mut self, a: &[f16], out: &mut [f32]) -> Result<()> {
-        shape("result values", self.len_c(), out.len())?;
-        self.run(|m| m.put_f16(a), |m, ()| m.read_f32_into(out))
-    }
-
-    /// [`Matmul::run_f16_into`] into a new vector.
-    pub fn run_f16(&mut self, a: &[f16]) -> Result<Vec<f32>> {
-        let mut out = vec![0f32; self.len_c()];
-        self.run_f16_into(a, &mut out)?;
-        Ok(out)
-    }
-
-    /// `C = A · W` for bf16 A (row-major M×K) into `out` (M×N `f32`), on a bf16 bank:
-    /// fp32 sums of each K wave, waves summed in f64 and rounded once.
-    pub fn run_bf16_into(&mut self, a: &[bf16], out: &mut [f32]) -> Result<()> {
-        shape("result values", self.len_c(), out.len())?;
-        self.run(|m| m.put_bf16(a), |m, ()| m.read_f32_into(out))
-    }
-
-    /// `C = A · W` for float A rounded to the bank's 16-bit float type (fp16 or bf16
-    /// banks).
-    pub fn run_f32(&mut self, a: &[f32]) -> Result<Vec<f32>> {
-        if self.acts != Activations::Bf16 {
-            self.expect(Activations::Fp16)?;
-        }
-        let mut out = vec![0f32; self.len_c()];
-        self.mul_mat(a, &mut out)?;
-        Ok(out)
-    }
-
-    /// `y = x · Wᵀ` (ggml's `mul_mat`) for f32 `x` (row-major M×K) into `y` (M×N): on an
-    /// integer bank `x` is quantised to int8 per row and the result scaled by the row's
-    /// scale and the bank's per-channel scales (1 when it has none); on an fp16 or bf16
-    /// bank `x` is rounded to that type.
+    /// `y = x · Wᵀ` (ggml's `mul_mat`) for f32 `x` of any number of rows up to
+    /// [`Matmul::rows`] (row-major, K values a row) into `y` (as many rows of N): on an
+    /// integer bank `x` is quantised to int8 per row (per row and group on a grouped
+    /// bank) and the result scaled by the row's scale and the bank's scales (1 when it
+    /// has none); on an fp16 or bf16 bank `x` is rounded to that type.
+    ///
+    /// The NPU runs the matmul's own M, the rows past `x`'s zero (a zero row quantises
+    /// to zeros and adds nothing), so a call of fewer rows costs what a call of all of
+    /// them costs; make a matmul per size class where that matters (the C API keeps a
+    /// few per weights, docs/capi.md).
+    ///
+    /// ```
+    /// use rknpu_driver::compute::matmul::{Matmul, WeightBank};
+    /// use rknpu_driver::device::Device;
+    /// use std::sync::Arc;
+    ///
+    /// let dev = Device::open_spec("emu")?;
+    /// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 32, 64, &vec![1; 32 * 64])?);
+    /// let mut mm = Matmul::new(&bank, 16)?;
+    /// let mut y = vec![0f32; 3 * 32];
+    /// mm.mul_mat(&vec![0.5; 3 * 64], &mut y)?; // 3 of its 16 rows
+    /// assert!(y.iter().all(|&v| (v - 32.0).abs() < 0.5));
+    /// # Ok::<(), rknpu_driver::Error>(())
+    /// ```
     pub fn mul_mat(&mut self, x: &[f32], y: &mut [f32]) -> Result<()> {
-        shape("result values", self.len_c(), y.len())?;
-        self.run(|m| m.put_f32(x), |m, what| m.read_f32_of(what, y))
+        let rows = self.rows_of(x)?;
+        shape("result values", rows * self.n(), y.len())?;
+        if rows == self.rows as usize {
+            return self.run_into(x, y);
+        }
+        let mut padded = vec![0f32; self.len_a()];
+        padded[..x.len()].copy_from_slice(x);
+        let mut full = vec![0f32; self.len_c()];
+        self.run_into(&padded, &mut full)?;
+        y.copy_from_slice(&full[..y.len()]);
+        Ok(())
     }
 
-    /// [`Matmul::mul_mat`] with fp16 results (rounded to nearest even).
-    pub fn mul_mat_f16(&mut self, x: &[f32], y: &mut [f16]) -> Result<()> {
-        let mut wide = vec![0f32; self.len_c()];
-        shape("result values", wide.len(), y.len())?;
-        self.mul_mat(x, &mut wide)?;
-        for (d, v) in y.iter_mut().zip(wide) {
-            *d = f16::from_f32(v);
+    /// Rows of `x`: a whole number of rows of K values, 1 up to [`Matmul::rows`].
+    fn rows_of(&self, x: &[f32]) -> Result<usize> {
+        let k = self.k().max(1);
+        let rows = x.len() / k;
+        if !x.len().is_multiple_of(k) || rows == 0 || rows > self.rows as usize {
+            return Err(Error::ShapeMismatch {
+                what: "activation values (1 up to M rows of K)",
+                expected: self.len_a() as u64,
+                actual: x.len() as u64,
+            });
         }
-        Ok(())
+        Ok(rows)
     }
 
     /// A quantised product from int8 activations and their per-row scales (as
@@ -296,12 +291,7 @@ impl Matmul {
     /// them), and each group's sums are scaled by its own scales; a bank with group
     /// offsets ([`WeightBank::from_i8_nk_grouped_offset`]) has its offset term added from
     /// the sums of these values times their scales.
-    pub fn run_quantized_into(
-        &mut self,
-        a: &[i8],
-        row_scales: &[f32],
-        y: &mut [f32],
-    ) -> Result<()> {
+    pub fn mul_mat_quantized(&mut self, a: &[i8], row_scales: &[f32], y: &mut [f32]) -> Result<()> {
         self.expect(Activations::Int8)?;
         let per_row = match &self.npu {
             Some(d) if d.grouped => d.waves,
@@ -309,7 +299,7 @@ impl Matmul {
         };
         shape("row scales", self.rows as usize * per_row, row_scales.len())?;
         shape("result values", self.len_c(), y.len())?;
-        self.run(
+        self.timed(
             |m| {
                 m.put_i8(a)?;
                 m.row_scales = row_scales.to_vec();
@@ -326,25 +316,24 @@ impl Matmul {
         )
     }
 
-    /// Submits `C = A · W` for int8 A and returns at once: the CPU is free until
-    /// [`PendingMatmul::wait_i32_into`].
-    pub fn submit_i8(&mut self, a: &[i8]) -> Result<PendingMatmul<'_>> {
-        self.expect(Activations::Int8)?;
-        self.integer_results()?;
-        self.put_i8(a)?;
-        self.start(Submitted::Int)
-    }
-
-    /// Submits [`Matmul::mul_mat`] of `x` and returns at once.
-    pub fn submit_mul_mat(&mut self, x: &[f32]) -> Result<PendingMatmul<'_>> {
-        let what = self.put_f32(x)?;
+    /// Submits `C = A · W` for activations `a` of any element type the matmul takes
+    /// and returns at once: the CPU is free until [`PendingMatmul::wait`], which reads
+    /// the results as [`Matmul::run_into`] would.
+    pub fn submit<A: Input>(&mut self, a: &[A]) -> Result<PendingMatmul<'_>> {
+        let what = self.put(A::slice(a))?;
         self.start(what)
     }
 
-    /// Submits `C = A · W` for fp16 A and returns at once.
-    pub fn submit_f16(&mut self, a: &[f16]) -> Result<PendingMatmul<'_>> {
-        self.put_f16(a)?;
-        self.start(Submitted::Float)
+    /// Refuses, before anything runs, integer results of float activations.
+    fn accepts(&self, a: &InputSlice<'_>, out: &OutputSlice<'_>) -> Result<()> {
+        if out.is_integer() && !a.is_integer() {
+            return Err(Error::Precision {
+                input: "float",
+                weights: self.bank.layout.dtype.name(),
+                output: "integer (a float product: read it as f32)",
+            });
+        }
+        Ok(())
     }
 
     pub(super) fn start(&mut self, what: Submitted) -> Result<PendingMatmul<'_>> {
@@ -377,10 +366,10 @@ impl Matmul {
 /// let dev = Device::open_spec("emu:async")?; // the emulated kernel runs jobs on a worker
 /// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 32, 64, &vec![1; 32 * 64])?);
 /// let mut mm = Matmul::new(&bank, 2)?;
-/// let pending = mm.submit_i8(&vec![3; 2 * 64])?;
+/// let pending = mm.submit(&vec![3i8; 2 * 64])?;
 /// let _busy = pending.is_done()?; // false while the NPU works; the CPU is free
 /// let mut c = vec![0i32; 2 * 32];
-/// pending.wait_i32_into(Instant::now() + Duration::from_secs(5), &mut c)?;
+/// pending.wait(Instant::now() + Duration::from_secs(5), &mut c)?;
 /// assert!(c.iter().all(|&v| v == 3 * 64));
 /// # Ok::<(), rknpu_driver::Error>(())
 /// ```
@@ -398,27 +387,20 @@ impl PendingMatmul<'_> {
         all_done(&self.pending)
     }
 
-    /// Waits until `deadline`, then reads the integer results of
-    /// [`Matmul::submit_i8`] into `out` (M×N).
-    pub fn wait_i32_into(self, deadline: Instant, out: &mut [i32]) -> Result<()> {
-        if self.what != Submitted::Int {
+    /// Waits until `deadline`, then reads the results into `out` (M×N) as
+    /// [`Matmul::run_into`] would: integer results of integer activations as `i32`,
+    /// `i64` or `f32`; float and scaled results as `f32`.
+    pub fn wait<C: Output>(self, deadline: Instant, out: &mut [C]) -> Result<()> {
+        let mut out = C::slice_mut(out);
+        if out.is_integer() && self.what != Submitted::Int {
             return Err(Error::Precision {
                 input: "float",
                 weights: self.mm.bank.layout.dtype.name(),
-                output: "int32 (the submission computes floats)",
+                output: "integer (the submission computes floats)",
             });
         }
         shape("result values", self.mm.len_c(), out.len())?;
         wait_all(self.pending, deadline)?;
-        self.mm.read_i32_into(out)
-    }
-
-    /// Waits until `deadline`, then reads the results as f32 into `out` (M×N): the scaled
-    /// results of [`Matmul::submit_mul_mat`], the float results of
-    /// [`Matmul::submit_f16`], or integer results converted.
-    pub fn wait_f32_into(self, deadline: Instant, out: &mut [f32]) -> Result<()> {
-        shape("result values", self.mm.len_c(), out.len())?;
-        wait_all(self.pending, deadline)?;
-        self.mm.read_f32_of(self.what, out)
+        self.mm.read(self.what, &mut out)
     }
 }

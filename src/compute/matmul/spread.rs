@@ -4,10 +4,9 @@
 //! another device's buffers, so each device holds its own columns' weights, its own copy
 //! of A and its own results (docs/matmul.md, "Several cores on rocket").
 
-use super::{Matmul, MatmulOptions, PendingMatmul, WeightBank, Weights, shape};
+use super::{Input, Matmul, MatmulOptions, Output, WeightBank, Weights, shape};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use half::f16;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,7 +34,7 @@ const GRANULE: u32 = 32;
 /// assert_eq!(mm.columns().len(), 3);
 /// let a = vec![1i8; 2 * k];
 /// let mut c = vec![0i32; 2 * n];
-/// mm.run_i8_into(&a, &mut c)?;
+/// mm.run_into(&a, &mut c)?;
 /// let row0: i32 = w[..k].iter().map(|&v| v as i32).sum();
 /// assert_eq!(c[0], row0);
 /// # Ok::<(), rknpu_driver::Error>(())
@@ -128,21 +127,11 @@ impl SpreadMatmul {
         self.parts.iter().map(|(mm, _)| mm)
     }
 
-    /// `C = A · Wᵀ` for int8 weights and activations: every device's share submitted at
-    /// once, then each waited for and its columns written into `out` (M×N, row-major).
-    pub fn run_i8_into(&mut self, a: &[i8], out: &mut [i32]) -> Result<()> {
-        self.run_into(a, out)
-    }
-
-    /// `C = A · Wᵀ` for fp16 weights and activations, in f32 (see
-    /// [`SpreadMatmul::run_i8_into`]).
-    pub fn run_f16_into(&mut self, a: &[f16], out: &mut [f32]) -> Result<()> {
-        self.run_into(a, out)
-    }
-
-    /// Submits every share, then waits for each and scatters its columns into `out`;
-    /// the first error, after every share was waited for.
-    fn run_into<T: Share>(&mut self, a: &[T::Input], out: &mut [T]) -> Result<()> {
+    /// `C = A · Wᵀ` into `out` (M×N, row-major), of any element types the shares'
+    /// matmuls take ([`Matmul::run_into`]): every device's share submitted at once,
+    /// then each waited for and its columns written into `out`; the first error, after
+    /// every share was waited for.
+    pub fn run_into<A: Input, C: Output>(&mut self, a: &[A], out: &mut [C]) -> Result<()> {
         shape(
             "result values",
             self.m as usize * self.n as usize,
@@ -151,13 +140,13 @@ impl SpreadMatmul {
         let mut pending = Vec::with_capacity(self.parts.len());
         for (mm, cols) in &mut self.parts {
             let deadline = Instant::now() + mm.timeout;
-            pending.push((T::submit(mm, a)?, cols.clone(), deadline));
+            pending.push((mm.submit(a)?, cols.clone(), deadline));
         }
         let mut first = Ok(());
         for (p, cols, deadline) in pending {
             let width = (cols.end - cols.start) as usize;
-            let mut part = vec![T::default(); self.m as usize * width];
-            match T::wait(p, deadline, &mut part) {
+            let mut part = vec![C::default(); self.m as usize * width];
+            match p.wait(deadline, &mut part) {
                 Ok(()) => scatter(&part, out, (self.n as usize, cols)),
                 Err(e) => {
                     if first.is_ok() {
@@ -167,36 +156,6 @@ impl SpreadMatmul {
             }
         }
         first
-    }
-}
-
-/// A result type of a share: how its activations are submitted and its results read.
-trait Share: Copy + Default {
-    /// The activations' type.
-    type Input;
-    /// Submits `a` to `mm`.
-    fn submit<'m>(mm: &'m mut Matmul, a: &[Self::Input]) -> Result<PendingMatmul<'m>>;
-    /// Waits for `p` and reads its results into `out`.
-    fn wait(p: PendingMatmul<'_>, deadline: Instant, out: &mut [Self]) -> Result<()>;
-}
-
-impl Share for i32 {
-    type Input = i8;
-    fn submit<'m>(mm: &'m mut Matmul, a: &[i8]) -> Result<PendingMatmul<'m>> {
-        mm.submit_i8(a)
-    }
-    fn wait(p: PendingMatmul<'_>, deadline: Instant, out: &mut [i32]) -> Result<()> {
-        p.wait_i32_into(deadline, out)
-    }
-}
-
-impl Share for f32 {
-    type Input = f16;
-    fn submit<'m>(mm: &'m mut Matmul, a: &[f16]) -> Result<PendingMatmul<'m>> {
-        mm.submit_f16(a)
-    }
-    fn wait(p: PendingMatmul<'_>, deadline: Instant, out: &mut [f32]) -> Result<()> {
-        p.wait_f32_into(deadline, out)
     }
 }
 
