@@ -18,7 +18,7 @@
 //!   of the packed bank, `both` (what a bank made from cached bytes costs), and
 //!   `weights_i4_packed_nk_sums_into` (packing and summing in one pass), and `certify`
 //!   (`quant::i4_magnitudes_packed` and `WeightLayout::certified_i4`: choosing the
-//!   waves, which `WeightBank::from_i4_packed_nk` adds to the one-pass packing).
+//!   waves, which `WeightBank::new` of packed nibbles adds to the one-pass packing).
 //!   Baseline: a `memcpy` of the packed bytes.
 //!
 //! Every group reports `Throughput::Bytes` of the baseline's bytes, so each line's

@@ -11,6 +11,7 @@
 //! it ten times and reports the best submit+wait time as TOPS (2·M·K·N operations). With
 //! `RKNPU_DEVICE=emu` it runs on the emulated kernel and the figure is the simulator's.
 
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
@@ -53,8 +54,9 @@ fn main() {
                 .iter()
                 .map(|&v| v as f32 / 8.0)
                 .collect();
-            let bank =
-                std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
+            let bank = std::sync::Arc::new(
+                WeightBank::from_kn_in(&dev, &plan.layout, Weights::F32(&b)).unwrap(),
+            );
             let mut mm = Matmul::for_plan(&bank, plan).unwrap();
             for _ in 0..10 {
                 mm.run::<f32, f32>(&a).unwrap();
@@ -68,8 +70,9 @@ fn main() {
             };
             let a = values(m * k, 1, lo, span);
             let b = values(k * n, 2, lo, span);
-            let bank =
-                std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+            let bank = std::sync::Arc::new(
+                WeightBank::from_kn_in(&dev, &plan.layout, Weights::Int(&b)).unwrap(),
+            );
             let mut mm = Matmul::for_plan(&bank, plan).unwrap();
             for _ in 0..10 {
                 mm.run::<i32, i64>(&a).unwrap();

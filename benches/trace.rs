@@ -42,6 +42,7 @@ mod common;
 
 use common::{XorShift, cpu_int8_gemm};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
@@ -114,7 +115,8 @@ fn fixture() -> Fixture {
         let plan = Plan::new(MatmulSpec::new(M as u32, K as u32, N as u32, Dtype::Int8))
             .expect("the shape plans");
         let bank = std::sync::Arc::new(
-            WeightBank::from_int_kn(&dev, &plan.layout, &widen(&b)).expect("B uploads"),
+            WeightBank::from_kn_in(&dev, &plan.layout, Weights::Int(&widen(&b)))
+                .expect("B uploads"),
         );
         let mut mm = Matmul::for_plan(&bank, plan).expect("the matmul binds");
         mm.timeout = Duration::from_secs(60);

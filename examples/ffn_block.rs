@@ -30,6 +30,7 @@
 use half::f16;
 use rknpu_driver::compute::layer::{LayerBuilder, MatmulInput};
 use rknpu_driver::compute::matmul::WeightBank;
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{Plan, pack};
@@ -147,7 +148,7 @@ fn run() -> Res {
     )?);
     let up = Arc::new(WeightBank::quantize_f32_nk(&dev, F, D, &w_up, Dtype::Int8)?);
     let down_f16: Vec<f16> = w_down.iter().map(|&v| f16::from_f32(v)).collect();
-    let down = Arc::new(WeightBank::from_f16_nk(&dev, D, F, &down_f16)?);
+    let down = Arc::new(WeightBank::new(&dev, (D, F), Weights::F16(&down_f16))?);
     let scales = |b: &WeightBank| -> Res<Vec<f32>> {
         Ok(b.scales().ok_or("a quantised bank has scales")?.to_vec())
     };

@@ -20,6 +20,7 @@
 //! cargo run --release --example llm_layer
 //! ```
 
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, MatmulOptions, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::single::Dtype;
@@ -235,7 +236,7 @@ fn int8_layer(dev: &Device) -> Res {
 fn fp16_layer(dev: &Device) -> Res {
     let (n, k) = (FP16_OUT, HIDDEN);
     let w = uniform(2, n as usize * k as usize);
-    let bank = Arc::new(WeightBank::from_f32_nk(dev, n, k, &w)?);
+    let bank = Arc::new(WeightBank::new(dev, (n, k), Weights::F32(&w))?);
     run_layer(
         &format!("fp16 {k}x{n}"),
         &bank,

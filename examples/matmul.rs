@@ -14,6 +14,7 @@
 //! cargo run --release --example matmul
 //! ```
 
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::seeded::Rng;
@@ -66,7 +67,7 @@ fn run() -> Res {
     // The weights, N rows of K values, packed once into device memory. An `Arc` lets
     // any number of `Matmul`s (one per M, or per thread) share the bank.
     let w = int8_values(1, (N * K) as usize);
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, N, K, &w)?);
+    let bank = Arc::new(WeightBank::new(&dev, (N, K), Weights::I8(&w))?);
     println!("bank: {N}x{K} int8, {} bytes packed", bank.layout().bytes);
 
     for (i, &m) in ROWS.iter().enumerate() {

@@ -3,6 +3,7 @@
 //! NPU's). Run on a board with `cargo test --features hw -- --test-threads=1 --nocapture`
 //! to see the figures.
 
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
@@ -32,7 +33,9 @@ fn run_plan(plan: Plan) {
             .iter()
             .map(|&v| v as f32 / 8.0)
             .collect();
-        let bank = std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
+        let bank = std::sync::Arc::new(
+            WeightBank::from_kn_in(&dev, &plan.layout, Weights::F32(&b)).unwrap(),
+        );
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         let c = mm.run::<f32, f32>(&a).unwrap();
         // Multiples of 1/8 in [-1, 1): every partial sum is exact in fp32 for these K.
@@ -53,7 +56,9 @@ fn run_plan(plan: Plan) {
         };
         let a = values(m * k, 1, lo, span);
         let b = values(k * n, 2, lo, span);
-        let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+        let bank = std::sync::Arc::new(
+            WeightBank::from_kn_in(&dev, &plan.layout, Weights::Int(&b)).unwrap(),
+        );
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         let c = mm.run::<i32, i64>(&a).unwrap();
         let ok = (0..m).all(|i| {
@@ -159,7 +164,7 @@ fn incremental_bodies_match_the_cpu_on_the_vendor_driver() {
     for (m, k, n, cores) in [(601u32, 64u32, 256u32, 1u32), (640, 128, 768, 3)] {
         let w = super::values(n * k, 3);
         let w8: Vec<i8> = w.iter().map(|&v| v as i8).collect();
-        let bank = std::sync::Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w8).unwrap());
+        let bank = std::sync::Arc::new(WeightBank::new(&dev, (n, k), Weights::I8(&w8)).unwrap());
         let options = MatmulOptions::default().cores(cores);
         if dev.info().interface == Interface::Rocket {
             let refused = Matmul::with_options(&bank, m, options.incremental(true));

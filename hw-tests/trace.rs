@@ -4,6 +4,7 @@
 //! at a new address (hw mode). The traces are kept in Cargo's test scratch directory
 //! (the path is printed) so that a board's recordings can be looked at and shared.
 
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::Dtype;
@@ -29,7 +30,9 @@ fn record(spec: MatmulSpec, name: &str, redact: bool) -> Trace {
             .iter()
             .map(|&v| v as f32 / 128.0)
             .collect();
-        let bank = std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
+        let bank = std::sync::Arc::new(
+            WeightBank::from_kn_in(&dev, &plan.layout, Weights::F32(&b)).unwrap(),
+        );
         Matmul::for_plan(&bank, plan)
             .unwrap()
             .run::<f32, f32>(&a)
@@ -46,7 +49,9 @@ fn record(spec: MatmulSpec, name: &str, redact: bool) -> Trace {
             shrink(super::values(m * k, 3)),
             shrink(super::values(k * n, 4)),
         );
-        let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+        let bank = std::sync::Arc::new(
+            WeightBank::from_kn_in(&dev, &plan.layout, Weights::Int(&b)).unwrap(),
+        );
         let c = Matmul::for_plan(&bank, plan)
             .unwrap()
             .run::<i32, i64>(&a)

@@ -5,16 +5,18 @@
 //! against it (README.md, "Using the library", has the same path in f32):
 //!
 //! ```
-//! use rknpu_driver::compute::matmul::{Matmul, WeightBank};
+//! use rknpu_driver::compute::matmul::{Matmul, WeightBank, Weights};
 //! use rknpu_driver::device::Device;
 //! use std::sync::Arc;
 //!
 //! let dev = Device::open_or_emulated()?; // a board if there is one, else the emulator
-//! let (k, n) = (64u32, 32u32);
-//! let w: Vec<i8> = (0..k * n).map(|i| (i % 7) as i8 - 3).collect(); // B, k × n
-//! let bank = Arc::new(WeightBank::from_i8_kn(&dev, k, n, &w)?);
-//! let c = Matmul::new(&bank, 2)?.run::<i8, i32>(&vec![1; 2 * k as usize])?; // C = A · B
-//! assert_eq!(c[0], (0..k).map(|r| i32::from(w[(r * n) as usize])).sum::<i32>());
+//! let (n, k) = (32u32, 64u32);
+//! // n output channels of k inputs, `[out][in]` as a model stores them.
+//! let w: Vec<i8> = (0..n * k).map(|i| (i % 7) as i8 - 3).collect();
+//! let bank = Arc::new(WeightBank::new(&dev, (n, k), Weights::I8(&w))?);
+//! let mut c = vec![0i32; 2 * n as usize];
+//! Matmul::new(&bank, 2)?.run_into(&vec![1i8; 2 * k as usize], &mut c)?; // C = A · Wᵀ
+//! assert_eq!(c[0], w[..k as usize].iter().map(|&v| i32::from(v)).sum::<i32>());
 //! # Ok::<(), rknpu_driver::Error>(())
 //! ```
 //!

@@ -4,6 +4,7 @@
 
 use rknpu_driver::Error;
 use rknpu_driver::compute::layer::{LayerBuilder, MatmulInput};
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::{Plan, pack};
@@ -21,7 +22,7 @@ const K: u32 = 64;
 const N: u32 = 32;
 
 fn bank(dev: &Device, v: i8) -> Arc<WeightBank> {
-    Arc::new(WeightBank::from_i8_nk(dev, N, K, &vec![v; (N * K) as usize]).unwrap())
+    Arc::new(WeightBank::new(dev, (N, K), Weights::I8(&vec![v; (N * K) as usize])).unwrap())
 }
 
 #[test]

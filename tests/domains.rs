@@ -4,6 +4,7 @@
 //! submission, and where there are no domains (rocket, a vendor kernel without
 //! `CONFIG_NO_GKI`) allocation past 4 GiB stays an `ENOMEM` error.
 
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::device::{Bo, BoFlags, Device, Job};
 use rknpu_driver::emu::{EmuKernel, Flavour};
@@ -62,7 +63,7 @@ fn peak_rss() -> Option<u64> {
 fn small(dev: &Device, seed: u64) -> (Matmul, Vec<i8>) {
     let (k, n) = (64usize, 32usize);
     let w = values(n * k, seed);
-    let bank = Arc::new(WeightBank::from_i8_nk(dev, n as u32, k as u32, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(dev, (n as u32, k as u32), Weights::I8(&w)).unwrap());
     (Matmul::new(&bank, 4).unwrap(), w)
 }
 

@@ -5,6 +5,7 @@
 
 use half::{bf16, f16};
 use rknpu_driver::compute::matmul::WeightBank;
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::write::Writer;
 use rknpu_driver::gguf::{GgmlType, Gguf, GgufError as Error, Value, load_bank, load_weights};
@@ -152,10 +153,10 @@ fn whole_tensor_bank(dev: &Device, g: &Gguf, name: &str, dtype: Dtype) -> Weight
     let (k, n) = (info.dims[0] as u32, info.dims[1] as u32);
     let w = g.dequantize(name).unwrap();
     match dtype {
-        Dtype::Fp16 => WeightBank::from_f32_nk(dev, n, k, &w).unwrap(),
+        Dtype::Fp16 => WeightBank::new(dev, (n, k), Weights::F32(&w)).unwrap(),
         Dtype::Bf16 => {
             let b: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
-            WeightBank::from_bf16_nk(dev, n, k, &b).unwrap()
+            WeightBank::new(dev, (n, k), Weights::Bf16(&b)).unwrap()
         }
         d => WeightBank::quantize_f32_nk(dev, n, k, &w, d).unwrap(),
     }

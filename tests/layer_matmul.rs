@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 mod common;
 use common::Rng;
+use rknpu_driver::compute::matmul::Weights;
 
 /// Row-major `m × n` product of `a` (`m × k`) and `w` (`k × n`), in i64.
 fn product(a: &[i32], w: &[i32], (m, k, n): (usize, usize, usize)) -> Vec<f64> {
@@ -53,8 +54,8 @@ fn a_two_wave_two_tile_matmul_feeds_a_requantised_native_matmul_exactly() {
     let w2 = ints(&mut rng, (n1 * n2) as usize);
     let l1 = WeightLayout::new(k, n1, Dtype::Int8).unwrap();
     let l2 = WeightLayout::new(n1, n2, Dtype::Int8).unwrap();
-    let bank1 = Arc::new(WeightBank::from_int_kn(&dev, &l1, &w1).unwrap());
-    let bank2 = Arc::new(WeightBank::from_int_kn(&dev, &l2, &w2).unwrap());
+    let bank1 = Arc::new(WeightBank::from_kn_in(&dev, &l1, Weights::Int(&w1)).unwrap());
+    let bank2 = Arc::new(WeightBank::from_kn_in(&dev, &l2, Weights::Int(&w2)).unwrap());
     let plan1 = Plan::for_layout(&l1, m, OutType::Int32, 1).unwrap();
     assert!(plan1.layout.waves.len() >= 2, "{:?}", plan1.layout.waves);
     assert!(plan1.m_tile < m, "M tile {}", plan1.m_tile);
@@ -105,7 +106,9 @@ fn a_two_wave_two_tile_matmul_feeds_a_requantised_native_matmul_exactly() {
 fn a_float_step_of_several_waves_is_refused() {
     let dev = Device::open_spec("emu").unwrap();
     let layout = WeightLayout::new(5000, 32, Dtype::Fp16).unwrap();
-    let bank = Arc::new(WeightBank::from_f32_kn(&dev, &layout, &vec![0.5; 5000 * 32]).unwrap());
+    let bank = Arc::new(
+        WeightBank::from_kn_in(&dev, &layout, Weights::F32(&vec![0.5; 5000 * 32])).unwrap(),
+    );
     let mut b = LayerBuilder::new(&dev);
     let a = b.input_bytes("x", 1 << 20).unwrap();
     let e = b
@@ -191,8 +194,8 @@ fn spread_chain(
 ) -> (Vec<f64>, Vec<Vec<usize>>) {
     let l1 = WeightLayout::new(k, n1, Dtype::Int8).unwrap();
     let l2 = WeightLayout::new(n1, n2, Dtype::Int8).unwrap();
-    let bank1 = Arc::new(WeightBank::from_int_kn(dev, &l1, w1).unwrap());
-    let bank2 = Arc::new(WeightBank::from_int_kn(dev, &l2, w2).unwrap());
+    let bank1 = Arc::new(WeightBank::from_kn_in(dev, &l1, Weights::Int(w1)).unwrap());
+    let bank2 = Arc::new(WeightBank::from_kn_in(dev, &l2, Weights::Int(w2)).unwrap());
     let plan1 = Plan::for_layout(&l1, m, OutType::Int32, 1).unwrap();
     let mut b = LayerBuilder::new(dev).with_cores(cores);
     let a = b.input_bytes("x", plan1.a_bytes as usize).unwrap();

@@ -7,6 +7,7 @@
 use rknpu_driver::Error;
 use rknpu_driver::compute::layer::{LayerBuilder, MatmulInput};
 use rknpu_driver::compute::matmul::WeightBank;
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::{Plan, WeightLayout};
 use rknpu_driver::kernels::ops::Cube;
@@ -176,7 +177,7 @@ fn an_int4_matmul_step_gives_the_exact_product() {
     let (m, k, n) = (4u32, 64u32, 64u32);
     let layout = WeightLayout::new(k, n, Dtype::Int4).unwrap();
     let w: Vec<i32> = (0..k * n).map(|i| (i * 7 % 16) as i32 - 8).collect();
-    let bank = Arc::new(WeightBank::from_int_kn(&dev, &layout, &w).unwrap());
+    let bank = Arc::new(WeightBank::from_kn_in(&dev, &layout, Weights::Int(&w)).unwrap());
     let plan = Plan::for_layout(&layout, m, OutType::Int16, 1).unwrap();
     let mut b = LayerBuilder::new(&dev);
     let a = b.input_bytes("a", plan.a_bytes as usize).unwrap();

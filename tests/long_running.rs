@@ -6,6 +6,7 @@
 mod common;
 
 use common::Rng;
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
 use std::sync::Arc;
@@ -30,7 +31,7 @@ fn a_hundred_large_calls_on_one_emulated_device_succeed() {
     let mut rng = Rng(25);
     // W as N rows of K (ggml's src0 of mul_mat).
     let w: Vec<i8> = (0..N * K).map(|_| rng.int(-128, 127) as i8).collect();
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, N as u32, K as u32, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(&dev, (N as u32, K as u32), Weights::I8(&w)).unwrap());
     let mut mm = Matmul::new(&bank, M as u32).unwrap();
     let mut a = vec![0i8; M * K];
     let mut c = vec![0i32; M * N];

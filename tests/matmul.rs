@@ -12,6 +12,7 @@ mod common;
 use common::Rng;
 
 use proptest::prelude::*;
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
@@ -32,7 +33,9 @@ fn check(spec: MatmulSpec, seed: u64) {
         let b: Vec<f32> = (0..k * n)
             .map(|_| q(rng.int(-1000, 1000) as f32 / 1000.0))
             .collect();
-        let bank = std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
+        let bank = std::sync::Arc::new(
+            WeightBank::from_kn_in(&dev, &plan.layout, Weights::F32(&b)).unwrap(),
+        );
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         let c = mm.run::<f32, f32>(&a).unwrap();
         for i in 0..m {
@@ -62,7 +65,9 @@ fn check(spec: MatmulSpec, seed: u64) {
         };
         let a: Vec<i32> = (0..m * k).map(|_| rng.int(lo, hi)).collect();
         let b: Vec<i32> = (0..k * n).map(|_| rng.int(lo, hi)).collect();
-        let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+        let bank = std::sync::Arc::new(
+            WeightBank::from_kn_in(&dev, &plan.layout, Weights::Int(&b)).unwrap(),
+        );
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         let c = mm.run::<i32, i64>(&a).unwrap();
         // A second call reuses the plan, program and weights.
@@ -139,7 +144,8 @@ fn result_types_and_rocket() {
     let dev = Device::open_spec("emu:rocket").unwrap();
     let plan = Plan::new(MatmulSpec::new(20, 1000, 200, Dtype::Int8).on_cores(3)).unwrap();
     let b: Vec<i32> = (0..1000 * 200).map(|i| (i % 9) - 4).collect();
-    let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+    let bank =
+        std::sync::Arc::new(WeightBank::from_kn_in(&dev, &plan.layout, Weights::Int(&b)).unwrap());
     let mut mm = Matmul::for_plan(&bank, plan).unwrap();
     let c = mm.run::<i32, i64>(&vec![1; 20 * 1000]).unwrap();
     for (j, &got) in c.iter().take(200).enumerate() {

@@ -5,6 +5,7 @@ mod common;
 
 use common::Rng;
 use rknpu_driver::Error;
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::device::Device;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ fn fewer_rows_give_what_a_matmul_of_that_size_gives() {
     let dev = Device::open_spec("emu").unwrap();
     let mut rng = Rng(0x5eed);
     let w: Vec<i8> = (0..N * K).map(|_| rng.int(-127, 127) as i8).collect();
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, N, K, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(&dev, (N, K), Weights::I8(&w)).unwrap());
     let mut big = Matmul::new(&bank, 24).unwrap();
     for rows in [1, 2, 7, 23, 24] {
         let x = x(&mut rng, rows);
@@ -41,7 +42,8 @@ fn fewer_rows_give_what_a_matmul_of_that_size_gives() {
 #[test]
 fn row_counts_and_lengths_outside_the_matmul_are_refused() {
     let dev = Device::open_spec("emu").unwrap();
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, N, K, &vec![1; (N * K) as usize]).unwrap());
+    let bank =
+        Arc::new(WeightBank::new(&dev, (N, K), Weights::I8(&vec![1; (N * K) as usize])).unwrap());
     let mut mm = Matmul::new(&bank, 4).unwrap();
     let mut y = vec![0f32; (5 * N) as usize];
     for rows in [0, 5] {
@@ -63,7 +65,11 @@ fn a_batch_gives_its_members_back_to_run_alone() {
     let dev = Device::open_spec("emu").unwrap();
     let banks: Vec<_> = [1i8, 2]
         .iter()
-        .map(|&v| Arc::new(WeightBank::from_i8_nk(&dev, N, K, &vec![v; (N * K) as usize]).unwrap()))
+        .map(|&v| {
+            Arc::new(
+                WeightBank::new(&dev, (N, K), Weights::I8(&vec![v; (N * K) as usize])).unwrap(),
+            )
+        })
         .collect();
     let members = banks.iter().map(|b| Matmul::new(b, 2).unwrap()).collect();
     let mut batch = MatmulBatch::new(members).unwrap();

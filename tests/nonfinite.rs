@@ -6,6 +6,7 @@
 
 use half::{bf16, f16};
 use rknpu_driver::Error;
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::emu::{EmuKernel, Flavour};
@@ -42,7 +43,7 @@ fn with(v: f32, index: usize) -> Vec<f32> {
 
 fn f16_bank(dev: &Device, w: f32) -> Arc<WeightBank> {
     let w = vec![f16::from_f32(w); (N * K) as usize];
-    Arc::new(WeightBank::from_f16_nk(dev, N, K, &w).unwrap())
+    Arc::new(WeightBank::new(dev, (N, K), Weights::F16(&w)).unwrap())
 }
 
 #[test]
@@ -93,7 +94,7 @@ fn fp16_bank_runs_the_largest_values_fp16_holds() {
 fn bf16_bank_refuses_what_bf16_cannot_hold() {
     let dev = dev();
     let w = vec![bf16::from_f32(0.0); (N * K) as usize];
-    let bank = Arc::new(WeightBank::from_bf16_nk(&dev, N, K, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(&dev, (N, K), Weights::Bf16(&w)).unwrap());
     let mut mm = Matmul::new(&bank, M).unwrap();
     refused(mm.run::<f32, f32>(&with(f32::NAN, 0)), 0, "NaN");
     refused(
@@ -113,7 +114,8 @@ fn bf16_bank_refuses_what_bf16_cannot_hold() {
 #[test]
 fn int8_bank_refuses_non_finite_and_quantises_large_finite_values() {
     let dev = dev();
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, N, K, &vec![1; (N * K) as usize]).unwrap());
+    let bank =
+        Arc::new(WeightBank::new(&dev, (N, K), Weights::I8(&vec![1; (N * K) as usize])).unwrap());
     let mut mm = Matmul::new(&bank, M).unwrap();
     let mut y = vec![0f32; (M * N) as usize];
     refused(mm.mul_mat(&with(f32::NAN, 5), &mut y), 5, "NaN");
@@ -163,17 +165,21 @@ fn weights_that_are_or_round_to_infinity_are_refused() {
     let mut w = vec![0.5f32; (N * K) as usize];
     w[100] = 70000.0;
     refused_weights(
-        WeightBank::from_f32_nk(&dev, N, K, &w),
+        WeightBank::new(&dev, (N, K), Weights::F32(&w)),
         100,
         "f32 70000 to fp16",
     );
     let mut h = vec![f16::ONE; (N * K) as usize];
     h[3] = f16::NAN;
-    refused_weights(WeightBank::from_f16_nk(&dev, N, K, &h), 3, "f16 NaN");
+    refused_weights(
+        WeightBank::new(&dev, (N, K), Weights::F16(&h)),
+        3,
+        "f16 NaN",
+    );
     let mut b = vec![bf16::ONE; (N * K) as usize];
     b[N as usize * K as usize - 1] = bf16::INFINITY;
     refused_weights(
-        WeightBank::from_bf16_nk(&dev, N, K, &b),
+        WeightBank::new(&dev, (N, K), Weights::Bf16(&b)),
         (N * K) as usize - 1,
         "bf16 +inf",
     );

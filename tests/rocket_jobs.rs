@@ -8,6 +8,7 @@ mod common;
 
 use rknpu_driver::Error;
 use rknpu_driver::compute::layer::{LayerBuilder, Tensor};
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::emu::{EmuKernel, Flavour, ROCKET_TIME_MODEL};
@@ -73,7 +74,7 @@ fn a_program_modelled_beyond_the_timeout_runs_as_several_jobs_and_one_job_is_sto
     let w = values((N * K) as usize, 1);
     let a = values((M * K) as usize, 2);
     let want = reference(&a, &w, (M as usize, K as usize, N as usize));
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, N, K, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(&dev, (N, K), Weights::I8(&w)).unwrap());
     // Made under the 500 ms timeout: one job.
     let mut whole = Matmul::new(&bank, M).unwrap();
     assert_eq!(whole.jobs().len(), 1);
@@ -134,8 +135,8 @@ fn a_batch_is_split_the_same_way_with_the_same_results() {
         if let Some(t) = timeout {
             dev.emulator().unwrap().set_rocket_job_timeout(t);
         }
-        let b1 = Arc::new(WeightBank::from_i8_nk(&dev, N, K, &w1).unwrap());
-        let b2 = Arc::new(WeightBank::from_i8_nk(&dev, N, K, &w2).unwrap());
+        let b1 = Arc::new(WeightBank::new(&dev, (N, K), Weights::I8(&w1)).unwrap());
+        let b2 = Arc::new(WeightBank::new(&dev, (N, K), Weights::I8(&w2)).unwrap());
         let members = vec![Matmul::new(&b1, 1).unwrap(), Matmul::new(&b2, 1).unwrap()];
         let mut batch = MatmulBatch::new(members).unwrap();
         let (mut y1, mut y2) = (vec![0f32; N as usize], vec![0f32; N as usize]);

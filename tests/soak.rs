@@ -14,6 +14,7 @@ mod common;
 use common::Rng;
 use half::f16;
 use rknpu_driver::compute::layer::LayerBuilder;
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 use rknpu_driver::device::Device;
@@ -69,7 +70,7 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
     let mut rng = Rng(seed | 1);
     let mut t = Tally::default();
     let w = int8(&mut rng, (N * K) as usize);
-    let bank = Arc::new(WeightBank::from_i8_nk(dev, N, K, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(dev, (N, K), Weights::I8(&w)).unwrap());
     let mut mm = Matmul::new(&bank, M).unwrap();
 
     // A batch of two fp16 matmuls on small integers: exact in fp32.
@@ -82,7 +83,7 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
         .collect();
     let banks: Vec<_> = wf
         .iter()
-        .map(|w| Arc::new(WeightBank::from_f16_nk(dev, N, K, w).unwrap()))
+        .map(|w| Arc::new(WeightBank::new(dev, (N, K), Weights::F16(w)).unwrap()))
         .collect();
     let mut batch =
         MatmulBatch::new(banks.iter().map(|b| Matmul::new(b, M).unwrap()).collect()).unwrap();
@@ -205,7 +206,7 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
                 // Churn: a new bank and matmul, one run, dropped (its addresses are
                 // handed out again).
                 let w2 = int8(&mut rng, (N * K) as usize);
-                let bank2 = Arc::new(WeightBank::from_i8_nk(dev, N, K, &w2).unwrap());
+                let bank2 = Arc::new(WeightBank::new(dev, (N, K), Weights::I8(&w2)).unwrap());
                 let mut mm2 = Matmul::new(&bank2, M).unwrap();
                 let a = int8(&mut rng, (M * K) as usize);
                 assert_eq!(mm2.run::<i8, i32>(&a).unwrap(), reference(&a, &w2));

@@ -11,6 +11,7 @@
 mod common;
 
 use common::{Rng, first_difference};
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::emu::{EmuKernel, Flavour};
@@ -94,8 +95,9 @@ fn record(case: &Case) -> Vec<u8> {
         Dtype::Fp16 => {
             let a: Vec<f32> = (0..m * k).map(|_| rng.float()).collect();
             let b: Vec<f32> = (0..k * n).map(|_| rng.float()).collect();
-            let bank =
-                std::sync::Arc::new(WeightBank::from_f32_kn(&dev, &plan.layout, &b).unwrap());
+            let bank = std::sync::Arc::new(
+                WeightBank::from_kn_in(&dev, &plan.layout, Weights::F32(&b)).unwrap(),
+            );
             Matmul::for_plan(&bank, plan)
                 .unwrap()
                 .run::<f32, f32>(&a)
@@ -109,8 +111,9 @@ fn record(case: &Case) -> Vec<u8> {
             };
             let a: Vec<i32> = (0..m * k).map(|_| rng.int(lo, hi)).collect();
             let b: Vec<i32> = (0..k * n).map(|_| rng.int(lo, hi)).collect();
-            let bank =
-                std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+            let bank = std::sync::Arc::new(
+                WeightBank::from_kn_in(&dev, &plan.layout, Weights::Int(&b)).unwrap(),
+            );
             Matmul::for_plan(&bank, plan)
                 .unwrap()
                 .run::<i32, i64>(&a)
@@ -514,7 +517,8 @@ fn contents_written_between_submissions_are_recorded_once_each() {
     let plan = Plan::new(MatmulSpec::new(16, 64, 32, Dtype::Int8)).unwrap();
     let mut rng = Rng(11);
     let b: Vec<i32> = (0..64 * 32).map(|_| rng.int(-128, 127)).collect();
-    let bank = std::sync::Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+    let bank =
+        std::sync::Arc::new(WeightBank::from_kn_in(&dev, &plan.layout, Weights::Int(&b)).unwrap());
     let mut mm = Matmul::for_plan(&bank, plan).unwrap();
     for _ in 0..2 {
         let a: Vec<i32> = (0..16 * 64).map(|_| rng.int(-128, 127)).collect();
@@ -555,7 +559,7 @@ fn a_trace_of_two_program_lifetimes_at_reused_addresses_replays_in_model_mode() 
     for _ in 0..2 {
         let plan = Plan::new(MatmulSpec::new(16, 64, 32, Dtype::Int8)).unwrap();
         let b: Vec<i32> = (0..64 * 32).map(|_| rng.int(-128, 127)).collect();
-        let bank = Arc::new(WeightBank::from_int_kn(&dev, &plan.layout, &b).unwrap());
+        let bank = Arc::new(WeightBank::from_kn_in(&dev, &plan.layout, Weights::Int(&b)).unwrap());
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();
         let a: Vec<i32> = (0..16 * 64).map(|_| rng.int(-128, 127)).collect();
         mm.run::<i32, i64>(&a).unwrap();

@@ -39,6 +39,7 @@ pub use job::Job;
 pub use limits::{WEIGHTS_I4, WEIGHTS_I8, ggml_supported, ggml_type, mul_mat_supported};
 
 use rknpu_driver::Error;
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::{self, GgmlType};
@@ -347,21 +348,22 @@ impl RknpuWeights {
     /// int8 weights (`n` rows of `k`) with per-row scales.
     pub fn i8(dev: &RknpuDevice, w: &[i8], scale: &[f32], n: u32, k: u32) -> Result<Self> {
         weight_shape(n, k, false)?;
-        let bank = WeightBank::from_i8_nk(&dev.device, n, k, w)?.with_scales(scale)?;
+        let bank = WeightBank::new(&dev.device, (n, k), Weights::I8(w))?.with_scales(scale)?;
         Ok(RknpuWeights::new(bank, n, k))
     }
 
     /// int4 weights (`n` rows of `k / 2` bytes) with per-row scales.
     pub fn i4(dev: &RknpuDevice, w: &[u8], scale: &[f32], n: u32, k: u32) -> Result<Self> {
         weight_shape(n, k, true)?;
-        let bank = WeightBank::from_i4_packed_nk(&dev.device, n, k, w)?.with_scales(scale)?;
+        let bank =
+            WeightBank::new(&dev.device, (n, k), Weights::I4Packed(w))?.with_scales(scale)?;
         Ok(RknpuWeights::new(bank, n, k))
     }
 
     /// fp16 weights (`n` rows of `k` values), packed from `w` without a copy.
     pub fn f16(dev: &RknpuDevice, w: &[half::f16], n: u32, k: u32) -> Result<Self> {
         weight_shape(n, k, false)?;
-        let bank = WeightBank::from_f16_nk(&dev.device, n, k, w)?;
+        let bank = WeightBank::new(&dev.device, (n, k), Weights::F16(w))?;
         Ok(RknpuWeights::new(bank, n, k))
     }
 

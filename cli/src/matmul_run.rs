@@ -154,7 +154,7 @@ pub(crate) fn run_f32(
         dev,
         (plan, options),
         (&a, &b),
-        |d, p, b| WeightBank::from_f32_kn(d, &p.layout, b),
+        |d, p, b| WeightBank::from_kn_in(d, &p.layout, Weights::F32(b)),
         |mm, a| mm.run::<f32, f32>(a),
         |c| check_f32(&spec, (&a, &b), c),
     )
@@ -173,7 +173,7 @@ pub(crate) fn run_int(
         dev,
         (plan, options),
         (&a, &b),
-        |d, p, b| WeightBank::from_int_kn(d, &p.layout, b),
+        |d, p, b| WeightBank::from_kn_in(d, &p.layout, Weights::Int(b)),
         |mm, a| mm.run::<i32, i64>(a),
         |c| check_int(&spec, (&a, &b), c),
     )

@@ -10,6 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use rknpu_driver::Error;
 use rknpu_driver::compute::layer::{LayerBuilder, MatmulInput, Tensor};
 use rknpu_driver::compute::matmul::WeightBank;
+use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::Plan;
 use rknpu_driver::kernels::ops::Cube;
@@ -146,7 +147,7 @@ fn run(dev: &Device, other: &Device, d: &mut Bytes<'_>) {
                     dev
                 };
                 let w: Vec<i8> = (0..n * k).map(|i| (i % 7) as i8 - 3).collect();
-                let bank = WeightBank::from_i8_nk(on, n, k, &w).map(Arc::new);
+                let bank = WeightBank::new(on, (n, k), Weights::I8(&w)).map(Arc::new);
                 let plan = bank
                     .as_ref()
                     .ok()

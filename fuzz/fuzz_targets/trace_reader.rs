@@ -41,5 +41,8 @@ fuzz_target!(|data: &[u8]| {
     let opts = ReplayOptions::for_header(chunks.header());
     let streamed = replay::replay_stream(&mut chunks, Mode::Check, &opts)
         .expect("the chunk reader refuses a chunk the whole reader accepted");
-    assert_eq!(streamed, checked, "a streamed replay differs from the whole one");
+    assert_eq!(
+        streamed, checked,
+        "a streamed replay differs from the whole one"
+    );
 });

@@ -4,6 +4,7 @@
 //! refused on rocket.
 
 use super::matmul::{Activations, Matmul, MatmulBatch, MatmulOptions, WeightBank};
+use crate::compute::matmul::Weights;
 use crate::device::*;
 use crate::emu::{EmuKernel, Flavour};
 use crate::error::Error;
@@ -48,13 +49,13 @@ fn run(dev: &Device, case: Case, incremental: bool) -> (Vec<u64>, Vec<usize>, u6
     let (mut mm, input) = match case {
         Case::Int8 { m, k, n, cores } => {
             let w: Vec<i8> = ints(n * k, -128, 127, 1).iter().map(|&v| v as i8).collect();
-            let bank = Arc::new(WeightBank::from_i8_nk(dev, n, k, &w).unwrap());
+            let bank = Arc::new(WeightBank::new(dev, (n, k), Weights::I8(&w)).unwrap());
             let mm = Matmul::with_options(&bank, m, options.cores(cores)).unwrap();
             (mm, Ok(ints(m * k, -128, 127, 2)))
         }
         Case::Int4 { m, k, n } => {
             let w: Vec<i8> = ints(n * k, -8, 7, 3).iter().map(|&v| v as i8).collect();
-            let bank = Arc::new(WeightBank::from_i4_nk(dev, n, k, &w).unwrap());
+            let bank = Arc::new(WeightBank::new(dev, (n, k), Weights::I4(&w)).unwrap());
             let options = options.activations(Activations::Int4).cores(1);
             let mm = Matmul::with_options(&bank, m, options).unwrap();
             (mm, Ok(ints(m * k, -8, 7, 4)))
@@ -62,7 +63,7 @@ fn run(dev: &Device, case: Case, incremental: bool) -> (Vec<u64>, Vec<usize>, u6
         Case::Fp16 { m, k, n } => {
             let half = |v: &i32| f16::from_f32(*v as f32 / 8.0);
             let w: Vec<f16> = ints(n * k, -16, 16, 5).iter().map(half).collect();
-            let bank = Arc::new(WeightBank::from_f16_nk(dev, n, k, &w).unwrap());
+            let bank = Arc::new(WeightBank::new(dev, (n, k), Weights::F16(&w)).unwrap());
             let mm = Matmul::with_options(&bank, m, options.cores(1)).unwrap();
             let a: Vec<f16> = ints(m * k, -16, 16, 6).iter().map(half).collect();
             (mm, Err(a))
@@ -188,7 +189,8 @@ fn incremental_batches_and_npu_dequantisation_equal_full_bodies() {
 fn incremental_bodies_are_refused_on_rocket() {
     for spec in ["emu:rocket", "emu:rocket:async"] {
         let dev = Device::open_spec(spec).unwrap();
-        let bank = Arc::new(WeightBank::from_i8_nk(&dev, 64, 32, &vec![1; 64 * 32]).unwrap());
+        let bank =
+            Arc::new(WeightBank::new(&dev, (64, 32), Weights::I8(&vec![1; 64 * 32])).unwrap());
         let err =
             Matmul::with_options(&bank, 4, MatmulOptions::default().incremental(true)).unwrap_err();
         match err {

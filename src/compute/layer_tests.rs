@@ -3,6 +3,7 @@
 
 use super::layer::{LayerBuilder, MatmulInput, Tensor};
 use super::matmul::WeightBank;
+use crate::compute::matmul::Weights;
 use crate::device::Device;
 use crate::error::Error;
 use crate::float::{f16_to_f32, f32_to_f16};
@@ -131,7 +132,7 @@ fn a_matmul_and_its_dequantisation_chain_on_the_device() {
     let x: Vec<i8> = (0..m * k).map(|_| rng.int(-128, 127) as i8).collect();
     let row_scales = [0.5f32, 0.03125, 0.0078125];
     let w_scales: Vec<f32> = (0..n).map(|i| 0.001 * (i + 1) as f32).collect();
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(&dev, (n, k), Weights::I8(&w)).unwrap());
     let plan = Plan::for_layout(bank.layout(), m, OutType::Fp32, 1).unwrap();
     let mut b = LayerBuilder::new(&dev);
     let xa = b.input_bytes("x", plan.a_bytes as usize).unwrap();
@@ -286,7 +287,7 @@ fn a_matmul_step_with_a_bank_of_another_device_is_refused() {
     let (dev, other) = (emu(), emu());
     let (m, k, n) = (2u32, 32u32, 32u32);
     let w = vec![1i8; (n * k) as usize];
-    let bank = Arc::new(WeightBank::from_i8_nk(&other, n, k, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(&other, (n, k), Weights::I8(&w)).unwrap());
     let plan = Plan::for_layout(bank.layout(), m, OutType::Int32, 1).unwrap();
     let before = (dev.live_buffers(), other.live_buffers());
     let mut b = LayerBuilder::new(&dev);

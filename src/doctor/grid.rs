@@ -4,6 +4,7 @@
 use super::check::{Operands, Values};
 use super::rungs::{Ctx, Fail, dtype_name, judge};
 use crate::Error;
+use crate::compute::matmul::Weights;
 use crate::compute::matmul::{Matmul, WeightBank};
 use crate::kernels::matmul::{MatmulSpec, Plan};
 use crate::kernels::single::Dtype;
@@ -89,7 +90,7 @@ fn run_plan(c: &Ctx<'_>, plan: Plan, seed: u64) -> Result<bool, Fail> {
     let (got, job) = match &ops {
         Operands::Int { a, b, .. } => {
             let bank = std::sync::Arc::new(
-                WeightBank::from_int_kn(c.dev, &plan.layout, b).map_err(dev_err)?,
+                WeightBank::from_kn_in(c.dev, &plan.layout, Weights::Int(b)).map_err(dev_err)?,
             );
             let mut mm = Matmul::for_plan(&bank, plan).map_err(dev_err)?;
             mm.timeout = c.opts.deadline;
@@ -98,7 +99,7 @@ fn run_plan(c: &Ctx<'_>, plan: Plan, seed: u64) -> Result<bool, Fail> {
         }
         Operands::Float { a, b } => {
             let bank = std::sync::Arc::new(
-                WeightBank::from_f32_kn(c.dev, &plan.layout, b).map_err(dev_err)?,
+                WeightBank::from_kn_in(c.dev, &plan.layout, Weights::F32(b)).map_err(dev_err)?,
             );
             let mut mm = Matmul::for_plan(&bank, plan).map_err(dev_err)?;
             mm.timeout = c.opts.deadline;

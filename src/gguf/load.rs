@@ -3,6 +3,7 @@
 
 use super::{GgmlType, Gguf, GgufError, Result};
 use crate::compute::matmul::WeightBank;
+use crate::compute::matmul::Weights;
 use crate::device::Device;
 use crate::float::{bf16_to_f32, f16_to_f32};
 use crate::kernels::matmul::quant;
@@ -203,16 +204,16 @@ pub fn load_bank(dev: &Device, gguf: &Gguf, name: &str, dtype: Dtype) -> Result<
     let bank = match (host, dtype) {
         (Host::Half(h), Dtype::Bf16) => {
             let b: Vec<bf16> = h.iter().map(|&v| bf16::from_bits(v)).collect();
-            WeightBank::from_bf16_nk(dev, n, k, &b)?
+            WeightBank::new(dev, (n, k), Weights::Bf16(&b))?
         }
         (Host::Half(h), _) => {
             let h: Vec<half::f16> = h.iter().map(|&v| half::f16::from_bits(v)).collect();
-            WeightBank::from_f16_nk(dev, n, k, &h)?
+            WeightBank::new(dev, (n, k), Weights::F16(&h))?
         }
         (Host::Quant(q, s), Dtype::Int8) => {
-            WeightBank::from_i8_nk(dev, n, k, &q)?.with_scales(&s)?
+            WeightBank::new(dev, (n, k), Weights::I8(&q))?.with_scales(&s)?
         }
-        (Host::Quant(q, s), _) => WeightBank::from_i4_nk(dev, n, k, &q)?.with_scales(&s)?,
+        (Host::Quant(q, s), _) => WeightBank::new(dev, (n, k), Weights::I4(&q))?.with_scales(&s)?,
     };
     Ok(bank)
 }

@@ -13,6 +13,7 @@
 use super::dequant::{DEQUANTIZED, dequantize};
 use super::{GgmlType, GgufError, Result};
 use crate::compute::matmul::WeightBank;
+use crate::compute::matmul::Weights;
 use crate::device::Device;
 use crate::kernels::matmul::{Plan, WeightLayout};
 use crate::kernels::single::{Dtype, OutType};
@@ -111,12 +112,12 @@ pub fn bank_from_raw(
         (GgmlType::F16, _) => {
             let w = halves(data, f16::from_bits);
             check_finite(w.iter().map(|v| v.is_finite()), k_us)?;
-            Ok(WeightBank::from_f16_nk(dev, n, k, &w)?)
+            Ok(WeightBank::new(dev, (n, k), Weights::F16(&w))?)
         }
         (GgmlType::BF16, _) => {
             let w = halves(data, bf16::from_bits);
             check_finite(w.iter().map(|v| v.is_finite()), k_us)?;
-            Ok(WeightBank::from_bf16_nk(dev, n, k, &w)?)
+            Ok(WeightBank::new(dev, (n, k), Weights::Bf16(&w))?)
         }
         _ => {
             let mut h = Vec::with_capacity(n_us * k_us);
@@ -130,7 +131,7 @@ pub fn bank_from_raw(
                     h.push(v);
                 }
             }
-            Ok(WeightBank::from_f16_nk(dev, n, k, &h)?)
+            Ok(WeightBank::new(dev, (n, k), Weights::F16(&h))?)
         }
     }
 }

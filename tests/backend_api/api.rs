@@ -12,13 +12,17 @@ fn bad_weights_are_typed_errors() {
     let (k, n) = (64u32, 32u32);
     let w = vec![1i8; (n * k) as usize];
     // Weights of the wrong length.
-    match WeightBank::from_i8_nk(&dev, n, k, &w[1..]) {
+    match WeightBank::new(&dev, (n, k), Weights::I8(&w[1..])) {
         Err(Error::ShapeMismatch {
             expected, actual, ..
         }) => assert_eq!((expected, actual), ((n * k) as u64, (n * k - 1) as u64)),
         r => panic!("short weights: {r:?}"),
     }
-    match WeightBank::from_i4_packed_nk(&dev, n, k, &vec![0u8; (n * k / 2 + 3) as usize]) {
+    match WeightBank::new(
+        &dev,
+        (n, k),
+        Weights::I4Packed(&vec![0u8; (n * k / 2 + 3) as usize]),
+    ) {
         Err(Error::ShapeMismatch {
             expected, actual, ..
         }) => assert_eq!(
@@ -29,13 +33,13 @@ fn bad_weights_are_typed_errors() {
     }
     // An odd K with packed nibbles.
     assert!(matches!(
-        WeightBank::from_i4_packed_nk(&dev, 4, 5, &[0u8; 10]),
+        WeightBank::new(&dev, (4, 5), Weights::I4Packed(&[0u8; 10])),
         Err(Error::ShapeMismatch { .. })
     ));
     // An int4 weight of 9.
     let mut w4 = vec![0i8; (n * k) as usize];
     w4[37] = 9;
-    match WeightBank::from_i4_nk(&dev, n, k, &w4) {
+    match WeightBank::new(&dev, (n, k), Weights::I4(&w4)) {
         Err(Error::OutOfRange { index, value, .. }) => {
             assert_eq!((index, value.as_str()), (37, "9"))
         }
@@ -44,12 +48,12 @@ fn bad_weights_are_typed_errors() {
     // A NaN scale, and scales of the wrong length.
     let mut scales = vec![1f32; n as usize];
     scales[3] = f32::NAN;
-    let b2 = WeightBank::from_i8_nk(&dev, n, k, &w).unwrap();
+    let b2 = WeightBank::new(&dev, (n, k), Weights::I8(&w)).unwrap();
     match b2.with_scales(&scales) {
         Err(Error::OutOfRange { index, .. }) => assert_eq!(index, 3),
         r => panic!("NaN scale: {r:?}"),
     }
-    let b3 = WeightBank::from_i8_nk(&dev, n, k, &w).unwrap();
+    let b3 = WeightBank::new(&dev, (n, k), Weights::I8(&w)).unwrap();
     assert!(matches!(
         b3.with_scales(&[1.0; 3]),
         Err(Error::ShapeMismatch {
@@ -60,6 +64,64 @@ fn bad_weights_are_typed_errors() {
     ));
 }
 
+/// One `Weights` value per element type: `[in][out]` weights (`from_kn_in`) pack into
+/// the same bytes as their transpose given `[out][in]` (`from_nk_in`), for every
+/// element form that has an order; integers and f32 in a chosen layout equal the native
+/// forms; packed nibbles in K×N order and layout-less integers are refused.
+#[test]
+fn weights_in_either_order_make_the_same_bank() {
+    let dev = open("emu");
+    let (k, n) = (96u32, 40u32);
+    let mut rng = Rng(0x5eed_0b4c);
+    let nk = ints(&mut rng, (n * k) as usize, -8, 7);
+    let kn = transpose(&nk, n as usize, k as usize);
+    let packed = |b: WeightBank| b.packed().unwrap();
+    let layout = |d| WeightLayout::decode_and_prompts(k, n, d, dev.cores()).unwrap();
+    let (l8, l4, lh) = (
+        layout(Dtype::Int8),
+        layout(Dtype::Int4),
+        layout(Dtype::Fp16),
+    );
+    let by_nk = packed(WeightBank::from_nk_in(&dev, &l8, Weights::I8(&nk)).unwrap());
+    let by_kn = packed(WeightBank::from_kn_in(&dev, &l8, Weights::I8(&kn)).unwrap());
+    assert_eq!(by_nk, by_kn, "int8");
+    let kn32: Vec<i32> = kn.iter().map(|&v| i32::from(v)).collect();
+    let ints_kn = packed(WeightBank::from_kn_in(&dev, &l8, Weights::Int(&kn32)).unwrap());
+    assert_eq!(by_nk, ints_kn, "int8 as i32");
+    let i4_nk = packed(WeightBank::from_nk_in(&dev, &l4, Weights::I4(&nk)).unwrap());
+    let i4_kn = packed(WeightBank::from_kn_in(&dev, &l4, Weights::I4(&kn)).unwrap());
+    assert_eq!(i4_nk, i4_kn, "int4");
+    let h_nk: Vec<f16> = nk
+        .iter()
+        .map(|&v| f16::from_f32(f32::from(v) / 4.0))
+        .collect();
+    let h_kn = transpose(&h_nk, n as usize, k as usize);
+    let f_kn: Vec<f32> = h_kn.iter().map(|v| v.to_f32()).collect();
+    let fp16 = packed(WeightBank::from_nk_in(&dev, &lh, Weights::F16(&h_nk)).unwrap());
+    let fp16_kn = packed(WeightBank::from_kn_in(&dev, &lh, Weights::F16(&h_kn)).unwrap());
+    let f32_kn = packed(WeightBank::from_kn_in(&dev, &lh, Weights::F32(&f_kn)).unwrap());
+    assert_eq!(fp16, fp16_kn, "fp16");
+    assert_eq!(fp16, f32_kn, "f32 rounded to fp16");
+    // Without a layout, f32 weights are an fp16 bank of the same bytes.
+    let f_nk: Vec<f32> = h_nk.iter().map(|v| v.to_f32()).collect();
+    let bank = WeightBank::new(&dev, (n, k), Weights::F32(&f_nk)).unwrap();
+    assert_eq!(bank.layout(), &lh);
+    assert_eq!(packed(bank), fp16);
+    let nibbles = vec![0u8; (n * k / 2) as usize];
+    assert!(matches!(
+        WeightBank::from_kn_in(&dev, &l4, Weights::I4Packed(&nibbles)),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(matches!(
+        WeightBank::new(&dev, (n, k), Weights::Int(&kn32)),
+        Err(Error::InvalidArgument { .. })
+    ));
+    // Integers out of the layout's range are refused as before.
+    let mut wide = kn32.clone();
+    wide[3] = 9;
+    assert!(WeightBank::from_kn_in(&dev, &l4, Weights::Int(&wide)).is_err());
+}
+
 /// Activations, results and options a matmul cannot take: wrong lengths are
 /// `ShapeMismatch`, NaN activations in `mul_mat` are `OutOfRange`, `run` of `f16` on an int8
 /// bank is `Precision`, `cores(0)` is refused; the matmul still works after them.
@@ -68,7 +130,7 @@ fn bad_activations_are_typed_errors() {
     let dev = open("emu");
     let (m, k, n) = (2u32, 64u32, 32u32);
     let w = vec![1i8; (n * k) as usize];
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(&dev, (n, k), Weights::I8(&w)).unwrap());
     let mut mm = Matmul::new(&bank, m).unwrap();
     // Activations and results of the wrong length.
     match mm.run::<i8, i32>(&vec![0i8; (m * k + 1) as usize]) {
@@ -121,7 +183,7 @@ fn element_types_in_and_out_agree() {
     let a = ints(&mut rng, m * k, -128, 127);
     let wide_want = cpu_nk(&wide(&a), &wide(&w), m, k, n);
     let want = as_i32(&wide_want);
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w)).unwrap());
     let mut mm = Matmul::new(&bank, m as u32).unwrap();
     assert_eq!(mm.run::<i8, i32>(&a).unwrap(), want);
     assert_eq!(mm.run::<i8, i64>(&a).unwrap(), wide_want);
@@ -164,7 +226,7 @@ fn foreign_plans_and_batches_are_refused() {
     let dev = open("emu");
     let (m, k, n) = (2u32, 64u32, 32u32);
     let w = vec![1i8; (n * k) as usize];
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, n, k, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(&dev, (n, k), Weights::I8(&w)).unwrap());
     // A plan of another layout: other K, and the same shape as int4.
     for other in [
         WeightLayout::new(k + 32, n, Dtype::Int8).unwrap(),
@@ -203,7 +265,7 @@ fn foreign_plans_and_batches_are_refused() {
     ));
     // Members of another open of the (emulated) NPU: refused before anything runs.
     let other = open("emu");
-    let foreign = Arc::new(WeightBank::from_i8_nk(&other, n, k, &w).unwrap());
+    let foreign = Arc::new(WeightBank::new(&other, (n, k), Weights::I8(&w)).unwrap());
     assert!(!other.same_device(&dev) && dev.same_device(&dev.clone()));
     assert!(matches!(
         MatmulBatch::new(vec![
@@ -261,7 +323,8 @@ fn handles_are_owned_and_free_their_buffers() {
         let dev = open(spec);
         let before = dev.live_buffers();
         let layer = {
-            let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+            let bank =
+                Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w)).unwrap());
             let mm = Matmul::new(&bank, m as u32).unwrap();
             Layer { bank, mm }
         };
@@ -305,11 +368,11 @@ fn packed_bytes_round_trip_through_from_packed() {
     for (w, bank) in [
         (
             &w8,
-            WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w8).unwrap(),
+            WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w8)).unwrap(),
         ),
         (
             &w4,
-            WeightBank::from_i4_nk(&dev, n as u32, k as u32, &w4).unwrap(),
+            WeightBank::new(&dev, (n as u32, k as u32), Weights::I4(&w4)).unwrap(),
         ),
     ] {
         let bytes = bank.packed().unwrap();
@@ -333,7 +396,7 @@ fn packed_bytes_round_trip_through_from_packed() {
     }
     let wf: Vec<f16> = (0..n * k).map(|_| f16::from_f32(rng.float())).collect();
     let af: Vec<f16> = (0..m * k).map(|_| f16::from_f32(rng.float())).collect();
-    let bank = Arc::new(WeightBank::from_f16_nk(&dev, n as u32, k as u32, &wf).unwrap());
+    let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::F16(&wf)).unwrap());
     let again =
         Arc::new(WeightBank::from_packed(&dev, bank.layout(), &bank.packed().unwrap()).unwrap());
     let x = Matmul::new(&bank, m as u32)
@@ -358,7 +421,8 @@ fn a_matmul_outlives_the_device_handle() {
     for spec in SPECS {
         let mut mm = {
             let dev = open(spec);
-            let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+            let bank =
+                Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w)).unwrap());
             Matmul::new(&bank, m as u32).unwrap()
         };
         let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n));

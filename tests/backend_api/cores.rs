@@ -27,7 +27,7 @@ fn wide_n_splits_columns_evenly_over_three_cores() {
     let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n));
     for spec in SPECS {
         let dev = open(spec);
-        let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w)).unwrap());
         let opts = MatmulOptions::default().cores(3);
         let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
         assert_eq!(mm.plan().per_core.len(), 3);
@@ -60,7 +60,7 @@ fn small_n_splits_m_over_cores() {
     let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n));
     for spec in SPECS {
         let dev = open(spec);
-        let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w)).unwrap());
         let opts = MatmulOptions::default().cores(3);
         let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
         let plan = mm.plan();
@@ -88,7 +88,7 @@ fn tiny_product_runs_on_one_core() {
     let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), m, k, n));
     for spec in SPECS {
         let dev = open(spec);
-        let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w)).unwrap());
         let opts = MatmulOptions::default().cores(3);
         let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
         assert_eq!(mm.plan().per_core.len(), 1);
@@ -120,7 +120,7 @@ fn batch_equals_members_alone_in_one_submission() {
             let (m, n) = shapes[i];
             let bank = match i {
                 0 => WeightBank::quantize_f32_nk(&dev, n as u32, k as u32, &ws[i], Dtype::Int8),
-                1 => WeightBank::from_f32_nk(&dev, n as u32, k as u32, &ws[i]),
+                1 => WeightBank::new(&dev, (n as u32, k as u32), Weights::F32(&ws[i])),
                 _ => WeightBank::quantize_f32_nk(&dev, n as u32, k as u32, &ws[i], Dtype::Int4),
             };
             Matmul::new(&Arc::new(bank.unwrap()), m as u32).unwrap()
@@ -172,7 +172,7 @@ fn batch_of_int8_members_is_exact() {
             .iter()
             .zip(&ws)
             .map(|(&n, w)| {
-                let bank = WeightBank::from_i8_nk(&dev, n as u32, k as u32, w).unwrap();
+                let bank = WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(w)).unwrap();
                 Matmul::new(&Arc::new(bank), m as u32).unwrap()
             })
             .collect();
@@ -204,7 +204,7 @@ fn check_async(spec: &str) {
     let dev = open(spec);
     for cores in [1, 3] {
         let opts = MatmulOptions::default().cores(cores);
-        let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w8).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w8)).unwrap());
         let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
         let mut out = vec![0i32; m * n];
         let pending: PendingMatmul<'_> = mm
@@ -216,7 +216,7 @@ fn check_async(spec: &str) {
 
         let banks = [
             WeightBank::quantize_f32_nk(&dev, n as u32, k as u32, &wf, Dtype::Int8).unwrap(),
-            WeightBank::from_f32_nk(&dev, n as u32, k as u32, &wf).unwrap(),
+            WeightBank::new(&dev, (n as u32, k as u32), Weights::F32(&wf)).unwrap(),
         ];
         for bank in banks {
             let dtype = bank.layout().dtype;
@@ -271,14 +271,14 @@ fn single_token_layouts_serve_few_rows_only() {
     let want = as_i32(&cpu_nk(&wide(&a), &wide(&w), 5, k, n));
     for spec in ["emu", "emu:rocket", "emu:vendor-0.9.6"] {
         let dev = open(spec);
-        let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w)).unwrap());
         assert!(bank.layout().waves.len() >= 2);
         let got = Matmul::new(&bank, 5).unwrap().run::<i8, i32>(&a).unwrap();
         assert_eq!(got, want, "{spec} default layout");
 
         let layout = WeightLayout::for_max_rows(k as u32, n as u32, Dtype::Int8, 1).unwrap();
         assert_eq!(layout.waves.len(), 1);
-        let single = Arc::new(WeightBank::from_int_nk(&dev, &layout, &w32).unwrap());
+        let single = Arc::new(WeightBank::from_nk_in(&dev, &layout, Weights::Int(&w32)).unwrap());
         for m in 1..=4usize {
             let got = Matmul::new(&single, m as u32)
                 .unwrap()
@@ -303,7 +303,7 @@ fn pending_matmuls_report_is_done_and_overlap_the_cpu() {
         let w: Vec<i8> = (0..n * k).map(|_| rng.int(-128, 127) as i8).collect();
         let a: Vec<i8> = (0..m * k).map(|_| rng.int(-128, 127) as i8).collect();
         let want = cpu_nk(&wide(&a), &wide(&w), m, k, n);
-        let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w)).unwrap());
         let mut mm =
             Matmul::with_options(&bank, m as u32, MatmulOptions::default().cores(3)).unwrap();
         let hold = emu.hold_worker();
@@ -362,9 +362,13 @@ fn the_cost_model_counts_what_the_simulator_moves() {
         let plan = Plan::new(MatmulSpec::new(m, k, n, dtype).on_cores(cores)).unwrap();
         let cost = plan.cost(&HardwareProfile::rk3588()).unwrap();
         let bank = if dtype == Dtype::Fp16 {
-            WeightBank::from_f32_kn(&dev, &plan.layout, &vec![0.5; (k * n) as usize])
+            WeightBank::from_kn_in(
+                &dev,
+                &plan.layout,
+                Weights::F32(&vec![0.5; (k * n) as usize]),
+            )
         } else {
-            WeightBank::from_int_kn(&dev, &plan.layout, &vec![1; (k * n) as usize])
+            WeightBank::from_kn_in(&dev, &plan.layout, Weights::Int(&vec![1; (k * n) as usize]))
         };
         let bank = Arc::new(bank.unwrap());
         let mut mm = Matmul::for_plan(&bank, plan).unwrap();

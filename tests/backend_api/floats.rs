@@ -50,7 +50,8 @@ fn fp16_bank_is_within_the_fp32_accumulation_bound() {
         for (m, k, n) in [(1usize, 40usize, 33usize), (7, 300, 64), (2, 5000, 40)] {
             let w: Vec<f16> = (0..n * k).map(|_| f16::from_f32(rng.float())).collect();
             let a: Vec<f16> = (0..m * k).map(|_| f16::from_f32(rng.float())).collect();
-            let bank = Arc::new(WeightBank::from_f16_nk(&dev, n as u32, k as u32, &w).unwrap());
+            let bank =
+                Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::F16(&w)).unwrap());
             let mut mm = Matmul::new(&bank, m as u32).unwrap();
             assert_eq!(mm.activations(), Activations::Fp16);
             let mut out = vec![f32::NAN; m * n];
@@ -162,7 +163,7 @@ fn with_scales_scales_each_output_channel() {
     let acc = cpu_nk(&wide(&a), &wide(&w), m, k, n);
     for spec in SPECS {
         let dev = open(spec);
-        let bank = WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap();
+        let bank = WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w)).unwrap();
         let bank = Arc::new(bank.with_scales(&scales).unwrap());
         let mut y = vec![0f32; m * n];
         Matmul::new(&bank, m as u32)
@@ -223,7 +224,7 @@ proptest! {
         let mut rng = Rng(seed | 1);
         let w: Vec<f16> = (0..n * k).map(|_| f16::from_f32(rng.float())).collect();
         let a: Vec<f16> = (0..m * k).map(|_| f16::from_f32(rng.float())).collect();
-        let bank = Arc::new(WeightBank::from_f16_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::F16(&w)).unwrap());
         let mut opts = MatmulOptions::default().cores(cores);
         if f16_out {
             opts = opts.fp16_out();
@@ -405,18 +406,18 @@ fn dequantisation_on_the_npu_is_refused_outside_its_path() {
     let dev = open("emu");
     let npu = MatmulOptions::default().dequantize_on_npu();
     // int4 and fp16 banks.
-    let i4 = Arc::new(WeightBank::from_i4_nk(&dev, 64, 64, &vec![1; 64 * 64]).unwrap());
+    let i4 = Arc::new(WeightBank::new(&dev, (64, 64), Weights::I4(&vec![1; 64 * 64])).unwrap());
     assert!(matches!(
         Matmul::with_options(&i4, 1, npu),
         Err(Error::Precision { .. })
     ));
-    let f = Arc::new(WeightBank::from_f32_nk(&dev, 32, 32, &vec![0.5; 32 * 32]).unwrap());
+    let f = Arc::new(WeightBank::new(&dev, (32, 32), Weights::F32(&vec![0.5; 32 * 32])).unwrap());
     assert!(matches!(
         Matmul::with_options(&f, 1, npu),
         Err(Error::Precision { .. })
     ));
     // A channel scale fp16 holds only as a subnormal.
-    let tiny = WeightBank::from_i8_nk(&dev, 32, 32, &vec![1; 32 * 32])
+    let tiny = WeightBank::new(&dev, (32, 32), Weights::I8(&vec![1; 32 * 32]))
         .unwrap()
         .with_scales(&[1e-7; 32])
         .unwrap();
@@ -427,7 +428,7 @@ fn dequantisation_on_the_npu_is_refused_outside_its_path() {
     ));
 }
 
-/// A bf16 bank (`from_bf16_nk`) with bf16 activations: within the bound of fp32
+/// A bf16 bank (`Weights::Bf16`) with bf16 activations: within the bound of fp32
 /// summation, `(K + 1)·2⁻²⁴·Σ|a·b|` (bf16 products are exact in fp32), for one and two
 /// K waves; `mul_mat` rounds f32 activations to bf16 first and agrees with
 /// `run_into` of `bf16` on the rounded values bit for bit.
@@ -444,7 +445,8 @@ fn bf16_banks_are_within_the_fp32_accumulation_bound() {
             .collect();
         for spec in SPECS {
             let dev = open(spec);
-            let bank = Arc::new(WeightBank::from_bf16_nk(&dev, n as u32, k as u32, &w).unwrap());
+            let bank =
+                Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::Bf16(&w)).unwrap());
             let mut mm = Matmul::new(&bank, m as u32).unwrap();
             let mut out = vec![0f32; m * n];
             mm.run_into(&a, &mut out).unwrap();

@@ -15,8 +15,16 @@ fn one_int8_bank_serves_any_m() {
     for spec in SPECS {
         let dev = open(spec);
         let banks = [
-            Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w_nk).unwrap()),
-            Arc::new(WeightBank::from_i8_kn(&dev, k as u32, n as u32, &w_kn).unwrap()),
+            Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w_nk)).unwrap()),
+            Arc::new(
+                WeightBank::from_kn_in(
+                    &dev,
+                    &WeightLayout::decode_and_prompts(k as u32, n as u32, Dtype::Int8, dev.cores())
+                        .unwrap(),
+                    Weights::I8(&w_kn),
+                )
+                .unwrap(),
+            ),
         ];
         for bank in &banks {
             for m in [1usize, 5, 33, 130] {
@@ -51,7 +59,7 @@ proptest! {
         let mut rng = Rng(seed | 1);
         let w = ints(&mut rng, n * k, -128, 127);
         let a = ints(&mut rng, m * k, -128, 127);
-        let bank = Arc::new(WeightBank::from_i8_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I8(&w)).unwrap());
         let opts = MatmulOptions::default().cores(cores);
         let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
         prop_assert!(mm.plan().cores_used() <= cores);
@@ -68,8 +76,8 @@ fn nibbles_by_hand(w: &[i8]) -> Vec<u8> {
         .collect()
 }
 
-/// int4 banks: one-value-per-byte (`from_i4_nk`) and hand-packed nibbles
-/// (`from_i4_packed_nk`) give identical results; W4A8 (int8 activations against int4
+/// int4 banks: one-value-per-byte (`Weights::I4`) and hand-packed nibbles
+/// (`Weights::I4Packed`) give identical results; W4A8 (int8 activations against int4
 /// weights) equals the CPU product exactly, with random values, with every activation
 /// at −128 or 127 against weights at −8 or 7, and with K = 1000 (several int4 K waves).
 #[test]
@@ -79,10 +87,15 @@ fn int4_banks_agree_and_w4a8_is_exact() {
         let dev = open(spec);
         for (k, n) in [(96usize, 70usize), (1000, 64)] {
             let w = ints(&mut rng, n * k, -8, 7);
-            let unpacked = Arc::new(WeightBank::from_i4_nk(&dev, n as u32, k as u32, &w).unwrap());
+            let unpacked =
+                Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I4(&w)).unwrap());
             let packed = Arc::new(
-                WeightBank::from_i4_packed_nk(&dev, n as u32, k as u32, &nibbles_by_hand(&w))
-                    .unwrap(),
+                WeightBank::new(
+                    &dev,
+                    (n as u32, k as u32),
+                    Weights::I4Packed(&nibbles_by_hand(&w)),
+                )
+                .unwrap(),
             );
             for m in [1usize, 9] {
                 let a = ints(&mut rng, m * k, -128, 127);
@@ -95,8 +108,8 @@ fn int4_banks_agree_and_w4a8_is_exact() {
                     .unwrap()
                     .run::<i8, i32>(&a)
                     .unwrap();
-                assert_eq!(x, want, "{spec} from_i4_nk W4A8 {m}x{k}x{n}");
-                assert_eq!(y, want, "{spec} from_i4_packed_nk W4A8 {m}x{k}x{n}");
+                assert_eq!(x, want, "{spec} int4 values W4A8 {m}x{k}x{n}");
+                assert_eq!(y, want, "{spec} packed int4 W4A8 {m}x{k}x{n}");
             }
         }
         // Extremes: rows of -128, of 127 and alternating, against -8, 7 and alternating.
@@ -115,7 +128,7 @@ fn int4_banks_agree_and_w4a8_is_exact() {
                 _ => [127, -128][i % 2],
             })
             .collect();
-        let bank = Arc::new(WeightBank::from_i4_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I4(&w)).unwrap());
         let mut out = vec![0i32; m * n];
         Matmul::new(&bank, m as u32)
             .unwrap()
@@ -142,12 +155,16 @@ fn certified_int4_banks_are_exact_at_the_extremes_and_refuse_weights_beyond_them
     for spec in SPECS {
         let dev = open(spec);
         let w = ints(&mut rng, n * k, -2, 2);
-        let bank = Arc::new(WeightBank::from_i4_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I4(&w)).unwrap());
         let layout = bank.layout().clone();
         assert_eq!(layout.waves.len(), 2, "{spec}: {layout:?}");
         assert!(layout.is_certified_i4());
-        let packed =
-            WeightBank::from_i4_packed_nk(&dev, n as u32, k as u32, &nibbles_by_hand(&w)).unwrap();
+        let packed = WeightBank::new(
+            &dev,
+            (n as u32, k as u32),
+            Weights::I4Packed(&nibbles_by_hand(&w)),
+        )
+        .unwrap();
         assert_eq!(
             packed.layout(),
             &layout,
@@ -195,7 +212,7 @@ fn certified_int4_banks_are_exact_at_the_extremes_and_refuse_weights_beyond_them
         // A cached bank comes back as it was; the same bytes with a channel of −8s do not.
         let bytes = bank.packed().unwrap();
         WeightBank::from_packed(&dev, &layout, &bytes).unwrap();
-        let big_bank = WeightBank::from_i4_nk(&dev, n as u32, k as u32, &big).unwrap();
+        let big_bank = WeightBank::new(&dev, (n as u32, k as u32), Weights::I4(&big)).unwrap();
         assert_eq!(
             big_bank.layout().waves.len(),
             9,
@@ -235,7 +252,7 @@ proptest! {
         let w = ints(&mut rng, n * k, -8, 7);
         let a8 = ints(&mut rng, m * k, -128, 127);
         let a4: Vec<i32> = (0..m * k).map(|_| rng.int(-8, 7)).collect();
-        let bank = Arc::new(WeightBank::from_i4_nk(&dev, n as u32, k as u32, &w).unwrap());
+        let bank = Arc::new(WeightBank::new(&dev, (n as u32, k as u32), Weights::I4(&w)).unwrap());
         let opts = MatmulOptions::default().cores(cores);
         let got = Matmul::with_options(&bank, m as u32, opts).unwrap().run::<i8, i32>(&a8).unwrap();
         prop_assert_eq!(got, as_i32(&cpu_nk(&wide(&a8), &wide(&w), m, k, n)));
@@ -258,9 +275,13 @@ fn int4_by_int4_is_exact() {
             let want = cpu_nk(&wide(&a), &wide(&w), m, k, n);
             let opts = MatmulOptions::default().activations(Activations::Int4);
             for bank in [
-                WeightBank::from_i4_nk(&dev, n as u32, k as u32, &w).unwrap(),
-                WeightBank::from_i4_packed_nk(&dev, n as u32, k as u32, &nibbles_by_hand(&w))
-                    .unwrap(),
+                WeightBank::new(&dev, (n as u32, k as u32), Weights::I4(&w)).unwrap(),
+                WeightBank::new(
+                    &dev,
+                    (n as u32, k as u32),
+                    Weights::I4Packed(&nibbles_by_hand(&w)),
+                )
+                .unwrap(),
             ] {
                 let bank = Arc::new(bank);
                 let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
@@ -291,7 +312,7 @@ fn int8_result_outside_int32_is_an_error() {
     let exact: i64 = 127 * 127 * k as i64;
     assert!(exact > i32::MAX as i64);
     let dev = open("emu");
-    let bank = Arc::new(WeightBank::from_i8_nk(&dev, 1, k as u32, &w).unwrap());
+    let bank = Arc::new(WeightBank::new(&dev, (1, k as u32), Weights::I8(&w)).unwrap());
     let mut mm = Matmul::new(&bank, 1).unwrap();
     assert!(mm.plan().layout.waves.len() > 1);
     let r = mm.run::<i8, i32>(&a);

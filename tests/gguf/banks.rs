@@ -2,6 +2,7 @@
 //! kernel against a CPU reference.
 
 use super::*;
+use rknpu_driver::compute::matmul::Weights;
 
 fn open() -> Device {
     Device::open_spec("emu").expect("the emulated kernel")
@@ -44,7 +45,7 @@ fn bank_values_are_the_quantised_weights_times_their_scales() {
         assert_eq!(bank_values(&bank).unwrap(), want, "{dtype:?} {n}x{k}");
     }
     let w = values(&mut rng, 20 * 77, 3.0);
-    let bank = WeightBank::from_f32_nk(&dev, 20, 77, &w).unwrap();
+    let bank = WeightBank::new(&dev, (20, 77), Weights::F32(&w)).unwrap();
     let want: Vec<f32> = w.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
     assert_eq!(bank_values(&bank).unwrap(), want);
 }

@@ -8,21 +8,44 @@ use crate::kernels::matmul::{self, WeightLayout, pack, quant};
 use crate::kernels::single::Dtype;
 use half::{bf16, f16};
 
-/// Weights as a model stores them, `[out][in]`, in one of the element types a bank
-/// takes ([`WeightBank::from_nk_in`]).
+/// Weights in one of the element types a bank takes ([`WeightBank::new`],
+/// [`WeightBank::from_nk_in`], [`WeightBank::from_kn_in`]).
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub enum Weights<'a> {
-    /// int8.
+    /// int8: an int8 bank.
     I8(&'a [i8]),
-    /// int4, one value (−8..=7) per byte.
+    /// int4, one value (−8..=7) per byte: an int4 bank.
     I4(&'a [i8]),
-    /// int4 as packed nibbles, `k / 2` bytes a row (see [`WeightBank::from_i4_packed_nk`]).
+    /// int4 as packed nibbles, `k / 2` bytes a row (`k` even), weight `2i` of a row in
+    /// the low nibble and `2i + 1` in the high nibble of byte `i`, two's complement
+    /// ([`quant::pack_nibbles`]; GGUF Q4_0 blocks convert with
+    /// [`quant::q4_0_to_nibbles`]): an int4 bank.
     I4Packed(&'a [u8]),
-    /// fp16.
+    /// fp16: an fp16 bank.
     F16(&'a [f16]),
-    /// bf16.
+    /// bf16: a bf16 bank (bf16 activations).
     Bf16(&'a [bf16]),
+    /// Integers of the layout's type (int8 or int4), each checked against it; only
+    /// with a layout, which says the type.
+    Int(&'a [i32]),
+    /// f32 rounded to the layout's float type (fp16 or bf16; fp16 where no layout is
+    /// given).
+    F32(&'a [f32]),
+}
+
+impl Weights<'_> {
+    /// Values given (bytes for packed nibbles).
+    fn len(&self) -> usize {
+        match self {
+            Weights::I8(w) | Weights::I4(w) => w.len(),
+            Weights::I4Packed(w) => w.len(),
+            Weights::F16(w) => w.len(),
+            Weights::Bf16(w) => w.len(),
+            Weights::Int(w) => w.len(),
+            Weights::F32(w) => w.len(),
+        }
+    }
 }
 
 /// Packed weights resident on the NPU, keyed by their layout: any M runs against them
@@ -31,13 +54,13 @@ pub enum Weights<'a> {
 ///
 /// ```
 /// use rknpu_driver::device::Device;
-/// use rknpu_driver::compute::matmul::{Matmul, WeightBank};
+/// use rknpu_driver::compute::matmul::{Matmul, WeightBank, Weights};
 /// use std::sync::Arc;
 ///
 /// let dev = Device::open_spec("emu")?;
 /// // 64 output channels of 96 inputs, `[out][in]` as a model stores them.
 /// let w: Vec<i8> = (0..64 * 96).map(|i| (i % 11) as i8 - 5).collect();
-/// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 64, 96, &w)?);
+/// let bank = Arc::new(WeightBank::new(&dev, (64, 96), Weights::I8(&w))?);
 /// for m in [1, 7, 40] {
 ///     let mut mm = Matmul::new(&bank, m)?; // the same bank for every M
 ///     let y = mm.run::<i8, i32>(&vec![1; m as usize * 96])?;
@@ -93,6 +116,17 @@ fn check_i4(layout: &WeightLayout, magnitudes: &[u16]) -> Result<()> {
     }
 }
 
+/// `v` of `rows` rows of `cols` values, transposed (`cols` rows of `rows`).
+fn transpose<T: Copy + Default>(v: &[T], rows: usize, cols: usize) -> Vec<T> {
+    let mut t = vec![T::default(); v.len()];
+    for (r, row) in v.chunks_exact(cols.max(1)).enumerate() {
+        for (c, &x) in row.iter().enumerate() {
+            t[c * rows + r] = x;
+        }
+    }
+    t
+}
+
 /// Each output channel's sum of int4 weights given as `n` rows of `k` values.
 fn sums_nk(w: &[i8], k: usize) -> Vec<i64> {
     w.chunks_exact(k.max(1))
@@ -146,6 +180,14 @@ impl WeightBank {
     pub fn from_nk_in(dev: &Device, layout: &WeightLayout, w: Weights<'_>) -> Result<WeightBank> {
         let (k, n) = (layout.k as usize, layout.n as usize);
         match w {
+            Weights::Int(w) => {
+                let bytes = matmul::pack_weights_int_nk(layout, w)?;
+                return WeightBank::from_packed(dev, layout, &bytes);
+            }
+            Weights::F32(w) => {
+                let bytes = matmul::pack_weights_f32_nk(layout, w)?;
+                return WeightBank::from_packed(dev, layout, &bytes);
+            }
             Weights::I4(w) if layout.is_certified_i4() => {
                 check_i4(layout, &quant::i4_magnitudes(w, n, k)?)?;
             }
@@ -166,6 +208,7 @@ impl WeightBank {
             Weights::I4(_) | Weights::I4Packed(_) => Dtype::Int4,
             Weights::F16(_) => Dtype::Fp16,
             Weights::Bf16(_) => Dtype::Bf16,
+            Weights::Int(_) | Weights::F32(_) => layout.dtype,
         };
         if dtype != layout.dtype {
             return Err(Error::Precision {
@@ -214,68 +257,88 @@ impl WeightBank {
                 let bits: &[u16] = zerocopy::transmute_ref!(w);
                 WeightBank::create(dev, l, |l, out| pack::weights_f16_nk_into(l, bits, out))
             }
+            Weights::Int(_) | Weights::F32(_) => WeightBank::from_nk_in(dev, layout, w),
         }
     }
 
-    /// int8 weights given as `n` rows (output channels) of `k` values — the `[out][in]`
-    /// layout of a model's weight matrix (ggml's `src0`) — in the layout for decoding and
-    /// prompts (any M runs against it; `WeightLayout::decode_and_prompts`).
-    pub fn from_i8_nk(dev: &Device, n: u32, k: u32, w: &[i8]) -> Result<WeightBank> {
-        WeightBank::from_nk_in(dev, &layout(dev, k, n, Dtype::Int8)?, Weights::I8(w))
-    }
-
-    /// int8 weights given as `k` rows of `n` values (B of `C = A·B`, row-major).
-    pub fn from_i8_kn(dev: &Device, k: u32, n: u32, w: &[i8]) -> Result<WeightBank> {
-        shape("weight values", dims(n, k)?, w.len())?;
-        WeightBank::create(dev, layout(dev, k, n, Dtype::Int8)?, |l, out| {
-            pack::weights_i8_kn_into(l, w, out)
-        })
-    }
-
-    /// int4 weights, one value (−8..=7) per byte, given as `n` rows of `k` values, in
-    /// the widest K waves these weights allow ([`WeightLayout::certified_i4`]): fewer
-    /// int16 partial blocks for the host to sum than the 480-channel waves any weights
-    /// allow.
-    pub fn from_i4_nk(dev: &Device, n: u32, k: u32, w: &[i8]) -> Result<WeightBank> {
-        let mags = quant::i4_magnitudes(w, n as usize, k as usize)?;
-        let layout = WeightLayout::certified_i4(k, n, &mags)?;
-        WeightBank::pack_nk(dev, &layout, Weights::I4(w))
-    }
-
-    /// int4 weights as packed nibbles: `n` rows of `k / 2` bytes (`k` even), weight `2i`
-    /// of a row in the low nibble and `2i + 1` in the high nibble of byte `i`, two's
-    /// complement ([`quant::pack_nibbles`]; GGUF Q4_0 blocks convert with
-    /// [`quant::q4_0_to_nibbles`]).
-    /// In the widest K waves these weights allow, as [`WeightBank::from_i4_nk`].
-    pub fn from_i4_packed_nk(dev: &Device, n: u32, k: u32, w: &[u8]) -> Result<WeightBank> {
-        if !k.is_multiple_of(2) {
-            return WeightBank::from_nk_in(
-                dev,
-                &layout(dev, k, n, Dtype::Int4)?,
-                Weights::I4Packed(w),
-            );
+    /// Weights given as `n` rows (output channels) of `k` values — the `[out][in]`
+    /// layout of a model's weight matrix (ggml's `src0`) — in the layout their element
+    /// type serves best when the caller declares no M:
+    ///
+    /// - int8, fp16 and bf16 (and f32, rounded to fp16): the layout for decoding and
+    ///   prompts (any M runs against it; [`WeightLayout::decode_and_prompts`] on the
+    ///   device's cores);
+    /// - int4 (values or packed nibbles): the widest K waves these weights allow
+    ///   ([`WeightLayout::certified_i4`]), fewer int16 partial blocks for the host to sum
+    ///   than the 480-channel waves any weights allow.
+    ///
+    /// [`Weights::Int`] needs a layout to say its type: [`WeightBank::from_nk_in`].
+    pub fn new(dev: &Device, (n, k): (u32, u32), w: Weights<'_>) -> Result<WeightBank> {
+        match w {
+            Weights::I8(_) => WeightBank::from_nk_in(dev, &layout(dev, k, n, Dtype::Int8)?, w),
+            Weights::F16(_) | Weights::F32(_) => {
+                WeightBank::from_nk_in(dev, &layout(dev, k, n, Dtype::Fp16)?, w)
+            }
+            Weights::Bf16(_) => WeightBank::from_nk_in(dev, &layout(dev, k, n, Dtype::Bf16)?, w),
+            Weights::I4(v) => {
+                let mags = quant::i4_magnitudes(v, n as usize, k as usize)?;
+                let layout = WeightLayout::certified_i4(k, n, &mags)?;
+                WeightBank::pack_nk(dev, &layout, w)
+            }
+            Weights::I4Packed(v) => {
+                if !k.is_multiple_of(2) {
+                    return WeightBank::from_nk_in(dev, &layout(dev, k, n, Dtype::Int4)?, w);
+                }
+                let mags = quant::i4_magnitudes_packed(v, n as usize, k as usize)?;
+                let layout = WeightLayout::certified_i4(k, n, &mags)?;
+                WeightBank::pack_nk(dev, &layout, w)
+            }
+            Weights::Int(_) => Err(Error::InvalidArgument {
+                what: "integer weights without a layout (their type is the layout's: use \
+                       WeightBank::from_nk_in)"
+                    .into(),
+            }),
         }
-        let mags = quant::i4_magnitudes_packed(w, n as usize, k as usize)?;
-        let layout = WeightLayout::certified_i4(k, n, &mags)?;
-        WeightBank::pack_nk(dev, &layout, Weights::I4Packed(w))
     }
 
-    /// fp16 weights given as `n` rows of `k` values, in the layout for decoding and
-    /// prompts (as [`WeightBank::from_i8_nk`]).
-    pub fn from_f16_nk(dev: &Device, n: u32, k: u32, w: &[f16]) -> Result<WeightBank> {
-        WeightBank::from_nk_in(dev, &layout(dev, k, n, Dtype::Fp16)?, Weights::F16(w))
-    }
-
-    /// bf16 weights given as `n` rows of `k` values (a bf16 bank: bf16 activations), in
-    /// the layout for decoding and prompts (as [`WeightBank::from_i8_nk`]).
-    pub fn from_bf16_nk(dev: &Device, n: u32, k: u32, w: &[bf16]) -> Result<WeightBank> {
-        WeightBank::from_nk_in(dev, &layout(dev, k, n, Dtype::Bf16)?, Weights::Bf16(w))
-    }
-
-    /// f32 weights given as `n` rows of `k` values, rounded to fp16.
-    pub fn from_f32_nk(dev: &Device, n: u32, k: u32, w: &[f32]) -> Result<WeightBank> {
-        let h: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
-        WeightBank::from_f16_nk(dev, n, k, &h)
+    /// Weights given as `layout.k` rows of `layout.n` values (B of `C = A·B`,
+    /// row-major), packed in `layout`, whose type they must have (int8, integers and f32
+    /// packed as they are; int4 and 16-bit floats transposed on the host first; packed
+    /// nibbles are `[out][in]` only). Errors as [`WeightBank::from_nk_in`].
+    pub fn from_kn_in(dev: &Device, layout: &WeightLayout, w: Weights<'_>) -> Result<WeightBank> {
+        let (k, n) = (layout.k as usize, layout.n as usize);
+        if !matches!(w, Weights::I4Packed(_)) {
+            shape("weight values", dims(layout.n, layout.k)?, w.len())?;
+        }
+        match w {
+            Weights::I8(v) if layout.dtype == Dtype::Int8 => {
+                WeightBank::create(dev, layout.clone(), |l, out| {
+                    pack::weights_i8_kn_into(l, v, out)
+                })
+            }
+            Weights::Int(v) => {
+                let bytes = matmul::pack_weights_int(layout, v)?;
+                WeightBank::from_packed(dev, layout, &bytes)
+            }
+            Weights::F32(v) => {
+                let bytes = matmul::pack_weights_f32(layout, v)?;
+                WeightBank::from_packed(dev, layout, &bytes)
+            }
+            Weights::I8(v) => WeightBank::from_nk_in(dev, layout, Weights::I8(&transpose(v, k, n))),
+            Weights::I4(v) => WeightBank::from_nk_in(dev, layout, Weights::I4(&transpose(v, k, n))),
+            Weights::F16(v) => {
+                WeightBank::from_nk_in(dev, layout, Weights::F16(&transpose(v, k, n)))
+            }
+            Weights::Bf16(v) => {
+                WeightBank::from_nk_in(dev, layout, Weights::Bf16(&transpose(v, k, n)))
+            }
+            Weights::I4Packed(_) => Err(Error::Unsupported {
+                what: "packed int4 weights in K×N order",
+                why: "packed nibbles pair neighbouring inputs of one output channel: give them \
+                      [out][in] (WeightBank::from_nk_in)"
+                    .into(),
+            }),
+        }
     }
 
     /// f32 weights given as `n` rows of `k` values, quantised per output channel to
@@ -300,8 +363,8 @@ impl WeightBank {
             }
         };
         let bank = match dtype {
-            Dtype::Int8 => WeightBank::from_i8_nk(dev, n, k, &q)?,
-            _ => WeightBank::from_i4_nk(dev, n, k, &q)?,
+            Dtype::Int8 => WeightBank::new(dev, (n, k), Weights::I8(&q))?,
+            _ => WeightBank::new(dev, (n, k), Weights::I4(&q))?,
         };
         bank.with_scales(&s)
     }
@@ -323,35 +386,6 @@ impl WeightBank {
             bank.col_sums = pack::i4_column_sums(layout, bytes)?;
         }
         Ok(bank)
-    }
-
-    /// Integer weights of any layout (its shape and type), given as K×N row-major `i32`:
-    /// the general packer, checking every value against the layout's type.
-    pub fn from_int_kn(dev: &Device, layout: &WeightLayout, b: &[i32]) -> Result<WeightBank> {
-        let bytes = matmul::pack_weights_int(layout, b)?;
-        WeightBank::from_packed(dev, layout, &bytes)
-    }
-
-    /// Integer weights of any layout given as N×K (`[out][in]`) `i32`.
-    pub fn from_int_nk(dev: &Device, layout: &WeightLayout, bt: &[i32]) -> Result<WeightBank> {
-        let bytes = matmul::pack_weights_int_nk(layout, bt)?;
-        WeightBank::from_packed(dev, layout, &bytes)
-    }
-
-    /// Float weights of any fp16 layout given as K×N row-major, rounded to fp16.
-    pub fn from_f32_kn(dev: &Device, layout: &WeightLayout, b: &[f32]) -> Result<WeightBank> {
-        let bytes = matmul::pack_weights_f32(layout, b)?;
-        WeightBank::from_packed(dev, layout, &bytes)
-    }
-
-    /// Float weights of any fp16 layout given as N×K, rounded to fp16.
-    pub fn from_f32_nk_layout(
-        dev: &Device,
-        layout: &WeightLayout,
-        bt: &[f32],
-    ) -> Result<WeightBank> {
-        let bytes = matmul::pack_weights_f32_nk(layout, bt)?;
-        WeightBank::from_packed(dev, layout, &bytes)
     }
 
     /// The same bank with per-output-channel scales (`n` finite values): results of

@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 ///
 /// ```
 /// use rknpu_driver::device::Device;
-/// use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
+/// use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank, Weights};
 /// use std::sync::Arc;
 ///
 /// let dev = Device::open_spec("emu")?;
-/// let gate = Arc::new(WeightBank::from_i8_nk(&dev, 64, 32, &vec![1; 64 * 32])?);
-/// let up = Arc::new(WeightBank::from_i8_nk(&dev, 64, 32, &vec![2; 64 * 32])?);
+/// let gate = Arc::new(WeightBank::new(&dev, (64, 32), Weights::I8(&vec![1; 64 * 32]))?);
+/// let up = Arc::new(WeightBank::new(&dev, (64, 32), Weights::I8(&vec![2; 64 * 32]))?);
 /// let mut both = MatmulBatch::new(vec![Matmul::new(&gate, 1)?, Matmul::new(&up, 1)?])?;
 /// let x = vec![0.5f32; 32];
 /// let (mut g, mut u) = (vec![0f32; 64], vec![0f32; 64]);

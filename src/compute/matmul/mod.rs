@@ -214,12 +214,12 @@ enum Submitted {
 ///
 /// ```
 /// use rknpu_driver::device::Device;
-/// use rknpu_driver::compute::matmul::{Matmul, MatmulOptions, WeightBank};
+/// use rknpu_driver::compute::matmul::{Matmul, MatmulOptions, WeightBank, Weights};
 /// use std::sync::Arc;
 ///
 /// let dev = Device::open_spec("emu")?;
 /// let w: Vec<i8> = (0..4096).map(|i| (i % 9) as i8 - 4).collect(); // 64 × 64, [out][in]
-/// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 64, 64, &w)?);
+/// let bank = Arc::new(WeightBank::new(&dev, (64, 64), Weights::I8(&w))?);
 /// let mut mm = Matmul::with_options(&bank, 3, MatmulOptions::default().cores(2))?;
 /// let a = vec![2i8; 3 * 64];
 /// let mut c = vec![0i32; 3 * 64];

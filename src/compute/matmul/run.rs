@@ -244,12 +244,12 @@ impl Matmul {
     /// few per weights, docs/capi.md).
     ///
     /// ```
-    /// use rknpu_driver::compute::matmul::{Matmul, WeightBank};
+    /// use rknpu_driver::compute::matmul::{Matmul, WeightBank, Weights};
     /// use rknpu_driver::device::Device;
     /// use std::sync::Arc;
     ///
     /// let dev = Device::open_spec("emu")?;
-    /// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 32, 64, &vec![1; 32 * 64])?);
+    /// let bank = Arc::new(WeightBank::new(&dev, (32, 64), Weights::I8(&vec![1; 32 * 64]))?);
     /// let mut mm = Matmul::new(&bank, 16)?;
     /// let mut y = vec![0f32; 3 * 32];
     /// mm.mul_mat(&vec![0.5; 3 * 64], &mut y)?; // 3 of its 16 rows
@@ -359,12 +359,12 @@ impl Matmul {
 ///
 /// ```
 /// use rknpu_driver::device::Device;
-/// use rknpu_driver::compute::matmul::{Matmul, WeightBank};
+/// use rknpu_driver::compute::matmul::{Matmul, WeightBank, Weights};
 /// use std::sync::Arc;
 /// use std::time::{Duration, Instant};
 ///
 /// let dev = Device::open_spec("emu:async")?; // the emulated kernel runs jobs on a worker
-/// let bank = Arc::new(WeightBank::from_i8_nk(&dev, 32, 64, &vec![1; 32 * 64])?);
+/// let bank = Arc::new(WeightBank::new(&dev, (32, 64), Weights::I8(&vec![1; 32 * 64]))?);
 /// let mut mm = Matmul::new(&bank, 2)?;
 /// let pending = mm.submit(&vec![3i8; 2 * 64])?;
 /// let _busy = pending.is_done()?; // false while the NPU works; the CPU is free

@@ -53,13 +53,14 @@ fn values(w: &Weights<'_>) -> Result<usize> {
         Weights::I8(v) => Ok(v.len()),
         Weights::F16(v) => Ok(v.len()),
         Weights::Bf16(v) => Ok(v.len()),
-        Weights::I4(_) | Weights::I4Packed(_) => Err(int4_refused()),
+        Weights::F32(v) => Ok(v.len()),
+        _ => Err(int4_refused()),
     }
 }
 
 fn int4_refused() -> Error {
     Error::NotOffered {
-        what: "int4 weights in a spread matmul (int8, fp16 and bf16 only)".into(),
+        what: "int4 or layout-typed integer weights in a spread matmul (int8, fp16, bf16 and f32 only)".into(),
     }
 }
 
@@ -68,10 +69,11 @@ fn share_bank(dev: &Device, w: &Weights<'_>, (cols, k): (Range<u32>, u32)) -> Re
     let rows = cols.start as usize * k as usize..cols.end as usize * k as usize;
     let width = cols.end - cols.start;
     match w {
-        Weights::I8(v) => WeightBank::from_i8_nk(dev, width, k, &v[rows]),
-        Weights::F16(v) => WeightBank::from_f16_nk(dev, width, k, &v[rows]),
-        Weights::Bf16(v) => WeightBank::from_bf16_nk(dev, width, k, &v[rows]),
-        Weights::I4(_) | Weights::I4Packed(_) => Err(int4_refused()),
+        Weights::I8(v) => WeightBank::new(dev, (width, k), Weights::I8(&v[rows])),
+        Weights::F16(v) => WeightBank::new(dev, (width, k), Weights::F16(&v[rows])),
+        Weights::Bf16(v) => WeightBank::new(dev, (width, k), Weights::Bf16(&v[rows])),
+        Weights::F32(v) => WeightBank::new(dev, (width, k), Weights::F32(&v[rows])),
+        _ => Err(int4_refused()),
     }
 }
 
