@@ -5,7 +5,7 @@ use crate::element::{ElementArg, only};
 use crate::matmul_run::{run_f32, run_int, run_spread, spreads};
 use crate::{Failure, parse_u32, usage};
 use rknpu_driver::compute::matmul::MatmulOptions;
-use rknpu_driver::device::{Device, Interface};
+use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::matmul::{MatmulSpec, Plan};
 use rknpu_driver::kernels::single::{Dtype, OutType};
@@ -196,7 +196,8 @@ pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
     // product over several cores, each takes an open file of its own and a share of the
     // columns (a trace records one device and incremental bodies are refused on rocket:
     // those runs stay on one).
-    let rocket = dev.info().interface == Interface::Rocket;
+    let caps = dev.capabilities();
+    let rocket = caps.picks_cores && !caps.cbuf_reuse;
     let may_spread = rocket && a.trace.is_none() && !a.incremental && spreads(&spec, spec.cores);
     let t0 = Instant::now();
     // What the device runs (rocket starts each task on its own, without CBUF reuse),

@@ -20,7 +20,7 @@
 //!
 //! [`Error::MixedDomains`]: crate::Error::MixedDomains
 
-use super::{Bo, BoFlags, Device, Error, Interface, Result};
+use super::{Bo, BoFlags, Device, Error, Result};
 use crate::OsError;
 
 /// `RKNPU_MAX_IOMMU_DOMAIN_NUM`: the vendor driver's domains, 0..=15.
@@ -88,21 +88,18 @@ impl Device {
     /// domain with room (see the module documentation).
     pub(super) fn place(&self, size: usize, flags: BoFlags, traced: bool) -> Result<Bo> {
         let backend = &self.inner.backend;
+        let domains = backend.capabilities().iommu_domains;
         match flags.iommu_domain {
             Some(d) if d >= IOMMU_DOMAINS => Err(Error::InvalidArgument {
                 what: format!("IOMMU domain {d}: the vendor driver has 0..=15"),
             }),
-            Some(d) if d > 0 && backend.interface() == Interface::Rocket => {
-                Err(Error::NotOffered {
-                    what: format!(
-                        "IOMMU domain {d}: rocket gives each open one address space of 4 GiB (domain 0 only)"
-                    ),
-                })
-            }
+            Some(d) if d >= domains => Err(Error::NotOffered {
+                what: format!(
+                    "IOMMU domain {d}: this driver gives each open {domains} address space(s) of 4 GiB (rocket: domain 0 only)"
+                ),
+            }),
             Some(_) => backend.alloc(self, size, flags, traced),
-            None if backend.interface() == Interface::Rocket => {
-                backend.alloc(self, size, flags.with_iommu_domain(0), traced)
-            }
+            None if domains <= 1 => backend.alloc(self, size, flags.with_iommu_domain(0), traced),
             None => self.place_first_fit(size, flags, traced),
         }
     }

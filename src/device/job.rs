@@ -250,7 +250,7 @@ impl<'a> Job<'a> {
         self.check_domains()?;
         dev.inner.backend.check(self)?;
         if self.verify {
-            self.verify_ranges(dev.inner.backend.interface() == super::Interface::Rocket)?;
+            self.verify_ranges(dev.capabilities().tasks_run_alone)?;
         }
         Ok(())
     }
@@ -259,7 +259,7 @@ impl<'a> Job<'a> {
     /// the job is [`Job::unverified`]): what a program bound once and submitted many
     /// times checks when it is bound, before it submits unverified.
     pub(crate) fn verify_on(&self, dev: &Device) -> Result<()> {
-        self.verify_ranges(dev.inner.backend.interface() == super::Interface::Rocket)
+        self.verify_ranges(dev.capabilities().tasks_run_alone)
     }
 
     /// Every buffer the job names: the regcmd buffer, those it reads, those it writes.

@@ -103,6 +103,14 @@ pub struct Capabilities {
     /// ([`split_jobs`](crate::kernels::matmul::cost::jobs::split_jobs)). `None`: the job's
     /// own timeout holds (the vendor driver).
     pub job_timeout: Option<std::time::Duration>,
+    /// The driver starts every task of a job on its own (no program controller walks
+    /// the chain), so the pre-submit verifier checks each task's list alone rather than
+    /// following chain tails.
+    pub tasks_run_alone: bool,
+    /// IOMMU address spaces of 4 GiB a device offers its buffers
+    /// (docs/device.md#beyond-4-gib): the vendor driver's 16 domains, rocket's one
+    /// address space per open.
+    pub iommu_domains: u8,
 }
 
 /// What [`Device::open`] found.

@@ -130,6 +130,8 @@ impl Backend for Rocket {
             cbuf_reuse: false,
             incremental_tasks: false,
             job_timeout: Some(crate::emu::ROCKET_JOB_TIMEOUT),
+            tasks_run_alone: true,
+            iommu_domains: 1,
         }
     }
 

@@ -372,6 +372,29 @@ fn rocket_requests_are_checked_like_the_driver() {
     k.close(fd2);
 }
 
+/// The policy each interface offers upward: the vendor driver runs a job's chains on
+/// the cores it names, keeps the CBUF between tasks and has 16 IOMMU domains; rocket
+/// picks the core, starts each task alone, stops a job after 500 ms and has one address
+/// space per open (so a buffer asked for domain 1 is refused there, by that value).
+#[test]
+fn capabilities_carry_each_interface_s_policy() {
+    let vendor = Device::open_spec("emu").unwrap();
+    let c = vendor.capabilities();
+    assert!(!c.picks_cores && c.cbuf_reuse && c.incremental_tasks && !c.tasks_run_alone);
+    assert_eq!((c.job_timeout, c.iommu_domains), (None, 16));
+    let rocket = Device::open_spec("emu:rocket").unwrap();
+    let c = rocket.capabilities();
+    assert!(c.picks_cores && !c.cbuf_reuse && !c.incremental_tasks && c.tasks_run_alone);
+    assert_eq!(c.iommu_domains, 1);
+    assert_eq!(c.job_timeout, Some(std::time::Duration::from_millis(500)));
+    let in_domain_1 = BoFlags::default().with_iommu_domain(1);
+    assert!(matches!(
+        rocket.alloc(4096, in_domain_1),
+        Err(Error::NotOffered { .. })
+    ));
+    assert!(vendor.alloc(4096, in_domain_1).is_ok());
+}
+
 #[test]
 fn devices_open_by_specification() {
     assert!(matches!(

@@ -241,6 +241,8 @@ impl Backend for Vendor {
             cbuf_reuse: true,
             incremental_tasks: true,
             job_timeout: None,
+            tasks_run_alone: false,
+            iommu_domains: super::domains::IOMMU_DOMAINS,
         }
     }
 
