@@ -34,6 +34,16 @@ impl DmaAddr {
     pub const fn reloc(buffer: BufferId, offset: u32) -> DmaAddr {
         DmaAddr::Reloc(Reloc { buffer, offset })
     }
+
+    /// The address `by` bytes on (a fixed address, or the same buffer at a larger
+    /// offset); `None` where that leaves 32-bit device addresses.
+    pub fn checked_offset(self, by: u64) -> Option<DmaAddr> {
+        let by = u32::try_from(by).ok()?;
+        Some(match self {
+            DmaAddr::Fixed(a) => DmaAddr::Fixed(a.checked_add(by)?),
+            DmaAddr::Reloc(r) => DmaAddr::reloc(r.buffer, r.offset.checked_add(by)?),
+        })
+    }
 }
 
 /// One entry of a [`Program`] whose value is a relocated address.

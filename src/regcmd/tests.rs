@@ -542,3 +542,20 @@ proptest! {
         prop_assert!(!d.to_text(Some(0x4000)).contains("(!"));
     }
 }
+
+#[test]
+fn addresses_move_on_within_32_bits_only() {
+    let fixed = DmaAddr::Fixed(0xFFFF_F000);
+    assert_eq!(
+        fixed.checked_offset(0xFFF),
+        Some(DmaAddr::Fixed(0xFFFF_FFFF))
+    );
+    assert_eq!(fixed.checked_offset(0x1000), None);
+    let reloc = DmaAddr::reloc(BufferId(3), 64);
+    assert_eq!(
+        reloc.checked_offset(16),
+        Some(DmaAddr::reloc(BufferId(3), 80))
+    );
+    assert_eq!(reloc.checked_offset(u64::from(u32::MAX)), None);
+    assert_eq!(DmaAddr::Fixed(0).checked_offset(1 << 32), None);
+}

@@ -58,14 +58,8 @@ use std::fmt;
 
 /// `base` moved `by` bytes on, or an error past 32 bits.
 fn offset(base: DmaAddr, by: u64) -> Result<DmaAddr> {
-    let by = u32::try_from(by).ok();
-    match base {
-        DmaAddr::Fixed(a) => by.and_then(|by| a.checked_add(by)).map(DmaAddr::Fixed),
-        DmaAddr::Reloc(r) => by
-            .and_then(|by| r.offset.checked_add(by))
-            .map(|o| DmaAddr::reloc(r.buffer, o)),
-    }
-    .ok_or_else(|| unsupported(format!("an offset beyond 32 bits from {base:?}")))
+    base.checked_offset(by)
+        .ok_or_else(|| unsupported(format!("an offset beyond 32 bits from {base:?}")))
 }
 
 /// The buffer holding the program.

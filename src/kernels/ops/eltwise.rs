@@ -37,7 +37,7 @@
 
 use super::Cube;
 use crate::error::{Error, Result};
-use crate::regcmd::{DmaAddr, Reloc};
+use crate::regcmd::DmaAddr;
 use crate::task::{
     AluOp, Dpu, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Ew, EwOp, EwSrc, Mrdma, OpCvt,
     OutCvt, Output, Precision, Task,
@@ -262,17 +262,11 @@ fn too_big(c: Cube) -> Error {
 
 /// `a` moved on by `by` bytes.
 pub(crate) fn offset(a: DmaAddr, by: u32) -> Result<DmaAddr> {
-    let overflow = || Error::Unsupported {
-        what: "element-wise operation",
-        why: format!("address {a:?} + {by} overflows 32 bits"),
-    };
-    Ok(match a {
-        DmaAddr::Fixed(x) => DmaAddr::Fixed(x.checked_add(by).ok_or_else(overflow)?),
-        DmaAddr::Reloc(r) => DmaAddr::Reloc(Reloc {
-            buffer: r.buffer,
-            offset: r.offset.checked_add(by).ok_or_else(overflow)?,
-        }),
-    })
+    a.checked_offset(by.into())
+        .ok_or_else(|| Error::Unsupported {
+            what: "element-wise operation",
+            why: format!("address {a:?} + {by} overflows 32 bits"),
+        })
 }
 
 /// An element type of the element-wise operations, with the arithmetic the NPU applies

@@ -363,16 +363,11 @@ fn tiles(atoms: u64) -> Result<Vec<Tile>> {
 }
 
 fn plus(a: DmaAddr, bytes: u32) -> Result<DmaAddr> {
-    let too_far = || Error::Unsupported {
-        what: "LUT activation",
-        why: "a tile's address does not fit 32 bits".into(),
-    };
-    Ok(match a {
-        DmaAddr::Fixed(x) => DmaAddr::Fixed(x.checked_add(bytes).ok_or_else(too_far)?),
-        DmaAddr::Reloc(r) => {
-            DmaAddr::reloc(r.buffer, r.offset.checked_add(bytes).ok_or_else(too_far)?)
-        }
-    })
+    a.checked_offset(bytes.into())
+        .ok_or_else(|| Error::Unsupported {
+            what: "LUT activation",
+            why: "a tile's address does not fit 32 bits".into(),
+        })
 }
 
 /// One activation over one cube: its tasks and the constant operand they read.

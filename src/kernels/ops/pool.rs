@@ -27,7 +27,7 @@
 
 use super::{Cube, INPUT, OUTPUT, REGCMD, at};
 use crate::error::{Error, Result};
-use crate::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder, Reloc};
+use crate::regcmd::{BufferId, DmaAddr, Program, ProgramBuilder};
 use crate::task::{PoolMethod, Ppu, PpuRdma, Precision, Task};
 
 /// The buffer holding the intermediates of a multi-pass (global) pool.
@@ -450,17 +450,12 @@ fn recip(k: u32) -> u32 {
 
 /// `addr` moved on by `by` bytes.
 fn offset(addr: DmaAddr, by: u64) -> Result<DmaAddr> {
-    let bad = || Error::InvalidArgument {
-        what: format!("a pooling window {by} bytes past {addr:?} leaves 32-bit device addresses"),
-    };
-    let by = u32::try_from(by).map_err(|_| bad())?;
-    Ok(match addr {
-        DmaAddr::Fixed(a) => DmaAddr::Fixed(a.checked_add(by).ok_or_else(bad)?),
-        DmaAddr::Reloc(r) => DmaAddr::Reloc(Reloc {
-            buffer: r.buffer,
-            offset: r.offset.checked_add(by).ok_or_else(bad)?,
-        }),
-    })
+    addr.checked_offset(by)
+        .ok_or_else(|| Error::InvalidArgument {
+            what: format!(
+                "a pooling window {by} bytes past {addr:?} leaves 32-bit device addresses"
+            ),
+        })
 }
 
 /// `n` factors of `d`, each in `min..=16`, whose product is `d`, the last at least

@@ -15,7 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::float::{f16_to_f32, f32_to_f16};
-use crate::regcmd::{DmaAddr, Reloc, TaskBuilder};
+use crate::regcmd::{DmaAddr, TaskBuilder};
 use crate::task::{
     Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, Mul, Output, Precision, Stage, Task,
 };
@@ -100,17 +100,11 @@ pub fn add_to_fp32_task(
 }
 
 fn offset(a: DmaAddr, by: u32) -> Result<DmaAddr> {
-    let overflow = || Error::Unsupported {
-        what: "dequant task",
-        why: format!("address {a:?} + {by} overflows 32 bits"),
-    };
-    Ok(match a {
-        DmaAddr::Fixed(x) => DmaAddr::Fixed(x.checked_add(by).ok_or_else(overflow)?),
-        DmaAddr::Reloc(r) => DmaAddr::Reloc(Reloc {
-            buffer: r.buffer,
-            offset: r.offset.checked_add(by).ok_or_else(overflow)?,
-        }),
-    })
+    a.checked_offset(by.into())
+        .ok_or_else(|| Error::Unsupported {
+            what: "dequant task",
+            why: format!("address {a:?} + {by} overflows 32 bits"),
+        })
 }
 
 /// The register list of the dequantisation task, emitted (DPU and DPU_RDMA; op-enable

@@ -10,16 +10,8 @@ use crate::task::{Dpu, DpuRdma, Kernel, OutCvt, Output, OwCfg, Precision, Task, 
 
 /// `a` moved on by `off` bytes; refused beyond 32-bit addresses.
 fn offset(a: DmaAddr, off: u64) -> Result<DmaAddr> {
-    let off = u32::try_from(off)
-        .map_err(|_| unsupported(format!("offset {off} beyond 32-bit addresses")))?;
-    let beyond = |x: u32| unsupported(format!("address {x:#x} + {off:#x} beyond 32 bits"));
-    Ok(match a {
-        DmaAddr::Fixed(x) => DmaAddr::Fixed(x.checked_add(off).ok_or_else(|| beyond(x))?),
-        DmaAddr::Reloc(r) => DmaAddr::reloc(
-            r.buffer,
-            r.offset.checked_add(off).ok_or_else(|| beyond(r.offset))?,
-        ),
-    })
+    a.checked_offset(off)
+        .ok_or_else(|| unsupported(format!("address {a:?} + {off:#x} beyond 32 bits")))
 }
 
 impl Conv2d {
