@@ -39,8 +39,8 @@ use super::Cube;
 use crate::error::{Error, Result};
 use crate::regcmd::DmaAddr;
 use crate::task::{
-    AluOp, Dpu, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Ew, EwOp, EwSrc, Mrdma, OpCvt,
-    OutCvt, Output, Precision, Task,
+    AluOp, Dpu, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Ew, EwOp, Mrdma, OpCvt, OutCvt,
+    Output, Precision, Task,
 };
 use half::f16;
 
@@ -205,15 +205,9 @@ impl Eltwise {
         let out = Output::at(offset(out, shift)?, p, surface, notch);
         let dpu = Dpu {
             ew: Some(Ew {
-                op: Some(self.op.ew_op()),
-                src: EwSrc::Memory,
                 cvt,
-                relu: false,
-                relux: None,
-                data_size,
                 data_mode,
-                values: [0; 8],
-                lut: None,
+                ..Ew::from_memory(self.op.ew_op(), data_size)
             }),
             out_cvt: OutCvt {
                 fp32_to_fp16: p == Precision::Fp16,

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::regcmd::{DmaAddr, TaskBuilder};
-use crate::task::{AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, Output, Precision, Task};
+use crate::task::{AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, Mrdma, Output, Precision, Task};
 
 /// The DPU-only task that adds two int32 partial results in the native layout
 /// `[channels/4][rows][4]` — the split-K accumulate of docs/hardware/matmul-programs.md#npu-k-reduction: MRDMA reads
@@ -64,17 +64,7 @@ pub fn add_task_strided(
     let cube = (rows, 1, channels);
     let out = Output::at(acc, Precision::Int32, acc_stride, 0);
     let dpu = Dpu {
-        ew: Some(Ew {
-            op: Some(EwOp::Alu(AluOp::Add)),
-            src: EwSrc::Memory,
-            cvt: None,
-            relu: false,
-            relux: None,
-            data_size: 3,
-            data_mode: 1,
-            values: [0; 8],
-            lut: None,
-        }),
+        ew: Some(Ew::from_memory(EwOp::Alu(AluOp::Add), 3)),
         ..Dpu::flying(cube, Precision::Int32, out)
     };
     let read = Mrdma::at(acc, 0, acc_stride - rows);

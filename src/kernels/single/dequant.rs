@@ -16,9 +16,7 @@
 use crate::error::{Error, Result};
 use crate::float::{f16_to_f32, f32_to_f16};
 use crate::regcmd::{DmaAddr, TaskBuilder};
-use crate::task::{
-    Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, Mul, Output, Precision, Stage, Task,
-};
+use crate::task::{Dpu, DpuRdma, Erdma, Ew, EwOp, Mrdma, Mul, Output, Precision, Stage, Task};
 
 /// Channels one dequantisation task covers at most (the public program's guard).
 pub const DEQUANT_MAX_CHANNELS: u32 = 1024;
@@ -180,17 +178,7 @@ pub fn dequant_task_model(
             relu: false,
             relux: None,
         },
-        ew: Some(Ew {
-            op: Some(EwOp::Mul(0, 0)),
-            src: EwSrc::Memory,
-            cvt: None,
-            relu: false,
-            relux: None,
-            data_size: 3,
-            data_mode: 1,
-            values: [0; 8],
-            lut: None,
-        }),
+        ew: Some(Ew::from_memory(EwOp::Mul(0, 0), 3)),
         ..Dpu::flying(cube, Precision::Fp32, out)
     };
     let read = Mrdma::at(offset(acc, row * 16)?, 0, rows - 1);

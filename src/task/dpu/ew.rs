@@ -64,6 +64,26 @@ pub struct Ew {
     pub lut: Option<Lut>,
 }
 
+impl Ew {
+    /// The EW stage applying `op` with an operand read from memory (the ERDMA), one
+    /// per element (`EW_DATA_MODE` 1) of `data_size` (2: 16-bit, 3: 32-bit), the
+    /// operand converter bypassed, no ReLU, no LUT: what the element-wise operations,
+    /// the split-K add and the dequantisation start from.
+    pub fn from_memory(op: EwOp, data_size: u32) -> Ew {
+        Ew {
+            op: Some(op),
+            src: EwSrc::Memory,
+            cvt: None,
+            relu: false,
+            relux: None,
+            data_size,
+            data_mode: 1,
+            values: [0; 8],
+            lut: None,
+        }
+    }
+}
+
 /// Writes EW_CFG and the operand-converter and ReLUX registers.
 pub(super) fn emit(t: &mut TaskBuilder, e: Option<Ew>) -> Result<()> {
     use dpu::*;
