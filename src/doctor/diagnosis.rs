@@ -8,6 +8,7 @@ use std::fmt;
 
 /// Where a result first differs from the CPU's.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Mismatch {
     /// What was compared (`C`, `buffer`, `C of int8 16x4500x96`).
     pub what: String,
@@ -95,6 +96,7 @@ impl fmt::Display for Finding {
 /// Why a rung failed: the step, what it expected, what it got, the job's counters where
 /// a job ran, and what to check.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Diagnosis {
     /// The rung that failed.
     pub rung: Rung,

@@ -44,6 +44,7 @@ pub fn groups(ty: GgmlType) -> bool {
 
 /// What [`load_grouped_report`] measured while loading.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct GroupedReport {
     /// The largest `|bank weight − file weight|`: 0 for the types of [`groups_exactly`].
     pub max_abs: f64,

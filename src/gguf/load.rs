@@ -13,6 +13,7 @@ use std::fmt;
 
 /// How far a bank's values are from the dequantised tensor it was loaded from.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct LoadReport {
     /// The tensor.
     pub tensor: String,

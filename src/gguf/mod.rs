@@ -261,6 +261,7 @@ pub type Result<T> = std::result::Result<T, GgufError>;
 /// One tensor's header entry: its name, type, shape and where its data is. It borrows
 /// from the [`Gguf`] it came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TensorInfo<'a> {
     /// The name (`blk.0.attn_q.weight`, ...).
     pub name: &'a str,

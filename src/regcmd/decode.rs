@@ -51,6 +51,7 @@ impl TailRole {
 
 /// One decoded entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Entry {
     /// Position in the input.
     pub index: usize,
@@ -70,6 +71,7 @@ pub struct Entry {
 
 /// One field of a decoded register write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FieldValue {
     /// The field.
     pub info: &'static FieldInfo,
@@ -121,6 +123,7 @@ impl Entry {
 
 /// A task found in the words: a body and, normally, a tail ending in op-enable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TaskSpan {
     /// Task index in the input.
     pub index: usize,
@@ -140,6 +143,7 @@ pub struct TaskSpan {
 
 /// Decoded words: entries, tasks, and the unknown count.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Decoded {
     /// Every entry, in input order.
     pub entries: Vec<Entry>,

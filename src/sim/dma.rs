@@ -11,6 +11,7 @@ use std::ops::{Add, AddAssign};
 /// the tasks they ran; counters add up across runs with `+` and `+=`.
 /// docs/simulator.md ("DMA counters") says what each engine's count covers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct DmaCounters {
     /// The PC's reads of task lists: `(amount + 1) × 16` bytes per fetch.
     pub pc_regcmd: u64,

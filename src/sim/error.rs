@@ -302,6 +302,7 @@ impl LintKind {
 
 /// A warning about a known hazard, with where it was found.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Lint {
     /// Where (the task index is the one the hazard belongs to).
     pub at: At,

@@ -128,6 +128,7 @@ pub struct Faults {
 
 /// The outcome of one kick.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CoreRun {
     /// The core.
     pub core: usize,
@@ -151,6 +152,7 @@ pub struct CoreRun {
 
 /// A task that never completes: the PC stops there and the kernel would time out.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stall {
     /// The task that does not complete (its index is the PC's task counter).
     pub at: At,
@@ -336,6 +338,7 @@ impl Simulator {
 
 /// How one core ran its range of a job ([`Simulator::run_range`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RangeRun {
     /// Tasks completed (the core's task counter).
     pub done: u32,

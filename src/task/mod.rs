@@ -211,6 +211,7 @@ pub enum Access {
 
 /// A byte range of device memory one task moves, with the register its address is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct DmaRange {
     /// The block whose DMA engine moves it.
     pub block: Block,

@@ -185,6 +185,7 @@ impl MatmulOptions {
 
 /// Time spent in the steps of the last blocking call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Timings {
     /// Quantising and packing A.
     pub pack: Duration,

@@ -24,6 +24,7 @@ const ADD_CHANNELS: u32 = 1024;
 
 /// The shape of a plan's C as one cube.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CubeForm {
     /// Pixels of the cube: the plan's M.
     pub m: u32,

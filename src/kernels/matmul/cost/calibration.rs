@@ -138,6 +138,7 @@ pub struct Row {
 
 /// A row's modelled time.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Modelled {
     /// The NPU job, in seconds.
     pub npu_s: f64,
