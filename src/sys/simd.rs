@@ -43,32 +43,34 @@ pub(crate) fn prefetch(data: &[u8], at: usize) {
     let _ = (data, at);
 }
 
-/// Copies the 1024 bytes of `src` into `dst` with non-temporal stores when `dst` is
+/// Copies the `N` bytes of `src` into `dst` with non-temporal stores when `dst` is
 /// 16-byte aligned (on x86-64, where SSE2 is baseline): the lines go to memory without
 /// first being read into the cache, which halves the traffic of writing a buffer the
-/// processor will not read again soon. Otherwise a plain copy. Call [`stream_fence`]
-/// once the streamed writes are done.
+/// processor will not read again soon. Otherwise (and for the last `N % 16` bytes) a
+/// plain copy. Call [`stream_fence`] once the streamed writes are done.
 #[inline(always)]
-pub(crate) fn stream_atom(dst: &mut [u8; 1024], src: &[u8; 1024]) {
+pub(crate) fn stream_copy<const N: usize>(dst: &mut [u8; N], src: &[u8; N]) {
     #[cfg(target_arch = "x86_64")]
     if (dst.as_ptr() as usize).is_multiple_of(16) {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let whole = N / 16 * 16;
         let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
-        for i in (0..1024).step_by(16) {
-            // SAFETY: SSE2 is baseline on x86-64; bytes i..i + 16 (i <= 1008) lie inside
-            // both 1024-byte arrays, and `d + i` is 16-byte aligned (`d` is, checked
-            // above, and i is a multiple of 16), as the streaming store requires.
+        for i in (0..whole).step_by(16) {
+            // SAFETY: SSE2 is baseline on x86-64; bytes i..i + 16 (i + 16 <= whole <= N)
+            // lie inside both N-byte arrays, and `d + i` is 16-byte aligned (`d` is,
+            // checked above, and i is a multiple of 16), as the streaming store requires.
             unsafe {
                 let v = _mm_loadu_si128(s.add(i).cast::<__m128i>());
                 _mm_stream_si128(d.add(i).cast::<__m128i>(), v);
             }
         }
+        dst[whole..].copy_from_slice(&src[whole..]);
         return;
     }
     dst.copy_from_slice(src);
 }
 
-/// Orders every store [`stream_atom`] made before the stores that follow (an `sfence`
+/// Orders every store [`stream_copy`] made before the stores that follow (an `sfence`
 /// on x86-64; nothing elsewhere), so a buffer filled by streaming is complete for
 /// whoever reads it next.
 pub(crate) fn stream_fence() {

@@ -16,7 +16,7 @@ use crate::compute::matmul::WeightBank;
 use crate::device::Device;
 use crate::kernels::matmul::WeightLayout;
 use crate::kernels::single::Dtype;
-use crate::sys::simd::{prefetch, stream_atom, stream_fence};
+use crate::sys::simd::{prefetch, stream_copy, stream_fence};
 
 /// Bytes of an atom: 32 output channels of 32 int8 values.
 const ATOM: usize = 1024;
@@ -137,11 +137,11 @@ impl Fill<'_> {
     /// in file order.
     ///
     /// The order: [`BAND`] groups of 32 rows at a time, read in place; for each wave,
-    /// their atoms (adjacent in the bank) built one at a time in a local 1024-byte
-    /// buffer and streamed out whole ([`stream_atom`]: the bank's lines are written
-    /// without first being read into the cache, which was most of the pass's time).
-    /// The band's rows stay in the cache for every wave, and the next band's are
-    /// prefetched a slice per wave.
+    /// their atoms (adjacent in the bank), each row of 32 integers decoded and streamed
+    /// out as it is made ([`stream_copy`]: the bank's lines are written without first
+    /// being read into the cache, which took more time than the decoding). The band's
+    /// rows stay in the cache for every wave, and the next band's are prefetched a
+    /// slice per wave.
     fn run<const TS: usize>(
         &self,
         layout: &WeightLayout,
@@ -153,7 +153,7 @@ impl Fill<'_> {
         let band_bytes = BAND * GROUP * self.row_bytes;
         // Cache lines of the next band prefetched per wave.
         let ahead = band_bytes.div_ceil(64).div_ceil(layout.waves.len().max(1));
-        let (mut bad, mut local) = (0u32, [0u8; ATOM]);
+        let mut bad = 0u32;
         for (b, band) in self.data.chunks(band_bytes).enumerate() {
             let next = (b + 1) * band_bytes;
             for (wave, (dst, s)) in out
@@ -168,7 +168,7 @@ impl Fill<'_> {
                 let groups = band.chunks(GROUP * self.row_bytes);
                 let s = s[b * BAND * GROUP..].chunks_mut(GROUP);
                 for ((group, atom), s) in groups.zip(atoms).zip(s) {
-                    bad |= self.atom(group, wave * TS, atom, &mut local, s, &decode);
+                    bad |= self.atom(group, wave * TS, atom, s, &decode);
                 }
             }
         }
@@ -180,20 +180,20 @@ impl Fill<'_> {
     }
 
     /// One atom: block `column / TS` of each row of `group` (up to 32 rows) decoded
-    /// into `local`, the rows it lacks zero, and streamed into `atom`; the blocks'
-    /// scales into `s`. Returns the OR of each scale's magnitude bits plus 0x400: bit 15
-    /// is set exactly when one magnitude is 0x7C00 or more (an infinity or a NaN).
+    /// and streamed into its row of `atom` ([`stream_copy`]), the rows it lacks zero;
+    /// the blocks' scales into `s`. Returns the OR of each scale's magnitude bits plus
+    /// 0x400: bit 15 is set exactly when one magnitude is 0x7C00 or more (an infinity
+    /// or a NaN).
     #[inline(always)]
     fn atom<const TS: usize>(
         &self,
         group: &[u8],
         column: usize,
         atom: &mut [u8; ATOM],
-        local: &mut [u8; ATOM],
         s: &mut [f32],
         decode: &impl Fn(&[u8; TS], &mut [u8; GROUP]),
     ) -> u32 {
-        let (qs, _) = local.as_chunks_mut::<GROUP>();
+        let (qs, _) = atom.as_chunks_mut::<GROUP>();
         // Each scale converted where its block is read (a block's bits stored and read
         // back as wider words would wait on the stores).
         let mut bad = 0u32;
@@ -204,13 +204,13 @@ impl Fill<'_> {
             let h = u16::from_le_bytes([block[0], block[1]]);
             bad |= u32::from(h & 0x7FFF) + 0x400;
             *d = f16_bits_to_f32(h);
-            decode(block, q);
+            let mut v = [0u8; GROUP];
+            decode(block, &mut v);
+            stream_copy(q, &v);
         }
-        // `local` is reused: only a last group of fewer rows has rows to clear.
-        if kernels < GROUP {
-            local[kernels * GROUP..].fill(0);
+        for q in &mut qs[kernels..] {
+            stream_copy(q, &[0u8; GROUP]);
         }
-        stream_atom(atom, local);
         bad
     }
 
