@@ -7,6 +7,10 @@
 //! values. On other architectures (aarch64, where NEON is baseline) only the scalar
 //! forms exist, written so that the compiler can vectorise them at NEON's width.
 //!
+//! Beside them, helpers on baseline SSE/SSE2 (no detection): a cache prefetch, and a
+//! 1024-byte copy by non-temporal stores with its fence, which the GGUF packing pass
+//! writes bank atoms with.
+//!
 //! The callers in `kernels::matmul` keep their own scalar paths for machines without
 //! the feature and test these kernels bit for bit against them. Every `unsafe` block is
 //! listed in docs/unsafe-audit.md.
@@ -21,6 +25,60 @@ pub(crate) fn avx2() -> bool {
     {
         false
     }
+}
+
+/// Hints that the cache line holding `data[at]` will be read soon, so that a pass
+/// reading many rows at once finds them in the cache (the hint changes no value; it does
+/// nothing when `at` lies outside `data`, or off x86-64).
+#[inline(always)]
+pub(crate) fn prefetch(data: &[u8], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if at < data.len() {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: SSE is baseline on x86-64; `at < data.len()` (checked just above), so
+        // the pointer lies inside `data`, and a prefetch reads nothing the program sees.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(data.as_ptr().add(at).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, at);
+}
+
+/// Copies the `N` bytes of `src` into `dst` with non-temporal stores when `dst` is
+/// 16-byte aligned (on x86-64, where SSE2 is baseline): the lines go to memory without
+/// first being read into the cache, which halves the traffic of writing a buffer the
+/// processor will not read again soon. Otherwise (and for the last `N % 16` bytes) a
+/// plain copy. Call [`stream_fence`] once the streamed writes are done.
+#[inline(always)]
+pub(crate) fn stream_copy<const N: usize>(dst: &mut [u8; N], src: &[u8; N]) {
+    #[cfg(target_arch = "x86_64")]
+    if (dst.as_ptr() as usize).is_multiple_of(16) {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let whole = N / 16 * 16;
+        let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+        for i in (0..whole).step_by(16) {
+            // SAFETY: SSE2 is baseline on x86-64; bytes i..i + 16 (i + 16 <= whole <= N)
+            // lie inside both N-byte arrays, and `d + i` is 16-byte aligned (`d` is,
+            // checked above, and i is a multiple of 16), as the streaming store requires.
+            unsafe {
+                let v = _mm_loadu_si128(s.add(i).cast::<__m128i>());
+                _mm_stream_si128(d.add(i).cast::<__m128i>(), v);
+            }
+        }
+        dst[whole..].copy_from_slice(&src[whole..]);
+        return;
+    }
+    dst.copy_from_slice(src);
+}
+
+/// Orders every store [`stream_copy`] made before the stores that follow (an `sfence`
+/// on x86-64; nothing elsewhere), so a buffer filled by streaming is complete for
+/// whoever reads it next.
+pub(crate) fn stream_fence() {
+    // SAFETY: SSE is baseline on x86-64; a fence touches no memory.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
 }
 
 /// Where the int32 partials of one output tile lie in C: wave `w`'s atom of column group

@@ -133,3 +133,32 @@ fn w4a8_rows_match_the_nibbles_of_each_value() {
         }
     }
 }
+
+/// `stream_copy::<N>` into a buffer at every offset of a 64-byte line: the aligned
+/// destinations take the streaming stores (and a plain copy of the last `N % 16`
+/// bytes), the others the plain copy; both leave the bytes around the copy alone.
+fn streamed_copies_at_every_offset<const N: usize>(seed: u64) {
+    let src: [u8; N] = noise(N, seed).try_into().unwrap();
+    let mut buf = vec![0x5Au8; N + 3 * 64];
+    for offset in 64..128 {
+        buf.fill(0x5A);
+        let dst: &mut [u8; N] = (&mut buf[offset..offset + N]).try_into().unwrap();
+        stream_copy(dst, &src);
+        stream_fence();
+        assert_eq!(&buf[offset..offset + N], &src[..], "{N} at offset {offset}");
+        assert!(buf[..offset].iter().all(|&v| v == 0x5A), "{N} at {offset}");
+        assert!(
+            buf[offset + N..].iter().all(|&v| v == 0x5A),
+            "{N} at {offset}"
+        );
+    }
+}
+
+#[test]
+fn streamed_copies_equal_their_source_at_every_alignment() {
+    streamed_copies_at_every_offset::<32>(3);
+    streamed_copies_at_every_offset::<1024>(4);
+    // Lengths with a tail of plain stores, and one shorter than a store.
+    streamed_copies_at_every_offset::<47>(5);
+    streamed_copies_at_every_offset::<9>(6);
+}

@@ -16,14 +16,15 @@ use crate::compute::matmul::WeightBank;
 use crate::device::Device;
 use crate::kernels::matmul::WeightLayout;
 use crate::kernels::single::Dtype;
+use crate::sys::simd::{prefetch, stream_copy, stream_fence};
 
 /// Bytes of an atom: 32 output channels of 32 int8 values.
 const ATOM: usize = 1024;
 
-/// Groups of 32 rows [`Fill::run`] takes at a time (64 rows: 278 KiB of a 4096-wide
-/// Q8_0 tensor, which stay in a core's L2 cache while every wave's atoms of them are
-/// written).
-const CHUNK: usize = 2;
+/// Groups of 32 rows [`Fill::run`] takes at a time: 128 rows, 544 KiB of a 4096-wide
+/// Q8_0 tensor, which stay in a core's L2 cache while every wave's 4 atoms of them (4
+/// KiB, adjacent in the bank) are written.
+const BAND: usize = 4;
 
 /// Whether [`load`] takes `ty`: the types whose blocks are 32 integers and one scale.
 pub(super) fn takes(ty: GgmlType) -> bool {
@@ -135,9 +136,13 @@ impl Fill<'_> {
     /// scale stops it with [`GgufError::NotRepresentable`] naming the first such block
     /// in file order.
     ///
-    /// The order: [`CHUNK`] groups of 32 rows at a time, copied once from the file's
-    /// bytes (a sequential read the prefetchers follow, over few pages), then every
-    /// wave's atoms of them, so the scattered reads of one block a row hit the cache.
+    /// The order: [`BAND`] groups of 32 rows at a time, read in place; for each wave,
+    /// their atoms (adjacent in the bank), each row of 32 integers decoded and streamed
+    /// out as it is made ([`stream_copy`]: the bank's lines are written without first
+    /// being read into the cache; with plain stores the pass took 1.7 times as long). The band's
+    /// rows stay in the cache for every wave, and the next band's are prefetched a
+    /// slice before each atom (the hardware prefetchers do not follow reads 32 rows
+    /// apart: without the hints the pass took 2.5 times as long).
     fn run<const TS: usize>(
         &self,
         layout: &WeightLayout,
@@ -146,47 +151,71 @@ impl Fill<'_> {
         decode: impl Fn(&[u8; TS], &mut [u8; GROUP]),
     ) -> Result<()> {
         let (n, wave_bytes) = (layout.n as usize, layout.n_pad as usize * GROUP);
-        let chunk_bytes = CHUNK * GROUP * self.row_bytes;
-        let mut rows = vec![0u8; chunk_bytes.min(self.data.len())];
-        let mut finite = true;
-        for (c, file_rows) in self.data.chunks(chunk_bytes).enumerate() {
-            let rows = &mut rows[..file_rows.len()];
-            rows.copy_from_slice(file_rows);
+        let band_bytes = BAND * GROUP * self.row_bytes;
+        // Cache lines of the next band prefetched per atom.
+        let ahead = band_bytes
+            .div_ceil(64)
+            .div_ceil(BAND * layout.waves.len().max(1));
+        let mut bad = 0u32;
+        for (b, band) in self.data.chunks(band_bytes).enumerate() {
+            let next = (b + 1) * band_bytes;
             for (wave, (dst, s)) in out
                 .chunks_exact_mut(wave_bytes)
                 .zip(scales.chunks_exact_mut(n))
                 .enumerate()
             {
-                let column = wave * TS;
-                for (i, group) in rows.chunks(GROUP * self.row_bytes).enumerate() {
-                    let g = c * CHUNK + i;
-                    let kernels = group.len() / self.row_bytes;
-                    let atom = &mut dst[g * ATOM..][..ATOM];
-                    let mut bits = [0u16; GROUP];
-                    for (r, h) in bits[..kernels].iter_mut().enumerate() {
-                        let block: &[u8; TS] = group[r * self.row_bytes + column..][..TS]
-                            .try_into()
-                            .expect("TS bytes");
-                        *h = u16::from_le_bytes([block[0], block[1]]);
-                        let q: &mut [u8; GROUP] = (&mut atom[r * GROUP..][..GROUP])
-                            .try_into()
-                            .expect("32 bytes");
-                        decode(block, q);
+                let atoms = dst[b * BAND * ATOM..].as_chunks_mut::<ATOM>().0;
+                let groups = band.chunks(GROUP * self.row_bytes);
+                let s = s[b * BAND * GROUP..].chunks_mut(GROUP);
+                for (i, ((group, atom), s)) in groups.zip(atoms).zip(s).enumerate() {
+                    let first = (wave * BAND + i) * ahead;
+                    for line in first..first + ahead {
+                        prefetch(self.data, next + line * 64);
                     }
-                    atom[kernels * GROUP..].fill(0);
-                    // The scales 32 at a time, in loops that vectorise.
-                    for (d, &h) in s[g * GROUP..][..kernels].iter_mut().zip(&bits) {
-                        *d = f16_bits_to_f32(h);
-                    }
-                    let top = bits.iter().fold(0u16, |m, &h| m.max(h & 0x7FFF));
-                    finite &= top < 0x7C00;
+                    bad |= self.atom(group, wave * TS, atom, s, &decode);
                 }
             }
         }
-        match finite {
+        stream_fence();
+        match bad & 0x8000 == 0 {
             true => Ok(()),
             false => Err(self.first_non_finite::<TS>(0, self.data)),
         }
+    }
+
+    /// One atom: block `column / TS` of each row of `group` (up to 32 rows) decoded
+    /// and streamed into its row of `atom` ([`stream_copy`]), the rows it lacks zero;
+    /// the blocks' scales into `s`. Returns the OR of each scale's magnitude bits plus
+    /// 0x400: bit 15 is set exactly when one magnitude is 0x7C00 or more (an infinity
+    /// or a NaN).
+    #[inline(always)]
+    fn atom<const TS: usize>(
+        &self,
+        group: &[u8],
+        column: usize,
+        atom: &mut [u8; ATOM],
+        s: &mut [f32],
+        decode: &impl Fn(&[u8; TS], &mut [u8; GROUP]),
+    ) -> u32 {
+        let (qs, _) = atom.as_chunks_mut::<GROUP>();
+        // Each scale converted where its block is read (a block's bits stored and read
+        // back as wider words would wait on the stores).
+        let mut bad = 0u32;
+        let rows = group.chunks_exact(self.row_bytes);
+        let kernels = rows.len();
+        for ((row, q), d) in rows.zip(qs.iter_mut()).zip(s) {
+            let block: &[u8; TS] = row[column..][..TS].try_into().expect("TS bytes");
+            let h = u16::from_le_bytes([block[0], block[1]]);
+            bad |= u32::from(h & 0x7FFF) + 0x400;
+            *d = f16_bits_to_f32(h);
+            let mut v = [0u8; GROUP];
+            decode(block, &mut v);
+            stream_copy(q, &v);
+        }
+        for q in &mut qs[kernels..] {
+            stream_copy(q, &[0u8; GROUP]);
+        }
+        bad
     }
 
     /// The error of the first block of `rows` (from row `first`) in file order whose
@@ -249,5 +278,87 @@ fn q5_0(block: &[u8; 22], q: &mut [u8; GROUP]) {
     nibbles_32(&block[6..], &mut u);
     for (j, (o, &v)) in q.iter_mut().zip(&u).enumerate() {
         *o = (v | (((qh >> j) & 1) << 4) as u8).wrapping_sub(16);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! [`pack`] on shapes of several bands (a last band and group of fewer rows), into
+    //! buffers at offsets that take the streaming stores and that do not, against the
+    //! bank written here from the format's rules.
+
+    use super::*;
+    use crate::seeded::Rng;
+
+    /// `blocks` raw blocks of `ty` (seeded bytes, each with a finite fp16 scale).
+    fn blocks(ty: GgmlType, blocks: usize, seed: u64) -> Vec<u8> {
+        let mut rng = Rng::new(seed);
+        let size = ty.type_size() as usize;
+        let mut out = Vec::with_capacity(blocks * size);
+        for _ in 0..blocks {
+            let d = half::f16::from_f32(rng.unit() * 0.5 - 0.25).to_bits();
+            out.extend_from_slice(&d.to_le_bytes());
+            out.extend(rng.bytes(size - 2));
+        }
+        out
+    }
+
+    /// The 32 integers of one block, from the format's description.
+    fn reference(ty: GgmlType, b: &[u8]) -> [u8; GROUP] {
+        std::array::from_fn(|j| {
+            let nibble = |q: &[u8]| (q[j % 16] >> (4 * (j / 16))) & 0xF;
+            let v = match ty {
+                GgmlType::Q8_0 => i32::from(b[2 + j] as i8),
+                GgmlType::Q4_0 => i32::from(nibble(&b[2..])) - 8,
+                _ => {
+                    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                    i32::from(nibble(&b[6..])) + 16 * ((qh >> j) & 1) as i32 - 16
+                }
+            };
+            v as i8 as u8
+        })
+    }
+
+    #[test]
+    fn several_bands_pack_as_the_format_says_at_every_buffer_offset() {
+        let types = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0];
+        for (i, (n, k)) in [(300usize, 96usize), (161, 64), (129, 32), (256, 160)]
+            .into_iter()
+            .enumerate()
+        {
+            for (t, ty) in types.into_iter().enumerate() {
+                let size = ty.type_size() as usize;
+                let groups = k / GROUP;
+                let data = blocks(ty, n * groups, (10 * i + t) as u64);
+                let layout = layout(n as u32, k as u32).unwrap().unwrap();
+                let n_pad = layout.n_pad as usize;
+                let mut want = vec![0u8; layout.bytes as usize];
+                let mut want_scales = vec![0f32; n * groups];
+                for r in 0..n {
+                    for w in 0..groups {
+                        let b = &data[(r * groups + w) * size..][..size];
+                        let at = w * n_pad * GROUP + r / 32 * ATOM + r % 32 * GROUP;
+                        want[at..at + GROUP].copy_from_slice(&reference(ty, b));
+                        want_scales[w * n + r] =
+                            half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+                    }
+                }
+                for offset in [0, 1, 16, 33] {
+                    let mut buf = vec![0xEEu8; want.len() + 64];
+                    let mut scales = vec![f32::NAN; n * groups];
+                    let out = &mut buf[offset..offset + want.len()];
+                    pack("w", ty, &data, &layout, out, &mut scales).unwrap();
+                    let what = format!("{ty:?} {n}x{k} at offset {offset}");
+                    assert!(out == &want[..], "{what}");
+                    assert!(buf[..offset].iter().all(|&v| v == 0xEE), "{what}");
+                    assert!(
+                        buf[offset + want.len()..].iter().all(|&v| v == 0xEE),
+                        "{what}"
+                    );
+                    let bits = |s: &[f32]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&scales), bits(&want_scales), "{what}");
+                }
+            }
+        }
     }
 }
