@@ -8,8 +8,8 @@
 //! forms exist, written so that the compiler can vectorise them at NEON's width.
 //!
 //! Beside them, helpers on baseline SSE/SSE2 (no detection): a cache prefetch, and a
-//! 1024-byte copy by non-temporal stores with its fence, which the GGUF packing pass
-//! writes bank atoms with.
+//! fixed-size copy by non-temporal stores with its fence, which the GGUF packing pass
+//! writes bank rows with.
 //!
 //! The callers in `kernels::matmul` keep their own scalar paths for machines without
 //! the feature and test these kernels bit for bit against them. Every `unsafe` block is
