@@ -28,7 +28,7 @@
 //! ```
 
 use half::f16;
-use rknpu_driver::compute::layer::{LayerBuilder, MatmulInput};
+use rknpu_driver::compute::layer::{Layer, LayerBuilder, MatmulInput, Tensor};
 use rknpu_driver::compute::matmul::WeightBank;
 use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::device::Device;
@@ -123,32 +123,77 @@ fn check(
     Ok(())
 }
 
-fn run() -> Res {
-    let dev = Device::open_or_emulated()?;
-    println!("device: {}", dev.info());
-    let (m, d, f) = (M as usize, D as usize, F as usize);
-    // The seed of the weights and activations: the first argument, or 1.
-    let seed = match std::env::args().nth(1) {
+/// The block's activations and weights as drawn, in f32: x is M rows of D, the gate and
+/// up weights F rows of D, the down weights D rows of F.
+struct Block {
+    x: Vec<f32>,
+    w_gate: Vec<f32>,
+    w_up: Vec<f32>,
+    w_down: Vec<f32>,
+}
+
+impl Block {
+    /// Draws x and the three weight matrices from the seeded stream `seed`.
+    fn draw(seed: u64) -> Block {
+        let (m, d, f) = (M as usize, D as usize, F as usize);
+        let mut rng = Rng::from_seed(seed);
+        let x = uniform(&mut rng, m * d, 1.0);
+        let w_gate = uniform(&mut rng, f * d, 0.125);
+        let w_up = uniform(&mut rng, f * d, 0.125);
+        let w_down = uniform(&mut rng, d * f, 0.0625);
+        Block {
+            x,
+            w_gate,
+            w_up,
+            w_down,
+        }
+    }
+}
+
+/// The seed of the weights and activations: the first argument, or 1.
+fn seed() -> Res<u64> {
+    Ok(match std::env::args().nth(1) {
         Some(s) => s.parse().map_err(|e| format!("seed {s}: {e}"))?,
         None => 1,
-    };
-    let mut rng = Rng::from_seed(seed);
-    let x = uniform(&mut rng, m * d, 1.0);
-    let w_gate = uniform(&mut rng, f * d, 0.125);
-    let w_up = uniform(&mut rng, f * d, 0.125);
-    let w_down = uniform(&mut rng, d * f, 0.0625);
+    })
+}
 
-    // Weights, packed once: int8 per output channel for gate and up, fp16 for down.
+/// The built layer, the plan its packed x follows and the tensors a call touches: the
+/// input x, the two dequantisation steps' outputs (whose scale each call sets) and y.
+struct Ffn {
+    layer: Layer,
+    plan: Plan,
+    x_in: Tensor,
+    g16: Tensor,
+    u16: Tensor,
+    y: Tensor,
+}
+
+/// The weight banks, packed once: int8 per output channel for gate and up, fp16 for
+/// down.
+fn banks(dev: &Device, block: &Block) -> Res<[Arc<WeightBank>; 3]> {
     let gate = Arc::new(WeightBank::quantize_f32_nk(
-        &dev,
+        dev,
         F,
         D,
-        &w_gate,
+        &block.w_gate,
         Dtype::Int8,
     )?);
-    let up = Arc::new(WeightBank::quantize_f32_nk(&dev, F, D, &w_up, Dtype::Int8)?);
-    let down_f16: Vec<f16> = w_down.iter().map(|&v| f16::from_f32(v)).collect();
-    let down = Arc::new(WeightBank::new(&dev, (D, F), Weights::F16(&down_f16))?);
+    let up = Arc::new(WeightBank::quantize_f32_nk(
+        dev,
+        F,
+        D,
+        &block.w_up,
+        Dtype::Int8,
+    )?);
+    let down_f16: Vec<f16> = block.w_down.iter().map(|&v| f16::from_f32(v)).collect();
+    let down = Arc::new(WeightBank::new(dev, (D, F), Weights::F16(&down_f16))?);
+    Ok([gate, up, down])
+}
+
+/// Builds the layer: five steps, one job.
+fn build(dev: &Device, block: &Block) -> Res<Ffn> {
+    let [gate, up, down] = banks(dev, block)?;
     let scales = |b: &WeightBank| -> Res<Vec<f32>> {
         Ok(b.scales().ok_or("a quantised bank has scales")?.to_vec())
     };
@@ -156,10 +201,9 @@ fn run() -> Res {
 
     let plan = Plan::for_layout(gate.layout(), M, OutType::Fp32, 1)?;
 
-    // The layer: five steps, one job.
     let acc = Cube::new(M, 1, F, Precision::Fp32)?;
     let half = acc.with_precision(Precision::Fp16)?;
-    let mut b = LayerBuilder::new(&dev).with_timeout(Duration::from_secs(10));
+    let mut b = LayerBuilder::new(dev).with_timeout(Duration::from_secs(10));
     let x_in = b.input_bytes("x", plan.a_bytes as usize)?;
     let g_acc = b.matmul("gate", &gate, x_in, M, OutType::Fp32, MatmulInput::Packed)?;
     let u_acc = b.matmul("up", &up, x_in, M, OutType::Fp32, MatmulInput::Packed)?;
@@ -190,7 +234,19 @@ fn run() -> Res {
     })?;
     let y = b.matmul("down", &down, h, M, OutType::Fp32, MatmulInput::Native)?;
     b.output(y)?;
-    let mut layer = b.build()?;
+    let layer = b.build()?;
+    Ok(Ffn {
+        layer,
+        plan,
+        x_in,
+        g16,
+        u16,
+        y,
+    })
+}
+
+/// Prints the layer's steps, tasks and scratch memory.
+fn describe(layer: &Layer) {
     let tasks = layer.program().tasks().len();
     let (scratch, unshared) = layer.scratch_bytes();
     println!(
@@ -200,34 +256,37 @@ fn run() -> Res {
     for step in layer.steps() {
         println!("  {:<16} tasks {:?}", step.name, step.tasks);
     }
+}
 
-    // Each call quantises its x per tensor on the host and gives the two dequantisation
-    // steps that scale: x as drawn, then three times larger (a scale fixed when the
-    // layer was built would clamp it).
-    for factor in [1.0f32, 3.0] {
-        let x: Vec<f32> = x.iter().map(|&v| v * factor).collect();
-        let x_max = x.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let x_scale = x_max / 127.0;
-        let x_q: Vec<i8> = x
-            .iter()
-            .map(|&v| (v / x_scale).round().clamp(-127.0, 127.0) as i8)
-            .collect();
-        layer.set_step_scale(g16, x_scale)?;
-        layer.set_step_scale(u16, x_scale)?;
-        layer.write(x_in, &pack::activations_i8(&plan, &x_q)?)?;
-        layer.run()?;
-        let y_cube = layer.tensor(y)?.cube.ok_or("y is a cube")?;
-        let got: Vec<f32> = y_cube.unpack(&layer.read(y)?)?;
-        check(
-            &x,
-            (&w_gate, &w_up, &w_down),
-            &got,
-            y_cube.channels as usize,
-            factor,
-        )?;
-    }
+/// One call with x times `factor`: quantises x per tensor on the host, gives the two
+/// dequantisation steps that scale, runs the layer and checks y.
+fn call(ffn: &mut Ffn, block: &Block, factor: f32) -> Res {
+    let layer = &mut ffn.layer;
+    let x: Vec<f32> = block.x.iter().map(|&v| v * factor).collect();
+    let x_max = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let x_scale = x_max / 127.0;
+    let x_q: Vec<i8> = x
+        .iter()
+        .map(|&v| (v / x_scale).round().clamp(-127.0, 127.0) as i8)
+        .collect();
+    layer.set_step_scale(ffn.g16, x_scale)?;
+    layer.set_step_scale(ffn.u16, x_scale)?;
+    layer.write(ffn.x_in, &pack::activations_i8(&ffn.plan, &x_q)?)?;
+    layer.run()?;
+    let y_cube = layer.tensor(ffn.y)?.cube.ok_or("y is a cube")?;
+    let got: Vec<f32> = y_cube.unpack(&layer.read(ffn.y)?)?;
+    check(
+        &x,
+        (&block.w_gate, &block.w_up, &block.w_down),
+        &got,
+        y_cube.channels as usize,
+        factor,
+    )
+}
 
-    // One job against one job per step, the same tasks and buffers.
+/// Times the layer as one job against one job per step, the same tasks and buffers,
+/// and prints both.
+fn time(dev: &Device, layer: &mut Layer) -> Res {
     let t0 = Instant::now();
     for _ in 0..RUNS {
         layer.run()?;
@@ -255,6 +314,21 @@ fn run() -> Res {
         println!("(emulated kernel: the times above are the simulator's)");
     }
     Ok(())
+}
+
+fn run() -> Res {
+    let dev = Device::open_or_emulated()?;
+    println!("device: {}", dev.info());
+    let block = Block::draw(seed()?);
+    let mut ffn = build(&dev, &block)?;
+    describe(&ffn.layer);
+    // Each call quantises its x per tensor on the host and gives the two dequantisation
+    // steps that scale: x as drawn, then three times larger (a scale fixed when the
+    // layer was built would clamp it).
+    for factor in [1.0f32, 3.0] {
+        call(&mut ffn, &block, factor)?;
+    }
+    time(&dev, &mut ffn.layer)
 }
 
 fn main() -> ExitCode {

@@ -13,7 +13,7 @@ mod common;
 
 use common::Rng;
 use half::f16;
-use rknpu_driver::compute::layer::LayerBuilder;
+use rknpu_driver::compute::layer::{Layer, LayerBuilder, Tensor};
 use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
@@ -23,6 +23,7 @@ use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::kernels::ops::{self, Cube};
 use rknpu_driver::kernels::single::add_task_model;
+use rknpu_driver::regcmd::Program;
 use rknpu_driver::task::Precision;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,15 +66,30 @@ fn int8(rng: &mut Rng, len: usize) -> Vec<i8> {
     (0..len).map(|_| rng.int(-128, 127) as i8).collect()
 }
 
-/// One thread's objects and its share of the jobs.
-fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
-    let mut rng = Rng(seed | 1);
-    let mut t = Tally::default();
-    let w = int8(&mut rng, (N * K) as usize);
-    let bank = Arc::new(WeightBank::new(dev, (N, K), Weights::I8(&w)).unwrap());
-    let mut mm = Matmul::new(&bank, M).unwrap();
+/// One thread's objects, its random stream and what it has done so far.
+struct Worker<'d> {
+    dev: &'d Device,
+    rng: Rng,
+    t: Tally,
+    /// The int8 matmul's weights (N rows of K) and the matmul.
+    w: Vec<i8>,
+    mm: Matmul,
+    /// The batch's fp16 weights (N rows of K each) and the batch.
+    wf: Vec<Vec<f16>>,
+    batch: MatmulBatch,
+    /// The layer `(a + b) + a` on int32 cubes, its inputs `la`, `lx` and output `ly`.
+    cube: Cube,
+    layer: Layer,
+    la: Tensor,
+    lx: Tensor,
+    ly: Tensor,
+    /// The int8 element-wise add program and its cube.
+    ecube: Cube,
+    ew_program: Program,
+}
 
-    // A batch of two fp16 matmuls on small integers: exact in fp32.
+/// A batch of two fp16 matmuls on small integers (exact in fp32), with their weights.
+fn fp16_batch(dev: &Device) -> (Vec<Vec<f16>>, MatmulBatch) {
     let wf: Vec<Vec<f16>> = (1..=2)
         .map(|s| {
             (0..N * K)
@@ -85,10 +101,14 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
         .iter()
         .map(|w| Arc::new(WeightBank::new(dev, (N, K), Weights::F16(w)).unwrap()))
         .collect();
-    let mut batch =
+    let batch =
         MatmulBatch::new(banks.iter().map(|b| Matmul::new(b, M).unwrap()).collect()).unwrap();
+    (wf, batch)
+}
 
-    // (a + b) + a on int32 cubes, as two chained tasks.
+/// The layer `(a + b) + a` on int32 cubes as two chained tasks: the layer, its cube,
+/// its inputs a and b and its output.
+fn add_layer(dev: &Device) -> (Layer, Cube, [Tensor; 3]) {
     let cube = Cube::new(8, 1, 16, Precision::Int32).unwrap();
     let mut lb = LayerBuilder::new(dev);
     let la = lb.input("a", cube).unwrap();
@@ -97,9 +117,11 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
     let s = lb.op("a+b", &[la, lx], cube, add).unwrap();
     let ly = lb.op("(a+b)+a", &[s, la], cube, add).unwrap();
     lb.output(ly).unwrap();
-    let mut layer = lb.build().unwrap();
+    (lb.build().unwrap(), cube, [la, lx, ly])
+}
 
-    // An int8 element-wise add, through the op runner.
+/// An int8 element-wise add as a program for the op runner, and its cube.
+fn eltwise_program() -> (Program, Cube) {
     let ecube = Cube::new(4, 1, 16, Precision::Int8).unwrap();
     let ew = Eltwise::new(EltwiseOp::Add, ecube, Operand::Tensor).unwrap();
     let ew_program = ops::chain(
@@ -112,109 +134,183 @@ fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
         .unwrap(),
     )
     .unwrap();
+    (ew_program, ecube)
+}
 
-    let soon = || Instant::now() + Duration::from_secs(10);
-    for _ in 0..jobs {
-        match rng.int(0, 9) {
-            0 => {
-                let a = int8(&mut rng, (M * K) as usize);
-                assert_eq!(mm.run::<i8, i32>(&a).unwrap(), reference(&a, &w));
-                t.checked += 1;
+/// A deadline far enough away that a wait for it does not time out.
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(10)
+}
+
+impl<'d> Worker<'d> {
+    /// The thread's objects on `dev`, its stream seeded from `seed`.
+    fn new(dev: &'d Device, seed: u64) -> Worker<'d> {
+        let mut rng = Rng(seed | 1);
+        let w = int8(&mut rng, (N * K) as usize);
+        let bank = Arc::new(WeightBank::new(dev, (N, K), Weights::I8(&w)).unwrap());
+        let mm = Matmul::new(&bank, M).unwrap();
+        let (wf, batch) = fp16_batch(dev);
+        let (layer, cube, [la, lx, ly]) = add_layer(dev);
+        let (ew_program, ecube) = eltwise_program();
+        Worker {
+            dev,
+            rng,
+            t: Tally::default(),
+            w,
+            mm,
+            wf,
+            batch,
+            cube,
+            layer,
+            la,
+            lx,
+            ly,
+            ecube,
+            ew_program,
+        }
+    }
+
+    /// A random int8 A (M×K).
+    fn a(&mut self) -> Vec<i8> {
+        int8(&mut self.rng, (M * K) as usize)
+    }
+
+    /// A blocking int8 matmul, checked.
+    fn matmul_run(&mut self) {
+        let a = self.a();
+        assert_eq!(self.mm.run::<i8, i32>(&a).unwrap(), reference(&a, &self.w));
+        self.t.checked += 1;
+    }
+
+    /// A submitted int8 matmul waited for, checked.
+    fn matmul_submit_wait(&mut self) {
+        let a = self.a();
+        let mut c = vec![0i32; (M * N) as usize];
+        self.mm
+            .submit::<i8>(&a)
+            .unwrap()
+            .wait(soon(), &mut c)
+            .unwrap();
+        assert_eq!(c, reference(&a, &self.w));
+        self.t.checked += 1;
+    }
+
+    /// Cancelled: a submitted int8 matmul dropped without a wait.
+    fn matmul_cancel(&mut self) {
+        let a = self.a();
+        drop(self.mm.submit::<i8>(&a).unwrap());
+        self.t.cancelled += 1;
+    }
+
+    /// A wait whose deadline has passed: the result only if it finished.
+    fn matmul_late_wait(&mut self) {
+        let a = self.a();
+        let mut c = vec![0i32; (M * N) as usize];
+        let pending = self.mm.submit::<i8>(&a).unwrap();
+        match pending.wait(Instant::now(), &mut c) {
+            Ok(()) => {
+                assert_eq!(c, reference(&a, &self.w));
+                self.t.checked += 1;
             }
-            1 => {
-                let a = int8(&mut rng, (M * K) as usize);
-                let mut c = vec![0i32; (M * N) as usize];
-                mm.submit::<i8>(&a).unwrap().wait(soon(), &mut c).unwrap();
-                assert_eq!(c, reference(&a, &w));
-                t.checked += 1;
-            }
-            2 => {
-                // Cancelled: dropped without a wait.
-                let a = int8(&mut rng, (M * K) as usize);
-                drop(mm.submit::<i8>(&a).unwrap());
-                t.cancelled += 1;
-            }
-            3 => {
-                // A wait whose deadline has passed: the result only if it finished.
-                let a = int8(&mut rng, (M * K) as usize);
-                let mut c = vec![0i32; (M * N) as usize];
-                let pending = mm.submit::<i8>(&a).unwrap();
-                match pending.wait(Instant::now(), &mut c) {
-                    Ok(()) => {
-                        assert_eq!(c, reference(&a, &w));
-                        t.checked += 1;
-                    }
-                    Err(e) => {
-                        assert!(e.to_string().contains("timed out"), "{e}");
-                        t.late += 1;
-                    }
-                }
-            }
-            4 | 5 => {
-                let x: Vec<f32> = (0..M * K).map(|_| rng.int(-3, 3) as f32).collect();
-                let (mut y0, mut y1) = (vec![0f32; (M * N) as usize], vec![0f32; (M * N) as usize]);
-                if rng.int(0, 3) == 0 {
-                    drop(batch.submit(&[&x, &x]).unwrap());
-                    t.cancelled += 1;
-                    continue;
-                }
-                batch.mul_mat(&[&x, &x], &mut [&mut y0, &mut y1]).unwrap();
-                for (wf, y) in wf.iter().zip([&y0, &y1]) {
-                    for i in 0..M as usize {
-                        for j in 0..N as usize {
-                            let want: f32 = (0..K as usize)
-                                .map(|q| x[i * K as usize + q] * wf[j * K as usize + q].to_f32())
-                                .sum();
-                            assert_eq!(y[i * N as usize + j], want);
-                        }
-                    }
-                }
-                t.checked += 1;
-            }
-            6 => {
-                let va: Vec<i32> = (0..128).map(|_| rng.int(-1000, 1000)).collect();
-                let vb: Vec<i32> = (0..128).map(|_| rng.int(-1000, 1000)).collect();
-                layer.write(la, &cube.pack(&va).unwrap()).unwrap();
-                layer.write(lx, &cube.pack(&vb).unwrap()).unwrap();
-                layer.run().unwrap();
-                let out: Vec<i32> = cube.unpack(&layer.read(ly).unwrap()).unwrap();
-                for i in 0..128 {
-                    assert_eq!(out[i], 2 * va[i] + vb[i]);
-                }
-                t.checked += 1;
-            }
-            7 | 8 => {
-                let a = int8(&mut rng, 64);
-                let b = int8(&mut rng, 64);
-                let out = run_program(
-                    dev,
-                    &ew_program,
-                    ProgramBuffers::new()
-                        .input(ops::INPUT, ecube.pack(&a).unwrap())
-                        .input(ops::OPERAND, ecube.pack(&b).unwrap())
-                        .output(ops::OUTPUT, ecube.bytes() as usize),
-                )
-                .unwrap();
-                let got: Vec<i8> = ecube.unpack(&out[0]).unwrap();
-                for i in 0..64 {
-                    let want = (i16::from(a[i]) + i16::from(b[i])).clamp(-128, 127) as i8;
-                    assert_eq!(got[i], want);
-                }
-                t.checked += 1;
-            }
-            _ => {
-                // Churn: a new bank and matmul, one run, dropped (its addresses are
-                // handed out again).
-                let w2 = int8(&mut rng, (N * K) as usize);
-                let bank2 = Arc::new(WeightBank::new(dev, (N, K), Weights::I8(&w2)).unwrap());
-                let mut mm2 = Matmul::new(&bank2, M).unwrap();
-                let a = int8(&mut rng, (M * K) as usize);
-                assert_eq!(mm2.run::<i8, i32>(&a).unwrap(), reference(&a, &w2));
-                t.checked += 1;
+            Err(e) => {
+                assert!(e.to_string().contains("timed out"), "{e}");
+                self.t.late += 1;
             }
         }
     }
-    t
+
+    /// The fp16 batch on one x, checked against the f32 products; one in four is
+    /// submitted and dropped instead.
+    fn batch_job(&mut self) {
+        let x: Vec<f32> = (0..M * K).map(|_| self.rng.int(-3, 3) as f32).collect();
+        let (mut y0, mut y1) = (vec![0f32; (M * N) as usize], vec![0f32; (M * N) as usize]);
+        if self.rng.int(0, 3) == 0 {
+            drop(self.batch.submit(&[&x, &x]).unwrap());
+            self.t.cancelled += 1;
+            return;
+        }
+        self.batch
+            .mul_mat(&[&x, &x], &mut [&mut y0, &mut y1])
+            .unwrap();
+        for (wf, y) in self.wf.iter().zip([&y0, &y1]) {
+            for i in 0..M as usize {
+                for j in 0..N as usize {
+                    let want: f32 = (0..K as usize)
+                        .map(|q| x[i * K as usize + q] * wf[j * K as usize + q].to_f32())
+                        .sum();
+                    assert_eq!(y[i * N as usize + j], want);
+                }
+            }
+        }
+        self.t.checked += 1;
+    }
+
+    /// The layer on random a and b, checked against `2a + b`.
+    fn layer_job(&mut self) {
+        let va: Vec<i32> = (0..128).map(|_| self.rng.int(-1000, 1000)).collect();
+        let vb: Vec<i32> = (0..128).map(|_| self.rng.int(-1000, 1000)).collect();
+        let (cube, layer) = (self.cube, &mut self.layer);
+        layer.write(self.la, &cube.pack(&va).unwrap()).unwrap();
+        layer.write(self.lx, &cube.pack(&vb).unwrap()).unwrap();
+        layer.run().unwrap();
+        let out: Vec<i32> = cube.unpack(&layer.read(self.ly).unwrap()).unwrap();
+        for i in 0..128 {
+            assert_eq!(out[i], 2 * va[i] + vb[i]);
+        }
+        self.t.checked += 1;
+    }
+
+    /// The element-wise add program on random int8 a and b, checked against the
+    /// saturated sum.
+    fn eltwise_job(&mut self) {
+        let a = int8(&mut self.rng, 64);
+        let b = int8(&mut self.rng, 64);
+        let ecube = self.ecube;
+        let out = run_program(
+            self.dev,
+            &self.ew_program,
+            ProgramBuffers::new()
+                .input(ops::INPUT, ecube.pack(&a).unwrap())
+                .input(ops::OPERAND, ecube.pack(&b).unwrap())
+                .output(ops::OUTPUT, ecube.bytes() as usize),
+        )
+        .unwrap();
+        let got: Vec<i8> = ecube.unpack(&out[0]).unwrap();
+        for i in 0..64 {
+            let want = (i16::from(a[i]) + i16::from(b[i])).clamp(-128, 127) as i8;
+            assert_eq!(got[i], want);
+        }
+        self.t.checked += 1;
+    }
+
+    /// Churn: a new bank and matmul, one run, dropped (its addresses are handed out
+    /// again).
+    fn churn(&mut self) {
+        let w2 = int8(&mut self.rng, (N * K) as usize);
+        let bank2 = Arc::new(WeightBank::new(self.dev, (N, K), Weights::I8(&w2)).unwrap());
+        let mut mm2 = Matmul::new(&bank2, M).unwrap();
+        let a = self.a();
+        assert_eq!(mm2.run::<i8, i32>(&a).unwrap(), reference(&a, &w2));
+        self.t.checked += 1;
+    }
+}
+
+/// One thread's objects and its share of the jobs.
+fn worker(dev: &Device, seed: u64, jobs: u64) -> Tally {
+    let mut wk = Worker::new(dev, seed);
+    for _ in 0..jobs {
+        match wk.rng.int(0, 9) {
+            0 => wk.matmul_run(),
+            1 => wk.matmul_submit_wait(),
+            2 => wk.matmul_cancel(),
+            3 => wk.matmul_late_wait(),
+            4 | 5 => wk.batch_job(),
+            6 => wk.layer_job(),
+            7 | 8 => wk.eltwise_job(),
+            _ => wk.churn(),
+        }
+    }
+    wk.t
 }
 
 fn soak(flavour: Flavour) {

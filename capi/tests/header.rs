@@ -26,8 +26,43 @@ fn header_file_is_current() {
 /// Each exported function, by name, coerced to the Rust signature of its C prototype: a
 /// function missing from `ffi`, or one whose signature changed, does not compile.
 fn exported() -> Vec<(&'static str, usize)> {
+    [
+        device_fns(),
+        weights_fns(),
+        mul_mat_fns(),
+        batch_fns(),
+        job_fns(),
+    ]
+    .concat()
+}
+
+/// The device and error functions: open, close, the capability queries, the last error.
+fn device_fns() -> Vec<(&'static str, usize)> {
     type Open = unsafe extern "C" fn(*const c_char, *mut *mut DeviceHandle) -> c_int;
     type Close = extern "C" fn(*mut DeviceHandle) -> c_int;
+    type LastError = extern "C" fn() -> *const c_char;
+    type Supported = extern "C" fn(*mut DeviceHandle, u32, u32, u32, u32) -> c_int;
+    type MulMatSupported = extern "C" fn(*mut DeviceHandle, u32, u32, u32, u32, u32) -> c_int;
+    vec![
+        ("rknpu_open", ffi::rknpu_open as Open as usize),
+        ("rknpu_close", ffi::rknpu_close as Close as usize),
+        (
+            "rknpu_mul_mat_supported",
+            ffi::rknpu_mul_mat_supported as MulMatSupported as usize,
+        ),
+        (
+            "rknpu_ggml_supported",
+            ffi::rknpu_ggml_supported as Supported as usize,
+        ),
+        (
+            "rknpu_last_error",
+            ffi::rknpu_last_error as LastError as usize,
+        ),
+    ]
+}
+
+/// The weight functions: a bank from int8, int4, fp16 or ggml data, and its free.
+fn weights_fns() -> Vec<(&'static str, usize)> {
     type I8 = unsafe extern "C" fn(
         *mut DeviceHandle,
         *const i8,
@@ -51,10 +86,6 @@ fn exported() -> Vec<(&'static str, usize)> {
         u32,
         *mut *mut WeightsHandle,
     ) -> c_int;
-    type Free = extern "C" fn(*mut WeightsHandle) -> c_int;
-    type MulMat = unsafe extern "C" fn(*mut WeightsHandle, *const f32, u32, *mut f32) -> c_int;
-    type LastError = extern "C" fn() -> *const c_char;
-    type Supported = extern "C" fn(*mut DeviceHandle, u32, u32, u32, u32) -> c_int;
     type Ggml = unsafe extern "C" fn(
         *mut DeviceHandle,
         u32,
@@ -64,17 +95,25 @@ fn exported() -> Vec<(&'static str, usize)> {
         u32,
         *mut *mut WeightsHandle,
     ) -> c_int;
-    type BatchNew =
-        unsafe extern "C" fn(*const *mut WeightsHandle, u32, u32, *mut *mut BatchHandle) -> c_int;
-    type BatchMulMat = unsafe extern "C" fn(
-        *mut BatchHandle,
-        u32,
-        *const c_void,
-        usize,
-        *const *mut f32,
-        *const usize,
-    ) -> c_int;
-    type BatchFree = extern "C" fn(*mut BatchHandle) -> c_int;
+    type Free = extern "C" fn(*mut WeightsHandle) -> c_int;
+    vec![
+        ("rknpu_weights_i8", ffi::rknpu_weights_i8 as I8 as usize),
+        ("rknpu_weights_i4", ffi::rknpu_weights_i4 as I4 as usize),
+        ("rknpu_weights_f16", ffi::rknpu_weights_f16 as F16 as usize),
+        (
+            "rknpu_weights_ggml",
+            ffi::rknpu_weights_ggml as Ggml as usize,
+        ),
+        (
+            "rknpu_weights_free",
+            ffi::rknpu_weights_free as Free as usize,
+        ),
+    ]
+}
+
+/// The single-bank products: blocking (f32 or any activation type) and submitted.
+fn mul_mat_fns() -> Vec<(&'static str, usize)> {
+    type MulMat = unsafe extern "C" fn(*mut WeightsHandle, *const f32, u32, *mut f32) -> c_int;
     type MulMatEx = unsafe extern "C" fn(
         *mut WeightsHandle,
         u32,
@@ -84,7 +123,6 @@ fn exported() -> Vec<(&'static str, usize)> {
         *mut f32,
         usize,
     ) -> c_int;
-    type MulMatSupported = extern "C" fn(*mut DeviceHandle, u32, u32, u32, u32, u32) -> c_int;
     type Submit = unsafe extern "C" fn(
         *mut WeightsHandle,
         u32,
@@ -95,6 +133,31 @@ fn exported() -> Vec<(&'static str, usize)> {
         usize,
         *mut *mut JobHandle,
     ) -> c_int;
+    vec![
+        ("rknpu_mul_mat", ffi::rknpu_mul_mat as MulMat as usize),
+        (
+            "rknpu_mul_mat_ex",
+            ffi::rknpu_mul_mat_ex as MulMatEx as usize,
+        ),
+        (
+            "rknpu_mul_mat_submit",
+            ffi::rknpu_mul_mat_submit as Submit as usize,
+        ),
+    ]
+}
+
+/// The batch functions: make, run, submit and free a batch of banks.
+fn batch_fns() -> Vec<(&'static str, usize)> {
+    type BatchNew =
+        unsafe extern "C" fn(*const *mut WeightsHandle, u32, u32, *mut *mut BatchHandle) -> c_int;
+    type BatchMulMat = unsafe extern "C" fn(
+        *mut BatchHandle,
+        u32,
+        *const c_void,
+        usize,
+        *const *mut f32,
+        *const usize,
+    ) -> c_int;
     type BatchSubmit = unsafe extern "C" fn(
         *mut BatchHandle,
         u32,
@@ -104,60 +167,33 @@ fn exported() -> Vec<(&'static str, usize)> {
         *const usize,
         *mut *mut JobHandle,
     ) -> c_int;
-    type JobDone = extern "C" fn(*mut JobHandle) -> c_int;
-    type JobWait = unsafe extern "C" fn(*mut JobHandle) -> c_int;
-    type JobFree = extern "C" fn(*mut JobHandle) -> c_int;
+    type BatchFree = extern "C" fn(*mut BatchHandle) -> c_int;
     vec![
-        (
-            "rknpu_mul_mat_supported",
-            ffi::rknpu_mul_mat_supported as MulMatSupported as usize,
-        ),
-        (
-            "rknpu_mul_mat_submit",
-            ffi::rknpu_mul_mat_submit as Submit as usize,
-        ),
-        (
-            "rknpu_batch_submit",
-            ffi::rknpu_batch_submit as BatchSubmit as usize,
-        ),
-        ("rknpu_job_done", ffi::rknpu_job_done as JobDone as usize),
-        ("rknpu_job_wait", ffi::rknpu_job_wait as JobWait as usize),
-        ("rknpu_job_free", ffi::rknpu_job_free as JobFree as usize),
-        ("rknpu_open", ffi::rknpu_open as Open as usize),
-        ("rknpu_close", ffi::rknpu_close as Close as usize),
-        ("rknpu_weights_i8", ffi::rknpu_weights_i8 as I8 as usize),
-        ("rknpu_weights_i4", ffi::rknpu_weights_i4 as I4 as usize),
-        ("rknpu_weights_f16", ffi::rknpu_weights_f16 as F16 as usize),
-        (
-            "rknpu_weights_free",
-            ffi::rknpu_weights_free as Free as usize,
-        ),
-        ("rknpu_mul_mat", ffi::rknpu_mul_mat as MulMat as usize),
-        (
-            "rknpu_ggml_supported",
-            ffi::rknpu_ggml_supported as Supported as usize,
-        ),
-        (
-            "rknpu_weights_ggml",
-            ffi::rknpu_weights_ggml as Ggml as usize,
-        ),
-        (
-            "rknpu_mul_mat_ex",
-            ffi::rknpu_mul_mat_ex as MulMatEx as usize,
-        ),
         ("rknpu_batch_new", ffi::rknpu_batch_new as BatchNew as usize),
         (
             "rknpu_batch_mul_mat",
             ffi::rknpu_batch_mul_mat as BatchMulMat as usize,
         ),
         (
+            "rknpu_batch_submit",
+            ffi::rknpu_batch_submit as BatchSubmit as usize,
+        ),
+        (
             "rknpu_batch_free",
             ffi::rknpu_batch_free as BatchFree as usize,
         ),
-        (
-            "rknpu_last_error",
-            ffi::rknpu_last_error as LastError as usize,
-        ),
+    ]
+}
+
+/// The job functions: poll, wait for and free a submitted job.
+fn job_fns() -> Vec<(&'static str, usize)> {
+    type JobDone = extern "C" fn(*mut JobHandle) -> c_int;
+    type JobWait = unsafe extern "C" fn(*mut JobHandle) -> c_int;
+    type JobFree = extern "C" fn(*mut JobHandle) -> c_int;
+    vec![
+        ("rknpu_job_done", ffi::rknpu_job_done as JobDone as usize),
+        ("rknpu_job_wait", ffi::rknpu_job_wait as JobWait as usize),
+        ("rknpu_job_free", ffi::rknpu_job_free as JobFree as usize),
     ]
 }
 

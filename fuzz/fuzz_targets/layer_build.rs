@@ -90,125 +90,198 @@ fuzz_target!(|data: &[u8]| {
     );
 });
 
+/// A layer being described: its builder, a builder of its own whose handles the layer
+/// must refuse, the tensors so far, the inputs to fill (with their sizes in bytes) and
+/// the tensors marked as outputs.
+struct Description<'a> {
+    dev: &'a Device,
+    other: &'a Device,
+    b: LayerBuilder,
+    foreign: LayerBuilder,
+    tensors: Vec<Tensor>,
+    inputs: Vec<(Tensor, u64)>,
+    outputs: Vec<Tensor>,
+}
+
+impl<'a> Description<'a> {
+    /// An empty layer on `dev`; `other` is the second device a bank may come from.
+    fn new(dev: &'a Device, other: &'a Device) -> Description<'a> {
+        Description {
+            dev,
+            other,
+            b: LayerBuilder::new(dev),
+            foreign: LayerBuilder::new(dev),
+            tensors: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        }
+    }
+
+    /// One of the tensors so far, chosen by the next byte (which is read even when there
+    /// are none).
+    fn pick(&self, d: &mut Bytes<'_>) -> Option<Tensor> {
+        self.tensors
+            .get(d.next() as usize % self.tensors.len().max(1))
+            .copied()
+    }
+
+    /// One step of the description, its kind chosen by the next byte.
+    fn step(&mut self, d: &mut Bytes<'_>) -> Result<(), Error> {
+        match d.next() % 8 {
+            0 | 1 => self.input(d),
+            2 => self.constant(d),
+            3 | 4 => self.add(d),
+            5 => self.matmul(d),
+            6 => {
+                self.foreign_handle(d);
+                Ok(())
+            }
+            _ => self.output(d),
+        }
+    }
+
+    /// An input cube, or raw input bytes.
+    fn input(&mut self, d: &mut Bytes<'_>) -> Result<(), Error> {
+        cube(d).map_or(Ok(()), |c| {
+            let t = if d.next().is_multiple_of(2) {
+                self.b.input("in", c)
+            } else {
+                self.b.input_bytes("in", c.bytes() as usize)
+            };
+            t.map(|t| {
+                self.tensors.push(t);
+                self.inputs.push((t, c.bytes()));
+            })
+        })
+    }
+
+    /// Constant bytes (an empty constant is refused).
+    fn constant(&mut self, d: &mut Bytes<'_>) -> Result<(), Error> {
+        let len = usize::from(d.next()) * 4;
+        self.b
+            .constant("const", vec![0x11; len])
+            .map(|t| self.tensors.push(t))
+    }
+
+    /// An add of two tensors into a declared cube; its task's own geometry, from the
+    /// input too, may be wider than what it declares or reads.
+    fn add(&mut self, d: &mut Bytes<'_>) -> Result<(), Error> {
+        let x = self.pick(d);
+        let y = self.pick(d);
+        match (x, y, cube(d)) {
+            (Some(x), Some(y), Some(out)) => {
+                let (rows, channels) = (u32::from(d.next() % 20) + 1, u32::from(d.next()) * 4);
+                let generate = move |ins: &[DmaAddr], o: DmaAddr| {
+                    let at = |i: usize| ins.get(i).copied().unwrap_or(o);
+                    Ok(vec![add_task_model(rows, channels, at(0), at(1), o)?])
+                };
+                self.b
+                    .op("add", &[x, y], out, generate)
+                    .map(|t| self.tensors.push(t))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A matmul step against a small bank, of this device or of the other.
+    fn matmul(&mut self, d: &mut Bytes<'_>) -> Result<(), Error> {
+        let (n, k) = (
+            32 * u32::from(d.next() % 2 + 1),
+            32 * u32::from(d.next() % 3 + 1),
+        );
+        let m = u32::from(d.next() % 4) + 1;
+        let on = if d.next().is_multiple_of(4) {
+            self.other
+        } else {
+            self.dev
+        };
+        let w: Vec<i8> = (0..n * k).map(|i| (i % 7) as i8 - 3).collect();
+        let bank = WeightBank::new(on, (n, k), Weights::I8(&w)).map(Arc::new);
+        let plan = bank
+            .as_ref()
+            .ok()
+            .and_then(|bk| Plan::for_layout(bk.layout(), m, OutType::Int32, 1).ok());
+        match (bank, plan) {
+            (Ok(bank), Some(plan)) => self.matmul_step(d, &bank, &plan, m),
+            (Err(e), _) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// The matmul step of `m` rows against `bank`: its packed A (following `plan`) a new
+    /// input or (not always big enough) a tensor already there, read packed or native.
+    fn matmul_step(
+        &mut self,
+        d: &mut Bytes<'_>,
+        bank: &Arc<WeightBank>,
+        plan: &Plan,
+        m: u32,
+    ) -> Result<(), Error> {
+        let a = match d.next() % 2 {
+            0 => self
+                .b
+                .input_bytes("x", plan.a_bytes as usize)
+                .inspect(|&t| {
+                    self.inputs.push((t, plan.a_bytes));
+                }),
+            _ => self.pick(d).ok_or(Error::EmptyInput),
+        };
+        let input = match d.next() % 2 {
+            0 => MatmulInput::Packed,
+            _ => MatmulInput::Native,
+        };
+        a.and_then(|a| self.b.matmul("mm", bank, a, m, OutType::Int32, input))
+            .map(|t| self.tensors.push(t))
+            .or_else(|e| {
+                if matches!(e, Error::EmptyInput) {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+    }
+
+    /// A handle of another builder, read by a step or marked as an output: both refused
+    /// as foreign.
+    fn foreign_handle(&mut self, d: &mut Bytes<'_>) {
+        let x = cube(d).map(|c| self.foreign.input("elsewhere", c));
+        if let (Some(Ok(x)), Some(y)) = (x, self.pick(d)) {
+            let e = self.b.op(
+                "foreign",
+                &[y, x],
+                Cube::new(1, 1, 4, Precision::Int32).unwrap(),
+                |_, _| Ok(vec![]),
+            );
+            assert!(matches!(e, Err(Error::Foreign { .. })), "{e:?}");
+            let e = self.b.output(x);
+            assert!(matches!(e, Err(Error::Foreign { .. })), "{e:?}");
+        }
+    }
+
+    /// Marks a tensor as an output.
+    fn output(&mut self, d: &mut Bytes<'_>) -> Result<(), Error> {
+        match self.pick(d) {
+            Some(t) => self.b.output(t).map(|()| self.outputs.push(t)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Describes a layer from the input, builds it and, if it builds, fills its inputs,
+/// runs it and reads its outputs back.
 fn run(dev: &Device, other: &Device, d: &mut Bytes<'_>) {
-    let mut b = LayerBuilder::new(dev);
-    let mut foreign = LayerBuilder::new(dev);
-    let mut tensors: Vec<Tensor> = Vec::new();
-    let mut inputs: Vec<(Tensor, u64)> = Vec::new();
-    let mut outputs: Vec<Tensor> = Vec::new();
-    let pick =
-        |d: &mut Bytes<'_>, ts: &[Tensor]| ts.get(d.next() as usize % ts.len().max(1)).copied();
+    let mut desc = Description::new(dev, other);
     for _ in 0..MAX_OPS {
         if d.is_empty() {
             break;
         }
-        let step: Result<(), Error> = match d.next() % 8 {
-            // An input cube, or raw input bytes.
-            0 | 1 => cube(d).map_or(Ok(()), |c| {
-                let t = if d.next().is_multiple_of(2) {
-                    b.input("in", c)
-                } else {
-                    b.input_bytes("in", c.bytes() as usize)
-                };
-                t.map(|t| {
-                    tensors.push(t);
-                    inputs.push((t, c.bytes()));
-                })
-            }),
-            // Constant bytes (an empty constant is refused).
-            2 => {
-                let len = usize::from(d.next()) * 4;
-                b.constant("const", vec![0x11; len])
-                    .map(|t| tensors.push(t))
-            }
-            // An add of two tensors into a declared cube; its task's own geometry, from
-            // the input too, may be wider than what it declares or reads.
-            3 | 4 => match (pick(d, &tensors), pick(d, &tensors), cube(d)) {
-                (Some(x), Some(y), Some(out)) => {
-                    let (rows, channels) = (u32::from(d.next() % 20) + 1, u32::from(d.next()) * 4);
-                    let generate = move |ins: &[DmaAddr], o: DmaAddr| {
-                        let at = |i: usize| ins.get(i).copied().unwrap_or(o);
-                        Ok(vec![add_task_model(rows, channels, at(0), at(1), o)?])
-                    };
-                    b.op("add", &[x, y], out, generate).map(|t| tensors.push(t))
-                }
-                _ => Ok(()),
-            },
-            // A matmul step against a small bank, of this device or of the other.
-            5 => {
-                let (n, k) = (
-                    32 * u32::from(d.next() % 2 + 1),
-                    32 * u32::from(d.next() % 3 + 1),
-                );
-                let m = u32::from(d.next() % 4) + 1;
-                let on = if d.next().is_multiple_of(4) {
-                    other
-                } else {
-                    dev
-                };
-                let w: Vec<i8> = (0..n * k).map(|i| (i % 7) as i8 - 3).collect();
-                let bank = WeightBank::new(on, (n, k), Weights::I8(&w)).map(Arc::new);
-                let plan = bank
-                    .as_ref()
-                    .ok()
-                    .and_then(|bk| Plan::for_layout(bk.layout(), m, OutType::Int32, 1).ok());
-                match (bank, plan) {
-                    (Ok(bank), Some(plan)) => {
-                        // Its packed A as a new input, or (not always big enough) a
-                        // tensor already there.
-                        let a = match d.next() % 2 {
-                            0 => b.input_bytes("x", plan.a_bytes as usize).inspect(|&t| {
-                                inputs.push((t, plan.a_bytes));
-                            }),
-                            _ => pick(d, &tensors).ok_or(Error::EmptyInput),
-                        };
-                        let input = match d.next() % 2 {
-                            0 => MatmulInput::Packed,
-                            _ => MatmulInput::Native,
-                        };
-                        a.and_then(|a| b.matmul("mm", &bank, a, m, OutType::Int32, input))
-                            .map(|t| tensors.push(t))
-                            .or_else(|e| {
-                                if matches!(e, Error::EmptyInput) {
-                                    Ok(())
-                                } else {
-                                    Err(e)
-                                }
-                            })
-                    }
-                    (Err(e), _) => Err(e),
-                    _ => Ok(()),
-                }
-            }
-            // A handle of another builder, read by a step or marked as an output.
-            6 => {
-                let x = cube(d).map(|c| foreign.input("elsewhere", c));
-                match (x, pick(d, &tensors)) {
-                    (Some(Ok(x)), Some(y)) => {
-                        let e = b.op(
-                            "foreign",
-                            &[y, x],
-                            Cube::new(1, 1, 4, Precision::Int32).unwrap(),
-                            |_, _| Ok(vec![]),
-                        );
-                        assert!(matches!(e, Err(Error::Foreign { .. })), "{e:?}");
-                        let e = b.output(x);
-                        assert!(matches!(e, Err(Error::Foreign { .. })), "{e:?}");
-                        Ok(())
-                    }
-                    _ => Ok(()),
-                }
-            }
-            // Marks a tensor as an output.
-            _ => match pick(d, &tensors) {
-                Some(t) => b.output(t).map(|()| outputs.push(t)),
-                None => Ok(()),
-            },
-        };
-        if let Err(e) = step {
+        if let Err(e) = desc.step(d) {
             assert!(typed(&e), "an untyped refusal while describing: {e:?}");
         }
     }
+    let Description {
+        b, inputs, outputs, ..
+    } = desc;
     let mut layer = match b.build() {
         Ok(layer) => layer,
         Err(e) => {

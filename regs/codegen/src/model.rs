@@ -255,7 +255,25 @@ fn families(m: &Model) -> Result<Vec<Vec<Family>>, String> {
 /// The checks that make the generated table trustworthy; any failure stops generation.
 fn validate(m: &Model) -> Result<(), String> {
     let mut errors = Vec::new();
+    check_value_sets(m, &mut errors);
+    check_targets(m, &mut errors);
     let mut offsets = BTreeMap::new();
+    for (module, file) in &m.blocks {
+        check_block(m, module, file, &mut offsets, &mut errors);
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} problem(s) in regs/:\n  {}",
+            errors.len(),
+            errors.join("\n  ")
+        ))
+    }
+}
+
+/// Each value set has a name of its own, a known source and no value named twice.
+fn check_value_sets(m: &Model, errors: &mut Vec<String>) {
     let mut set_names = BTreeSet::new();
     for s in &m.values.set {
         if !set_names.insert(s.name.as_str()) {
@@ -277,126 +295,156 @@ fn validate(m: &Model) -> Result<(), String> {
             }
         }
     }
+}
+
+/// Every block target in targets.toml names a block that has a file.
+fn check_targets(m: &Model, errors: &mut Vec<String>) {
     for t in &m.targets.block {
         if !m.blocks.iter().any(|(_, b)| b.block.name == t.block) {
             errors.push(format!("targets.toml: unknown block {}", t.block));
         }
     }
-    for (module, file) in &m.blocks {
-        let b = &file.block;
-        if let Some(code) = m.target_of(&b.name) {
-            // the TRM and Mesa register database (docs/hardware/registers.md): one-hot bit 8 + (offset >> 12), plus bit 0.
-            let rule = (1u32 << (8 + (b.base >> 12))) | 1;
-            if code != rule {
-                errors.push(format!(
-                    "{}: target 0x{code:04X} breaks the one-hot rule (0x{rule:04X})",
-                    b.name
-                ));
-            }
+}
+
+/// One block file: its target follows the one-hot rule and each register passes
+/// `check_register`; `offsets` collects the register offsets of every block so far.
+fn check_block(
+    m: &Model,
+    module: &str,
+    file: &BlockFile,
+    offsets: &mut BTreeMap<u32, String>,
+    errors: &mut Vec<String>,
+) {
+    let b = &file.block;
+    if let Some(code) = m.target_of(&b.name) {
+        // the TRM and Mesa register database (docs/hardware/registers.md): one-hot bit 8 + (offset >> 12), plus bit 0.
+        let rule = (1u32 << (8 + (b.base >> 12))) | 1;
+        if code != rule {
+            errors.push(format!(
+                "{}: target 0x{code:04X} breaks the one-hot rule (0x{rule:04X})",
+                b.name
+            ));
         }
-        for r in &file.register {
-            let where_ = format!("{module}.toml {}", r.name);
-            if r.offset < b.base || r.offset >= b.base + b.size {
-                errors.push(format!(
-                    "{where_}: offset 0x{:04X} outside the block window",
-                    r.offset
-                ));
-            }
-            if r.offset % 4 != 0 {
-                errors.push(format!(
-                    "{where_}: offset 0x{:04X} not 4-byte aligned",
-                    r.offset
-                ));
-            }
-            if let Some(prev) = offsets.insert(r.offset, where_.clone()) {
-                errors.push(format!(
-                    "{where_}: offset 0x{:04X} also used by {prev}",
-                    r.offset
-                ));
-            }
-            if r.field.is_empty() {
-                errors.push(format!("{where_}: no fields"));
-            }
-            let mut used = 0u32;
-            let mut names = BTreeSet::new();
-            for f in &r.field {
-                let mask = field_mask(f);
-                if used & mask != 0 {
+    }
+    for r in &file.register {
+        let where_ = format!("{module}.toml {}", r.name);
+        check_register(m, &where_, b, r, offsets, errors);
+    }
+}
+
+/// One register (`where_` names it in messages): an aligned offset of its own inside
+/// the block's window, fields that do not overlap and have names of their own, a reset
+/// value inside its fields, and a DMA address's shape.
+fn check_register(
+    m: &Model,
+    where_: &str,
+    b: &BlockHeader,
+    r: &Register,
+    offsets: &mut BTreeMap<u32, String>,
+    errors: &mut Vec<String>,
+) {
+    if r.offset < b.base || r.offset >= b.base + b.size {
+        errors.push(format!(
+            "{where_}: offset 0x{:04X} outside the block window",
+            r.offset
+        ));
+    }
+    if !r.offset.is_multiple_of(4) {
+        errors.push(format!(
+            "{where_}: offset 0x{:04X} not 4-byte aligned",
+            r.offset
+        ));
+    }
+    if let Some(prev) = offsets.insert(r.offset, where_.to_string()) {
+        errors.push(format!(
+            "{where_}: offset 0x{:04X} also used by {prev}",
+            r.offset
+        ));
+    }
+    if r.field.is_empty() {
+        errors.push(format!("{where_}: no fields"));
+    }
+    let mut used = 0u32;
+    let mut names = BTreeSet::new();
+    for f in &r.field {
+        let mask = field_mask(f);
+        if used & mask != 0 {
+            errors.push(format!(
+                "{where_}.{}: bits {} overlap another field",
+                f.name, f.bits
+            ));
+        }
+        used |= mask;
+        if !names.insert(f.name.as_str()) {
+            errors.push(format!("{where_}.{}: field named twice", f.name));
+        }
+        check_field(m, where_, f, errors);
+    }
+    if r.reset & !used != 0 {
+        errors.push(format!(
+            "{where_}: reset 0x{:08X} sets bits outside every field",
+            r.reset
+        ));
+    }
+    check_dma_address(where_, r, errors);
+}
+
+/// One field of the register `where_`: a known source and access, and a value set that
+/// exists and fits the field.
+fn check_field(m: &Model, where_: &str, f: &Field, errors: &mut Vec<String>) {
+    if !SOURCES.contains(&f.source.as_str()) {
+        errors.push(format!(
+            "{where_}.{}: unknown source {:?}",
+            f.name, f.source
+        ));
+    }
+    if !["RW", "RO", "WO", "W1C"].contains(&f.access.as_str()) {
+        errors.push(format!(
+            "{where_}.{}: unknown access {:?}",
+            f.name, f.access
+        ));
+    }
+    if let Some(set) = &f.values {
+        match m.value_set(set) {
+            None => errors.push(format!("{where_}.{}: unknown value set {set}", f.name)),
+            Some(s) => {
+                if f.width > 8 {
                     errors.push(format!(
-                        "{where_}.{}: bits {} overlap another field",
-                        f.name, f.bits
+                        "{where_}.{}: value sets need fields of at most 8 bits",
+                        f.name
                     ));
                 }
-                used |= mask;
-                if !names.insert(f.name.as_str()) {
-                    errors.push(format!("{where_}.{}: field named twice", f.name));
-                }
-                if !SOURCES.contains(&f.source.as_str()) {
-                    errors.push(format!(
-                        "{where_}.{}: unknown source {:?}",
-                        f.name, f.source
-                    ));
-                }
-                if !["RW", "RO", "WO", "W1C"].contains(&f.access.as_str()) {
-                    errors.push(format!(
-                        "{where_}.{}: unknown access {:?}",
-                        f.name, f.access
-                    ));
-                }
-                if let Some(set) = &f.values {
-                    match m.value_set(set) {
-                        None => {
-                            errors.push(format!("{where_}.{}: unknown value set {set}", f.name))
-                        }
-                        Some(s) => {
-                            if f.width > 8 {
-                                errors.push(format!(
-                                    "{where_}.{}: value sets need fields of at most 8 bits",
-                                    f.name
-                                ));
-                            }
-                            for v in &s.values {
-                                if u64::from(v.value) >= 1u64 << f.width {
-                                    errors.push(format!(
-                                        "{where_}.{}: value {} of {set} does not fit {} bits",
-                                        f.name, v.name, f.width
-                                    ));
-                                }
-                            }
-                        }
+                for v in &s.values {
+                    if u64::from(v.value) >= 1u64 << f.width {
+                        errors.push(format!(
+                            "{where_}.{}: value {} of {set} does not fit {} bits",
+                            f.name, v.name, f.width
+                        ));
                     }
                 }
             }
-            if r.reset & !used != 0 {
-                errors.push(format!(
-                    "{where_}: reset 0x{:08X} sets bits outside every field",
-                    r.reset
-                ));
-            }
-            if r.dma_address {
-                let full = r.field.len() == 1 && r.field[0].lo + r.field[0].width == 32;
-                if !full {
-                    errors.push(format!(
-                        "{where_}: dma_address needs one field ending at bit 31"
-                    ));
-                }
-                match r.align {
-                    Some(a) if a.is_power_of_two() && a >= (1 << r.field[0].lo) => {}
-                    _ => errors.push(format!("{where_}: dma_address needs align, a power of two covering the field's low bit")),
-                }
-            } else if r.align.is_some() {
-                errors.push(format!("{where_}: align without dma_address"));
-            }
         }
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} problem(s) in regs/:\n  {}",
-            errors.len(),
-            errors.join("\n  ")
-        ))
+}
+
+/// A DMA address register has one field ending at bit 31 and an alignment, a power of
+/// two covering the field's low bit; other registers have no alignment.
+fn check_dma_address(where_: &str, r: &Register, errors: &mut Vec<String>) {
+    if r.dma_address {
+        let full = r.field.len() == 1 && r.field[0].lo + r.field[0].width == 32;
+        if !full {
+            errors.push(format!(
+                "{where_}: dma_address needs one field ending at bit 31"
+            ));
+        }
+        match r.align {
+            Some(a) if a.is_power_of_two() && a >= (1 << r.field[0].lo) => {}
+            _ => errors.push(format!(
+                "{where_}: dma_address needs align, a power of two covering the field's low bit"
+            )),
+        }
+    } else if r.align.is_some() {
+        errors.push(format!("{where_}: align without dma_address"));
     }
 }
 
