@@ -8,8 +8,10 @@ use crate::matmul::open;
 use crate::{Failure, usage};
 use rknpu_driver::compute::ops::check_op;
 use rknpu_driver::device::Device;
+use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::contract::{self, Op};
 use rknpu_driver::regcmd::Program;
+use rknpu_driver::task::Precision;
 
 /// The options every operation takes.
 #[derive(clap::Args)]
@@ -59,6 +61,28 @@ pub(crate) enum OpCommand {
     /// max, avg or min over K×K windows (stride, padding) of an H×W×C tensor. Prints the
     /// program summary, the largest error against the CPU and OK.
     Pool(super::op_pool::PoolArgs),
+}
+
+/// The input tensor's size, shared by every `rknpu op` command.
+#[derive(clap::Args)]
+pub(crate) struct Shape {
+    /// Input height.
+    #[arg(long, value_name = "H", value_parser = clap::value_parser!(u32).range(1..=8192))]
+    pub(crate) h: u32,
+    /// Input width.
+    #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..=8192))]
+    pub(crate) w: u32,
+    /// Input channels.
+    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..=8192))]
+    pub(crate) c: u32,
+}
+
+impl Shape {
+    /// The input cube of `precision`; a size the library refuses is a usage error
+    /// naming `command`.
+    pub(crate) fn cube(&self, precision: Precision, command: &str) -> Result<Cube, Failure> {
+        Cube::new(self.w, self.h, self.c, precision).map_err(|e| usage(format!("{command}: {e}")))
+    }
 }
 
 pub(crate) fn run(cmd: OpCommand) -> Result<(), Failure> {

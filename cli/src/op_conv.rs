@@ -3,21 +3,13 @@
 use crate::element::{ElementArg, only};
 use crate::op::{Common, check};
 use crate::{Failure, usage};
-use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::conv::{Conv2d, ConvOut};
 
 /// The arguments of `rknpu op conv`.
 #[derive(clap::Args)]
 pub(crate) struct ConvArgs {
-    /// Input height.
-    #[arg(long, value_name = "H", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    h: u32,
-    /// Input width.
-    #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    w: u32,
-    /// Input channels.
-    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    c: u32,
+    #[command(flatten)]
+    shape: crate::op::Shape,
     /// Output channels (with --depthwise: C).
     #[arg(long, value_name = "OC", value_parser = clap::value_parser!(u32).range(1..=8192))]
     oc: u32,
@@ -55,7 +47,7 @@ pub(crate) fn run(a: ConvArgs) -> Result<(), Failure> {
         a.pad.unwrap_or(0),
         a.dilation.unwrap_or(1),
     );
-    let input = Cube::new(a.w, a.h, a.c, prec).map_err(bad)?;
+    let input = a.shape.cube(prec, "op conv")?;
     let conv = Conv2d::new(input, a.oc, (a.kh, a.kw))
         .with_stride(stride, stride)
         .with_pad_symmetric(pad)

@@ -3,7 +3,6 @@
 use crate::element::{ElementArg, only};
 use crate::op::{Common, check};
 use crate::{Failure, usage};
-use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 
 /// The operation `--op` names.
@@ -27,15 +26,8 @@ pub(crate) struct EwArgs {
     /// The operation.
     #[arg(long, value_enum)]
     op: OpArg,
-    /// Height.
-    #[arg(long, value_name = "H", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    h: u32,
-    /// Width.
-    #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    w: u32,
-    /// Channels.
-    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    c: u32,
+    #[command(flatten)]
+    shape: crate::op::Shape,
     /// The element type: int8 or int16 (saturating), or fp16.
     #[arg(long, value_parser = only(&[ElementArg::Int8, ElementArg::Int16, ElementArg::Fp16]))]
     dtype: ElementArg,
@@ -61,7 +53,7 @@ pub(crate) fn run(a: EwArgs) -> Result<(), Failure> {
         Operand::Tensor
     };
     let bad = |e: rknpu_driver::Error| usage(format!("op ew: {e}"));
-    let cube = Cube::new(a.w, a.h, a.c, a.dtype.precision()).map_err(bad)?;
+    let cube = a.shape.cube(a.dtype.precision(), "op ew")?;
     let ew = Eltwise::new(op, cube, operand).map_err(bad)?;
     check("ew", &ew, &a.common)
 }

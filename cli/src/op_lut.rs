@@ -4,7 +4,6 @@ use crate::element::{ElementArg, only};
 use crate::op::{Common, check};
 use crate::{Failure, usage};
 use clap::builder::TypedValueParser;
-use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::lut::{Activation, ActivationOp};
 
 /// `--fn`: every activation the library has, by its name (its formula as the help).
@@ -21,15 +20,8 @@ pub(crate) struct LutArgs {
     /// The function.
     #[arg(long = "fn", value_name = "FN", value_parser = activation())]
     function: Activation,
-    /// Height.
-    #[arg(long, value_name = "H", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    h: u32,
-    /// Width.
-    #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    w: u32,
-    /// Channels.
-    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    c: u32,
+    #[command(flatten)]
+    shape: crate::op::Shape,
     /// The element type: fp16, or int8 (refused: no board-run program drives the LUT in
     /// an integer pipeline).
     #[arg(long, value_parser = only(&[ElementArg::Int8, ElementArg::Fp16]))]
@@ -41,7 +33,7 @@ pub(crate) struct LutArgs {
 pub(crate) fn run(a: LutArgs) -> Result<(), Failure> {
     let bad = |e: rknpu_driver::Error| usage(format!("op lut: {e}"));
     let act = a.function;
-    let cube = Cube::new(a.w, a.h, a.c, a.dtype.precision()).map_err(bad)?;
+    let cube = a.shape.cube(a.dtype.precision(), "op lut")?;
     let op = ActivationOp::new(act, cube).map_err(bad)?;
     check("lut", &op, &a.common)
 }

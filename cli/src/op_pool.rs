@@ -1,9 +1,8 @@
 //! `rknpu op pool`: max, average or min pooling of a seeded tensor on the PPU.
 
+use crate::Failure;
 use crate::element::{ElementArg, only};
 use crate::op::{Common, check};
-use crate::{Failure, usage};
-use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::pool::{Pool2d, PoolKind};
 
 /// The reduction `--kind` names.
@@ -23,15 +22,8 @@ pub(crate) struct PoolArgs {
     /// The reduction.
     #[arg(long, value_enum)]
     kind: KindArg,
-    /// Input height.
-    #[arg(long, value_name = "H", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    h: u32,
-    /// Input width.
-    #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    w: u32,
-    /// Channels.
-    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..=8192))]
-    c: u32,
+    #[command(flatten)]
+    shape: crate::op::Shape,
     /// The window side (1..=16).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=16))]
     k: u32,
@@ -55,7 +47,7 @@ pub(crate) fn run(a: PoolArgs) -> Result<(), Failure> {
         KindArg::Min => PoolKind::Min,
     };
     let prec = a.dtype.precision();
-    let input = Cube::new(a.w, a.h, a.c, prec).map_err(|e| usage(format!("op pool: {e}")))?;
+    let input = a.shape.cube(prec, "op pool")?;
     let stride = a.stride.unwrap_or(a.k);
     let pool = Pool2d::new(input, kind, a.k)
         .with_stride(stride, stride)
