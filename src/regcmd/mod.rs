@@ -12,10 +12,12 @@
 //! * [`decode`] turns any words back into named registers and fields, losslessly, and
 //!   prints them as stable text or JSON.
 
+mod addr;
 mod builder;
 mod decode;
 
-pub use builder::{BufferId, DmaAddr, Program, ProgramBuilder, Reloc, Relocation, TaskBuilder};
+pub use addr::{BufferId, DmaAddr, Reloc, Relocation};
+pub use builder::{Program, ProgramBuilder, TaskBuilder};
 pub use decode::{Decoded, Entry, EntryKind, FieldValue, TailRole, TaskSpan, decode, decode_bytes};
 
 use crate::error::{Error, Result};
