@@ -74,7 +74,7 @@ fn bench(c: &mut Criterion) {
         });
         let layout = grouped_layout(&file, name).expect("a plain grouped layout");
         let mut bank = vec![0u8; layout.bytes as usize];
-        let mut scales = vec![0f32; layout.n as usize * layout.waves.len()];
+        let mut scales = vec![half::f16::ZERO; layout.n as usize * layout.waves.len()];
         g.bench_function("pack_grouped", |b| {
             b.iter(|| {
                 pack_grouped(&file, name, &layout, black_box(&mut bank), &mut scales)

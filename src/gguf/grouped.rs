@@ -193,7 +193,7 @@ pub fn pack_grouped(
     name: &str,
     layout: &WeightLayout,
     out: &mut [u8],
-    scales: &mut [f32],
+    scales: &mut [half::f16],
 ) -> Result<()> {
     let ty = gguf
         .tensor(name)

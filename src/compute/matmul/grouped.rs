@@ -127,15 +127,16 @@ impl WeightBank {
     /// `n × k` copy of the weights on the host: `fill(layout, bank, scales)` gets the
     /// layout of [`WeightBank::from_i8_nk_grouped`] for `(n, k, group)`, the bank's
     /// mapped buffer (`layout.bytes`, zeros when fresh; `fill` writes every byte, padding
-    /// included) and the scales to set, group-major (`groups × n`, zeros). GGUF's
+    /// included) and the scales to set in fp16, group-major (`groups × n`, zeros). GGUF's
     /// Q8_0, Q4_0 and Q5_0 tensors load this way (`gguf::load_grouped`).
     ///
-    /// Errors as [`WeightBank::from_i8_nk_grouped`], and `fill`'s own, which drop the
-    /// buffer.
+    /// The scales are taken as `fill` writes them: `fill` refuses a non-finite one with
+    /// an error of its own (GGUF's fill names the block). Errors as
+    /// [`WeightBank::from_i8_nk_grouped`], and `fill`'s own, which drop the buffer.
     pub(crate) fn from_i8_grouped_fill<E: From<Error>>(
         dev: &Device,
         (n, k, group): (u32, u32, u32),
-        fill: impl FnOnce(&WeightLayout, &mut [u8], &mut [f32]) -> std::result::Result<(), E>,
+        fill: impl FnOnce(&WeightLayout, &mut [u8], &mut [f16]) -> std::result::Result<(), E>,
     ) -> std::result::Result<WeightBank, E> {
         let layout = WeightLayout::with_k_tile(k, n, Dtype::Int8, group)?;
         let waves = layout.waves.len();
@@ -146,9 +147,9 @@ impl WeightBank {
             }
             .into());
         }
-        let mut scales = vec![0f32; waves * n as usize];
+        let mut scales = vec![f16::ZERO; waves * n as usize];
         let mut bank = WeightBank::create_with(dev, layout, |l, out| fill(l, out, &mut scales))?;
-        bank.group_scales = Some(exact_to_f16("group scales", &scales)?);
+        bank.group_scales = Some(scales);
         Ok(bank)
     }
 
@@ -236,27 +237,6 @@ fn to_f16(what: &'static str, values: &[f32]) -> Result<Vec<f16>> {
         .collect()
 }
 
-/// [`to_f16`], bit for bit, faster for the values a fill from fp16 block scales gives:
-/// when every value is exactly a normal fp16 or a zero, their bits are moved into place
-/// (integer operations over the whole slice, where the rounding conversion and its
-/// check per value cost more than packing the blocks' integers); otherwise
-/// [`to_f16`] itself.
-fn exact_to_f16(what: &'static str, values: &[f32]) -> Result<Vec<f16>> {
-    // f32 exponents 113..=142 are fp16's normal ones (1..=30), and the 13 low mantissa
-    // bits zero: exact. 2^-14 is 0x3880_0000, 65504 is 0x477F_E000.
-    let exact = |m: u32| m == 0 || ((0x3880_0000..=0x477F_E000).contains(&m) && m & 0x1FFF == 0);
-    if !(values.iter()).fold(true, |all, v| all & exact(v.to_bits() & 0x7FFF_FFFF)) {
-        return to_f16(what, values);
-    }
-    let bits = |b: u32| {
-        ((b >> 16) & 0x8000) as u16 | ((b & 0x7FFF_FFFF).saturating_sub(0x3800_0000) >> 13) as u16
-    };
-    Ok(values
-        .iter()
-        .map(|v| f16::from_bits(bits(v.to_bits())))
-        .collect())
-}
-
 impl Matmul {
     /// Against a bank with group offsets: keeps each row's sum of `x` (row-major, `k`
     /// values a row) over every group, in f64 rounded once, for [`Matmul::add_group_offsets`].
@@ -312,54 +292,6 @@ impl Matmul {
                     }
                 }
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The fast conversion against [`to_f16`] on one value: the same bits, or both an
-    /// error.
-    fn same(v: f32) {
-        // Alone, and after an exact value (a slice taking the fast path but for it).
-        for values in [&[v][..], &[0.5, v]] {
-            let (fast, slow) = (exact_to_f16("s", values), to_f16("s", values));
-            match (fast, slow) {
-                (Ok(a), Ok(b)) => {
-                    let bits = |h: Vec<f16>| h.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(a), bits(b), "{v:e}");
-                }
-                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{v:e}"),
-                (a, b) => panic!("{v:e}: {a:?} against {b:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn exact_conversion_matches_the_rounding_one_on_every_fp16_and_around_them() {
-        for h in 0..=u16::MAX {
-            let v = half::f16::from_bits(h).to_f32();
-            same(v);
-            // f32 values beside it, which are not fp16 (except around zero): the next
-            // ones, and a quarter, half and three quarters of a normal fp16's step.
-            for d in [1, 0x800, 0x1000, 0x1800] {
-                same(f32::from_bits(v.to_bits().wrapping_add(d)));
-                same(f32::from_bits(v.to_bits().wrapping_sub(d)));
-            }
-        }
-        for v in [
-            65519.0,
-            65520.0,
-            1e-9,
-            -3e-8,
-            6.0e-8,
-            1e30,
-            f32::MIN_POSITIVE,
-        ] {
-            same(v);
-            same(-v);
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::device::Device;
 use crate::kernels::matmul::WeightLayout;
 use crate::kernels::single::Dtype;
 use crate::sys::simd::{prefetch, stream_copy, stream_fence};
+use half::f16;
 
 /// Bytes of an atom: 32 output channels of 32 int8 values.
 const ATOM: usize = 1024;
@@ -85,7 +86,7 @@ pub(super) fn pack(
     data: &[u8],
     layout: &WeightLayout,
     out: &mut [u8],
-    scales: &mut [f32],
+    scales: &mut [f16],
 ) -> Result<()> {
     let unsupported = |what: String| GgufError::Unsupported {
         tensor: name.to_string(),
@@ -147,7 +148,7 @@ impl Fill<'_> {
         &self,
         layout: &WeightLayout,
         out: &mut [u8],
-        scales: &mut [f32],
+        scales: &mut [f16],
         decode: impl Fn(&[u8; TS], &mut [u8; GROUP]),
     ) -> Result<()> {
         let (n, wave_bytes) = (layout.n as usize, layout.n_pad as usize * GROUP);
@@ -194,7 +195,7 @@ impl Fill<'_> {
         group: &[u8],
         column: usize,
         atom: &mut [u8; ATOM],
-        s: &mut [f32],
+        s: &mut [f16],
         decode: &impl Fn(&[u8; TS], &mut [u8; GROUP]),
     ) -> u32 {
         let (qs, _) = atom.as_chunks_mut::<GROUP>();
@@ -207,7 +208,7 @@ impl Fill<'_> {
             let block: &[u8; TS] = row[column..][..TS].try_into().expect("TS bytes");
             let h = u16::from_le_bytes([block[0], block[1]]);
             bad |= u32::from(h & 0x7FFF) + 0x400;
-            *d = f16_bits_to_f32(h);
+            *d = f16::from_bits(h);
             let mut v = [0u8; GROUP];
             decode(block, &mut v);
             stream_copy(q, &v);
@@ -236,22 +237,6 @@ impl Fill<'_> {
             bank: Dtype::Int8,
         }
     }
-}
-
-/// An fp16 value's bits as f32, exactly for every finite value (as `half` converts
-/// them), an infinity or a NaN for the others; without a call or a branch on the
-/// common path: the magnitude's bits moved to f32's place and scaled by 2^112, which
-/// rebiases the exponent (and normalises subnormals) exactly.
-#[inline(always)]
-pub(super) fn f16_bits_to_f32(h: u16) -> f32 {
-    let (sign, magnitude) = (u32::from(h & 0x8000) << 16, u32::from(h & 0x7FFF));
-    let wide = f32::from_bits(magnitude << 13) * f32::from_bits(0x7780_0000);
-    let bits = if magnitude >= 0x7C00 {
-        0x7F80_0000 | magnitude << 13
-    } else {
-        wide.to_bits()
-    };
-    f32::from_bits(bits | sign)
 }
 
 /// Q8_0: the 32 integers as they are.
@@ -333,19 +318,18 @@ mod tests {
                 let layout = layout(n as u32, k as u32).unwrap().unwrap();
                 let n_pad = layout.n_pad as usize;
                 let mut want = vec![0u8; layout.bytes as usize];
-                let mut want_scales = vec![0f32; n * groups];
+                let mut want_scales = vec![f16::ZERO; n * groups];
                 for r in 0..n {
                     for w in 0..groups {
                         let b = &data[(r * groups + w) * size..][..size];
                         let at = w * n_pad * GROUP + r / 32 * ATOM + r % 32 * GROUP;
                         want[at..at + GROUP].copy_from_slice(&reference(ty, b));
-                        want_scales[w * n + r] =
-                            half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+                        want_scales[w * n + r] = f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
                     }
                 }
                 for offset in [0, 1, 16, 33] {
                     let mut buf = vec![0xEEu8; want.len() + 64];
-                    let mut scales = vec![f32::NAN; n * groups];
+                    let mut scales = vec![f16::NAN; n * groups];
                     let out = &mut buf[offset..offset + want.len()];
                     pack("w", ty, &data, &layout, out, &mut scales).unwrap();
                     let what = format!("{ty:?} {n}x{k} at offset {offset}");
@@ -355,7 +339,7 @@ mod tests {
                         buf[offset + want.len()..].iter().all(|&v| v == 0xEE),
                         "{what}"
                     );
-                    let bits = |s: &[f32]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    let bits = |s: &[f16]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&scales), bits(&want_scales), "{what}");
                 }
             }
