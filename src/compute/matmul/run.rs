@@ -220,7 +220,7 @@ impl Matmul {
     /// other than M×K and M×N are [`Error::ShapeMismatch`].
     pub fn run_into<A: Input, C: Output>(&mut self, a: &[A], out: &mut [C]) -> Result<()> {
         let (a, mut out) = (A::slice(a), C::slice_mut(out));
-        self.accepts(&a, &out)?;
+        self.integer_results_of(a.is_integer(), &out)?;
         shape("result values", self.len_c(), out.len())?;
         self.timed(|m| m.put(a), |m, what| m.read(what, &mut out))
     }
@@ -324,9 +324,10 @@ impl Matmul {
         self.start(what)
     }
 
-    /// Refuses, before anything runs, integer results of float activations.
-    fn accepts(&self, a: &InputSlice<'_>, out: &OutputSlice<'_>) -> Result<()> {
-        if out.is_integer() && !a.is_integer() {
+    /// Refuses integer results of a product that is not an integer one (`integer`: the
+    /// activations are integers): before anything runs, and at a wait.
+    fn integer_results_of(&self, integer: bool, out: &OutputSlice<'_>) -> Result<()> {
+        if out.is_integer() && !integer {
             return Err(Error::Precision {
                 input: "float",
                 weights: self.bank.layout.dtype.name(),
@@ -392,13 +393,8 @@ impl PendingMatmul<'_> {
     /// `i64` or `f32`; float and scaled results as `f32`.
     pub fn wait<C: Output>(self, deadline: Instant, out: &mut [C]) -> Result<()> {
         let mut out = C::slice_mut(out);
-        if out.is_integer() && self.what != Submitted::Int {
-            return Err(Error::Precision {
-                input: "float",
-                weights: self.mm.bank.layout.dtype.name(),
-                output: "integer (the submission computes floats)",
-            });
-        }
+        self.mm
+            .integer_results_of(self.what == Submitted::Int, &out)?;
         shape("result values", self.mm.len_c(), out.len())?;
         wait_all(self.pending, deadline)?;
         self.mm.read(self.what, &mut out)
