@@ -180,14 +180,6 @@ impl WeightBank {
     pub fn from_nk_in(dev: &Device, layout: &WeightLayout, w: Weights<'_>) -> Result<WeightBank> {
         let (k, n) = (layout.k as usize, layout.n as usize);
         match w {
-            Weights::Int(w) => {
-                let bytes = matmul::pack_weights_int_nk(layout, w)?;
-                return WeightBank::from_packed(dev, layout, &bytes);
-            }
-            Weights::F32(w) => {
-                let bytes = matmul::pack_weights_f32_nk(layout, w)?;
-                return WeightBank::from_packed(dev, layout, &bytes);
-            }
             Weights::I4(w) if layout.is_certified_i4() => {
                 check_i4(layout, &quant::i4_magnitudes(w, n, k)?)?;
             }
@@ -257,7 +249,16 @@ impl WeightBank {
                 let bits: &[u16] = zerocopy::transmute_ref!(w);
                 WeightBank::create(dev, l, |l, out| pack::weights_f16_nk_into(l, bits, out))
             }
-            Weights::Int(_) | Weights::F32(_) => WeightBank::from_nk_in(dev, layout, w),
+            // The general packers check every value against the layout's type; a
+            // certified int4 layout is checked as `from_packed` checks any bytes.
+            Weights::Int(w) => {
+                let bytes = matmul::pack_weights_int_nk(layout, w)?;
+                WeightBank::from_packed(dev, layout, &bytes)
+            }
+            Weights::F32(w) => {
+                let bytes = matmul::pack_weights_f32_nk(layout, w)?;
+                WeightBank::from_packed(dev, layout, &bytes)
+            }
         }
     }
 
