@@ -13,13 +13,13 @@ use crate::task::{Cbuf, Cna, Conv, Core, Feature, InputCvt, Kernel, Precision, W
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Strides {
     /// NC1HWC2 surfaces fetched in groups of lines (`GROUP_LINE_OFF` clear): lines one
-    /// width apart (`LINE_STRIDE` 4·W, 4-byte units) and surfaces `lines` lines of W
-    /// atoms apart (`SURF_STRIDE` W·(lines − 4), so 4·W + `SURF_STRIDE` = W·lines atoms,
-    /// the vendor's values). `lines` is the whole tensor's height, which a task reading a
-    /// band of it exceeds.
+    /// width apart (`LINE_STRIDE` 4·W, 4-byte units) and surfaces `atoms` atoms apart
+    /// (`SURF_STRIDE` atoms − 4·W, so 4·W + `SURF_STRIDE` = `atoms`, the vendor's
+    /// values). `atoms` is W times the whole tensor's height, which a task reading a band
+    /// of it exceeds.
     Surfaces {
-        /// Lines per surface in memory.
-        lines: u32,
+        /// Atoms (16-byte units) from one surface to the next in memory.
+        atoms: u64,
     },
     /// Lines fetched one at a time (`GROUP_LINE_OFF` set), both strides in 16-byte
     /// atoms: the row-major A of a plain matmul, one pixel per line.
@@ -106,14 +106,17 @@ impl ConvRead {
         let p = self.precision;
         let f = &self.feature;
         let (line_stride, surf_stride, group_line_off) = match f.strides {
-            Strides::Surfaces { lines } => {
-                let surf = i64::from(f.width) * (i64::from(lines) - 4);
-                let surf = i32::try_from(surf).map_err(|_| {
-                    unsupported(format!(
-                        "surface stride {surf} of a {}-pixel line beyond 32 bits",
-                        f.width
-                    ))
-                })?;
+            Strides::Surfaces { atoms } => {
+                let surf = i64::try_from(atoms)
+                    .ok()
+                    .and_then(|a| a.checked_sub(4 * i64::from(f.width)))
+                    .and_then(|s| i32::try_from(s).ok())
+                    .ok_or_else(|| {
+                        unsupported(format!(
+                            "surfaces {atoms} atoms apart with {}-pixel lines: the stride is beyond 32 bits",
+                            f.width
+                        ))
+                    })?;
                 let line = f.width.checked_mul(4).ok_or_else(|| {
                     unsupported(format!("line stride of {} pixels beyond 32 bits", f.width))
                 })?;
@@ -210,7 +213,9 @@ mod tests {
                 width,
                 height,
                 channels: 32,
-                strides: Strides::Surfaces { lines },
+                strides: Strides::Surfaces {
+                    atoms: u64::from(width) * u64::from(lines),
+                },
             },
             weights: Weights {
                 addr: DmaAddr::Fixed(0x8000),

@@ -173,3 +173,123 @@ fn worked_example_gives_the_product() {
         }
     }
 }
+
+/// A task on a band of rows of taller native cubes (`a_cube_rows`, `c_cube_rows`): rows
+/// 5..9 of an A cube of 12 rows into the same rows of a C cube of 12, as a layer step's
+/// M tile reads and writes the cubes its neighbours share. The band's result is the
+/// product of its rows; the other rows of C stay untouched.
+#[test]
+fn a_band_of_taller_cubes_reads_and_writes_only_its_rows() {
+    let (rows, m0, m, k, n) = (12u32, 5u32, 4u32, 64u32, 32u32);
+    let mm = with(SingleMatmul::new(m, k, n, Dtype::Int8), |mm| {
+        mm.a_layout = Layout::Native;
+        mm.c_layout = Layout::Native;
+        mm.a_cube_rows = Some(rows);
+        mm.c_cube_rows = Some(rows);
+    });
+    let mut rng = Rng(12);
+    let a: Vec<i32> = (0..rows * k).map(|_| rng.int(-128, 127)).collect();
+    let b: Vec<i32> = (0..k * n).map(|_| rng.int(-128, 127)).collect();
+    // A as [K/16][rows][16] int8, C as [N/4][rows][4] int32.
+    let mut a_cube = vec![0u8; (rows * k) as usize];
+    for r in 0..rows {
+        for kk in 0..k {
+            a_cube[((kk / 16 * rows + r) * 16 + kk % 16) as usize] =
+                a[(r * k + kk) as usize] as i8 as u8;
+        }
+    }
+    let c_len = (rows * n * 4) as usize;
+    let ids = |i: u32| BufferId(10 + i);
+    let (ab, bb, cb) = (ids(0), ids(1), ids(2));
+    let band = m0 * 16;
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    p.push_task(
+        mm.body_at(
+            DmaAddr::reloc(ab, band),
+            DmaAddr::reloc(bb, 0),
+            DmaAddr::reloc(cb, band),
+            DmaAddr::reloc(ids(3), 0),
+        )
+        .unwrap(),
+        BlockMask::CONV,
+    );
+    let program = p.build().unwrap();
+    let place = |b: BufferId| Some(0x0100_0000 * (b.0 as u64 + 1));
+    let at = |b: BufferId| place(b).unwrap() as u32;
+    let mut sim = Simulator::new();
+    let mem = sim.memory_mut();
+    mem.map(
+        at(single::REGCMD),
+        words_to_le_bytes(&program.bind(place).unwrap()),
+    )
+    .unwrap();
+    mem.map(at(ab), a_cube).unwrap();
+    mem.map(at(bb), mm.pack_b_int(&b).unwrap()).unwrap();
+    mem.map_zeroed(at(cb), c_len).unwrap();
+    let run = sim
+        .kick(&Kick::new(
+            at(single::REGCMD),
+            program.tasks()[0].regcfg_amount,
+        ))
+        .unwrap();
+    assert!(run.completed && run.lints.is_empty(), "{run:?}");
+    let c = sim.memory().read_vec(at(cb), c_len).unwrap();
+    for r in 0..rows {
+        for j in 0..n {
+            let o = ((j / 4 * rows + r) * 16 + j % 4 * 4) as usize;
+            let got = i32::from_le_bytes(c[o..o + 4].try_into().unwrap());
+            let want: i32 = if (m0..m0 + m).contains(&r) {
+                (0..k)
+                    .map(|kk| a[(r * k + kk) as usize] * b[(kk * n + j) as usize])
+                    .sum()
+            } else {
+                0
+            };
+            assert_eq!(got, want, "C[{r}][{j}]");
+        }
+    }
+}
+
+/// Cube rows are refused where they mean nothing: for a plain layout, or fewer than M.
+#[test]
+fn cube_rows_are_checked() {
+    let base = SingleMatmul {
+        a_layout: Layout::Native,
+        c_layout: Layout::Native,
+        ..SingleMatmul::new(8, 64, 32, Dtype::Int8)
+    };
+    for mm in [
+        SingleMatmul {
+            a_cube_rows: Some(7),
+            ..base
+        },
+        SingleMatmul {
+            c_cube_rows: Some(4),
+            ..base
+        },
+        SingleMatmul {
+            a_layout: Layout::Plain,
+            c_layout: Layout::Plain,
+            a_cube_rows: Some(16),
+            ..base
+        },
+        SingleMatmul {
+            c_layout: Layout::Plain,
+            a_layout: Layout::Plain,
+            c_cube_rows: Some(16),
+            ..base
+        },
+    ] {
+        assert!(mm.task().is_err(), "{mm:?}");
+    }
+    let ok = SingleMatmul {
+        a_cube_rows: Some(8),
+        c_cube_rows: Some(20),
+        ..base
+    };
+    let t = ok.task().unwrap();
+    let (cna, dpu) = (t.cna.unwrap(), t.dpu.unwrap());
+    // 4·W + SURF_STRIDE atoms between A's surfaces; C's surfaces 20 atoms apart.
+    assert_eq!(4 * 8 + cna.feature.surf_stride, 8);
+    assert_eq!(dpu.out.surf_stride, 20);
+}

@@ -13,7 +13,7 @@
 
 use super::{Plan, TaskTile, offset, unsupported};
 use crate::error::Result;
-use crate::kernels::single::{Layout, OutType, SingleMatmul, add_task_strided};
+use crate::kernels::single::{Layout, OutType, add_task_strided};
 use crate::regcmd::DmaAddr;
 use crate::task::Task;
 
@@ -94,12 +94,12 @@ impl Plan {
         for t in &self.tasks {
             let block = self.cube_block(t, c)?;
             let task = if t.wave == 0 {
-                self.cube_task(t, a, b, native_a, Some(block))?
+                self.cube_task(t, a, b, native_a, (block, true))?
             } else {
                 let at = offset(scratch, partial_at)?;
                 adds.extend(self.add_partial(t, block, at)?);
                 partial_at += u64::from(t.rows) * u64::from(t.nt) * u64::from(form.out.bytes());
-                retarget(self.cube_task(t, a, b, native_a, None)?, at)
+                self.cube_task(t, a, b, native_a, (at, false))?
             };
             tasks.push(task);
         }
@@ -114,46 +114,36 @@ impl Plan {
         offset(c, (u64::from(t.n0) / e * m + u64::from(t.m0)) * 16)
     }
 
-    /// `t`'s task reading A (packed, or the native cube at `a`), writing its block into
-    /// the cube at `block` (surfaces M atoms apart) or, with `None`, as the plan writes
-    /// it (to be retargeted).
+    /// `t`'s task reading A (packed, or the native cube at `a`), writing its block at
+    /// `c_at`: into the cube (surfaces M atoms apart) when `in_cube`, else in the plan's
+    /// own block layout (surfaces `t.rows` atoms apart).
     fn cube_task(
         &self,
         t: &TaskTile,
         a: DmaAddr,
         b: DmaAddr,
         native_a: bool,
-        block: Option<DmaAddr>,
+        (c_at, in_cube): (DmaAddr, bool),
     ) -> Result<Task> {
-        let mut task = if native_a {
+        let m = self.spec.m;
+        let mut mm = self.task_matmul(t);
+        let a_at = if native_a {
             let w = self.layout.waves[t.wave as usize];
             let e = u64::from(self.spec.dtype.atom_elems());
-            let m = u64::from(self.spec.m);
-            let at = offset(a, (u64::from(w.k0) / e * m + u64::from(t.m0)) * 16)?;
-            let mm = SingleMatmul {
-                a_layout: Layout::Native,
-                ..self.task_matmul(t)
-            };
-            let mut task = self.task_of(mm, t, at, [b, DmaAddr::Fixed(0)])?;
-            if let Some(cna) = task.cna.as_mut() {
-                // The tile's rows of each surface of M atoms: with group line fetch the
-                // surface stride is 4·W + SURF_STRIDE atoms (W the tile's rows), M here,
-                // as the whole-cube read's 4·M − 3·M (`Plan::task_native_a`).
-                let (m, rows) = (self.spec.m as i64, i64::from(t.rows));
-                cna.feature.surf_stride = i32::try_from(m - 4 * rows)
-                    .map_err(|_| unsupported(format!("a native A of {m} rows")))?;
-            }
-            task
+            // The tile's rows of each of the cube's surfaces of M atoms.
+            mm.a_layout = Layout::Native;
+            mm.a_cube_rows = Some(m);
+            offset(
+                a,
+                (u64::from(w.k0) / e * u64::from(m) + u64::from(t.m0)) * 16,
+            )?
         } else {
-            self.task(t, [a, b, DmaAddr::Fixed(0)])?
+            offset(a, t.a_offset)?
         };
-        if let (Some(block), Some(dpu)) = (block, task.dpu.as_mut()) {
-            let ratio = dpu.out.surface_add / dpu.out.surf_stride.max(1);
-            dpu.out.addr = block;
-            dpu.out.surf_stride = self.spec.m;
-            dpu.out.surface_add = ratio * self.spec.m;
+        if in_cube {
+            mm.c_cube_rows = Some(m);
         }
-        Ok(task)
+        self.task_writing(mm, t, a_at, [b, c_at, c_at])
     }
 
     /// The adds of `t`'s partial block (at `partial`, surfaces `rows` atoms apart) into
@@ -178,12 +168,4 @@ impl Plan {
         }
         Ok(v)
     }
-}
-
-/// `task` writing its block (in the plan's own block layout) at `at`.
-fn retarget(mut task: Task, at: DmaAddr) -> Task {
-    if let Some(dpu) = task.dpu.as_mut() {
-        dpu.out.addr = at;
-    }
-    task
 }

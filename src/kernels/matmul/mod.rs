@@ -376,7 +376,20 @@ impl Plan {
         a: DmaAddr,
         [b, c]: [DmaAddr; 2],
     ) -> Result<Task> {
-        let mut task = mm.task_at(a, offset(b, self.b_offset(t))?, offset(c, t.c_offset)?, c)?;
+        self.task_writing(mm, t, a, [b, offset(c, t.c_offset)?, c])
+    }
+
+    /// The task of `mm` (tile `t`) reading A at `a`, the plan's weights in the bank at
+    /// `b`, writing C at exactly `c_at` (E, for [`PostOps::add`](crate::kernels::single::PostOps), at `e`), with the plan's
+    /// CBUF decisions.
+    fn task_writing(
+        &self,
+        mm: SingleMatmul,
+        t: &TaskTile,
+        a: DmaAddr,
+        [b, c_at, e]: [DmaAddr; 3],
+    ) -> Result<Task> {
+        let mut task = mm.task_at(a, offset(b, self.b_offset(t))?, c_at, e)?;
         if let Some(cna) = task.cna.as_mut() {
             let cbuf = &mut cna.cbuf;
             if t.spare_data_bank {

@@ -99,6 +99,12 @@ pub struct SingleMatmul {
     pub c_layout: Layout,
     /// DPU post-processing.
     pub post: PostOps,
+    /// A native A's rows per surface in memory, when the task reads M rows of a taller
+    /// cube (its surfaces that many atoms apart); `None`: M, the cube is A itself.
+    pub a_cube_rows: Option<u32>,
+    /// A native C's rows per surface in memory, when the task writes M rows of a taller
+    /// cube; `None`: M.
+    pub c_cube_rows: Option<u32>,
 }
 
 fn unsupported(why: String) -> Error {
@@ -120,6 +126,8 @@ impl SingleMatmul {
             a_layout: Layout::Plain,
             c_layout: Layout::Plain,
             post: PostOps::default(),
+            a_cube_rows: None,
+            c_cube_rows: None,
         }
     }
 
@@ -134,7 +142,7 @@ impl SingleMatmul {
         self.n.div_ceil(align) * align
     }
 
-    /// Bytes of packed A.
+    /// Bytes of packed A (for an A that is its own cube, `a_cube_rows` `None`).
     pub fn a_bytes(&self) -> usize {
         self.m as usize * self.padded_k() as usize * self.dtype.bits() as usize / 8
     }
@@ -144,7 +152,8 @@ impl SingleMatmul {
         self.padded_n() as usize * self.padded_k() as usize * self.dtype.bits() as usize / 8
     }
 
-    /// Bytes of C as the task writes it (also the size of E).
+    /// Bytes of C as the task writes it (also the size of E), for a C that is its own
+    /// cube (`c_cube_rows` `None`).
     pub fn c_bytes(&self) -> usize {
         self.m as usize * self.padded_n() as usize * self.out.bytes() as usize
     }
@@ -190,6 +199,22 @@ impl SingleMatmul {
                 "{:?} output from {:?} input",
                 self.out, self.dtype
             )));
+        }
+        for (name, layout, rows) in [
+            ("A", self.a_layout, self.a_cube_rows),
+            ("C", self.c_layout, self.c_cube_rows),
+        ] {
+            match (layout, rows) {
+                (Layout::Plain, Some(r)) => {
+                    return Err(unsupported(format!(
+                        "a plain {name} has no surfaces of {r} rows"
+                    )));
+                }
+                (Layout::Native, Some(r)) if u64::from(r) < m => {
+                    return Err(unsupported(format!("{name} is {m} rows of a cube of {r}")));
+                }
+                _ => {}
+            }
         }
         if self.a_layout == Layout::Native && self.c_layout == Layout::Plain {
             return Err(unsupported(
@@ -297,7 +322,7 @@ impl SingleMatmul {
     fn c_surfaces(&self) -> (u32, u32) {
         match self.c_layout {
             Layout::Plain => (1, self.padded_n() / self.out.atom_elems() - 1),
-            Layout::Native => (self.m, 0),
+            Layout::Native => (self.c_cube_rows.unwrap_or(self.m), 0),
         }
     }
 
@@ -308,8 +333,11 @@ impl SingleMatmul {
         let (ai, p) = (self.padded_k(), self.dtype.precision());
         let (w, h) = self.feature_dims();
         let strides = match self.a_layout {
-            // Group line fetch over one line of M atoms (a surface of one line).
-            Layout::Native => Strides::Surfaces { lines: 1 },
+            // Group line fetch over one line of M atoms, surfaces as many atoms apart
+            // as the cube holds rows.
+            Layout::Native => Strides::Surfaces {
+                atoms: self.a_cube_rows.unwrap_or(self.m).into(),
+            },
             // Row-major A: one pixel of K channels per line, lines that many atoms apart.
             Layout::Plain => Strides::Lines {
                 line: ai * p.bits() / 128,

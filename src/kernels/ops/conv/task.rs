@@ -88,7 +88,9 @@ impl Conv2d {
                 height: rows,
                 channels: c,
                 // The band's lines within the full tensor's surfaces.
-                strides: Strides::Surfaces { lines: h },
+                strides: Strides::Surfaces {
+                    atoms: u64::from(w) * u64::from(h),
+                },
             },
             weights: Weights {
                 addr: offset(weights, w_off)?,
