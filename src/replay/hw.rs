@@ -1,7 +1,7 @@
 //! The hw target: a device. Buffers are allocated anew and the regcmd relocated into
 //! them; each submission is one job.
 
-use super::target::{Outcome, Run, Target};
+use super::target::{Outcome, Run, Span, Target};
 use crate::Error;
 use crate::device::{Bo, BoFlags, CoreMask, Device, Job};
 use std::collections::BTreeMap;
@@ -45,21 +45,13 @@ impl Target for Hw<'_> {
             .map_err(|e| format!("buffer {id}: {e}"))
     }
     /// Reads through the buffer's mapping: no copy of the buffer.
-    fn inspect(
-        &mut self,
-        id: u32,
-        offset: u64,
-        len: usize,
-        f: &mut dyn FnMut(&[u8]),
-    ) -> Result<(), String> {
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+    fn inspect(&mut self, at: Span, f: &mut dyn FnMut(&[u8])) -> Result<(), String> {
+        let start = usize::try_from(at.offset).unwrap_or(usize::MAX);
         let fits = self
-            .bo(id)?
-            .read_with(|all| all.get(start..start.checked_add(len)?).map(f))
-            .map_err(|e| format!("buffer {id}: {e}"))?;
-        fits.ok_or(format!(
-            "{len} bytes at +{offset:#x} do not fit buffer {id}"
-        ))
+            .bo(at.id)?
+            .read_with(|all| all.get(start..start.checked_add(at.len)?).map(f))
+            .map_err(|e| format!("buffer {}: {e}", at.id))?;
+        fits.ok_or_else(|| at.misfit())
     }
     /// Drops the buffer: the device frees it.
     fn free(&mut self, id: u32) {

@@ -1,6 +1,6 @@
 //! The model target: the simulator, each core's range run as the vendor kernel kicks it.
 
-use super::target::{Outcome, Run, Target};
+use super::target::{Outcome, Run, Span, Target};
 use crate::sim::Simulator;
 use crate::submit::{TaskDesc, started_cores};
 use std::collections::BTreeMap;
@@ -33,6 +33,13 @@ impl Model {
             shift,
         }
     }
+
+    /// The simulator address of `at`'s first byte: an error for an unknown buffer,
+    /// `None` where the offset overflows the address space.
+    fn address(&self, at: Span) -> Result<Option<u64>, String> {
+        let a = *self.at.get(&at.id).ok_or(format!("no buffer {}", at.id))? as u64;
+        Ok(a.checked_add(at.offset))
+    }
 }
 
 impl Target for Model {
@@ -46,31 +53,20 @@ impl Target for Model {
         Ok(a)
     }
     fn write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<(), String> {
-        let a = *self.at.get(&id).ok_or(format!("no buffer {id}"))? as u64;
-        let dst = a
-            .checked_add(offset)
-            .and_then(|at| self.sim.memory_mut().write(at, bytes.len()));
-        dst.ok_or(format!(
-            "{} bytes at +{offset:#x} do not fit buffer {id}",
-            bytes.len()
-        ))?
-        .copy_from_slice(bytes);
+        let at = Span {
+            id,
+            offset,
+            len: bytes.len(),
+        };
+        let a = self.address(at)?;
+        let dst = a.and_then(|a| self.sim.memory_mut().write(a, at.len));
+        dst.ok_or_else(|| at.misfit())?.copy_from_slice(bytes);
         Ok(())
     }
-    fn inspect(
-        &mut self,
-        id: u32,
-        offset: u64,
-        len: usize,
-        f: &mut dyn FnMut(&[u8]),
-    ) -> Result<(), String> {
-        let a = *self.at.get(&id).ok_or(format!("no buffer {id}"))? as u64;
-        let src = a
-            .checked_add(offset)
-            .and_then(|at| self.sim.memory().read(at, len));
-        f(src.ok_or(format!(
-            "{len} bytes at +{offset:#x} do not fit buffer {id}"
-        ))?);
+    fn inspect(&mut self, at: Span, f: &mut dyn FnMut(&[u8])) -> Result<(), String> {
+        let a = self.address(at)?;
+        let src = a.and_then(|a| self.sim.memory().read(a, at.len));
+        f(src.ok_or_else(|| at.misfit())?);
         Ok(())
     }
     /// Unmaps the buffer: the simulator holds only live buffers, so a later buffer at

@@ -33,26 +33,39 @@ pub(super) struct Run<'a> {
     pub addrs: Vec<u32>,
 }
 
+/// `len` bytes at `offset` of buffer `id`: a place a target reads.
+#[derive(Clone, Copy)]
+pub(super) struct Span {
+    /// The recorded buffer id.
+    pub id: u32,
+    /// Byte offset in the buffer.
+    pub offset: u64,
+    /// Number of bytes.
+    pub len: usize,
+}
+
+impl Span {
+    /// The error every target reports for a span outside its buffer.
+    pub(super) fn misfit(&self) -> String {
+        let Span { id, offset, len } = *self;
+        format!("{len} bytes at +{offset:#x} do not fit buffer {id}")
+    }
+}
+
 /// Where a replay places buffers and runs submissions.
 pub(super) trait Target {
     /// Places buffer `id` of `size` bytes recorded at `addr`; returns where it is now.
     fn place(&mut self, id: u32, size: u64, addr: u32) -> Result<u32, String>;
     /// Writes `bytes` at `offset` of buffer `id`.
     fn write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<(), String>;
-    /// Calls `f` on the `len` bytes at `offset` of buffer `id`, where the target holds
-    /// them (no copy where it can).
-    fn inspect(
-        &mut self,
-        id: u32,
-        offset: u64,
-        len: usize,
-        f: &mut dyn FnMut(&[u8]),
-    ) -> Result<(), String>;
+    /// Calls `f` on the bytes of `at`, where the target holds them (no copy where it
+    /// can).
+    fn inspect(&mut self, at: Span, f: &mut dyn FnMut(&[u8])) -> Result<(), String>;
     /// A copy of the `len` bytes at `offset` of buffer `id` (for small reads: words of a
     /// list, a relocated entry).
     fn read(&mut self, id: u32, offset: u64, len: usize) -> Result<Vec<u8>, String> {
         let mut out = Vec::new();
-        self.inspect(id, offset, len, &mut |b| out = b.to_vec())?;
+        self.inspect(Span { id, offset, len }, &mut |b| out = b.to_vec())?;
         Ok(out)
     }
     /// Buffer `id` was freed: the target forgets it and what it held (its addresses may
@@ -69,7 +82,8 @@ pub(super) struct Plain {
 }
 
 impl Plain {
-    fn slice(&mut self, id: u32, offset: u64, len: usize) -> Result<&mut [u8], String> {
+    fn slice(&mut self, at: Span) -> Result<&mut [u8], String> {
+        let Span { id, offset, len } = at;
         let b = self
             .bufs
             .get_mut(&id)
@@ -79,9 +93,7 @@ impl Plain {
         start
             .and_then(|s| Some(s..s.checked_add(len).filter(|&e| e <= size)?))
             .map(|r| &mut b[r])
-            .ok_or_else(|| {
-                format!("{len} bytes at +{offset:#x} do not fit buffer {id} ({size} bytes)")
-            })
+            .ok_or_else(|| format!("{} ({size} bytes)", at.misfit()))
     }
 }
 
@@ -91,17 +103,12 @@ impl Target for Plain {
         Ok(addr)
     }
     fn write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<(), String> {
-        self.slice(id, offset, bytes.len())?.copy_from_slice(bytes);
+        let len = bytes.len();
+        self.slice(Span { id, offset, len })?.copy_from_slice(bytes);
         Ok(())
     }
-    fn inspect(
-        &mut self,
-        id: u32,
-        offset: u64,
-        len: usize,
-        f: &mut dyn FnMut(&[u8]),
-    ) -> Result<(), String> {
-        f(self.slice(id, offset, len)?);
+    fn inspect(&mut self, at: Span, f: &mut dyn FnMut(&[u8])) -> Result<(), String> {
+        f(self.slice(at)?);
         Ok(())
     }
     fn free(&mut self, id: u32) {

@@ -4,7 +4,7 @@ use super::check::check_tasks;
 use super::compare::{compare, output_kind};
 use super::contents::write_contents;
 use super::model::cores_of;
-use super::target::{Outcome, Run, Target};
+use super::target::{Outcome, Run, Span, Target};
 use super::{MAX_REPLAY_BYTES, MAX_SEEDED_BYTES, ReplayReport, Tolerance};
 use crate::regcmd::RegCmd;
 use crate::submit::{BufferTask, irq, started_cores};
@@ -325,7 +325,7 @@ impl<'a> Walk<'a> {
         let kind = output_kind(self.target, &self.bufs, tasks, id);
         let tol = self.tol;
         let mut found = None;
-        let read = self.target.inspect(id, offset, len, &mut |got| {
+        let read = self.target.inspect(Span { id, offset, len }, &mut |got| {
             found = compare(got, contents, kind, tol);
         });
         if let Err(e) = read {

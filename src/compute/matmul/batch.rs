@@ -2,7 +2,7 @@
 //! tasks one after another (a layer's gate and up projections, say), one submission.
 
 use super::{
-    Matmul, Submitted, all_done, cores_of, job_ranges, shape, submit_blocking, submit_chains,
+    Matmul, Submitted, all_done, job_ranges, program_job, shape, submit_blocking, submit_chains,
     wait_all,
 };
 use crate::device::{Bo, BoFlags, Job, Pending};
@@ -149,12 +149,8 @@ impl MatmulBatch {
 
     fn job(&self) -> Job<'_> {
         let dev = self.members[0].bank.device();
-        let (mask, split) = cores_of(dev, &self.per_core);
-        let job = Job::from_program(&self.regcmd, &self.program)
-            .on_cores(mask, &split)
-            .timeout(self.timeout)
-            .unverified();
-        self.with_buffers(job)
+        let list = (&self.regcmd, &self.program);
+        self.with_buffers(program_job(dev, list, &self.per_core, self.timeout))
     }
 
     /// `job` with every member's buffers.

@@ -47,8 +47,8 @@ pub use element::{Input, InputSlice, Output, OutputSlice};
 pub use grouped::quantize_groups_i8;
 pub use run::PendingMatmul;
 use run::{
-    all_done, in_range, refuse_incremental_on_rocket, shape, submit_blocking, submit_chains,
-    wait_all,
+    all_done, in_range, program_job, refuse_incremental_on_rocket, shape, submit_blocking,
+    submit_chains, wait_all,
 };
 pub(crate) use run::{cores_of, job_ranges};
 pub use spread::SpreadMatmul;
@@ -537,12 +537,9 @@ impl Matmul {
 
     /// The job of this matmul's program and buffers.
     fn job(&self) -> Job<'_> {
-        let (mask, split) = cores_of(self.bank.device(), self.per_core());
-        let job = Job::from_program(&self.regcmd, &self.program)
-            .on_cores(mask, &split)
-            .timeout(self.timeout)
-            .unverified();
-        self.with_buffers(job)
+        let dev = self.bank.device();
+        let list = (&self.regcmd, &self.program);
+        self.with_buffers(program_job(dev, list, self.per_core(), self.timeout))
     }
 
     /// `job` with this matmul's buffers.

@@ -153,6 +153,21 @@ pub(super) fn refuse_incremental_on_rocket(dev: &Device, incremental: bool) -> R
     Ok(())
 }
 
+/// The job of `program` (its list in `regcmd`, already verified) on the cores its chains
+/// `per_core` use, with `timeout`, before its data buffers.
+pub(super) fn program_job<'a>(
+    dev: &Device,
+    (regcmd, program): (&'a Bo, &Program),
+    per_core: &[usize],
+    timeout: Duration,
+) -> Job<'a> {
+    let (mask, split) = cores_of(dev, per_core);
+    Job::from_program(regcmd, program)
+        .on_cores(mask, &split)
+        .timeout(timeout)
+        .unverified()
+}
+
 /// The core mask and per-core task counts of a job whose chains are `per_core`.
 pub(crate) fn cores_of(dev: &Device, per_core: &[usize]) -> (CoreMask, Vec<usize>) {
     let mask = match per_core.len() {

@@ -1,10 +1,11 @@
 //! The host's side of a plan: the general packers of A and B (any values, checked) and
 //! the reduction of the partial results the tasks write into row-major results.
 
-use super::{Plan, WeightLayout, unsupported};
+use super::{Plan, TaskTile, WeightLayout, unsupported};
 use crate::error::{Error, Result};
 use crate::float::f16_to_f32;
 use crate::kernels::single::{OutType, SingleMatmul, check_float};
+use std::collections::HashSet;
 
 impl Plan {
     /// Packs A (row-major M×K integers) into the A buffer.
@@ -30,26 +31,32 @@ impl Plan {
         )
     }
 
+    /// A zeroed A buffer for an A of `len` elements, refused unless `len` is M×K.
+    pub(super) fn a_buffer(&self, len: usize) -> Result<Vec<u8>> {
+        let mk = self.spec.m as usize * self.spec.k as usize;
+        if len != mk {
+            return Err(unsupported(format!(
+                "A has {len} elements, the shape needs {mk}"
+            )));
+        }
+        Ok(vec![0u8; self.a_bytes as usize])
+    }
+
+    /// The tasks that name each A block once: one block per (wave, M tile), named by the
+    /// first of the column tiles that share it.
+    pub(super) fn a_blocks(&self) -> impl Iterator<Item = &TaskTile> {
+        let mut seen = HashSet::new();
+        self.tasks.iter().filter(move |t| seen.insert(t.a_offset))
+    }
+
     fn pack_a<T: Copy>(
         &self,
         len: usize,
         get: impl Fn(usize, usize) -> T,
         pack: impl Fn(&SingleMatmul, &[T]) -> Result<Vec<u8>>,
     ) -> Result<Vec<u8>> {
-        let (m, k) = (self.spec.m as usize, self.spec.k as usize);
-        if len != m * k {
-            return Err(unsupported(format!(
-                "A has {len} elements, the shape needs {}",
-                m * k
-            )));
-        }
-        let mut out = vec![0u8; self.a_bytes as usize];
-        // One block per (wave, M tile): the tasks of the first column tile name them all.
-        let mut seen = std::collections::HashSet::new();
-        for t in &self.tasks {
-            if !seen.insert(t.a_offset) {
-                continue;
-            }
+        let mut out = self.a_buffer(len)?;
+        for t in self.a_blocks() {
             let w = self.layout.waves[t.wave as usize];
             let mm = self.task_matmul(t);
             let mut vals = Vec::with_capacity(t.rows as usize * w.kw as usize);
@@ -168,57 +175,25 @@ impl Plan {
 /// Packs B for a plan: each wave's rows `k0 .. k0 + kw` over the padded N in the weight
 /// atom layout, waves back to back (the weight bank's bytes).
 pub fn pack_weights_int(layout: &WeightLayout, b: &[i32]) -> Result<Vec<u8>> {
-    pack_weights(
-        layout,
-        b.len(),
-        |mm, vals| mm.pack_b_int(vals),
-        |k, n| b[k * layout.n as usize + n],
-        0,
-    )
+    pack_weights(layout, b, false, |mm, vals| mm.pack_b_int(vals), 0)
 }
 
 /// Packs B (row-major K×N) for a plan, rounding to fp16 or bf16. Values that are not
 /// finite, or that round to infinity, are refused ([`Error::OutOfRange`]).
 pub fn pack_weights_f32(layout: &WeightLayout, b: &[f32]) -> Result<Vec<u8>> {
-    if layout.dtype.is_float() {
-        check_float(layout.dtype, "weights", b)?;
-    }
-    pack_weights(
-        layout,
-        b.len(),
-        |mm, vals| mm.pack_b_f32(vals),
-        |k, n| b[k * layout.n as usize + n],
-        0.0,
-    )
+    pack_weights_float(layout, b, false)
 }
 
 /// Packs integer B given as N×K (each output's K weights contiguous, the layout of an
 /// `[out_features][in_features]` matrix).
 pub fn pack_weights_int_nk(layout: &WeightLayout, bt: &[i32]) -> Result<Vec<u8>> {
-    let k = layout.k as usize;
-    pack_weights(
-        layout,
-        bt.len(),
-        |mm, vals| mm.pack_b_int(vals),
-        |kk, n| bt[n * k + kk],
-        0,
-    )
+    pack_weights(layout, bt, true, |mm, vals| mm.pack_b_int(vals), 0)
 }
 
 /// Packs B given as N×K, rounding to fp16 or bf16 (refusing what
 /// [`pack_weights_f32`] refuses).
 pub fn pack_weights_f32_nk(layout: &WeightLayout, bt: &[f32]) -> Result<Vec<u8>> {
-    if layout.dtype.is_float() {
-        check_float(layout.dtype, "weights", bt)?;
-    }
-    let k = layout.k as usize;
-    pack_weights(
-        layout,
-        bt.len(),
-        |mm, vals| mm.pack_b_f32(vals),
-        |kk, n| bt[n * k + kk],
-        0.0,
-    )
+    pack_weights_float(layout, bt, true)
 }
 
 /// Applies per-token (row) and per-channel (column) scales on the host to an integer
@@ -246,28 +221,46 @@ pub fn dequantize(c: &[i64], m: usize, n: usize, row: &[f32], col: &[f32]) -> Re
         .collect())
 }
 
+/// [`pack_weights`] of float values, refusing those the plan's float type cannot hold.
+fn pack_weights_float(layout: &WeightLayout, b: &[f32], nk: bool) -> Result<Vec<u8>> {
+    if layout.dtype.is_float() {
+        check_float(layout.dtype, "weights", b)?;
+    }
+    pack_weights(layout, b, nk, |mm, vals| mm.pack_b_f32(vals), 0.0)
+}
+
+/// Packs `b`, K×N row-major, or N×K where `nk` (element `(k, n)` at `n·K + k`), the
+/// padding columns `zero`.
 fn pack_weights<T: Copy>(
     layout: &WeightLayout,
-    len: usize,
+    b: &[T],
+    nk: bool,
     pack: impl Fn(&SingleMatmul, &[T]) -> Result<Vec<u8>>,
-    get: impl Fn(usize, usize) -> T,
     zero: T,
 ) -> Result<Vec<u8>> {
-    let want = layout.k as usize * layout.n as usize;
-    if len != want {
+    let (k_all, n_all) = (layout.k as usize, layout.n as usize);
+    let want = k_all * n_all;
+    if b.len() != want {
         return Err(Error::ShapeMismatch {
             what: "weight values",
             expected: want as u64,
-            actual: len as u64,
+            actual: b.len() as u64,
         });
     }
+    let get = |k: usize, n: usize| {
+        if nk {
+            b[n * k_all + k]
+        } else {
+            b[k * n_all + n]
+        }
+    };
     let mut out = Vec::with_capacity(layout.bytes as usize);
     for w in &layout.waves {
         let mm = SingleMatmul::new(1, w.kw, layout.n_pad, layout.dtype);
         let mut vals = Vec::with_capacity(w.kw as usize * layout.n_pad as usize);
         for k in 0..w.kw as usize {
             for n in 0..layout.n_pad as usize {
-                vals.push(if n < layout.n as usize {
+                vals.push(if n < n_all {
                     get(w.k0 as usize + k, n)
                 } else {
                     zero

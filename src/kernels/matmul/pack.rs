@@ -470,19 +470,8 @@ pub fn activations_i8(plan: &Plan, a: &[i8]) -> Result<Vec<u8>> {
         return Err(unsupported("activations_i8 packs int8 plans".into()));
     }
     let k_all = plan.spec.k as usize;
-    if a.len() != plan.spec.m as usize * k_all {
-        return Err(unsupported(format!(
-            "A has {} elements, the shape needs {}",
-            a.len(),
-            plan.spec.m as usize * k_all
-        )));
-    }
-    let mut out = vec![0u8; plan.a_bytes as usize];
-    let mut done = std::collections::HashSet::new();
-    for t in &plan.tasks {
-        if !done.insert(t.a_offset) {
-            continue;
-        }
+    let mut out = plan.a_buffer(a.len())?;
+    for t in plan.a_blocks() {
         let w = plan.layout.waves[t.wave as usize];
         for r in 0..t.rows as usize {
             let src = &a[(t.m0 as usize + r) * k_all + w.k0 as usize..][..w.kw as usize];

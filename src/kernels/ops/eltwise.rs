@@ -37,10 +37,11 @@
 
 use super::Cube;
 use crate::error::{Error, Result};
+use crate::kernels::single::preset::IDENTITY_CVT;
 use crate::regcmd::DmaAddr;
 use crate::task::{
-    AluOp, Dpu, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Ew, EwOp, Mrdma, OpCvt, OutCvt,
-    Output, Precision, Task,
+    AluOp, Dpu, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Ew, EwOp, Mrdma, OutCvt, Output,
+    Precision, Task,
 };
 use half::f16;
 
@@ -196,12 +197,7 @@ impl Eltwise {
         };
         // The vendor and peer words keep the operand converter on (identity) for the ALU
         // operations and bypass it for the multiply.
-        let cvt = (self.op != EltwiseOp::Mul).then_some(OpCvt {
-            offset: 0,
-            scale: 1,
-            shift: 0,
-            add_first: false,
-        });
+        let cvt = (self.op != EltwiseOp::Mul).then_some(IDENTITY_CVT);
         let out = Output::at(offset(out, shift)?, p, surface, notch);
         let dpu = Dpu {
             ew: Some(Ew {

@@ -19,6 +19,7 @@
 use super::Cube;
 use super::eltwise::{MAX_TASK_WIDTH, offset};
 use crate::error::{Error, Result};
+use crate::kernels::single::preset::reads_off;
 use crate::regcmd::DmaAddr;
 use crate::task::{
     Alu, AluOp, Dpu, DpuInput, DpuRdma, Mrdma, Mul, OperandRead, OutCvt, Output, Precision, Stage,
@@ -290,24 +291,9 @@ impl Requant {
         if brdma.is_none() && nrdma.is_none() {
             return Ok(());
         }
-        let cube = d.cube;
-        let precision = d.precision;
-        let burst_len = d.burst_len;
-        let r = task.dpu_rdma.get_or_insert(DpuRdma {
-            depthwise: false,
-            comb_use: 0,
-            ping_pong: true,
-            cube,
-            precision,
-            flying: false,
-            burst_len,
-            mrdma: None,
-            erdma: None,
-            arbiter: crate::task::RDMA_ARBITER,
-            fp16_to_fp32: false,
-            brdma: None,
-            nrdma: None,
-        });
+        let r = task
+            .dpu_rdma
+            .get_or_insert(reads_off(d.cube, d.precision, d.burst_len));
         r.brdma = brdma;
         r.nrdma = nrdma;
         Ok(())

@@ -12,10 +12,11 @@ use super::contract::{Bindings, Op, Role};
 use super::conv::Conv2d;
 use super::eltwise::offset;
 use crate::error::{Error, Result};
+use crate::kernels::single::preset::{IDENTITY_CVT, reads_off};
 use crate::regcmd::DmaAddr;
 use crate::task::{
-    AluOp, COMB_SHARED_OPERAND, DpuInput, DpuRdma, EW_PER_PIXEL, Erdma, Ew, EwOp, EwSrc, Mrdma,
-    OpCvt, Precision, Task,
+    AluOp, COMB_SHARED_OPERAND, DpuInput, DpuRdma, EW_PER_PIXEL, Erdma, Ew, EwOp, Mrdma, Precision,
+    Task,
 };
 
 /// `EDATA_SIZE` / `ERDMA_DATA_SIZE` of a 16-bit operand.
@@ -83,30 +84,13 @@ pub fn add_operand(task: &mut Task, output: DmaAddr, operand: DmaAddr) -> Result
         return Err(unsupported("DPU_RDMA already reads for the task".into()));
     }
     dpu.ew = Some(Ew {
-        op: Some(EwOp::Alu(AluOp::Add)),
-        src: EwSrc::Memory,
         // The board-run add keeps the operand converter on as the identity.
-        cvt: Some(OpCvt {
-            offset: 0,
-            scale: 1,
-            shift: 0,
-            add_first: false,
-        }),
-        relu: false,
-        relux: None,
-        data_size: SIZE_16,
-        data_mode: EW_PER_PIXEL,
-        values: [0; 8],
-        lut: None,
+        cvt: Some(IDENTITY_CVT),
+        ..Ew::from_memory(EwOp::Alu(AluOp::Add), SIZE_16)
     });
     task.dpu_rdma = Some(DpuRdma {
         depthwise,
         comb_use: COMB_SHARED_OPERAND,
-        ping_pong: true,
-        cube: (w, h, c),
-        precision: Precision::Fp16,
-        flying: false,
-        burst_len: 15,
         mrdma: Some(Mrdma {
             addr: base,
             line_notch: 0,
@@ -120,10 +104,7 @@ pub fn add_operand(task: &mut Task, output: DmaAddr, operand: DmaAddr) -> Result
             line_notch: 0,
             surf_notch: plane,
         }),
-        arbiter: crate::task::RDMA_ARBITER,
-        fp16_to_fp32: false,
-        brdma: None,
-        nrdma: None,
+        ..reads_off((w, h, c), Precision::Fp16, 15)
     });
     Ok(())
 }

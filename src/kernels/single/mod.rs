@@ -35,6 +35,7 @@
 mod add;
 mod dequant;
 mod pack;
+pub(crate) mod preset;
 pub(crate) use pack::{check_float, check_float_bits};
 mod types;
 
@@ -50,9 +51,10 @@ use crate::error::{Error, Result};
 use crate::kernels::emit::{ConvRead, FeatureRead, Strides, Window};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder, TaskBuilder};
 use crate::task::{
-    self, Alu, AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mul, OpCvt, OutCvt, Output, Precision,
-    RDMA_ARBITER, Stage, Task, Weights,
+    self, Alu, AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, Mul, OutCvt, Output, Precision, Stage, Task,
+    Weights,
 };
+use preset::{IDENTITY_CVT, reads_off};
 
 /// The buffer holding the program.
 pub const REGCMD: BufferId = BufferId(0);
@@ -399,22 +401,10 @@ impl SingleMatmul {
             }
         };
         let ew = post.add.then(|| Ew {
-            op: Some(EwOp::Alu(AluOp::Add)),
-            src: EwSrc::Memory,
             // The float path keeps the operand converter on with the identity (with it
             // bypassed the hardware drops the operand, quirk 15, docs/hardware/quirks.md#quirk-15).
-            cvt: p.is_float().then_some(OpCvt {
-                offset: 0,
-                scale: 1,
-                shift: 0,
-                add_first: false,
-            }),
-            relu: false,
-            relux: None,
-            data_size: 3,
-            data_mode: 1,
-            values: [0; 8],
-            lut: None,
+            cvt: p.is_float().then_some(IDENTITY_CVT),
+            ..Ew::from_memory(EwOp::Alu(AluOp::Add), 3)
         });
         let (cvt_offset, cvt_scale, cvt_shift) = post.out_cvt.unwrap_or((0, 1, 0));
         let size_e = task::Dpu::validated_size_e(p, out).unwrap_or(7);
@@ -451,19 +441,12 @@ impl SingleMatmul {
         let ao = self.padded_n();
         // DPU_RDMA: the operand E through ERDMA, laid out like C; MRDMA off (the main data
         // comes from the CORE).
+        let sums = if p.is_float() {
+            Precision::Fp32
+        } else {
+            Precision::Int32
+        };
         self.post.add.then(|| DpuRdma {
-            depthwise: false,
-            comb_use: 0,
-            ping_pong: true,
-            cube: (w, h, ao),
-            precision: if p.is_float() {
-                Precision::Fp32
-            } else {
-                Precision::Int32
-            },
-            flying: false,
-            burst_len: 15,
-            mrdma: None,
             erdma: Some(Erdma {
                 addr: e,
                 data_size: 3,
@@ -472,10 +455,7 @@ impl SingleMatmul {
                 line_notch: notch,
                 surf_notch: 0,
             }),
-            arbiter: RDMA_ARBITER,
-            fp16_to_fp32: false,
-            brdma: None,
-            nrdma: None,
+            ..reads_off((w, h, ao), sums, 15)
         })
     }
 

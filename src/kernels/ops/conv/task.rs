@@ -5,6 +5,7 @@ use super::{Conv2d, ConvOut, Plan, Slice, requant_scale_shift, unsupported};
 use crate::error::Result;
 use crate::kernels::emit::{ConvRead, FeatureRead, Strides, Window};
 use crate::kernels::ops::Cube;
+use crate::kernels::single::preset::reads_off;
 use crate::regcmd::DmaAddr;
 use crate::task::{Dpu, DpuRdma, Kernel, OutCvt, Output, OwCfg, Precision, Task, Weights};
 
@@ -188,18 +189,7 @@ impl Conv2d {
         // The board-run depthwise program starts DPU_RDMA for its mode, every read off.
         let dpu_rdma = dw_mode.then_some(DpuRdma {
             depthwise: true,
-            comb_use: 0,
-            ping_pong: true,
-            cube: (ow, s.oh, out_ch),
-            precision: p,
-            flying: false,
-            burst_len: 15,
-            mrdma: None,
-            erdma: None,
-            arbiter: crate::task::RDMA_ARBITER,
-            fp16_to_fp32: false,
-            brdma: None,
-            nrdma: None,
+            ..reads_off((ow, s.oh, out_ch), p, 15)
         });
         Ok((dpu, dpu_rdma))
     }
