@@ -4,12 +4,12 @@
 //! the simulator refusing any value the published program does not write.
 
 use super::*;
-use crate::Error;
-use crate::float::{f16_to_f32, f32_to_f16};
-use crate::kernels::single::{
+use rknpu_driver::Error;
+use rknpu_driver::float::{f16_to_f32, f32_to_f16};
+use rknpu_driver::kernels::single::{
     OutType, dequant_task, dequant_task_model, pack_dequant_coefficients,
 };
-use crate::regs::dpu_rdma;
+use rknpu_driver::regs::dpu_rdma;
 
 const COEFFS: BufferId = BufferId(5);
 const OUT: BufferId = BufferId(6);
@@ -65,7 +65,7 @@ impl Chain {
     }
 
     /// The program: the matmul, then per row and chunk a dequantisation task.
-    fn program(&self) -> (crate::regcmd::Program, u32) {
+    fn program(&self) -> (rknpu_driver::regcmd::Program, u32) {
         let mm = &self.mm;
         let (m, n) = (mm.m, mm.padded_n());
         let mut p = ProgramBuilder::new(single::REGCMD);
@@ -470,7 +470,7 @@ fn a_changed_field_outside_the_validated_values_is_refused_by_name() {
 /// dequantisation rows: the chain of `I8DpuChain` for two K waves.
 #[test]
 fn split_k_waves_then_an_fp32_add_then_dequant() {
-    use crate::kernels::single::add_to_fp32_task;
+    use rknpu_driver::kernels::single::add_to_fp32_task;
     let (m, k, n) = (6u32, 128u32, 96u32);
     let (mu, ku, nu) = (m as usize, k as usize, n as usize);
     let half = {
