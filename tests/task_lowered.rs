@@ -1,8 +1,9 @@
 //! The task model on generated tasks: each generator's tasks decode back to themselves,
 //! touch the DMA ranges their layouts say, write the values of the public programs they
-//! follow, and keep inert fields inert. (The task layer may not import the kernels, so
-//! these tests, which build their tasks with one, are integration tests; the model's own
-//! round trips are unit tests in `src/task/tests.rs`.)
+//! follow, and carry a LUT upload in their body only. (The task layer may not import the
+//! kernels, so these tests, which build their tasks with one, are integration tests; the
+//! model's own round trips are unit tests in `src/task/tests.rs`, inert fields of generated
+//! tasks are in `tests/task_inert.rs`.)
 
 mod common;
 
