@@ -256,19 +256,7 @@ fn s8_6_a_buffer_read_and_written_is_listed_once_to_rocket() {
         ..DrmRocketCreateBo::default()
     };
     k.ioctl(fd, &mut Ioctl::RocketCreateBo(&mut c)).unwrap();
-    let tasks = [DrmRocketTask {
-        regcmd: 0,
-        regcmd_count: 8,
-    }];
-    let r = k.ioctl(
-        fd,
-        &mut Ioctl::RocketSubmit {
-            job: &mut DrmRocketJob::default(),
-            tasks: &tasks,
-            in_handles: &[c.handle],
-            out_handles: &[c.handle],
-        },
-    );
+    let r = super::tests::rocket_submit_one(&k, fd, &[c.handle], &[c.handle]);
     assert_eq!(r, Ok(0));
     assert!(k.log().iter().any(|l| l.contains("twice")), "{:?}", k.log());
 }

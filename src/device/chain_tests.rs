@@ -27,18 +27,7 @@ fn a_forged_chain_tail_is_refused_before_submission() {
     let c = d.alloc(2 * mm.c_bytes(), BoFlags::default()).unwrap();
     let len = program.byte_len();
     let mut regcmd = d.alloc(2 * len, BoFlags::default()).unwrap();
-    let bind = |base: u32, c_addr: u32| {
-        program
-            .bind(|id| {
-                Some(u64::from(match id.0 {
-                    0 => base,
-                    1 => a.dma_addr(),
-                    2 => b.dma_addr(),
-                    _ => c_addr,
-                }))
-            })
-            .unwrap()
-    };
+    let bind = |base: u32, c_addr: u32| super::tests::bind_single(&program, base, &a, &b, c_addr);
     let base = regcmd.dma_addr();
     let mut words = bind(base, c.dma_addr());
     // The copy sits after the program, in the same (read-only) regcmd buffer.

@@ -313,6 +313,29 @@ fn rocket_bo(k: &EmuKernel, fd: Fd, size: u32) -> Result<DrmRocketCreateBo, Errn
     k.ioctl(fd, &mut Ioctl::RocketCreateBo(&mut c)).map(|_| c)
 }
 
+/// A rocket job of one 8-entry task at offset 0 reading `in_handles` and writing
+/// `out_handles`: what the submit ioctl returns.
+pub(super) fn rocket_submit_one(
+    k: &EmuKernel,
+    fd: Fd,
+    in_handles: &[u32],
+    out_handles: &[u32],
+) -> Result<i32, Errno> {
+    let tasks = [DrmRocketTask {
+        regcmd: 0,
+        regcmd_count: 8,
+    }];
+    k.ioctl(
+        fd,
+        &mut Ioctl::RocketSubmit {
+            job: &mut DrmRocketJob::default(),
+            tasks: &tasks,
+            in_handles,
+            out_handles,
+        },
+    )
+}
+
 #[test]
 fn rocket_requests_are_checked_like_the_driver() {
     let (k, fd) = rocket();
@@ -347,21 +370,7 @@ fn rocket_requests_are_checked_like_the_driver() {
         Errno::EINVAL
     );
     // A job naming an unknown handle: the ioctl succeeds and the job is dropped.
-    let mut job = DrmRocketJob::default();
-    let tasks = [DrmRocketTask {
-        regcmd: 0,
-        regcmd_count: 8,
-    }];
-    let r = k.ioctl(
-        fd,
-        &mut Ioctl::RocketSubmit {
-            job: &mut job,
-            tasks: &tasks,
-            in_handles: &[55],
-            out_handles: &[first.handle],
-        },
-    );
-    assert_eq!(r, Ok(0));
+    assert_eq!(rocket_submit_one(&k, fd, &[55], &[first.handle]), Ok(0));
     assert!(k.log().iter().any(|l| l.contains("dropped")));
     // Vendor numbers are unknown to rocket.
     let mut a = RknpuAction::default();
@@ -470,14 +479,16 @@ fn jobs_are_checked_before_they_reach_the_kernel() {
     );
 }
 
-/// An int8 matmul program in a regcmd buffer of `d`, with C bound to `c_addr`.
-fn stray_program(d: &Device, a: &Bo, b: &Bo, c_addr: u32) -> Bo {
-    use crate::kernels::single::{Dtype, SingleMatmul};
-    use crate::regcmd::words_to_le_bytes;
-    let program = SingleMatmul::new(4, 64, 32, Dtype::Int8).program().unwrap();
-    let mut regcmd = d.alloc(4096, BoFlags::default()).unwrap();
-    let base = regcmd.dma_addr();
-    let words = program
+/// The words of a single-matmul `program` with its list at `base`, A in `a`, B in `b`
+/// and C (and E) at `c_addr`.
+pub(super) fn bind_single(
+    program: &crate::regcmd::Program,
+    base: u32,
+    a: &Bo,
+    b: &Bo,
+    c_addr: u32,
+) -> Vec<crate::regcmd::RegCmd> {
+    program
         .bind(|id| {
             Some(u64::from(match id.0 {
                 0 => base,
@@ -486,7 +497,17 @@ fn stray_program(d: &Device, a: &Bo, b: &Bo, c_addr: u32) -> Bo {
                 _ => c_addr,
             }))
         })
-        .unwrap();
+        .unwrap()
+}
+
+/// An int8 matmul program in a regcmd buffer of `d`, with C bound to `c_addr`.
+fn stray_program(d: &Device, a: &Bo, b: &Bo, c_addr: u32) -> Bo {
+    use crate::kernels::single::{Dtype, SingleMatmul};
+    use crate::regcmd::words_to_le_bytes;
+    let program = SingleMatmul::new(4, 64, 32, Dtype::Int8).program().unwrap();
+    let mut regcmd = d.alloc(4096, BoFlags::default()).unwrap();
+    let base = regcmd.dma_addr();
+    let words = bind_single(&program, base, a, b, c_addr);
     regcmd.write(0, &words_to_le_bytes(&words)).unwrap();
     regcmd
 }

@@ -53,46 +53,33 @@ fn a_replay_names_the_first_differing_byte() {
 
 #[test]
 fn hostile_sizes_and_offsets_are_mismatches_not_overflows() {
-    let t = Trace {
-        header: Header::new("RK3588", 0, "test", true),
-        chunks: vec![
-            // Past the 32-bit address space, and so large that address + size overflows.
-            Chunk::Buffer {
-                id: 0,
-                flags: 0,
-                size: u64::MAX - 0xFFFF,
-                dma_addr: 0x6461_6f6c,
+    let t = test_trace(vec![
+        // Past the 32-bit address space, and so large that address + size overflows.
+        buffer(0, u64::MAX - 0xFFFF, 0x6461_6f6c),
+        buffer(1, 4096, 0x1000),
+        // Contents and an output at offsets that overflow any address.
+        Chunk::Data {
+            id: 1,
+            offset: u64::MAX - 2,
+            contents: Contents::Bytes(vec![1, 2, 3, 4]),
+        },
+        Chunk::Output {
+            id: 1,
+            submit: 1,
+            offset: u64::MAX,
+            contents: Contents::Digest {
+                len: u64::MAX,
+                digest: 0,
+                seed: 0,
             },
-            Chunk::Buffer {
-                id: 1,
-                flags: 0,
-                size: 4096,
-                dma_addr: 0x1000,
-            },
-            // Contents and an output at offsets that overflow any address.
-            Chunk::Data {
-                id: 1,
-                offset: u64::MAX - 2,
-                contents: Contents::Bytes(vec![1, 2, 3, 4]),
-            },
-            Chunk::Output {
-                id: 1,
-                submit: 1,
-                offset: u64::MAX,
-                contents: Contents::Digest {
-                    len: u64::MAX,
-                    digest: 0,
-                    seed: 0,
-                },
-            },
-            Chunk::Reloc {
-                buffer: 1,
-                entry: u64::MAX,
-                target: 1,
-                offset: u32::MAX,
-            },
-        ],
-    };
+        },
+        Chunk::Reloc {
+            buffer: 1,
+            entry: u64::MAX,
+            target: 1,
+            offset: u32::MAX,
+        },
+    ]);
     for r in [replay_check(&t), replay_model(&t)] {
         assert!(
             r.mismatches
@@ -233,12 +220,7 @@ fn freed_buffers_are_not_used_freed_again_or_created_again() {
         .unwrap();
     t.chunks.push(submit);
     t.chunks.push(Chunk::Free { id: 0 });
-    t.chunks.push(Chunk::Buffer {
-        id: 0,
-        flags: 0,
-        size: 16,
-        dma_addr: 0x10_0000,
-    });
+    t.chunks.push(buffer(0, 16, 0x10_0000));
     for r in [replay_model(&t), replay_check(&t)] {
         let has = |s: &str| r.mismatches.iter().any(|m| m.contains(s));
         assert!(has("no buffer 0"), "{r:#?}");
@@ -254,42 +236,34 @@ fn seeded_contents_are_checked_before_any_byte_is_generated() {
         digest,
         seed: 9,
     };
-    let t = Trace {
-        header: Header::new("RK3588", 0, "test", true),
-        chunks: vec![
-            Chunk::Buffer {
-                id: 0,
-                flags: 0,
-                size: 4096,
-                dma_addr: 0x1000,
-            },
-            // A gibibyte claimed for a 4 KiB buffer: refused by its size, at once.
-            Chunk::Data {
-                id: 0,
-                offset: 0,
-                contents: seeded(1 << 30, 0),
-            },
-            // Into no live buffer.
-            Chunk::Data {
-                id: 7,
-                offset: 0,
-                contents: seeded(1 << 30, 0),
-            },
-            Chunk::Data {
-                id: 0,
-                offset: 8,
-                contents: seeded(
-                    64,
-                    crate::trace::fnv1a64(&crate::trace::seeded_bytes(9, 64)),
-                ),
-            },
-            Chunk::Data {
-                id: 0,
-                offset: 8,
-                contents: seeded(64, 1),
-            },
-        ],
-    };
+    let t = test_trace(vec![
+        buffer(0, 4096, 0x1000),
+        // A gibibyte claimed for a 4 KiB buffer: refused by its size, at once.
+        Chunk::Data {
+            id: 0,
+            offset: 0,
+            contents: seeded(1 << 30, 0),
+        },
+        // Into no live buffer.
+        Chunk::Data {
+            id: 7,
+            offset: 0,
+            contents: seeded(1 << 30, 0),
+        },
+        Chunk::Data {
+            id: 0,
+            offset: 8,
+            contents: seeded(
+                64,
+                crate::trace::fnv1a64(&crate::trace::seeded_bytes(9, 64)),
+            ),
+        },
+        Chunk::Data {
+            id: 0,
+            offset: 8,
+            contents: seeded(64, 1),
+        },
+    ]);
     let started = std::time::Instant::now();
     let r = replay_check(&t);
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
@@ -358,4 +332,22 @@ fn a_replay_of_chunks_as_they_are_read_is_the_replay_of_the_whole_trace() {
     let said = bytes.len() as u64 + (1 << 40);
     let e = Trace::read_from(&mut &bytes[..], said).unwrap_err();
     assert!(e.what.contains("the input ends first"), "{e}");
+}
+
+/// A trace of `chunks` under a plain RK3588 header.
+fn test_trace(chunks: Vec<Chunk>) -> Trace {
+    Trace {
+        header: Header::new("RK3588", 0, "test", true),
+        chunks,
+    }
+}
+
+/// Buffer `id` of `size` bytes at `dma_addr`, without flags.
+fn buffer(id: u32, size: u64, dma_addr: u32) -> Chunk {
+    Chunk::Buffer {
+        id,
+        flags: 0,
+        size,
+        dma_addr,
+    }
 }

@@ -55,9 +55,6 @@ mod memory;
 mod pc;
 mod ppu;
 
-#[cfg(test)]
-mod tests;
-
 pub use dma::DmaCounters;
 pub use error::{At, BUDGET_FETCH, BUDGET_SEARCH, BUDGET_TASK, Lint, LintKind, SimError};
 pub use memory::{Memory, Region};

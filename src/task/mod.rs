@@ -41,8 +41,6 @@ mod cna;
 mod core;
 mod dpu;
 mod dpu_rdma;
-#[cfg(test)]
-mod inert_tests;
 pub mod limits;
 mod pointer;
 mod ppu;

@@ -1,8 +1,9 @@
-//! Round trips of every block (`decode(emit(x)) == x`), the sweep over fields the model
-//! does not represent, and the DMA ranges of a task.
+//! Round trips of every block (`decode(emit(x)) == x`) and the sweep over fields the
+//! model does not represent. Tests of generated tasks (their round trips, DMA ranges,
+//! published values and inert fields) are in `tests/task_lowered.rs` and
+//! `tests/task_inert.rs`: the task layer does not import the kernels.
 
 use super::*;
-use crate::kernels::single::{Dtype, Layout, OutType, PostOps, SingleMatmul};
 use crate::regcmd::{DmaAddr, TaskBuilder};
 use crate::regs::{Field, Register, cna, core as core_regs, dpu, dpu_rdma, ppu, ppu_rdma};
 use proptest::prelude::*;
@@ -123,19 +124,34 @@ fn alu_op() -> impl Strategy<Value = AluOp> {
 }
 
 prop_compose! {
+    fn alu()(op in alu_op(), operand in any::<i32>(), from_memory in any::<bool>()) -> Alu {
+        Alu { op, operand, from_memory }
+    }
+}
+
+prop_compose! {
+    fn mul()(
+        operand in any::<i16>(),
+        shift in upto(dpu::BsMulCfg::BS_MUL_SHIFT_VALUE),
+        shift_neg in upto(dpu::DataFormat::BS_MUL_SHIFT_VALUE_NEG),
+        (prelu, from_memory, shift_from_memory) in any::<(bool, bool, bool)>(),
+    ) -> Mul {
+        Mul { operand, shift, shift_neg, prelu, from_memory, shift_from_memory }
+    }
+}
+
+prop_compose! {
     fn stage()(
         bypass in any::<bool>(),
-        alu in prop::option::of((alu_op(), any::<i32>(), any::<bool>())),
-        mul in prop::option::of((any::<i16>(), upto(dpu::BsMulCfg::BS_MUL_SHIFT_VALUE), upto(dpu::DataFormat::BS_MUL_SHIFT_VALUE_NEG), any::<bool>(), any::<bool>(), any::<bool>())),
+        alu in prop::option::of(alu()),
+        mul in prop::option::of(mul()),
         relu in any::<bool>(),
         relux in prop::option::of(any::<i32>()),
     ) -> Stage {
         Stage {
             bypass,
-            alu: alu.map(|(op, operand, from_memory)| Alu { op, operand, from_memory }),
-            mul: mul.map(|(operand, shift, shift_neg, prelu, from_memory, shift_from_memory)| Mul {
-                operand, shift, shift_neg, prelu, from_memory, shift_from_memory,
-            }),
+            alu,
+            mul,
             relu,
             relux,
         }
@@ -230,6 +246,29 @@ prop_compose! {
 }
 
 prop_compose! {
+    fn mrdma()(
+        addr in addr(),
+        line_notch in upto(dpu_rdma::RdmaSrcDmaCfg::LINE_NOTCH_ADDR),
+        surf_notch in upto(dpu_rdma::RdmaSurfNotch::SURF_NOTCH_ADDR),
+    ) -> Mrdma {
+        Mrdma { addr, line_notch, surf_notch }
+    }
+}
+
+prop_compose! {
+    fn erdma()(
+        addr in addr(),
+        data_size in upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_SIZE),
+        data_mode in upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_MODE),
+        surf_stride in upto(dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE),
+        line_notch in upto(dpu_rdma::RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR),
+        surf_notch in upto(dpu_rdma::RdmaEwSurfNotch::EW_SURF_NOTCH),
+    ) -> Erdma {
+        Erdma { addr, data_size, data_mode, surf_stride, line_notch, surf_notch }
+    }
+}
+
+prop_compose! {
     fn rdma_block()(
         ping_pong in any::<bool>(),
         w in 1..=max(dpu_rdma::RdmaDataCubeWidth::WIDTH) + 1,
@@ -238,8 +277,8 @@ prop_compose! {
         precision in any_precision(),
         flying in any::<bool>(),
         burst_len in upto(dpu_rdma::RdmaFeatureModeCfg::BURST_LEN),
-        mrdma in prop::option::of((addr(), upto(dpu_rdma::RdmaSrcDmaCfg::LINE_NOTCH_ADDR), upto(dpu_rdma::RdmaSurfNotch::SURF_NOTCH_ADDR))),
-        erdma in prop::option::of((addr(), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_SIZE), upto(dpu_rdma::RdmaErdmaCfg::ERDMA_DATA_MODE), upto(dpu_rdma::RdmaEwSurfStride::EW_SURF_STRIDE), upto(dpu_rdma::RdmaDataCubeHeight::EW_LINE_NOTCH_ADDR), upto(dpu_rdma::RdmaEwSurfNotch::EW_SURF_NOTCH))),
+        mrdma in prop::option::of(mrdma()),
+        erdma in prop::option::of(erdma()),
         arbiter in prop::array::uniform4(upto(dpu_rdma::RdmaWeight::M_WEIGHT)),
         fp16_to_fp32 in any::<bool>(),
         brdma in prop::option::of((addr(), 1..=max(dpu_rdma::RdmaBrdmaCfg::BRDMA_DATA_USE))),
@@ -253,10 +292,8 @@ prop_compose! {
             precision,
             flying,
             burst_len,
-            mrdma: mrdma.map(|(addr, line_notch, surf_notch)| Mrdma { addr, line_notch, surf_notch }),
-            erdma: erdma.map(|(addr, data_size, data_mode, surf_stride, line_notch, surf_notch)| Erdma {
-                addr, data_size, data_mode, surf_stride, line_notch, surf_notch,
-            }),
+            mrdma,
+            erdma,
             arbiter,
             fp16_to_fp32,
             brdma: brdma.map(|(addr, data_use)| OperandRead { addr, data_use }),
@@ -381,23 +418,6 @@ proptest! {
         let t = Task { ppu: Some(p), ppu_rdma: Some(r), ..only(None, None, None, None) };
         prop_assert_eq!(round_trip(&t), Ok(t));
     }
-
-    #[test]
-    fn generated_matmul_tasks_round_trip(
-        m in 1u32..=64, k in 1u32..=512, n in 1u32..=256,
-        dtype in prop::sample::select(vec![Dtype::Int8, Dtype::Int4, Dtype::Int16, Dtype::Fp16, Dtype::Bf16]),
-        native in any::<bool>(), add in any::<bool>(),
-    ) {
-        let mut mm = SingleMatmul::new(m, k, n, dtype);
-        if native {
-            mm.a_layout = Layout::Native;
-            mm.c_layout = Layout::Native;
-        }
-        mm.post = PostOps { add, ..PostOps::default() };
-        let fixed = |a: u32| DmaAddr::Fixed(a);
-        let t = mm.task_at(fixed(0x10_0000), fixed(0x20_0000), fixed(0x30_0000), fixed(0x40_0000)).unwrap();
-        prop_assert_eq!(round_trip(&t), Ok(t));
-    }
 }
 
 // The LUT configuration (every field of LUT_CFG, LUT_INFO, the ranges and the slopes)
@@ -449,6 +469,4 @@ prop_compose! {
 }
 
 mod decode;
-mod dma;
-mod lut;
 mod published;

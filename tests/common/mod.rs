@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod llama_cpu;
+pub mod lowered;
 
 /// Describes where two texts first differ: the 1-based line number and both lines
 /// (`None` where one text has ended). Returns `None` when they are equal.

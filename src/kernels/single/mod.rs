@@ -475,28 +475,3 @@ impl SingleMatmul {
         p.build()
     }
 }
-
-/// Two tasks of `mm` over the same A and B, each with one spare data bank (2 data + 10
-/// weight banks), in one chain or (`two_chains`) in two, the second with `reuse` applied
-/// to its CBUF split: the programs the simulator's and the verifier's reuse tests run.
-#[cfg(test)]
-pub(crate) fn reusing_pair(
-    mm: &SingleMatmul,
-    two_chains: bool,
-    reuse: impl Fn(&mut crate::task::Cbuf),
-) -> Program {
-    let mut p = ProgramBuilder::new(REGCMD);
-    for second in [false, true] {
-        let mut task = mm.task().unwrap();
-        let cbuf = &mut task.cna.as_mut().unwrap().cbuf;
-        (cbuf.data_banks, cbuf.weight_banks) = (2, 10);
-        if second {
-            reuse(cbuf);
-        }
-        p.push_task(task.body().unwrap(), mm.enable());
-        if two_chains {
-            p.end_chain();
-        }
-    }
-    p.build().unwrap()
-}

@@ -4,39 +4,6 @@
 use super::*;
 
 #[test]
-fn a_field_the_model_does_not_represent_is_named() {
-    let t = SingleMatmul::new(4, 64, 32, Dtype::Int8)
-        .task_at(
-            DmaAddr::Fixed(0x1000),
-            DmaAddr::Fixed(0x2000),
-            DmaAddr::Fixed(0x3000),
-            DmaAddr::Fixed(0x4000),
-        )
-        .unwrap();
-    let mut regs = snapshot(&t);
-    // CNA.FC_CON0.fc_skip_en: zero skipping, which no decoder reads.
-    let v = cna::FcCon0::FC_SKIP_EN.set(cna::FcCon0::new(), 1).unwrap();
-    regs.set(cna::FcCon0::OFFSET, v.raw());
-    let e = Task::decode(&mut regs, t.enable()).unwrap_err();
-    assert_eq!(
-        (e.register, e.field, e.value),
-        (cna::FcCon0::NAME, cna::FcCon0::FC_SKIP_EN.name(), 1)
-    );
-    // A reserved bit of a written register.
-    let mut regs = snapshot(&t);
-    let reserved = !dpu::DataCubeWidth::INFO.known_mask();
-    regs.set(
-        dpu::DataCubeWidth::OFFSET,
-        reserved & reserved.wrapping_neg(),
-    );
-    let e = Task::decode(&mut regs, t.enable()).unwrap_err();
-    assert_eq!(
-        (e.register, e.field),
-        (dpu::DataCubeWidth::NAME, "reserved bits")
-    );
-}
-
-#[test]
 fn a_reserved_pooling_method_is_named() {
     let mut regs = Snapshot::default();
     let v = ppu::OperationModeCfg::POOLING_METHOD

@@ -4,31 +4,16 @@
 //! the simulator refusing any value the published program does not write.
 
 use super::*;
-use crate::Error;
-use crate::float::{f16_to_f32, f32_to_f16};
-use crate::kernels::single::{
+use rknpu_driver::Error;
+use rknpu_driver::float::{f16_to_f32, f32_to_f16};
+use rknpu_driver::kernels::single::{
     OutType, dequant_task, dequant_task_model, pack_dequant_coefficients,
 };
-use crate::regs::dpu_rdma;
+use rknpu_driver::regs::dpu_rdma;
+use rknpu_driver::seeded::Rng;
 
 const COEFFS: BufferId = BufferId(5);
 const OUT: BufferId = BufferId(6);
-
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn int(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i32
-    }
-}
 
 /// Scales spanning fp16: its smallest sub-normal, 1, its largest finite value, a value
 /// fp16 rounds, negative and zero.
@@ -65,7 +50,7 @@ impl Chain {
     }
 
     /// The program: the matmul, then per row and chunk a dequantisation task.
-    fn program(&self) -> (crate::regcmd::Program, u32) {
+    fn program(&self) -> (rknpu_driver::regcmd::Program, u32) {
         let mm = &self.mm;
         let (m, n) = (mm.m, mm.padded_n());
         let mut p = ProgramBuilder::new(single::REGCMD);
@@ -156,7 +141,7 @@ fn int8_matmul_then_dequant_matches_the_cpu_reference_exactly() {
     let (m, k, n) = (5u32, 2048u32, 1056u32);
     let (mu, ku, nu) = (m as usize, k as usize, n as usize);
     let chain = Chain::new(m, k, n);
-    let mut rng = Rng(0x5eed);
+    let mut rng = Rng::new(0x5eed);
     let mut a: Vec<i32> = (0..mu * ku).map(|_| rng.int(-128, 127)).collect();
     let mut b: Vec<i32> = (0..ku * nu).map(|_| rng.int(-128, 127)).collect();
     for kk in 1..ku {
@@ -205,7 +190,7 @@ fn the_product_order_is_row_scale_first() {
         c
     };
     // Sums with up to 19 significant bits, so that x · row rounds.
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let a: Vec<i32> = (0..32).map(|_| rng.int(-128, 127)).collect();
     let b: Vec<i32> = (0..32 * 32).map(|_| rng.int(-128, 127)).collect();
     let acc = sums(&a, &b, 1, 32, 32);
@@ -470,7 +455,7 @@ fn a_changed_field_outside_the_validated_values_is_refused_by_name() {
 /// dequantisation rows: the chain of `I8DpuChain` for two K waves.
 #[test]
 fn split_k_waves_then_an_fp32_add_then_dequant() {
-    use crate::kernels::single::add_to_fp32_task;
+    use rknpu_driver::kernels::single::add_to_fp32_task;
     let (m, k, n) = (6u32, 128u32, 96u32);
     let (mu, ku, nu) = (m as usize, k as usize, n as usize);
     let half = {
@@ -527,7 +512,7 @@ fn split_k_waves_then_an_fp32_add_then_dequant() {
     let at = |b: BufferId| place(b).unwrap() as u32;
     let words = program.bind(place).unwrap();
 
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     let a: Vec<i32> = (0..mu * ku).map(|_| rng.int(-128, 127)).collect();
     let b: Vec<i32> = (0..ku * nu).map(|_| rng.int(-128, 127)).collect();
     let slice_a = |lo: usize| -> Vec<i32> {

@@ -1,13 +1,18 @@
-//! Inert fields (docs/simulator.md, "Inert fields"): what a disabled engine or a bypassed
-//! stage would read is recorded but held to nothing, while the same value in an enabled
-//! engine is still refused by name.
+//! Inert fields (docs/simulator.md, "Inert fields") of generated tasks: what a disabled
+//! engine or a bypassed stage would read is recorded but held to nothing, while the same
+//! value in an enabled engine is still refused by name. (The task layer may not import
+//! the kernels that build these tasks, so this is an integration test.)
 
-use super::*;
-use crate::kernels::ops::Cube;
-use crate::kernels::ops::conv::Conv2d;
-use crate::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
-use crate::regcmd::{DmaAddr, TaskBuilder};
-use crate::regs::{Field, Register, dpu, dpu_rdma};
+mod common;
+
+use common::lowered::{fp16_add, tasks_of};
+use rknpu_driver::kernels::ops::Cube;
+use rknpu_driver::kernels::ops::contract::Role;
+use rknpu_driver::kernels::ops::conv::Conv2d;
+use rknpu_driver::kernels::ops::eltwise::Operand;
+use rknpu_driver::regcmd::{BlockMask, TaskBuilder};
+use rknpu_driver::regs::{Block, Field, Register, dpu, dpu_rdma};
+use rknpu_driver::task::{Precision, RegisterFile, Snapshot, Task};
 
 /// The register file a task's list leaves behind, with `extra` written over it.
 fn with(task: &Task, extra: &[(u16, u32)]) -> Snapshot {
@@ -32,14 +37,8 @@ fn raw<R: Register>(fields: &[(Field<R>, u32)]) -> u32 {
 
 /// A 1×1 fp16 convolution task: MRDMA and ERDMA disabled, the EW stage bypassed.
 fn conv() -> Task {
-    Conv2d::new(Cube::new(4, 4, 32, Precision::Fp16).unwrap(), 16, (1, 1))
-        .tasks_at(
-            DmaAddr::Fixed(0x10_0000),
-            DmaAddr::Fixed(0x20_0000),
-            DmaAddr::Fixed(0x30_0000),
-        )
-        .unwrap()
-        .remove(0)
+    let op = Conv2d::new(Cube::new(4, 4, 32, Precision::Fp16).unwrap(), 16, (1, 1));
+    tasks_of(&op, Role::Weights).remove(0)
 }
 
 #[test]
@@ -48,8 +47,8 @@ fn a_disabled_read_engine_may_hold_anything() {
     // (0x1D) with every read engine disabled.
     let t = conv();
     assert!(t.dpu_rdma.is_none());
-    let rdma = crate::regcmd::BlockMask::of(crate::regs::Block::DpuRdma).unwrap();
-    let enable = crate::regcmd::BlockMask(t.enable().0 | rdma.0);
+    let rdma = BlockMask::of(Block::DpuRdma).unwrap();
+    let enable = BlockMask(t.enable().0 | rdma.0);
     // What rocket-userspace's board-run convolutions leave in the disabled MRDMA (the
     // fp16 widening over an int8 DPU_RDMA precision), plus addresses and notches.
     use dpu_rdma::RdmaFeatureModeCfg as M;
@@ -98,19 +97,7 @@ fn a_bypassed_ew_stage_may_hold_anything() {
 #[test]
 fn the_same_fields_are_checked_when_their_engine_runs() {
     // A flying add reads through MRDMA and ERDMA: a two-surface ERDMA mode is refused.
-    let t = Eltwise::new(
-        EltwiseOp::Add,
-        Cube::new(4, 2, 16, Precision::Fp16).unwrap(),
-        Operand::Tensor,
-    )
-    .unwrap()
-    .tasks_at(
-        DmaAddr::Fixed(0x10_0000),
-        DmaAddr::Fixed(0x20_0000),
-        DmaAddr::Fixed(0x30_0000),
-    )
-    .unwrap()
-    .remove(0);
+    let t = fp16_add(4, 2, Operand::Tensor);
     use dpu_rdma::RdmaErdmaCfg as C;
     let cfg = raw(&[
         (C::ERDMA_DATA_MODE, 1),

@@ -1,10 +1,16 @@
 //! Every simulator error, stall, lint and fault, each triggered by a program that differs
-//! from a working one in the one place that matters.
+//! from a working one in the one place that matters. The working programs come from the
+//! generators, which the simulator may not import, so these are integration tests.
 
-use super::*;
-use crate::kernels::single::{self, Dtype, Layout, SingleMatmul, add_task};
-use crate::regcmd::{BlockMask, BufferId, DmaAddr, ProgramBuilder, RegCmd, words_to_le_bytes};
-use crate::regs::{Field, Register, cna, core, dpu};
+mod common;
+
+use rknpu_driver::kernels::single::{self, Dtype, Layout, SingleMatmul, add_task};
+use rknpu_driver::regcmd::{
+    BlockMask, BufferId, DmaAddr, ProgramBuilder, RegCmd, words_to_le_bytes,
+};
+use rknpu_driver::regs::{self, Field, Register, cna, core, dpu};
+use rknpu_driver::sim::*;
+use rknpu_driver::submit::{TaskDesc, irq};
 
 const BASE: u64 = 0x1000_0000;
 
@@ -87,7 +93,7 @@ impl Setup {
 }
 
 /// A simulator with `program` bound and mapped at the regcmd buffer's address.
-fn sim_with(program: &crate::regcmd::Program) -> Simulator {
+fn sim_with(program: &rknpu_driver::regcmd::Program) -> Simulator {
     let mut sim = Simulator::new();
     sim.memory_mut()
         .map(
@@ -99,7 +105,7 @@ fn sim_with(program: &crate::regcmd::Program) -> Simulator {
 }
 
 /// Kicks task `i` of `program` (mapped by [`sim_with`]) as the first task of a job.
-fn kick_task(sim: &mut Simulator, program: &crate::regcmd::Program, i: usize) -> CoreRun {
+fn kick_task(sim: &mut Simulator, program: &rknpu_driver::regcmd::Program, i: usize) -> CoreRun {
     let t = program.tasks()[i];
     sim.kick(&Kick::new(at(single::REGCMD) + t.offset, t.regcfg_amount))
         .unwrap()
@@ -147,12 +153,19 @@ fn ping_pong_groups_alternate_across_kicks_of_a_core() {
     );
 }
 
+#[path = "sim_lowered/bounds.rs"]
 mod bounds;
+#[path = "sim_lowered/dequant.rs"]
 mod dequant;
+#[path = "sim_lowered/dma.rs"]
 mod dma;
+#[path = "sim_lowered/errors.rs"]
 mod errors;
+#[path = "sim_lowered/incremental.rs"]
 mod incremental;
+#[path = "sim_lowered/lints.rs"]
 mod lints;
+#[path = "sim_lowered/ppu.rs"]
 mod ppu;
 
 // ----- stalls -----

@@ -1,7 +1,7 @@
 //! Every simulator error, named by task, register, field and value.
 
 use super::*;
-use crate::regs::Block;
+use rknpu_driver::regs::Block;
 
 #[test]
 fn dma_outside_memory_names_block_and_register() {
@@ -130,7 +130,7 @@ fn unsupported_field_values_are_named() {
             field,
             value: 0x6D,
             ..
-        }) if field == crate::regs::pc::OperationEnable::OP_EN.name()
+        }) if field == rknpu_driver::regs::pc::OperationEnable::OP_EN.name()
     ));
 }
 

@@ -3,12 +3,13 @@
 //! differs from a working one in the one field that matters.
 
 use super::*;
-use crate::float::f32_to_f16;
-use crate::kernels::ops::Cube;
-use crate::kernels::ops::pool::{Pool2d, PoolKind};
-use crate::regs::Block;
-use crate::regs::{ppu, ppu_rdma};
-use crate::task::{Precision, Task};
+use rknpu_driver::float::f32_to_f16;
+use rknpu_driver::kernels::ops::Cube;
+use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
+use rknpu_driver::kernels::ops::pool::{Pool2d, PoolKind};
+use rknpu_driver::regs::Block;
+use rknpu_driver::regs::{ppu, ppu_rdma};
+use rknpu_driver::task::{Precision, Task};
 
 const REGCMD_AT: u32 = 0x1000_0000;
 const IN_AT: u32 = 0x2000_0000;
@@ -21,8 +22,11 @@ fn fixed(a: u32) -> DmaAddr {
 
 /// The tasks of `pool` at the fixed addresses above.
 fn tasks(pool: &Pool2d) -> Vec<Task> {
-    pool.tasks_at(fixed(IN_AT), fixed(OUT_AT), fixed(MID_AT))
-        .unwrap()
+    let b = Bindings::new()
+        .bind(Role::Input, fixed(IN_AT))
+        .bind(Role::Output, fixed(OUT_AT))
+        .bind(Role::Scratch, fixed(MID_AT));
+    pool.tasks(&b).unwrap()
 }
 
 /// Runs `tasks` as one chain with `input` at IN_AT and room for the output and
@@ -205,7 +209,7 @@ fn named(e: &SimError) -> (&'static str, &'static str) {
 
 #[test]
 fn each_check_names_its_field() {
-    use crate::regs::Field;
+    use rknpu_driver::regs::Field;
     fn field<R: Register>(f: Field<R>) -> (&'static str, &'static str) {
         (R::NAME, f.name())
     }
@@ -217,7 +221,7 @@ fn each_check_names_its_field() {
         ),
         (
             Box::new(|t| t.ppu_rdma = None),
-            field(crate::regs::pc::OperationEnable::OP_EN),
+            field(rknpu_driver::regs::pc::OperationEnable::OP_EN),
         ),
         (
             Box::new(|t| t.ppu.as_mut().unwrap().cube_out.0 = 3),
@@ -279,7 +283,7 @@ fn int8_average_and_the_ppu_beside_other_blocks_are_refused() {
     let e = error_of(|t| {
         let p = t.ppu.as_mut().unwrap();
         p.precision = Precision::Int8;
-        p.method = crate::task::PoolMethod::Average;
+        p.method = rknpu_driver::task::PoolMethod::Average;
         t.ppu_rdma.as_mut().unwrap().size_code = 1;
         // 4x4x16 int8 is one surface, as 4x4x8 fp16.
         p.cube_in.2 = 16;
@@ -303,8 +307,8 @@ fn int8_average_and_the_ppu_beside_other_blocks_are_refused() {
     assert_eq!(
         named(&e),
         (
-            crate::regs::pc::OperationEnable::NAME,
-            crate::regs::pc::OperationEnable::OP_EN.name()
+            rknpu_driver::regs::pc::OperationEnable::NAME,
+            rknpu_driver::regs::pc::OperationEnable::OP_EN.name()
         )
     );
 }
@@ -362,7 +366,7 @@ fn a_ppu_last_kick_waiting_for_the_dpu_pair_never_completes() {
     // the PPU finishes and writes its output, but the interrupt it waits for never comes.
     let c = f16_cube(4, 4, 8);
     let pool = Pool2d::new(c, PoolKind::Max, 2);
-    let program = crate::kernels::ops::chain(&tasks(&pool)).unwrap();
+    let program = rknpu_driver::kernels::ops::chain(&tasks(&pool)).unwrap();
     let words = program.bind(|_| Some(u64::from(REGCMD_AT))).unwrap();
     let mut sim = Simulator::new();
     let m = sim.memory_mut();
@@ -384,8 +388,8 @@ fn a_ppu_last_kick_waiting_for_the_dpu_pair_never_completes() {
 
 mod random {
     use super::*;
-    use crate::task::{PoolMethod, Ppu, PpuRdma};
     use proptest::prelude::*;
+    use rknpu_driver::task::{PoolMethod, Ppu, PpuRdma};
 
     prop_compose! {
         fn pool_task()(

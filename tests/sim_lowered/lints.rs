@@ -1,6 +1,7 @@
 //! Every lint of a known hazard.
 
 use super::*;
+use rknpu_driver::regcmd::Program;
 
 fn lints_of(s: Setup) -> Vec<LintKind> {
     lint_kinds(&s.run().unwrap())
@@ -42,15 +43,7 @@ fn early_and_half_interrupt_masks_are_linted() {
 #[test]
 fn chain_amount_and_task_count_are_linted() {
     // 4096 chained add tasks: one more than TASK_NUMBER counts.
-    let mut p = ProgramBuilder::new(single::REGCMD);
-    let r = |b: u32| DmaAddr::reloc(BufferId(b), 0);
-    for _ in 0..4096 {
-        p.push_task(
-            add_task(1, 4, r(1), r(2), r(3)).unwrap(),
-            BlockMask::ELEMENTWISE,
-        );
-    }
-    let program = p.build().unwrap();
+    let program = chained_adds(4096);
     let mut words = program.bind(addr).unwrap();
     // Break the first chain amount.
     let i = words
@@ -88,7 +81,7 @@ fn stale_registers_are_linted() {
     // A task that writes only its output address, first of its kick, relies on what an
     // earlier job left in its group...
     let mm = SingleMatmul::new(4, 64, 32, Dtype::Int8);
-    let mut short = crate::regcmd::TaskBuilder::new();
+    let mut short = rknpu_driver::regcmd::TaskBuilder::new();
     short
         .write_addr::<regs::dpu::DstBaseAddr>(DmaAddr::reloc(single::C, 0))
         .unwrap();
@@ -204,15 +197,7 @@ fn fp16_add_without_operand_converter_drops_the_operand() {
 fn the_vendor_multi_core_amount_bits_run_as_derived() {
     // Two chained adds whose tail carries bits 17:16 of the amount, as the vendor's
     // multi-core chains do (cores - 1): 1 and 2 run with `unvalidated`, 3 is refused.
-    let mut p = ProgramBuilder::new(single::REGCMD);
-    let r = |b: u32| DmaAddr::reloc(BufferId(b), 0);
-    for _ in 0..2 {
-        p.push_task(
-            add_task(1, 4, r(1), r(2), r(3)).unwrap(),
-            BlockMask::ELEMENTWISE,
-        );
-    }
-    let program = p.build().unwrap();
+    let program = chained_adds(2);
     for hi in [1u32, 2, 3] {
         let mut words = program.bind(addr).unwrap();
         let i = words
@@ -239,10 +224,23 @@ fn the_vendor_multi_core_amount_bits_run_as_derived() {
             (3, Err(SimError::Unsupported { field, value, .. })) => {
                 assert_eq!(
                     (field, value),
-                    (crate::regs::pc::RegisterAmounts::UNK_17_16.name(), 3)
+                    (rknpu_driver::regs::pc::RegisterAmounts::UNK_17_16.name(), 3)
                 );
             }
             (hi, other) => panic!("bits 17:16 = {hi}: {other:?}"),
         }
     }
+}
+
+/// `n` chained 1 × 4 split-K adds (A, B and C in buffers 1, 2 and 3).
+fn chained_adds(n: usize) -> Program {
+    let mut p = ProgramBuilder::new(single::REGCMD);
+    let r = |b: u32| DmaAddr::reloc(BufferId(b), 0);
+    for _ in 0..n {
+        p.push_task(
+            add_task(1, 4, r(1), r(2), r(3)).unwrap(),
+            BlockMask::ELEMENTWISE,
+        );
+    }
+    p.build().unwrap()
 }

@@ -3,9 +3,9 @@
 //! and the stale-register lint kept for what an earlier job left.
 
 use super::*;
-use crate::kernels::matmul::{self as mm, MatmulSpec, Plan};
-use crate::regcmd::{Program, TaskBuilder};
-use crate::seeded::Rng;
+use rknpu_driver::kernels::matmul::{self as mm, MatmulSpec, Plan};
+use rknpu_driver::regcmd::{Program, TaskBuilder};
+use rknpu_driver::seeded::Rng;
 
 /// Buffer `b` of a plan's program lives at `(b + 1) × 256 MiB`.
 fn plan_addr(b: BufferId) -> u32 {

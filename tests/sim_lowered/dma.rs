@@ -10,23 +10,37 @@ fn pc_bytes(body: u32) -> u64 {
     u64::from((body + 4).div_ceil(2)) * 16
 }
 
+/// The counters of PC regcmd, CNA feature and weight, DPU MRDMA, ERDMA and write bytes.
+fn counters(bytes: [u64; 6]) -> DmaCounters {
+    let mut c = DmaCounters::default();
+    [
+        c.pc_regcmd,
+        c.cna_feature,
+        c.cna_weight,
+        c.dpu_mrdma,
+        c.dpu_erdma,
+        c.dpu_write,
+    ] = bytes;
+    c
+}
+
 #[test]
 fn dma_counts_an_int8_matmul_per_engine() {
     // 4×64×32 int8, plain A (W = 1, H = 4), int32 C row-major.
     let s = Setup::int8(4, 64, 32);
     let r = s.run().unwrap();
     assert!(r.completed);
-    let want = DmaCounters {
-        pc_regcmd: pc_bytes(s.body),
+    let want = counters([
+        pc_bytes(s.body),
         // 64 channels / 16 per atom = 4 surfaces × 4 lines × 1 atom of 16 bytes.
-        cna_feature: 4 * 4 * 16,
+        4 * 4 * 16,
         // 32 kernels × 64 channels × 1 byte: two 1024-byte weight atoms.
-        cna_weight: 2 * 1024,
-        dpu_mrdma: 0,
-        dpu_erdma: 0,
+        2 * 1024,
+        0,
+        0,
         // 32 int32 channels / 4 per atom = 8 surfaces × 4 lines × 16 bytes.
-        dpu_write: 8 * 4 * 16,
-    };
+        8 * 4 * 16,
+    ]);
     assert_eq!(r.dma, want);
     assert_eq!(r.dma.read(), pc_bytes(s.body) + 256 + 2048);
     assert_eq!(r.dma.written(), 512);
@@ -95,14 +109,7 @@ fn dma_counts_mrdma_erdma_and_write_of_the_split_k_add() {
     let run = sim.kick(&Kick::new(at(single::REGCMD), body)).unwrap();
     assert!(run.completed);
     // Each cube: 8 surfaces × 1 line × 4 atoms of 16 bytes = 512.
-    let want = DmaCounters {
-        pc_regcmd: pc_bytes(body),
-        cna_feature: 0,
-        cna_weight: 0,
-        dpu_mrdma: 8 * 4 * 16,
-        dpu_erdma: 8 * 4 * 16,
-        dpu_write: 8 * 4 * 16,
-    };
+    let want = counters([pc_bytes(body), 0, 0, 8 * 4 * 16, 8 * 4 * 16, 8 * 4 * 16]);
     assert_eq!(run.dma, want);
 }
 
@@ -155,9 +162,9 @@ fn a_range_run_sums_its_kicks() {
 /// bank, the second with `reuse` applied to its CBUF split.
 fn reusing_program(
     (m, k, n): (u32, u32, u32),
-    reuse: impl Fn(&mut crate::task::Cbuf),
-) -> crate::regcmd::Program {
-    single::reusing_pair(&SingleMatmul::new(m, k, n, Dtype::Int8), false, reuse)
+    reuse: impl Fn(&mut rknpu_driver::task::Cbuf),
+) -> rknpu_driver::regcmd::Program {
+    crate::common::lowered::reusing_pair(&SingleMatmul::new(m, k, n, Dtype::Int8), false, reuse)
 }
 
 #[test]
@@ -202,7 +209,7 @@ fn operands_reused_from_the_cbuf_are_not_fetched_again() {
 
 #[test]
 fn reuse_needs_a_spare_int8_bank_and_weights_that_fit() {
-    let run = |(m, k, n), reuse: &dyn Fn(&mut crate::task::Cbuf)| {
+    let run = |(m, k, n), reuse: &dyn Fn(&mut rknpu_driver::task::Cbuf)| {
         let program = reusing_program((m, k, n), reuse);
         let mut sim = Setup::int8(m, k, n).sim();
         let base = at(single::REGCMD) + 0x10_0000;
@@ -223,7 +230,7 @@ fn reuse_needs_a_spare_int8_bank_and_weights_that_fit() {
         sim.kick(&Kick::new(base, program.tasks()[0].regcfg_amount))
     };
     // int8 feature data filling its one data bank: the reuse bit is refused, named.
-    let full = |c: &mut crate::task::Cbuf| {
+    let full = |c: &mut rknpu_driver::task::Cbuf| {
         (c.data_banks, c.weight_banks) = (1, 11);
         c.data_reuse = true;
     };
@@ -232,7 +239,7 @@ fn reuse_needs_a_spare_int8_bank_and_weights_that_fit() {
     assert!(err.contains("spare"), "{err}");
     // 512 kernels of 1024 bytes (512 KiB) do not fit 10 weight banks (320 KiB): the CBUF
     // streams them, so none are kept for the next task.
-    let keep = |c: &mut crate::task::Cbuf| c.weight_reuse = true;
+    let keep = |c: &mut rknpu_driver::task::Cbuf| c.weight_reuse = true;
     let err = run((4, 1024, 512), &keep).unwrap_err().to_string();
     assert!(err.contains(cna::CbufCon0::WEIGHT_REUSE.name()), "{err}");
     assert!(err.contains("do not fit"), "{err}");
