@@ -536,4 +536,6 @@ mod edge_tests;
 #[cfg(test)]
 mod emulation_tests;
 #[cfg(test)]
+mod handle_tests;
+#[cfg(test)]
 mod tests;
