@@ -9,7 +9,7 @@ use rknpu_driver::compute::matmul::{Matmul, MatmulBatch, WeightBank};
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::{Plan, pack};
 use rknpu_driver::kernels::ops::Cube;
-use rknpu_driver::kernels::single::{OutType, add_task_model};
+use rknpu_driver::kernels::single::{OutType, add_task};
 use rknpu_driver::task::Precision;
 use std::sync::Arc;
 
@@ -91,7 +91,7 @@ fn a_layer_refuses_the_tensors_of_another_layer() {
         let a = b.input("a", cube).unwrap();
         let y = b
             .op("a+a", &[a, a], cube, |ins, out| {
-                Ok(vec![add_task_model(4, 8, ins[0], ins[1], out)?])
+                Ok(vec![add_task(4, 8, ins[0], ins[1], out)?])
             })
             .unwrap();
         b.output(y).unwrap();

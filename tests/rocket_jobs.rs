@@ -14,7 +14,7 @@ use rknpu_driver::device::Device;
 use rknpu_driver::emu::{EmuKernel, Flavour, ROCKET_TIME_MODEL};
 use rknpu_driver::kernels::matmul::cost::HardwareProfile;
 use rknpu_driver::kernels::ops::Cube;
-use rknpu_driver::kernels::single::{Dtype, add_task_model};
+use rknpu_driver::kernels::single::{Dtype, add_task};
 use rknpu_driver::task::Precision;
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,7 +157,7 @@ fn add_chain(dev: &Device, steps: usize) -> (rknpu_driver::compute::layer::Layer
     let cube = Cube::new(8, 1, 16, Precision::Int32).unwrap();
     let mut b = LayerBuilder::new(dev);
     let a = b.input("a", cube).unwrap();
-    let add = |ins: &[_], out| Ok(vec![add_task_model(8, 16, ins[0], ins[1], out)?]);
+    let add = |ins: &[_], out| Ok(vec![add_task(8, 16, ins[0], ins[1], out)?]);
     let mut y = a;
     for i in 0..steps {
         y = b.op(&format!("add {i}"), &[y, a], cube, add).unwrap();

@@ -209,7 +209,10 @@ fn stalls_are_reported_with_the_task_counter() {
 fn a_dpu_task_without_its_read_dma_stalls_and_lints() {
     let mut p = ProgramBuilder::new(single::REGCMD);
     let r = |b: u32| DmaAddr::reloc(BufferId(b), 0);
-    p.push_task(add_task(4, 32, r(1), r(2), r(3)).unwrap(), BlockMask::DPU);
+    p.push_task(
+        add_task(4, 32, r(1), r(2), r(3)).unwrap().body().unwrap(),
+        BlockMask::DPU,
+    );
     let program = p.build().unwrap();
     let mut sim = sim_with(&program);
     let m = sim.memory_mut();

@@ -22,7 +22,7 @@ use rknpu_driver::emu::{EmuKernel, Flavour};
 use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::kernels::ops::{self, Cube};
-use rknpu_driver::kernels::single::add_task_model;
+use rknpu_driver::kernels::single::add_task;
 use rknpu_driver::regcmd::Program;
 use rknpu_driver::task::Precision;
 use std::sync::Arc;
@@ -113,7 +113,7 @@ fn add_layer(dev: &Device) -> (Layer, Cube, [Tensor; 3]) {
     let mut lb = LayerBuilder::new(dev);
     let la = lb.input("a", cube).unwrap();
     let lx = lb.input("b", cube).unwrap();
-    let add = |ins: &[_], out| Ok(vec![add_task_model(8, 16, ins[0], ins[1], out)?]);
+    let add = |ins: &[_], out| Ok(vec![add_task(8, 16, ins[0], ins[1], out)?]);
     let s = lb.op("a+b", &[la, lx], cube, add).unwrap();
     let ly = lb.op("(a+b)+a", &[s, la], cube, add).unwrap();
     lb.output(ly).unwrap();

@@ -102,9 +102,9 @@ fn dma_ranges_cover_what_the_layouts_say() {
 /// `rows` atoms apart), `channels` 32-bit coefficients, and writes `channels` fp32 values.
 #[test]
 fn the_dequant_task_touches_its_row_its_coefficients_and_its_output() {
-    use rknpu_driver::kernels::single::dequant_task_model;
+    use rknpu_driver::kernels::single::dequant_task;
     let (rows, row, channels) = (8u32, 5u32, 256u32);
-    let task = dequant_task_model(
+    let task = dequant_task(
         rows,
         row,
         channels,
@@ -260,14 +260,17 @@ fn the_reference_worked_example_decodes_into_the_model() {
 /// `src/rk_npu_moe_regs.h`).
 #[test]
 fn the_dequant_task_round_trips_and_writes_the_published_values() {
-    use rknpu_driver::kernels::single::{dequant_task, dequant_task_model};
+    use rknpu_driver::kernels::single::dequant_task;
     let (rows, row, channels, scale) = (8u32, 3u32, 96u32, 0.0137f32);
     let (acc, coeffs, out) = (0x10_0000u32, 0x20_0000u32, 0x30_0000u32);
     let f = DmaAddr::Fixed;
-    let task = dequant_task_model(rows, row, channels, scale, f(acc), f(coeffs), f(out)).unwrap();
+    let task = dequant_task(rows, row, channels, scale, f(acc), f(coeffs), f(out)).unwrap();
     assert_eq!(round_trip(&task).unwrap(), task);
     assert_eq!(task.enable(), BlockMask::ELEMENTWISE);
-    let body = dequant_task(rows, row, channels, scale, f(acc), f(coeffs), f(out)).unwrap();
+    let body = dequant_task(rows, row, channels, scale, f(acc), f(coeffs), f(out))
+        .unwrap()
+        .body()
+        .unwrap();
     let writes: std::collections::BTreeMap<u16, u32> = body
         .entries()
         .iter()
@@ -350,12 +353,18 @@ fn the_dequant_task_round_trips_and_writes_the_published_values() {
 /// happyme531/rknpu2_matmul_open `src/rk_npu_i8_dpu_chain.cpp`.
 #[test]
 fn the_fp32_add_differs_from_the_int32_add_in_data_format_only() {
-    use rknpu_driver::kernels::single::{add_task, add_to_fp32_task, add_to_fp32_task_model};
+    use rknpu_driver::kernels::single::{add_task, add_to_fp32_task};
     let f = |a| DmaAddr::Fixed(a);
-    let task = add_to_fp32_task_model(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
+    let task = add_to_fp32_task(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
     assert_eq!(round_trip(&task).unwrap(), task);
-    let int = add_task(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
-    let fp = add_to_fp32_task(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
+    let int = add_task(8, 64, f(0x1000), f(0x2000), f(0x3000))
+        .unwrap()
+        .body()
+        .unwrap();
+    let fp = add_to_fp32_task(8, 64, f(0x1000), f(0x2000), f(0x3000))
+        .unwrap()
+        .body()
+        .unwrap();
     let diff: Vec<(u16, u32, u32)> = int
         .entries()
         .iter()

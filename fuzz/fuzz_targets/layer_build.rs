@@ -14,7 +14,7 @@ use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::matmul::Plan;
 use rknpu_driver::kernels::ops::Cube;
-use rknpu_driver::kernels::single::{OutType, add_task_model};
+use rknpu_driver::kernels::single::{OutType, add_task};
 use rknpu_driver::regcmd::DmaAddr;
 use rknpu_driver::task::Precision;
 use std::sync::{Arc, OnceLock};
@@ -173,7 +173,7 @@ impl<'a> Description<'a> {
                 let (rows, channels) = (u32::from(d.next() % 20) + 1, u32::from(d.next()) * 4);
                 let generate = move |ins: &[DmaAddr], o: DmaAddr| {
                     let at = |i: usize| ins.get(i).copied().unwrap_or(o);
-                    Ok(vec![add_task_model(rows, channels, at(0), at(1), o)?])
+                    Ok(vec![add_task(rows, channels, at(0), at(1), o)?])
                 };
                 self.b
                     .op("add", &[x, y], out, generate)

@@ -15,7 +15,7 @@
 //! use rknpu_driver::device::Device;
 //! use rknpu_driver::compute::layer::LayerBuilder;
 //! use rknpu_driver::kernels::ops::Cube;
-//! use rknpu_driver::kernels::single::add_task_model;
+//! use rknpu_driver::kernels::single::add_task;
 //! use rknpu_driver::task::Precision;
 //!
 //! let dev = Device::open_or_emulated()?;
@@ -24,7 +24,7 @@
 //! let mut b = LayerBuilder::new(&dev);
 //! let a = b.input("a", cube)?;
 //! let x = b.input("b", cube)?;
-//! let add = |ins: &[_], out| Ok(vec![add_task_model(8, 16, ins[0], ins[1], out)?]);
+//! let add = |ins: &[_], out| Ok(vec![add_task(8, 16, ins[0], ins[1], out)?]);
 //! let s = b.op("a+b", &[a, x], cube, add)?;
 //! let y = b.op("(a+b)+a", &[s, a], cube, add)?;
 //! b.output(y)?;

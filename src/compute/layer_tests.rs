@@ -9,9 +9,7 @@ use crate::error::Error;
 use crate::float::{f16_to_f32, f32_to_f16};
 use crate::kernels::matmul::{Plan, pack};
 use crate::kernels::ops::Cube;
-use crate::kernels::single::{
-    OutType, add_task_model, dequant_task_model, pack_dequant_coefficients,
-};
+use crate::kernels::single::{OutType, add_task, dequant_task, pack_dequant_coefficients};
 use crate::regcmd::DmaAddr;
 use crate::seeded::Rng;
 use crate::task::{Access, Precision};
@@ -26,7 +24,7 @@ fn emu() -> Device {
 /// `ins[0] + ins[1]` on int32 cubes of `cube`'s shape (one pixel line).
 fn add(cube: Cube) -> impl FnOnce(&[DmaAddr], DmaAddr) -> crate::Result<Vec<crate::task::Task>> {
     move |ins, out| {
-        Ok(vec![add_task_model(
+        Ok(vec![add_task(
             cube.width,
             cube.channels,
             ins[0],
@@ -154,7 +152,7 @@ fn a_matmul_and_its_dequantisation_chain_on_the_device() {
                             DmaAddr::Reloc(x) => DmaAddr::reloc(x.buffer, x.offset + by),
                             fixed => fixed,
                         };
-                        dequant_task_model(
+                        dequant_task(
                             m,
                             r,
                             n,

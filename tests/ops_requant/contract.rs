@@ -67,7 +67,7 @@ fn refusals_are_typed_errors() {
         rq.with_bias().params(4, &[1, 2], &[]),
         Err(Error::InvalidArgument { .. })
     ));
-    let mut no_dpu = rknpu_driver::kernels::single::add_task_model(
+    let mut no_dpu = rknpu_driver::kernels::single::add_task(
         4,
         4,
         DmaAddr::Fixed(0),

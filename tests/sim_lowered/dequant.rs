@@ -6,9 +6,7 @@
 use super::*;
 use rknpu_driver::Error;
 use rknpu_driver::float::{f16_to_f32, f32_to_f16};
-use rknpu_driver::kernels::single::{
-    OutType, dequant_task, dequant_task_model, pack_dequant_coefficients,
-};
+use rknpu_driver::kernels::single::{OutType, dequant_task, pack_dequant_coefficients};
 use rknpu_driver::regs::dpu_rdma;
 use rknpu_driver::seeded::Rng;
 
@@ -69,6 +67,8 @@ impl Chain {
                         DmaAddr::reloc(COEFFS, n0 * 4),
                         DmaAddr::reloc(OUT, (row * n + n0) * 4),
                     )
+                    .unwrap()
+                    .body()
                     .unwrap(),
                     BlockMask::ELEMENTWISE,
                 );
@@ -209,8 +209,7 @@ fn the_product_order_is_row_scale_first() {
 #[test]
 fn out_of_envelope_inputs_are_typed_errors() {
     let f = DmaAddr::Fixed(0x1000);
-    let model =
-        |rows, row, channels, scale| dequant_task_model(rows, row, channels, scale, f, f, f);
+    let model = |rows, row, channels, scale| dequant_task(rows, row, channels, scale, f, f, f);
     for scale in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 70000.0, 1e-30] {
         assert!(
             matches!(
@@ -279,6 +278,8 @@ impl One {
                 DmaAddr::reloc(COEFFS, 0),
                 DmaAddr::reloc(OUT, 0),
             )
+            .unwrap()
+            .body()
             .unwrap(),
             BlockMask::ELEMENTWISE,
         );
@@ -489,7 +490,10 @@ fn split_k_waves_then_an_fp32_add_then_dequant() {
         BlockMask::CONV,
     );
     p.push_task(
-        add_to_fp32_task(m, n, r(p0), r(p1), r(f)).unwrap(),
+        add_to_fp32_task(m, n, r(p0), r(p1), r(f))
+            .unwrap()
+            .body()
+            .unwrap(),
         BlockMask::ELEMENTWISE,
     );
     for row in 0..m {
@@ -503,6 +507,8 @@ fn split_k_waves_then_an_fp32_add_then_dequant() {
                 r(co),
                 DmaAddr::reloc(out, row * n * 4),
             )
+            .unwrap()
+            .body()
             .unwrap(),
             BlockMask::ELEMENTWISE,
         );

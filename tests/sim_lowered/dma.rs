@@ -96,7 +96,7 @@ fn dma_counts_mrdma_erdma_and_write_of_the_split_k_add() {
     let mut p = ProgramBuilder::new(single::REGCMD);
     let r = |b: u32| DmaAddr::reloc(BufferId(b), 0);
     p.push_task(
-        add_task(4, 32, r(1), r(2), r(3)).unwrap(),
+        add_task(4, 32, r(1), r(2), r(3)).unwrap().body().unwrap(),
         BlockMask::ELEMENTWISE,
     );
     let program = p.build().unwrap();

@@ -238,7 +238,7 @@ fn chained_adds(n: usize) -> Program {
     let r = |b: u32| DmaAddr::reloc(BufferId(b), 0);
     for _ in 0..n {
         p.push_task(
-            add_task(1, 4, r(1), r(2), r(3)).unwrap(),
+            add_task(1, 4, r(1), r(2), r(3)).unwrap().body().unwrap(),
             BlockMask::ELEMENTWISE,
         );
     }

@@ -298,7 +298,7 @@ fn int8_average_and_the_ppu_beside_other_blocks_are_refused() {
         )
     );
     // A DPU task with the PPU started too: DPU to PPU flying is not modelled.
-    let mut t = single::add_task_model(4, 8, fixed(IN_AT), fixed(IN_AT), fixed(OUT_AT)).unwrap();
+    let mut t = single::add_task(4, 8, fixed(IN_AT), fixed(IN_AT), fixed(OUT_AT)).unwrap();
     let c = f16_cube(4, 4, 8);
     let pool = &tasks(&Pool2d::new(c, PoolKind::Max, 2))[0];
     t.ppu = pool.ppu;

@@ -28,7 +28,10 @@ fn split_k_waves_chained_with_an_add_task() {
         BlockMask::CONV,
     );
     p.push_task(
-        add_task(m, n, r(p0), r(p1), r(out)).unwrap(),
+        add_task(m, n, r(p0), r(p1), r(out))
+            .unwrap()
+            .body()
+            .unwrap(),
         BlockMask::ELEMENTWISE,
     );
     let program = p.build().unwrap();

@@ -199,7 +199,8 @@ impl NpuDequant {
                             DmaAddr::reloc(C, t.c_offset as u32 + j * t.rows * 4),
                             DmaAddr::reloc(COEFFS, (t.wave * coeff_block + t.n0 + j) * 4),
                             DmaAddr::reloc(OUT, (at + j) * 4),
-                        )?;
+                        )?
+                        .body()?;
                         p.push_task(body, BlockMask::ELEMENTWISE);
                         j += ch;
                     }

@@ -12,13 +12,13 @@
 //! use rknpu_driver::device::Device;
 //! use rknpu_driver::compute::ops::{ProgramBuffers, run_program};
 //! use rknpu_driver::kernels::ops::{self, Cube};
-//! use rknpu_driver::kernels::single::add_task_model;
+//! use rknpu_driver::kernels::single::add_task;
 //! use rknpu_driver::task::Precision;
 //!
 //! let dev = Device::open_or_emulated()?;
 //! // The int32 add of two 4 × 8 cubes (native layout: 2 surfaces of 4 atoms).
 //! let cube = Cube::new(4, 1, 8, Precision::Int32)?;
-//! let task = add_task_model(4, 8, ops::at(ops::INPUT, 0), ops::at(ops::OPERAND, 0),
+//! let task = add_task(4, 8, ops::at(ops::INPUT, 0), ops::at(ops::OPERAND, 0),
 //!     ops::at(ops::OUTPUT, 0))?;
 //! let program = ops::chain(&[task])?;
 //! let a: Vec<i32> = (0..32).collect();
@@ -171,11 +171,11 @@ pub fn run_program(
 mod tests {
     use super::*;
     use crate::kernels::ops::{self, Cube};
-    use crate::kernels::single::add_task_model;
+    use crate::kernels::single::add_task;
     use crate::task::Precision;
 
     fn add_program() -> Program {
-        let task = add_task_model(
+        let task = add_task(
             4,
             8,
             ops::at(ops::INPUT, 0),

@@ -10,7 +10,7 @@
 //!   puts it on a convolution or matmul task's DPU.
 //! * [`Dequant`]: fp32 → fp32 or fp16, `y = (x · s) · w[c]` with a per-tensor scale `s`
 //!   and a per-channel scale `w[c]`, over a whole cube: the board-tested dequantisation
-//!   task of `kernels::single::dequant_task_model` generalised to `W × H × C` cubes with
+//!   task of `kernels::single::dequant_task` generalised to `W × H × C` cubes with
 //!   the per-channel operand read once per channel, and an fp16 output.
 //!
 //! The register paths that no board program runs are marked **derived** in

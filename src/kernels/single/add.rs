@@ -1,25 +1,15 @@
 //! The DPU-only split-K add task.
 
 use crate::error::{Error, Result};
-use crate::regcmd::{DmaAddr, TaskBuilder};
+use crate::regcmd::DmaAddr;
 use crate::task::{AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, Mrdma, Output, Precision, Task};
 
 /// The DPU-only task that adds two int32 partial results in the native layout
 /// `[channels/4][rows][4]` — the split-K accumulate of docs/hardware/matmul-programs.md#npu-k-reduction: MRDMA reads
 /// `acc`, ERDMA reads `partial`, the EW ALU adds, the write DMA stores to `out`. Limits are
 /// the board-validated ones (rows ≤ 128, channels ≤ 1024, channels a multiple of 4).
+/// [`Task::body`] gives its register list (op-enable `BlockMask::ELEMENTWISE`).
 pub fn add_task(
-    rows: u32,
-    channels: u32,
-    acc: DmaAddr,
-    partial: DmaAddr,
-    out: DmaAddr,
-) -> Result<TaskBuilder> {
-    add_task_model(rows, channels, acc, partial, out)?.body()
-}
-
-/// The task model of [`add_task`].
-pub fn add_task_model(
     rows: u32,
     channels: u32,
     acc: DmaAddr,

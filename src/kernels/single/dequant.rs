@@ -15,7 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::float::{f16_to_f32, f32_to_f16};
-use crate::regcmd::{DmaAddr, TaskBuilder};
+use crate::regcmd::DmaAddr;
 use crate::task::{Dpu, DpuRdma, Erdma, Ew, EwOp, Mrdma, Mul, Output, Precision, Stage, Task};
 
 /// Channels one dequantisation task covers at most (the public program's guard).
@@ -66,35 +66,24 @@ pub fn pack_dequant_coefficients(scales: &[f32]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The split-K add task ([`super::add_task_model`]) writing its int32 sum as fp32: the last
+/// The split-K add task ([`super::add_task`]) writing its int32 sum as fp32: the last
 /// add of a K-split matmul whose rows go on to the dequantisation task. Only the output
 /// precision differs (DPU `DATA_FORMAT` (5 << 29) | (4 << 26) | 4: int32 in and
 /// processing, fp32 out), as in `add_body(.., fp32 = true)` of happyme531/rknpu2_matmul_open
 /// `src/rk_npu_i8_dpu_chain.cpp` (commit 601269cfb7f5aa2c0d7fa96314e87ffdef996744). The
 /// conversion rounds to nearest even (docs/simulator.md, "Arithmetic").
-pub fn add_to_fp32_task_model(
-    rows: u32,
-    channels: u32,
-    acc: DmaAddr,
-    partial: DmaAddr,
-    out: DmaAddr,
-) -> Result<Task> {
-    let mut task = super::add_task_model(rows, channels, acc, partial, out)?;
-    if let Some(d) = task.dpu.as_mut() {
-        d.out.precision = Precision::Fp32;
-    }
-    Ok(task)
-}
-
-/// The register list of [`add_to_fp32_task_model`] (op-enable `BlockMask::ELEMENTWISE`).
 pub fn add_to_fp32_task(
     rows: u32,
     channels: u32,
     acc: DmaAddr,
     partial: DmaAddr,
     out: DmaAddr,
-) -> Result<TaskBuilder> {
-    add_to_fp32_task_model(rows, channels, acc, partial, out)?.body()
+) -> Result<Task> {
+    let mut task = super::add_task(rows, channels, acc, partial, out)?;
+    if let Some(d) = task.dpu.as_mut() {
+        d.out.precision = Precision::Fp32;
+    }
+    Ok(task)
 }
 
 fn offset(a: DmaAddr, by: u32) -> Result<DmaAddr> {
@@ -105,21 +94,7 @@ fn offset(a: DmaAddr, by: u32) -> Result<DmaAddr> {
         })
 }
 
-/// The register list of the dequantisation task, emitted (DPU and DPU_RDMA; op-enable
-/// `BlockMask::ELEMENTWISE`). Arguments as for [`dequant_task_model`].
-pub fn dequant_task(
-    rows: u32,
-    row: u32,
-    channels: u32,
-    row_scale: f32,
-    acc: DmaAddr,
-    coeffs: DmaAddr,
-    out: DmaAddr,
-) -> Result<TaskBuilder> {
-    dequant_task_model(rows, row, channels, row_scale, acc, coeffs, out)?.body()
-}
-
-/// The task model of the dequantisation task for pixel `row` of an fp32 cube laid out
+/// The dequantisation task for pixel `row` of an fp32 cube laid out
 /// `[channels/4][rows][4]` at `acc` (the native layout of a matmul result with `rows`
 /// rows, starting at the task's first channel):
 /// `out[n] = (acc[n/4][row][n%4] · fp16(row_scale)) · w[n]` for `n < channels`, in fp32,
@@ -142,8 +117,9 @@ pub fn dequant_task(
 /// `0x4084` OUT_CVT_SCALE 1, `0x40C0` SURFACE_ADD 16 bytes, `0x5034` ERDMA_CFG
 /// 0x4000_000C, `0x5040` EW_SURF_STRIDE 16 bytes, `0x5044` FEATURE_MODE_CFG 0x2_F8A1
 /// (flying, fp32, burst 15), `0x504C` SURF_NOTCH (rows − 1) × 16 bytes, `0x5068` weights
-/// 0x0101_0101; every other register of both blocks 0.
-pub fn dequant_task_model(
+/// 0x0101_0101; every other register of both blocks 0. [`Task::body`] gives the register
+/// list (op-enable `BlockMask::ELEMENTWISE`).
+pub fn dequant_task(
     rows: u32,
     row: u32,
     channels: u32,

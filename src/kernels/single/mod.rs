@@ -39,11 +39,10 @@ pub(crate) mod preset;
 pub(crate) use pack::{check_float, check_float_bits};
 mod types;
 
-pub use add::{add_task, add_task_model, add_task_strided};
+pub use add::{add_task, add_task_strided};
 pub use dequant::{
     DEQUANT_CHANNEL_STEP, DEQUANT_COEFFICIENT_BYTES, DEQUANT_MAX_CHANNELS, DEQUANT_MAX_ROWS,
-    add_to_fp32_task, add_to_fp32_task_model, dequant_scale_bits, dequant_task, dequant_task_model,
-    pack_dequant_coefficients,
+    add_to_fp32_task, dequant_scale_bits, dequant_task, pack_dequant_coefficients,
 };
 pub use types::{Dtype, Layout, OutType, PostOps};
 
