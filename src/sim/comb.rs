@@ -6,10 +6,9 @@
 //! one surface of `W·H` atoms). The two reads together are the whole cube, which is what
 //! the EW stage gets.
 
-use super::config::{addr, inconsistent, same_cube, unsupported};
+use super::config::{addr, inconsistent, rdma_src_cube, same_cube, unsupported, whole_atoms};
 use super::error::{At, SimError};
 use super::exec::Cube;
-use crate::regs::Block;
 use crate::regs::{Register, dpu, dpu_rdma};
 use crate::task::{self, DpuInput, Precision};
 
@@ -87,26 +86,12 @@ pub(super) fn shared_operand(
             ),
         ));
     }
-    let cube = Cube {
-        base,
-        w,
-        h,
-        c,
-        prec,
-        line,
-        surf,
-        register: dpu_rdma::RdmaSrcBaseAddr::NAME,
-        block: Block::DpuRdma,
-    };
-    if c % cube.atom_elems() != 0 {
-        return Err(unsupported(
-            at,
-            dpu::DataCubeChannel::CHANNEL,
-            c - 1,
-            "the operand channels must fill whole atoms",
-        ));
-    }
-    Ok(cube)
+    whole_atoms(
+        rdma_src_cube(base, (w, h, c), prec, (line, surf)),
+        dpu::DataCubeChannel::CHANNEL,
+        "the operand channels must fill whole atoms",
+        at,
+    )
 }
 
 /// The shared operand's element precision: `EW_CFG` repeats ERDMA's size and mode, and

@@ -61,17 +61,7 @@ pub(super) fn layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
             "the board-run fp16 depthwise program writes 3",
         ));
     }
-    if d.out.surface_add != 4 * d.out.surf_stride {
-        return Err(unsupported(
-            at,
-            dpu::SurfaceAdd::SURF_ADD,
-            d.out.surface_add,
-            format!(
-                "the board-run fp16 depthwise program writes 4 x {} ({})",
-                dpu::DstSurfStride::DST_SURF_STRIDE,
-                4 * d.out.surf_stride
-            ),
-        ));
-    }
-    Ok(())
+    super::check::surface_add(d, 4, at, || {
+        "the board-run fp16 depthwise program writes".to_string()
+    })
 }

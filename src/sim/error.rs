@@ -175,20 +175,24 @@ impl fmt::Display for SimError {
                 field,
                 value,
                 why,
-            } => write!(
-                f,
-                "{at}: {register}.{field} = {value} ({value:#x}) is not supported: {why}"
-            ),
-            SimError::Inconsistent {
+            }
+            | SimError::Inconsistent {
                 at,
                 register,
                 field,
                 value,
                 why,
-            } => write!(
-                f,
-                "{at}: {register}.{field} = {value} ({value:#x}) is inconsistent: {why}"
-            ),
+            } => {
+                let verdict = if matches!(self, SimError::Unsupported { .. }) {
+                    "not supported"
+                } else {
+                    "inconsistent"
+                };
+                write!(
+                    f,
+                    "{at}: {register}.{field} = {value} ({value:#x}) is {verdict}: {why}"
+                )
+            }
             SimError::CbufOverflow {
                 at,
                 what,

@@ -130,8 +130,7 @@ pub(super) fn check(t: &task::Task, at: At) -> Result<Pool, SimError> {
         oh,
         ppu::DataCubeOutHeight::CUBE_OUT_HEIGHT,
     )?;
-    let padded = p.padding.iter().any(|&v| v != 0);
-    method(at, p, prec, padded, &mut unvalidated)?;
+    method(at, p, &mut unvalidated)?;
     if p.pad_values.1 != 0 {
         return Err(unsupported(
             at,
@@ -140,7 +139,7 @@ pub(super) fn check(t: &task::Task, at: At) -> Result<Pool, SimError> {
             "bits 34:32 of the pad value; every program writes 0",
         ));
     }
-    pad_value(at, p, prec, padded, &mut unvalidated)?;
+    pad_value(at, p, &mut unvalidated)?;
     if p.burst_len != 3 {
         return Err(unsupported(
             at,
@@ -176,36 +175,18 @@ pub(super) fn check(t: &task::Task, at: At) -> Result<Pool, SimError> {
 /// The PPU's and PPU_RDMA's cubes agree, and the PPU pools a precision the model runs
 /// with the element size the read DMA codes for it.
 fn shapes(at: At, p: &task::Ppu, r: &task::PpuRdma) -> Result<(), SimError> {
+    use ppu_rdma::{RdmaCubeInChannel, RdmaCubeInHeight, RdmaCubeInWidth};
     let (iw, ih, c) = p.cube_in;
-    same(
-        at,
-        r.cube_in.0,
-        iw,
-        ppu_rdma::RdmaCubeInWidth::CUBE_IN_WIDTH,
-    )?;
-    same(
-        at,
-        r.cube_in.1,
-        ih,
-        ppu_rdma::RdmaCubeInHeight::CUBE_IN_HEIGHT,
-    )?;
-    if r.cube_in.2 != c {
-        return Err(inconsistent(
-            at,
-            ppu_rdma::RdmaCubeInChannel::CUBE_IN_CHANNEL,
-            r.cube_in.2 - 1,
-            format!("the PPU pools {c} channels"),
-        ));
-    }
-    let (_, _, oc) = p.cube_out;
-    if oc != c {
-        return Err(inconsistent(
-            at,
-            ppu::DataCubeOutChannel::CUBE_OUT_CHANNEL,
-            oc - 1,
-            format!("pooling keeps the {c} input channels"),
-        ));
-    }
+    let (rw, rh, rc) = r.cube_in;
+    let repeats =
+        |want: u32| move || format!("the PPU pools a cube of {want} (stored {})", want - 1);
+    dim(at, RdmaCubeInWidth::CUBE_IN_WIDTH, rw, iw, repeats(iw))?;
+    dim(at, RdmaCubeInHeight::CUBE_IN_HEIGHT, rh, ih, repeats(ih))?;
+    let pools = || format!("the PPU pools {c} channels");
+    dim(at, RdmaCubeInChannel::CUBE_IN_CHANNEL, rc, c, pools)?;
+    let keeps = || format!("pooling keeps the {c} input channels");
+    let oc = p.cube_out.2;
+    dim(at, ppu::DataCubeOutChannel::CUBE_OUT_CHANNEL, oc, c, keeps)?;
     let prec = p.precision;
     let size_code = match prec {
         Precision::Fp16 => 2,
@@ -372,36 +353,27 @@ fn geometry<R: Register>(
         ));
     }
     let want = (span - k) / s + 1;
-    if out != want {
-        return Err(inconsistent(
-            at,
-            field,
-            out - 1,
-            format!(
-                "a kernel of {k} with stride {s} over {n} pixels and {pads} of padding gives {want} (stored {})",
-                want - 1
-            ),
-        ));
-    }
-    Ok(())
+    dim(at, field, out, want, || {
+        format!(
+            "a kernel of {k} with stride {s} over {n} pixels and {pads} of padding gives {want} (stored {})",
+            want - 1
+        )
+    })
 }
 
-/// A PPU_RDMA cube dimension that must repeat the PPU's.
-fn same<R: Register>(
+/// Refuses a cube dimension `got` (stored as `got` − 1 in `field`) other than `want`,
+/// for the reason `why` gives.
+fn dim<R: Register>(
     at: At,
+    field: crate::regs::Field<R>,
     got: u32,
     want: u32,
-    field: crate::regs::Field<R>,
+    why: impl FnOnce() -> String,
 ) -> Result<(), SimError> {
-    if got != want {
-        return Err(inconsistent(
-            at,
-            field,
-            got - 1,
-            format!("the PPU pools a cube of {want} (stored {})", want - 1),
-        ));
+    if got == want {
+        return Ok(());
     }
-    Ok(())
+    Err(inconsistent(at, field, got - 1, why()))
 }
 
 /// A reciprocal register: the fp16 bits of 65536 / k for an average over a kernel side
@@ -442,16 +414,16 @@ fn recip<R: Register>(
     }
 }
 
+/// Whether the task pads its input on any side.
+fn padded(p: &task::Ppu) -> bool {
+    p.padding.iter().any(|&v| v != 0)
+}
+
 /// The method and its reciprocals.
-fn method(
-    at: At,
-    p: &task::Ppu,
-    prec: Precision,
-    padded: bool,
-    unvalidated: &mut Vec<String>,
-) -> Result<(), SimError> {
-    let (kw, kh) = p.kernel;
-    match p.method {
+fn method(at: At, p: &task::Ppu, unvalidated: &mut Vec<String>) -> Result<(), SimError> {
+    let prec = p.precision;
+    // The kernel sides whose reciprocals the registers hold: 0 (none) for max and min.
+    let (kw, kh) = match p.method {
         PoolMethod::Average => {
             if prec == Precision::Int8 {
                 return Err(unsupported(
@@ -461,26 +433,19 @@ fn method(
                     "int8 average: its reciprocal encoding and rounding have no board confirmation the model can follow (docs/hardware/pooling.md#int8)",
                 ));
             }
-            recip(at, kw, p.recip.0, ppu::RecipKernelWidth::RECIP_KERNEL_WIDTH)?;
-            recip(
-                at,
-                kh,
-                p.recip.1,
-                ppu::RecipKernelHeight::RECIP_KERNEL_HEIGHT,
-            )?;
+            p.kernel
         }
-        PoolMethod::Max | PoolMethod::Min => {
-            recip(at, 0, p.recip.0, ppu::RecipKernelWidth::RECIP_KERNEL_WIDTH)?;
-            recip(
-                at,
-                0,
-                p.recip.1,
-                ppu::RecipKernelHeight::RECIP_KERNEL_HEIGHT,
-            )?;
-        }
-    }
+        PoolMethod::Max | PoolMethod::Min => (0, 0),
+    };
+    recip(at, kw, p.recip.0, ppu::RecipKernelWidth::RECIP_KERNEL_WIDTH)?;
+    recip(
+        at,
+        kh,
+        p.recip.1,
+        ppu::RecipKernelHeight::RECIP_KERNEL_HEIGHT,
+    )?;
     if prec == Precision::Int8 {
-        let copy = p.kernel == (1, 1) && p.stride == (1, 1) && !padded;
+        let copy = p.kernel == (1, 1) && p.stride == (1, 1) && !padded(p);
         unvalidated.push(if copy {
             "int8 1x1 max/min: the vendor's dummy PPU task, whose output no board run observed (docs/hardware/pooling.md#int8)".into()
         } else {
@@ -496,13 +461,8 @@ fn method(
 }
 
 /// The pad value: unused (0) without padding; validated values with it.
-fn pad_value(
-    at: At,
-    p: &task::Ppu,
-    prec: Precision,
-    padded: bool,
-    unvalidated: &mut Vec<String>,
-) -> Result<(), SimError> {
+fn pad_value(at: At, p: &task::Ppu, unvalidated: &mut Vec<String>) -> Result<(), SimError> {
+    let (prec, padded) = (p.precision, padded(p));
     let v = p.pad_values.0;
     let field = ppu::PaddingValue1Cfg::PAD_VALUE_0;
     if !padded {

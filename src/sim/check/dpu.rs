@@ -379,18 +379,34 @@ fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
     }
     if d.input == DpuInput::Core
         && let Some(ratio) = task::Dpu::validated_surface_ratio(input, out)
-        && d.out.surface_add != ratio * d.out.surf_stride
     {
-        return Err(unsupported(
-            at,
-            dpu::SurfaceAdd::SURF_ADD,
-            d.out.surface_add,
-            format!(
-                "{input} to {out} programs validated on boards write {ratio} x {} ({})",
-                dpu::DstSurfStride::DST_SURF_STRIDE,
-                ratio * d.out.surf_stride
-            ),
-        ));
+        return surface_add(d, ratio, at, || {
+            format!("{input} to {out} programs validated on boards write")
+        });
     }
     Ok(())
+}
+
+/// Refuses a `SURF_ADD` other than `ratio` × `DST_SURF_STRIDE`, the value the programs
+/// `source` names write.
+pub(in crate::sim) fn surface_add(
+    d: &task::Dpu,
+    ratio: u32,
+    at: At,
+    source: impl FnOnce() -> String,
+) -> Result<(), SimError> {
+    if d.out.surface_add == ratio * d.out.surf_stride {
+        return Ok(());
+    }
+    Err(unsupported(
+        at,
+        dpu::SurfaceAdd::SURF_ADD,
+        d.out.surface_add,
+        format!(
+            "{} {ratio} x {} ({})",
+            source(),
+            dpu::DstSurfStride::DST_SURF_STRIDE,
+            ratio * d.out.surf_stride
+        ),
+    ))
 }

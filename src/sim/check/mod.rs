@@ -14,7 +14,7 @@ mod dpu;
 mod ew;
 mod stage;
 
-pub(super) use dpu::dpu;
+pub(super) use dpu::{dpu, surface_add};
 
 use super::error::{At, SimError};
 use crate::regs::{Field, Register};

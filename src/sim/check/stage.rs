@@ -69,20 +69,21 @@ const BN: Fields = {
     }
 };
 
-/// The ALU operations the TRM names, and the text naming them.
-const ALU_OPS: super::Allowed<task::Stage> = OneOf(&[2, 4]);
-const TRM_OPS: &str = "the TRM names 2 (add) and 4 (minus) only";
+/// A stage's ALU operation (`alu_algo`): add or minus, the ones the TRM names.
+const fn alu_ops(alu_algo: FieldRef) -> Envelope<task::Stage> {
+    Envelope::on(
+        alu_algo,
+        |s| s.alu.map(|a| a.op.code()),
+        OneOf(&[2, 4]),
+        Text("the TRM names 2 (add) and 4 (minus) only"),
+    )
+}
 
 /// An integer stage's envelope: add or minus, no shifts read from memory (no program
 /// reads them: their layout is unknown).
 const fn integer(f: Fields) -> [Envelope<task::Stage>; 2] {
     [
-        Envelope::on(
-            f.alu_algo,
-            |s| s.alu.map(|a| a.op.code()),
-            ALU_OPS,
-            Text(TRM_OPS),
-        ),
+        alu_ops(f.alu_algo),
         Envelope::on(
             f.truncate_src,
             |s| s.mul.map(|m| m.shift_from_memory.into()),
@@ -105,12 +106,7 @@ const fn float(f: Fields) -> [Envelope<task::Stage>; 7] {
             Is(0),
             Text(MEMORY),
         ),
-        Envelope::on(
-            f.alu_algo,
-            |s| s.alu.map(|a| a.op.code()),
-            ALU_OPS,
-            Text(TRM_OPS),
-        ),
+        alu_ops(f.alu_algo),
         Envelope::on(
             f.mul_src,
             |s| s.mul.map(|m| m.from_memory.into()),

@@ -1,12 +1,12 @@
 //! The CNA and CORE of a convolution task: precisions, kernel and weight groups, feature
 //! strides and the CBUF split.
 
-use super::planar::planar_main;
+use super::planar::planar_window;
 use super::window::check_window;
 use super::{CbufState, addr, err, inconsistent, unsupported};
 use crate::regs::{cna, core, dpu};
 use crate::sim::error::{At, SimError};
-use crate::sim::exec::{Feature, Main, Weights};
+use crate::sim::exec::{Feature, Main, Weights, Window};
 use crate::task::{self, Precision, cbuf};
 
 /// The CNA and CORE of a convolution task. Configurations derived from validated ones
@@ -48,7 +48,9 @@ pub(super) fn conv_main(
         return Err(inconsistent(at, field, 0, "an empty feature cube"));
     }
     if f.planar_width.is_some() {
-        return planar_main(cna, core, at, first, cbuf_state, derived);
+        let (window, kernels) = planar_window(cna, core, at, derived)?;
+        check_cbuf(cna, at, first, cbuf_state)?;
+        return conv_of(cna, f.strides(), kernels, window, at);
     }
     if c == 0 || c % 32 != 0 {
         return Err(unsupported(
@@ -102,23 +104,38 @@ pub(super) fn conv_main(
     let kernels = cna.weights.kernels;
     check_cbuf(cna, at, first, cbuf_state)?;
 
-    let (line, surf) = feature_strides(f, prec, at)?;
+    let strides = feature_strides(f, prec, at)?;
+    let n = if window.depthwise { c } else { kernels };
+    conv_of(cna, strides, n, window, at)
+}
+
+/// The convolution of `cna`'s feature, `strides` bytes between its lines and surfaces,
+/// with `n` kernels over `window`, once the weight base is checked.
+fn conv_of(
+    cna: &task::Cna,
+    (line, surf): (i64, i64),
+    n: u32,
+    window: Window,
+    at: At,
+) -> Result<Main, SimError> {
+    let f = &cna.feature;
+    let prec = cna.precision;
     let wbase = weight_base(cna, at)?;
     Ok(Main::Conv {
         feature: Feature {
             base: addr(f.addr),
-            w,
-            h,
-            c,
+            w: f.width,
+            h: f.height,
+            c: f.channels,
             prec,
             line,
             surf,
-            planar: false,
+            planar: f.planar_width.is_some(),
         },
         weights: Weights {
             base: wbase,
-            n: if window.depthwise { c } else { kernels },
-            c,
+            n,
+            c: f.channels,
             prec,
         },
         window,
@@ -201,7 +218,7 @@ pub(super) fn cvt_bypassed(cna: &task::Cna, at: At) -> Result<(), SimError> {
 }
 
 /// The weights' address, which the CNA needs 16-byte aligned.
-pub(super) fn weight_base(cna: &task::Cna, at: At) -> Result<u32, SimError> {
+fn weight_base(cna: &task::Cna, at: At) -> Result<u32, SimError> {
     let wbase = addr(cna.weights.addr);
     if !wbase.is_multiple_of(16) {
         return Err(inconsistent(
@@ -260,12 +277,7 @@ pub(super) fn feature_strides(
 }
 
 /// The CBUF split, reuse bits and entries (docs/hardware/cbuf.md#split, docs/hardware/cbuf.md#reuse).
-pub(super) fn check_cbuf(
-    cna: &task::Cna,
-    at: At,
-    first: bool,
-    state: &mut CbufState,
-) -> Result<(), SimError> {
+fn check_cbuf(cna: &task::Cna, at: At, first: bool, state: &mut CbufState) -> Result<(), SimError> {
     let b = &cna.cbuf;
     let f = &cna.feature;
     let prec = cna.precision;

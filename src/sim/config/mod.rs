@@ -259,26 +259,51 @@ fn flying_cube(t: &task::Task, dpu: &task::Dpu, at: At) -> Result<Cube, SimError
             "4-bit flying input",
         ));
     }
-    let (w, h, c) = rdma.cube;
-    let (line, surf) = rdma.mrdma_strides(m);
-    let cube = Cube {
-        base: addr(m.addr),
+    let cube = rdma_src_cube(
+        addr(m.addr),
+        rdma.cube,
+        rdma.precision,
+        rdma.mrdma_strides(m),
+    );
+    whole_atoms(
+        cube,
+        dpu_rdma::RdmaDataCubeChannel::CHANNEL,
+        "channels must fill whole 16-byte atoms",
+        at,
+    )
+}
+
+/// The cube `(w, h, c)` of `prec` DPU_RDMA reads from `base` (`RDMA_SRC_BASE_ADDR`) with
+/// `(line, surf)` bytes between lines and surfaces.
+pub(super) fn rdma_src_cube(
+    base: u32,
+    (w, h, c): (u32, u32, u32),
+    prec: Precision,
+    (line, surf): (u64, u64),
+) -> Cube {
+    Cube {
+        base,
         w,
         h,
         c,
-        prec: rdma.precision,
+        prec,
         line,
         surf,
         register: dpu_rdma::RdmaSrcBaseAddr::NAME,
         block: Block::DpuRdma,
-    };
-    if c % cube.atom_elems() != 0 {
-        return Err(unsupported(
-            at,
-            dpu_rdma::RdmaDataCubeChannel::CHANNEL,
-            c - 1,
-            "channels must fill whole 16-byte atoms",
-        ));
+    }
+}
+
+/// `cube`, refused at `channel` (stored as channels − 1) for `why` when its channels do
+/// not fill whole 16-byte atoms.
+pub(super) fn whole_atoms<R: Register>(
+    cube: Cube,
+    channel: crate::regs::Field<R>,
+    why: &str,
+    at: At,
+) -> Result<Cube, SimError> {
+    if !cube.c.is_multiple_of(cube.atom_elems()) {
+        return Err(unsupported(at, channel, cube.c - 1, why));
     }
     Ok(cube)
 }

@@ -1,11 +1,11 @@
 //! A convolution over the 1-channel planar input: the vendor programs' registers exactly.
 
-use super::conv::{check_cbuf, cvt_bypassed, weight_base};
+use super::conv::cvt_bypassed;
 use super::window::check_window;
-use super::{CbufState, addr, inconsistent, unsupported};
+use super::{inconsistent, unsupported};
 use crate::regs::{cna, core};
 use crate::sim::error::{At, SimError};
-use crate::sim::exec::{Feature, Main, Weights};
+use crate::sim::exec::Window;
 use crate::task::{self, Precision};
 
 /// A convolution over the 1-channel planar input (docs/hardware/convolution.md#planar-input):
@@ -14,16 +14,14 @@ use crate::task::{self, Precision};
 /// `SURF_STRIDE` a whole number of lines, `DATA_ENTRIES` = `DATAIN_WIDTH` × rows), and
 /// only the one 1×1 kernel whose weight layout needs no guess. Channels 1..7 are taken as
 /// zero, which is derived (every captured weight for them is zero, so no capture tells).
-pub(super) fn planar_main(
+/// Gives the window and the kernels the CORE delivers; the caller checks the CBUF split
+/// and the weights as for any convolution.
+pub(super) fn planar_window(
     cna: &task::Cna,
     core: &task::Core,
     at: At,
-    first: bool,
-    cbuf_state: &mut CbufState,
     derived: &mut Vec<String>,
-) -> Result<Main, SimError> {
-    let f = &cna.feature;
-    let prec = cna.precision;
+) -> Result<(Window, u32), SimError> {
     feature(cna, at)?;
     let window = check_window(cna, core, at, derived)?;
     let unit =
@@ -68,33 +66,12 @@ pub(super) fn planar_main(
             "the planar programs write 0xFFFF with the converter bypassed; other masks are not modelled",
         ));
     }
-    check_cbuf(cna, at, first, cbuf_state)?;
-    let (line, plane) = f.strides();
-    let wbase = weight_base(cna, at)?;
     derived.push(format!(
         "{} = {}: the 1-channel planar input's padded channels 1..7 are taken as zero (every captured weight for them is zero, so no capture tells), and the CORE's channels 1..15 beyond the one kernel as zero",
         cna::ConvCon1::ARGB_IN,
         PLANAR_ARGB_IN_VALUE
     ));
-    Ok(Main::Conv {
-        feature: Feature {
-            base: addr(f.addr),
-            w: f.width,
-            h: f.height,
-            c: f.channels,
-            prec,
-            line,
-            surf: plane,
-            planar: true,
-        },
-        weights: Weights {
-            base: wbase,
-            n: cc,
-            c: f.channels,
-            prec,
-        },
-        window,
-    })
+    Ok((window, cc))
 }
 
 /// The planar feature's registers: fp16, one real channel padded to 8, lines of

@@ -74,7 +74,7 @@ pub(super) fn conv(
             })?;
             if !unit {
                 let pad = win.pad_value as i16;
-                return Ok((Values::Int(window_int(&a, wdata, f, w, win, pad)), macs));
+                return Ok((Values::Int(window(&a, wdata, f, w, win, pad)), macs));
             }
             let b = weights_int(wdata, n, c, row_bytes, int4, woff);
             let mut acc = gemm_i16(&a, &b, pixels, n, c);
@@ -132,7 +132,7 @@ pub(super) fn conv(
             })?;
             if !unit {
                 let pad = conv(win.pad_value as u16);
-                return Ok((Values::Float(window_f32(&a, wdata, f, w, win, pad)), macs));
+                return Ok((Values::Float(window(&a, wdata, f, w, win, pad)), macs));
             }
             let b = weights_f32(wdata, n, c, f.planar, conv, woff);
             Values::Float(gemm_f32(&a, &b, pixels, n, c))
@@ -322,87 +322,80 @@ fn kernel_rows<T: Copy + Default>(
     out
 }
 
-/// An int8 K×K or depthwise window: exact integer sums.
-fn window_int(
-    a: &[i16],
-    wdata: &[u8],
-    f: &Feature,
-    w: &Weights,
-    win: &Window,
-    pad: i16,
-) -> Vec<i64> {
-    let cols = gather(a, f, win, pad);
-    let b = kernel_rows(wdata, f, w, win, |d, i| d[i] as i8 as i16);
-    let k = win.taps() as usize * f.c as usize;
-    let out_pixels = win.out_w as usize * win.out_h as usize;
-    if win.depthwise {
-        return depthwise(
-            &cols,
-            &b,
-            out_pixels,
-            win.taps() as usize,
-            f.c as usize,
-            |x, y| i64::from(x) * i64::from(y),
-            0i64,
-            |s, v| s + v,
-        );
-    }
-    // 32-bit sums, as the 1×1 path.
-    gemm_i16(&cols, &b, out_pixels, w.n as usize, k)
+/// An element of a K×K or depthwise window: how its weights are read, how two multiply
+/// in a depthwise sum and which matmul sums a direct window.
+trait WindowElem: Copy + Default {
+    /// The sum type.
+    type Acc: Copy + Default + std::ops::Add<Output = Self::Acc>;
+    /// The weight at byte `i` of `wdata`.
+    fn weight(wdata: &[u8], i: usize) -> Self;
+    /// One product of a depthwise sum.
+    fn product(self, w: Self) -> Self::Acc;
+    /// `acc[p][j] = Σ_k a[p][k] × b[j][k]`.
+    fn gemm(a: &[Self], b: &[Self], pixels: usize, n: usize, c: usize) -> Vec<Self::Acc>;
 }
 
-/// An fp16 K×K or depthwise window: products exact in f32, summed in f32 (the lane
-/// order of [`gemm_f32`]).
-fn window_f32(
-    a: &[f32],
+/// int8: exact integer sums, 32-bit as the 1×1 path.
+impl WindowElem for i16 {
+    type Acc = i64;
+    fn weight(wdata: &[u8], i: usize) -> i16 {
+        wdata[i] as i8 as i16
+    }
+    fn product(self, w: i16) -> i64 {
+        i64::from(self) * i64::from(w)
+    }
+    fn gemm(a: &[i16], b: &[i16], pixels: usize, n: usize, c: usize) -> Vec<i64> {
+        gemm_i16(a, b, pixels, n, c)
+    }
+}
+
+/// fp16: products exact in f32, summed in f32 (the lane order of [`gemm_f32`]).
+impl WindowElem for f32 {
+    type Acc = f32;
+    fn weight(wdata: &[u8], i: usize) -> f32 {
+        f16_to_f32(le16(wdata, i))
+    }
+    fn product(self, w: f32) -> f32 {
+        self * w
+    }
+    fn gemm(a: &[f32], b: &[f32], pixels: usize, n: usize, c: usize) -> Vec<f32> {
+        gemm_f32(a, b, pixels, n, c)
+    }
+}
+
+/// A K×K or depthwise window of int8 (held as i16) or fp16 (held as f32) values.
+fn window<T: WindowElem>(
+    a: &[T],
     wdata: &[u8],
     f: &Feature,
     w: &Weights,
     win: &Window,
-    pad: f32,
-) -> Vec<f32> {
+    pad: T,
+) -> Vec<T::Acc> {
     let cols = gather(a, f, win, pad);
-    let b = kernel_rows(wdata, f, w, win, |d, i| f16_to_f32(le16(d, i)));
+    let b = kernel_rows(wdata, f, w, win, T::weight);
+    let taps = win.taps() as usize;
     let out_pixels = win.out_w as usize * win.out_h as usize;
     if win.depthwise {
-        return depthwise(
-            &cols,
-            &b,
-            out_pixels,
-            win.taps() as usize,
-            f.c as usize,
-            |x, y| x * y,
-            0f32,
-            |s, v| s + v,
-        );
+        return depthwise(&cols, &b, out_pixels, taps, f.c as usize);
     }
-    gemm_f32(
-        &cols,
-        &b,
-        out_pixels,
-        w.n as usize,
-        win.taps() as usize * f.c as usize,
-    )
+    T::gemm(&cols, &b, out_pixels, w.n as usize, taps * f.c as usize)
 }
 
 /// Depthwise: output channel `ch` of pixel `p` sums channel `ch` over the taps.
-#[allow(clippy::too_many_arguments)]
-fn depthwise<T: Copy, A: Copy>(
+fn depthwise<T: WindowElem>(
     cols: &[T],
     b: &[T],
     out_pixels: usize,
     taps: usize,
     c: usize,
-    mul: impl Fn(T, T) -> A,
-    zero: A,
-    add: impl Fn(A, A) -> A,
-) -> Vec<A> {
-    let mut acc = vec![zero; out_pixels * c];
+) -> Vec<T::Acc> {
+    let mut acc = vec![T::Acc::default(); out_pixels * c];
     for p in 0..out_pixels {
         for t in 0..taps {
             let row = &cols[(p * taps + t) * c..(p * taps + t + 1) * c];
             for ch in 0..c {
-                acc[p * c + ch] = add(acc[p * c + ch], mul(row[ch], b[t * c + ch]));
+                acc[p * c + ch] = acc[p * c + ch] + row[ch].product(b[t * c + ch]);
             }
         }
     }

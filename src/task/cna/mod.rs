@@ -358,35 +358,27 @@ impl Cna {
             // Lines and surfaces may step backwards (negative strides): the range runs
             // from the lowest atom read to one past the highest.
             let (line, surf) = f.strides();
-            if f.planar_width.is_some() {
+            let l = (i64::from(f.height.max(1)) - 1) * line;
+            let (lo, hi) = if f.planar_width.is_some() {
                 // One plane of `height` lines of `width` elements is read.
                 let bytes = i64::from(self.precision.bits() / 8);
-                let l = (i64::from(f.height.max(1)) - 1) * line;
-                let lo = l.min(0);
-                let hi = l.max(0) + i64::from(f.width) * bytes;
-                out.push(DmaRange {
-                    block: Block::Cna,
-                    register: cna::FeatureDataAddr::NAME,
-                    what: "feature",
-                    start: base.saturating_add_signed(lo),
-                    len: (hi - lo) as u64,
-                    access: Access::Read,
-                });
+                (l.min(0), l.max(0) + i64::from(f.width) * bytes)
             } else {
                 let surfaces = i64::from(f.channels.div_ceil(self.precision.atom_elems()).max(1));
-                let lines = i64::from(f.height.max(1));
-                let (s, l) = ((surfaces - 1) * surf, (lines - 1) * line);
-                let lo = s.min(0) + l.min(0);
-                let hi = s.max(0) + l.max(0) + i64::from(f.width) * 16;
-                out.push(DmaRange {
-                    block: Block::Cna,
-                    register: cna::FeatureDataAddr::NAME,
-                    what: "feature",
-                    start: base.saturating_add_signed(lo),
-                    len: (hi - lo) as u64,
-                    access: Access::Read,
-                });
-            }
+                let s = (surfaces - 1) * surf;
+                (
+                    s.min(0) + l.min(0),
+                    s.max(0) + l.max(0) + i64::from(f.width) * 16,
+                )
+            };
+            out.push(DmaRange {
+                block: Block::Cna,
+                register: cna::FeatureDataAddr::NAME,
+                what: "feature",
+                start: base.saturating_add_signed(lo),
+                len: (hi - lo) as u64,
+                access: Access::Read,
+            });
         }
         if let Some(start) = fixed(self.weights.addr) {
             out.push(DmaRange {

@@ -10,7 +10,7 @@
 use super::bit;
 use crate::error::{Error, Result};
 use crate::regcmd::TaskBuilder;
-use crate::regs::{Register, dpu};
+use crate::regs::{CommandRegister, Field, Register, dpu};
 use crate::task::read::{Decoded, Reader};
 
 /// Entries of each of the two tables (docs/hardware/lut.md#tables).
@@ -144,6 +144,64 @@ impl Lut {
     }
 }
 
+/// One table's slope fields: `*_SLOPE_SCALE` (underflow, overflow; signed 16-bit) and
+/// `*_SLOPE_SHIFT` (underflow, overflow). LE and LO have the same layout in registers of
+/// their own.
+struct SlopeFields<S, H> {
+    scale: [Field<S>; 2],
+    shift: [Field<H>; 2],
+}
+
+/// The LE table's slope fields.
+const LE_SLOPE: SlopeFields<dpu::LutLeSlopeScale, dpu::LutLeSlopeShift> = SlopeFields {
+    scale: [
+        dpu::LutLeSlopeScale::LUT_LE_SLOPE_UFLOW_SCALE,
+        dpu::LutLeSlopeScale::LUT_LE_SLOPE_OFLOW_SCALE,
+    ],
+    shift: [
+        dpu::LutLeSlopeShift::LUT_LE_SLOPE_UFLOW_SHIFT,
+        dpu::LutLeSlopeShift::LUT_LE_SLOPE_OFLOW_SHIFT,
+    ],
+};
+
+/// The LO table's slope fields.
+const LO_SLOPE: SlopeFields<dpu::LutLoSlopeScale, dpu::LutLoSlopeShift> = SlopeFields {
+    scale: [
+        dpu::LutLoSlopeScale::LUT_LO_SLOPE_UFLOW_SCALE,
+        dpu::LutLoSlopeScale::LUT_LO_SLOPE_OFLOW_SCALE,
+    ],
+    shift: [
+        dpu::LutLoSlopeShift::LUT_LO_SLOPE_UFLOW_SHIFT,
+        dpu::LutLoSlopeShift::LUT_LO_SLOPE_OFLOW_SHIFT,
+    ],
+};
+
+impl<S: CommandRegister, H: CommandRegister> SlopeFields<S, H> {
+    /// Writes the scale register, then the shift register.
+    fn emit(&self, t: &mut TaskBuilder, s: &LutSlope) -> Result<()> {
+        let [uflow_scale, oflow_scale] = self.scale;
+        let [uflow_shift, oflow_shift] = self.shift;
+        t.write_fields(&[
+            (uflow_scale, u32::from(s.uflow_scale as u16)),
+            (oflow_scale, u32::from(s.oflow_scale as u16)),
+        ])?
+        .write_fields(&[(uflow_shift, s.uflow_shift), (oflow_shift, s.oflow_shift)])?;
+        Ok(())
+    }
+
+    /// Reads the four fields.
+    fn decode(&self, r: &mut Reader<'_>) -> LutSlope {
+        let [uflow_scale, oflow_scale] = self.scale;
+        let [uflow_shift, oflow_shift] = self.shift;
+        LutSlope {
+            uflow_scale: r.get(uflow_scale) as u16 as i16,
+            uflow_shift: r.get(uflow_shift),
+            oflow_scale: r.get(oflow_scale) as u16 as i16,
+            oflow_shift: r.get(oflow_shift),
+        }
+    }
+}
+
 /// Whether the register at `offset` is one of the two LUT access-port registers, which
 /// the PC routes to the LUT RAM and which hold no task configuration.
 pub(crate) fn is_port(offset: u16) -> bool {
@@ -200,47 +258,9 @@ pub(super) fn emit(t: &mut TaskBuilder, lut: Option<&Lut>) -> Result<()> {
     .write_fields(&[(LutLeStart::LUT_LE_START, l.le.start as u32)])?
     .write_fields(&[(LutLeEnd::LUT_LE_END, l.le.end as u32)])?
     .write_fields(&[(LutLoStart::LUT_LO_START, l.lo.start as u32)])?
-    .write_fields(&[(LutLoEnd::LUT_LO_END, l.lo.end as u32)])?
-    .write_fields(&[
-        (
-            LutLeSlopeScale::LUT_LE_SLOPE_UFLOW_SCALE,
-            u32::from(l.le.slope.uflow_scale as u16),
-        ),
-        (
-            LutLeSlopeScale::LUT_LE_SLOPE_OFLOW_SCALE,
-            u32::from(l.le.slope.oflow_scale as u16),
-        ),
-    ])?
-    .write_fields(&[
-        (
-            LutLeSlopeShift::LUT_LE_SLOPE_UFLOW_SHIFT,
-            l.le.slope.uflow_shift,
-        ),
-        (
-            LutLeSlopeShift::LUT_LE_SLOPE_OFLOW_SHIFT,
-            l.le.slope.oflow_shift,
-        ),
-    ])?
-    .write_fields(&[
-        (
-            LutLoSlopeScale::LUT_LO_SLOPE_UFLOW_SCALE,
-            u32::from(l.lo.slope.uflow_scale as u16),
-        ),
-        (
-            LutLoSlopeScale::LUT_LO_SLOPE_OFLOW_SCALE,
-            u32::from(l.lo.slope.oflow_scale as u16),
-        ),
-    ])?
-    .write_fields(&[
-        (
-            LutLoSlopeShift::LUT_LO_SLOPE_UFLOW_SHIFT,
-            l.lo.slope.uflow_shift,
-        ),
-        (
-            LutLoSlopeShift::LUT_LO_SLOPE_OFLOW_SHIFT,
-            l.lo.slope.oflow_shift,
-        ),
-    ])?;
+    .write_fields(&[(LutLoEnd::LUT_LO_END, l.lo.end as u32)])?;
+    LE_SLOPE.emit(t, &l.le.slope)?;
+    LO_SLOPE.emit(t, &l.lo.slope)?;
     Ok(())
 }
 
@@ -265,34 +285,17 @@ pub(super) fn inert(r: &mut Reader<'_>) {
 /// PC routes them to the LUT RAM.
 pub(super) fn decode(r: &mut Reader<'_>) -> Decoded<Lut> {
     use dpu::*;
-    let slope = |r: &mut Reader<'_>, le: bool| {
-        if le {
-            LutSlope {
-                uflow_scale: r.get(LutLeSlopeScale::LUT_LE_SLOPE_UFLOW_SCALE) as u16 as i16,
-                uflow_shift: r.get(LutLeSlopeShift::LUT_LE_SLOPE_UFLOW_SHIFT),
-                oflow_scale: r.get(LutLeSlopeScale::LUT_LE_SLOPE_OFLOW_SCALE) as u16 as i16,
-                oflow_shift: r.get(LutLeSlopeShift::LUT_LE_SLOPE_OFLOW_SHIFT),
-            }
-        } else {
-            LutSlope {
-                uflow_scale: r.get(LutLoSlopeScale::LUT_LO_SLOPE_UFLOW_SCALE) as u16 as i16,
-                uflow_shift: r.get(LutLoSlopeShift::LUT_LO_SLOPE_UFLOW_SHIFT),
-                oflow_scale: r.get(LutLoSlopeScale::LUT_LO_SLOPE_OFLOW_SCALE) as u16 as i16,
-                oflow_shift: r.get(LutLoSlopeShift::LUT_LO_SLOPE_OFLOW_SHIFT),
-            }
-        }
-    };
     let le = LutRange {
         start: r.get(LutLeStart::LUT_LE_START) as i32,
         end: r.get(LutLeEnd::LUT_LE_END) as i32,
         index_select: r.get(LutInfo::LUT_LE_INDEX_SELECT),
-        slope: slope(r, true),
+        slope: LE_SLOPE.decode(r),
     };
     let lo = LutRange {
         start: r.get(LutLoStart::LUT_LO_START) as i32,
         end: r.get(LutLoEnd::LUT_LO_END) as i32,
         index_select: r.get(LutInfo::LUT_LO_INDEX_SELECT),
-        slope: slope(r, false),
+        slope: LO_SLOPE.decode(r),
     };
     Ok(Lut {
         road_sel: r.flag(LutCfg::LUT_ROAD_SEL),
