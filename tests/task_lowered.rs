@@ -355,16 +355,11 @@ fn the_dequant_task_round_trips_and_writes_the_published_values() {
 fn the_fp32_add_differs_from_the_int32_add_in_data_format_only() {
     use rknpu_driver::kernels::single::{add_task, add_to_fp32_task};
     let f = |a| DmaAddr::Fixed(a);
-    let task = add_to_fp32_task(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
+    let add = || add_task(8, 64, f(0x1000), f(0x2000), f(0x3000)).unwrap();
+    let task = add_to_fp32_task(add());
     assert_eq!(round_trip(&task).unwrap(), task);
-    let int = add_task(8, 64, f(0x1000), f(0x2000), f(0x3000))
-        .unwrap()
-        .body()
-        .unwrap();
-    let fp = add_to_fp32_task(8, 64, f(0x1000), f(0x2000), f(0x3000))
-        .unwrap()
-        .body()
-        .unwrap();
+    let int = add().body().unwrap();
+    let fp = add_to_fp32_task(add()).body().unwrap();
     let diff: Vec<(u16, u32, u32)> = int
         .entries()
         .iter()

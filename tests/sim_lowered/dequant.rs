@@ -490,8 +490,7 @@ fn split_k_waves_then_an_fp32_add_then_dequant() {
         BlockMask::CONV,
     );
     p.push_task(
-        add_to_fp32_task(m, n, r(p0), r(p1), r(f))
-            .unwrap()
+        add_to_fp32_task(add_task(m, n, r(p0), r(p1), r(f)).unwrap())
             .body()
             .unwrap(),
         BlockMask::ELEMENTWISE,

@@ -66,24 +66,18 @@ pub fn pack_dequant_coefficients(scales: &[f32]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The split-K add task ([`super::add_task`]) writing its int32 sum as fp32: the last
-/// add of a K-split matmul whose rows go on to the dequantisation task. Only the output
-/// precision differs (DPU `DATA_FORMAT` (5 << 29) | (4 << 26) | 4: int32 in and
-/// processing, fp32 out), as in `add_body(.., fp32 = true)` of happyme531/rknpu2_matmul_open
-/// `src/rk_npu_i8_dpu_chain.cpp` (commit 601269cfb7f5aa2c0d7fa96314e87ffdef996744). The
-/// conversion rounds to nearest even (docs/simulator.md, "Arithmetic").
-pub fn add_to_fp32_task(
-    rows: u32,
-    channels: u32,
-    acc: DmaAddr,
-    partial: DmaAddr,
-    out: DmaAddr,
-) -> Result<Task> {
-    let mut task = super::add_task(rows, channels, acc, partial, out)?;
-    if let Some(d) = task.dpu.as_mut() {
+/// The split-K add task `add` (from [`super::add_task`]) writing its int32 sum as fp32:
+/// the last add of a K-split matmul whose rows go on to the dequantisation task. Only
+/// the output precision differs (DPU `DATA_FORMAT` (5 << 29) | (4 << 26) | 4: int32 in
+/// and processing, fp32 out), as in `add_body(.., fp32 = true)` of
+/// happyme531/rknpu2_matmul_open `src/rk_npu_i8_dpu_chain.cpp` (commit
+/// 601269cfb7f5aa2c0d7fa96314e87ffdef996744). The conversion rounds to nearest even
+/// (docs/simulator.md, "Arithmetic").
+pub fn add_to_fp32_task(mut add: Task) -> Task {
+    if let Some(d) = add.dpu.as_mut() {
         d.out.precision = Precision::Fp32;
     }
-    Ok(task)
+    add
 }
 
 fn offset(a: DmaAddr, by: u32) -> Result<DmaAddr> {
