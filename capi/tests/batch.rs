@@ -12,30 +12,10 @@ use common::*;
 
 use rknpu::Code;
 use rknpu::ffi::*;
-use rknpu::handle::{BatchHandle, DeviceHandle, WeightsHandle};
+use rknpu::handle::{BatchHandle, WeightsHandle};
 use rknpu_driver::seeded::Rng;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
-
-/// F32 weights of `n` rows of `k` seeded values, as raw ggml bytes.
-fn weights(dev: *mut DeviceHandle, rng: &mut Rng, n: usize, k: usize) -> *mut WeightsHandle {
-    let bytes: Vec<u8> = (0..n * k).flat_map(|_| rng.unit().to_le_bytes()).collect();
-    let mut w = null_mut();
-    // SAFETY: `bytes` holds n rows of k f32 values; `w` is a local.
-    let rc = unsafe {
-        rknpu_weights_ggml(
-            dev,
-            F32,
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            n as u32,
-            k as u32,
-            &mut w,
-        )
-    };
-    assert_eq!(rc, 0, "{}", last_error());
-    w
-}
 
 /// One member's single product of `m` dense F32 rows.
 fn single(w: *mut WeightsHandle, x: &[f32], m: u32, n: usize) -> Vec<f32> {
@@ -58,7 +38,10 @@ fn one_job_gives_each_members_single_product() {
     let dev = open_emu();
     let mut rng = Rng::from_seed(41);
     let (k, ns) = (96usize, [64usize, 32, 48]);
-    let ws: Vec<_> = ns.iter().map(|&n| weights(dev, &mut rng, n, k)).collect();
+    let ws: Vec<_> = ns
+        .iter()
+        .map(|&n| f32_weights(dev, &mut rng, n, k))
+        .collect();
     for m in [1u32, 7] {
         let x: Vec<f32> = (0..m as usize * k).map(|_| rng.unit()).collect();
         let (rc, b) = batch_new(&ws, m);
@@ -160,8 +143,8 @@ fn one_job_gives_each_members_single_product() {
 fn bad_batches_are_refused_before_memory_is_touched() {
     let dev = open_emu();
     let mut rng = Rng::from_seed(42);
-    let a = weights(dev, &mut rng, 32, 64);
-    let c = weights(dev, &mut rng, 32, 96);
+    let a = f32_weights(dev, &mut rng, 32, 64);
+    let c = f32_weights(dev, &mut rng, 32, 96);
     let fail = |rc: c_int, what: &str| {
         assert_eq!(rc, Code::Arg as c_int, "{what}: {}", last_error());
         assert!(!last_error().is_empty(), "{what}: a message");

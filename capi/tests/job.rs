@@ -15,6 +15,7 @@ use rknpu::ffi::*;
 use rknpu::handle::{DeviceHandle, JobHandle, WeightsHandle};
 use rknpu::{Code, WEIGHTS_I4, WEIGHTS_I8};
 use rknpu_driver::seeded::Rng;
+use std::ffi::c_int;
 use std::ptr::null_mut;
 
 /// Weights of `n` rows of `k` seeded values: int8 with scales, or F32 data packed as fp16.
@@ -25,35 +26,22 @@ fn weights(
     k: usize,
     int8: bool,
 ) -> *mut WeightsHandle {
+    if !int8 {
+        return f32_weights(dev, rng, n, k);
+    }
+    let values: Vec<i8> = (0..n * k).map(|_| (rng.unit() * 127.0) as i8).collect();
+    let scale: Vec<f32> = (0..n).map(|j| 0.01 + j as f32 * 1e-3).collect();
     let mut w = null_mut();
-    let rc = if int8 {
-        let values: Vec<i8> = (0..n * k).map(|_| (rng.unit() * 127.0) as i8).collect();
-        let scale: Vec<f32> = (0..n).map(|j| 0.01 + j as f32 * 1e-3).collect();
-        // SAFETY: n * k values and n scales; `w` is a local.
-        unsafe {
-            rknpu_weights_i8(
-                dev,
-                values.as_ptr(),
-                scale.as_ptr(),
-                n as u32,
-                k as u32,
-                &mut w,
-            )
-        }
-    } else {
-        let bytes: Vec<u8> = (0..n * k).flat_map(|_| rng.unit().to_le_bytes()).collect();
-        // SAFETY: `bytes` holds n rows of k f32 values; `w` is a local.
-        unsafe {
-            rknpu_weights_ggml(
-                dev,
-                F32,
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                n as u32,
-                k as u32,
-                &mut w,
-            )
-        }
+    // SAFETY: n * k values and n scales; `w` is a local.
+    let rc = unsafe {
+        rknpu_weights_i8(
+            dev,
+            values.as_ptr(),
+            scale.as_ptr(),
+            n as u32,
+            k as u32,
+            &mut w,
+        )
     };
     assert_eq!(rc, 0, "{}", last_error());
     w
@@ -61,6 +49,13 @@ fn weights(
 
 /// The synchronous product of `m` dense F32 rows, into rows `n + 3` floats apart.
 fn sync(w: *mut WeightsHandle, x: &[f32], m: u32, n: usize, k: usize) -> Vec<f32> {
+    let (rc, y) = sync_rc(w, x, m, n, k);
+    assert_eq!(rc, 0, "{}", last_error());
+    y
+}
+
+/// [`sync`] returning the call's code, whatever it is, with the output.
+fn sync_rc(w: *mut WeightsHandle, x: &[f32], m: u32, n: usize, k: usize) -> (c_int, Vec<f32>) {
     let mut y = vec![f32::NAN; m as usize * (n + 3)];
     // SAFETY: `x` holds m rows of k floats, `y` m rows n + 3 floats apart.
     let rc = unsafe {
@@ -74,8 +69,7 @@ fn sync(w: *mut WeightsHandle, x: &[f32], m: u32, n: usize, k: usize) -> Vec<f32
             4 * (n + 3),
         )
     };
-    assert_eq!(rc, 0, "{}", last_error());
-    y
+    (rc, y)
 }
 
 /// Submits the same product; returns the job and its output buffer (untouched until
@@ -421,19 +415,7 @@ fn a_failing_job_reports_its_error_from_the_wait() {
     let w = weights(dev, &mut Rng::from_seed(2), n, k, true);
     let mut x = vec![0.5f32; k];
     x[3] = f32::NAN;
-    let mut y = vec![f32::NAN; n + 3];
-    // SAFETY: one row of k floats, one of n + 3.
-    let want = unsafe {
-        rknpu_mul_mat_ex(
-            w,
-            F32,
-            x.as_ptr().cast(),
-            4 * k,
-            1,
-            y.as_mut_ptr(),
-            4 * (n + 3),
-        )
-    };
+    let (want, _) = sync_rc(w, &x, 1, n, k);
     let want_message = last_error();
     assert!(want < 0, "a NaN activation on int8 weights ran");
     let (job, y) = submit(w, &x, 1, n, k);

@@ -2,7 +2,7 @@
 //! and checked against the CPU.
 
 use crate::element::{ElementArg, only};
-use crate::matmul_run::{run_f32, run_int, run_spread, spreads};
+use crate::matmul_run::{run_one, run_spread, spreads};
 use crate::{Failure, parse_u32, usage};
 use rknpu_driver::compute::matmul::MatmulOptions;
 use rknpu_driver::device::Device;
@@ -235,11 +235,7 @@ pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
     } else {
         outln!("plan: {plan}");
         outln!("{}", cost_line(&plan, &profile)?);
-        if spec.dtype == Dtype::Fp16 {
-            run_f32(&dev, plan, options, &mut rng)?
-        } else {
-            run_int(&dev, plan, options, &mut rng)?
-        }
+        run_one(&dev, plan, options, &mut rng)?
     };
     report(&a, &spec, &c, t_plan);
     if c.bound > 0.0 {

@@ -114,24 +114,87 @@ fn check_int(spec: &MatmulSpec, (a, b): (&[i32], &[i32]), c: &[i64]) -> (f64, f6
     (worst, worst)
 }
 
-/// One product on one device: operands `(a, b)` packed into a bank by `bank`, run by
-/// `run`, checked by `check` (largest error, how far past its bound).
-fn run_on<T, C>(
+/// An operand element `rknpu matmul` checks on one device: fp16-representable `f32`
+/// values or integers, each with its seeded operands, its weights, its result type and
+/// its CPU check.
+trait Operand: Copy + Sized {
+    /// The element of the product read back.
+    type Out;
+    /// Seeded A (M×K) and B (K×N) of `spec`, row-major.
+    fn operands(spec: &MatmulSpec, rng: &mut Rng) -> (Vec<Self>, Vec<Self>);
+    /// B as the weights a bank packs.
+    fn weights(b: &[Self]) -> Weights<'_>;
+    /// The product of `a` and the bank of `mm`.
+    fn run(mm: &mut Matmul, a: &[Self]) -> rknpu_driver::Result<Vec<Self::Out>>;
+    /// The largest error of `c` and how far it passes its bound.
+    fn check(spec: &MatmulSpec, ab: (&[Self], &[Self]), c: &[Self::Out]) -> (f64, f64);
+}
+
+impl Operand for f32 {
+    type Out = f32;
+    fn operands(spec: &MatmulSpec, rng: &mut Rng) -> (Vec<f32>, Vec<f32>) {
+        float_operands(spec, rng)
+    }
+    fn weights(b: &[f32]) -> Weights<'_> {
+        Weights::F32(b)
+    }
+    fn run(mm: &mut Matmul, a: &[f32]) -> rknpu_driver::Result<Vec<f32>> {
+        mm.run::<f32, f32>(a)
+    }
+    fn check(spec: &MatmulSpec, ab: (&[f32], &[f32]), c: &[f32]) -> (f64, f64) {
+        check_f32(spec, ab, c)
+    }
+}
+
+impl Operand for i32 {
+    type Out = i64;
+    fn operands(spec: &MatmulSpec, rng: &mut Rng) -> (Vec<i32>, Vec<i32>) {
+        int_operands(spec, rng)
+    }
+    fn weights(b: &[i32]) -> Weights<'_> {
+        Weights::Int(b)
+    }
+    fn run(mm: &mut Matmul, a: &[i32]) -> rknpu_driver::Result<Vec<i64>> {
+        mm.run::<i32, i64>(a)
+    }
+    fn check(spec: &MatmulSpec, ab: (&[i32], &[i32]), c: &[i64]) -> (f64, f64) {
+        check_int(spec, ab, c)
+    }
+}
+
+/// `plan` on one device: fp16 operands checked against an f64 product ([`check_f32`]),
+/// int8 or int4 operands checked exactly ([`check_int`]).
+pub(crate) fn run_one(
+    dev: &Device,
+    plan: Plan,
+    options: MatmulOptions,
+    rng: &mut Rng,
+) -> Result<Checked, Failure> {
+    if plan.spec.dtype == Dtype::Fp16 {
+        run_as::<f32>(dev, (plan, options), rng)
+    } else {
+        run_as::<i32>(dev, (plan, options), rng)
+    }
+}
+
+/// One product on one device with `T` operands: seeded, B packed into a bank, run and
+/// checked (largest error, how far past its bound).
+fn run_as<T: Operand>(
     dev: &Device,
     (plan, options): (Plan, MatmulOptions),
-    (a, b): (&[T], &[T]),
-    bank: impl FnOnce(&Device, &Plan, &[T]) -> rknpu_driver::Result<WeightBank>,
-    run: impl FnOnce(&mut Matmul, &[T]) -> rknpu_driver::Result<Vec<C>>,
-    check: impl FnOnce(&[C]) -> (f64, f64),
+    rng: &mut Rng,
 ) -> Result<Checked, Failure> {
+    let spec = plan.spec;
+    let (a, b) = T::operands(&spec, rng);
     let t = Instant::now();
-    let bank = Arc::new(bank(dev, &plan, b).map_err(|e| fail(&e))?);
+    let bank = WeightBank::from_kn_in(dev, &plan.layout, T::weights(&b)).map_err(|e| fail(&e))?;
+    let bank = Arc::new(bank);
     let t_pack_b = t.elapsed();
     let mut mm = Matmul::for_plan_with(&bank, plan, options).map_err(|e| fail(&e))?;
     let counting = Counting::start(dev);
-    let c = run(&mut mm, a).map_err(|e| fail(&e))?;
+    let c = T::run(&mut mm, &a).map_err(|e| fail(&e))?;
     let dma = counting.stop();
-    let (err, bound) = check(&c);
+    let (err, bound) = T::check(&spec, (&a, &b), &c);
     Ok(Checked {
         t_pack_b,
         timings: mm.timings,
@@ -139,44 +202,6 @@ fn run_on<T, C>(
         bound,
         dma,
     })
-}
-
-/// fp16 operands on one device, checked against an f64 product ([`check_f32`]).
-pub(crate) fn run_f32(
-    dev: &Device,
-    plan: Plan,
-    options: MatmulOptions,
-    rng: &mut Rng,
-) -> Result<Checked, Failure> {
-    let spec = plan.spec;
-    let (a, b) = float_operands(&spec, rng);
-    run_on(
-        dev,
-        (plan, options),
-        (&a, &b),
-        |d, p, b| WeightBank::from_kn_in(d, &p.layout, Weights::F32(b)),
-        |mm, a| mm.run::<f32, f32>(a),
-        |c| check_f32(&spec, (&a, &b), c),
-    )
-}
-
-/// int8 or int4 operands on one device, checked exactly ([`check_int`]).
-pub(crate) fn run_int(
-    dev: &Device,
-    plan: Plan,
-    options: MatmulOptions,
-    rng: &mut Rng,
-) -> Result<Checked, Failure> {
-    let spec = plan.spec;
-    let (a, b) = int_operands(&spec, rng);
-    run_on(
-        dev,
-        (plan, options),
-        (&a, &b),
-        |d, p, b| WeightBank::from_kn_in(d, &p.layout, Weights::Int(b)),
-        |mm, a| mm.run::<i32, i64>(a),
-        |c| check_int(&spec, (&a, &b), c),
-    )
 }
 
 /// `v` (rows × cols, row-major) transposed and converted by `f`.

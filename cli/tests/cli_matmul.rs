@@ -1,13 +1,7 @@
 //! `rknpu matmul` and `rknpu bench pack` as child processes.
 
-use std::process::Output;
-
 mod common;
-use common::run;
-
-fn out_text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use common::{run, run_ok, stdout_ok, stdout_text};
 
 #[test]
 fn matmul_checks_each_precision_on_the_emulated_kernels() {
@@ -46,16 +40,7 @@ fn matmul_checks_each_precision_on_the_emulated_kernels() {
             "9",
         ],
     ] {
-        let mut all = vec!["matmul"];
-        all.extend_from_slice(args);
-        let o = run(&all);
-        let text = out_text(&o);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{args:?}: {text}{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let text = stdout_ok("matmul", args);
         assert!(text.lines().any(|l| l.starts_with("plan: ")), "{text}");
         assert!(text.lines().any(|l| l.starts_with("time: plan ")), "{text}");
         assert!(
@@ -131,7 +116,7 @@ fn matmul_plan_only_prints_the_plan_and_the_minimum_bytes() {
         "--plan-only",
     ];
     let o = run(&args);
-    let text = out_text(&o);
+    let text = stdout_text(&o);
     assert_eq!(o.status.code(), Some(0), "{text}");
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
@@ -179,7 +164,7 @@ fn matmul_plan_only_prints_the_plan_and_the_minimum_bytes() {
         args.extend_from_slice(extra);
         let o = run(&args);
         assert_eq!(o.status.code(), Some(code), "{args:?}");
-        assert!(out_text(&o).is_empty(), "{args:?}");
+        assert!(stdout_text(&o).is_empty(), "{args:?}");
     }
 }
 
@@ -196,7 +181,7 @@ fn matmul_without_an_npu_says_so_and_runs_emulated() {
         "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8",
     ]);
     assert_eq!(o.status.code(), Some(0));
-    let text = out_text(&o);
+    let text = stdout_text(&o);
     assert!(
         text.starts_with("no NPU found: running on the emulated kernel"),
         "{text}"
@@ -248,7 +233,7 @@ fn matmul_defaults_to_every_core() {
     ] {
         let args: Vec<&str> = shape.iter().chain(extra).copied().collect();
         let o = run(&args);
-        let text = out_text(&o);
+        let text = stdout_text(&o);
         assert_eq!(o.status.code(), Some(0), "{args:?}: {text}");
         let plan = text.lines().find(|l| l.starts_with("plan: ")).unwrap();
         assert!(plan.contains(cores), "{args:?}: {text}");
@@ -273,14 +258,7 @@ fn matmul_result_types_on_the_emulated_kernel() {
             "matmul", "--m", "9", "--k", k, "--n", "100", "--dtype", dtype, "--out", out,
             "--cores", cores, "--device", "emu",
         ];
-        let o = run(&args);
-        let text = out_text(&o);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{args:?}: {text}{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let text = stdout_text(&run_ok(&args));
         let plan = text.lines().find(|l| l.starts_with("plan: ")).unwrap();
         let want = match out {
             "int32" => "-> Int32",
@@ -337,7 +315,7 @@ fn matmul_refuses_result_types_its_precision_does_not_offer() {
         "matmul", "--m", "2", "--k", "5000", "--n", "32", "--dtype", "fp16", "--out", "fp16",
         "--device", "emu",
     ]);
-    let text = out_text(&o);
+    let text = stdout_text(&o);
     assert_eq!(o.status.code(), Some(0), "{text}");
     assert!(
         text.contains("2 K wave(s)") && text.ends_with("OK\n"),
@@ -347,16 +325,18 @@ fn matmul_refuses_result_types_its_precision_does_not_offer() {
 
 #[test]
 fn emit_runs_nothing_and_refuses_run_options() {
+    let emit = |file: &str, extra: &[&str]| {
+        let program = [
+            "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8", "--emit", file,
+        ];
+        run(&[&program[..], extra].concat())
+    };
     for extra in [
         ["--device", "emu"],
         ["--seed", "3"],
         ["--trace", "t.rknputrace"],
     ] {
-        let mut args = vec![
-            "matmul", "--m", "2", "--k", "64", "--n", "32", "--dtype", "int8", "--emit", "p.bin",
-        ];
-        args.extend_from_slice(&extra);
-        let o = run(&args);
+        let o = emit("p.bin", &extra);
         assert_eq!(o.status.code(), Some(2), "{extra:?}");
         assert!(
             String::from_utf8_lossy(&o.stderr).contains("--emit builds the program"),
@@ -364,19 +344,7 @@ fn emit_runs_nothing_and_refuses_run_options() {
         );
     }
     // An unwritable file is bad input, after the plan.
-    let o = run(&[
-        "matmul",
-        "--m",
-        "2",
-        "--k",
-        "64",
-        "--n",
-        "32",
-        "--dtype",
-        "int8",
-        "--emit",
-        "/nonexistent/dir/p.bin",
-    ]);
+    let o = emit("/nonexistent/dir/p.bin", &[]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/dir/p.bin"));
 }
@@ -385,7 +353,7 @@ fn emit_runs_nothing_and_refuses_run_options() {
 fn bench_pack_prints_one_line_per_packer_with_its_memcpy_baseline() {
     let o = run(&["bench", "pack"]);
     assert_eq!(o.status.code(), Some(0));
-    let text = out_text(&o);
+    let text = stdout_text(&o);
     let names = [
         "int8 weight packing (K x N)",
         "int8 weight packing (N x K)",
@@ -432,7 +400,7 @@ fn matmul_incremental_runs_on_the_vendor_kernel_and_is_refused_on_rocket() {
     };
     let full = with(&["--device", "emu"]);
     let inc = with(&["--device", "emu", "--incremental"]);
-    let (full_text, inc_text) = (out_text(&full), out_text(&inc));
+    let (full_text, inc_text) = (stdout_text(&full), stdout_text(&inc));
     assert_eq!(inc.status.code(), Some(0), "{inc_text}");
     assert_eq!(inc_text.lines().last(), Some("OK"), "{inc_text}");
     assert!(
@@ -476,7 +444,7 @@ fn matmul_on_rocket_spreads_the_columns_over_one_device_per_core() {
         all.extend_from_slice(&["--device", "emu:rocket"]);
         all.extend_from_slice(extra);
         let o = run(&all);
-        let text = out_text(&o);
+        let text = stdout_text(&o);
         assert_eq!(o.status.code(), Some(0), "{extra:?}: {text}");
         assert_eq!(text.lines().last(), Some("OK"), "{text}");
         text

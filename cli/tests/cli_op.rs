@@ -2,27 +2,12 @@
 //! emulated kernels, ending in OK; shapes the operations refuse end in a message and a
 //! non-zero exit, never a panic.
 
-use std::process::Output;
-
 mod common;
-use common::run;
-
-fn out_text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use common::{run, stdout_ok};
 
 /// Runs `rknpu op ARGS` and asserts it ends in OK with a program line and an error line.
 fn passes(args: &[&str]) -> String {
-    let mut all = vec!["op"];
-    all.extend_from_slice(args);
-    let o = run(&all);
-    let text = out_text(&o);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{args:?}: {text}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = stdout_ok("op", args);
     assert!(text.lines().any(|l| l.starts_with("program: ")), "{text}");
     assert!(
         text.lines().any(|l| l.starts_with("largest error: ")),

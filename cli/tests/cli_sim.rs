@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
+mod common;
+use common::{RKNPU, expect, run};
 
 fn golden() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/regcmd/worked-int8-4x32x32.bin")
@@ -33,10 +34,6 @@ impl Drop for Temp {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(RKNPU).args(args).output().unwrap()
 }
 
 fn out(o: &Output) -> String {
@@ -142,32 +139,29 @@ fn unsupported_field_exits_1_naming_register_field_and_value() {
     words[8 + 2] = 1;
     let prog = Temp::new("unsupported", "prog", &words);
     let o = run(&["sim", "run", "--regcmd", prog.path()]);
-    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
-    assert!(
-        err(&o).contains("CNA.CONV_CON1.conv_mode = 1"),
-        "{}",
-        err(&o)
-    );
+    expect(&o, 1);
+    let e = err(&o);
+    assert!(e.contains("CNA.CONV_CON1.conv_mode = 1"), "{e}");
 }
 
 #[test]
 fn interrupt_masks_decide_completion_and_are_linted() {
     let (a, b) = operands("mask");
     let dump = Temp::new("mask", "c", b"");
-    let mut args = golden_args(&a, &b, dump.path());
-    args.extend(["--int-mask".into(), "0xC00".into()]);
-    let o = Command::new(RKNPU).args(&args).output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    assert!(err(&o).contains("not completed"), "{}", err(&o));
+    let with_mask = |mask: &str| {
+        let mut args = golden_args(&a, &b, dump.path());
+        args.extend(["--int-mask".into(), mask.into()]);
+        Command::new(RKNPU).args(&args).output().unwrap()
+    };
+    let o = with_mask("0xC00");
+    expect(&o, 1);
+    let e = err(&o);
+    assert!(e.contains("not completed"), "{e}");
 
-    let mut args = golden_args(&a, &b, dump.path());
-    args.extend(["--int-mask".into(), "0x3".into()]);
-    let o = Command::new(RKNPU).args(&args).output().unwrap();
-    assert_eq!(o.status.code(), Some(0));
+    let text = expect(&with_mask("0x3"), 0);
     assert!(
-        out(&o).contains("warning: core 0 task 0: early-int-mask"),
-        "{}",
-        out(&o)
+        text.contains("warning: core 0 task 0: early-int-mask"),
+        "{text}"
     );
 }
 
@@ -187,62 +181,29 @@ fn usage_errors_exit_2() {
     let (a, _) = operands("usage");
     let g = golden();
     let g = g.to_str().unwrap();
-    let cases: Vec<Vec<String>> = vec![
-        vec!["sim".into()],
-        vec!["sim".into(), "walk".into()],
-        vec!["sim".into(), "run".into()],
-        vec!["sim".into(), "run".into(), "--regcmd".into()],
-        vec![
-            "sim".into(),
-            "run".into(),
-            "--regcmd".into(),
-            g.into(),
-            "--core".into(),
-            "3".into(),
-        ],
-        vec![
-            "sim".into(),
-            "run".into(),
-            "--regcmd".into(),
-            g.into(),
-            "--load".into(),
-            "0x10".into(),
-        ],
-        vec![
-            "sim".into(),
-            "run".into(),
-            "--regcmd".into(),
-            g.into(),
-            "--dump".into(),
-            "0x10=x".into(),
-        ],
-        vec![
-            "sim".into(),
-            "run".into(),
-            "--regcmd".into(),
-            g.into(),
-            "--frobnicate".into(),
-        ],
-        vec![
-            "sim".into(),
-            "run".into(),
-            "--regcmd".into(),
-            g.into(),
-            "--int-mask".into(),
-            "lots".into(),
-        ],
-        // A load that overlaps the program.
-        vec![
-            "sim".into(),
-            "run".into(),
-            "--regcmd".into(),
-            g.into(),
-            "--load".into(),
-            format!("0x8={}", a.path()),
-        ],
+    let overlap = format!("0x8={}", a.path());
+    let bare: [&[&str]; 4] = [
+        &["sim"],
+        &["sim", "walk"],
+        &["sim", "run"],
+        &["sim", "run", "--regcmd"],
     ];
+    // Each after `sim run --regcmd GOLDEN`; the last a load that overlaps the program.
+    let on_golden: [&[&str]; 6] = [
+        &["--core", "3"],
+        &["--load", "0x10"],
+        &["--dump", "0x10=x"],
+        &["--frobnicate"],
+        &["--int-mask", "lots"],
+        &["--load", &overlap],
+    ];
+    let cases = bare.iter().map(|c| c.to_vec()).chain(
+        on_golden
+            .iter()
+            .map(|extra| [&["sim", "run", "--regcmd", g][..], extra].concat()),
+    );
     for args in cases {
-        let o = Command::new(RKNPU).args(&args).output().unwrap();
+        let o = run(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", err(&o));
         // The usage line of `sim` or `sim run` follows the message.
         assert!(

@@ -6,19 +6,13 @@ mod common;
 /// The repository's test helpers (the captures, found as every capture test finds them).
 #[path = "../../tests/common/mod.rs"]
 mod repo;
-use common::Temp;
-
-const RKNPU: &str = env!("CARGO_BIN_EXE_rknpu");
+use common::{RKNPU, Temp, expect, run};
 
 fn fixture(ext: &str) -> String {
     format!(
         "{}/../fixtures/regcmd/worked-int8-4x32x32{ext}",
         env!("CARGO_MANIFEST_DIR")
     )
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(RKNPU).args(args).output().unwrap()
 }
 
 fn import(out: &Temp, expect: &str) -> Output {
@@ -99,18 +93,6 @@ fn bad_files_and_usage() {
     ] {
         assert_eq!(run(args).status.code(), Some(2), "{args:?}");
     }
-}
-
-/// Asserts an exit code, showing both streams when it differs.
-fn expect(o: &Output, code: i32) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 #[test]

@@ -5,13 +5,7 @@ use super::*;
 /// Checks `y` and `y_stride` for `m` rows of `n` floats and returns the output a job
 /// writes there.
 fn output(y: *mut f32, y_stride: usize, m: u32, n: u32, what: &str) -> crate::Result<Output> {
-    non_null(y, what)?;
-    if !y_stride.is_multiple_of(4) || !y.is_aligned() {
-        return Err(Failure::arg(format!(
-            "{what} and its stride ({y_stride}) must be 4-byte aligned"
-        )));
-    }
-    Rows::span(XType::F32, m, n, y_stride)?;
+    output_span(y, y_stride, (m, n), (what, "its stride"))?;
     Ok(Output {
         addr: y.expose_provenance(),
         stride: y_stride / 4,
@@ -51,12 +45,7 @@ pub unsafe extern "C" fn rknpu_mul_mat_submit(
         weights.prepare(m)?;
         // SAFETY: `x` spans `x_len` readable bytes during the call (the C contract; the
         // span was computed without overflow).
-        let x = unsafe { std::slice::from_raw_parts(x.cast::<u8>(), x_len) };
-        let rows = Rows {
-            ty,
-            bytes: x,
-            stride: x_stride,
-        };
+        let rows = unsafe { input_rows(x, ty, x_len, x_stride) };
         let job = Job::mul_mat(weights, rows, m, y)?;
         // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
         unsafe { put_arc(out, job) }
@@ -82,36 +71,18 @@ pub unsafe extern "C" fn rknpu_batch_submit(
     out: *mut *mut JobHandle,
 ) -> c_int {
     call(|| {
-        let batch = handle::get(b, "b")?;
-        non_null(x, "x")?;
-        non_null(ys, "ys")?;
-        non_null(y_strides, "y_strides")?;
-        non_null(out, "out")?;
-        let count = batch.n.len();
-        let ty = XType::from_code(x_type)?;
-        let x_len = Rows::span(ty, batch.m, batch.k, x_stride)?;
-        // SAFETY: `ys` and `y_strides` hold one entry per member (the C contract).
-        let (ptrs, strides) = unsafe {
-            (
-                std::slice::from_raw_parts(ys, count),
-                std::slice::from_raw_parts(y_strides, count),
-            )
-        };
-        let outputs = ptrs
+        // SAFETY: `x`, `ys`, `y_strides` and `out` as this function's C contract says;
+        // `x` is copied by `Job::batch` before the call returns.
+        let args = unsafe { batch_args(b, (x_type, x, x_stride), (ys, y_strides), Some(out))? };
+        let m = args.batch.m;
+        let outputs = args
+            .ys
             .iter()
-            .zip(strides)
-            .zip(&batch.n)
+            .zip(&args.batch.n)
             .enumerate()
-            .map(|(j, ((&p, &stride), &n))| output(p, stride, batch.m, n, &format!("ys[{j}]")))
+            .map(|(j, (&(p, stride), &n))| output(p, stride, m, n, &format!("ys[{j}]")))
             .collect::<crate::Result<Vec<_>>>()?;
-        // SAFETY: `x` spans `x_len` readable bytes during the call (the C contract).
-        let x = unsafe { std::slice::from_raw_parts(x.cast::<u8>(), x_len) };
-        let rows = Rows {
-            ty,
-            bytes: x,
-            stride: x_stride,
-        };
-        let job = Job::batch(batch, rows, outputs)?;
+        let job = Job::batch(args.batch, args.rows, outputs)?;
         // SAFETY: `out` is non-NULL (checked) and writable (the C contract).
         unsafe { put_arc(out, job) }
     })

@@ -38,6 +38,94 @@ pub(super) fn non_null<T>(p: *const T, what: &str) -> crate::Result<()> {
     }
 }
 
+/// Checks an output of `m` rows of `n` floats at `y`, `y_stride` bytes apart: not NULL,
+/// the pointer and the stride 4-byte aligned, the span without overflow. `names` are
+/// how a refusal names the pointer and its stride. Returns the floats the rows span.
+pub(super) fn output_span(
+    y: *mut f32,
+    y_stride: usize,
+    (m, n): (u32, u32),
+    names: (&str, &str),
+) -> crate::Result<usize> {
+    non_null(y, names.0)?;
+    if !y_stride.is_multiple_of(4) || !y.is_aligned() {
+        return Err(Failure::arg(format!(
+            "{} and {} ({y_stride}) must be 4-byte aligned",
+            names.0, names.1
+        )));
+    }
+    Ok(Rows::span(XType::F32, m, n, y_stride)? / 4)
+}
+
+/// The caller's `x` as rows of `ty`, `stride` bytes apart, `len` bytes in all.
+///
+/// # Safety
+///
+/// `x` points to `len` bytes that stay readable and unchanged for `'a`.
+pub(super) unsafe fn input_rows<'a>(
+    x: *const c_void,
+    ty: XType,
+    len: usize,
+    stride: usize,
+) -> Rows<'a> {
+    // SAFETY: `x` spans `len` readable bytes for `'a` (this function's contract).
+    let bytes = unsafe { std::slice::from_raw_parts(x.cast::<u8>(), len) };
+    Rows { ty, bytes, stride }
+}
+
+/// What a batch product checks before its outputs: the batch, `x` (not NULL, its
+/// rows' span), `ys` and `y_strides` (not NULL), and `out` when the product is
+/// submitted. Returns the batch, the rows of `x` and each member's output pointer and
+/// byte stride.
+///
+/// # Safety
+///
+/// `x` spans the batch's rows at `x_stride` for `'a` and `ys` and `y_strides` hold one
+/// entry per member for `'a`, where they are not NULL; `out` is NULL or valid for a
+/// pointer write.
+pub(super) unsafe fn batch_args<'a>(
+    b: *mut BatchHandle,
+    (x_type, x, x_stride): (u32, *const c_void, usize),
+    (ys, y_strides): (*const *mut f32, *const usize),
+    out: Option<*mut *mut JobHandle>,
+) -> crate::Result<BatchArgs<'a>> {
+    let batch = handle::get(b, "b")?;
+    non_null(x, "x")?;
+    non_null(ys, "ys")?;
+    non_null(y_strides, "y_strides")?;
+    if let Some(out) = out {
+        non_null(out, "out")?;
+    }
+    let count = batch.n.len();
+    let ty = XType::from_code(x_type)?;
+    let x_len = Rows::span(ty, batch.m, batch.k, x_stride)?;
+    // SAFETY: `ys` and `y_strides` hold one entry per member (this function's contract).
+    let (ptrs, strides) = unsafe {
+        (
+            std::slice::from_raw_parts(ys, count),
+            std::slice::from_raw_parts(y_strides, count),
+        )
+    };
+    // SAFETY: `x` spans `x_len` readable bytes (this function's contract; the span was
+    // computed without overflow).
+    let rows = unsafe { input_rows(x, ty, x_len, x_stride) };
+    Ok(BatchArgs {
+        batch,
+        rows,
+        ys: ptrs.iter().copied().zip(strides.iter().copied()).collect(),
+    })
+}
+
+/// A batch product's checked arguments ([`batch_args`]).
+pub(super) struct BatchArgs<'a> {
+    /// The batch.
+    pub(super) batch: std::sync::Arc<RknpuBatch>,
+    /// The caller's rows of `x`.
+    pub(super) rows: Rows<'a>,
+    /// Each member's output pointer and stride in bytes, not yet checked.
+    pub(super) ys: Vec<(*mut f32, usize)>,
+}
+
 /// Stores `value` in the handle table and its new handle in `*out`.
 ///
 /// # Safety

@@ -59,27 +59,17 @@ pub unsafe extern "C" fn rknpu_mul_mat_ex(
         non_null(y, "y")?;
         let ty = XType::from_code(x_type)?;
         let x_len = Rows::span(ty, m, weights.k, x_stride)?;
-        if !y_stride.is_multiple_of(4) || !y.is_aligned() {
-            return Err(Failure::arg(format!(
-                "y and y_stride ({y_stride}) must be 4-byte aligned"
-            )));
-        }
-        let y_floats = Rows::span(XType::F32, m, weights.n, y_stride)? / 4;
+        let y_floats = output_span(y, y_stride, (m, weights.n), ("y", "y_stride"))?;
         // Plan before the caller's memory is touched: a refused m reads nothing.
         weights.prepare(m)?;
         // SAFETY: `x` spans `x_len` readable bytes and `y` `y_floats` aligned floats
         // that no one else touches during the call (the C contract; the spans were
         // computed without overflow).
-        let (x, y) = unsafe {
+        let (rows, y) = unsafe {
             (
-                std::slice::from_raw_parts(x.cast::<u8>(), x_len),
+                input_rows(x, ty, x_len, x_stride),
                 std::slice::from_raw_parts_mut(y, y_floats),
             )
-        };
-        let rows = Rows {
-            ty,
-            bytes: x,
-            stride: x_stride,
         };
         weights.mul_mat_rows(rows, m, y, y_stride / 4)
     })
@@ -142,42 +132,20 @@ pub unsafe extern "C" fn rknpu_batch_mul_mat(
     y_strides: *const usize,
 ) -> c_int {
     call(|| {
-        let batch = handle::get(b, "b")?;
-        non_null(x, "x")?;
-        non_null(ys, "ys")?;
-        non_null(y_strides, "y_strides")?;
-        let count = batch.n.len();
-        let ty = XType::from_code(x_type)?;
-        let x_len = Rows::span(ty, batch.m, batch.k, x_stride)?;
-        // SAFETY: `ys` and `y_strides` hold one entry per member (the C contract).
-        let (ptrs, strides) = unsafe {
-            (
-                std::slice::from_raw_parts(ys, count),
-                std::slice::from_raw_parts(y_strides, count),
-            )
-        };
+        // SAFETY: `x`, `ys` and `y_strides` as this function's C contract says.
+        let args = unsafe { batch_args(b, (x_type, x, x_stride), (ys, y_strides), None)? };
+        let (batch, rows) = (args.batch, args.rows);
+        let count = args.ys.len();
         let mut outs = Vec::with_capacity(count);
         let mut floats = Vec::with_capacity(count);
-        for (j, ((&p, &stride), &n)) in ptrs.iter().zip(strides).zip(&batch.n).enumerate() {
-            non_null(p, &format!("ys[{j}]"))?;
-            if !stride.is_multiple_of(4) || !p.is_aligned() {
-                return Err(Failure::arg(format!(
-                    "ys[{j}] and y_strides[{j}] ({stride}) must be 4-byte aligned"
-                )));
-            }
-            let len = Rows::span(XType::F32, batch.m, n, stride)? / 4;
+        for (j, (&(p, stride), &n)) in args.ys.iter().zip(&batch.n).enumerate() {
+            let (name, stride_name) = (format!("ys[{j}]"), format!("y_strides[{j}]"));
+            let len = output_span(p, stride, (batch.m, n), (&name, &stride_name))?;
             // SAFETY: `ys[j]` spans `len` aligned floats that no one else touches during
             // the call (the C contract; the span was computed without overflow).
             outs.push(unsafe { std::slice::from_raw_parts_mut(p, len) });
             floats.push(stride / 4);
         }
-        // SAFETY: `x` spans `x_len` readable bytes (the C contract).
-        let x = unsafe { std::slice::from_raw_parts(x.cast::<u8>(), x_len) };
-        let rows = Rows {
-            ty,
-            bytes: x,
-            stride: x_stride,
-        };
         batch.mul_mat_rows(rows, &mut outs, &floats)
     })
 }

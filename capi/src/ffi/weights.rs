@@ -5,37 +5,48 @@ use super::*;
 /// The signature of [`RknpuWeights::i8`] and [`RknpuWeights::i4`].
 type MakeScaled<T> = fn(&RknpuDevice, &[T], &[f32], u32, u32) -> crate::Result<RknpuWeights>;
 
-/// Integer weights of `bytes` elements `T` with `n` scales, made by `make` into `*out`.
+/// Integer weights made by `make` into `*out`: `n` rows of `k` values of `dtype` (int8,
+/// or int4 as `k / 2` bytes of nibbles, `k` even), and `n` scales. The return code of
+/// [`rknpu_weights_i8`] and [`rknpu_weights_i4`].
 ///
 /// # Safety
 ///
-/// `w` is NULL or points to `bytes` values, `scale` is NULL or points to `n` floats;
-/// `out` is NULL or valid for a pointer write.
+/// `w` is NULL or points to the `n` rows of `T` the shape spans, `scale` is NULL or
+/// points to `n` floats; `out` is NULL or valid for a pointer write.
 unsafe fn scaled<T>(
     dev: *mut DeviceHandle,
     w: *const T,
     scale: *const f32,
-    (n, k, bytes): (u32, u32, usize),
+    (n, k): (u32, u32),
     (dtype, out): (Dtype, *mut *mut WeightsHandle),
     make: MakeScaled<T>,
-) -> crate::Result<()> {
-    let dev = handle::get(dev, "dev")?;
-    non_null(w, "w")?;
-    non_null(scale, "scale")?;
-    non_null(out, "out")?;
-    // The shape is checked against what the NPU can run before `w` is read.
-    check_plan(&dev.device, dtype, n, k, 1)?;
-    // SAFETY: `w` holds `bytes` values and `scale` `n` (this function's contract; the
-    // caller computed `bytes` without overflow).
-    let (w, scale) = unsafe {
-        (
-            std::slice::from_raw_parts(w, bytes),
-            std::slice::from_raw_parts(scale, n as usize),
-        )
-    };
-    let weights = make(&dev, w, scale, n, k)?;
-    // SAFETY: `out` is non-NULL (checked) and writable (this function's contract).
-    unsafe { put(out, weights) }
+) -> c_int {
+    call(|| {
+        let row = if dtype == Dtype::Int4 {
+            weight_shape(n, k, true)?;
+            k / 2
+        } else {
+            k
+        };
+        let len = elements("weights", n, row)?;
+        let dev = handle::get(dev, "dev")?;
+        non_null(w, "w")?;
+        non_null(scale, "scale")?;
+        non_null(out, "out")?;
+        // The shape is checked against what the NPU can run before `w` is read.
+        check_plan(&dev.device, dtype, n, k, 1)?;
+        // SAFETY: `w` holds `len` values and `scale` `n` (this function's contract;
+        // `len` was computed without overflow).
+        let (w, scale) = unsafe {
+            (
+                std::slice::from_raw_parts(w, len),
+                std::slice::from_raw_parts(scale, n as usize),
+            )
+        };
+        let weights = make(&dev, w, scale, n, k)?;
+        // SAFETY: `out` is non-NULL (checked) and writable (this function's contract).
+        unsafe { put(out, weights) }
+    })
 }
 
 /// int8 weights: `n` rows of `k` values, and `n` scales.
@@ -53,20 +64,8 @@ pub unsafe extern "C" fn rknpu_weights_i8(
     k: u32,
     out: *mut *mut WeightsHandle,
 ) -> c_int {
-    call(|| {
-        let len = elements("weights", n, k)?;
-        // SAFETY: the C contract is `scaled`'s, with `len` = `n * k` values.
-        unsafe {
-            scaled(
-                dev,
-                w,
-                scale,
-                (n, k, len),
-                (Dtype::Int8, out),
-                RknpuWeights::i8,
-            )
-        }
-    })
+    // SAFETY: the C contract is `scaled`'s, with `n` rows of `k` values.
+    unsafe { scaled(dev, w, scale, (n, k), (Dtype::Int8, out), RknpuWeights::i8) }
 }
 
 /// int4 weights: `n` rows of `k / 2` bytes of nibbles (`k` even), and `n` scales.
@@ -83,21 +82,8 @@ pub unsafe extern "C" fn rknpu_weights_i4(
     k: u32,
     out: *mut *mut WeightsHandle,
 ) -> c_int {
-    call(|| {
-        weight_shape(n, k, true)?;
-        let len = elements("weights", n, k / 2)?;
-        // SAFETY: the C contract is `scaled`'s, with `len` = `n * k / 2` bytes.
-        unsafe {
-            scaled(
-                dev,
-                w,
-                scale,
-                (n, k, len),
-                (Dtype::Int4, out),
-                RknpuWeights::i4,
-            )
-        }
-    })
+    // SAFETY: the C contract is `scaled`'s, with `n` rows of `k / 2` bytes.
+    unsafe { scaled(dev, w, scale, (n, k), (Dtype::Int4, out), RknpuWeights::i4) }
 }
 
 /// fp16 weights: `n` rows of `k` binary16 bit patterns.

@@ -5,8 +5,9 @@
 //! values.
 #![allow(unsafe_code, dead_code)]
 
-use rknpu::ffi::{rknpu_last_error, rknpu_open};
-use rknpu::handle::DeviceHandle;
+use rknpu::ffi::{rknpu_last_error, rknpu_open, rknpu_weights_ggml};
+use rknpu::handle::{DeviceHandle, WeightsHandle};
+use rknpu_driver::seeded::Rng;
 use std::ffi::CStr;
 use std::ptr::null_mut;
 
@@ -31,4 +32,29 @@ pub fn open_emu() -> *mut DeviceHandle {
     let rc = unsafe { rknpu_open(c"emu".as_ptr(), &mut dev) };
     assert_eq!(rc, 0, "{}", last_error());
     dev
+}
+
+/// ggml F32 weights of `n` rows of `k` seeded values in [-1, 1), as raw ggml bytes.
+pub fn f32_weights(
+    dev: *mut DeviceHandle,
+    rng: &mut Rng,
+    n: usize,
+    k: usize,
+) -> *mut WeightsHandle {
+    let bytes: Vec<u8> = (0..n * k).flat_map(|_| rng.unit().to_le_bytes()).collect();
+    let mut w = null_mut();
+    // SAFETY: `bytes` holds n rows of k f32 values; `w` is a local.
+    let rc = unsafe {
+        rknpu_weights_ggml(
+            dev,
+            F32,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            n as u32,
+            k as u32,
+            &mut w,
+        )
+    };
+    assert_eq!(rc, 0, "{}", last_error());
+    w
 }

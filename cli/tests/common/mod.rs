@@ -30,6 +30,31 @@ pub fn run_ok(args: &[&str]) -> Output {
     o
 }
 
+/// Asserts that `o` exited with `code`, showing both streams when it did not, and
+/// returns its standard output.
+pub fn expect(o: &Output, code: i32) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout_text(o)
+}
+
+/// The standard output of `o` as text (invalid UTF-8 replaced).
+pub fn stdout_text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs `rknpu CMD ARGS` as [`run_ok`] and returns its standard output.
+pub fn stdout_ok(cmd: &str, args: &[&str]) -> String {
+    let mut all = vec![cmd];
+    all.extend_from_slice(args);
+    stdout_text(&run_ok(&all))
+}
+
 /// A file in the temporary directory, named after this test process and `name`,
 /// removed when dropped.
 pub struct Temp(pub PathBuf);
