@@ -2,10 +2,10 @@
 //! units (charged to the simulator's budget) and the element counts and DMA ranges of
 //! its cubes (docs/simulator.md, "Bounds").
 
-use super::datapath::run;
 use super::error::{At, SimError};
 use super::exec::{Cube, EwSrc, Main, Task};
 use super::memory::Memory;
+use super::memory::run;
 use crate::regs::{Block, Register, cna};
 
 /// Elements one cube of a task may have: the model holds each as an i64 or f32 at once

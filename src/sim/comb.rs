@@ -6,9 +6,8 @@
 //! one surface of `W·H` atoms). The two reads together are the whole cube, which is what
 //! the EW stage gets.
 
-use super::config::{addr, inconsistent, rdma_src_cube, same_cube, unsupported, whole_atoms};
-use super::error::{At, SimError};
-use super::exec::Cube;
+use super::error::{At, SimError, inconsistent, unsupported};
+use super::exec::{Cube, addr, rdma_src_cube, same_cube, whole_atoms};
 use crate::regs::{Register, dpu, dpu_rdma};
 use crate::task::{self, DpuInput, Precision};
 

@@ -1,6 +1,7 @@
 //! What the simulator reports: hard errors ([`SimError`]) and warnings ([`Lint`]).
 
-use crate::regs::Block;
+use crate::regs::{Block, Field, Register};
+use crate::task::{DecodeError, DecodeErrorKind};
 use std::fmt;
 
 /// Where in a run something happened: the core and the task index within the kick.
@@ -320,4 +321,44 @@ impl fmt::Display for Lint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}: {}", self.at, self.kind.name(), self.message)
     }
+}
+
+/// The simulator's error for a decoder refusal `e` at `at`.
+pub(super) fn err(at: At, e: DecodeError) -> SimError {
+    match e.kind {
+        DecodeErrorKind::Unsupported => SimError::Unsupported {
+            at,
+            register: e.register,
+            field: e.field,
+            value: e.value,
+            why: e.why,
+        },
+        DecodeErrorKind::Inconsistent => SimError::Inconsistent {
+            at,
+            register: e.register,
+            field: e.field,
+            value: e.value,
+            why: e.why,
+        },
+    }
+}
+
+/// A value the model does not execute, or no board-validated program uses.
+pub(super) fn unsupported<R: Register>(
+    at: At,
+    f: Field<R>,
+    value: u32,
+    why: impl Into<String>,
+) -> SimError {
+    err(at, DecodeError::unsupported(f, value, why))
+}
+
+/// A value that contradicts another block's.
+pub(super) fn inconsistent<R: Register>(
+    at: At,
+    f: Field<R>,
+    value: u32,
+    why: impl Into<String>,
+) -> SimError {
+    err(at, DecodeError::inconsistent(f, value, why))
 }

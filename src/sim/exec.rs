@@ -1,8 +1,10 @@
 //! The checked description of one task that the data path executes: addresses resolved,
 //! strides in bytes, every value the checks of [`super::config`] let through.
 
-use crate::regs::Block;
-use crate::task::{AluOp, Precision};
+use super::error::{At, SimError, inconsistent, unsupported};
+use crate::regcmd::BlockMask;
+use crate::regs::{Block, Register, dpu_rdma};
+use crate::task::{AluOp, DmaRange, PoolMethod, Precision};
 
 /// The CNA feature (activation) read: an NC1HWC2 cube with 16-byte atoms.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -209,5 +211,116 @@ pub(super) enum Checked {
     /// A convolution or DPU-only task.
     Dpu(Box<Task>),
     /// A stand-alone pooling task ([`super::ppu`]).
-    Ppu(Box<super::ppu::Pool>),
+    Ppu(Box<Pool>),
+}
+
+/// The address a decoded task holds (decoded tasks hold fixed addresses only).
+pub(super) fn addr(a: crate::regcmd::DmaAddr) -> u32 {
+    match a {
+        crate::regcmd::DmaAddr::Fixed(a) => a,
+        // Decoded tasks only hold fixed addresses.
+        crate::regcmd::DmaAddr::Reloc { .. } => 0,
+    }
+}
+
+/// A cube DPU_RDMA would read but is not started to: never read, the task stalls first.
+pub(super) fn unfetched(w: u32, h: u32, c: u32, prec: Precision, register: &'static str) -> Cube {
+    Cube {
+        base: 0,
+        w,
+        h,
+        c,
+        prec,
+        line: 0,
+        surf: 0,
+        register,
+        block: Block::DpuRdma,
+    }
+}
+
+/// The cube `(w, h, c)` of `prec` DPU_RDMA reads from `base` (`RDMA_SRC_BASE_ADDR`) with
+/// `(line, surf)` bytes between lines and surfaces.
+pub(super) fn rdma_src_cube(
+    base: u32,
+    (w, h, c): (u32, u32, u32),
+    prec: Precision,
+    (line, surf): (u64, u64),
+) -> Cube {
+    Cube {
+        base,
+        w,
+        h,
+        c,
+        prec,
+        line,
+        surf,
+        register: dpu_rdma::RdmaSrcBaseAddr::NAME,
+        block: Block::DpuRdma,
+    }
+}
+
+/// `cube`, refused at `channel` (stored as channels − 1) for `why` when its channels do
+/// not fill whole 16-byte atoms.
+pub(super) fn whole_atoms<R: Register>(
+    cube: Cube,
+    channel: crate::regs::Field<R>,
+    why: &str,
+    at: At,
+) -> Result<Cube, SimError> {
+    if !cube.c.is_multiple_of(cube.atom_elems()) {
+        return Err(unsupported(at, channel, cube.c - 1, why));
+    }
+    Ok(cube)
+}
+
+/// Refuses a DPU_RDMA cube `(w, h, c)` other than the DPU's cube `out`: the read engine
+/// feeds the DPU element for element.
+pub(crate) fn same_cube((w, h, c): (u32, u32, u32), out: &Cube, at: At) -> Result<(), SimError> {
+    if (w, h, c) != (out.w, out.h, out.c) {
+        return Err(inconsistent(
+            at,
+            dpu_rdma::RdmaDataCubeWidth::WIDTH,
+            w - 1,
+            format!(
+                "DPU_RDMA cube {w}x{h}x{c} differs from the DPU cube {}x{}x{}",
+                out.w, out.h, out.c
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Channels the CORE delivers from the one kernel over the planar input: one fp16 kernel
+/// group, channel 0 computed, channels 1..15 zero.
+pub(super) const PLANAR_CORE_CHANNELS: u32 = 16;
+
+/// One pooling task, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Pool {
+    pub enable: BlockMask,
+    pub method: PoolMethod,
+    /// fp16 or int8.
+    pub prec: Precision,
+    pub input: Cube,
+    pub out: Cube,
+    pub kernel: (u32, u32),
+    pub stride: (u32, u32),
+    /// Left, top, right, bottom.
+    pub padding: [u32; 4],
+    /// The pad value's bits: fp16 bits, or the 19-bit signed int8 value.
+    pub pad: u32,
+    /// The average's reciprocals (fp16 bits), 0 for max and min.
+    pub recip: (u32, u32),
+    /// The task's DMA ranges ([`crate::task::Task::dma`], which the pre-submit verifier checks
+    /// too).
+    pub dma: Vec<DmaRange>,
+    /// What is derived rather than board-validated, one message each (`unvalidated`
+    /// lints).
+    pub unvalidated: Vec<String>,
+}
+
+/// Channels per depthwise weight group: 32 fp16 (gregordinary/rockchip-npu-notes
+/// `depthwise-conv.md`, a board sweep), 64 int8 (Mesa `rkt_coefs.c`).
+pub(super) fn depthwise_group(prec: Precision) -> u32 {
+    if prec == Precision::Int8 { 64 } else { 32 }
 }

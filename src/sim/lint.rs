@@ -27,7 +27,7 @@ fn may_overlap(w: u64, h: u64, surfaces: u64, line: u64, surf: u64) -> bool {
 }
 
 /// Lints one checked pooling task: what its checks let through as derived.
-pub(super) fn pool(p: &super::ppu::Pool, at: At, out: &mut Vec<Lint>) {
+pub(super) fn pool(p: &super::exec::Pool, at: At, out: &mut Vec<Lint>) {
     for why in &p.unvalidated {
         lint(out, at, LintKind::Unvalidated, why.clone());
     }

@@ -18,8 +18,7 @@
 //! 5. The output converter: `(y + OFFSET) · SCALE · 2^−MINUS_EXP` with `CVT_TYPE` 1,
 //!    `(y · SCALE + OFFSET) · 2^−MINUS_EXP` with 0; the write DMA narrows to fp16.
 
-use super::config::{inconsistent, unsupported};
-use super::error::{At, SimError};
+use super::error::{At, SimError, inconsistent, unsupported};
 use crate::regs::{Register, dpu};
 use crate::task::{self, LUT_ENTRIES, LUT_SEGMENTS, Precision};
 

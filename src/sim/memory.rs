@@ -1,6 +1,7 @@
 //! The memory image the simulated NPU reads and writes: regions at 32-bit device addresses.
 
-use super::error::SimError;
+use super::error::{At, SimError};
+use crate::regs::Block;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -224,6 +225,41 @@ impl Memory {
     pub fn read_vec(&self, addr: u32, len: usize) -> Option<Vec<u8>> {
         self.read(addr as u64, len).map(<[u8]>::to_vec)
     }
+}
+
+/// The DMA fault of `len` bytes at `addr` (a read, or a `write`) of `block`'s `register`.
+pub(super) fn dma_err(
+    at: At,
+    addr: i64,
+    len: usize,
+    block: Block,
+    register: &'static str,
+    write: bool,
+) -> SimError {
+    SimError::Dma {
+        at,
+        addr: addr.max(0) as u64,
+        len: len as u64,
+        block,
+        register,
+        write,
+    }
+}
+
+/// Bytes of one (surface, line) run, bounds-checked.
+pub(in crate::sim) fn run<'m>(
+    mem: &'m Memory,
+    addr: i64,
+    len: usize,
+    at: At,
+    block: Block,
+    register: &'static str,
+) -> Result<&'m [u8], SimError> {
+    if !(0..1 << 32).contains(&addr) {
+        return Err(dma_err(at, addr, len, block, register, false));
+    }
+    mem.read(addr as u64, len)
+        .ok_or_else(|| dma_err(at, addr, len, block, register, false))
 }
 
 #[cfg(test)]

@@ -44,7 +44,6 @@ mod check;
 mod comb;
 mod config;
 mod datapath;
-mod depthwise;
 mod dma;
 mod error;
 mod exec;

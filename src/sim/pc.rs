@@ -236,7 +236,7 @@ fn run_pool(
     sim: &mut Simulator,
     at: At,
     group: usize,
-    p: &pooling::Pool,
+    p: &super::exec::Pool,
     small_pools: &mut Vec<(u64, u64)>,
     out: &mut CoreRun,
 ) -> Result<bool, SimError> {

@@ -9,16 +9,14 @@
 //! (average), line and surface strides of a window into a larger cube, and int8 max/min
 //! (docs/hardware/pooling.md#int8). Everything else is an error naming the field.
 
-use super::config::{err, inconsistent, unsupported};
-use super::datapath::run;
-use super::error::{At, SimError};
-use super::exec::Cube;
+use super::error::{At, SimError, err, inconsistent, unsupported};
+use super::exec::{Cube, Pool};
 use super::memory::Memory;
+use super::memory::run;
 use crate::float::{f16_to_f32, f32_to_f16};
-use crate::regcmd::BlockMask;
 use crate::regs::Block;
 use crate::regs::{Register, ppu, ppu_rdma};
-use crate::task::{self, Access, DecodeError, DmaRange, PoolMethod, Precision};
+use crate::task::{self, Access, DecodeError, PoolMethod, Precision};
 
 use crate::task::limits::{
     FP16_NEG_INF, POOL_INT8_MAX_PAD as INT8_MAX_PAD, POOL_MIN_INTERMEDIATE as MIN_INTERMEDIATE,
@@ -33,31 +31,6 @@ pub(super) use run::{check_input, execute, small_output, work};
 /// k = 1 (65536 does not fit fp16) or k = 0 (docs/hardware/pooling.md#average).
 pub(crate) fn fp16_recip(k: u32) -> Option<u32> {
     (k >= 2).then(|| u32::from(f32_to_f16(65536.0 / k as f32)))
-}
-
-/// One pooling task, checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Pool {
-    pub enable: BlockMask,
-    pub method: PoolMethod,
-    /// fp16 or int8.
-    pub prec: Precision,
-    pub input: Cube,
-    pub out: Cube,
-    pub kernel: (u32, u32),
-    pub stride: (u32, u32),
-    /// Left, top, right, bottom.
-    pub padding: [u32; 4],
-    /// The pad value's bits: fp16 bits, or the 19-bit signed int8 value.
-    pub pad: u32,
-    /// The average's reciprocals (fp16 bits), 0 for max and min.
-    pub recip: (u32, u32),
-    /// The task's DMA ranges ([`task::Task::dma`], which the pre-submit verifier checks
-    /// too).
-    pub dma: Vec<DmaRange>,
-    /// What is derived rather than board-validated, one message each (`unvalidated`
-    /// lints).
-    pub unvalidated: Vec<String>,
 }
 
 fn enable_error(enable: u32, why: &str) -> DecodeError {
@@ -295,7 +268,7 @@ fn pool(t: &task::Task, p: &task::Ppu, r: &task::PpuRdma, unvalidated: Vec<Strin
     let (ow, oh, _) = p.cube_out;
     let prec = p.precision;
     let input = Cube {
-        base: super::config::addr(r.src),
+        base: super::exec::addr(r.src),
         w: iw,
         h: ih,
         c,
@@ -306,7 +279,7 @@ fn pool(t: &task::Task, p: &task::Ppu, r: &task::PpuRdma, unvalidated: Vec<Strin
         block: Block::PpuRdma,
     };
     let out = Cube {
-        base: super::config::addr(p.out),
+        base: super::exec::addr(p.out),
         w: ow,
         h: oh,
         c,

@@ -5,7 +5,7 @@ use super::Allowed::{Is, Range, Test, When};
 use super::Why::{Text, With};
 use super::{Envelope, Why, check};
 use crate::regs::{Register, dpu, dpu_rdma};
-use crate::sim::config::unsupported;
+use crate::sim::error::unsupported;
 use crate::sim::error::{At, SimError};
 use crate::task::{self, DpuInput, EwSrc, Precision};
 

@@ -9,9 +9,10 @@ use super::stage::{float_stage_notes, stage, stage_operands};
 use super::{Envelope, check};
 use crate::regs::Block;
 use crate::regs::{Register, dpu, dpu_rdma};
-use crate::sim::config::{addr, inconsistent, unsupported};
 use crate::sim::error::{At, SimError};
+use crate::sim::error::{inconsistent, unsupported};
 use crate::sim::exec::{Cube, Ew, EwSrc, Main, OutCvt, Task};
+use crate::sim::exec::{PLANAR_CORE_CHANNELS, addr};
 use crate::sim::lut::Lut;
 use crate::task::{self, DpuInput, Precision};
 
@@ -254,9 +255,7 @@ fn out_cube(d: &task::Dpu, main: &Main, at: At) -> Result<Cube, SimError> {
     // (docs/hardware/convolution.md#planar-input).
     let one_real = d.orig_channels == 1
         && match main {
-            Main::Conv { feature, .. } => {
-                feature.planar && cc == crate::sim::config::PLANAR_CORE_CHANNELS
-            }
+            Main::Conv { feature, .. } => feature.planar && cc == PLANAR_CORE_CHANNELS,
             Main::Flying(c) => c.c == cc && cc == 8,
         };
     if d.orig_channels != cc && !one_real {
@@ -360,7 +359,7 @@ fn validated_layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
     }
     let (input, out) = (d.precision, d.out.precision);
     if d.depthwise {
-        return crate::sim::depthwise::layout(d, at);
+        return super::depthwise::layout(d, at);
     }
     let want = match d.input {
         DpuInput::Flying => Some(0),

@@ -2,9 +2,10 @@
 
 use crate::regs::Block;
 use crate::regs::{Register, dpu, dpu_rdma};
-use crate::sim::config::{addr, inconsistent, same_cube, unsupported};
 use crate::sim::error::{At, SimError};
+use crate::sim::error::{inconsistent, unsupported};
 use crate::sim::exec::{Cube, Ew, EwOp, EwSrc};
+use crate::sim::exec::{addr, same_cube, unfetched};
 use crate::task::{self, DpuInput, EwSrc as TEwSrc, Precision};
 
 /// The EW stage and its ERDMA operand.
@@ -138,7 +139,7 @@ fn erdma_cube(
         } else {
             Precision::Int32
         };
-        return Ok(crate::sim::config::unfetched(
+        return Ok(unfetched(
             out.w,
             out.h,
             out.c,

@@ -9,11 +9,13 @@
 //! submodules: [`dpu`] (output cube, converter, layout), `stage` (BS and BN), `ew` (EW
 //! and its ERDMA operand) and `dequant` (the fp32 pipeline).
 
+mod depthwise;
 mod dequant;
 mod dpu;
 mod ew;
 mod stage;
 
+pub(super) use depthwise::modes_agree;
 pub(super) use dpu::{dpu, surface_add};
 
 use super::error::{At, SimError};

@@ -6,8 +6,8 @@ use super::Why::Text;
 use super::{Envelope, FieldRef, check};
 use crate::regs::Block;
 use crate::regs::{Register, dpu, dpu_rdma};
-use crate::sim::config::addr;
 use crate::sim::error::{At, SimError};
+use crate::sim::exec::addr;
 use crate::sim::exec::{Cube, Stage};
 use crate::task::{self, DpuInput, Precision};
 

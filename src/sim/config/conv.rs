@@ -6,7 +6,7 @@ use super::window::check_window;
 use super::{CbufState, addr, err, inconsistent, unsupported};
 use crate::regs::{cna, core, dpu};
 use crate::sim::error::{At, SimError};
-use crate::sim::exec::{Feature, Main, Weights, Window};
+use crate::sim::exec::{Feature, Main, Weights, Window, depthwise_group};
 use crate::task::{self, Precision, cbuf};
 
 /// The CNA and CORE of a convolution task. Configurations derived from validated ones
@@ -229,12 +229,6 @@ fn weight_base(cna: &task::Cna, at: At) -> Result<u32, SimError> {
         ));
     }
     Ok(wbase)
-}
-
-/// Channels per depthwise weight group: 32 fp16 (gregordinary/rockchip-npu-notes
-/// `depthwise-conv.md`, a board sweep), 64 int8 (Mesa `rkt_coefs.c`).
-pub(in crate::sim) fn depthwise_group(prec: Precision) -> u32 {
-    if prec == Precision::Int8 { 64 } else { 32 }
 }
 
 /// Line and surface strides in bytes (docs/simulator.md, "Feature addressing"), positive

@@ -10,14 +10,10 @@ mod conv;
 mod planar;
 mod window;
 
-pub(super) use conv::depthwise_group;
-pub(super) use planar::PLANAR_CORE_CHANNELS;
-
-use super::error::{At, SimError};
-use super::exec::{Checked, Cube, Main};
-use crate::regs::Block;
+use super::error::{At, SimError, err, inconsistent, unsupported};
+use super::exec::{Checked, Cube, Main, addr, rdma_src_cube, unfetched, whole_atoms};
 use crate::regs::{Register, dpu, dpu_rdma};
-use crate::task::{self, DecodeError, DecodeErrorKind, DpuInput, Precision};
+use crate::task::{self, DecodeError, DpuInput, Precision};
 
 /// Reads one register group, remembering which registers no task of the current kick
 /// wrote.
@@ -74,51 +70,6 @@ impl task::RegisterFile for View<'_> {
 /// bits (the task model's [`task::CbufHeld`]).
 pub(super) type CbufState = task::CbufHeld;
 
-pub(super) fn err(at: At, e: DecodeError) -> SimError {
-    match e.kind {
-        DecodeErrorKind::Unsupported => SimError::Unsupported {
-            at,
-            register: e.register,
-            field: e.field,
-            value: e.value,
-            why: e.why,
-        },
-        DecodeErrorKind::Inconsistent => SimError::Inconsistent {
-            at,
-            register: e.register,
-            field: e.field,
-            value: e.value,
-            why: e.why,
-        },
-    }
-}
-
-pub(super) fn unsupported<R: Register>(
-    at: At,
-    f: crate::regs::Field<R>,
-    value: u32,
-    why: impl Into<String>,
-) -> SimError {
-    err(at, DecodeError::unsupported(f, value, why))
-}
-
-pub(super) fn inconsistent<R: Register>(
-    at: At,
-    f: crate::regs::Field<R>,
-    value: u32,
-    why: impl Into<String>,
-) -> SimError {
-    err(at, DecodeError::inconsistent(f, value, why))
-}
-
-pub(super) fn addr(a: crate::regcmd::DmaAddr) -> u32 {
-    match a {
-        crate::regcmd::DmaAddr::Fixed(a) => a,
-        // Decoded tasks only hold fixed addresses.
-        crate::regcmd::DmaAddr::Reloc { .. } => 0,
-    }
-}
-
 /// Decodes the registers of one task and checks them. `cbuf` is what the previous task
 /// of the chain left in the CBUF (`None` for the first task of a chain).
 pub(super) fn task(
@@ -153,7 +104,7 @@ pub(super) fn check(
             ),
         ));
     };
-    super::depthwise::modes_agree(t, dpu, at)?;
+    super::check::modes_agree(t, dpu, at)?;
     let mut derived = Vec::new();
     let main = match (&t.cna, &t.core) {
         (Some(cna), Some(core)) => {
@@ -191,21 +142,6 @@ pub(super) fn check(
     let mut task = super::check::dpu(t, dpu, main, at)?;
     task.unvalidated.extend(derived);
     Ok(Checked::Dpu(Box::new(task)))
-}
-
-/// A cube DPU_RDMA would read but is not started to: never read, the task stalls first.
-pub(super) fn unfetched(w: u32, h: u32, c: u32, prec: Precision, register: &'static str) -> Cube {
-    Cube {
-        base: 0,
-        w,
-        h,
-        c,
-        prec,
-        line: 0,
-        surf: 0,
-        register,
-        block: Block::DpuRdma,
-    }
 }
 
 /// The MRDMA cube of a flying-mode task.
@@ -271,60 +207,4 @@ fn flying_cube(t: &task::Task, dpu: &task::Dpu, at: At) -> Result<Cube, SimError
         "channels must fill whole 16-byte atoms",
         at,
     )
-}
-
-/// The cube `(w, h, c)` of `prec` DPU_RDMA reads from `base` (`RDMA_SRC_BASE_ADDR`) with
-/// `(line, surf)` bytes between lines and surfaces.
-pub(super) fn rdma_src_cube(
-    base: u32,
-    (w, h, c): (u32, u32, u32),
-    prec: Precision,
-    (line, surf): (u64, u64),
-) -> Cube {
-    Cube {
-        base,
-        w,
-        h,
-        c,
-        prec,
-        line,
-        surf,
-        register: dpu_rdma::RdmaSrcBaseAddr::NAME,
-        block: Block::DpuRdma,
-    }
-}
-
-/// `cube`, refused at `channel` (stored as channels − 1) for `why` when its channels do
-/// not fill whole 16-byte atoms.
-pub(super) fn whole_atoms<R: Register>(
-    cube: Cube,
-    channel: crate::regs::Field<R>,
-    why: &str,
-    at: At,
-) -> Result<Cube, SimError> {
-    if !cube.c.is_multiple_of(cube.atom_elems()) {
-        return Err(unsupported(at, channel, cube.c - 1, why));
-    }
-    Ok(cube)
-}
-
-/// Refuses a DPU_RDMA cube `(w, h, c)` other than the DPU's cube `out`: the read engine
-/// feeds the DPU element for element.
-pub(crate) fn same_cube(
-    (w, h, c): (u32, u32, u32),
-    out: &super::exec::Cube,
-    at: At,
-) -> Result<(), SimError> {
-    if (w, h, c) != (out.w, out.h, out.c) {
-        return Err(inconsistent(
-            at,
-            dpu_rdma::RdmaDataCubeWidth::WIDTH,
-            w - 1,
-            format!(
-                "DPU_RDMA cube {w}x{h}x{c} differs from the DPU cube {}x{}x{}",
-                out.w, out.h, out.c
-            ),
-        ));
-    }
-    Ok(())
 }

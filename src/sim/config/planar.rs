@@ -5,6 +5,7 @@ use super::window::check_window;
 use super::{inconsistent, unsupported};
 use crate::regs::{cna, core};
 use crate::sim::error::{At, SimError};
+use crate::sim::exec::PLANAR_CORE_CHANNELS;
 use crate::sim::exec::Window;
 use crate::task::{self, Precision};
 
@@ -159,7 +160,3 @@ fn feature(cna: &task::Cna, at: At) -> Result<(), SimError> {
 
 /// `CONV_CON1.ARGB_IN` of the planar input (the task model accepts no other non-zero value).
 const PLANAR_ARGB_IN_VALUE: u32 = 8;
-
-/// Channels the CORE delivers from the one kernel over the planar input: one fp16 kernel
-/// group, channel 0 computed, channels 1..15 zero.
-pub(in crate::sim) const PLANAR_CORE_CHANNELS: u32 = 16;

@@ -282,7 +282,7 @@ fn gather<T: Copy>(a: &[T], f: &Feature, win: &Window, pad: T) -> Vec<T> {
 }
 
 /// The kernels as rows of `[tap][channel]` (direct), or `[tap][channel]` once for all
-/// channels (depthwise: channel group of [`crate::sim::config::depthwise_group`] channels,
+/// channels (depthwise: channel group of [`crate::sim::exec::depthwise_group`] channels,
 /// `[group][tap][channel in group]`, docs/hardware/convolution.md#weights).
 fn kernel_rows<T: Copy + Default>(
     wdata: &[u8],
@@ -295,7 +295,7 @@ fn kernel_rows<T: Copy + Default>(
     let taps = win.taps() as usize;
     let size = w.prec.bytes() as usize;
     if win.depthwise {
-        let group = crate::sim::config::depthwise_group(w.prec) as usize;
+        let group = crate::sim::exec::depthwise_group(w.prec) as usize;
         let mut out = vec![T::default(); taps * c];
         for ch in 0..c {
             for t in 0..taps {

@@ -5,14 +5,14 @@
 mod conv;
 mod post;
 
-use crate::regs::Block;
 use conv::conv;
 use post::{StageOperands, post};
 
 use super::dma::DmaCounters;
 use super::error::{At, SimError};
 use super::exec::{Cube, EwSrc, Main, Stage, Task};
-use super::memory::Memory;
+pub(super) use super::memory::run;
+use super::memory::{Memory, dma_err};
 use crate::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::task::Precision;
 
@@ -122,40 +122,6 @@ pub(super) fn execute(
         write_cube(mem, &t.out, &out, at, &mut dma.dpu_write)?;
     }
     Ok(macs)
-}
-
-fn dma_err(
-    at: At,
-    addr: i64,
-    len: usize,
-    block: Block,
-    register: &'static str,
-    write: bool,
-) -> SimError {
-    SimError::Dma {
-        at,
-        addr: addr.max(0) as u64,
-        len: len as u64,
-        block,
-        register,
-        write,
-    }
-}
-
-/// Bytes of one (surface, line) run, bounds-checked.
-pub(super) fn run<'m>(
-    mem: &'m Memory,
-    addr: i64,
-    len: usize,
-    at: At,
-    block: Block,
-    register: &'static str,
-) -> Result<&'m [u8], SimError> {
-    if !(0..1 << 32).contains(&addr) {
-        return Err(dma_err(at, addr, len, block, register, false));
-    }
-    mem.read(addr as u64, len)
-        .ok_or_else(|| dma_err(at, addr, len, block, register, false))
 }
 
 fn le16(b: &[u8], i: usize) -> u16 {

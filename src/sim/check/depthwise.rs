@@ -2,16 +2,15 @@
 //! the values the board-run fp16 depthwise program writes with them
 //! (docs/hardware/convolution.md#depthwise).
 
-use super::config::{inconsistent, unsupported};
-use super::error::{At, SimError};
 use crate::regs::{dpu, dpu_rdma};
+use crate::sim::error::{At, SimError, inconsistent, unsupported};
 use crate::task::{self, Precision};
 
 /// The DPU's and DPU_RDMA's `CONV_MODE` repeat the CNA's: board-run depthwise programs
 /// write 3 in all three (docs/hardware/convolution.md#depthwise), direct ones 0. The
 /// DPU's may also stay 0 under a depthwise CNA (the library's own depthwise tasks), but
 /// never says depthwise over a direct or absent convolution.
-pub(super) fn modes_agree(t: &task::Task, dpu: &task::Dpu, at: At) -> Result<(), SimError> {
+pub(in crate::sim) fn modes_agree(t: &task::Task, dpu: &task::Dpu, at: At) -> Result<(), SimError> {
     let cna_dw = t.cna.as_ref().is_some_and(|c| c.kernel.depthwise);
     if dpu.depthwise && !cna_dw {
         return Err(inconsistent(
@@ -43,7 +42,7 @@ pub(super) fn modes_agree(t: &task::Task, dpu: &task::Dpu, at: At) -> Result<(),
 /// docs/hardware/convolution.md#depthwise) writes SIZE_E 3 and SURFACE_ADD 4 ×
 /// DST_SURF_STRIDE, twice the direct ratio as Mesa doubles it for depthwise. No other
 /// precision is shown with the DPU in depthwise mode.
-pub(super) fn layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
+pub(in crate::sim) fn layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
     let (input, out) = (d.precision, d.out.precision);
     if (input, out) != (Precision::Fp16, Precision::Fp16) {
         return Err(unsupported(
@@ -61,7 +60,7 @@ pub(super) fn layout(d: &task::Dpu, at: At) -> Result<(), SimError> {
             "the board-run fp16 depthwise program writes 3",
         ));
     }
-    super::check::surface_add(d, 4, at, || {
+    super::surface_add(d, 4, at, || {
         "the board-run fp16 depthwise program writes".to_string()
     })
 }
