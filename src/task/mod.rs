@@ -263,6 +263,18 @@ pub struct Task {
 }
 
 impl Task {
+    /// A pooling task: the PPU reading through its own DMA, no other block started.
+    pub fn pooling(ppu: Ppu, rdma: PpuRdma) -> Task {
+        Task {
+            cna: None,
+            core: None,
+            dpu: None,
+            dpu_rdma: None,
+            ppu: Some(ppu),
+            ppu_rdma: Some(rdma),
+        }
+    }
+
     /// The blocks the op-enable entry starts.
     pub fn enable(&self) -> BlockMask {
         let mut m = 0;

@@ -415,7 +415,7 @@ proptest! {
 
     #[test]
     fn ppu_round_trips(p in ppu_block(), r in ppu_rdma_block()) {
-        let t = Task { ppu: Some(p), ppu_rdma: Some(r), ..only(None, None, None, None) };
+        let t = Task::pooling(p, r);
         prop_assert_eq!(round_trip(&t), Ok(t));
     }
 }

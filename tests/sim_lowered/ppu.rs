@@ -408,12 +408,8 @@ mod random {
             burst in prop::sample::select(vec![3u32, 15]),
         ) -> Task {
             let (iw, ih, c) = cube_in;
-            Task {
-                cna: None,
-                core: None,
-                dpu: None,
-                dpu_rdma: None,
-                ppu: Some(Ppu {
+            Task::pooling(
+                Ppu {
                     ping_pong: true,
                     cube_in,
                     cube_out: (cube_out.0, cube_out.1, c),
@@ -429,16 +425,16 @@ mod random {
                     precision,
                     index_add: strides.2,
                     burst_len: burst,
-                }),
-                ppu_rdma: Some(PpuRdma {
+                },
+                PpuRdma {
                     ping_pong: true,
                     cube_in: (iw, ih, c),
                     size_code,
                     src: fixed(IN_AT),
                     line_stride: strides.0,
                     surf_stride: strides.1,
-                }),
-            }
+                },
+            )
         }
     }
 

@@ -396,12 +396,8 @@ impl Pool2d {
             };
             let out_surf = p.out_w * p.full_out_h;
             debug_assert!(p.pass < passes);
-            tasks.push(Task {
-                cna: None,
-                core: None,
-                dpu: None,
-                dpu_rdma: None,
-                ppu: Some(Ppu {
+            tasks.push(Task::pooling(
+                Ppu {
                     ping_pong: true,
                     cube_in: (p.in_w, p.in_h, channels),
                     cube_out: (p.out_w, p.out_h, channels),
@@ -417,16 +413,16 @@ impl Pool2d {
                     precision: prec,
                     index_add: out_surf,
                     burst_len: 3,
-                }),
-                ppu_rdma: Some(PpuRdma {
+                },
+                PpuRdma {
                     ping_pong: true,
                     cube_in: (p.in_w, p.in_h, channels),
                     size_code: if prec == Precision::Int8 { 1 } else { 2 },
                     src: offset(src, u64::from(p.in_row) * u64::from(p.in_w) * 16)?,
                     line_stride: p.in_w,
                     surf_stride: p.in_w * p.full_in_h,
-                }),
-            });
+                },
+            ));
         }
         Ok(tasks)
     }
