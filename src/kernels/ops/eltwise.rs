@@ -37,11 +37,10 @@
 
 use super::Cube;
 use crate::error::{Error, Result};
-use crate::kernels::single::preset::IDENTITY_CVT;
 use crate::regcmd::DmaAddr;
 use crate::task::{
-    AluOp, Dpu, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Ew, EwOp, Mrdma, OutCvt, Output,
-    Precision, Task,
+    AluOp, Dpu, DpuRdma, EW_PER_CHANNEL, EW_PER_PIXEL, Erdma, Ew, EwOp, Mrdma, OpCvt, OutCvt,
+    Output, Precision, Task,
 };
 use half::f16;
 
@@ -197,7 +196,7 @@ impl Eltwise {
         };
         // The vendor and peer words keep the operand converter on (identity) for the ALU
         // operations and bypass it for the multiply.
-        let cvt = (self.op != EltwiseOp::Mul).then_some(IDENTITY_CVT);
+        let cvt = (self.op != EltwiseOp::Mul).then_some(OpCvt::IDENTITY);
         let out = Output::at(offset(out, shift)?, p, surface, notch);
         let dpu = Dpu {
             ew: Some(Ew {

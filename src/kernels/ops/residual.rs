@@ -12,11 +12,11 @@ use super::contract::{Bindings, Op, Role};
 use super::conv::Conv2d;
 use super::eltwise::offset;
 use crate::error::{Error, Result};
-use crate::kernels::single::preset::{IDENTITY_CVT, reads_off};
+use crate::kernels::single::preset::reads_off;
 use crate::regcmd::DmaAddr;
 use crate::task::{
-    AluOp, COMB_SHARED_OPERAND, DpuInput, DpuRdma, EW_PER_PIXEL, Erdma, Ew, EwOp, Mrdma, Precision,
-    Task,
+    AluOp, COMB_SHARED_OPERAND, DpuInput, DpuRdma, EW_PER_PIXEL, Erdma, Ew, EwOp, Mrdma, OpCvt,
+    Precision, Task,
 };
 
 /// `EDATA_SIZE` / `ERDMA_DATA_SIZE` of a 16-bit operand.
@@ -85,7 +85,7 @@ pub fn add_operand(task: &mut Task, output: DmaAddr, operand: DmaAddr) -> Result
     }
     dpu.ew = Some(Ew {
         // The board-run add keeps the operand converter on as the identity.
-        cvt: Some(IDENTITY_CVT),
+        cvt: Some(OpCvt::IDENTITY),
         ..Ew::from_memory(EwOp::Alu(AluOp::Add), SIZE_16)
     });
     task.dpu_rdma = Some(DpuRdma {

@@ -50,10 +50,10 @@ use crate::error::{Error, Result};
 use crate::kernels::emit::{ConvRead, FeatureRead, Strides, Window};
 use crate::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder, TaskBuilder};
 use crate::task::{
-    self, Alu, AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, Mul, OutCvt, Output, Precision, Stage, Task,
-    Weights,
+    self, Alu, AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, Mul, OpCvt, OutCvt, Output, Precision, Stage,
+    Task, Weights,
 };
-use preset::{IDENTITY_CVT, reads_off};
+use preset::reads_off;
 
 /// The buffer holding the program.
 pub const REGCMD: BufferId = BufferId(0);
@@ -402,7 +402,7 @@ impl SingleMatmul {
         let ew = post.add.then(|| Ew {
             // The float path keeps the operand converter on with the identity (with it
             // bypassed the hardware drops the operand, quirk 15, docs/hardware/quirks.md#quirk-15).
-            cvt: p.is_float().then_some(IDENTITY_CVT),
+            cvt: p.is_float().then_some(OpCvt::IDENTITY),
             ..Ew::from_memory(EwOp::Alu(AluOp::Add), 3)
         });
         let (cvt_offset, cvt_scale, cvt_shift) = post.out_cvt.unwrap_or((0, 1, 0));

@@ -1,18 +1,8 @@
 //! Values the task generators of `kernels::single` and `kernels::ops` share beyond the
-//! task model's flying presets: the identity operand converter and a DPU_RDMA that is
-//! started but reads nothing yet.
+//! task model's flying presets: a DPU_RDMA that is started but reads nothing yet.
 
 use crate::regcmd::DmaAddr;
-use crate::task::{DpuRdma, Mrdma, OpCvt, Precision};
-
-/// The EW operand converter on, as the identity (offset 0, scale 1, shift 0): what the
-/// board-run ALU operations keep where a bypassed converter drops the operand.
-pub(crate) const IDENTITY_CVT: OpCvt = OpCvt {
-    offset: 0,
-    scale: 1,
-    shift: 0,
-    add_first: false,
-};
+use crate::task::{DpuRdma, Mrdma, Precision};
 
 /// DPU_RDMA over `cube` in `precision`, not flying, `burst_len`, with no read enabled:
 /// otherwise [`DpuRdma::flying`] (ping-pong, equal arbiter weights, no fp16 widening). A

@@ -41,6 +41,18 @@ pub struct OpCvt {
     pub add_first: bool,
 }
 
+impl OpCvt {
+    /// The converter as the identity (offset 0, scale 1, shift 0): what the board-run ALU
+    /// operations keep on where a bypassed converter drops the operand, and the values the
+    /// registers hold while it is bypassed.
+    pub const IDENTITY: OpCvt = OpCvt {
+        offset: 0,
+        scale: 1,
+        shift: 0,
+        add_first: false,
+    };
+}
+
 /// The EW stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Ew {
@@ -114,12 +126,7 @@ pub(super) fn emit(t: &mut TaskBuilder, e: Option<Ew>) -> Result<()> {
         (EwCfg::EW_DATA_MODE, e.map_or(0, |e| e.data_mode)),
         (EwCfg::EW_CVT_TYPE, bit(cvt.is_some_and(|c| c.add_first))),
     ])?;
-    let cvt_or_identity = cvt.unwrap_or(OpCvt {
-        offset: 0,
-        scale: 1,
-        shift: 0,
-        add_first: false,
-    });
+    let cvt_or_identity = cvt.unwrap_or(OpCvt::IDENTITY);
     let trunc = match op {
         Some(EwOp::Mul(t, _)) => t,
         _ => 0,

@@ -2,11 +2,10 @@
 //! tasks of the ALU and multiply passes.
 
 use super::{LutRecipe, Tile};
-use crate::kernels::single::preset::IDENTITY_CVT;
 use crate::regcmd::DmaAddr;
 use crate::task::{
-    Alu, AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, Mul, OutCvt, Output, Precision, Stage,
-    Task,
+    Alu, AluOp, Dpu, DpuRdma, Erdma, Ew, EwOp, EwSrc, Mrdma, Mul, OpCvt, OutCvt, Output, Precision,
+    Stage, Task,
 };
 
 /// The flying fp16 DPU task over one tile: MRDMA reads `input`, the write DMA stores
@@ -104,7 +103,7 @@ pub(super) fn ew_task(op: EwOp, t: Tile, a: DmaAddr, b: DmaAddr, out: DmaAddr, b
     let cvt = match op {
         // ALU operations keep the operand converter on with the identity (bypassed, an
         // fp16 add drops its operand on boards); the multiply bypasses it.
-        EwOp::Alu(_) => Some(IDENTITY_CVT),
+        EwOp::Alu(_) => Some(OpCvt::IDENTITY),
         EwOp::Mul(..) => None,
     };
     let ew = Ew {
