@@ -80,7 +80,7 @@ fn chunk_kinds(t: &Trace) -> String {
             Chunk::Data { .. } => "BUFD",
             Chunk::Output { .. } => "OUTD",
             Chunk::Reloc { .. } => "RELO",
-            Chunk::Submit { .. } => "SUBM",
+            Chunk::Submit(_) => "SUBM",
             Chunk::Done { .. } => "DONE",
             Chunk::Note(_) => "NOTE",
             Chunk::Unknown { .. } => "unknown",

@@ -76,7 +76,7 @@ fn submissions(dev: &Device, f: impl FnOnce()) -> usize {
     trace
         .chunks
         .iter()
-        .filter(|c| matches!(c, Chunk::Submit { .. }))
+        .filter(|c| matches!(c, Chunk::Submit(_)))
         .count()
 }
 

@@ -116,7 +116,7 @@ fn a_capture_of_loose_lists_gets_a_buffer_and_submission_per_list() {
     let submits = t
         .chunks
         .iter()
-        .filter(|c| matches!(c, Chunk::Submit { .. }))
+        .filter(|c| matches!(c, Chunk::Submit(_)))
         .count();
     assert_eq!(submits, n as usize);
 }

@@ -21,7 +21,7 @@ use rknpu_driver::replay::{
     ReplayOptions, replay_check, replay_hw, replay_model, replay_model_with,
 };
 use rknpu_driver::submit::irq;
-use rknpu_driver::trace::{Chunk, Contents, MemorySink, Trace, dump, import_capture};
+use rknpu_driver::trace::{Chunk, Contents, MemorySink, Submission, Trace, dump, import_capture};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -250,12 +250,12 @@ fn the_fixture_traces_cover_what_the_issue_names() {
         t.chunks
             .iter()
             .filter_map(|c| match c {
-                Chunk::Submit {
+                Chunk::Submit(Submission {
                     core_mask,
                     ranges,
                     tasks,
                     ..
-                } => Some((*core_mask, ranges.len(), tasks.len())),
+                }) => Some((*core_mask, ranges.len(), tasks.len())),
                 _ => None,
             })
             .collect::<Vec<_>>()
@@ -531,7 +531,7 @@ fn contents_written_between_submissions_are_recorded_once_each() {
     for c in &t.chunks {
         match c {
             Chunk::Data { id, .. } => before.last_mut().unwrap().push(*id),
-            Chunk::Submit { .. } => before.push(Vec::new()),
+            Chunk::Submit(_) => before.push(Vec::new()),
             _ => {}
         }
     }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::trace::tests::worked;
-use crate::trace::{Chunk, Contents, Header, Trace, fnv1a64};
+use crate::trace::{Chunk, Contents, Header, Submission, Trace, fnv1a64};
 
 #[test]
 fn an_imported_trace_replays_on_the_simulator() {
@@ -138,7 +138,7 @@ fn renumbered(t: &Trace, ids: u32, submits: u32) -> Vec<Chunk> {
             Chunk::Reloc { buffer, target, .. } => {
                 (*buffer, *target) = (*buffer + ids, *target + ids)
             }
-            Chunk::Submit { id, tasks, .. } => {
+            Chunk::Submit(Submission { id, tasks, .. }) => {
                 *id += submits;
                 tasks.iter_mut().for_each(|t| t.buffer += ids);
             }
@@ -215,7 +215,7 @@ fn freed_buffers_are_not_used_freed_again_or_created_again() {
     let submit = t
         .chunks
         .iter()
-        .find(|c| matches!(c, Chunk::Submit { .. }))
+        .find(|c| matches!(c, Chunk::Submit(_)))
         .cloned()
         .unwrap();
     t.chunks.push(submit);

@@ -8,7 +8,7 @@ use super::target::{Outcome, Run, Span, Target};
 use super::{MAX_REPLAY_BYTES, MAX_SEEDED_BYTES, ReplayReport, Tolerance};
 use crate::regcmd::RegCmd;
 use crate::submit::{BufferTask, irq, started_cores};
-use crate::trace::{Chunk, ChunkReader, Contents, Trace, TraceError};
+use crate::trace::{Chunk, ChunkReader, Contents, Submission, Trace, TraceError};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Where a buffer was recorded and where the target placed it.
@@ -126,14 +126,7 @@ impl<'a> Walk<'a> {
                     self.bad(format!("reloc buffer {buffer} entry {entry}: {e}"));
                 }
             }
-            Chunk::Submit {
-                id,
-                core_mask,
-                timeout_ms,
-                ranges,
-                tasks,
-                ..
-            } => self.submit(*id, *core_mask, *timeout_ms, ranges, tasks),
+            Chunk::Submit(s) => self.submit(s),
             Chunk::Done {
                 id,
                 ok,
@@ -247,14 +240,15 @@ impl<'a> Walk<'a> {
     }
 
     /// `SUBM`: checks the submission's shape and its task lists, then runs it.
-    fn submit(
-        &mut self,
-        id: u32,
-        core_mask: u32,
-        timeout_ms: u32,
-        ranges: &[(u32, u32)],
-        tasks: &[BufferTask],
-    ) {
+    fn submit(&mut self, s: &Submission) {
+        let Submission {
+            id,
+            core_mask,
+            timeout_ms,
+            ref ranges,
+            ref tasks,
+            ..
+        } = *s;
         self.rep.submits += 1;
         self.submits.insert(id, tasks.to_vec());
         let run = match plan(id, core_mask, ranges, tasks, &self.bufs) {

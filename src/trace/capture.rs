@@ -4,7 +4,7 @@
 use super::import::{ImportError, Placed, buffer_chunks, int_mask_for};
 use super::json::Json;
 use super::spans::Spans;
-use super::{Chunk, Header, Trace};
+use super::{Chunk, Header, Submission, Trace};
 use crate::regcmd::{self, TAIL_ENTRIES};
 use crate::submit::{BufferTask, TaskDesc};
 use std::path::Path;
@@ -350,7 +350,7 @@ fn submissions(tasks: &[BufferTask], chained: &[bool], core_mask: u32) -> Vec<Ch
             continue;
         }
         let run = tasks[start..end].to_vec();
-        out.push(Chunk::Submit {
+        out.push(Chunk::Submit(Submission {
             id,
             flags: 0x5,
             core_mask: if matches!(core_mask, 1 | 2 | 4) {
@@ -361,7 +361,7 @@ fn submissions(tasks: &[BufferTask], chained: &[bool], core_mask: u32) -> Vec<Ch
             timeout_ms: 500,
             ranges: vec![(0, run.len() as u32)],
             tasks: run,
-        });
+        }));
         id += 1;
         start = end;
     }

@@ -123,20 +123,18 @@ fn chunk_text<'a>(s: &mut String, c: &'a Chunk, data: &mut Recorded<'a>, budget:
             s,
             "reloc: buffer {buffer} entry {entry} -> buffer {target} + {offset:#x}"
         ),
-        Chunk::Submit {
-            id,
-            flags,
-            core_mask,
-            timeout_ms,
-            ranges,
-            tasks,
-        } => {
+        Chunk::Submit(sub) => {
             let _ = writeln!(
                 s,
-                "submit {id}: flags {flags:#x}, core mask {core_mask:#x}, timeout {timeout_ms} ms, ranges {ranges:?}, {} task(s)",
-                tasks.len()
+                "submit {}: flags {:#x}, core mask {:#x}, timeout {} ms, ranges {:?}, {} task(s)",
+                sub.id,
+                sub.flags,
+                sub.core_mask,
+                sub.timeout_ms,
+                sub.ranges,
+                sub.tasks.len()
             );
-            tasks_text(s, tasks, data, budget);
+            tasks_text(s, &sub.tasks, data, budget);
             Ok(())
         }
         Chunk::Done {

@@ -3,7 +3,7 @@
 
 use super::record::{buffer_spans, relocations_in};
 use super::spans::Spans;
-use super::{Chunk, Contents, Header, Trace};
+use super::{Chunk, Contents, Header, Submission, Trace};
 use crate::regcmd::{self, BlockMask, RegCmd, TAIL_ENTRIES};
 use crate::submit::{BufferTask, TaskDesc, irq};
 use std::collections::{BTreeMap, HashSet};
@@ -126,7 +126,7 @@ pub fn import_raw(
     chunks.retain(|c| !matches!(c, Chunk::Data { id, .. } if fresh.contains(id)));
     let words = regcmd::words_from_le_bytes(&regcmd[..regcmd.len() / 8 * 8]).unwrap_or_default();
     let int_mask = int_mask_for(&words, 0, task_words as usize);
-    chunks.push(Chunk::Submit {
+    chunks.push(Chunk::Submit(Submission {
         id: 1,
         flags: 0x5,
         core_mask: 1,
@@ -141,7 +141,7 @@ pub fn import_raw(
                 enable: 0,
             },
         }],
-    });
+    }));
     chunks.extend(outputs);
     Trace {
         header: Header::new("RK3588", 0, "imported", false),

@@ -140,20 +140,7 @@ pub enum Chunk {
         offset: u32,
     },
     /// `SUBM`: a submission.
-    Submit {
-        /// Submission id.
-        id: u32,
-        /// Submit flags.
-        flags: u32,
-        /// Core mask.
-        core_mask: u32,
-        /// Timeout in milliseconds.
-        timeout_ms: u32,
-        /// Per-core task ranges `(start, count)`.
-        ranges: Vec<(u32, u32)>,
-        /// Tasks, each with the id of the buffer holding its list.
-        tasks: Vec<BufferTask>,
-    },
+    Submit(Submission),
     /// `DONE`: how a submission completed.
     Done {
         /// Submission id.
@@ -184,6 +171,23 @@ pub enum Chunk {
         /// Its payload length.
         len: u64,
     },
+}
+
+/// A submission as a trace records it ([`Chunk::Submit`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submission {
+    /// Submission id.
+    pub id: u32,
+    /// Submit flags.
+    pub flags: u32,
+    /// Core mask.
+    pub core_mask: u32,
+    /// Timeout in milliseconds.
+    pub timeout_ms: u32,
+    /// Per-core task ranges `(start, count)`.
+    pub ranges: Vec<(u32, u32)>,
+    /// Tasks, each with the id of the buffer holding its list.
+    pub tasks: Vec<BufferTask>,
 }
 
 /// A trace: header and chunks in file order.

@@ -1,7 +1,9 @@
 //! Reading the format: every length checked before use, every malformed input a
 //! [`TraceError`] naming the byte offset.
 
-use super::{Chunk, Contents, Header, MAGIC, OLDEST_VERSION, Trace, TraceError, VERSION};
+use super::{
+    Chunk, Contents, Header, MAGIC, OLDEST_VERSION, Submission, Trace, TraceError, VERSION,
+};
 use crate::submit::{BufferTask, TaskDesc};
 use std::io::Read;
 use std::ops::Range;
@@ -383,14 +385,14 @@ fn read_submit(p: &mut Reader<'_>) -> Result<Chunk, TraceError> {
             },
         });
     }
-    Ok(Chunk::Submit {
+    Ok(Chunk::Submit(Submission {
         id,
         flags,
         core_mask,
         timeout_ms,
         ranges,
         tasks,
-    })
+    }))
 }
 
 /// The `DONE` payload.

@@ -4,7 +4,7 @@
 //! every backend because it sees buffers, contents and submissions, not ioctls.
 
 use super::spans::Spans;
-use super::{Chunk, Contents, Header, fnv1a64};
+use super::{Chunk, Contents, Header, Submission, fnv1a64};
 use crate::regcmd::{self, EntryKind, RegCmd};
 use crate::submit::BufferTask;
 use std::collections::BTreeMap;
@@ -259,14 +259,14 @@ impl Recorder {
                 task: t.task,
             })
             .collect();
-        self.emit(&Chunk::Submit {
+        self.emit(&Chunk::Submit(Submission {
             id,
             flags: s.flags,
             core_mask: s.core_mask,
             timeout_ms: s.timeout_ms,
             ranges: s.ranges.clone(),
             tasks,
-        });
+        }));
         id
     }
 

@@ -37,7 +37,7 @@ fn sample() -> Trace {
                 target: 1,
                 offset: 0x40,
             },
-            Chunk::Submit {
+            Chunk::Submit(Submission {
                 id: 1,
                 flags: 5,
                 core_mask: 7,
@@ -55,7 +55,7 @@ fn sample() -> Trace {
                     };
                     3
                 ],
-            },
+            }),
             Chunk::Done {
                 id: 1,
                 ok: true,

@@ -61,25 +61,18 @@ impl Chunk {
                 p.u32(*offset);
                 b"RELO"
             }
-            Chunk::Submit {
-                id,
-                flags,
-                core_mask,
-                timeout_ms,
-                ranges,
-                tasks,
-            } => {
-                p.u32(*id);
-                p.u32(*flags);
-                p.u32(*core_mask);
-                p.u32(*timeout_ms);
-                p.u32(ranges.len() as u32);
-                for (s, n) in ranges {
+            Chunk::Submit(sub) => {
+                p.u32(sub.id);
+                p.u32(sub.flags);
+                p.u32(sub.core_mask);
+                p.u32(sub.timeout_ms);
+                p.u32(sub.ranges.len() as u32);
+                for (s, n) in &sub.ranges {
                     p.u32(*s);
                     p.u32(*n);
                 }
-                p.u32(tasks.len() as u32);
-                for t in tasks {
+                p.u32(sub.tasks.len() as u32);
+                for t in &sub.tasks {
                     p.u32(t.buffer);
                     p.u32(t.task.offset);
                     p.u32(t.task.regcfg_amount);
