@@ -81,7 +81,7 @@ fn chunk_kinds(t: &Trace) -> String {
             Chunk::Output { .. } => "OUTD",
             Chunk::Reloc { .. } => "RELO",
             Chunk::Submit(_) => "SUBM",
-            Chunk::Done { .. } => "DONE",
+            Chunk::Done(_) => "DONE",
             Chunk::Note(_) => "NOTE",
             Chunk::Unknown { .. } => "unknown",
             _ => "other",

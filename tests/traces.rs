@@ -21,7 +21,9 @@ use rknpu_driver::replay::{
     ReplayOptions, replay_check, replay_hw, replay_model, replay_model_with,
 };
 use rknpu_driver::submit::irq;
-use rknpu_driver::trace::{Chunk, Contents, MemorySink, Submission, Trace, dump, import_capture};
+use rknpu_driver::trace::{
+    Chunk, Completion, Contents, MemorySink, Submission, Trace, dump, import_capture,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -139,11 +141,11 @@ fn load(name: &str) -> Trace {
 /// what ran on the core before).
 fn timeless(mut t: Trace) -> Trace {
     for c in &mut t.chunks {
-        if let Chunk::Done {
+        if let Chunk::Done(Completion {
             elapsed_ns,
             statuses,
             ..
-        } = c
+        }) = c
         {
             *elapsed_ns = 0;
             statuses.iter_mut().for_each(|s| *s = irq::fuzz(*s));
@@ -219,7 +221,7 @@ fn every_fixture_replays_checks_and_relocates() {
         let dones = t
             .chunks
             .iter()
-            .filter(|c| matches!(c, Chunk::Done { ok: true, .. }))
+            .filter(|c| matches!(c, Chunk::Done(Completion { ok: true, .. })))
             .count();
         assert!(outputs > 0 && dones > 0, "{}", case.name);
         assert_eq!(r.compared, outputs + dones, "{}", case.name);
@@ -320,10 +322,8 @@ fn a_replay_reports_what_differs() {
     );
     // A completion recorded as failed.
     let mut t = load("int8-64x256x128");
-    if let Some(Chunk::Done { ok, .. }) = t
-        .chunks
-        .iter_mut()
-        .find(|c| matches!(c, Chunk::Done { .. }))
+    if let Some(Chunk::Done(Completion { ok, .. })) =
+        t.chunks.iter_mut().find(|c| matches!(c, Chunk::Done(_)))
     {
         *ok = false;
     }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::trace::tests::worked;
-use crate::trace::{Chunk, Contents, Header, Submission, Trace, fnv1a64};
+use crate::trace::{Chunk, Completion, Contents, Header, Submission, Trace, fnv1a64};
 
 #[test]
 fn an_imported_trace_replays_on_the_simulator() {
@@ -142,7 +142,7 @@ fn renumbered(t: &Trace, ids: u32, submits: u32) -> Vec<Chunk> {
                 *id += submits;
                 tasks.iter_mut().for_each(|t| t.buffer += ids);
             }
-            Chunk::Done { id, .. } => *id += submits,
+            Chunk::Done(Completion { id, .. }) => *id += submits,
             _ => {}
         }
     }

@@ -8,7 +8,7 @@ use super::target::{Outcome, Run, Span, Target};
 use super::{MAX_REPLAY_BYTES, MAX_SEEDED_BYTES, ReplayReport, Tolerance};
 use crate::regcmd::RegCmd;
 use crate::submit::{BufferTask, irq, started_cores};
-use crate::trace::{Chunk, ChunkReader, Contents, Submission, Trace, TraceError};
+use crate::trace::{Chunk, ChunkReader, Completion, Contents, Submission, Trace, TraceError};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Where a buffer was recorded and where the target placed it.
@@ -127,13 +127,13 @@ impl<'a> Walk<'a> {
                 }
             }
             Chunk::Submit(s) => self.submit(s),
-            Chunk::Done {
+            Chunk::Done(Completion {
                 id,
                 ok,
                 task_counter,
                 statuses,
                 ..
-            } => {
+            }) => {
                 self.recorded_done.insert(*id);
                 if runs {
                     self.done(*id, *ok, *task_counter, statuses);

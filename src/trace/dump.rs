@@ -137,17 +137,15 @@ fn chunk_text<'a>(s: &mut String, c: &'a Chunk, data: &mut Recorded<'a>, budget:
             tasks_text(s, &sub.tasks, data, budget);
             Ok(())
         }
-        Chunk::Done {
-            id,
-            ok,
-            errno,
-            task_counter,
-            elapsed_ns,
-            statuses,
-        } => writeln!(
+        Chunk::Done(d) => writeln!(
             s,
-            "done {id}: {}, errno {errno}, task counter {task_counter}, {elapsed_ns} ns, statuses {statuses:x?}",
-            if *ok { "ok" } else { "failed" }
+            "done {}: {}, errno {}, task counter {}, {} ns, statuses {:x?}",
+            d.id,
+            if d.ok { "ok" } else { "failed" },
+            d.errno,
+            d.task_counter,
+            d.elapsed_ns,
+            d.statuses
         ),
         Chunk::Free { id } => {
             // Its contents are gone: a list named after this is not in the trace.

@@ -142,20 +142,7 @@ pub enum Chunk {
     /// `SUBM`: a submission.
     Submit(Submission),
     /// `DONE`: how a submission completed.
-    Done {
-        /// Submission id.
-        id: u32,
-        /// Completed.
-        ok: bool,
-        /// errno, 0 on success.
-        errno: i32,
-        /// Tasks completed.
-        task_counter: u32,
-        /// Nanoseconds from commit to completion.
-        elapsed_ns: u64,
-        /// Per-task interrupt status.
-        statuses: Vec<u32>,
-    },
+    Done(Completion),
     /// `FREE` (version 2): the buffer was freed; no later chunk names it, and its device
     /// addresses may be given to a buffer created after this chunk.
     Free {
@@ -171,6 +158,23 @@ pub enum Chunk {
         /// Its payload length.
         len: u64,
     },
+}
+
+/// How a submission completed, as a trace records it ([`Chunk::Done`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// Submission id.
+    pub id: u32,
+    /// Completed.
+    pub ok: bool,
+    /// errno, 0 on success.
+    pub errno: i32,
+    /// Tasks completed.
+    pub task_counter: u32,
+    /// Nanoseconds from commit to completion.
+    pub elapsed_ns: u64,
+    /// Per-task interrupt status.
+    pub statuses: Vec<u32>,
 }
 
 /// A submission as a trace records it ([`Chunk::Submit`]).

@@ -2,7 +2,8 @@
 //! [`TraceError`] naming the byte offset.
 
 use super::{
-    Chunk, Contents, Header, MAGIC, OLDEST_VERSION, Submission, Trace, TraceError, VERSION,
+    Chunk, Completion, Contents, Header, MAGIC, OLDEST_VERSION, Submission, Trace, TraceError,
+    VERSION,
 };
 use crate::submit::{BufferTask, TaskDesc};
 use std::io::Read;
@@ -405,14 +406,14 @@ fn read_done(p: &mut Reader<'_>) -> Result<Chunk, TraceError> {
     for _ in 0..n {
         statuses.push(p.u32("status")?);
     }
-    Ok(Chunk::Done {
+    Ok(Chunk::Done(Completion {
         id,
         ok,
         errno,
         task_counter,
         elapsed_ns,
         statuses,
-    })
+    }))
 }
 
 /// A chunk type for messages.

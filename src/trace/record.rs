@@ -4,7 +4,7 @@
 //! every backend because it sees buffers, contents and submissions, not ioctls.
 
 use super::spans::Spans;
-use super::{Chunk, Contents, Header, Submission, fnv1a64};
+use super::{Chunk, Completion, Contents, Header, Submission, fnv1a64};
 use crate::regcmd::{self, EntryKind, RegCmd};
 use crate::submit::BufferTask;
 use std::collections::BTreeMap;
@@ -279,14 +279,14 @@ impl Recorder {
         writes: &[u32],
         contents: &mut dyn FnMut(u32) -> Option<Vec<u8>>,
     ) {
-        self.emit(&Chunk::Done {
+        self.emit(&Chunk::Done(Completion {
             id,
             ok: d.ok,
             errno: d.errno,
             task_counter: d.task_counter,
             elapsed_ns: d.elapsed_ns,
             statuses: d.statuses.clone(),
-        });
+        }));
         let writes: std::collections::HashSet<u32> = writes.iter().copied().collect();
         for handle in self.handles() {
             let Some(bytes) = contents(handle) else {

@@ -56,14 +56,14 @@ fn sample() -> Trace {
                     3
                 ],
             }),
-            Chunk::Done {
+            Chunk::Done(Completion {
                 id: 1,
                 ok: true,
                 errno: 0,
                 task_counter: 3,
                 elapsed_ns: 12_345,
                 statuses: vec![0, 0, 0x100],
-            },
+            }),
             Chunk::Free { id: 1 },
             Chunk::Note("recorded by the tests".into()),
         ],
@@ -132,14 +132,14 @@ fn malformed_inputs_are_named_errors() {
     // A count far beyond the payload: refused before anything is reserved.
     let mut t = Trace {
         header: Header::new("RK3588", 1, "rocket 0.0.0", false),
-        chunks: vec![Chunk::Done {
+        chunks: vec![Chunk::Done(Completion {
             id: 0,
             ok: false,
             errno: 110,
             task_counter: 0,
             elapsed_ns: 0,
             statuses: vec![],
-        }],
+        })],
     }
     .to_bytes();
     let n = t.len();

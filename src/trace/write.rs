@@ -81,21 +81,14 @@ impl Chunk {
                 }
                 b"SUBM"
             }
-            Chunk::Done {
-                id,
-                ok,
-                errno,
-                task_counter,
-                elapsed_ns,
-                statuses,
-            } => {
-                p.u32(*id);
-                p.u8(u8::from(*ok));
-                p.u32(*errno as u32);
-                p.u32(*task_counter);
-                p.u64(*elapsed_ns);
-                p.u32(statuses.len() as u32);
-                for s in statuses {
+            Chunk::Done(d) => {
+                p.u32(d.id);
+                p.u8(u8::from(d.ok));
+                p.u32(d.errno as u32);
+                p.u32(d.task_counter);
+                p.u64(d.elapsed_ns);
+                p.u32(d.statuses.len() as u32);
+                for s in &d.statuses {
                     p.u32(*s);
                 }
                 b"DONE"
