@@ -131,17 +131,17 @@ pub(crate) fn shape_of(t: &Task) -> Result<SingleMatmul, String> {
         Layout::Plain
     };
     // Native surfaces further apart than M atoms: a band of a taller cube.
-    let taller = |atoms: i64| (atoms != i64::from(m)).then(|| u32::try_from(atoms).ok());
     let a_cube_rows = match a_layout {
-        Layout::Native => taller(4 * i64::from(f.width) + i64::from(f.surf_stride))
-            .map(|r| r.ok_or_else(|| format!("native A surfaces {} apart", f.surf_stride)))
-            .transpose()?,
+        Layout::Native => {
+            let atoms = 4 * i64::from(f.width) + i64::from(f.surf_stride);
+            let rows = u32::try_from(atoms)
+                .map_err(|_| format!("native A surfaces {} apart", f.surf_stride))?;
+            (rows != m).then_some(rows)
+        }
         Layout::Plain => None,
     };
-    let c_cube_rows = match c_layout {
-        Layout::Native => taller(i64::from(dpu.out.surf_stride)).flatten(),
-        Layout::Plain => None,
-    };
+    let c_surf = dpu.out.surf_stride;
+    let c_cube_rows = (c_layout == Layout::Native && c_surf != m).then_some(c_surf);
     let mut post = PostOps::default();
     if !dpu.bs.bypass {
         post.bias = dpu.bs.alu.map(|a| a.operand);

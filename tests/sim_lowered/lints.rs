@@ -43,27 +43,8 @@ fn early_and_half_interrupt_masks_are_linted() {
 #[test]
 fn chain_amount_and_task_count_are_linted() {
     // 4096 chained add tasks: one more than TASK_NUMBER counts.
-    let program = chained_adds(4096);
-    let mut words = program.bind(addr).unwrap();
     // Break the first chain amount.
-    let i = words
-        .iter()
-        .position(|w| w.target() == 0x0101 && w.offset() == 0x14)
-        .unwrap();
-    words[i] = words[i].with_value(words[i].value() + 1);
-    let mut sim = Simulator::new();
-    let m = sim.memory_mut();
-    m.map(at(single::REGCMD), words_to_le_bytes(&words))
-        .unwrap();
-    for b in 1..=3 {
-        m.map_zeroed(at(BufferId(b)), 16).unwrap();
-    }
-    let run = sim
-        .kick(&Kick::new(
-            at(single::REGCMD),
-            program.tasks()[0].regcfg_amount,
-        ))
-        .unwrap();
+    let run = kick_with_first_amount(&chained_adds(4096), |v| v + 1).unwrap();
     assert_eq!(run.tasks_run, 4096);
     let kinds = lint_kinds(&run);
     assert!(kinds.contains(&LintKind::ChainAmount));
@@ -199,23 +180,7 @@ fn the_vendor_multi_core_amount_bits_run_as_derived() {
     // multi-core chains do (cores - 1): 1 and 2 run with `unvalidated`, 3 is refused.
     let program = chained_adds(2);
     for hi in [1u32, 2, 3] {
-        let mut words = program.bind(addr).unwrap();
-        let i = words
-            .iter()
-            .position(|w| w.target() == 0x0101 && w.offset() == 0x14)
-            .unwrap();
-        words[i] = words[i].with_value(words[i].value() | hi << 16);
-        let mut sim = Simulator::new();
-        let m = sim.memory_mut();
-        m.map(at(single::REGCMD), words_to_le_bytes(&words))
-            .unwrap();
-        for b in 1..=3 {
-            m.map_zeroed(at(BufferId(b)), 16).unwrap();
-        }
-        let run = sim.kick(&Kick::new(
-            at(single::REGCMD),
-            program.tasks()[0].regcfg_amount,
-        ));
+        let run = kick_with_first_amount(&program, |v| v | hi << 16);
         match (hi, run) {
             (1 | 2, Ok(run)) => {
                 assert_eq!(run.tasks_run, 2);
@@ -230,6 +195,28 @@ fn the_vendor_multi_core_amount_bits_run_as_derived() {
             (hi, other) => panic!("bits 17:16 = {hi}: {other:?}"),
         }
     }
+}
+
+/// Runs `program` (of [`chained_adds`]) with the value of its first chain-amount word
+/// (the PC's `REGISTER_AMOUNTS` in the first task's tail) changed by `f`.
+fn kick_with_first_amount(program: &Program, f: impl Fn(u32) -> u32) -> Result<CoreRun, SimError> {
+    let mut words = program.bind(addr).unwrap();
+    let i = words
+        .iter()
+        .position(|w| w.target() == 0x0101 && w.offset() == 0x14)
+        .unwrap();
+    words[i] = words[i].with_value(f(words[i].value()));
+    let mut sim = Simulator::new();
+    let m = sim.memory_mut();
+    m.map(at(single::REGCMD), words_to_le_bytes(&words))
+        .unwrap();
+    for b in 1..=3 {
+        m.map_zeroed(at(BufferId(b)), 16).unwrap();
+    }
+    sim.kick(&Kick::new(
+        at(single::REGCMD),
+        program.tasks()[0].regcfg_amount,
+    ))
 }
 
 /// `n` chained 1 × 4 split-K adds (A, B and C in buffers 1, 2 and 3).
