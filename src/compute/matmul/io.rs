@@ -113,15 +113,21 @@ impl Matmul {
                 Ok(Submitted::Float)
             }
             Activations::Int8 => {
-                let (q, s) = match self.npu.as_ref().filter(|d| d.grouped) {
-                    // A grouped bank: a scale per row and group (wave).
-                    Some(_) => {
-                        super::quantize_groups_i8(x, self.k(), self.bank.layout.k_tile() as usize)?
-                    }
-                    None => quant::quantize_rows_i8(x, self.k())?,
+                // A grouped bank: a scale per row and group (wave).
+                let group = match self.npu.as_ref().is_some_and(|d| d.grouped) {
+                    true => self.bank.layout.k_tile() as usize,
+                    false => self.k(),
                 };
-                self.put_i8(&q)?;
-                self.row_scales = s;
+                if self.npu.as_ref().is_some_and(|d| d.residual) {
+                    // Both passes, as the plan's twice the rows.
+                    let (q, s) = super::quantize_residual_i8(x, self.k(), group)?;
+                    self.a.write(0, &pack::activations_i8(&self.plan, &q)?)?;
+                    self.row_scales = s;
+                } else {
+                    let (q, s) = super::quantize_groups_i8(x, self.k(), group)?;
+                    self.put_i8(&q)?;
+                    self.row_scales = s;
+                }
                 self.keep_group_sums(x);
                 if self.npu.is_some() {
                     self.encode_row_scales()?;
@@ -167,18 +173,18 @@ impl Matmul {
             let s = self.row_scales[d.scale_index(row, wave)];
             if fp16_normal(s) { 1.0 } else { s }
         };
+        // Residual activations: row `m`'s second pass is the plan's row `rows + m`.
+        let passes = if d.residual { 2 } else { 1 };
+        let rows = self.rows as usize;
         d.out.read_with(|bytes| {
             for (m, row) in out.chunks_exact_mut(n).enumerate() {
-                let at = m * n_pad * 4;
-                let f = factor(m, 0);
-                for (y, v) in row.iter_mut().zip(bytes[at..at + n * 4].chunks_exact(4)) {
-                    *y = f32_at(v) * f;
-                }
-                for w in 1..d.waves {
-                    let src = &bytes[w * block + at..][..n * 4];
-                    let f = factor(m, w);
+                let parts = (0..passes).flat_map(|p| (0..d.waves).map(move |w| (p * rows + m, w)));
+                for (i, (src_row, w)) in parts.enumerate() {
+                    let src = &bytes[w * block + src_row * n_pad * 4..][..n * 4];
+                    let f = factor(src_row, w);
                     for (y, v) in row.iter_mut().zip(src.chunks_exact(4)) {
-                        *y += f32_at(v) * f;
+                        let part = f32_at(v) * f;
+                        *y = if i == 0 { part } else { *y + part };
                     }
                 }
             }

@@ -38,6 +38,7 @@ mod element;
 mod grouped;
 mod io;
 mod npu_dequant;
+mod residual;
 mod run;
 mod spread;
 
@@ -45,6 +46,7 @@ pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
 pub use element::{Input, InputSlice, Output, OutputSlice};
 pub use grouped::quantize_groups_i8;
+pub use residual::quantize_residual_i8;
 pub use run::PendingMatmul;
 use run::{
     all_done, in_range, program_job, refuse_incremental_on_rocket, shape, submit_blocking,
@@ -56,9 +58,9 @@ pub use spread::SpreadMatmul;
 use crate::device::{Bo, BoFlags, CoreMask, Device, Job, JobResult, Pending};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::finish::Reduction;
-use crate::kernels::matmul::{Plan, REGCMD, pack, quant};
+use crate::kernels::matmul::{Plan, REGCMD, pack};
 use crate::kernels::single::{Dtype, OutType};
-use crate::regcmd::{BufferId, Program, ProgramBuilder, words_to_le_bytes};
+use crate::regcmd::{BufferId, Program, ProgramBuilder, RegCmd, words_to_le_bytes};
 use half::{bf16, f16};
 use npu_dequant::{NpuDequant, fp16_normal};
 use std::sync::Arc;
@@ -107,6 +109,11 @@ pub struct MatmulOptions {
     /// (docs/matmul.md, "What runs where") instead of on the host; with several K waves
     /// the host adds the waves' dequantised results.
     pub npu_dequant: bool,
+    /// Residual activations (NPU dequantisation only): f32 activations quantised in
+    /// two passes, the second the first's rounding residual ([`quantize_residual_i8`]);
+    /// the NPU runs twice the rows and the host adds each row's two results. The
+    /// activations' rounding all but leaves the error, for twice the rows of NPU work.
+    pub residual: bool,
     /// Incremental task bodies: after the first two tasks of each core's chain, a task
     /// writes only the registers whose values differ from what its ping-pong register
     /// group holds (and those the vendor runtime always writes), as the vendor runtime's
@@ -125,6 +132,7 @@ impl Default for MatmulOptions {
             activations: None,
             fp16_out: false,
             npu_dequant: false,
+            residual: false,
             incremental: false,
             timeout: Duration::from_secs(5),
         }
@@ -163,6 +171,15 @@ impl MatmulOptions {
     pub fn dequantize_on_npu(self) -> MatmulOptions {
         MatmulOptions {
             npu_dequant: true,
+            ..self
+        }
+    }
+
+    /// Residual activations; see
+    /// [`MatmulOptions::residual`](MatmulOptions#structfield.residual).
+    pub fn residual_activations(self) -> MatmulOptions {
+        MatmulOptions {
+            residual: true,
             ..self
         }
     }
@@ -232,7 +249,8 @@ enum Submitted {
 pub struct Matmul {
     bank: Arc<WeightBank>,
     plan: Plan,
-    /// Rows of A as the caller sees them (W4A8 plans have twice as many).
+    /// Rows of A as the caller sees them (W4A8 plans, and those of residual
+    /// activations, have twice as many).
     rows: u32,
     acts: Activations,
     program: Program,
@@ -308,13 +326,21 @@ impl Matmul {
                 });
             }
         };
+        if options.residual && !npu_dequant {
+            return Err(Error::Precision {
+                input: "int8 in two passes (residual activations)",
+                weights: dtype.name(),
+                output: "fp32 not dequantised on the NPU (residuals need it)",
+            });
+        }
         let w4a8 = dtype == Dtype::Int4 && acts == Activations::Int8;
-        let plan_rows = if w4a8 { m.checked_mul(2) } else { Some(m) };
+        let twice = w4a8 || options.residual;
+        let plan_rows = if twice { m.checked_mul(2) } else { Some(m) };
         let plan_rows = plan_rows.ok_or(Error::OutOfRange {
             what: "rows",
             index: 0,
             value: m.to_string(),
-            range: "1..=2^31 (W4A8 runs twice as many)",
+            range: "1..=2^31 (W4A8 and residual activations run twice as many)",
         })?;
         let cores = match options.cores {
             Some(0) => {
@@ -342,7 +368,9 @@ impl Matmul {
                     &held
                 }
             };
-            Some(NpuDequant::new(bank.buffer(), &plan, scales, grouped)?)
+            let mut d = NpuDequant::new(bank.buffer(), &plan, scales, grouped)?;
+            d.residual = options.residual;
+            Some(d)
         } else {
             None
         };
@@ -449,18 +477,7 @@ impl Matmul {
 
     /// Binds the program to the buffers and writes it into its buffer.
     fn bind(&mut self) -> Result<()> {
-        let mut bases = vec![
-            self.regcmd.dma_addr(),
-            self.a.dma_addr(),
-            self.bank.bo.dma_addr(),
-            self.c.dma_addr(),
-        ];
-        if let Some(d) = &self.npu {
-            bases.extend([d.coeffs.dma_addr(), d.out.dma_addr()]);
-        }
-        let words = self
-            .program
-            .bind(|id: BufferId| bases.get(id.0 as usize).map(|&x| x as u64))?;
+        let words = self.bound_words()?;
         self.regcmd.write(0, &words_to_le_bytes(&words))?;
         self.jobs = job_ranges(self.bank.device(), &words, &self.program)?;
         if let Some(d) = &mut self.npu {
@@ -488,7 +505,8 @@ impl Matmul {
         &self.jobs
     }
 
-    /// The plan (for W4A8, of twice the rows: the high and low halves).
+    /// The plan (for W4A8, of twice the rows: the high and low halves; for residual
+    /// activations, the two passes).
     pub fn plan(&self) -> &Plan {
         &self.plan
     }

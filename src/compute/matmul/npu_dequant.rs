@@ -49,6 +49,9 @@ pub(super) struct NpuDequant {
     /// Whether scales are per group (wave): channel scales `waves × n`, row scales
     /// `rows × waves`.
     pub(super) grouped: bool,
+    /// Residual activations: the plan's rows are two passes of the caller's rows, and
+    /// each result row is the sum of its two.
+    pub(super) residual: bool,
 }
 
 /// Whether `s` can be a dequantisation scale without losing more than fp16's relative
@@ -122,6 +125,7 @@ impl NpuDequant {
             scale_entries: Vec::new(),
             waves,
             grouped,
+            residual: false,
         })
     }
 

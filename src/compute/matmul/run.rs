@@ -4,7 +4,6 @@
 use super::*;
 use crate::kernels::matmul::cost::HardwareProfile;
 use crate::kernels::matmul::cost::jobs::split_jobs;
-use crate::regcmd::RegCmd;
 use crate::verify;
 use std::ops::Range;
 
@@ -203,6 +202,46 @@ impl Matmul {
         Ok(())
     }
 
+    /// The program bound to the buffers (row scales 1 on NPU dequantisation).
+    pub(super) fn bound_words(&self) -> Result<Vec<RegCmd>> {
+        let mut bases = vec![
+            self.regcmd.dma_addr(),
+            self.a.dma_addr(),
+            self.bank.bo.dma_addr(),
+            self.c.dma_addr(),
+        ];
+        if let Some(d) = &self.npu {
+            bases.extend([d.coeffs.dma_addr(), d.out.dma_addr()]);
+        }
+        self.program
+            .bind(|id: BufferId| bases.get(id.0 as usize).map(|&x| x as u64))
+    }
+
+    /// The modelled NPU seconds of one call on `profile`: one submission, each core's
+    /// chain of its tasks (the matmul's and, on NPU dequantisation, the dequantisation
+    /// tasks) one after another ([`HardwareProfile::serial_job_seconds`]), the slowest
+    /// core. It counts every task the program holds, so the tasks a plan does not
+    /// (dequantisation, the second pass of residual activations) are in it; the host's
+    /// part is not. Where a driver cuts the program into several jobs ([`Matmul::jobs`]),
+    /// the extra submissions are not counted.
+    pub fn modelled_seconds(&self, profile: &HardwareProfile) -> Result<f64> {
+        profile.check()?;
+        let words = self.bound_words()?;
+        let tasks = verify::tasks_of_words(&words).map_err(|error| Error::Verify { error })?;
+        let mut at = 0;
+        let mut slowest = 0f64;
+        for &n in self.per_core() {
+            let chain = tasks
+                .get(at..at + n)
+                .ok_or_else(|| Error::InvalidArgument {
+                    what: format!("chain of {n} tasks beyond the program's {}", tasks.len()),
+                })?;
+            slowest = slowest.max(profile.serial_job_seconds(chain) - profile.per_submit_s());
+            at += n;
+        }
+        Ok(profile.per_submit_s() + slowest)
+    }
+
     /// Runs `put`, the job and `read`, timing each.
     pub(super) fn timed<T>(
         &mut self,
@@ -300,14 +339,24 @@ impl Matmul {
     }
 
     /// A quantised product from int8 activations and their per-row scales (as
-    /// [`quant::quantize_rows_i8`] makes them): `y = (A · W) · row_scale · channel_scale`.
+    /// [`crate::kernels::matmul::quant::quantize_rows_i8`] makes them): `y = (A · W) · row_scale · channel_scale`.
     /// Against a grouped bank ([`WeightBank::quantize_f32_nk_grouped`]) the activations
     /// carry a scale per row and group, row-major (as [`super::quantize_groups_i8`] makes
     /// them), and each group's sums are scaled by its own scales; a bank with group
     /// offsets ([`WeightBank::from_i8_nk_grouped_offset`]) has its offset term added from
     /// the sums of these values times their scales.
+    ///
+    /// A matmul of residual activations ([`super::MatmulOptions::residual`]) refuses
+    /// them with [`Error::Precision`]: its second pass is made from the f32 values.
     pub fn mul_mat_quantized(&mut self, a: &[i8], row_scales: &[f32], y: &mut [f32]) -> Result<()> {
         self.expect(Activations::Int8)?;
+        if self.npu.as_ref().is_some_and(|d| d.residual) {
+            return Err(Error::Precision {
+                input: "int8 quantised by the caller",
+                weights: "int8",
+                output: "this matmul, made for residual activations from f32 (use mul_mat)",
+            });
+        }
         let per_row = match &self.npu {
             Some(d) if d.grouped => d.waves,
             _ => 1,
