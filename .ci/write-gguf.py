@@ -21,6 +21,7 @@ Tensors (seeded values, numpy shape (n, k), GGUF dims [k, n]):
   w.q3_k  Q3_K  2 x 256  (likewise)
   w.iq4_nl IQ4_NL 8 x 128 (likewise)
   w.mxfp4 MXFP4 8 x 128  (random codes; e8m0 exponents 124..130, scales 2^-3..2^3)
+  w.q4_k.wide, w.q5_k.wide, w.q6_k.wide  64 x 1024  (random block bytes, finite scales)
 (no Q1_0 tensor: gguf-py 0.19.0 knows the type code but has no Q1_0 dequantiser, so
 there would be no reference; the Rust unit tests cover it)
 and for each NAME a tensor NAME.ref, F32 of the same shape: gguf.quants.dequantize of
@@ -104,6 +105,11 @@ def main() -> None:
     put("w.q3_k", T.Q3_K, random_blocks(T.Q3_K, 2, 256, f16_at=(108,)))
     put("w.iq4_nl", T.IQ4_NL, random_blocks(T.IQ4_NL, 8, 128, f16_at=(0,)))
     put("w.mxfp4", T.MXFP4, random_blocks(T.MXFP4, 8, 128, e8m0_at=(0,)))
+    # K types wide enough for grouped int8 banks without padded output channels, which
+    # `rknpu matmul --gguf` runs by default against llama.cpp's CPU error.
+    put("w.q4_k.wide", T.Q4_K, random_blocks(T.Q4_K, 64, 1024, f16_at=(0, 2)))
+    put("w.q5_k.wide", T.Q5_K, random_blocks(T.Q5_K, 64, 1024, f16_at=(0, 2)))
+    put("w.q6_k.wide", T.Q6_K, random_blocks(T.Q6_K, 64, 1024, f16_at=(208,)))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

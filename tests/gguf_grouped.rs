@@ -12,7 +12,7 @@ use common::llama_cpu::errors;
 use half::f16;
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::write::Writer;
-use rknpu_driver::gguf::{GgmlType, Gguf, groups_exactly, load_grouped};
+use rknpu_driver::gguf::{GgmlType, Gguf, grouped_options, groups_exactly, load_grouped};
 use std::sync::Arc;
 
 const N: usize = 64;
@@ -82,7 +82,8 @@ fn grouped_banks_from_gguf_blocks_meet_the_cpu_backends_error() {
             "{name}: {held} bytes, {ratio:.3}x the file's"
         );
         for m in [1usize, 7, 64] {
-            let errs = errors(&bank, &w, (m, K, N), &mut rng);
+            let options = grouped_options(info.ggml_type);
+            let errs = errors((&bank, options), &w, (m, K, N), &mut rng);
             for (e, e_cpu) in errs {
                 assert!(
                     e <= 1.25 * e_cpu && e <= 0.01,

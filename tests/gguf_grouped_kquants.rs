@@ -11,11 +11,12 @@ mod common;
 use common::Rng;
 use common::llama_cpu::{errors, product, q8_0_activations, rel};
 use half::f16;
-use rknpu_driver::compute::matmul::Matmul;
+use rknpu_driver::compute::matmul::{Matmul, MatmulOptions};
 use rknpu_driver::device::Device;
 use rknpu_driver::gguf::write::Writer;
 use rknpu_driver::gguf::{
-    GgmlType, Gguf, GgufError, groups, groups_exactly, load_grouped, load_grouped_report,
+    GgmlType, Gguf, GgufError, grouped_options, groups, groups_exactly, load_grouped,
+    load_grouped_report,
 };
 use std::sync::Arc;
 
@@ -184,7 +185,8 @@ fn file(rng: &mut Rng) -> Gguf {
 
 /// Each type: the NPU path's error within 1.25x the CPU backend's and within 1 % at
 /// M = 1, 7 and 64, with and without outliers (one activation in 400 eight times the
-/// rest; reported, and held to the CPU's own rise within 5 %); the bank's bytes against
+/// rest; reported, and held to 1.5x or, where the CPU's own rise is more, to that within
+/// 5 %); Q6_K with residual activations (`grouped_options`); the bank's bytes against
 /// the file's (fp16 scales and offsets): Q4_1, Q4_K and Q5_K within 2.0x, Q6_K within
 /// 1.4x.
 #[test]
@@ -212,7 +214,8 @@ fn k_quants_and_q4_1_meet_the_cpu_backends_error() {
         );
         assert!(ratio <= size_bound, "{name}: {ratio:.3}x");
         for m in [1usize, 7, 64] {
-            let errs = errors(&bank, &w, (m, K, N), &mut rng);
+            let options = grouped_options(info.ggml_type);
+            let errs = errors((&bank, options), &w, (m, K, N), &mut rng);
             for (e, e_cpu) in errs {
                 assert!(
                     e <= 1.25 * e_cpu && e <= 0.01,
@@ -228,8 +231,9 @@ fn k_quants_and_q4_1_meet_the_cpu_backends_error() {
                 errs[1].0,
                 errs[1].1
             );
+            // The bound, or where the CPU's own activations miss it, the CPU's rise.
             assert!(
-                npu <= 1.05 * cpu,
+                npu <= 1.5 || npu <= 1.05 * cpu,
                 "{name} m {m}: outliers {npu} vs CPU {cpu}"
             );
         }
@@ -319,7 +323,8 @@ fn a_non_finite_scale_or_minimum_is_refused_by_name() {
 /// Q6_K blocks of random bytes (random sub-block scales of either sign and any ratio,
 /// `d` finite): the requantisation to one scale per 32 values costs more here than on
 /// tensors quantised in ggml's manner. Reported, and held to what docs/gguf.md states:
-/// within 1.5x the CPU backend's error and 1 %.
+/// one pass within 1.5x the CPU backend's error and 1 %, residual activations (the
+/// default, `grouped_options`) within 1.25x and 1 %.
 #[test]
 fn q6_k_of_random_blocks_stays_within_the_documented_margin() {
     let mut rng = Rng(0x6b6b);
@@ -352,15 +357,34 @@ fn q6_k_of_random_blocks_stays_within_the_documented_margin() {
         let want = wide(&x.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
         let e_cpu = rel(&want, &wide(&q8_0_activations(&x)));
         let mut y = vec![0f32; m * N];
-        Matmul::new(&bank, m as u32)
-            .unwrap()
-            .mul_mat(&x, &mut y)
-            .unwrap();
-        let e = rel(&want, &y.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+        let one_pass = MatmulOptions::default();
+        let mut e = [0f64; 2];
+        for (e, options) in e
+            .iter_mut()
+            .zip([one_pass, grouped_options(GgmlType::Q6_K)])
+        {
+            // Both passes of 64 rows of 32 groups are more tasks than one submission
+            // counts (`Error::Unsupported`): calls of at most 32 rows.
+            let rows = m.min(32);
+            let mut mm = Matmul::with_options(&bank, rows as u32, options).unwrap();
+            for (x, y) in x.chunks(rows * KR).zip(y.chunks_mut(rows * N)) {
+                mm.mul_mat(x, y).unwrap();
+            }
+            *e = rel(&want, &y.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+        }
+        let [one, two] = e;
         eprintln!(
-            "q6_k random blocks m {m}: e {e:.3e} (CPU {e_cpu:.3e}, {:.3}x)",
-            e / e_cpu
+            "q6_k random blocks m {m}: one pass {one:.3e} ({:.3}x CPU {e_cpu:.3e}), residual {two:.3e} ({:.3}x)",
+            one / e_cpu,
+            two / e_cpu
         );
-        assert!(e <= 1.5 * e_cpu && e <= 0.01, "m {m}: {e} vs CPU {e_cpu}");
+        assert!(
+            one <= 1.5 * e_cpu && one <= 0.01,
+            "m {m}: {one} vs CPU {e_cpu}"
+        );
+        assert!(
+            two <= 1.25 * e_cpu && two <= 0.01,
+            "m {m}: {two} vs CPU {e_cpu}"
+        );
     }
 }

@@ -56,6 +56,9 @@ fn standard_writer() {
         ("w.q3_k", GgmlType::Q3_K, [256, 2]),
         ("w.iq4_nl", GgmlType::IQ4_NL, [128, 8]),
         ("w.mxfp4", GgmlType::MXFP4, [128, 8]),
+        ("w.q4_k.wide", GgmlType::Q4_K, [1024, 64]),
+        ("w.q5_k.wide", GgmlType::Q5_K, [1024, 64]),
+        ("w.q6_k.wide", GgmlType::Q6_K, [1024, 64]),
     ];
     assert_eq!(g.tensors().len(), 2 * want.len() + 2);
     // The writer's quantisers give gguf-py's bytes for the same f32 values.

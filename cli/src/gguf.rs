@@ -5,8 +5,8 @@ use crate::Failure;
 use crate::matmul::fail;
 use rknpu_driver::compute::matmul::{Matmul, MatmulOptions};
 use rknpu_driver::gguf::{
-    GgmlType, Gguf, LoadReport, groups, groups_exactly, load_grouped_report, load_weights,
-    write_listing,
+    GgmlType, Gguf, LoadReport, grouped_options, groups, groups_exactly, load_grouped_report,
+    load_weights, write_listing,
 };
 use rknpu_driver::kernels::single::Dtype;
 use rknpu_driver::seeded::Rng;
@@ -152,7 +152,7 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
                     "the file's integers centred, a scale and an offset per 32, exactly".to_string()
                 }
                 (false, _) => format!(
-                    "requantised to one scale per 32, largest weight error {:.3e}",
+                    "requantised to one scale per 32, largest weight error {:.3e}; activations in two passes",
                     report.max_abs
                 ),
             };
@@ -167,10 +167,12 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
     let t_load = t.elapsed();
     let held = bank.held_bytes();
     // Plan (and refuse the shape) before anything of M rows is allocated.
-    let options = match p.cores {
-        Some(cores) => MatmulOptions::default().cores(cores),
-        None => MatmulOptions::default(),
+    // A grouped bank's own options: residual activations where it is requantised.
+    let options = match path {
+        Path::Grouped => grouped_options(info.ggml_type),
+        Path::Host(_) => MatmulOptions::default(),
     };
+    let options = p.cores.map_or(options, |cores| options.cores(cores));
     let mut mm = Matmul::with_options(&Arc::new(bank), p.m, options).map_err(|e| fail(&e))?;
     outln!("plan: {}", mm.plan());
     let w = g

@@ -297,6 +297,49 @@ fn matmul_gguf_defaults_to_grouped_banks_of_the_files_blocks() {
     assert!(out.contains("-> Int8 bank"), "{out}");
 }
 
+/// Without `--dtype`, a Q6_K tensor (here of random blocks, the hardest case the docs
+/// measure) loads as a grouped bank requantised per 32 and runs with its activations in
+/// two passes: within 1.25x llama.cpp's CPU error, so `OK`.
+#[test]
+fn matmul_gguf_runs_q6_k_within_the_cpu_backends_error() {
+    let (n, k) = (64u64, 1024u64);
+    let mut rng = Rng::from_seed(13);
+    let mut bytes = Vec::new();
+    for _ in 0..n * k / 256 {
+        let mut block = rng.bytes(210);
+        let d = half::f16::from_f32(0.001 + 0.049 * (rng.unit() + 1.0) / 2.0);
+        block[208..].copy_from_slice(&d.to_le_bytes());
+        bytes.extend(block);
+    }
+    let mut out = Writer::new();
+    out.tensor_raw("q6", GgmlType::Q6_K, &[k, n], bytes)
+        .unwrap();
+    let f = Temp::new("q6_k.gguf");
+    std::fs::write(&f.0, out.to_bytes()).unwrap();
+    for m in ["1", "7"] {
+        let args = ["matmul", "--gguf", f.path(), "--tensor", "q6", "--m", m];
+        let out = text(&run_ok(&[&args[..], &["--device", "emu"]].concat()).stdout);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.last(), Some(&"OK"), "m {m}:\n{out}");
+        assert!(
+            lines.iter().any(|l| l.starts_with("load: ")
+                && l.contains("grouped int8 bank")
+                && l.contains("activations in two passes")),
+            "{out}"
+        );
+        let cpu = lines.iter().find(|l| l.starts_with("cpu: ")).unwrap();
+        let times: f64 = cpu
+            .rsplit("this run ")
+            .next()
+            .unwrap()
+            .trim_end_matches("x it")
+            .parse()
+            .unwrap();
+        assert!(times <= 1.25, "{cpu}");
+        assert!(bank_line(&out) <= 2.0, "{out}");
+    }
+}
+
 #[test]
 fn matmul_gguf_names_a_missing_tensor_and_refuses_k_n_and_non_matrices() {
     let (f, _) = model("missing.gguf");

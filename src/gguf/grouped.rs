@@ -8,7 +8,7 @@
 use super::dequant::{f16_at, nibbles_32, quants_k, quants_q6_k, scale_min_k4};
 use super::load::matrix_shape;
 use super::{GgmlType, Gguf, GgufError, Result};
-use crate::compute::matmul::WeightBank;
+use crate::compute::matmul::{MatmulOptions, WeightBank};
 use crate::device::Device;
 use crate::kernels::matmul::WeightLayout;
 use crate::kernels::single::Dtype;
@@ -34,6 +34,18 @@ pub fn groups_exactly(ty: GgmlType) -> bool {
             | GgmlType::Q4_K
             | GgmlType::Q5_K
     )
+}
+
+/// The options a matmul against `ty`'s grouped bank is best made with: residual
+/// activations ([`MatmulOptions::residual`]) where the bank's weights are requantised
+/// (Q6_K), so that the activations' rounding does not add to the weights' own error and
+/// the product stays within llama.cpp's CPU error for the type at twice the rows of NPU
+/// work (docs/gguf.md, "Grouped banks"); the defaults for the types held exactly.
+pub fn grouped_options(ty: GgmlType) -> MatmulOptions {
+    match groups(ty) && !groups_exactly(ty) {
+        true => MatmulOptions::default().residual_activations(),
+        false => MatmulOptions::default(),
+    }
 }
 
 /// Whether [`load_grouped`] takes `ty`: the types of [`groups_exactly`] and Q6_K

@@ -39,9 +39,13 @@ pub fn rel(want: &[f64], y: &[f64]) -> f64 {
 /// The relative RMS errors `(npu, cpu)` of a matmul against `bank` for `m` rows of seeded
 /// activations in [−1, 1), and again with one activation in 400 eight times larger:
 /// `npu` is `Matmul::mul_mat`'s, `cpu` llama.cpp's CPU backend's (activations as Q8_0),
-/// each against the f64 product with `w` (`n × k`, the file's dequantised weights).
+/// each against the f64 product with `w` (`n × k`, the file's dequantised weights); the
+/// matmul made with `options`.
 pub fn errors(
-    bank: &std::sync::Arc<rknpu_driver::compute::matmul::WeightBank>,
+    (bank, options): (
+        &std::sync::Arc<rknpu_driver::compute::matmul::WeightBank>,
+        rknpu_driver::compute::matmul::MatmulOptions,
+    ),
     w: &[f32],
     (m, k, n): (usize, usize, usize),
     rng: &mut super::Rng,
@@ -55,7 +59,8 @@ pub fn errors(
         let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
         let want = product(&exact, w, m, k, n);
         let e_cpu = rel(&want, &product(&q8_0_activations(x), w, m, k, n));
-        let mut mm = rknpu_driver::compute::matmul::Matmul::new(bank, m as u32).unwrap();
+        let mut mm =
+            rknpu_driver::compute::matmul::Matmul::with_options(bank, m as u32, options).unwrap();
         let mut y = vec![0f32; m * n];
         mm.mul_mat(x, &mut y).unwrap();
         let y: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
