@@ -6,6 +6,7 @@
 mod common;
 
 use common::Rng;
+use common::llama_cpu::rel_err;
 use half::f16;
 use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::{
@@ -107,21 +108,6 @@ fn a_grouped_product_is_each_groups_dpu_arithmetic_summed() {
             }
         }
     }
-}
-
-/// Relative RMS error of `y` against the f64 product of `x` and `w` (`[out][in]`).
-fn rel_err(x: &[f32], w: &[f32], y: &[f32], (m, k, n): (usize, usize, usize)) -> f64 {
-    let (mut e2, mut r2) = (0f64, 0f64);
-    for r in 0..m {
-        for c in 0..n {
-            let want: f64 = (0..k)
-                .map(|i| f64::from(x[r * k + i]) * f64::from(w[c * k + i]))
-                .sum();
-            e2 += (f64::from(y[r * n + c]) - want).powi(2);
-            r2 += want * want;
-        }
-    }
-    (e2 / r2).sqrt()
 }
 
 /// With one activation in 400 eight times larger than the rest (as LLM hidden states

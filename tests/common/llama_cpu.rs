@@ -36,6 +36,13 @@ pub fn rel(want: &[f64], y: &[f64]) -> f64 {
     (e2 / r2).sqrt()
 }
 
+/// Relative RMS error of f32 results `y` (`m × n`) against the f64 product of f32 `x`
+/// (`m × k`) and `w` (`n × k`).
+pub fn rel_err(x: &[f32], w: &[f32], y: &[f32], (m, k, n): (usize, usize, usize)) -> f64 {
+    let wide = |v: &[f32]| v.iter().map(|&v| f64::from(v)).collect::<Vec<_>>();
+    rel(&product(&wide(x), w, m, k, n), &wide(y))
+}
+
 /// The relative RMS errors `(npu, cpu)` of a matmul against `bank` for `m` rows of seeded
 /// activations in [−1, 1), and again with one activation in 400 eight times larger:
 /// `npu` is `Matmul::mul_mat`'s, `cpu` llama.cpp's CPU backend's (activations as Q8_0),
