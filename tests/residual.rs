@@ -77,8 +77,8 @@ fn both_passes_are_each_groups_dpu_arithmetic_summed() {
 
 /// Against the bank's own weights (its integers times its fp16 scales) the activations'
 /// rounding is most of a one-pass product's error; two passes take all but a small part
-/// of it away, on a grouped bank and on a per-channel bank dequantised on the NPU, and
-/// on a call of fewer rows than the matmul's.
+/// of it away, on a grouped bank (with and without offsets) and on a per-channel bank
+/// dequantised on the NPU, and on a call of fewer rows than the matmul's.
 #[test]
 fn two_passes_leave_a_small_part_of_one_passs_error() {
     let (m, k, n) = (5usize, 512usize, 48usize);
@@ -99,8 +99,21 @@ fn two_passes_leave_a_small_part_of_one_passs_error() {
     let ch_held: Vec<f32> = (0..n * k)
         .map(|i| f32::from(cq[i]) * h(ch_scales[i / k]))
         .collect();
+    // With an offset per group and channel (multiples of 1/4, exact in fp16), added on
+    // the host from the exact activations' group sums.
+    let offsets: Vec<f32> = (0..n * k / 32)
+        .map(|i| (i % 7) as f32 * 0.25 - 0.75)
+        .collect();
+    let with_offsets = Arc::new(
+        WeightBank::from_i8_nk_grouped_offset(&dev, (n as u32, k as u32, 32), &wq, &ws, &offsets)
+            .unwrap(),
+    );
+    let off_held: Vec<f32> = (0..n * k)
+        .map(|i| held[i] + offsets[i / k * (k / 32) + i % k / 32])
+        .collect();
     for (bank, weights, opts) in [
         (&grouped, &held, MatmulOptions::default()),
+        (&with_offsets, &off_held, MatmulOptions::default()),
         (
             &channel,
             &ch_held,
