@@ -178,6 +178,33 @@ fn an_int4_value_out_of_range_is_refused_by_value() {
     }
 }
 
+/// A value outside −8..=7 anywhere in B, in a whole atom or in a partial one (K and N
+/// not multiples of the atom), of either sign, is refused by value; B in range packs.
+#[test]
+fn an_int4_value_out_of_range_is_refused_wherever_it_is() {
+    let (k, n) = (70usize, 100usize);
+    let l4 = WeightLayout::new(k as u32, n as u32, Dtype::Int4).unwrap();
+    let mut out = vec![0u8; l4.bytes as usize];
+    let b = vec![-8i8; k * n];
+    weights_i4_kn_into(&l4, &b, &mut out).unwrap();
+    for (at, v) in [
+        (0, 8i8),
+        (5 * n + 3, -9),
+        (64 * n + 99, 127),
+        (k * n - 1, -128),
+        (33 * n + 70, 16),
+    ] {
+        let mut bad = b.clone();
+        bad[at] = v;
+        match weights_i4_kn_into(&l4, &bad, &mut out) {
+            Err(crate::error::Error::Unsupported { why, .. }) => {
+                assert!(why.contains(&format!("int4 weight {v} ")), "{at}: {why}")
+            }
+            other => panic!("{at}: {other:?}"),
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
