@@ -19,6 +19,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 mod behaviours;
+mod dequant;
 mod matmul;
 mod trace;
 
