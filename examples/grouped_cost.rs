@@ -2,8 +2,8 @@
 //! of a 7B model's layer that matter most (4096×4096, the attention projections, and
 //! 4096 inputs × 11008 outputs, the feed-forward's up projection), decode (M = 1) and
 //! prefill (M = 128), groups of 32 to 512 input channels, one pass of activations and
-//! residual activations (two passes), beside a per-channel int8 bank scaled on the
-//! host. Each figure is [`Matmul::modelled_seconds`] of the matmul's whole program (its
+//! residual activations (two passes), beside the per-channel layouts: int8 and int4
+//! (W4A8) banks scaled on the host, and fp16. Each figure is [`Matmul::modelled_seconds`] of the matmul's whole program (its
 //! matmul tasks and its dequantisation tasks) on the RK3588 profile; a matmul whose
 //! program exceeds what one submission holds says so. Nothing runs on the NPU: the
 //! emulated kernel only holds the buffers. docs/matmul.md ("Grouped int8") has the
@@ -47,11 +47,19 @@ fn run() -> Res {
         let len = k as usize * n as usize;
         // The cost depends on the shape, not on the values.
         let q = vec![1i8; len];
-        let per_channel = WeightBank::new(&dev, (n, k), Weights::I8(&q))?;
-        let per_channel = Arc::new(per_channel.with_scales(&vec![1.0; n as usize])?);
+        let ones = vec![1.0; n as usize];
+        let per_channel =
+            Arc::new(WeightBank::new(&dev, (n, k), Weights::I8(&q))?.with_scales(&ones)?);
+        let int4 = Arc::new(WeightBank::new(&dev, (n, k), Weights::I4(&q))?.with_scales(&ones)?);
+        let halves = vec![half::f16::from_f32(1.0); len];
+        let fp16 = Arc::new(WeightBank::new(&dev, (n, k), Weights::F16(&halves))?);
         for m in ROWS {
             let host = modelled(&per_channel, m, MatmulOptions::default())?;
+            let w4a8 = modelled(&int4, m, MatmulOptions::default())?;
+            let fp16 = modelled(&fp16, m, MatmulOptions::default())?;
             println!("{k}x{n} M {m}: per-channel int8, host scaling: {host}");
+            println!("{k}x{n} M {m}: per-channel int4 (W4A8), host scaling: {w4a8}");
+            println!("{k}x{n} M {m}: fp16: {fp16}");
             for group in GROUPS {
                 let scales = vec![1.0; n as usize * k.div_ceil(group) as usize];
                 let bank = Arc::new(WeightBank::from_i8_nk_grouped(
