@@ -3,7 +3,8 @@
 
 use crate::Failure;
 use crate::matmul::fail;
-use rknpu_driver::compute::matmul::{Matmul, MatmulOptions};
+use rknpu_driver::Error;
+use rknpu_driver::compute::matmul::{Matmul, MatmulOptions, WeightBank};
 use rknpu_driver::gguf::{
     GgmlType, Gguf, LoadReport, grouped_options, groups, groups_exactly, load_grouped_report,
     load_weights, write_listing,
@@ -167,14 +168,7 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
     let t_load = t.elapsed();
     let held = bank.held_bytes();
     // Plan (and refuse the shape) before anything of M rows is allocated.
-    // A grouped bank's own options: residual activations where it is requantised.
-    let options = match path {
-        Path::Grouped => grouped_options(info.ggml_type),
-        Path::Host(_) => MatmulOptions::default(),
-    };
-    let options = p.cores.map_or(options, |cores| options.cores(cores));
-    let mut mm = Matmul::with_options(&Arc::new(bank), p.m, options).map_err(|e| fail(&e))?;
-    outln!("plan: {}", mm.plan());
+    let mut mm = matmul_for(Arc::new(bank), (path, info.ggml_type), p)?;
     let w = g
         .dequantize(p.tensor)
         .map_err(|e| Failure(1, format!("{}: {e}", p.file)))?;
@@ -185,7 +179,11 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
     let mut y = host_buffer(m, n, "results")?;
     y.resize(m * n, 0.0);
     let t = Instant::now();
-    mm.mul_mat(&x, &mut y).map_err(|e| fail(&e))?;
+    // In calls of the matmul's rows (fewer than M where one submission holds fewer).
+    let rows = mm.rows() as usize;
+    for (x, y) in x.chunks(rows * k).zip(y.chunks_mut(rows * n)) {
+        mm.mul_mat(x, y).map_err(|e| fail(&e))?;
+    }
     let t_run = t.elapsed();
     outln!(
         "time: load {:.3} ms, mul_mat {:.3} ms",
@@ -230,6 +228,40 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
     );
     outln!("OK");
     Ok(())
+}
+
+/// The matmul `rknpu matmul --gguf` runs against `bank`, its plan printed: `p.m` rows
+/// (with a grouped bank's own options, `gguf::grouped_options`), or, where a grouped
+/// bank's program for them is past one submission (its dequantisation tasks grow with
+/// the rows: `Error::Unsupported`), the most rows, halving, that fit, the product then
+/// run in calls of that many (said on a `calls:` line).
+fn matmul_for(
+    bank: Arc<WeightBank>,
+    (path, ty): (Path, GgmlType),
+    p: &GgufMatmul<'_>,
+) -> Result<Matmul, Failure> {
+    let options = match path {
+        Path::Grouped => grouped_options(ty),
+        Path::Host(_) => MatmulOptions::default(),
+    };
+    let options = p.cores.map_or(options, |cores| options.cores(cores));
+    let mut rows = p.m;
+    let mm = loop {
+        match Matmul::with_options(&bank, rows, options) {
+            Err(Error::Unsupported { .. }) if path == Path::Grouped && rows > 1 => {
+                rows = rows.div_ceil(2);
+            }
+            made => break made.map_err(|e| fail(&e))?,
+        }
+    };
+    outln!("plan: {}", mm.plan());
+    if rows < p.m {
+        outln!(
+            "calls: {} rows in calls of {rows} (one submission holds the dequantisation tasks of no more)",
+            p.m
+        );
+    }
+    Ok(mm)
 }
 
 /// Whether a tensor of `ty` and GGUF `dims` (`[k, n]`) loads into a grouped bank of its own

@@ -299,7 +299,8 @@ fn matmul_gguf_defaults_to_grouped_banks_of_the_files_blocks() {
 
 /// Without `--dtype`, a Q6_K tensor (here of random blocks, the hardest case the docs
 /// measure) loads as a grouped bank requantised per 32 and runs with its activations in
-/// two passes: within 1.25x llama.cpp's CPU error, so `OK`.
+/// two passes: within 1.25x llama.cpp's CPU error, so `OK`; 64 rows, past what one
+/// submission holds, in calls of 32.
 #[test]
 fn matmul_gguf_runs_q6_k_within_the_cpu_backends_error() {
     let (n, k) = (64u64, 1024u64);
@@ -316,7 +317,7 @@ fn matmul_gguf_runs_q6_k_within_the_cpu_backends_error() {
         .unwrap();
     let f = Temp::new("q6_k.gguf");
     std::fs::write(&f.0, out.to_bytes()).unwrap();
-    for m in ["1", "7"] {
+    for m in ["1", "7", "64"] {
         let args = ["matmul", "--gguf", f.path(), "--tensor", "q6", "--m", m];
         let out = text(&run_ok(&[&args[..], &["--device", "emu"]].concat()).stdout);
         let lines: Vec<&str> = out.lines().collect();
@@ -327,6 +328,15 @@ fn matmul_gguf_runs_q6_k_within_the_cpu_backends_error() {
                 && l.contains("activations in two passes")),
             "{out}"
         );
+        // 64 rows of both passes of 32 groups are past one submission: calls of 32.
+        let calls = lines.iter().find(|l| l.starts_with("calls: "));
+        match m {
+            "64" => assert!(
+                calls.unwrap().starts_with("calls: 64 rows in calls of 32 "),
+                "{out}"
+            ),
+            _ => assert!(calls.is_none(), "{out}"),
+        }
         let cpu = lines.iter().find(|l| l.starts_with("cpu: ")).unwrap();
         let times: f64 = cpu
             .rsplit("this run ")
