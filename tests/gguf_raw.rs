@@ -470,3 +470,58 @@ fn check_raw_agrees_with_banks_and_plans() {
         assert!(Matmul::new(&bank, m).is_err(), "m = {m}");
     }
 }
+
+/// Into an int8 bank (`gguf::bank_from_raw_as`): the bank `WeightBank::quantize_f32_nk`
+/// makes from the dequantised values, byte for byte and scale for scale, for float,
+/// block and K types; `gguf::check_raw_as` plans it. Other bank types than the exact one
+/// and int8 are refused, and a NaN by its row and column.
+#[test]
+fn int8_banks_are_the_dequantised_values_requantised_per_channel() {
+    use rknpu_driver::compute::matmul::WeightBank;
+    let dev = open();
+    let mut rng = Rng::from_seed(31);
+    let (n, k) = (40usize, 512usize);
+    let types = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ];
+    for ty in types {
+        let data = raw(ty, &mut rng, n, k);
+        let shape = (n as u32, k as u32);
+        let bank =
+            gguf::bank_from_raw_as(&dev, (ty, Dtype::Int8), shape.0, shape.1, &data).unwrap();
+        let w = gguf::dequantize(ty, &data, (n * k) as u64).unwrap();
+        let want = WeightBank::quantize_f32_nk(&dev, shape.0, shape.1, &w, Dtype::Int8).unwrap();
+        assert_eq!(bank.layout(), want.layout(), "{ty}");
+        assert_eq!(bank.packed().unwrap(), want.packed().unwrap(), "{ty}");
+        assert_eq!(bank.scales(), want.scales(), "{ty}");
+        gguf::check_raw_as(&dev, (ty, Dtype::Int8), shape.0, shape.1, 7).unwrap();
+    }
+    let data = raw(GgmlType::Q8_0, &mut rng, n, k);
+    for dtype in [Dtype::Int4, Dtype::Bf16] {
+        let as_ = (GgmlType::Q8_0, dtype);
+        assert!(matches!(
+            gguf::bank_from_raw_as(&dev, as_, n as u32, k as u32, &data),
+            Err(Error::Unsupported { .. })
+        ));
+        assert!(matches!(
+            gguf::check_raw_as(&dev, as_, n as u32, k as u32, 1),
+            Err(Error::Unsupported { .. })
+        ));
+    }
+    let mut nan = raw(GgmlType::F32, &mut rng, n, k);
+    nan[(3 * k + 5) * 4..][..4].copy_from_slice(&f32::NAN.to_le_bytes());
+    match gguf::bank_from_raw_as(&dev, (GgmlType::F32, Dtype::Int8), n as u32, k as u32, &nan) {
+        Err(Error::Unsupported { what, .. }) => {
+            assert!(what.contains("row 3, column 5"), "{what}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

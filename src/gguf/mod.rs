@@ -45,7 +45,9 @@ pub use grouped::{
 };
 pub use list::{LIST_NAME_COLUMN, escape_name, write_listing};
 pub use load::{LoadReport, bank_values, load_bank, load_weights};
-pub use raw::{bank_from_raw, check_raw, raw_bank_dtype, raw_row_bytes};
+pub use raw::{
+    bank_from_raw, bank_from_raw_as, check_raw, check_raw_as, raw_bank_dtype, raw_row_bytes,
+};
 pub use types::{Array, GgmlType, Value, ValueType};
 
 use std::borrow::Cow;

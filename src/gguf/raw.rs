@@ -8,13 +8,16 @@
 //! dequantised in ggml's arithmetic and rounded once to fp16. A value fp16 cannot hold
 //! (one that rounds to infinity, |x| >= 65520, a NaN or an infinity) is refused with the
 //! row and column where it is, never stored as an infinity; values up to 65520 round to
-//! the largest fp16, ±65504, as any rounding does.
+//! the largest fp16, ±65504, as any rounding does. [`bank_from_raw_as`] offers an int8
+//! bank instead, requantised per output channel: half the bytes, for an error.
 
 use super::dequant::{DEQUANTIZED, dequantize};
 use super::{GgmlType, GgufError, Result};
 use crate::compute::matmul::WeightBank;
 use crate::compute::matmul::Weights;
 use crate::device::Device;
+use crate::error::Error;
+use crate::kernels::matmul::quant::quantize_rows_i8_into;
 use crate::kernels::matmul::{Plan, WeightLayout};
 use crate::kernels::single::{Dtype, OutType};
 use half::{bf16, f16};
@@ -65,7 +68,18 @@ pub fn raw_row_bytes(ty: GgmlType, n: u32, k: u32) -> Result<usize> {
 /// deciding what it offloads (a ggml backend's `supports_op`) asks this and claims
 /// exactly what it answers `Ok` for.
 pub fn check_raw(dev: &Device, ty: GgmlType, n: u32, k: u32, m: u32) -> Result<()> {
-    let dtype = raw_bank_dtype(ty)?;
+    check_raw_as(dev, (ty, raw_bank_dtype(ty)?), n, k, m)
+}
+
+/// [`check_raw`] for [`bank_from_raw_as`] into a bank of `dtype`.
+pub fn check_raw_as(
+    dev: &Device,
+    (ty, dtype): (GgmlType, Dtype),
+    n: u32,
+    k: u32,
+    m: u32,
+) -> Result<()> {
+    raw_dtype(ty, dtype)?;
     raw_row_bytes(ty, n, k)?;
     if m == 0 {
         return Err(GgufError::Invalid {
@@ -76,7 +90,12 @@ pub fn check_raw(dev: &Device, ty: GgmlType, n: u32, k: u32, m: u32) -> Result<(
     }
     // The layout bank_from_raw packs in.
     let layout = WeightLayout::decode_and_prompts(k, n, dtype, dev.cores())?;
-    Plan::for_layout(&layout, m, OutType::Fp32, dev.cores())?;
+    // Int8 banks are scaled on the host from the int32 sums; the float banks sum in fp32.
+    let out = match dtype {
+        Dtype::Int8 => OutType::Int32,
+        _ => OutType::Fp32,
+    };
+    Plan::for_layout(&layout, m, out, dev.cores())?;
     Ok(())
 }
 
@@ -93,7 +112,37 @@ pub fn bank_from_raw(
     k: u32,
     data: &[u8],
 ) -> Result<WeightBank> {
-    let dtype = raw_bank_dtype(ty)?;
+    bank_from_raw_as(dev, (ty, raw_bank_dtype(ty)?), n, k, data)
+}
+
+/// Whether [`bank_from_raw_as`] packs data of type `ty` into a bank of `dtype`: the
+/// type of [`raw_bank_dtype`], or int8 for any type it converts.
+fn raw_dtype(ty: GgmlType, dtype: Dtype) -> Result<()> {
+    let exact = raw_bank_dtype(ty)?;
+    if dtype != exact && dtype != Dtype::Int8 {
+        return Err(GgufError::Unsupported {
+            tensor: String::new(),
+            what: format!("weights of type {ty} in a {dtype:?} bank ({exact:?} or Int8)"),
+        });
+    }
+    Ok(())
+}
+
+/// [`bank_from_raw`] into a bank of `dtype`: the type [`raw_bank_dtype`] gives, or
+/// [`Dtype::Int8`], the values dequantised in ggml's arithmetic a row at a time and
+/// requantised per output channel (±127, one f32 scale a row, as
+/// [`WeightBank::quantize_f32_nk`] does), so the host holds the tensor once, as int8,
+/// while it packs: half an fp16 bank's bytes, at the price of the requantisation's error
+/// (docs/gguf.md, "Layouts compared": 0.6–1.0 % relative RMS). A non-finite value is
+/// refused with its row and column. Other types are [`GgufError::Unsupported`].
+pub fn bank_from_raw_as(
+    dev: &Device,
+    (ty, dtype): (GgmlType, Dtype),
+    n: u32,
+    k: u32,
+    data: &[u8],
+) -> Result<WeightBank> {
+    raw_dtype(ty, dtype)?;
     let row = raw_row_bytes(ty, n, k)?;
     let want = row.checked_mul(n as usize);
     if want != Some(data.len()) {
@@ -109,6 +158,24 @@ pub fn bank_from_raw(
     }
     let (n_us, k_us) = (n as usize, k as usize);
     match (ty, dtype) {
+        (_, Dtype::Int8) => {
+            let (mut q, mut s) = (vec![0i8; n_us * k_us], vec![0f32; n_us]);
+            for (r, ((bytes, q), s)) in data
+                .chunks_exact(row)
+                .zip(q.chunks_exact_mut(k_us))
+                .zip(s.iter_mut())
+                .enumerate()
+            {
+                let values = dequantize(ty, bytes, u64::from(k))?;
+                quantize_rows_i8_into(&values, k_us, q, std::slice::from_mut(s)).map_err(|e| {
+                    match e {
+                        Error::OutOfRange { index, .. } => not_finite(r, index, f64::NAN),
+                        e => GgufError::from(e),
+                    }
+                })?;
+            }
+            Ok(WeightBank::new(dev, (n, k), Weights::I8(&q))?.with_scales(&s)?)
+        }
         (GgmlType::F16, _) => {
             let w = halves(data, f16::from_bits);
             check_finite(w.iter().map(|v| v.is_finite()), k_us)?;
