@@ -44,6 +44,8 @@ typedef struct rknpu_job rknpu_job;
 #define RKNPU_WEIGHTS_I8 (256u)
 /* The w_type of rknpu_mul_mat_supported for rknpu_weights_i4 weights. */
 #define RKNPU_WEIGHTS_I4 (257u)
+/* OR-ed into a ggml type code: rknpu_weights_ggml makes an int8 bank. */
+#define RKNPU_GGML_INT8 (65536u)
 
 /* Opens an NPU into *out. spec NULL or "": the device RKNPU_DEVICE names, or */
 /* else the board's NPU node; "emu", "emu:rocket", "emu:vendor-0.9.6": an */
@@ -75,7 +77,8 @@ int rknpu_weights_f16(rknpu_device *dev, const uint16_t *w,
                       uint32_t n, uint32_t k, rknpu_weights **out);
 
 /* Whether rknpu_weights_ggml takes n rows of k values of ggml type `type` (the */
-/* value of enum ggml_type) and a product of m rows can run against them: */
+/* value of enum ggml_type, RKNPU_GGML_INT8 OR-ed in for an int8 bank) and a */
+/* product of m rows can run against them: */
 /* 0 if so, else RKNPU_ERR_UNSUPPORTED or RKNPU_ERR_ARG with the reason. Plans */
 /* only; allocates nothing on the device. A backend's supports_op asks this. */
 int rknpu_ggml_supported(rknpu_device *dev, uint32_t type, uint32_t n, uint32_t k,
@@ -86,7 +89,8 @@ int rknpu_ggml_supported(rknpu_device *dev, uint32_t type, uint32_t n, uint32_t 
 /* IQ4_NL, MXFP4, Q1_0), rows back to back, size bytes in all (checked before any */
 /* is read). The library converts the blocks: BF16 to a bf16 bank, the rest to */
 /* fp16 (dequantised in ggml's arithmetic); a value fp16 cannot hold is refused. */
-/* data is not kept. */
+/* With RKNPU_GGML_INT8 OR-ed into type: an int8 bank requantised per output */
+/* channel (half the bytes, about 1 % relative error). data is not kept. */
 int rknpu_weights_ggml(rknpu_device *dev, uint32_t type, const void *data, size_t size,
                        uint32_t n, uint32_t k, rknpu_weights **out);
 

@@ -70,7 +70,8 @@ pub const FUNCTIONS: &[Function] = &[
         prototype: "int rknpu_ggml_supported(rknpu_device *dev, uint32_t type, uint32_t n, uint32_t k,\n                         uint32_t m)",
         doc: &[
             "Whether rknpu_weights_ggml takes n rows of k values of ggml type `type` (the",
-            "value of enum ggml_type) and a product of m rows can run against them:",
+            "value of enum ggml_type, RKNPU_GGML_INT8 OR-ed in for an int8 bank) and a",
+            "product of m rows can run against them:",
             "0 if so, else RKNPU_ERR_UNSUPPORTED or RKNPU_ERR_ARG with the reason. Plans",
             "only; allocates nothing on the device. A backend's supports_op asks this.",
         ],
@@ -84,7 +85,8 @@ pub const FUNCTIONS: &[Function] = &[
             "IQ4_NL, MXFP4, Q1_0), rows back to back, size bytes in all (checked before any",
             "is read). The library converts the blocks: BF16 to a bf16 bank, the rest to",
             "fp16 (dequantised in ggml's arithmetic); a value fp16 cannot hold is refused.",
-            "data is not kept.",
+            "With RKNPU_GGML_INT8 OR-ed into type: an int8 bank requantised per output",
+            "channel (half the bytes, about 1 % relative error). data is not kept.",
         ],
     },
     Function {
@@ -251,6 +253,11 @@ pub const CONSTANTS: &[(&str, u32, &str)] = &[
         "RKNPU_WEIGHTS_I4",
         crate::WEIGHTS_I4,
         "The w_type of rknpu_mul_mat_supported for rknpu_weights_i4 weights.",
+    ),
+    (
+        "RKNPU_GGML_INT8",
+        crate::GGML_INT8,
+        "OR-ed into a ggml type code: rknpu_weights_ggml makes an int8 bank.",
     ),
 ];
 

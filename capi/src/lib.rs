@@ -36,7 +36,9 @@ pub mod limits;
 
 pub use batch::RknpuBatch;
 pub use job::Job;
-pub use limits::{WEIGHTS_I4, WEIGHTS_I8, ggml_supported, ggml_type, mul_mat_supported};
+pub use limits::{
+    GGML_INT8, WEIGHTS_I4, WEIGHTS_I8, ggml_bank, ggml_supported, ggml_type, mul_mat_supported,
+};
 
 use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::Weights;
@@ -337,11 +339,11 @@ impl RknpuWeights {
         }
     }
 
-    /// Weights from ggml's raw data of type code `ty` (`enum ggml_type`): `n` rows of
-    /// `k` values, rows back to back (`gguf::bank_from_raw`).
+    /// Weights from ggml's raw data of type code `ty` (`enum ggml_type`, with
+    /// [`GGML_INT8`] for an int8 bank): `n` rows of `k` values, rows back to back
+    /// (`gguf::bank_from_raw_as`).
     pub fn ggml(dev: &RknpuDevice, ty: u32, data: &[u8], n: u32, k: u32) -> Result<Self> {
-        let ty = ggml_type(ty)?;
-        let bank = gguf::bank_from_raw(&dev.device, ty, n, k, data)?;
+        let bank = gguf::bank_from_raw_as(&dev.device, ggml_bank(ty)?, n, k, data)?;
         Ok(RknpuWeights::new(bank, n, k))
     }
 

@@ -42,10 +42,25 @@ pub fn mul_mat_supported(
     }
 }
 
+/// A flag OR-ed into the ggml type code of `rknpu_weights_ggml` (and of
+/// `rknpu_ggml_supported` and `rknpu_mul_mat_supported`): an int8 bank requantised per
+/// output channel (`gguf::bank_from_raw_as`) instead of the exact fp16 or bf16 one.
+pub const GGML_INT8: u32 = 1 << 16;
+
+/// The ggml type and the bank type of a `rknpu_weights_ggml` type code: the type's own
+/// bank (`gguf::raw_bank_dtype`), or int8 with [`GGML_INT8`].
+pub fn ggml_bank(code: u32) -> Result<(GgmlType, Dtype)> {
+    let ty = ggml_type(code & !GGML_INT8)?;
+    let dtype = match code & GGML_INT8 {
+        0 => gguf::raw_bank_dtype(ty)?,
+        _ => Dtype::Int8,
+    };
+    Ok((ty, dtype))
+}
+
 /// Whether `rknpu_weights_ggml` takes an `n` × `k` tensor of type code `ty` on `dev` and
-/// a product of `m` rows can be planned against it (`gguf::check_raw`); allocates
+/// a product of `m` rows can be planned against it (`gguf::check_raw_as`); allocates
 /// nothing on the device.
 pub fn ggml_supported(dev: &RknpuDevice, ty: u32, n: u32, k: u32, m: u32) -> Result<()> {
-    let ty = ggml_type(ty)?;
-    Ok(gguf::check_raw(&dev.device, ty, n, k, m)?)
+    Ok(gguf::check_raw_as(&dev.device, ggml_bank(ty)?, n, k, m)?)
 }

@@ -529,3 +529,61 @@ fn products_are_refused_before_memory_is_touched() {
     rknpu_weights_free(h);
     rknpu_close(dev);
 }
+
+/// With `RKNPU_GGML_INT8` OR-ed into the type code: an int8 bank requantised per output
+/// channel, the one `gguf::bank_from_raw_as` makes, whose products from F32 and F16
+/// rows are the library's `Matmul::mul_mat` of the same values bit for bit, within
+/// the requantisation's error of the file's weights; `rknpu_ggml_supported` answers for
+/// it, and an unknown type with the flag is refused.
+#[test]
+fn int8_banks_from_ggml_data_are_the_librarys() {
+    use rknpu_driver::compute::matmul::Matmul;
+    use rknpu_driver::kernels::single::Dtype;
+    let dev = open_emu();
+    let lib = rknpu_driver::device::Device::open_spec("emu").unwrap();
+    let mut rng = Rng::from_seed(0x1a8);
+    let (n, k, m) = (48usize, 256usize, 3usize);
+    let q8 = quantize_q8_0(&values(&mut rng, n * k)).unwrap();
+    for (ty, data) in [(Q8_0, q8), (Q4_K, q4_k_blocks(&mut rng, n * k / 256))] {
+        let code = ty | rknpu::GGML_INT8;
+        assert_eq!(
+            rknpu_ggml_supported(dev, code, n as u32, k as u32, m as u32),
+            0
+        );
+        let (rc, h) = weights(dev, code, &data, n as u32, k as u32);
+        assert_eq!(rc, 0, "{}", last_error());
+        assert_eq!(handle(h).bank.layout().dtype, Dtype::Int8);
+        let gty = GgmlType::from_code(ty).unwrap();
+        let bank = gguf::bank_from_raw_as(&lib, (gty, Dtype::Int8), n as u32, k as u32, &data);
+        let bank = std::sync::Arc::new(bank.unwrap());
+        assert_eq!(handle(h).bank.packed().unwrap(), bank.packed().unwrap());
+        let w = gguf::dequantize(gty, &data, (n * k) as u64).unwrap();
+        for x_type in [F32, F16] {
+            let x: Vec<f32> = values(&mut rng, m * k)
+                .iter()
+                .map(|&v| {
+                    if x_type == F16 {
+                        f16::from_f32(v).to_f32()
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            let y = product(h, &w, (x_type, &x, k * 4 + 12), n * 4, 0.03);
+            let mut want = vec![0f32; m * n];
+            Matmul::new(&bank, m as u32)
+                .unwrap()
+                .mul_mat(&x, &mut want)
+                .unwrap();
+            assert_eq!(y, want, "type {ty}, x type {x_type}");
+        }
+        assert_eq!(rknpu_weights_free(h), 0);
+    }
+    let unknown = 999 | rknpu::GGML_INT8;
+    failed(
+        rknpu_ggml_supported(dev, unknown, 8, 32, 1),
+        Code::Unsupported,
+        "unknown type",
+    );
+    assert_eq!(rknpu_close(dev), 0);
+}
