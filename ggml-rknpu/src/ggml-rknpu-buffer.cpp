@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 static constexpr size_t GGML_RKNPU_ALIGNMENT = 64;
@@ -34,6 +35,17 @@ ggml_rknpu_packed::~ggml_rknpu_packed() {
     for (rknpu_weights * w : planes) {
         rknpu_weights_free(w);
     }
+}
+
+uint32_t ggml_rknpu_weight_code(ggml_type type) {
+    static const bool int8 = [] {
+        const char * w = getenv("RKNPU_GGML_WEIGHTS");
+        if (w != nullptr && strcmp(w, "int8") != 0 && strcmp(w, "fp16") != 0) {
+            GGML_LOG_WARN("%s: RKNPU_GGML_WEIGHTS=%s is neither int8 nor fp16: fp16\n", __func__, w);
+        }
+        return w != nullptr && strcmp(w, "int8") == 0;
+    }();
+    return (uint32_t) type | (int8 && ggml_is_quantized(type) ? RKNPU_GGML_INT8 : 0u);
 }
 
 std::unique_ptr<ggml_rknpu_packed> ggml_rknpu_pack(rknpu_device * dev, const ggml_tensor * t, const void * data) {
@@ -59,7 +71,7 @@ std::unique_ptr<ggml_rknpu_packed> ggml_rknpu_pack(rknpu_device * dev, const ggm
                 plane = gathered.data();
             }
             rknpu_weights * w  = nullptr;
-            const int       rc = rknpu_weights_ggml(dev, (uint32_t) t->type, plane, row * t->ne[1],
+            const int       rc = rknpu_weights_ggml(dev, ggml_rknpu_weight_code(t->type), plane, row * t->ne[1],
                                                     (uint32_t) t->ne[1], (uint32_t) t->ne[0], &w);
             if (rc != 0) {
                 GGML_LOG_ERROR("%s: %s (%s [%lld x %lld], plane %lld/%lld): %s\n", __func__, t->name,
@@ -77,7 +89,8 @@ std::unique_ptr<ggml_rknpu_packed> ggml_rknpu_pack(rknpu_device * dev, const ggm
 // type and shape the library takes (it knows which ggml types it converts)
 static bool ggml_rknpu_packable(rknpu_device * dev, const ggml_tensor * t) {
     return ggml_is_contiguous(t) && t->ne[1] > 1 && t->ne[0] <= UINT32_MAX && t->ne[1] <= UINT32_MAX &&
-           rknpu_ggml_supported(dev, (uint32_t) t->type, (uint32_t) t->ne[1], (uint32_t) t->ne[0], 1) == 0;
+           rknpu_ggml_supported(dev, ggml_rknpu_weight_code(t->type), (uint32_t) t->ne[1], (uint32_t) t->ne[0],
+                                1) == 0;
 }
 
 // After packing, the caller's bytes are not needed again. llama.cpp hands set_tensor

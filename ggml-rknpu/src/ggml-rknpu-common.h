@@ -64,6 +64,11 @@ struct ggml_rknpu_backend_context {
     ggml_rknpu_batch_cache batches;
 };
 
+// the type code the library packs weights of `type` as: `type` itself (an fp16 or bf16
+// bank), or with RKNPU_GGML_INT8 for a quantised type when RKNPU_GGML_WEIGHTS=int8 asks
+// for int8 banks (half the bytes, about 1 % relative error; docs/ggml.md)
+uint32_t ggml_rknpu_weight_code(ggml_type type);
+
 // packs every plane of tensor t from data (t's bytes, laid out as t); nullptr and a
 // logged error when the library refuses
 std::unique_ptr<ggml_rknpu_packed> ggml_rknpu_pack(rknpu_device * dev, const ggml_tensor * t, const void * data);

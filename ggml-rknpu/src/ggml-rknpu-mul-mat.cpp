@@ -28,8 +28,8 @@ bool ggml_rknpu_supports_mul_mat(rknpu_device * dev, const ggml_tensor * op) {
         return false;
     }
     const uint32_t m = (uint32_t) std::max<int64_t>(src1->ne[1], 1);
-    return rknpu_mul_mat_supported(dev, (uint32_t) src0->type, (uint32_t) src1->type, (uint32_t) src0->ne[1],
-                                   (uint32_t) src0->ne[0], m) == 0;
+    return rknpu_mul_mat_supported(dev, ggml_rknpu_weight_code(src0->type), (uint32_t) src1->type,
+                                   (uint32_t) src0->ne[1], (uint32_t) src0->ne[0], m) == 0;
 }
 
 // the rows of one src1 plane, contiguous within each row and not overlapping: either the

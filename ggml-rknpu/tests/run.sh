@@ -28,10 +28,11 @@ fail() {
     exit 1
 }
 
-# test-backend-ops OP MIN_CASES: the suite's cases of OP on the RKNPU backend
+# test-backend-ops OP MIN_CASES [LABEL]: the suite's cases of OP on the RKNPU backend
+# (LABEL names the log and the line of a run in another configuration)
 backend_ops() {
-    local op=$1 min=$2 log="$logs/test-backend-ops-$1.log"
-    echo "-- test-backend-ops -o $op -b RKNPU"
+    local op=$1 min=$2 log="$logs/test-backend-ops-$1${3:+-$3}.log"
+    echo "-- test-backend-ops -o $op -b RKNPU${3:+ ($3)}"
     if ! RKNPU_DEVICE=emu GGML_BACKEND_PATH="$backend" \
         "$out/bin/test-backend-ops" test -o "$op" -b RKNPU >"$log" 2>&1; then
         grep -E "FAIL|error" "$log" | head -n 40 >&2 || true
@@ -47,10 +48,12 @@ backend_ops() {
     total=$(echo "$summary" | sed -E 's#^ *([0-9]+)/([0-9]+).*#\2#')
     [ "$passed" -eq "$total" ] || fail "$op: $passed of $total cases passed"
     [ "$total" -ge "$min" ] || fail "$op: only $total cases ran on RKNPU (at least $min expected)"
-    echo "   $op: $passed/$total cases passed on RKNPU ($(grep -c 'not supported' "$log") not claimed)"
+    echo "   $op${3:+ ($3)}: $passed/$total cases passed on RKNPU ($(grep -c 'not supported' "$log") not claimed)"
 }
 
 backend_ops MUL_MAT 1000
+# int8 banks for the quantised weight types (docs/ggml.md, "Weights in int8")
+RKNPU_GGML_WEIGHTS=int8 backend_ops MUL_MAT 1000 int8
 
 echo "-- llama-simple: 32 greedy tokens, CPU alone and with the backend (F16 weights)"
 model="$out/models/tiny-f16.gguf"
