@@ -481,18 +481,11 @@ fn int8_banks_are_the_dequantised_values_requantised_per_channel() {
     let dev = open();
     let mut rng = Rng::from_seed(31);
     let (n, k) = (40usize, 512usize);
-    let types = [
-        GgmlType::F32,
-        GgmlType::F16,
-        GgmlType::BF16,
-        GgmlType::Q8_0,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-    ];
-    for ty in types {
+    use GgmlType as T;
+    let floats = [T::F32, T::F16, T::BF16];
+    let blocks = [T::Q8_0, T::Q4_0, T::Q4_1, T::Q5_0];
+    let k_types = [T::Q4_K, T::Q5_K, T::Q6_K];
+    for ty in floats.into_iter().chain(blocks).chain(k_types) {
         let data = raw(ty, &mut rng, n, k);
         let shape = (n as u32, k as u32);
         let bank =
