@@ -185,9 +185,10 @@ fn residual_activations_refuse_what_they_do_not_compute() {
     ));
 }
 
-/// The cost model counts every task of the program: dequantising on the NPU adds tasks
-/// to the host-scaled product, and the second pass adds the dequantisation tasks of its
-/// rows, but not a second read of the weights, so it costs less than twice one pass.
+/// The cost model counts every task of the program: a host-scaled product's is the
+/// plan's own cost; dequantising on the NPU adds tasks, and the second pass adds the
+/// dequantisation tasks of its rows, but not a second read of the weights, so it costs
+/// less than twice one pass.
 #[test]
 fn the_second_pass_is_costed_and_costs_less_than_a_second_call() {
     let profile = rknpu_driver::kernels::matmul::cost::HardwareProfile::rk3588();
@@ -201,6 +202,20 @@ fn the_second_pass_is_costed_and_costs_less_than_a_second_call() {
         mm.modelled_seconds(&profile).unwrap()
     };
     let host = cost(&channel, MatmulOptions::default());
+    // A program of the plan's tasks alone is what the plan's own cost models, on either
+    // driver's profile.
+    let rocket = rknpu_driver::kernels::matmul::cost::HardwareProfile::rk3588_rocket();
+    for (profile, m) in [(&profile, 1), (&profile, 96), (&rocket, 96)] {
+        let mm = Matmul::new(&channel, m).unwrap();
+        let (got, want) = (
+            mm.modelled_seconds(profile).unwrap(),
+            mm.plan().cost(profile).unwrap().seconds,
+        );
+        assert!(
+            (got - want).abs() <= 1e-12 * want,
+            "m {m}: {got} vs the plan's {want}"
+        );
+    }
     let npu = cost(&channel, MatmulOptions::default().dequantize_on_npu());
     let one = cost(&grouped, MatmulOptions::default());
     let two = cost(&grouped, residual());

@@ -2,8 +2,8 @@
 //! pending matmul a submission returns.
 
 use super::*;
-use crate::kernels::matmul::cost::HardwareProfile;
 use crate::kernels::matmul::cost::jobs::split_jobs;
+use crate::kernels::matmul::cost::{HardwareProfile, SubmitPath};
 use crate::verify;
 use std::ops::Range;
 
@@ -217,28 +217,54 @@ impl Matmul {
             .bind(|id: BufferId| bases.get(id.0 as usize).map(|&x| x as u64))
     }
 
-    /// The modelled NPU seconds of one call on `profile`: one submission, each core's
-    /// chain of its tasks (the matmul's and, on NPU dequantisation, the dequantisation
-    /// tasks) one after another ([`HardwareProfile::serial_job_seconds`]), the slowest
-    /// core. It counts every task the program holds, so the tasks a plan does not
-    /// (dequantisation, the second pass of residual activations) are in it; the host's
-    /// part is not. Where a driver cuts the program into several jobs ([`Matmul::jobs`]),
-    /// the extra submissions are not counted.
+    /// The modelled NPU seconds of one call on `profile`: one submission and each
+    /// core's chain of tasks (the matmul's and, on NPU dequantisation, the
+    /// dequantisation tasks, which the plan does not hold) one after another
+    /// ([`HardwareProfile::serial_job_seconds`]), the chains sharing the DRAM bandwidth
+    /// and, on rocket, the profile's open devices, each further lane starting
+    /// [`HardwareProfile::core_start_s`] later, as [`Plan::cost`] models them; the
+    /// slowest lane. The host's part is not in it, nor, where a driver cuts the program
+    /// into several jobs ([`Matmul::jobs`]), the extra submissions.
     pub fn modelled_seconds(&self, profile: &HardwareProfile) -> Result<f64> {
         profile.check()?;
         let words = self.bound_words()?;
         let tasks = verify::tasks_of_words(&words).map_err(|error| Error::Verify { error })?;
+        let mut chains = Vec::new();
         let mut at = 0;
-        let mut slowest = 0f64;
         for &n in self.per_core() {
             let chain = tasks
                 .get(at..at + n)
                 .ok_or_else(|| Error::InvalidArgument {
                     what: format!("chain of {n} tasks beyond the program's {}", tasks.len()),
                 })?;
-            slowest = slowest.max(profile.serial_job_seconds(chain) - profile.per_submit_s());
+            if n > 0 {
+                chains.push(chain);
+            }
             at += n;
         }
+        let lanes = match profile.submit_path {
+            SubmitPath::Rocket => chains.len().min(profile.rocket_devices as usize),
+            SubmitPath::Vendor => chains.len(),
+        }
+        .max(1);
+        let mut shared = profile.clone();
+        shared.core_dram_bytes_per_s =
+            (profile.dram_bytes_per_s / lanes as f64).min(profile.core_dram_bytes_per_s);
+        let mut lane_seconds = vec![0f64; lanes];
+        for (i, chain) in chains.iter().enumerate() {
+            // A chain that follows another on its lane: one more task transition.
+            let follows = if i >= lanes {
+                profile.per_task_s()
+            } else {
+                0.0
+            };
+            lane_seconds[i % lanes] +=
+                follows + shared.serial_job_seconds(chain) - profile.per_submit_s();
+        }
+        // Each further lane starts a little later (the profile's per-core start).
+        let slowest = lane_seconds.iter().enumerate().fold(0f64, |a, (i, &t)| {
+            a.max(t + i as f64 * profile.core_start_s)
+        });
         Ok(profile.per_submit_s() + slowest)
     }
 
