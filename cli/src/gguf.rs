@@ -153,8 +153,12 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
                     "the file's integers centred, a scale and an offset per 32, exactly".to_string()
                 }
                 (false, _) => format!(
-                    "requantised to one scale per 32, largest weight error {:.3e}; activations in two passes",
-                    report.max_abs
+                    "requantised to one scale per 32, largest weight error {:.3e}{}",
+                    report.max_abs,
+                    match grouped_options(info.ggml_type).residual {
+                        true => "; activations in two passes",
+                        false => "",
+                    }
                 ),
             };
             outln!(
