@@ -579,6 +579,17 @@ fn int8_banks_from_ggml_data_are_the_librarys() {
         }
         assert_eq!(rknpu_weights_free(h), 0);
     }
+    // A size error names the type, not its code with the flag.
+    let short = quantize_q8_0(&values(&mut rng, n * k)).unwrap();
+    let (rc, _) = weights(
+        dev,
+        Q8_0 | rknpu::GGML_INT8,
+        &short[1..],
+        n as u32,
+        k as u32,
+    );
+    failed(rc, Code::Arg, "a short size");
+    assert!(last_error().contains("values of Q8_0"), "{}", last_error());
     let unknown = 999 | rknpu::GGML_INT8;
     failed(
         rknpu_ggml_supported(dev, unknown, 8, 32, 1),

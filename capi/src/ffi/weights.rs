@@ -156,11 +156,11 @@ pub unsafe extern "C" fn rknpu_weights_ggml(
         }
         // The shape and the type's row size are checked against `size` before a byte
         // is read.
-        let row = crate::ggml_bank(ty)
-            .and_then(|(t, _)| rknpu_driver::gguf::raw_row_bytes(t, n, k).map_err(Failure::from))?;
+        let (t, _) = crate::ggml_bank(ty)?;
+        let row = rknpu_driver::gguf::raw_row_bytes(t, n, k).map_err(Failure::from)?;
         if row.checked_mul(n as usize) != Some(size) {
             return Err(Failure::arg(format!(
-                "size {size} is not {n} rows of {row} bytes ({k} values of type {ty})"
+                "size {size} is not {n} rows of {row} bytes ({k} values of {t})"
             )));
         }
         // The shape is checked against what the NPU can run before `data` is read.
