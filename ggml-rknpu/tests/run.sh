@@ -10,6 +10,8 @@
 #    (tests/make_tiny_llama.py) generates 32 greedy tokens with llama-simple, on the CPU
 #    alone and with the backend loaded; the texts must be identical, the backend must
 #    have run NPU jobs, and products sharing their input must have run as one job.
+#    With Q8_0 weights in int8 banks (RKNPU_GGML_WEIGHTS=int8) the run must finish on
+#    the NPU (its text is not compared: the requantised weights move the logits).
 # 3. Memory: on an 87 MB F16 model, llama-simple's peak RSS with the backend is at most
 #    1.5x the CPU-only run's (the weights are held once).
 #
@@ -78,6 +80,21 @@ products=$(echo "$stats" | sed -E 's#.* ([0-9]+) MUL_MAT nodes.*#\1#')
 [ "$jobs" -lt "$products" ] || fail "no products were joined into one job ($stats)"
 echo "   same text as the CPU: $(tr -d '\n' <"$logs/simple-npu.out" | cut -c1-100)"
 echo "   $stats: $((jobs / 32)) jobs a token for $((products / 32)) products (32 evaluations)"
+echo "-- llama-simple with Q8_0 weights in int8 banks (RKNPU_GGML_WEIGHTS=int8)"
+# the requantised weights change the logits slightly, so the text is not compared: the
+# run must finish and its products must have run on the NPU from int8 banks
+q8_model="$out/models/tiny-q8_0.gguf"
+python3 "$root/ggml-rknpu/tests/make_tiny_llama.py" \
+    --vocab "$src/models/ggml-vocab-llama-spm.gguf" --out "$q8_model" --type q8_0 >/dev/null
+RKNPU_DEVICE=emu GGML_BACKEND_PATH="$backend" RKNPU_GGML_STATS=1 RKNPU_GGML_WEIGHTS=int8 \
+    "$out/bin/llama-simple" -m "$q8_model" -n 32 "$prompt" >"$logs/simple-int8.out" 2>"$logs/simple-int8.err" ||
+    fail "llama-simple with int8 banks failed (log: $logs/simple-int8.err)"
+stats=$(grep -E "^rknpu: " "$logs/simple-int8.err") || fail "the backend printed no statistics (int8)"
+jobs=$(echo "$stats" | sed -E 's#.* ([0-9]+) NPU jobs.*#\1#')
+[ "$jobs" -gt 0 ] || fail "llama-simple with int8 banks ran no NPU job ($stats)"
+echo "$stats" | grep -q " 0 weights packed per call" || fail "weights were packed per call ($stats)"
+echo "   $(tr -d '\n' <"$logs/simple-int8.out" | cut -c1-100)"
+echo "   $stats"
 echo "-- peak memory: llama-simple on an 87 MB F16 model, CPU alone and with the backend"
 # the weights are held once (docs/ggml.md): at most 1.5x the CPU-only run's peak RSS
 mem_model="$out/models/mem-f16.gguf"
