@@ -11,6 +11,7 @@
 mod common;
 
 use common::Rng;
+use common::lowered::push_k_waves;
 use proptest::prelude::*;
 use rknpu_driver::float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use rknpu_driver::kernels::single::{

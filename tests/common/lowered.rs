@@ -6,7 +6,7 @@ use rknpu_driver::kernels::ops::Cube;
 use rknpu_driver::kernels::ops::contract::{Bindings, Op, Role};
 use rknpu_driver::kernels::ops::eltwise::{Eltwise, EltwiseOp, Operand};
 use rknpu_driver::kernels::single::{self, SingleMatmul};
-use rknpu_driver::regcmd::{DmaAddr, Program, ProgramBuilder, TaskBuilder};
+use rknpu_driver::regcmd::{BlockMask, BufferId, DmaAddr, Program, ProgramBuilder, TaskBuilder};
 use rknpu_driver::task::{Cbuf, DecodeError, Precision, Snapshot, Task};
 
 /// Two tasks of `mm` over the same A and B, each with one spare data bank (2 data + 10
@@ -64,4 +64,21 @@ pub fn fp16_add(width: u32, height: u32, operand: Operand) -> Task {
     let cube = Cube::new(width, height, 16, Precision::Fp16).unwrap();
     let op = Eltwise::new(EltwiseOp::Add, cube, operand).unwrap();
     tasks_of(&op, Role::Operand).remove(0)
+}
+
+/// Pushes the two K waves of a split-K int8 product onto `p`, both the task `half`
+/// (native A and C): wave `i` reads `a[i]` and `b[i]` and writes its int32 partials to
+/// `partials[i]`, with `spare` as its unused DMA operand; the add task that sums them
+/// is the caller's.
+pub fn push_k_waves(
+    p: &mut ProgramBuilder,
+    half: &SingleMatmul,
+    (a, b, partials): ([BufferId; 2], [BufferId; 2], [BufferId; 2]),
+    spare: BufferId,
+) {
+    let r = |id| DmaAddr::reloc(id, 0);
+    for i in 0..2 {
+        let body = half.body_at(r(a[i]), r(b[i]), r(partials[i]), r(spare));
+        p.push_task(body.unwrap(), BlockMask::CONV);
+    }
 }

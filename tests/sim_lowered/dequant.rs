@@ -4,6 +4,7 @@
 //! the simulator refusing any value the published program does not write.
 
 use super::*;
+use crate::common::lowered::push_k_waves;
 use rknpu_driver::Error;
 use rknpu_driver::float::{f16_to_f32, f32_to_f16};
 use rknpu_driver::kernels::single::{OutType, dequant_task, pack_dequant_coefficients};
@@ -481,14 +482,7 @@ fn split_k_waves_then_an_fp32_add_then_dequant() {
     let row_scales: Vec<f32> = (0..mu).map(|i| SCALES[(i + 2) % SCALES.len()]).collect();
     let w_scales: Vec<f32> = (0..nu).map(|j| SCALES[(j * 5) % SCALES.len()]).collect();
     let mut p = ProgramBuilder::new(single::REGCMD);
-    p.push_task(
-        half.body_at(r(a0), r(b0), r(p0), r(ids(9))).unwrap(),
-        BlockMask::CONV,
-    );
-    p.push_task(
-        half.body_at(r(a1), r(b1), r(p1), r(ids(9))).unwrap(),
-        BlockMask::CONV,
-    );
+    push_k_waves(&mut p, &half, ([a0, a1], [b0, b1], [p0, p1]), ids(9));
     p.push_task(
         add_to_fp32_task(add_task(m, n, r(p0), r(p1), r(f)).unwrap())
             .body()

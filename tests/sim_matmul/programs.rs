@@ -8,25 +8,16 @@ use super::*;
 #[test]
 fn split_k_waves_chained_with_an_add_task() {
     let (m, k, n) = (8u32, 128u32, 64u32);
-    let half = |kk| {
-        with(SingleMatmul::new(m, kk, n, Dtype::Int8), |mm| {
-            mm.a_layout = Layout::Native;
-            mm.c_layout = Layout::Native;
-        })
-    };
-    let (w0, w1) = (half(64), half(64));
+    // Both waves are the same task: K / 2 channels each.
+    let half = with(SingleMatmul::new(m, k / 2, n, Dtype::Int8), |mm| {
+        mm.a_layout = Layout::Native;
+        mm.c_layout = Layout::Native;
+    });
     let ids = |i: u32| BufferId(10 + i);
     let (a0, a1, b0, b1, p0, p1, out) = (ids(0), ids(1), ids(2), ids(3), ids(4), ids(5), ids(6));
     let r = |b| DmaAddr::reloc(b, 0);
     let mut p = ProgramBuilder::new(single::REGCMD);
-    p.push_task(
-        w0.body_at(r(a0), r(b0), r(p0), r(ids(7))).unwrap(),
-        BlockMask::CONV,
-    );
-    p.push_task(
-        w1.body_at(r(a1), r(b1), r(p1), r(ids(7))).unwrap(),
-        BlockMask::CONV,
-    );
+    push_k_waves(&mut p, &half, ([a0, a1], [b0, b1], [p0, p1]), ids(7));
     p.push_task(
         add_task(m, n, r(p0), r(p1), r(out))
             .unwrap()
@@ -53,16 +44,16 @@ fn split_k_waves_chained_with_an_add_task() {
     let mem = sim.memory_mut();
     mem.map(at(single::REGCMD), words_to_le_bytes(&words))
         .unwrap();
-    mem.map(at(a0), w0.pack_a_int(&slice_a(0)).unwrap())
+    mem.map(at(a0), half.pack_a_int(&slice_a(0)).unwrap())
         .unwrap();
-    mem.map(at(a1), w1.pack_a_int(&slice_a(64)).unwrap())
+    mem.map(at(a1), half.pack_a_int(&slice_a(64)).unwrap())
         .unwrap();
-    mem.map(at(b0), w0.pack_b_int(&slice_b(0)).unwrap())
+    mem.map(at(b0), half.pack_b_int(&slice_b(0)).unwrap())
         .unwrap();
-    mem.map(at(b1), w1.pack_b_int(&slice_b(64)).unwrap())
+    mem.map(at(b1), half.pack_b_int(&slice_b(64)).unwrap())
         .unwrap();
     for buf in [p0, p1, out] {
-        mem.map_zeroed(at(buf), w0.c_bytes()).unwrap();
+        mem.map_zeroed(at(buf), half.c_bytes()).unwrap();
     }
     let run = sim
         .kick(&Kick {
@@ -76,8 +67,8 @@ fn split_k_waves_chained_with_an_add_task() {
         0x300,
         "tasks alternate ping-pong groups"
     );
-    let got = w0
-        .unpack_c_int(&sim.memory().read_vec(at(out), w0.c_bytes()).unwrap())
+    let got = half
+        .unpack_c_int(&sim.memory().read_vec(at(out), half.c_bytes()).unwrap())
         .unwrap();
     let full = SingleMatmul::new(m, k, n, Dtype::Int8);
     assert_eq!(got, int_reference(&full, &a, &b, &[]));
