@@ -1,7 +1,8 @@
 //! Explicit vector kernels for the host's per-call work (finishing C, packing int8 weights
-//! from K×N, W4A8 activations), chosen at run time: on x86-64 the AVX2 forms run when
-//! the processor has AVX2 (`is_x86_feature_detected!`, which std caches), since the
-//! library itself is built for baseline x86-64 (SSE2). Every function here is safe and
+//! from K×N, W4A8 activations in [`w4a8`]), chosen at run time: on x86-64 the AVX2 forms
+//! (for W4A8 also an AVX-512 one) run when the processor has the feature
+//! (`is_x86_feature_detected!`, which std caches), since the library itself is built for
+//! baseline x86-64 (SSE2). Every function here is safe and
 //! takes slices; each checks that every access its vector form makes lies inside them
 //! and otherwise, or without the feature, runs a plain scalar form computing the same
 //! values. On other architectures (aarch64, where NEON is baseline) only the scalar
@@ -14,6 +15,9 @@
 //! The callers in `kernels::matmul` keep their own scalar paths for machines without
 //! the feature and test these kernels bit for bit against them. Every `unsafe` block is
 //! listed in docs/unsafe-audit.md.
+
+mod w4a8;
+pub(crate) use w4a8::{HalfOut, w4a8_halves};
 
 /// Whether the AVX2 kernels run on this machine.
 pub(crate) fn avx2() -> bool {
@@ -210,57 +214,6 @@ pub(crate) fn transpose_i8_atom(b: &[u8], first: usize, stride: usize, atom: &mu
     }
 }
 
-/// The int4 halves of W4A8 activations for `rows` rows of int8 values, row `i` the
-/// `32 · groups` values from `src[i · src_stride..]`: each 32 values to 16 bytes, row
-/// `i`'s group `g` written to `dst[g · dst_stride + 16 · i..][..16]`; the even channel in
-/// the high nibble; `low`: each value's `(v & 15) − 8`, else `v >> 4` (the nibble of
-/// the first is `v`'s low nibble with its top bit flipped, of the second `v`'s high
-/// nibble). The vector form takes 4 rows at a time, so each group's 64 output bytes
-/// are one store pair.
-pub(crate) fn w4a8_rows(
-    src: &[i8],
-    (src_stride, rows, groups): (usize, usize, usize),
-    low: bool,
-    dst: &mut [u8],
-    dst_stride: usize,
-) {
-    if rows == 0 || groups == 0 {
-        return;
-    }
-    let src_fits = (rows - 1)
-        .checked_mul(src_stride)
-        .and_then(|s| s.checked_add(groups.checked_mul(32)?))
-        .is_some_and(|end| end <= src.len());
-    let dst_fits = (groups - 1)
-        .checked_mul(dst_stride)
-        .and_then(|s| s.checked_add(rows.checked_mul(16)?))
-        .is_some_and(|end| end <= dst.len());
-    #[cfg(target_arch = "x86_64")]
-    if src_fits && dst_fits && avx2() {
-        // SAFETY: the processor has AVX2 (checked just above); the kernel reads the
-        // `32 · groups` bytes of each row `i < rows` from `i · src_stride`, the last
-        // ending within `src` (`src_fits`), and writes the 16 bytes of row `i`, group `g`
-        // at `g · dst_stride + 16 · i`, the last ending within `dst` (`dst_fits`).
-        unsafe { x86::w4a8_rows(src, (src_stride, rows, groups), low, dst, dst_stride) };
-        return;
-    }
-    let _ = (src_fits, dst_fits);
-    for i in 0..rows {
-        let row = &src[i * src_stride..][..32 * groups];
-        for (g, chunk) in row.chunks_exact(32).enumerate() {
-            let out = &mut dst[g * dst_stride + 16 * i..][..16];
-            for (j, d) in out.iter_mut().enumerate() {
-                let (e, o) = (chunk[2 * j] as u8, chunk[2 * j + 1] as u8);
-                *d = if low {
-                    (((e & 0xF) ^ 8) << 4) | ((o & 0xF) ^ 8)
-                } else {
-                    (e & 0xF0) | (o >> 4)
-                };
-            }
-        }
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     //! The AVX2 forms. Each is an `unsafe fn` whose contract is the one its safe wrapper
@@ -404,78 +357,6 @@ mod x86 {
             unsafe {
                 _mm256_storeu_si256(out.add(32 * n).cast(), low);
                 _mm256_storeu_si256(out.add(32 * (n + 16)).cast(), high);
-            }
-        }
-    }
-
-    /// The halves of 32 values, each pair's byte (even value's nibble high) in the low
-    /// byte of its 16-bit lane: every value's nibble (`low`: its low nibble with the top
-    /// bit flipped; else its high nibble), then each pair as `16 · even + odd` by one
-    /// multiply-add of unsigned bytes.
-    #[target_feature(enable = "avx2")]
-    fn halves(v: __m256i, low: bool) -> __m256i {
-        let nib = _mm256_set1_epi8(0x0F);
-        let nibbles = if low {
-            _mm256_xor_si256(_mm256_and_si256(v, nib), _mm256_set1_epi8(8))
-        } else {
-            _mm256_and_si256(_mm256_srli_epi16::<4>(v), nib)
-        };
-        _mm256_maddubs_epi16(nibbles, _mm256_set1_epi16(0x0110))
-    }
-
-    /// [`super::w4a8_rows`]: 4 rows of a group at a time (the pairs of rows packed
-    /// together), then the rows left one at a time.
-    ///
-    /// # Safety
-    /// AVX2 is present; `rows` and `groups` are positive; `(rows − 1) · src_stride + 32
-    /// · groups <= src.len()` and `(groups − 1) · dst_stride + 16 · rows <= dst.len()`.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn w4a8_rows(
-        src: &[i8],
-        (src_stride, rows, groups): (usize, usize, usize),
-        low: bool,
-        dst: &mut [u8],
-        dst_stride: usize,
-    ) {
-        let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-        // SAFETY: for row i < rows and group g < groups, the 32 source bytes at i ·
-        // src_stride + 32g end within `src`, and the 16 (or, for rows 4q..4q + 4, 64)
-        // output bytes at g · dst_stride + 16i end within `dst` (the contract).
-        let load = |i: usize, g: usize| unsafe {
-            halves(
-                _mm256_loadu_si256(sp.add(i * src_stride + 32 * g).cast()),
-                low,
-            )
-        };
-        for q in 0..rows / 4 {
-            for g in 0..groups {
-                let (a, b, c, d) = (
-                    load(4 * q, g),
-                    load(4 * q + 1, g),
-                    load(4 * q + 2, g),
-                    load(4 * q + 3, g),
-                );
-                // Per lane: 8 bytes of one row, 8 of the next; reordered to all of the
-                // first row, then all of the second.
-                let ab = _mm256_permute4x64_epi64::<0xD8>(_mm256_packus_epi16(a, b));
-                let cd = _mm256_permute4x64_epi64::<0xD8>(_mm256_packus_epi16(c, d));
-                // SAFETY: rows 4q..4q + 4 of group g: 64 bytes from g · dst_stride + 64q.
-                unsafe {
-                    let o = dp.add(g * dst_stride + 64 * q);
-                    _mm256_storeu_si256(o.cast(), ab);
-                    _mm256_storeu_si256(o.add(32).cast(), cd);
-                }
-            }
-        }
-        for i in rows / 4 * 4..rows {
-            for g in 0..groups {
-                let a = load(i, g);
-                let packed = _mm256_permute4x64_epi64::<0xD8>(_mm256_packus_epi16(a, a));
-                // SAFETY: row i of group g: 16 bytes from g · dst_stride + 16i.
-                unsafe {
-                    let o = dp.add(g * dst_stride + 16 * i);
-                    _mm_storeu_si128(o.cast(), _mm256_castsi256_si128(packed));
-                }
             }
         }
     }

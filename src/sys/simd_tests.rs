@@ -98,42 +98,6 @@ fn atoms_transpose_any_stride() {
     }
 }
 
-#[test]
-fn w4a8_rows_match_the_nibbles_of_each_value() {
-    // Rows not a multiple of 4, one row, one group, strides with gaps.
-    for (rows, groups, extra) in [(1, 1, 0), (4, 2, 16), (5, 3, 0), (7, 15, 8), (128, 4, 3)] {
-        let src_stride = 32 * groups + extra;
-        let dst_stride = 16 * rows + 2 * extra;
-        let src: Vec<i8> = noise(rows * src_stride, (rows * 7 + groups) as u64)
-            .into_iter()
-            .map(|v| v as i8)
-            .collect();
-        for low in [false, true] {
-            let mut dst = vec![0xA5u8; (groups - 1) * dst_stride + 16 * rows];
-            w4a8_rows(&src, (src_stride, rows, groups), low, &mut dst, dst_stride);
-            let nib = |v: i8| {
-                let v = i32::from(v);
-                let half = if low { (v & 15) - 8 } else { v >> 4 };
-                (half & 15) as u8
-            };
-            for i in 0..rows {
-                for g in 0..groups {
-                    for j in 0..16 {
-                        let at = i * src_stride + 32 * g + 2 * j;
-                        let want = (nib(src[at]) << 4) | nib(src[at + 1]);
-                        let got = dst[g * dst_stride + 16 * i + j];
-                        assert_eq!(got, want, "row {i} group {g} byte {j} low {low}");
-                    }
-                }
-            }
-            for g in 0..groups - 1 {
-                let gap = &dst[g * dst_stride + 16 * rows..(g + 1) * dst_stride];
-                assert!(gap.iter().all(|&v| v == 0xA5), "the gaps are not written");
-            }
-        }
-    }
-}
-
 /// `stream_copy::<N>` into a buffer at every offset of a 64-byte line: the aligned
 /// destinations take the streaming stores (and a plain copy of the last `N % 16`
 /// bytes), the others the plain copy; both leave the bytes around the copy alone.

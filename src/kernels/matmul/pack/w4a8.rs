@@ -17,8 +17,8 @@ pub fn activations_w4a8_into(plan: &Plan, a: &[i8], out: &mut [u8]) -> Result<()
     w4a8(plan, a, out, simd::avx2())
 }
 
-/// [`activations_w4a8_into`]; `vector`: the whole groups of 32 channels of each run of
-/// rows by [`simd::w4a8_rows`].
+/// [`activations_w4a8_into`]; `vector`: each run of rows whose high halves share a block
+/// and whose low halves share a block by [`Run::pack`].
 pub(super) fn w4a8(plan: &Plan, a: &[i8], out: &mut [u8], vector: bool) -> Result<()> {
     if plan.spec.dtype != Dtype::Int4 || !plan.spec.m.is_multiple_of(2) {
         return Err(unsupported(format!(
@@ -49,30 +49,49 @@ pub(super) fn w4a8(plan: &Plan, a: &[i8], out: &mut [u8], vector: bool) -> Resul
         let t = &plan.tasks[i];
         let w = plan.layout.waves[t.wave as usize];
         let (k0, kw, rows) = (w.k0 as usize, w.kw as usize, t.rows as usize);
-        let block = &mut out[offset as usize..][..block_bytes(t)];
         if vector {
-            // The block's high rows, then its low rows: each a run of consecutive rows of
-            // A, whole groups of 32 channels by the vector kernel, then each row's tail.
-            let m0 = t.m0 as usize;
-            let high = m.saturating_sub(m0).min(rows);
-            let (whole, tail) = (kw / 32, kw % 32);
-            for (r0, run, first, low) in [
-                (0, high, m0, false),
-                (high, rows - high, (m0 + high).saturating_sub(m), true),
-            ] {
-                if run == 0 {
-                    continue;
-                }
-                let src = &a[first * k + k0..];
-                simd::w4a8_rows(src, (k, run, whole), low, &mut block[r0 * 16..], rows * 16);
-                for r in (0..run).filter(|_| tail > 0) {
-                    let values = &src[r * k + 32 * whole..][..tail];
-                    let at = (whole * rows + r0 + r) * 16;
-                    block[at..at + 16].copy_from_slice(&partial_halves(values, low));
-                }
+            // The block's high rows with their low rows, wherever those are.
+            if t.m0 as usize >= m {
+                continue;
+            }
+            let high = t.m0 as usize..(t.m0 as usize + rows).min(m);
+            let mut s = high.start;
+            while s < high.end {
+                // The block holding the low half of source row s: plan row s + m of this
+                // wave (any task of it: the tasks of a block share its offset).
+                let low = plan.tasks.iter().find(|u| {
+                    u.wave == t.wave && (u.m0 as usize..(u.m0 + u.rows) as usize).contains(&(s + m))
+                });
+                let Some(u) = low else {
+                    return Err(unsupported(format!(
+                        "W4A8 activations: no task of wave {} holds plan row {}",
+                        t.wave,
+                        s + m
+                    )));
+                };
+                let end = high.end.min((u.m0 + u.rows) as usize - m);
+                let high_block = Block {
+                    at: offset as usize,
+                    rows,
+                    row: s - t.m0 as usize,
+                };
+                let low_block = Block {
+                    at: u.a_offset as usize,
+                    rows: u.rows as usize,
+                    row: s + m - u.m0 as usize,
+                };
+                let run = Run {
+                    k0,
+                    kw,
+                    rows: s..end,
+                    k,
+                };
+                run.pack(a, out, high_block, low_block);
+                s = end;
             }
             continue;
         }
+        let block = &mut out[offset as usize..][..block_bytes(t)];
         for r in 0..rows {
             let p = t.m0 as usize + r;
             let (src, low) = if p < m { (p, false) } else { (p - m, true) };
@@ -99,6 +118,47 @@ pub(super) fn w4a8(plan: &Plan, a: &[i8], out: &mut [u8], vector: bool) -> Resul
         }
     }
     Ok(())
+}
+
+/// A block of a W4A8 plan's A buffer that one half of a run's values goes to: `rows`
+/// plan rows from byte `at`, the run's first row going to row `row` of them.
+#[derive(Clone, Copy)]
+struct Block {
+    at: usize,
+    rows: usize,
+    row: usize,
+}
+
+/// Source rows `rows` of A (rows of `k` values) over channels `k0..k0 + kw` of a wave,
+/// whose high halves all go to one block and whose low halves to another.
+struct Run {
+    k0: usize,
+    kw: usize,
+    rows: std::ops::Range<usize>,
+    k: usize,
+}
+
+impl Run {
+    /// Packs both halves of the run's values into `out`: whole groups of 32 channels by
+    /// [`simd::w4a8_halves`], then each row's tail.
+    fn pack(&self, a: &[i8], out: &mut [u8], high: Block, low: Block) {
+        let (whole, tail) = (self.kw / 32, self.kw % 32);
+        let src = &a[self.rows.start * self.k + self.k0..];
+        let place = |b: Block| simd::HalfOut {
+            at: b.at + b.row * 16,
+            stride: b.rows * 16,
+        };
+        let (hi, lo) = (place(high), place(low));
+        let shape = (self.k, self.rows.len(), whole);
+        simd::w4a8_halves(src, shape, out, hi, lo);
+        for r in (0..self.rows.len()).filter(|_| tail > 0) {
+            let values = &src[r * self.k + 32 * whole..][..tail];
+            for (half, is_low) in [(hi, false), (lo, true)] {
+                let at = half.at + whole * half.stride + r * 16;
+                out[at..at + 16].copy_from_slice(&partial_halves(values, is_low));
+            }
+        }
+    }
 }
 
 /// 32 int8 values as 16 bytes of int4 halves (`LOW`: `(v & 15) − 8`, else `v >> 4`),
