@@ -132,6 +132,8 @@ pub(crate) fn sum_scale_tile(
             .is_some_and(|end| end <= dst.len());
     let cols_fit = cols.is_none_or(|cs| cs.len() >= width);
     let mut seen = 0;
+    // The rows the vector form did (it never runs off x86-64).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if fits && dst_fits && cols_fit && rows.len() >= 4 && width >= 16 && avx2() {

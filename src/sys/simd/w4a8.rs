@@ -52,12 +52,11 @@ pub(crate) fn w4a8_halves(
     if rows == 0 || groups == 0 {
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if src_fits(shape, src.len())
+    let fits = src_fits(shape, src.len())
         && high.fits(rows, groups, dst.len())
-        && low.fits(rows, groups, dst.len())
-        && avx2()
-    {
+        && low.fits(rows, groups, dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if fits && avx2() {
         // SAFETY: the processor has AVX2 (checked just above); the kernel reads the `32
         // · groups` values of each row `i < rows` from `i · src_stride`, the last ending
         // within `src` (`src_fits`), and writes the 16 bytes of row `i`, group `g` at
@@ -66,6 +65,7 @@ pub(crate) fn w4a8_halves(
         unsafe { x86::halves_avx2(src, shape, dst, [high, low]) };
         return;
     }
+    let _ = fits;
     w4a8_rows(src, shape, false, &mut dst[high.at..], high.stride);
     w4a8_rows(src, shape, true, &mut dst[low.at..], low.stride);
 }
@@ -89,11 +89,9 @@ pub(crate) fn w4a8_rows(
         at: 0,
         stride: dst_stride,
     };
+    let fits = src_fits((src_stride, rows, groups), src.len()) && out.fits(rows, groups, dst.len());
     #[cfg(target_arch = "x86_64")]
-    if src_fits((src_stride, rows, groups), src.len())
-        && out.fits(rows, groups, dst.len())
-        && avx2()
-    {
+    if fits && avx2() {
         // SAFETY: the processor has AVX2 (checked just above); the kernel reads the
         // `32 · groups` bytes of each row `i < rows` from `i · src_stride`, the last
         // ending within `src` (`src_fits`), and writes the 16 bytes of row `i`, group `g`
@@ -101,7 +99,7 @@ pub(crate) fn w4a8_rows(
         unsafe { x86::w4a8_rows(src, (src_stride, rows, groups), low, dst, dst_stride) };
         return;
     }
-    let _ = out;
+    let _ = fits;
     for i in 0..rows {
         let row = &src[i * src_stride..][..32 * groups];
         for (g, chunk) in row.chunks_exact(32).enumerate() {
