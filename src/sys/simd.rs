@@ -6,7 +6,8 @@
 //! takes slices; each checks that every access its vector form makes lies inside them
 //! and otherwise, or without the feature, runs a plain scalar form computing the same
 //! values. On other architectures (aarch64, where NEON is baseline) only the scalar
-//! forms exist, written so that the compiler can vectorise them at NEON's width.
+//! forms exist; the compiler vectorises some of them there and not others
+//! (docs/matmul.md, "Host work").
 //!
 //! Beside them, helpers on baseline SSE/SSE2 (no detection): a cache prefetch, and a
 //! fixed-size copy by non-temporal stores with its fence, which the GGUF packing pass
