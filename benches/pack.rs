@@ -27,14 +27,18 @@
 //! * `w4a8_prepare_f32_128x4096`: the same from f32 activations,
 //!   `quant::quantize_rows_i8_into` into preallocated values and scales, then
 //!   `activations_w4a8_into`. Counted and copied: the 2 MiB of f32 read.
+//! * `fp16_activations_f32_128x4096`: `pack::activations_float_into(&plan, &x, &mut out)`
+//!   for the fp16 plan of 128×4096×4096 on three cores, `x` 128×4096 f32 activations
+//!   (rounded to fp16, checked and laid out in one pass), `out` a preallocated buffer of
+//!   `plan.a_bytes` (1 MiB). Counted and copied: the 2 MiB of f32 read.
 //!
 //! On an x86-64 processor with AVX2 the int8 K×N packer and the W4A8 activation packer
-//! run the vector kernels the library picks at run time (`sys::simd`); without it, their
-//! scalar paths.
+//! run the vector kernels the library picks at run time (`sys::simd`), and with F16C the
+//! fp16 activation packer; without them, their scalar paths.
 //!
 //! Baseline `memcpy`, in every group: `dst.copy_from_slice(&src)` of as many bytes as the
-//! operation writes (int4 weights and the W4A8 groups: reads), from a preallocated source into a
-//! preallocated destination.
+//! operation writes (int4 weights, the W4A8 and fp16 activation groups: reads), from a
+//! preallocated source into a preallocated destination.
 //!
 //! Every group reports `Throughput::Bytes` of those bytes, so criterion prints them per
 //! second and the ratio of a group's two lines is the routine's speed as a fraction of
@@ -219,12 +223,36 @@ fn w4a8_activations(c: &mut Criterion) {
     group.finish();
 }
 
+fn float_activations(c: &mut Criterion) {
+    // The fp16 plan of the same shape, on three cores (several M tiles and K waves).
+    let spec = MatmulSpec::new(M, K, N, Dtype::Fp16).on_cores(3);
+    let plan = Plan::new(spec).expect("the shape plans");
+    let x: Vec<f32> = rng()
+        .i8s(M as usize * K as usize)
+        .iter()
+        .map(|&v| v as f32 * 0.37)
+        .collect();
+    let mut out = vec![0u8; plan.a_bytes as usize];
+    let bytes = std::mem::size_of_val(x.as_slice());
+    let mut group = group(c, "fp16_activations_f32_128x4096", bytes, false);
+    group.bench_function("activations_float_into", |bch| {
+        bch.iter(|| {
+            pack::activations_float_into(black_box(&plan), black_box(&x), &mut out)
+                .expect("finite activations");
+            black_box(&mut out);
+        })
+    });
+    memcpy_baseline(&mut group, rng().bytes(bytes));
+    group.finish();
+}
+
 criterion_group!(
     benches,
     int8_weights,
     int4_weights,
     int8_activations,
     int32_unpack,
-    w4a8_activations
+    w4a8_activations,
+    float_activations
 );
 criterion_main!(benches);

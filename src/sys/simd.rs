@@ -17,7 +17,9 @@
 //! the feature and test these kernels bit for bit against them. Every `unsafe` block is
 //! listed in docs/unsafe-audit.md.
 
+mod f16;
 mod w4a8;
+pub(crate) use f16::f32_to_f16_bytes;
 pub(crate) use w4a8::{HalfOut, w4a8_halves};
 
 /// Whether the AVX2 kernels run on this machine.

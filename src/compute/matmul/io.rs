@@ -87,8 +87,17 @@ impl Matmul {
     pub(super) fn put_float(&mut self, acts: Activations, a: &[f32]) -> Result<()> {
         self.expect(acts)?;
         shape("activation values", self.len_a(), a.len())?;
-        let packed = self.plan.pack_a_f32(a)?;
-        self.a.write(0, &packed)
+        // Straight into the mapped A buffer: no copy of it on the host.
+        let mut mapped = self.a.map()?;
+        let a_bytes = self.plan.a_bytes as usize;
+        let len = mapped.len();
+        let out = mapped.get_mut(..a_bytes).ok_or(Error::ShapeMismatch {
+            what: "A buffer bytes",
+            expected: a_bytes as u64,
+            actual: len as u64,
+        })?;
+        pack::activations_float_into(&self.plan, a, out)?;
+        mapped.finish()
     }
 
     /// Packs fp16 activations into the A buffer.

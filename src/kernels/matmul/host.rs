@@ -17,12 +17,15 @@ impl Plan {
         )
     }
 
-    /// Packs A (row-major M×K) into the A buffer, rounding to fp16.
+    /// Packs A (row-major M×K) into the A buffer, rounding to the plan's type (fp16 or
+    /// bf16; by [`activations_float_into`](super::pack::activations_float_into)).
     /// Values that are not finite, or that round to infinity in the plan's type, are
     /// refused ([`Error::OutOfRange`], index into `a`).
     pub fn pack_a_f32(&self, a: &[f32]) -> Result<Vec<u8>> {
         if self.spec.dtype.is_float() {
-            check_float(self.spec.dtype, "activations", a)?;
+            let mut out = self.a_buffer(a.len())?;
+            super::pack::activations_float_into(self, a, &mut out)?;
+            return Ok(out);
         }
         self.pack_a(
             a.len(),

@@ -8,9 +8,11 @@ use crate::kernels::single::{Dtype, OutType, check_float_bits};
 use crate::sys::simd;
 use zerocopy::IntoBytes;
 
+mod float;
 mod i4_stats;
 mod w4a8;
 
+pub use float::activations_float_into;
 pub use i4_stats::{i4_bank_magnitudes, i4_column_sums};
 use i4_stats::{row_nibble_sum, swap_nibbles};
 pub use w4a8::activations_w4a8_into;
@@ -462,6 +464,16 @@ fn check_out(layout: &WeightLayout, out: &[u8]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The tasks that name each A block (wave, M tile) once: of the column tiles that share
+/// a block, the first. Found without a list, so that a packing call allocates nothing
+/// (quadratic in the tasks, which are few).
+fn blocks(plan: &Plan) -> impl Iterator<Item = &super::TaskTile> + '_ {
+    let tasks = &plan.tasks;
+    (tasks.iter().enumerate())
+        .filter(move |(i, t)| !tasks[..*i].iter().any(|u| u.a_offset == t.a_offset))
+        .map(|(_, t)| t)
 }
 
 /// Packs int8 A (row-major M×K) into the A buffer of `plan`.

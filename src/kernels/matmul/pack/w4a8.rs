@@ -4,6 +4,7 @@
 //! arrays.
 
 use super::super::{Plan, unsupported};
+use super::blocks;
 use crate::error::{Error, Result};
 use crate::kernels::single::Dtype;
 use crate::sys::simd;
@@ -29,24 +30,16 @@ pub(super) fn w4a8(plan: &Plan, a: &[i8], out: &mut [u8], vector: bool) -> Resul
     let (m, k) = (plan.spec.m as usize / 2, plan.spec.k as usize);
     Error::check_len("activation values", m * k, a.len())?;
     Error::check_len("A buffer bytes", plan.a_bytes as usize, out.len())?;
-    // One block per (wave, M tile); tasks of other column tiles share them: each block
-    // is its first task's (found without a list, so a call allocates nothing).
-    let blocks = || {
-        let tasks = &plan.tasks;
-        (0..tasks.len())
-            .filter(move |&i| !tasks[..i].iter().any(|u| u.a_offset == tasks[i].a_offset))
-            .map(move |i| (tasks[i].a_offset, i))
-    };
     let block_bytes = |t: &super::super::TaskTile| {
         let kw = plan.layout.waves[t.wave as usize].kw as usize;
         t.rows as usize * kw.next_multiple_of(32) / 2
     };
-    let covered: usize = blocks().map(|(_, i)| block_bytes(&plan.tasks[i])).sum();
+    let covered: usize = blocks(plan).map(&block_bytes).sum();
     if covered != out.len() {
         out.fill(0);
     }
-    for (offset, i) in blocks() {
-        let t = &plan.tasks[i];
+    for t in blocks(plan) {
+        let offset = t.a_offset;
         let w = plan.layout.waves[t.wave as usize];
         let (k0, kw, rows) = (w.k0 as usize, w.kw as usize, t.rows as usize);
         if vector {
