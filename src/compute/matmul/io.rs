@@ -48,16 +48,28 @@ impl Matmul {
     /// Packs int8 activations into the A buffer (W4A8: their high and low halves).
     pub(super) fn put_i8(&mut self, a: &[i8]) -> Result<()> {
         shape("activation values", self.len_a(), a.len())?;
-        let packed = match self.bank.layout.dtype {
-            Dtype::Int8 => pack::activations_i8(&self.plan, a)?,
-            // W4A8: each value's high and low int4 halves, in one pass.
-            _ => {
-                let mut packed = vec![0u8; self.plan.a_bytes as usize];
-                pack::activations_w4a8_into(&self.plan, a, &mut packed)?;
-                packed
+        match self.bank.layout.dtype {
+            Dtype::Int8 => {
+                self.pack_a_in_place(|plan, out| pack::activations_i8_into(plan, a, out))
             }
-        };
-        self.a.write(0, &packed)
+            // W4A8: each value's high and low int4 halves, in one pass.
+            _ => self.pack_a_in_place(|plan, out| pack::activations_w4a8_into(plan, a, out)),
+        }
+    }
+
+    /// Runs `pack` on the first `plan.a_bytes` bytes of the mapped A buffer and hands
+    /// the buffer back to the device: activations packed where the NPU reads them, with
+    /// no copy of them on the host. The buffer's bytes are unspecified after an error.
+    fn pack_a_in_place(&mut self, pack: impl FnOnce(&Plan, &mut [u8]) -> Result<()>) -> Result<()> {
+        let mut mapped = self.a.map()?;
+        let (a_bytes, len) = (self.plan.a_bytes as usize, mapped.len());
+        let out = mapped.get_mut(..a_bytes).ok_or(Error::ShapeMismatch {
+            what: "A buffer bytes",
+            expected: a_bytes as u64,
+            actual: len as u64,
+        })?;
+        pack(&self.plan, out)?;
+        mapped.finish()
     }
 
     /// Packs integer activations of this matmul's type into the A buffer.
@@ -87,17 +99,7 @@ impl Matmul {
     pub(super) fn put_float(&mut self, acts: Activations, a: &[f32]) -> Result<()> {
         self.expect(acts)?;
         shape("activation values", self.len_a(), a.len())?;
-        // Straight into the mapped A buffer: no copy of it on the host.
-        let mut mapped = self.a.map()?;
-        let a_bytes = self.plan.a_bytes as usize;
-        let len = mapped.len();
-        let out = mapped.get_mut(..a_bytes).ok_or(Error::ShapeMismatch {
-            what: "A buffer bytes",
-            expected: a_bytes as u64,
-            actual: len as u64,
-        })?;
-        pack::activations_float_into(&self.plan, a, out)?;
-        mapped.finish()
+        self.pack_a_in_place(|plan, out| pack::activations_float_into(plan, a, out))
     }
 
     /// Packs fp16 activations into the A buffer.
@@ -130,7 +132,7 @@ impl Matmul {
                 if self.npu.as_ref().is_some_and(|d| d.residual) {
                     // Both passes, as the plan's twice the rows.
                     let (q, s) = super::quantize_residual_i8(x, self.k(), group)?;
-                    self.a.write(0, &pack::activations_i8(&self.plan, &q)?)?;
+                    self.pack_a_in_place(|plan, out| pack::activations_i8_into(plan, &q, out))?;
                     self.row_scales = s;
                 } else {
                     let (q, s) = super::quantize_groups_i8(x, self.k(), group)?;

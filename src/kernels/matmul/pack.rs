@@ -476,24 +476,44 @@ fn blocks(plan: &Plan) -> impl Iterator<Item = &super::TaskTile> + '_ {
         .map(|(_, t)| t)
 }
 
-/// Packs int8 A (row-major M×K) into the A buffer of `plan`.
+/// Packs int8 A (row-major M×K) into the A buffer of `plan`
+/// ([`activations_i8_into`] into a new buffer).
 pub fn activations_i8(plan: &Plan, a: &[i8]) -> Result<Vec<u8>> {
     if plan.spec.dtype != Dtype::Int8 {
         return Err(unsupported("activations_i8 packs int8 plans".into()));
     }
-    let k_all = plan.spec.k as usize;
     let mut out = plan.a_buffer(a.len())?;
-    for t in plan.a_blocks() {
+    activations_i8_into(plan, a, &mut out)?;
+    Ok(out)
+}
+
+/// Packs int8 A (row-major M×K) into `out`, the A buffer of an int8 `plan`
+/// (`plan.a_bytes` bytes): each block (wave, M tile) row-major, rows padded with zeros
+/// to 32 channels. Every byte of `out` is written. Errors: a plan that is not int8
+/// ([`Error::Unsupported`]); `a` or `out` of the wrong size ([`Error::ShapeMismatch`]).
+pub fn activations_i8_into(plan: &Plan, a: &[i8], out: &mut [u8]) -> Result<()> {
+    if plan.spec.dtype != Dtype::Int8 {
+        return Err(unsupported("activations_i8_into packs int8 plans".into()));
+    }
+    let k_all = plan.spec.k as usize;
+    Error::check_len("activation values", plan.spec.m as usize * k_all, a.len())?;
+    Error::check_len("A buffer bytes", plan.a_bytes as usize, out.len())?;
+    let block_bytes =
+        |t: &super::TaskTile| t.rows as usize * plan.layout.waves[t.wave as usize].ai as usize;
+    if blocks(plan).map(&block_bytes).sum::<usize>() != out.len() {
+        out.fill(0);
+    }
+    for t in blocks(plan) {
         let w = plan.layout.waves[t.wave as usize];
-        for r in 0..t.rows as usize {
+        let block = &mut out[t.a_offset as usize..][..block_bytes(t)];
+        for (r, row) in block.chunks_exact_mut(w.ai as usize).enumerate() {
             let src = &a[(t.m0 as usize + r) * k_all + w.k0 as usize..][..w.kw as usize];
-            let at = t.a_offset as usize + r * w.ai as usize;
-            for (d, &v) in out[at..at + src.len()].iter_mut().zip(src) {
-                *d = v as u8;
-            }
+            let (values, padding) = row.split_at_mut(src.len());
+            values.copy_from_slice(src.as_bytes());
+            padding.fill(0);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Reads int32 partials (int8 plans) into row-major M×N, summing waves exactly in one

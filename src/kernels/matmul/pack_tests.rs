@@ -238,9 +238,10 @@ proptest! {
     /// The float activation packer writes every byte of the A buffer as each task's own
     /// single-matmul packer lays out its block (rows padded to 32 channels), over row
     /// counts that cross M tiles, K with partial channel groups and several waves, on 1
-    /// to 3 cores, for fp16 and bf16, into a buffer holding other bytes before.
+    /// to 3 cores, for fp16 and bf16, into a buffer holding other bytes before; and the
+    /// int8 one as the general packer does.
     #[test]
-    fn the_float_activation_packer_matches_each_tasks_packer(
+    fn the_float_and_int8_activation_packers_match_the_general_ones(
         m in 1u32..150,
         k in 1u32..1100,
         n in 1u32..200,
@@ -265,6 +266,14 @@ proptest! {
         activations_float_into(&plan, &a, &mut out).unwrap();
         prop_assert_eq!(&out, &want);
         prop_assert_eq!(&plan.pack_a_f32(&a).unwrap(), &want);
+
+        // The int8 packer of the same shape, on the same cores.
+        let plan = Plan::new(super::super::MatmulSpec::new(m, k, n, Dtype::Int8).on_cores(cores)).unwrap();
+        let a: Vec<i8> = (0..m * k).map(|_| rng.next_u64() as i8).collect();
+        let a32: Vec<i32> = a.iter().map(|&v| i32::from(v)).collect();
+        let mut out = vec![0xA5u8; plan.a_bytes as usize];
+        activations_i8_into(&plan, &a, &mut out).unwrap();
+        prop_assert_eq!(&out, &plan.pack_a_int(&a32).unwrap());
     }
 }
 
@@ -302,4 +311,19 @@ proptest! {
         w4a8::w4a8(&plan, &a, &mut vector, true).unwrap();
         prop_assert_eq!(&scalar, &vector);
     }
+}
+
+#[test]
+fn the_int8_activation_packer_refuses_other_plans_and_sizes() {
+    let plan = |dtype| Plan::new(super::super::MatmulSpec::new(3, 40, 8, dtype)).unwrap();
+    let (int8, fp16) = (plan(Dtype::Int8), plan(Dtype::Fp16));
+    let a = vec![1i8; 120];
+    let mut out = vec![0u8; int8.a_bytes as usize];
+    let r = activations_i8_into(&fp16, &a, &mut out);
+    assert!(matches!(r, Err(Error::Unsupported { .. })), "{r:?}");
+    let r = activations_i8_into(&int8, &a[..119], &mut out);
+    assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{r:?}");
+    let r = activations_i8_into(&int8, &a, &mut out[1..]);
+    assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{r:?}");
+    activations_i8_into(&int8, &a, &mut out).unwrap();
 }

@@ -393,6 +393,10 @@ mod fast_packers {
             let a = vals((m * k) as usize, -128, 256);
             let a32: Vec<i32> = a.iter().map(|&v| v as i32).collect();
             prop_assert_eq!(pack::activations_i8(&p, &a).unwrap(), p.pack_a_int(&a32).unwrap());
+            // Into a buffer of other bytes: every byte written, padding zeroed.
+            let mut into = vec![0xA5u8; p.a_bytes as usize];
+            pack::activations_i8_into(&p, &a, &mut into).unwrap();
+            prop_assert_eq!(into, p.pack_a_int(&a32).unwrap());
             // Unpacking: random partial bytes read back the same by both readers.
             let c: Vec<u8> = (0..p.c_bytes as usize).map(|i| (i as u32).wrapping_mul(seed | 1) as u8).collect();
             let mut fast = vec![0i32; (m * n) as usize];
