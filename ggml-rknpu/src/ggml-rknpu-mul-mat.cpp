@@ -27,6 +27,14 @@ bool ggml_rknpu_supports_mul_mat(rknpu_device * dev, const ggml_tensor * op) {
     if (src1->ne[2] % src0->ne[2] != 0 || src1->ne[3] % src0->ne[3] != 0) {
         return false;
     }
+    // a result of one value: ggml's error measure is then that value's relative error,
+    // which a sum that cancels makes as large as chance allows wherever the NPU rounds
+    // otherwise than ggml's CPU reference (f32 weights rounded to fp16, or activations in
+    // fp16 where the CPU quantises them for quantised weights); F16 and BF16 weights
+    // round as the CPU does (docs/ggml.md, "Limits")
+    if (ggml_nelements(op) == 1 && src0->type != GGML_TYPE_F16 && src0->type != GGML_TYPE_BF16) {
+        return false;
+    }
     const uint32_t m = (uint32_t) std::max<int64_t>(src1->ne[1], 1);
     return rknpu_mul_mat_supported(dev, ggml_rknpu_weight_code(src0->type), (uint32_t) src1->type,
                                    (uint32_t) src0->ne[1], (uint32_t) src0->ne[0], m) == 0;
