@@ -60,7 +60,10 @@ impl Matmul {
     /// Runs `pack` on the first `plan.a_bytes` bytes of the mapped A buffer and hands
     /// the buffer back to the device: activations packed where the NPU reads them, with
     /// no copy of them on the host. The buffer's bytes are unspecified after an error.
-    fn pack_a_in_place(&mut self, pack: impl FnOnce(&Plan, &mut [u8]) -> Result<()>) -> Result<()> {
+    pub(super) fn pack_a_in_place(
+        &mut self,
+        pack: impl FnOnce(&Plan, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
         let mut mapped = self.a.map()?;
         let (a_bytes, len) = (self.plan.a_bytes as usize, mapped.len());
         let out = mapped.get_mut(..a_bytes).ok_or(Error::ShapeMismatch {

@@ -36,6 +36,7 @@ mod bank;
 mod batch;
 mod element;
 mod grouped;
+mod in_place;
 mod io;
 mod npu_dequant;
 mod residual;
@@ -46,6 +47,7 @@ pub use bank::{WeightBank, Weights};
 pub use batch::{MatmulBatch, PendingBatch};
 pub use element::{Input, InputSlice, Output, OutputSlice};
 pub use grouped::quantize_groups_i8;
+pub use in_place::InputRows;
 pub use residual::quantize_residual_i8;
 pub use run::PendingMatmul;
 use run::{

@@ -416,7 +416,7 @@ impl Matmul {
 
     /// Refuses integer results of a product that is not an integer one (`integer`: the
     /// activations are integers): before anything runs, and at a wait.
-    fn integer_results_of(&self, integer: bool, out: &OutputSlice<'_>) -> Result<()> {
+    pub(super) fn integer_results_of(&self, integer: bool, out: &OutputSlice<'_>) -> Result<()> {
         if out.is_integer() && !integer {
             return Err(Error::Precision {
                 input: "float",
