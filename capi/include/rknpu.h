@@ -27,6 +27,9 @@ typedef struct rknpu_weights rknpu_weights;
 typedef struct rknpu_batch rknpu_batch;
 /* A product running asynchronously (rknpu_mul_mat_submit, rknpu_batch_submit). */
 typedef struct rknpu_job rknpu_job;
+/* Writes m rows of k values into rows, row i at byte i * stride; returns 0. */
+typedef int (*rknpu_row_writer)(void *user, void *rows, size_t stride, uint32_t m,
+                                uint32_t k);
 
 /* An argument is invalid: a NULL pointer, a zero size, an odd k for int4, n * k or m * k too large, a scale that is not finite, a handle that is not live (freed already) or of the wrong kind. */
 #define RKNPU_ERR_ARG (-1)
@@ -110,6 +113,17 @@ int rknpu_mul_mat(rknpu_weights *w, const float *x, uint32_t m, float *y);
 /* go to the NPU unrounded. Shares the plans rknpu_mul_mat caches. */
 int rknpu_mul_mat_ex(rknpu_weights *w, uint32_t x_type, const void *x, size_t x_stride,
                      uint32_t m, float *y, size_t y_stride);
+
+/* rknpu_mul_mat_ex with the rows written by the caller straight into the */
+/* NPU's input buffer: write(user, rows, stride, m, k) puts row i's k values of */
+/* x_type at byte i * stride of rows and returns 0 (anything else stops the */
+/* product: RKNPU_ERR_ARG). F16 on fp16 weights, BF16 on bf16 weights, where the */
+/* plan of m rows reads them as plain rows (one row, or rows of one K wave); */
+/* otherwise RKNPU_ERR_UNSUPPORTED before write is called (use */
+/* rknpu_mul_mat_ex). Every value must be written and finite. write must not */
+/* call the library on w. */
+int rknpu_mul_mat_write(rknpu_weights *w, uint32_t x_type, uint32_t m,
+                        rknpu_row_writer write, void *user, float *y, size_t y_stride);
 
 /* A batch: products of m rows against the count weights handles of ws (all of */
 /* one k, on one device), one NPU job per call. It plans and holds buffers of */

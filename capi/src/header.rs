@@ -118,6 +118,20 @@ pub const FUNCTIONS: &[Function] = &[
         ],
     },
     Function {
+        name: "rknpu_mul_mat_write",
+        prototype: "int rknpu_mul_mat_write(rknpu_weights *w, uint32_t x_type, uint32_t m,\n                        rknpu_row_writer write, void *user, float *y, size_t y_stride)",
+        doc: &[
+            "rknpu_mul_mat_ex with the rows written by the caller straight into the",
+            "NPU's input buffer: write(user, rows, stride, m, k) puts row i's k values of",
+            "x_type at byte i * stride of rows and returns 0 (anything else stops the",
+            "product: RKNPU_ERR_ARG). F16 on fp16 weights, BF16 on bf16 weights, where the",
+            "plan of m rows reads them as plain rows (one row, or rows of one K wave);",
+            "otherwise RKNPU_ERR_UNSUPPORTED before write is called (use",
+            "rknpu_mul_mat_ex). Every value must be written and finite. write must not",
+            "call the library on w.",
+        ],
+    },
+    Function {
         name: "rknpu_batch_new",
         prototype: "int rknpu_batch_new(rknpu_weights *const *ws, uint32_t count, uint32_t m,\n                    rknpu_batch **out)",
         doc: &[
@@ -239,6 +253,9 @@ const BANNER: &[&str] = &[
     "typedef struct rknpu_batch rknpu_batch;",
     "/* A product running asynchronously (rknpu_mul_mat_submit, rknpu_batch_submit). */",
     "typedef struct rknpu_job rknpu_job;",
+    "/* Writes m rows of k values into rows, row i at byte i * stride; returns 0. */",
+    "typedef int (*rknpu_row_writer)(void *user, void *rows, size_t stride, uint32_t m,",
+    "                                uint32_t k);",
     "",
 ];
 

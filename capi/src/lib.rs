@@ -31,8 +31,9 @@ pub mod batch;
 pub mod ffi;
 pub mod handle;
 pub mod header;
+mod in_place;
 pub mod job;
-pub mod limits;
+mod limits;
 
 pub use batch::RknpuBatch;
 pub use job::Job;
@@ -411,45 +412,59 @@ impl RknpuWeights {
     /// and bf16 rows on a bf16 bank go to the NPU as they are; other rows are read as
     /// f32 and rounded to the bank's type (integer banks: quantised per row).
     pub fn mul_mat_rows(&self, x: Rows<'_>, m: u32, y: &mut [f32], y_stride: usize) -> Result<()> {
-        let (k, n) = (self.k as usize, self.n as usize);
-        let rows = m as usize;
-        let out_len = elements("y", m, self.n)?;
+        let (k, rows) = (self.k as usize, m as usize);
         // Plan first: a refused m must not cost a gather of m rows.
         self.prepare(m)?;
-        let mut out = Vec::new();
-        let dense = y_stride == n;
-        let target: &mut [f32] = if dense {
-            y.get_mut(..out_len)
-                .ok_or_else(|| Failure::arg("y is shorter than m rows"))?
-        } else {
-            out.resize(out_len, 0f32);
-            &mut out
-        };
-        let native = matches!(
-            (x.ty, self.bank.layout().dtype),
-            (XType::F16, Dtype::Fp16) | (XType::Bf16, Dtype::Bf16)
-        );
-        match x.ty {
+        let native = self.native(x.ty);
+        self.with_output_rows(m, y, y_stride, |target| match x.ty {
             XType::F16 if native => {
                 let a: Vec<half::f16> = x.gather(rows, k, half::f16::from_bits)?;
-                self.with_plan(m, |mm| Ok(mm.run_into(&a, target)?))?;
+                self.with_plan(m, |mm| Ok(mm.run_into(&a, target)?))
             }
             XType::Bf16 if native => {
                 let a: Vec<half::bf16> = x.gather(rows, k, half::bf16::from_bits)?;
-                self.with_plan(m, |mm| Ok(mm.run_into(&a, target)?))?;
+                self.with_plan(m, |mm| Ok(mm.run_into(&a, target)?))
             }
             _ => {
                 let a = x.gather_f32(rows, k)?;
-                self.with_plan(m, |mm| Ok(mm.mul_mat(&a, target)?))?;
+                self.with_plan(m, |mm| Ok(mm.mul_mat(&a, target)?))
             }
+        })
+    }
+
+    /// Whether rows of `ty` go to the NPU as they are: fp16 rows on an fp16 bank, bf16
+    /// rows on a bf16 bank.
+    fn native(&self, ty: XType) -> bool {
+        matches!(
+            (ty, self.bank.layout().dtype),
+            (XType::F16, Dtype::Fp16) | (XType::Bf16, Dtype::Bf16)
+        )
+    }
+
+    /// Runs `body` on `m` contiguous result rows: `y` itself when its rows are
+    /// `y_stride = n` floats apart, else a buffer copied into `y`'s rows afterwards.
+    fn with_output_rows(
+        &self,
+        m: u32,
+        y: &mut [f32],
+        y_stride: usize,
+        body: impl FnOnce(&mut [f32]) -> Result<()>,
+    ) -> Result<()> {
+        let n = self.n as usize;
+        let out_len = elements("y", m, self.n)?;
+        if y_stride == n {
+            let target = y
+                .get_mut(..out_len)
+                .ok_or_else(|| Failure::arg("y is shorter than m rows"))?;
+            return body(target);
         }
-        if !dense {
-            for (r, src) in out.chunks_exact(n).enumerate() {
-                let at = r * y_stride;
-                y.get_mut(at..at + n)
-                    .ok_or_else(|| Failure::arg("y is shorter than m rows"))?
-                    .copy_from_slice(src);
-            }
+        let mut out = vec![0f32; out_len];
+        body(&mut out)?;
+        for (r, src) in out.chunks_exact(n).enumerate() {
+            let at = r * y_stride;
+            y.get_mut(at..at + n)
+                .ok_or_else(|| Failure::arg("y is shorter than m rows"))?
+                .copy_from_slice(src);
         }
         Ok(())
     }

@@ -133,8 +133,21 @@ fn mul_mat_fns() -> Vec<(&'static str, usize)> {
         usize,
         *mut *mut JobHandle,
     ) -> c_int;
+    type Write = unsafe extern "C" fn(
+        *mut WeightsHandle,
+        u32,
+        u32,
+        ffi::RowWriter,
+        *mut c_void,
+        *mut f32,
+        usize,
+    ) -> c_int;
     vec![
         ("rknpu_mul_mat", ffi::rknpu_mul_mat as MulMat as usize),
+        (
+            "rknpu_mul_mat_write",
+            ffi::rknpu_mul_mat_write as Write as usize,
+        ),
         (
             "rknpu_mul_mat_ex",
             ffi::rknpu_mul_mat_ex as MulMatEx as usize,

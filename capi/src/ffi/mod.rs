@@ -17,6 +17,7 @@ use crate::{
     Failure, RknpuBatch, RknpuDevice, RknpuWeights, Rows, XType, call, check_plan, elements,
     ggml_supported, weight_shape,
 };
+use rknpu_driver::compute::matmul::InputRows;
 use rknpu_driver::kernels::single::Dtype;
 use std::ffi::c_void;
 use std::ffi::{CStr, c_char, c_int};

@@ -75,6 +75,56 @@ pub unsafe extern "C" fn rknpu_mul_mat_ex(
     })
 }
 
+/// What `rknpu_mul_mat_write` calls to write the rows: `(user, rows, stride, m, k)`,
+/// returning 0, or anything else to stop the product.
+pub type RowWriter =
+    Option<unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32, u32) -> c_int>;
+
+/// `y = x · wᵀ` for `m` rows of `x_type` that `write` puts straight into the NPU's
+/// input buffer, into rows of `y` `y_stride` bytes apart.
+///
+/// # Safety
+///
+/// `y` points to the `(m - 1) · y_stride + 4 · n` bytes its rows span, 4-byte aligned,
+/// which nothing else accesses during the call; `write` is a function that writes at
+/// most the `(m - 1) · stride + 2 · k` bytes from `rows` it is given, and does not call
+/// the library on the same weights.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rknpu_mul_mat_write(
+    w: *mut WeightsHandle,
+    x_type: u32,
+    m: u32,
+    write: RowWriter,
+    user: *mut c_void,
+    y: *mut f32,
+    y_stride: usize,
+) -> c_int {
+    call(|| {
+        let weights = handle::get(w, "w")?;
+        let write = write.ok_or_else(|| Failure::arg("write is NULL"))?;
+        let ty = XType::from_code(x_type)?;
+        let y_floats = output_span(y, y_stride, (m, weights.n), ("y", "y_stride"))?;
+        // SAFETY: `y` spans `y_floats` aligned floats that no one else touches during
+        // the call (the C contract; the span was computed without overflow).
+        let y = unsafe { std::slice::from_raw_parts_mut(y, y_floats) };
+        let fill = |rows: &mut InputRows<'_>| {
+            let (stride, k) = (rows.stride(), rows.k() as u32);
+            let bytes = rows.bytes_mut();
+            // SAFETY: `bytes` is the mapped A buffer's span of the rows, writable for
+            // the call; `write` writes within it and does not reenter these weights
+            // (the C contract).
+            let rc = unsafe { write(user, bytes.as_mut_ptr().cast(), stride, m, k) };
+            match rc {
+                0 => Ok(()),
+                rc => Err(rknpu_driver::Error::InvalidArgument {
+                    what: format!("the row writer returned {rc}; the product did not run"),
+                }),
+            }
+        };
+        weights.mul_mat_written(ty, m, fill, y, y_stride / 4)
+    })
+}
+
 /// A batch of `m` rows against the `count` weights handles of `ws`, run as one job.
 ///
 /// # Safety
