@@ -43,6 +43,7 @@ struct ggml_rknpu_stats {
     uint64_t mul_mat = 0; // MUL_MAT nodes computed
     uint64_t jobs    = 0; // NPU jobs submitted
     uint64_t packs   = 0; // weights packed during compute (src0 not in a weight buffer)
+    uint64_t written = 0; // products whose src1 rows were copied straight into the NPU's input
 };
 
 // batches (several weights sharing one input, one job) by their members' serials and m

@@ -3,9 +3,11 @@
 // dst[i3][i2] = src1[i3][i2] . src0[i3 / r3][i2 / r2]^T for every plane, each plane one
 // NPU job of the library (rknpu_mul_mat_ex). src0 comes packed from a weight buffer, or
 // is packed for this call when it is an activation or a test's tensor (any row and plane
-// strides, rows themselves contiguous). src1 rows are read where they are (any row
-// stride); only a src1 whose values are not contiguous within a row (a permuted view) or
-// whose rows overlap is gathered first. Products that share their src1 in a split run as
+// strides, rows themselves contiguous). F16 (BF16) src1 rows on an fp16 (bf16) bank are
+// copied straight into the NPU's input buffer where the library reads them as plain rows
+// (rknpu_mul_mat_write). Other src1 rows are read where they are (any row stride); only
+// a src1 whose values are not contiguous within a row (a permuted view) or whose rows
+// overlap is gathered first. Products that share their src1 in a split run as
 // one job (ggml_rknpu_mul_mat_group, below).
 
 #include "ggml-rknpu-common.h"
@@ -61,6 +63,32 @@ static const char * ggml_rknpu_src1_rows(const ggml_tensor * src1, const char * 
     return buf.data();
 }
 
+// the rows of one src1 plane, for rknpu_mul_mat_write to copy straight into the NPU's
+// input buffer
+struct ggml_rknpu_plane_rows {
+    const ggml_tensor * src1;
+    const char *        plane;
+};
+
+static int ggml_rknpu_write_rows(void * user, void * rows, size_t stride, uint32_t m, uint32_t k) {
+    const auto *   p   = (const ggml_rknpu_plane_rows *) user;
+    const size_t   ts  = ggml_type_size(p->src1->type);
+    const size_t   nb0 = p->src1->nb[0];
+    const size_t   nb1 = p->src1->nb[1];
+    for (uint32_t r = 0; r < m; r++) {
+        char *       dst = (char *) rows + r * stride;
+        const char * src = p->plane + r * nb1;
+        if (nb0 == ts) {
+            memcpy(dst, src, k * ts);
+            continue;
+        }
+        for (uint32_t c = 0; c < k; c++) {
+            memcpy(dst + c * ts, src + c * nb0, ts);
+        }
+    }
+    return 0;
+}
+
 ggml_status ggml_rknpu_mul_mat(ggml_rknpu_backend_context * ctx, ggml_tensor * dst) {
     const ggml_tensor * src0 = dst->src[0];
     const ggml_tensor * src1 = dst->src[1];
@@ -94,11 +122,23 @@ ggml_status ggml_rknpu_mul_mat(ggml_rknpu_backend_context * ctx, ggml_tensor * d
             rknpu_weights * plane = w->planes[i03 * src0->ne[2] + i02];
 
             const char * x_plane = (const char *) src1->data + i12 * src1->nb[2] + i13 * src1->nb[3];
-            size_t       x_stride = 0;
-            const char * x        = ggml_rknpu_src1_rows(src1, x_plane, gathered, &x_stride);
-            float *      y        = (float *) ((char *) dst->data + i12 * dst->nb[2] + i13 * dst->nb[3]);
+            float *      y       = (float *) ((char *) dst->data + i12 * dst->nb[2] + i13 * dst->nb[3]);
 
-            const int rc = rknpu_mul_mat_ex(plane, (uint32_t) src1->type, x, x_stride, (uint32_t) m, y, dst->nb[1]);
+            // 16-bit rows of the bank's own type are copied straight into the NPU's input
+            // buffer where the library reads them as plain rows; otherwise (or when it
+            // says no) they are handed over as rows
+            int rc = RKNPU_ERR_UNSUPPORTED;
+            if (src1->type == GGML_TYPE_F16 || src1->type == GGML_TYPE_BF16) {
+                ggml_rknpu_plane_rows rows = { src1, x_plane };
+                rc = rknpu_mul_mat_write(plane, (uint32_t) src1->type, (uint32_t) m, ggml_rknpu_write_rows, &rows, y,
+                                         dst->nb[1]);
+                ctx->stats.written += rc == 0;
+            }
+            if (rc == RKNPU_ERR_UNSUPPORTED) {
+                size_t       x_stride = 0;
+                const char * x        = ggml_rknpu_src1_rows(src1, x_plane, gathered, &x_stride);
+                rc = rknpu_mul_mat_ex(plane, (uint32_t) src1->type, x, x_stride, (uint32_t) m, y, dst->nb[1]);
+            }
             if (rc != 0) {
                 GGML_LOG_ERROR("%s: %s (%s x %s, plane %lld/%lld): %s\n", __func__, dst->name,
                                ggml_type_name(src0->type), ggml_type_name(src1->type), (long long) i12,

@@ -24,9 +24,12 @@ static void ggml_backend_rknpu_free(ggml_backend_t backend) {
     auto * ctx = (ggml_rknpu_backend_context *) backend->context;
     const char * stats = getenv("RKNPU_GGML_STATS");
     if (stats != nullptr && stats[0] != '\0' && strcmp(stats, "0") != 0) {
-        fprintf(stderr, "rknpu: %llu graph computes, %llu MUL_MAT nodes, %llu NPU jobs, %llu weights packed per call\n",
+        fprintf(stderr,
+                "rknpu: %llu graph computes, %llu MUL_MAT nodes, %llu NPU jobs, %llu weights packed per call, "
+                "%llu inputs written in place\n",
                 (unsigned long long) ctx->stats.graphs, (unsigned long long) ctx->stats.mul_mat,
-                (unsigned long long) ctx->stats.jobs, (unsigned long long) ctx->stats.packs);
+                (unsigned long long) ctx->stats.jobs, (unsigned long long) ctx->stats.packs,
+                (unsigned long long) ctx->stats.written);
     }
     delete ctx;
     delete backend;

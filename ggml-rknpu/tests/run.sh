@@ -5,7 +5,8 @@
 # 1. ggml's own test-backend-ops for every op the backend claims: every case it runs
 #    must pass, the run must show that the RKNPU backend itself was tested (the suite
 #    prints "backends passed" even when no device registered), and at least the given
-#    number of cases must have run.
+#    number of cases must have run. In the default run, F16 inputs must have been
+#    written straight into the NPU's input buffer (rknpu_mul_mat_write).
 # 2. llama.cpp end to end: a seeded llama-architecture model with F16 weights
 #    (tests/make_tiny_llama.py) generates 32 greedy tokens with llama-simple, on the CPU
 #    alone and with the backend loaded; the texts must be identical, the backend must
@@ -35,7 +36,7 @@ fail() {
 backend_ops() {
     local op=$1 min=$2 log="$logs/test-backend-ops-$1${3:+-$3}.log"
     echo "-- test-backend-ops -o $op -b RKNPU${3:+ ($3)}"
-    if ! RKNPU_DEVICE=emu GGML_BACKEND_PATH="$backend" \
+    if ! RKNPU_DEVICE=emu GGML_BACKEND_PATH="$backend" RKNPU_GGML_STATS=1 \
         "$out/bin/test-backend-ops" test -o "$op" -b RKNPU >"$log" 2>&1; then
         grep -E "FAIL|error" "$log" | head -n 40 >&2 || true
         fail "test-backend-ops $op failed (log: $log)"
@@ -50,10 +51,16 @@ backend_ops() {
     total=$(echo "$summary" | sed -E 's#^ *([0-9]+)/([0-9]+).*#\2#')
     [ "$passed" -eq "$total" ] || fail "$op: $passed of $total cases passed"
     [ "$total" -ge "$min" ] || fail "$op: only $total cases ran on RKNPU (at least $min expected)"
-    echo "   $op${3:+ ($3)}: $passed/$total cases passed on RKNPU ($(grep -c 'not supported' "$log") not claimed)"
+    local written
+    written=$(sed -nE 's#^rknpu: .* ([0-9]+) inputs written in place$#\1#p' "$log" | awk '{s += $1} END {print s + 0}')
+    echo "   $op${3:+ ($3)}: $passed/$total cases passed on RKNPU ($(grep -c 'not supported' "$log") not claimed;" \
+        "$written products with their input written in place)"
 }
 
 backend_ops MUL_MAT 1000
+# F16 rows on fp16 banks go straight into the NPU's input buffer (rknpu_mul_mat_write)
+grep -qE "^rknpu: .* [1-9][0-9]* inputs written in place$" "$logs/test-backend-ops-MUL_MAT.log" ||
+    fail "no MUL_MAT case wrote its input in place (log: $logs/test-backend-ops-MUL_MAT.log)"
 # int8 banks for the quantised weight types (docs/ggml.md, "Weights in int8")
 RKNPU_GGML_WEIGHTS=int8 backend_ops MUL_MAT 1000 int8
 
