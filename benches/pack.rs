@@ -31,6 +31,9 @@
 //!   for the fp16 plan of 128×4096×4096 on three cores, `x` 128×4096 f32 activations
 //!   (rounded to fp16, checked and laid out in one pass), `out` a preallocated buffer of
 //!   `plan.a_bytes` (1 MiB). Counted and copied: the 2 MiB of f32 read.
+//! * `fp16_activations_f16_128x4096`: `pack::activations_half_into` of the same values
+//!   given as fp16 (what an F16 input of `Matmul::run_into` packs), into the same plan's
+//!   buffer. Counted and copied: the 1 MiB read.
 //!
 //! On an x86-64 processor with AVX2 the int8 K×N packer and the W4A8 activation packer
 //! run the vector kernels the library picks at run time (`sys::simd`), and with F16C the
@@ -238,6 +241,19 @@ fn float_activations(c: &mut Criterion) {
     group.bench_function("activations_float_into", |bch| {
         bch.iter(|| {
             pack::activations_float_into(black_box(&plan), black_box(&x), &mut out)
+                .expect("finite activations");
+            black_box(&mut out);
+        })
+    });
+    memcpy_baseline(&mut group, rng().bytes(bytes));
+    group.finish();
+    // The same values already in fp16: their bits laid out, no conversion.
+    let bits: Vec<u16> = x.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+    let bytes = std::mem::size_of_val(bits.as_slice());
+    let mut group = group(c, "fp16_activations_f16_128x4096", bytes, false);
+    group.bench_function("activations_half_into", |bch| {
+        bch.iter(|| {
+            pack::activations_half_into(black_box(&plan), black_box(&bits), &mut out)
                 .expect("finite activations");
             black_box(&mut out);
         })

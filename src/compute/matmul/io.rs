@@ -2,6 +2,7 @@
 //! reading, reducing and scaling the results out of the C buffer.
 
 use super::*;
+use zerocopy::{FromBytes, IntoBytes};
 
 impl Matmul {
     /// Packs activations of any element type into the A buffer; what the job will
@@ -105,16 +106,26 @@ impl Matmul {
         self.pack_a_in_place(|plan, out| pack::activations_float_into(plan, a, out))
     }
 
-    /// Packs fp16 activations into the A buffer.
+    /// Packs fp16 activations into the A buffer as they are.
     pub(super) fn put_f16(&mut self, a: &[f16]) -> Result<()> {
-        let wide: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
-        self.put_float(Activations::Fp16, &wide)
+        self.put_half(Activations::Fp16, a.as_bytes())
     }
 
-    /// Packs bf16 activations into the A buffer.
+    /// Packs bf16 activations into the A buffer as they are.
     pub(super) fn put_bf16(&mut self, a: &[bf16]) -> Result<()> {
-        let wide: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
-        self.put_float(Activations::Bf16, &wide)
+        self.put_half(Activations::Bf16, a.as_bytes())
+    }
+
+    /// Packs 16-bit float activations of type `acts` (`bytes`: their native-endian
+    /// bytes) into the A buffer of a matmul made for them: their bits copied, not
+    /// converted.
+    fn put_half(&mut self, acts: Activations, bytes: &[u8]) -> Result<()> {
+        self.expect(acts)?;
+        let bits = <[u16]>::ref_from_bytes(bytes).map_err(|_| Error::InvalidArgument {
+            what: "16-bit activations that are not 2-byte aligned".into(),
+        })?;
+        shape("activation values", self.len_a(), bits.len())?;
+        self.pack_a_in_place(|plan, out| pack::activations_half_into(plan, bits, out))
     }
 
     /// Quantises f32 activations per row (integer banks) or rounds them to fp16 or bf16

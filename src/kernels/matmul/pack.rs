@@ -13,7 +13,7 @@ mod i4_stats;
 mod rows;
 mod w4a8;
 
-pub use float::activations_float_into;
+pub use float::{activations_float_into, activations_half_into};
 pub use i4_stats::{i4_bank_magnitudes, i4_column_sums};
 use i4_stats::{row_nibble_sum, swap_nibbles};
 pub use rows::{RowLayout, plain_rows, seal_rows};

@@ -1,4 +1,5 @@
-//! The A buffer of an fp16 or bf16 plan from f32 activations in one pass: each block
+//! The A buffer of an fp16 or bf16 plan from f32 activations, or from values already of
+//! the plan's type, in one pass: each block
 //! (wave, M tile) is row-major with rows of the wave's channels padded to 32, so every
 //! row is one run of values converted where they land, then its padding zeroed. What
 //! [`Plan::pack_a_f32`] returns, without its per-element layout arithmetic and
@@ -7,7 +8,7 @@
 use super::super::{Plan, unsupported};
 use super::blocks;
 use crate::error::{Error, Result};
-use crate::kernels::single::{Dtype, check_float};
+use crate::kernels::single::{Dtype, check_float, check_float_bits};
 use crate::sys::simd;
 
 /// Packs f32 activations `a` (row-major M×K) into `out`, the A buffer of a float
@@ -20,9 +21,55 @@ use crate::sys::simd;
 /// [`Plan::pack_a_f32`]); `out` is then unspecified.
 pub fn activations_float_into(plan: &Plan, a: &[f32], out: &mut [u8]) -> Result<()> {
     let dtype = plan.spec.dtype;
+    let finite = rows_into(plan, a, out, |src, values| match dtype {
+        Dtype::Fp16 => simd::f32_to_f16_bytes(src, values),
+        _ => to_bf16(src, values),
+    })?;
+    match finite {
+        true => Ok(()),
+        // The general check names the first such value, as the general packer does.
+        false => check_float(dtype, "activations", a),
+    }
+}
+
+/// Packs activations already of a float `plan`'s type (`a`: the fp16 or bf16 values'
+/// bits, row-major M×K) into `out`, its A buffer, as they are: the layout of
+/// [`activations_float_into`] without a conversion. Errors as there; a value that is
+/// not finite is [`Error::OutOfRange`] with its index.
+pub fn activations_half_into(plan: &Plan, a: &[u16], out: &mut [u8]) -> Result<()> {
+    // The exponent all ones: an infinity or a NaN.
+    let exponent: u16 = match plan.spec.dtype {
+        Dtype::Bf16 => 0x7F80,
+        _ => 0x7C00,
+    };
+    let finite = rows_into(plan, a, out, |src, values| {
+        let mut special = 0u16;
+        for (d, &v) in values.chunks_exact_mut(2).zip(src) {
+            d.copy_from_slice(&v.to_le_bytes());
+            special |= u16::from(v & exponent == exponent);
+        }
+        special == 0
+    })?;
+    match finite {
+        true => Ok(()),
+        false => check_float_bits(plan.spec.dtype, "activations", a),
+    }
+}
+
+/// Puts each row of every block of a float `plan` (`a` row-major M×K) into `out`, its A
+/// buffer, through `convert` (a run of source values into their bytes; whether all were
+/// finite), and zeroes the rows' padding and any byte no block covers. Returns whether
+/// every value was finite.
+fn rows_into<T>(
+    plan: &Plan,
+    a: &[T],
+    out: &mut [u8],
+    mut convert: impl FnMut(&[T], &mut [u8]) -> bool,
+) -> Result<bool> {
+    let dtype = plan.spec.dtype;
     if !dtype.is_float() {
         return Err(unsupported(format!(
-            "f32 activations packed for a {dtype:?} plan (fp16 or bf16)"
+            "float activations packed for a {dtype:?} plan (fp16 or bf16)"
         )));
     }
     let (m, k) = (plan.spec.m as usize, plan.spec.k as usize);
@@ -43,18 +90,11 @@ pub fn activations_float_into(plan: &Plan, a: &[f32], out: &mut [u8]) -> Result<
         for (r, dst) in block.chunks_exact_mut(row_bytes).enumerate() {
             let src = &a[(t.m0 as usize + r) * k + k0..][..kw];
             let (values, padding) = dst.split_at_mut(2 * kw);
-            finite &= match dtype {
-                Dtype::Fp16 => simd::f32_to_f16_bytes(src, values),
-                _ => to_bf16(src, values),
-            };
+            finite &= convert(src, values);
             padding.fill(0);
         }
     }
-    match finite {
-        true => Ok(()),
-        // The general check names the first such value, as the general packer does.
-        false => check_float(dtype, "activations", a),
-    }
+    Ok(finite)
 }
 
 /// `src` rounded to bf16 (to nearest, ties to even), little-endian into `dst`. Returns
@@ -156,6 +196,44 @@ mod tests {
                 matches!(got, Error::OutOfRange { index, .. } if index == at),
                 "{got:?}"
             );
+        }
+    }
+
+    #[test]
+    fn values_of_the_plans_type_pack_as_their_f32_values_do() {
+        use crate::kernels::matmul::MatmulSpec;
+        let mut rng = crate::seeded::Rng::new(7);
+        // One wave, padded rows, several waves and several rows over several waves.
+        for (m, k) in [(1, 64), (3, 40), (1, 9000), (5, 9000)] {
+            for dtype in [Dtype::Fp16, Dtype::Bf16] {
+                let plan = Plan::new(MatmulSpec::new(m, k, 64, dtype)).unwrap();
+                let bits: Vec<u16> = (0..m * k)
+                    .map(|_| match dtype {
+                        Dtype::Fp16 => f32_to_f16(rng.unit() * 4.0 - 2.0),
+                        _ => f32_to_bf16(rng.unit() * 4.0 - 2.0),
+                    })
+                    .collect();
+                let wide: Vec<f32> = (bits.iter())
+                    .map(|&b| match dtype {
+                        Dtype::Fp16 => half::f16::from_bits(b).to_f32(),
+                        _ => half::bf16::from_bits(b).to_f32(),
+                    })
+                    .collect();
+                let (mut want, mut got) = (
+                    vec![1u8; plan.a_bytes as usize],
+                    vec![2u8; plan.a_bytes as usize],
+                );
+                activations_float_into(&plan, &wide, &mut want).unwrap();
+                activations_half_into(&plan, &bits, &mut got).unwrap();
+                assert!(got == want, "{m}×{k} {dtype:?}");
+                let mut bad = bits.clone();
+                bad[(m * k - 3) as usize] |= 0x7F80 | 0x7C00;
+                let e = activations_half_into(&plan, &bad, &mut got).unwrap_err();
+                assert!(
+                    matches!(e, Error::OutOfRange { index, .. } if index == (m * k - 3) as usize),
+                    "{e:?}"
+                );
+            }
         }
     }
 

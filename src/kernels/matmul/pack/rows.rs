@@ -93,15 +93,15 @@ pub fn seal_rows(rows: &RowLayout, bf16: bool, out: &mut [u8]) -> Result<()> {
     let exponent: u16 = if bf16 { 0x7F80 } else { 0x7C00 };
     for r in 0..rows.rows {
         let row = &out[r * stride..][..values];
-        let bad = row
-            .chunks_exact(2)
-            .position(|p| u16::from_le_bytes([p[0], p[1]]) & exponent == exponent);
-        if let Some(i) = bad {
-            let bits = u16::from_le_bytes([row[2 * i], row[2 * i + 1]]);
+        let bits = |i: usize| u16::from_le_bytes([row[2 * i], row[2 * i + 1]]);
+        if let Some(i) = (0..rows.k).find(|&i| bits(i) & exponent == exponent) {
             return Err(Error::OutOfRange {
                 what: "activations written in place",
                 index: r * rows.k + i,
-                value: format!("{bits:#06x}"),
+                value: match bf16 {
+                    true => half::bf16::from_bits(bits(i)).to_string(),
+                    false => half::f16::from_bits(bits(i)).to_string(),
+                },
                 range: "finite",
             });
         }
