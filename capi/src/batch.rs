@@ -73,22 +73,37 @@ impl RknpuBatch {
             )));
         }
         let (m, k) = (self.m as usize, self.k as usize);
-        let a = x.gather_f32(m, k)?;
+        let a = x.f32_values(m, k)?;
         let xs: Vec<&[f32]> = vec![&a; count];
-        let mut dense: Vec<Vec<f32>> = self.n.iter().map(|&n| vec![0f32; m * n as usize]).collect();
+        // Outputs whose rows are back to back are written in place; the others through
+        // a buffer each, copied into their rows afterwards.
+        let dense = |j: usize| y_strides[j] == self.n[j] as usize;
+        let mut spare: Vec<Vec<f32>> = (0..count)
+            .map(|j| match dense(j) {
+                true => Vec::new(),
+                false => vec![0f32; m * self.n[j] as usize],
+            })
+            .collect();
         {
             let mut batch = self.batch.lock().map_err(|_| {
                 Failure::arg("the batch was poisoned by an earlier panic; free it and make another")
             })?;
-            let mut outs: Vec<&mut [f32]> = dense.iter_mut().map(Vec::as_mut_slice).collect();
+            let mut outs: Vec<&mut [f32]> = Vec::with_capacity(count);
+            for (j, (y, buf)) in ys.iter_mut().zip(spare.iter_mut()).enumerate() {
+                outs.push(match dense(j) {
+                    true => (y.get_mut(..m * self.n[j] as usize))
+                        .ok_or_else(|| Failure::arg("an output is shorter than m rows"))?,
+                    false => buf,
+                });
+            }
             batch.mul_mat(&xs, &mut outs)?;
         }
-        for (((src, y), &stride), &n) in dense.iter().zip(ys.iter_mut()).zip(y_strides).zip(&self.n)
-        {
-            let n = n as usize;
+        for (j, src) in spare.iter().enumerate().filter(|&(j, _)| !dense(j)) {
+            let n = self.n[j] as usize;
             for (r, row) in src.chunks_exact(n).enumerate() {
-                let at = r * stride;
-                y.get_mut(at..at + n)
+                let at = r * y_strides[j];
+                ys[j]
+                    .get_mut(at..at + n)
                     .ok_or_else(|| Failure::arg("an output is shorter than m rows"))?
                     .copy_from_slice(row);
             }

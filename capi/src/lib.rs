@@ -48,10 +48,12 @@ use rknpu_driver::device::Device;
 use rknpu_driver::gguf::{self, GgmlType};
 use rknpu_driver::kernels::matmul::{Plan, WeightLayout};
 use rknpu_driver::kernels::single::{Dtype, OutType};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
+use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 /// The error codes the functions return (0 is success).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -418,15 +420,15 @@ impl RknpuWeights {
         let native = self.native(x.ty);
         self.with_output_rows(m, y, y_stride, |target| match x.ty {
             XType::F16 if native => {
-                let a: Vec<half::f16> = x.gather(rows, k, half::f16::from_bits)?;
+                let a = x.values(rows, k, half::f16::from_bits)?;
                 self.with_plan(m, |mm| Ok(mm.run_into(&a, target)?))
             }
             XType::Bf16 if native => {
-                let a: Vec<half::bf16> = x.gather(rows, k, half::bf16::from_bits)?;
+                let a = x.values(rows, k, half::bf16::from_bits)?;
                 self.with_plan(m, |mm| Ok(mm.run_into(&a, target)?))
             }
             _ => {
-                let a = x.gather_f32(rows, k)?;
+                let a = x.f32_values(rows, k)?;
                 self.with_plan(m, |mm| Ok(mm.mul_mat(&a, target)?))
             }
         })
@@ -541,8 +543,29 @@ impl Rows<'_> {
             .ok_or_else(|| Failure::arg(format!("{m} rows {stride} bytes apart overflow")))
     }
 
-    /// The 16-bit values of `m` rows of `k`, contiguous.
-    fn gather<T>(&self, m: usize, k: usize, make: fn(u16) -> T) -> Result<Vec<T>> {
+    /// The rows as one slice of `T` where they lie back to back and aligned for `T` on a
+    /// little-endian host: the caller's memory itself, no copy. Else `None`.
+    fn contiguous<T: FromBytes + Immutable + KnownLayout>(
+        &self,
+        m: usize,
+        k: usize,
+    ) -> Option<&[T]> {
+        let row = k * self.ty.size();
+        if cfg!(target_endian = "big") || (m > 1 && self.stride != row) {
+            return None;
+        }
+        <[T]>::ref_from_bytes(self.bytes.get(..m * row)?).ok()
+    }
+
+    /// The 16-bit values of `m` rows of `k`, contiguous: where they are
+    /// ([`Rows::contiguous`]), or gathered through `make`.
+    fn values<T>(&self, m: usize, k: usize, make: fn(u16) -> T) -> Result<Cow<'_, [T]>>
+    where
+        T: FromBytes + Immutable + KnownLayout + Clone,
+    {
+        if let Some(values) = self.contiguous(m, k) {
+            return Ok(Cow::Borrowed(values));
+        }
         let mut out = Vec::with_capacity(m * k);
         for r in 0..m {
             let row = self.row(r, k)?;
@@ -551,11 +574,17 @@ impl Rows<'_> {
                     .map(|p| make(u16::from_le_bytes([p[0], p[1]]))),
             );
         }
-        Ok(out)
+        Ok(Cow::Owned(out))
     }
 
-    /// The values of `m` rows of `k` as f32, contiguous.
-    pub(crate) fn gather_f32(&self, m: usize, k: usize) -> Result<Vec<f32>> {
+    /// The values of `m` rows of `k` as f32, contiguous: f32 rows where they are
+    /// ([`Rows::contiguous`]), other rows converted into a copy.
+    pub(crate) fn f32_values(&self, m: usize, k: usize) -> Result<Cow<'_, [f32]>> {
+        if self.ty == XType::F32
+            && let Some(values) = self.contiguous(m, k)
+        {
+            return Ok(Cow::Borrowed(values));
+        }
         let mut out = Vec::with_capacity(m * k);
         for r in 0..m {
             let row = self.row(r, k)?;
@@ -574,7 +603,7 @@ impl Rows<'_> {
                 ),
             }
         }
-        Ok(out)
+        Ok(Cow::Owned(out))
     }
 
     fn row(&self, r: usize, k: usize) -> Result<&[u8]> {
