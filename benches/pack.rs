@@ -248,18 +248,21 @@ fn float_activations(c: &mut Criterion) {
     memcpy_baseline(&mut group, rng().bytes(bytes));
     group.finish();
     // The same values already in fp16: their bits laid out, no conversion.
-    let bits: Vec<u16> = x.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+    let bits: Vec<u16> = x
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_bits())
+        .collect();
     let bytes = std::mem::size_of_val(bits.as_slice());
-    let mut group = group(c, "fp16_activations_f16_128x4096", bytes, false);
-    group.bench_function("activations_half_into", |bch| {
+    let mut halves = common::group(c, "fp16_activations_f16_128x4096", bytes, false);
+    halves.bench_function("activations_half_into", |bch| {
         bch.iter(|| {
             pack::activations_half_into(black_box(&plan), black_box(&bits), &mut out)
                 .expect("finite activations");
             black_box(&mut out);
         })
     });
-    memcpy_baseline(&mut group, rng().bytes(bytes));
-    group.finish();
+    memcpy_baseline(&mut halves, rng().bytes(bytes));
+    halves.finish();
 }
 
 criterion_group!(
