@@ -79,6 +79,26 @@ fn write(w: *mut WeightsHandle, m: u32, src: &mut Source, y: &mut [f32], y_strid
     }
 }
 
+/// `rknpu_mul_mat_ex` of `m` rows of `k` fp16 values' bits into `m` rows of `n`.
+fn mul_mat_ex(w: *mut WeightsHandle, bits: &[u16], m: usize, n: usize, k: usize) -> Vec<f32> {
+    let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+    let mut y = vec![0f32; m * n];
+    // SAFETY: `bytes` holds m rows of k fp16 values; `y` m rows of n floats.
+    let rc = unsafe {
+        rknpu_mul_mat_ex(
+            w,
+            F16,
+            bytes.as_ptr().cast(),
+            2 * k,
+            m as u32,
+            y.as_mut_ptr(),
+            4 * n,
+        )
+    };
+    assert_eq!(rc, 0, "{}", last_error());
+    y
+}
+
 #[test]
 fn written_rows_give_what_mul_mat_ex_gives() {
     let mut rng = Rng::from_seed(71);
@@ -88,36 +108,9 @@ fn written_rows_give_what_mul_mat_ex_gives() {
         let bits: Vec<u16> = (0..m * k)
             .map(|_| half::f16::from_f32(rng.unit() * 2.0 - 1.0).to_bits())
             .collect();
-        let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
-        let mut want = vec![0f32; m * n];
-        // SAFETY: `bytes` holds m rows of k fp16 values; `want` m rows of n floats.
-        let rc = unsafe {
-            rknpu_mul_mat_ex(
-                w,
-                F16,
-                bytes.as_ptr().cast(),
-                2 * k,
-                m as u32,
-                want.as_mut_ptr(),
-                4 * n,
-            )
-        };
-        assert_eq!(rc, 0, "{}", last_error());
+        let want = mul_mat_ex(w, &bits, m, n, k);
         // Other rows through the same cached plan, so that the buffer holds other values.
-        let (other, mut scratch) = (vec![0x3C00u16; m * k], vec![0f32; m * n]);
-        // SAFETY: `other` holds m rows of k fp16 values; `scratch` m rows of n floats.
-        let rc = unsafe {
-            rknpu_mul_mat_ex(
-                w,
-                F16,
-                other.as_ptr().cast(),
-                2 * k,
-                m as u32,
-                scratch.as_mut_ptr(),
-                4 * n,
-            )
-        };
-        assert_eq!(rc, 0, "{}", last_error());
+        mul_mat_ex(w, &vec![0x3C00u16; m * k], m, n, k);
         let mut src = Source {
             bits,
             calls: 0,
