@@ -497,24 +497,10 @@ pub fn activations_i8_into(plan: &Plan, a: &[i8], out: &mut [u8]) -> Result<()> 
     if plan.spec.dtype != Dtype::Int8 {
         return Err(unsupported("activations_i8_into packs int8 plans".into()));
     }
-    let k_all = plan.spec.k as usize;
-    Error::check_len("activation values", plan.spec.m as usize * k_all, a.len())?;
-    Error::check_len("A buffer bytes", plan.a_bytes as usize, out.len())?;
-    let block_bytes =
-        |t: &super::TaskTile| t.rows as usize * plan.layout.waves[t.wave as usize].ai as usize;
-    if blocks(plan).map(&block_bytes).sum::<usize>() != out.len() {
-        out.fill(0);
-    }
-    for t in blocks(plan) {
-        let w = plan.layout.waves[t.wave as usize];
-        let block = &mut out[t.a_offset as usize..][..block_bytes(t)];
-        for (r, row) in block.chunks_exact_mut(w.ai as usize).enumerate() {
-            let src = &a[(t.m0 as usize + r) * k_all + w.k0 as usize..][..w.kw as usize];
-            let (values, padding) = row.split_at_mut(src.len());
-            values.copy_from_slice(src.as_bytes());
-            padding.fill(0);
-        }
-    }
+    rows::rows_into::<_, 1>(plan, a, out, |src, values| {
+        values.copy_from_slice(src.as_bytes());
+        true
+    })?;
     Ok(())
 }
 

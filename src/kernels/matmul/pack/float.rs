@@ -6,8 +6,8 @@
 //! intermediate vectors (docs/matmul.md, "Host work").
 
 use super::super::{Plan, unsupported};
-use super::blocks;
-use crate::error::{Error, Result};
+use super::rows::rows_into;
+use crate::error::Result;
 use crate::kernels::single::{Dtype, check_float, check_float_bits};
 use crate::sys::simd;
 
@@ -15,13 +15,14 @@ use crate::sys::simd;
 /// `plan` (`plan.a_bytes` bytes), each value rounded to the plan's type to nearest,
 /// ties to even. Every byte of `out` is written.
 ///
-/// Errors: a plan that is not fp16 or bf16 ([`Error::Unsupported`]), `a` or `out` of
-/// the wrong size ([`Error::ShapeMismatch`]), a value that is not finite or rounds to
-/// infinity in the plan's type ([`Error::OutOfRange`] with its index, as
+/// Errors: a plan that is not fp16 or bf16 ([`Error::Unsupported`](crate::error::Error::Unsupported)), `a` or `out` of
+/// the wrong size ([`Error::ShapeMismatch`](crate::error::Error::ShapeMismatch)), a value that is not finite or rounds to
+/// infinity in the plan's type ([`Error::OutOfRange`](crate::error::Error::OutOfRange) with its index, as
 /// [`Plan::pack_a_f32`]); `out` is then unspecified.
 pub fn activations_float_into(plan: &Plan, a: &[f32], out: &mut [u8]) -> Result<()> {
     let dtype = plan.spec.dtype;
-    let finite = rows_into(plan, a, out, |src, values| match dtype {
+    float_plan(plan)?;
+    let finite = rows_into::<_, 2>(plan, a, out, |src, values| match dtype {
         Dtype::Fp16 => simd::f32_to_f16_bytes(src, values),
         _ => to_bf16(src, values),
     })?;
@@ -35,14 +36,15 @@ pub fn activations_float_into(plan: &Plan, a: &[f32], out: &mut [u8]) -> Result<
 /// Packs activations already of a float `plan`'s type (`a`: the fp16 or bf16 values'
 /// bits, row-major M×K) into `out`, its A buffer, as they are: the layout of
 /// [`activations_float_into`] without a conversion. Errors as there; a value that is
-/// not finite is [`Error::OutOfRange`] with its index.
+/// not finite is [`Error::OutOfRange`](crate::error::Error::OutOfRange) with its index.
 pub fn activations_half_into(plan: &Plan, a: &[u16], out: &mut [u8]) -> Result<()> {
     // The exponent all ones: an infinity or a NaN.
     let exponent: u16 = match plan.spec.dtype {
         Dtype::Bf16 => 0x7F80,
         _ => 0x7C00,
     };
-    let finite = rows_into(plan, a, out, |src, values| {
+    float_plan(plan)?;
+    let finite = rows_into::<_, 2>(plan, a, out, |src, values| {
         let mut special = 0u16;
         for (d, &v) in values.chunks_exact_mut(2).zip(src) {
             d.copy_from_slice(&v.to_le_bytes());
@@ -56,45 +58,15 @@ pub fn activations_half_into(plan: &Plan, a: &[u16], out: &mut [u8]) -> Result<(
     }
 }
 
-/// Puts each row of every block of a float `plan` (`a` row-major M×K) into `out`, its A
-/// buffer, through `convert` (a run of source values into their bytes; whether all were
-/// finite), and zeroes the rows' padding and any byte no block covers. Returns whether
-/// every value was finite.
-fn rows_into<T>(
-    plan: &Plan,
-    a: &[T],
-    out: &mut [u8],
-    mut convert: impl FnMut(&[T], &mut [u8]) -> bool,
-) -> Result<bool> {
+/// Refuses a plan that is not fp16 or bf16.
+fn float_plan(plan: &Plan) -> Result<()> {
     let dtype = plan.spec.dtype;
-    if !dtype.is_float() {
-        return Err(unsupported(format!(
+    match dtype.is_float() {
+        true => Ok(()),
+        false => Err(unsupported(format!(
             "float activations packed for a {dtype:?} plan (fp16 or bf16)"
-        )));
+        ))),
     }
-    let (m, k) = (plan.spec.m as usize, plan.spec.k as usize);
-    Error::check_len("activation values", m * k, a.len())?;
-    Error::check_len("A buffer bytes", plan.a_bytes as usize, out.len())?;
-    let block_bytes = |t: &super::super::TaskTile| {
-        t.rows as usize * plan.layout.waves[t.wave as usize].ai as usize * 2
-    };
-    let covered: usize = blocks(plan).map(&block_bytes).sum();
-    if covered != out.len() {
-        out.fill(0);
-    }
-    let mut finite = true;
-    for t in blocks(plan) {
-        let w = plan.layout.waves[t.wave as usize];
-        let (k0, kw, row_bytes) = (w.k0 as usize, w.kw as usize, w.ai as usize * 2);
-        let block = &mut out[t.a_offset as usize..][..block_bytes(t)];
-        for (r, dst) in block.chunks_exact_mut(row_bytes).enumerate() {
-            let src = &a[(t.m0 as usize + r) * k + k0..][..kw];
-            let (values, padding) = dst.split_at_mut(2 * kw);
-            finite &= convert(src, values);
-            padding.fill(0);
-        }
-    }
-    Ok(finite)
 }
 
 /// `src` rounded to bf16 (to nearest, ties to even), little-endian into `dst`. Returns
@@ -120,6 +92,7 @@ mod tests {
     //! the edges of each type's range and on seeded values.
 
     use super::*;
+    use crate::error::Error;
     use crate::float::{f32_to_bf16, f32_to_f16};
 
     /// Values at and around each type's overflow edge, the subnormal edges, zeros and

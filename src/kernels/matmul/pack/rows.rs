@@ -109,6 +109,52 @@ pub fn seal_rows(rows: &RowLayout, bf16: bool, out: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// Puts each row of every block of `plan` (`a` row-major M×K) into `out`, its A buffer
+/// (each block row-major, rows of the wave's `ai` channels of `SIZE` bytes each),
+/// through `convert` (a run of source values into their bytes; whether all were finite),
+/// and zeroes the rows' padding and any byte no block covers. Returns whether every
+/// value was finite. The caller checks that the plan's type is `SIZE` bytes a value.
+#[inline(always)]
+pub(super) fn rows_into<T, const SIZE: usize>(
+    plan: &Plan,
+    a: &[T],
+    out: &mut [u8],
+    mut convert: impl FnMut(&[T], &mut [u8]) -> bool,
+) -> Result<bool> {
+    let (m, k) = (plan.spec.m as usize, plan.spec.k as usize);
+    Error::check_len("activation values", m * k, a.len())?;
+    Error::check_len("A buffer bytes", plan.a_bytes as usize, out.len())?;
+    let block_bytes =
+        |t: &TaskTile| t.rows as usize * plan.layout.waves[t.wave as usize].ai as usize * SIZE;
+    zero_uncovered(plan, out, block_bytes);
+    let mut finite = true;
+    for t in blocks(plan) {
+        let w = plan.layout.waves[t.wave as usize];
+        let (k0, kw, row_bytes) = (w.k0 as usize, w.kw as usize, w.ai as usize * SIZE);
+        let block = &mut out[t.a_offset as usize..][..block_bytes(t)];
+        for (r, dst) in block.chunks_exact_mut(row_bytes).enumerate() {
+            let src = &a[(t.m0 as usize + r) * k + k0..][..kw];
+            let (values, padding) = dst.split_at_mut(SIZE * kw);
+            finite &= convert(src, values);
+            padding.fill(0);
+        }
+    }
+    Ok(finite)
+}
+
+/// Zeroes `out`, `plan`'s A buffer, when its blocks (of `block_bytes` each) do not
+/// cover every byte of it, so that a packer writing only the blocks leaves no stale
+/// byte.
+pub(super) fn zero_uncovered(
+    plan: &Plan,
+    out: &mut [u8],
+    block_bytes: impl Fn(&TaskTile) -> usize,
+) {
+    if blocks(plan).map(block_bytes).sum::<usize>() != out.len() {
+        out.fill(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Rows written through the layout, sealed, against the packer's buffer of the same

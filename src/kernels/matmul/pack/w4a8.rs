@@ -5,6 +5,7 @@
 
 use super::super::{Plan, unsupported};
 use super::blocks;
+use super::rows::zero_uncovered;
 use crate::error::{Error, Result};
 use crate::kernels::single::Dtype;
 use crate::sys::simd;
@@ -34,10 +35,7 @@ pub(super) fn w4a8(plan: &Plan, a: &[i8], out: &mut [u8], vector: bool) -> Resul
         let kw = plan.layout.waves[t.wave as usize].kw as usize;
         t.rows as usize * kw.next_multiple_of(32) / 2
     };
-    let covered: usize = blocks(plan).map(&block_bytes).sum();
-    if covered != out.len() {
-        out.fill(0);
-    }
+    zero_uncovered(plan, out, block_bytes);
     for t in blocks(plan) {
         let offset = t.a_offset;
         let w = plan.layout.waves[t.wave as usize];
