@@ -33,7 +33,7 @@ pub mod handle;
 pub mod header;
 mod in_place;
 pub mod job;
-mod limits;
+pub mod limits;
 
 pub use batch::RknpuBatch;
 pub use job::Job;
