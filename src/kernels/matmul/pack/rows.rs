@@ -72,7 +72,7 @@ pub fn plain_rows(plan: &Plan) -> Result<RowLayout> {
 /// past the rows, zeroed; then checks every value is finite in the plan's type (fp16 or
 /// bf16, `bf16` true), naming the first that is not as [`Error::OutOfRange`] with its
 /// index in row-major M×K.
-pub fn seal_rows(rows: &RowLayout, bf16: bool, out: &mut [u8]) -> Result<()> {
+pub(crate) fn seal_rows(rows: &RowLayout, bf16: bool, out: &mut [u8]) -> Result<()> {
     if out.len() < rows.span {
         return Err(Error::ShapeMismatch {
             what: "A buffer bytes (at least the rows' span)",
