@@ -6,6 +6,7 @@
  * rounds it to fp16 for fp16 weights), asks rknpu_mul_mat_supported before making each,
  * runs the same products asynchronously (rknpu_mul_mat_submit, rknpu_job_wait) and
  * as one batch job (rknpu_batch_submit) and checks they equal the synchronous ones,
+ * writes fp16 rows straight into the NPU's input (rknpu_mul_mat_write),
  * checks error paths and handle misuse, and prints OK last.
  *
  *   cargo build --release -p rknpu-capi
@@ -103,6 +104,13 @@ static void check_job(const char *name, rknpu_weights *w, uint32_t m) {
     printf("%-5s m=%u: job equals the synchronous product\n", name, m);
 }
 
+/* rknpu_mul_mat_write's callback: copies one row of K fp16 values from user. */
+static int write_rows(void *user, void *rows, size_t stride, uint32_t m, uint32_t k) {
+    if (m != 1 || k != K || stride < k * sizeof(uint16_t)) return 1;
+    memcpy(rows, user, k * sizeof(uint16_t));
+    return 0;
+}
+
 int main(void) {
     rknpu_device *dev = NULL;
     if (rknpu_open("emu", &dev) != 0) {
@@ -166,6 +174,20 @@ int main(void) {
         else printf("batch job of 2 equals the single products\n");
         rknpu_job_free(job);
         rknpu_batch_free(batch);
+    }
+
+    /* fp16 rows written straight into the NPU's input buffer by a callback: the same
+     * result as rknpu_mul_mat_ex of those rows. */
+    {
+        static uint16_t xh[K];
+        static float yw[N], ye[N];
+        float v;
+        for (uint32_t i = 0; i < K; i++) xh[i] = half_bits(&v);
+        if (rknpu_mul_mat_ex(c, 1 /* F16 */, xh, K * sizeof(uint16_t), 1, ye, N * sizeof(float)) != 0) fail("f16 rows");
+        else if (rknpu_mul_mat_write(c, 1, 1, write_rows, xh, yw, N * sizeof(float)) != 0) fail("rknpu_mul_mat_write");
+        else if (memcmp(yw, ye, sizeof yw) != 0) fail("written rows differ");
+        else printf("rows written in place equal rknpu_mul_mat_ex\n");
+        if (rknpu_mul_mat_write(a, 1, 1, write_rows, xh, yw, N * sizeof(float)) != RKNPU_ERR_UNSUPPORTED) fail("written rows on int8 weights");
     }
 
     /* Error paths: each returns a negative code and leaves a message. */
