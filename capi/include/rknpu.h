@@ -118,8 +118,8 @@ int rknpu_mul_mat_ex(rknpu_weights *w, uint32_t x_type, const void *x, size_t x_
 /* NPU's input buffer: write(user, rows, stride, m, k) puts row i's k values of */
 /* x_type at byte i * stride of rows and returns 0 (anything else stops the */
 /* product: RKNPU_ERR_ARG). F16 on fp16 weights, BF16 on bf16 weights, where the */
-/* plan of m rows reads them as plain rows (one row, or rows of one K wave); */
-/* otherwise RKNPU_ERR_UNSUPPORTED before write is called (use */
+/* plan of m rows reads them as plain rows (one row, or rows in one K wave */
+/* and M tile); otherwise RKNPU_ERR_UNSUPPORTED before write is called (use */
 /* rknpu_mul_mat_ex). Every value must be written and finite. write must not */
 /* call the library on w. */
 int rknpu_mul_mat_write(rknpu_weights *w, uint32_t x_type, uint32_t m,
