@@ -16,8 +16,8 @@ mod w4a8;
 pub use float::{activations_float_into, activations_half_into};
 pub use i4_stats::{i4_bank_magnitudes, i4_column_sums};
 use i4_stats::{row_nibble_sum, swap_nibbles};
-pub use rows::{RowLayout, plain_rows};
 pub(crate) use rows::seal_rows;
+pub use rows::{RowLayout, plain_rows};
 pub use w4a8::activations_w4a8_into;
 
 /// Whether the plan's weight bank has padding (N to the tile granule, K to 32).
