@@ -7,6 +7,17 @@ use rknpu::{Code, ffi};
 use std::collections::BTreeSet;
 use std::ffi::{c_char, c_int, c_void};
 
+// Short names for the pointer types the prototypes pass, so that each signature below
+// reads as one line of its C prototype.
+type Dev = *mut DeviceHandle;
+type W = *mut WeightsHandle;
+type Batch = *mut BatchHandle;
+type Job = *mut JobHandle;
+type OutW = *mut W;
+type OutJ = *mut Job;
+type X = *const c_void;
+type Ys = *const *mut f32;
+
 /// The checked-in header is the generated text (`UPDATE_FIXTURES=1` rewrites it).
 #[test]
 fn header_file_is_current() {
@@ -21,6 +32,13 @@ fn header_file_is_current() {
         "include/rknpu.h is stale: regenerate it with \
          UPDATE_FIXTURES=1 cargo test -p rknpu-capi --test header"
     );
+}
+
+/// `(name, address)` of each `ffi` function named, coerced to the type after its name.
+macro_rules! signed {
+    ($($name:ident: $ty:ty),* $(,)?) => {
+        vec![$((stringify!($name), ffi::$name as $ty as usize)),*]
+    };
 }
 
 /// Each exported function, by name, coerced to the Rust signature of its C prototype: a
@@ -38,175 +56,74 @@ fn exported() -> Vec<(&'static str, usize)> {
 
 /// The device and error functions: open, close, the capability queries, the last error.
 fn device_fns() -> Vec<(&'static str, usize)> {
-    type Open = unsafe extern "C" fn(*const c_char, *mut *mut DeviceHandle) -> c_int;
-    type Close = extern "C" fn(*mut DeviceHandle) -> c_int;
+    type Open = unsafe extern "C" fn(*const c_char, *mut Dev) -> c_int;
+    type Close = extern "C" fn(Dev) -> c_int;
     type LastError = extern "C" fn() -> *const c_char;
-    type Supported = extern "C" fn(*mut DeviceHandle, u32, u32, u32, u32) -> c_int;
-    type MulMatSupported = extern "C" fn(*mut DeviceHandle, u32, u32, u32, u32, u32) -> c_int;
-    vec![
-        ("rknpu_open", ffi::rknpu_open as Open as usize),
-        ("rknpu_close", ffi::rknpu_close as Close as usize),
-        (
-            "rknpu_mul_mat_supported",
-            ffi::rknpu_mul_mat_supported as MulMatSupported as usize,
-        ),
-        (
-            "rknpu_ggml_supported",
-            ffi::rknpu_ggml_supported as Supported as usize,
-        ),
-        (
-            "rknpu_last_error",
-            ffi::rknpu_last_error as LastError as usize,
-        ),
+    type Supported = extern "C" fn(Dev, u32, u32, u32, u32) -> c_int;
+    type MulMatSupported = extern "C" fn(Dev, u32, u32, u32, u32, u32) -> c_int;
+    signed![
+        rknpu_open: Open,
+        rknpu_close: Close,
+        rknpu_mul_mat_supported: MulMatSupported,
+        rknpu_ggml_supported: Supported,
+        rknpu_last_error: LastError,
     ]
 }
 
 /// The weight functions: a bank from int8, int4, fp16 or ggml data, and its free.
 fn weights_fns() -> Vec<(&'static str, usize)> {
-    type I8 = unsafe extern "C" fn(
-        *mut DeviceHandle,
-        *const i8,
-        *const f32,
-        u32,
-        u32,
-        *mut *mut WeightsHandle,
-    ) -> c_int;
-    type I4 = unsafe extern "C" fn(
-        *mut DeviceHandle,
-        *const u8,
-        *const f32,
-        u32,
-        u32,
-        *mut *mut WeightsHandle,
-    ) -> c_int;
-    type F16 = unsafe extern "C" fn(
-        *mut DeviceHandle,
-        *const u16,
-        u32,
-        u32,
-        *mut *mut WeightsHandle,
-    ) -> c_int;
-    type Ggml = unsafe extern "C" fn(
-        *mut DeviceHandle,
-        u32,
-        *const c_void,
-        usize,
-        u32,
-        u32,
-        *mut *mut WeightsHandle,
-    ) -> c_int;
-    type Free = extern "C" fn(*mut WeightsHandle) -> c_int;
-    vec![
-        ("rknpu_weights_i8", ffi::rknpu_weights_i8 as I8 as usize),
-        ("rknpu_weights_i4", ffi::rknpu_weights_i4 as I4 as usize),
-        ("rknpu_weights_f16", ffi::rknpu_weights_f16 as F16 as usize),
-        (
-            "rknpu_weights_ggml",
-            ffi::rknpu_weights_ggml as Ggml as usize,
-        ),
-        (
-            "rknpu_weights_free",
-            ffi::rknpu_weights_free as Free as usize,
-        ),
+    type I8 = unsafe extern "C" fn(Dev, *const i8, *const f32, u32, u32, OutW) -> c_int;
+    type I4 = unsafe extern "C" fn(Dev, *const u8, *const f32, u32, u32, OutW) -> c_int;
+    type F16 = unsafe extern "C" fn(Dev, *const u16, u32, u32, OutW) -> c_int;
+    type Ggml = unsafe extern "C" fn(Dev, u32, X, usize, u32, u32, OutW) -> c_int;
+    type Free = extern "C" fn(W) -> c_int;
+    signed![
+        rknpu_weights_i8: I8,
+        rknpu_weights_i4: I4,
+        rknpu_weights_f16: F16,
+        rknpu_weights_ggml: Ggml,
+        rknpu_weights_free: Free,
     ]
 }
 
 /// The single-bank products: blocking (f32 or any activation type) and submitted.
 fn mul_mat_fns() -> Vec<(&'static str, usize)> {
-    type MulMat = unsafe extern "C" fn(*mut WeightsHandle, *const f32, u32, *mut f32) -> c_int;
-    type MulMatEx = unsafe extern "C" fn(
-        *mut WeightsHandle,
-        u32,
-        *const c_void,
-        usize,
-        u32,
-        *mut f32,
-        usize,
-    ) -> c_int;
-    type Submit = unsafe extern "C" fn(
-        *mut WeightsHandle,
-        u32,
-        *const c_void,
-        usize,
-        u32,
-        *mut f32,
-        usize,
-        *mut *mut JobHandle,
-    ) -> c_int;
-    type Write = unsafe extern "C" fn(
-        *mut WeightsHandle,
-        u32,
-        u32,
-        ffi::RowWriter,
-        *mut c_void,
-        *mut f32,
-        usize,
-    ) -> c_int;
-    vec![
-        ("rknpu_mul_mat", ffi::rknpu_mul_mat as MulMat as usize),
-        (
-            "rknpu_mul_mat_write",
-            ffi::rknpu_mul_mat_write as Write as usize,
-        ),
-        (
-            "rknpu_mul_mat_ex",
-            ffi::rknpu_mul_mat_ex as MulMatEx as usize,
-        ),
-        (
-            "rknpu_mul_mat_submit",
-            ffi::rknpu_mul_mat_submit as Submit as usize,
-        ),
+    type MulMat = unsafe extern "C" fn(W, *const f32, u32, *mut f32) -> c_int;
+    type MulMatEx = unsafe extern "C" fn(W, u32, X, usize, u32, *mut f32, usize) -> c_int;
+    type Submit = unsafe extern "C" fn(W, u32, X, usize, u32, *mut f32, usize, OutJ) -> c_int;
+    type Write =
+        unsafe extern "C" fn(W, u32, u32, ffi::RowWriter, *mut c_void, *mut f32, usize) -> c_int;
+    signed![
+        rknpu_mul_mat: MulMat,
+        rknpu_mul_mat_write: Write,
+        rknpu_mul_mat_ex: MulMatEx,
+        rknpu_mul_mat_submit: Submit,
     ]
 }
 
 /// The batch functions: make, run, submit and free a batch of banks.
 fn batch_fns() -> Vec<(&'static str, usize)> {
-    type BatchNew =
-        unsafe extern "C" fn(*const *mut WeightsHandle, u32, u32, *mut *mut BatchHandle) -> c_int;
-    type BatchMulMat = unsafe extern "C" fn(
-        *mut BatchHandle,
-        u32,
-        *const c_void,
-        usize,
-        *const *mut f32,
-        *const usize,
-    ) -> c_int;
-    type BatchSubmit = unsafe extern "C" fn(
-        *mut BatchHandle,
-        u32,
-        *const c_void,
-        usize,
-        *const *mut f32,
-        *const usize,
-        *mut *mut JobHandle,
-    ) -> c_int;
-    type BatchFree = extern "C" fn(*mut BatchHandle) -> c_int;
-    vec![
-        ("rknpu_batch_new", ffi::rknpu_batch_new as BatchNew as usize),
-        (
-            "rknpu_batch_mul_mat",
-            ffi::rknpu_batch_mul_mat as BatchMulMat as usize,
-        ),
-        (
-            "rknpu_batch_submit",
-            ffi::rknpu_batch_submit as BatchSubmit as usize,
-        ),
-        (
-            "rknpu_batch_free",
-            ffi::rknpu_batch_free as BatchFree as usize,
-        ),
+    type BatchNew = unsafe extern "C" fn(*const W, u32, u32, *mut Batch) -> c_int;
+    type BatchMulMat = unsafe extern "C" fn(Batch, u32, X, usize, Ys, *const usize) -> c_int;
+    type BatchSubmit = unsafe extern "C" fn(Batch, u32, X, usize, Ys, *const usize, OutJ) -> c_int;
+    type BatchFree = extern "C" fn(Batch) -> c_int;
+    signed![
+        rknpu_batch_new: BatchNew,
+        rknpu_batch_mul_mat: BatchMulMat,
+        rknpu_batch_submit: BatchSubmit,
+        rknpu_batch_free: BatchFree,
     ]
 }
 
 /// The job functions: poll, wait for and free a submitted job.
 fn job_fns() -> Vec<(&'static str, usize)> {
-    type JobDone = extern "C" fn(*mut JobHandle) -> c_int;
-    type JobWait = unsafe extern "C" fn(*mut JobHandle) -> c_int;
-    type JobFree = extern "C" fn(*mut JobHandle) -> c_int;
-    vec![
-        ("rknpu_job_done", ffi::rknpu_job_done as JobDone as usize),
-        ("rknpu_job_wait", ffi::rknpu_job_wait as JobWait as usize),
-        ("rknpu_job_free", ffi::rknpu_job_free as JobFree as usize),
+    type JobDone = extern "C" fn(Job) -> c_int;
+    type JobWait = unsafe extern "C" fn(Job) -> c_int;
+    type JobFree = extern "C" fn(Job) -> c_int;
+    signed![
+        rknpu_job_done: JobDone,
+        rknpu_job_wait: JobWait,
+        rknpu_job_free: JobFree,
     ]
 }
 
