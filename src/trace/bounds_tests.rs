@@ -49,14 +49,7 @@ fn a_dump_of_many_tasks_naming_one_large_list_stays_linear() {
             offset: 0,
             contents: Contents::Bytes(bytes),
         },
-        Chunk::Submit(Submission {
-            id: 1,
-            flags: 5,
-            core_mask: 1,
-            timeout_ms: 500,
-            ranges: vec![(0, 100_000)],
-            tasks,
-        }),
+        Chunk::Submit(Submission::one_core(1, 1, tasks)),
     ]);
     let text = dump(&t);
     let decoded = text.matches("# task 0:").count();
@@ -85,14 +78,8 @@ fn a_dump_of_many_contents_chunks_and_tasks_stays_linear() {
         offset: i * 8,
         contents: Contents::Bytes(vec![0; 8]),
     }));
-    chunks.push(Chunk::Submit(Submission {
-        id: 1,
-        flags: 5,
-        core_mask: 1,
-        timeout_ms: 500,
-        ranges: vec![(0, 50_000)],
-        tasks: (0..50_000).map(|_| task(0x8_0000, 4)).collect(),
-    }));
+    let tasks = (0..50_000).map(|_| task(0x8_0000, 4)).collect();
+    chunks.push(Chunk::Submit(Submission::one_core(1, 1, tasks)));
     let text = dump(&trace(chunks));
     let missing = text.matches("its list is not in the trace").count();
     let refused = text.matches("not decoded").count();

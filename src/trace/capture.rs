@@ -350,18 +350,7 @@ fn submissions(tasks: &[BufferTask], chained: &[bool], core_mask: u32) -> Vec<Ch
             continue;
         }
         let run = tasks[start..end].to_vec();
-        out.push(Chunk::Submit(Submission {
-            id,
-            flags: 0x5,
-            core_mask: if matches!(core_mask, 1 | 2 | 4) {
-                core_mask
-            } else {
-                1
-            },
-            timeout_ms: 500,
-            ranges: vec![(0, run.len() as u32)],
-            tasks: run,
-        }));
+        out.push(Chunk::Submit(Submission::one_core(id, core_mask, run)));
         id += 1;
         start = end;
     }

@@ -126,22 +126,16 @@ pub fn import_raw(
     chunks.retain(|c| !matches!(c, Chunk::Data { id, .. } if fresh.contains(id)));
     let words = regcmd::words_from_le_bytes(&regcmd[..regcmd.len() / 8 * 8]).unwrap_or_default();
     let int_mask = int_mask_for(&words, 0, task_words as usize);
-    chunks.push(Chunk::Submit(Submission {
-        id: 1,
-        flags: 0x5,
-        core_mask: 1,
-        timeout_ms: 500,
-        ranges: vec![(0, 1)],
-        tasks: vec![BufferTask {
-            buffer: 0,
-            task: TaskDesc {
-                offset: 0,
-                regcfg_amount: task_words,
-                int_mask,
-                enable: 0,
-            },
-        }],
-    }));
+    let task = BufferTask {
+        buffer: 0,
+        task: TaskDesc {
+            offset: 0,
+            regcfg_amount: task_words,
+            int_mask,
+            enable: 0,
+        },
+    };
+    chunks.push(Chunk::Submit(Submission::one_core(1, 1, vec![task])));
     chunks.extend(outputs);
     Trace {
         header: Header::new("RK3588", 0, "imported", false),

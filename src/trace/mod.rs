@@ -194,6 +194,29 @@ pub struct Submission {
     pub tasks: Vec<BufferTask>,
 }
 
+impl Submission {
+    /// The submit flags of a submission this library builds: the vendor driver's
+    /// `RKNPU_JOB_PC | RKNPU_JOB_PINGPONG` (PC mode, required; the task ping-pong).
+    pub const PC_PINGPONG: u32 = 0x5;
+
+    /// A submission `id` of `tasks` in PC mode on one core (`core_mask` 1, 2 or 4; any
+    /// other mask means core 0), with the 500 ms timeout the library submits with.
+    pub fn one_core(id: u32, core_mask: u32, tasks: Vec<BufferTask>) -> Self {
+        Submission {
+            id,
+            flags: Self::PC_PINGPONG,
+            core_mask: if matches!(core_mask, 1 | 2 | 4) {
+                core_mask
+            } else {
+                1
+            },
+            timeout_ms: 500,
+            ranges: vec![(0, tasks.len() as u32)],
+            tasks,
+        }
+    }
+}
+
 /// A trace: header and chunks in file order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Trace {
