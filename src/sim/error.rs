@@ -353,6 +353,19 @@ pub(super) fn unsupported<R: Register>(
     err(at, DecodeError::unsupported(f, value, why))
 }
 
+/// Nothing above `max` is modelled: a larger `value` of `f` is [`unsupported`] for `why`.
+pub(super) fn at_most<R: Register>(
+    at: At,
+    (f, value): (Field<R>, u32),
+    max: u32,
+    why: &str,
+) -> Result<(), SimError> {
+    match value > max {
+        true => Err(unsupported(at, f, value, why)),
+        false => Ok(()),
+    }
+}
+
 /// A value that contradicts another block's.
 pub(super) fn inconsistent<R: Register>(
     at: At,

@@ -18,7 +18,7 @@
 //! 5. The output converter: `(y + OFFSET) · SCALE · 2^−MINUS_EXP` with `CVT_TYPE` 1,
 //!    `(y · SCALE + OFFSET) · 2^−MINUS_EXP` with 0; the write DMA narrows to fp16.
 
-use super::error::{At, SimError, inconsistent, unsupported};
+use super::error::{At, SimError, at_most, inconsistent, unsupported};
 use crate::regs::{Register, dpu};
 use crate::task::{self, LUT_ENTRIES, LUT_SEGMENTS, Precision};
 
@@ -434,14 +434,8 @@ fn out_converter(c: &task::OutCvt, at: At, unvalidated: &mut Vec<String>) -> Res
             ),
         ));
     }
-    if c.minus_exp > 31 {
-        return Err(unsupported(
-            at,
-            OutCvtShift::MINUS_EXP,
-            c.minus_exp,
-            "exponents above 31 are not modelled",
-        ));
-    }
+    let exp = (OutCvtShift::MINUS_EXP, c.minus_exp);
+    at_most(at, exp, 31, "exponents above 31 are not modelled")?;
     let scale = c.scale as u16 as i16;
     let validated = scale == 1 && (c.add_first || (c.offset == 0 && c.minus_exp == 0));
     if !validated {

@@ -9,7 +9,7 @@
 //! (average), line and surface strides of a window into a larger cube, and int8 max/min
 //! (docs/hardware/pooling.md#int8). Everything else is an error naming the field.
 
-use super::error::{At, SimError, err, inconsistent, unsupported};
+use super::error::{At, SimError, at_most, err, inconsistent, unsupported};
 use super::exec::{Cube, Pool};
 use super::memory::Memory;
 use super::memory::run;
@@ -463,14 +463,8 @@ fn pad_value(at: At, p: &task::Ppu, unvalidated: &mut Vec<String>) -> Result<(),
             }
         }
         _ => {
-            if v > 0xFFFF {
-                return Err(unsupported(
-                    at,
-                    field,
-                    v,
-                    "an fp16 pad value keeps bits 15:0; no program sets higher bits",
-                ));
-            }
+            let why = "an fp16 pad value keeps bits 15:0; no program sets higher bits";
+            at_most(at, (field, v), 0xFFFF, why)?;
             let validated = match p.method {
                 PoolMethod::Max => v == FP16_NEG_INF,
                 PoolMethod::Average => v == 0,

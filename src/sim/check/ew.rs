@@ -3,7 +3,7 @@
 use crate::regs::Block;
 use crate::regs::{Register, dpu, dpu_rdma};
 use crate::sim::error::{At, SimError};
-use crate::sim::error::{inconsistent, unsupported};
+use crate::sim::error::{at_most, inconsistent, unsupported};
 use crate::sim::exec::{Cube, Ew, EwOp, EwSrc};
 use crate::sim::exec::{addr, same_cube, unfetched};
 use crate::task::{self, DpuInput, EwSrc as TEwSrc, Precision};
@@ -171,14 +171,13 @@ fn erdma_own(
     at: At,
 ) -> Result<Cube, SimError> {
     use dpu_rdma::RdmaErdmaCfg;
-    if er.data_mode > 1 {
-        return Err(unsupported(
-            at,
-            RdmaErdmaCfg::ERDMA_DATA_MODE,
-            er.data_mode,
-            "per-channel (0) and per-pixel (1) operands are modelled",
-        ));
-    }
+    let mode = (RdmaErdmaCfg::ERDMA_DATA_MODE, er.data_mode);
+    at_most(
+        at,
+        mode,
+        1,
+        "per-channel (0) and per-pixel (1) operands are modelled",
+    )?;
     if e.data_size != er.data_size {
         return Err(inconsistent(
             at,

@@ -2,6 +2,7 @@
 
 use super::{inconsistent, unsupported};
 use crate::regs::{cna, core};
+use crate::sim::error::at_most;
 use crate::sim::error::{At, SimError};
 use crate::sim::exec::Window;
 use crate::task::{self, Precision};
@@ -227,14 +228,8 @@ pub(super) fn pad_value(
             }
         }
         Precision::Fp16 => {
-            if v > 0xFFFF {
-                return Err(unsupported(
-                    at,
-                    field,
-                    v,
-                    "an fp16 padding value holds the half's bits in the low 16 bits",
-                ));
-            }
+            let why = "an fp16 padding value holds the half's bits in the low 16 bits";
+            at_most(at, (field, v), 0xFFFF, why)?;
             if v != 0 {
                 derived.push(format!(
                     "fp16 padding value {:#06x}: every board program pads with 0",
