@@ -102,10 +102,22 @@ pub(crate) struct Partials<'a> {
     pub check: bool,
 }
 
+/// The scales of one tile's products: row `i` (of `rows.len()`) and column `j` (of
+/// `width`) scale by `rows[i] · cols[j]` (no column scales: by `rows[i]` alone).
+#[derive(Clone, Copy)]
+pub(crate) struct Scales<'a> {
+    /// One scale per tile row.
+    pub rows: &'a [f32],
+    /// One scale per column, at least `width` of them, or none.
+    pub cols: Option<&'a [f32]>,
+    /// The tile's columns.
+    pub width: usize,
+}
+
 /// Sums one tile's K waves of int32 partials (wrapping `i32`) and scales them into
-/// `dst`: row `i` (of `rows.len()`) and column `j` (of `width`) go to `dst[i ·
-/// dst_stride + j]` as `(sum as f32 · rows[i]) · cols[j]` (no column scales: `sum as
-/// f32 · rows[i]`). With `p.check`, returns the OR of `x ^ (x >> 31)` over every
+/// `dst`: row `i` (of `s.rows.len()`) and column `j` (of `s.width`) go to `dst[i ·
+/// dst_stride + j]` as `(sum as f32 · s.rows[i]) · s.cols[j]` (no column scales: `sum
+/// as f32 · s.rows[i]`). With `p.check`, returns the OR of `x ^ (x >> 31)` over every
 /// partial read (all 4 of each atom, the last group's padding too); otherwise 0. The
 /// caller uses the results only when that OR shows the sums cannot have wrapped.
 ///
@@ -113,12 +125,11 @@ pub(crate) struct Partials<'a> {
 /// line of C per column group, and 4 whole 64-byte lines of `dst` written.
 pub(crate) fn sum_scale_tile(
     p: &Partials<'_>,
-    rows: &[f32],
-    cols: Option<&[f32]>,
-    width: usize,
+    s: Scales<'_>,
     dst: &mut [f32],
     dst_stride: usize,
 ) -> u32 {
+    let Scales { rows, cols, width } = s;
     let groups = width.div_ceil(4);
     let fits = groups == 0
         || rows.is_empty()
@@ -145,7 +156,7 @@ pub(crate) fn sum_scale_tile(
         // inside `c` (`fits`: the last group's last row ends within `c` for every
         // wave); the first `width` column scales (`cols_fit`); and writes columns below
         // `width` of rows below `rows.len()`, inside `dst` (`dst_fits`).
-        seen = unsafe { x86::sum_scale_quads(p, rows, cols, width, dst, dst_stride) };
+        seen = unsafe { x86::sum_scale_quads(p, s, dst, dst_stride) };
         done = rows.len() / 4 * 4;
     }
     let _ = (fits, dst_fits, cols_fit);
@@ -155,23 +166,22 @@ pub(crate) fn sum_scale_tile(
     for (i, &row) in rows.iter().enumerate() {
         let first = if i < done { vector_cols } else { 0 };
         for g in first..groups {
-            seen |= scalar_atom(p, i, g, row, cols, width, &mut dst[i * dst_stride..]);
+            seen |= scalar_atom(p, (i, g, row), s, &mut dst[i * dst_stride..]);
         }
     }
     seen
 }
 
-/// The scalar form of one atom of [`sum_scale_tile`]: tile row `i`, column group `g`,
-/// written to `dst_row[4g..]` (the real columns below `width`).
+/// The scalar form of one atom of [`sum_scale_tile`]: tile row `i` (whose scale is
+/// `row`), column group `g`, written to `dst_row[4g..]` (the real columns below
+/// `s.width`).
 fn scalar_atom(
     p: &Partials<'_>,
-    i: usize,
-    g: usize,
-    row: f32,
-    cols: Option<&[f32]>,
-    width: usize,
+    (i, g, row): (usize, usize, f32),
+    s: Scales<'_>,
     dst_row: &mut [f32],
 ) -> u32 {
+    let Scales { cols, width, .. } = s;
     let mut seen = 0u32;
     let mut sum = [0i32; 4];
     for &o in p.offsets {
@@ -243,12 +253,11 @@ mod x86 {
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn sum_scale_quads(
         p: &super::Partials<'_>,
-        rows: &[f32],
-        cols: Option<&[f32]>,
-        width: usize,
+        s: super::Scales<'_>,
         dst: &mut [f32],
         dst_stride: usize,
     ) -> u32 {
+        let super::Scales { rows, cols, width } = s;
         let base = p.c.as_ptr();
         let out = dst.as_mut_ptr();
         let mut seen = _mm256_setzero_si256();

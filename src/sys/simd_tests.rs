@@ -43,7 +43,12 @@ fn tile_sums_match_a_reference_for_every_shape() {
             stride,
             check: true,
         };
-        let seen = sum_scale_tile(&p, &rows, cols, width, &mut dst, dst_stride);
+        let scales = Scales {
+            rows: &rows,
+            cols,
+            width,
+        };
+        let seen = sum_scale_tile(&p, scales, &mut dst, dst_stride);
         let mut want_seen = 0u32;
         for i in 0..rows_n {
             for g in 0..groups {
@@ -77,10 +82,7 @@ fn tile_sums_match_a_reference_for_every_shape() {
         }
         assert_eq!(seen, want_seen, "{rows_n}x{width}");
         let unchecked = Partials { check: false, ..p };
-        assert_eq!(
-            sum_scale_tile(&unchecked, &rows, cols, width, &mut dst, dst_stride),
-            0
-        );
+        assert_eq!(sum_scale_tile(&unchecked, scales, &mut dst, dst_stride), 0);
     }
 }
 

@@ -304,10 +304,13 @@ impl Reduction {
                 stride: t.rows * 16,
                 check,
             };
-            let rows = &row_scales[t.m0..t.m0 + t.rows];
-            let cols = col_scales.map(|cs| &cs[t.n0..t.n0 + t.cols]);
+            let scales = simd::Scales {
+                rows: &row_scales[t.m0..t.m0 + t.rows],
+                cols: col_scales.map(|cs| &cs[t.n0..t.n0 + t.cols]),
+                width: t.cols,
+            };
             let dst = &mut out[t.m0 * n + t.n0..];
-            seen |= simd::sum_scale_tile(&partials, rows, cols, t.cols, dst, n);
+            seen |= simd::sum_scale_tile(&partials, scales, dst, n);
         }
         seen
     }
