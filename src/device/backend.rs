@@ -143,6 +143,15 @@ pub(super) struct InFlight {
     pub(super) sentinel: Option<Bo>,
 }
 
+/// A job [`Backend::start`] submitted, as waiting for it or settling it sees it: the
+/// job, and what its submission keeps in flight.
+pub(super) struct Submitted<'s, 'a> {
+    /// The job.
+    pub(super) job: &'s Job<'a>,
+    /// What waiting for it needs.
+    pub(super) flight: &'s mut InFlight,
+}
+
 /// One kernel interface's way of doing what a [`Device`] offers.
 pub(super) trait Backend: std::fmt::Debug + Send + Sync {
     /// Which interface this is.
@@ -197,13 +206,7 @@ pub(super) trait Backend: std::fmt::Debug + Send + Sync {
     fn start<'a>(&self, dev: &'a Device, job: &Job<'a>) -> Result<InFlight>;
 
     /// Waits until `deadline` for a job [`Backend::start`] submitted.
-    fn wait(
-        &self,
-        dev: &Device,
-        job: &Job<'_>,
-        flight: &mut InFlight,
-        deadline: Instant,
-    ) -> Result<JobResult>;
+    fn wait(&self, dev: &Device, s: Submitted<'_, '_>, deadline: Instant) -> Result<JobResult>;
 
     /// Whether a job [`Backend::start`] submitted has finished (it no longer runs), without
     /// blocking and without settling it: a later [`Backend::wait`] still gives its result.
@@ -214,8 +217,7 @@ pub(super) trait Backend: std::fmt::Debug + Send + Sync {
 
     /// Waits until `deadline` for a job that timed out or was dropped: whether it
     /// certainly no longer runs then (false when that cannot be known).
-    fn settle(&self, dev: &Device, job: &Job<'_>, flight: &mut InFlight, deadline: Instant)
-    -> bool;
+    fn settle(&self, dev: &Device, s: Submitted<'_, '_>, deadline: Instant) -> bool;
 }
 
 /// The backend of the driver DRM_VERSION names, or `None` for a driver that is not an

@@ -2,7 +2,7 @@
 //! What is checked and recorded is the same on every interface; submitting and waiting
 //! are the backend's.
 
-use super::backend::InFlight;
+use super::backend::{InFlight, Submitted};
 use super::{Bo, Device, Error, Result};
 use crate::regcmd::{Program, words_from_le_bytes};
 use crate::submit::{self, TaskDesc};
@@ -413,28 +413,34 @@ impl Pending<'_> {
             .dev
             .inner
             .backend
-            .wait(self.dev, &self.job, &mut self.flight, deadline);
+            .wait(self.dev, self.submitted(), deadline);
         let r = self.dev.budget_not_timeout(r);
         self.waited = true;
         // Any failed wait (a timeout, no fence to wait on, a failed poll) leaves a job
         // that may still run.
         if r.is_err() {
-            self.dev
-                .settle(&self.job, &mut self.flight, "whose wait failed");
+            self.dev.settle(self.submitted(), "whose wait failed");
         }
         self.dev.trace_done(self.trace, &self.job, &r);
         r
     }
 }
 
+impl<'a> Pending<'a> {
+    /// The job and its flight, as the backend waits for or settles them.
+    fn submitted(&mut self) -> Submitted<'_, 'a> {
+        Submitted {
+            job: &self.job,
+            flight: &mut self.flight,
+        }
+    }
+}
+
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if !self.waited {
-            self.dev.settle(
-                &self.job,
-                &mut self.flight,
-                "dropped before it was waited for",
-            );
+            self.dev
+                .settle(self.submitted(), "dropped before it was waited for");
         }
         if let Some(fd) = self.flight.fence.take() {
             self.dev.inner.port.close(fd);

@@ -5,7 +5,7 @@
 //! are never handed to another buffer), counted and logged, with the reason kept
 //! (docs/hardware/kernel-behaviours.md#k7).
 
-use super::backend::InFlight;
+use super::backend::{InFlight, Submitted};
 use super::{Bo, Device, Error, Job, Result};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -93,12 +93,17 @@ impl Device {
 
     /// Waits up to the backend's bound for a job that may still run; if it does not
     /// finish, holds its buffers. `why` says how the job was left.
-    pub(super) fn settle(&self, job: &Job<'_>, flight: &mut InFlight, why: &str) {
+    pub(super) fn settle(&self, s: Submitted<'_, '_>, why: &str) {
+        let Submitted { job, flight } = s;
         let bound = self.inner.backend.settle_bound(job);
+        let again = Submitted {
+            job,
+            flight: &mut *flight,
+        };
         if self
             .inner
             .backend
-            .settle(self, job, flight, Instant::now() + bound)
+            .settle(self, again, Instant::now() + bound)
         {
             return;
         }

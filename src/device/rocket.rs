@@ -2,7 +2,7 @@
 //! PREP_BO / FINI_BO ownership transitions, jobs of tasks the scheduler places on cores
 //! itself, completion signalled through the buffers a job writes (docs/hardware/kernel-behaviours.md#k1).
 
-use super::backend::{Backend, InFlight, Port, deadline_ns, prime_export};
+use super::backend::{Backend, InFlight, Port, Submitted, deadline_ns, prime_export};
 use super::sentinel;
 use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceInfo, Error};
 use super::{Capabilities, Interface, Job, JobResult, Result};
@@ -176,10 +176,24 @@ impl Backend for Rocket {
 
     fn run(&self, dev: &Device, job: &Job<'_>) -> Result<JobResult> {
         let mut flight = submit(dev, job)?;
-        let r = wait(dev, job, &mut flight, Instant::now() + job.timeout);
+        let deadline = Instant::now() + job.timeout;
+        let r = wait(
+            dev,
+            Submitted {
+                job,
+                flight: &mut flight,
+            },
+            deadline,
+        );
         if r.is_err() {
             // A deadline inside the scheduler's 500 ms leaves the job running.
-            dev.settle(job, &mut flight, "whose wait failed");
+            dev.settle(
+                Submitted {
+                    job,
+                    flight: &mut flight,
+                },
+                "whose wait failed",
+            );
         }
         r
     }
@@ -188,14 +202,8 @@ impl Backend for Rocket {
         submit(dev, job)
     }
 
-    fn wait(
-        &self,
-        dev: &Device,
-        job: &Job<'_>,
-        flight: &mut InFlight,
-        deadline: Instant,
-    ) -> Result<JobResult> {
-        wait(dev, job, flight, deadline)
+    fn wait(&self, dev: &Device, s: Submitted<'_, '_>, deadline: Instant) -> Result<JobResult> {
+        wait(dev, s, deadline)
     }
 
     /// PREP_BO with a zero timeout on the job's sentinel buffer, an output of this job
@@ -233,15 +241,9 @@ impl Backend for Rocket {
 
     /// PREP_BO on every written buffer: once all return, the job's fences are signalled
     /// and it no longer runs (whether or not it completed).
-    fn settle(
-        &self,
-        dev: &Device,
-        job: &Job<'_>,
-        flight: &mut InFlight,
-        deadline: Instant,
-    ) -> bool {
+    fn settle(&self, dev: &Device, s: Submitted<'_, '_>, deadline: Instant) -> bool {
         let left = deadline.saturating_duration_since(Instant::now());
-        written(job, flight).all(|handle| prep(dev, handle, left).is_ok())
+        written(s.job, s.flight).all(|handle| prep(dev, handle, left).is_ok())
     }
 }
 
@@ -318,12 +320,8 @@ fn submit(dev: &Device, job: &Job<'_>) -> Result<InFlight> {
 /// Waits on every buffer the job writes (PREP_BO with the absolute deadline), then
 /// confirms completion by the sentinel: PREP_BO also succeeds for a job the scheduler
 /// stopped after its timeout, and for one the driver dropped.
-fn wait(
-    dev: &Device,
-    job: &Job<'_>,
-    flight: &mut InFlight,
-    deadline: Instant,
-) -> Result<JobResult> {
+fn wait(dev: &Device, s: Submitted<'_, '_>, deadline: Instant) -> Result<JobResult> {
+    let Submitted { job, flight } = s;
     let timeout = Error::Timeout {
         task_counter: 0,
         int_status: 0,

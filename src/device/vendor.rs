@@ -2,7 +2,7 @@
 //! / MEM_SYNC / MEM_DESTROY buffers, task arrays in a kernel-mapped buffer, per-core
 //! `subcore_task` ranges, blocking submission or an out-fence (docs/hardware/matmul-programs.md#multi-core, docs/hardware/kernel-behaviours.md).
 
-use super::backend::{Backend, InFlight, Port, prime_export};
+use super::backend::{Backend, InFlight, Port, Submitted, prime_export};
 use super::{Bo, BoFlags, BoMeta, CoreMask, Device, DeviceInfo, Error};
 use super::{Capabilities, Interface, Job, JobResult, Result};
 use crate::OsError;
@@ -360,13 +360,8 @@ impl Backend for Vendor {
     }
 
     /// Polls the fence until `deadline`, then reads the statuses from the task array.
-    fn wait(
-        &self,
-        dev: &Device,
-        job: &Job<'_>,
-        flight: &mut InFlight,
-        deadline: Instant,
-    ) -> Result<JobResult> {
+    fn wait(&self, dev: &Device, s: Submitted<'_, '_>, deadline: Instant) -> Result<JobResult> {
+        let Submitted { job, flight } = s;
         let Some(fd) = flight.fence.take() else {
             return Err(Error::NotOffered {
                 what: "waiting: the kernel returned no fence".into(),
@@ -411,14 +406,8 @@ impl Backend for Vendor {
 
     /// Polls the job's fence until `deadline`; without a fence nothing proves the job
     /// finished.
-    fn settle(
-        &self,
-        dev: &Device,
-        _job: &Job<'_>,
-        flight: &mut InFlight,
-        deadline: Instant,
-    ) -> bool {
-        match flight.fence {
+    fn settle(&self, dev: &Device, s: Submitted<'_, '_>, deadline: Instant) -> bool {
+        match s.flight.fence {
             Some(fd) => matches!(poll_until(dev, fd, deadline), Ok(true)),
             None => false,
         }
