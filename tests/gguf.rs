@@ -3,6 +3,8 @@
 //! banks loaded from a file and run on the emulated kernel against a CPU reference, and
 //! (in tests/gguf_py.rs) a file written by llama.cpp's gguf-py.
 
+mod common;
+
 use half::f16;
 use proptest::prelude::*;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};

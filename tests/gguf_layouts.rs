@@ -13,7 +13,8 @@
 mod common;
 
 use common::Rng;
-use common::llama_cpu::{product, q8_0_activations, rel};
+use common::llama_cpu::q8_0_activations;
+use common::reference::{product, rel};
 use half::f16;
 use rknpu_driver::compute::matmul::{Matmul, MatmulOptions, WeightBank};
 use rknpu_driver::device::Device;

@@ -17,6 +17,9 @@
 //! are exact and the activations are rounded to bf16 (u = 2^-8): at most 2^-8/√3 ≈
 //! 2.3e-3, and the bound is 6e-3.
 
+mod common;
+
+use common::reference::rel_err;
 use half::{bf16, f16};
 use rknpu_driver::compute::matmul::Matmul;
 use rknpu_driver::device::Device;
@@ -131,30 +134,6 @@ fn raw(ty: GgmlType, rng: &mut Rng, n: usize, k: usize) -> Vec<u8> {
     }
 }
 
-/// `y = x · Wᵀ` in f64 for x (M×K) and W (N×K).
-fn reference(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
-    let mut y = vec![0f64; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            y[i * n + j] = (0..k)
-                .map(|c| f64::from(x[i * k + c]) * f64::from(w[j * k + c]))
-                .sum();
-        }
-    }
-    y
-}
-
-/// The RMS of `y − want` over the RMS of `want`.
-fn relative_rms(y: &[f32], want: &[f64]) -> f64 {
-    let err: f64 = y
-        .iter()
-        .zip(want)
-        .map(|(&a, b)| (f64::from(a) - b).powi(2))
-        .sum();
-    let norm: f64 = want.iter().map(|b| b * b).sum();
-    (err / norm).sqrt()
-}
-
 /// Packs `n` × `k` seeded data of `ty`, checks the bank's type and values against
 /// `gguf::dequantize` of the same bytes, and multiplies m = 1, 7 and 33 rows.
 fn multiplies_within_bound(dev: &Device, ty: GgmlType, n: usize, k: usize, seed: u64) {
@@ -196,7 +175,7 @@ fn multiplies_within_bound(dev: &Device, ty: GgmlType, n: usize, k: usize, seed:
             .unwrap()
             .mul_mat(&x, &mut y)
             .unwrap();
-        let err = relative_rms(&y, &reference(&x, &w, m, n, k));
+        let err = rel_err(&x, &w, &y, (m, k, n));
         assert!(
             err < bound,
             "{ty} {n}x{k}, m = {m}: relative RMS error {err:e} (bound {bound:e})"

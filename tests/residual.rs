@@ -6,7 +6,7 @@
 mod common;
 
 use common::Rng;
-use common::llama_cpu::rel_err;
+use common::reference::rel_err;
 use half::f16;
 use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::{

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{Rng, first_difference};
+use common::{Rng, first_difference, first_output};
 use rknpu_driver::compute::matmul::Weights;
 use rknpu_driver::compute::matmul::{Matmul, WeightBank};
 use rknpu_driver::device::Device;
@@ -21,9 +21,7 @@ use rknpu_driver::replay::{
     ReplayOptions, replay_check, replay_hw, replay_model, replay_model_with,
 };
 use rknpu_driver::submit::irq;
-use rknpu_driver::trace::{
-    Chunk, Completion, Contents, MemorySink, Submission, Trace, dump, import_capture,
-};
+use rknpu_driver::trace::{Chunk, Completion, MemorySink, Submission, Trace, dump, import_capture};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -268,20 +266,6 @@ fn the_fixture_traces_cover_what_the_issue_names() {
     assert_eq!(submit(&load("splitk-int4-16x1024x64")), [(1, 1, 3)]);
     assert_eq!(submit(&load("rocket-int8-32x128x64")), [(0, 1, 1)]);
     assert_eq!(load("rocket-int8-32x128x64").header.interface, 1);
-}
-
-/// The first output chunk's bytes, for tampering.
-fn first_output(t: &mut Trace) -> &mut Vec<u8> {
-    t.chunks
-        .iter_mut()
-        .find_map(|c| match c {
-            Chunk::Output {
-                contents: Contents::Bytes(b),
-                ..
-            } => Some(b),
-            _ => None,
-        })
-        .unwrap()
 }
 
 #[test]

@@ -19,10 +19,12 @@
 #![allow(unsafe_code)]
 
 mod common;
+#[path = "../../tests/common/reference.rs"]
+mod reference;
 
 use common::*;
-
 use half::f16;
+use reference::rel_err;
 use rknpu::ffi::*;
 use rknpu::handle::{DeviceHandle, WeightsHandle};
 use rknpu::{Code, RknpuWeights};
@@ -108,30 +110,6 @@ fn mul_mat_ex(
     }
 }
 
-/// `x · wᵀ` in f64, `w` given as `n` rows of `k` floats.
-fn reference(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
-    let mut y = vec![0f64; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            y[i * n + j] = (0..k)
-                .map(|p| f64::from(x[i * k + p]) * f64::from(w[j * k + p]))
-                .sum();
-        }
-    }
-    y
-}
-
-/// The RMS of `y − want` over the RMS of `want`.
-fn relative_rms(y: &[f32], want: &[f64]) -> f64 {
-    let err: f64 = y
-        .iter()
-        .zip(want)
-        .map(|(&a, b)| (f64::from(a) - b).powi(2))
-        .sum();
-    let norm: f64 = want.iter().map(|b| b * b).sum();
-    (err / norm).sqrt()
-}
-
 /// `m` rows of `values` (`k` each) as bytes of `size` (4: f32, 2: f16 bits), row `i`
 /// at byte `i · stride`; every other byte 0xFF, so that any value read from the
 /// padding is a NaN (f32 or f16).
@@ -202,7 +180,7 @@ fn product(
         F32 => x.to_vec(),
         _ => x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
     };
-    let err = relative_rms(&dense, &reference(&x_seen, w, m, n, k));
+    let err = rel_err(&x_seen, w, &dense, (m, k, n));
     assert!(
         err < bound,
         "type {x_type}, strides {x_stride}/{y_stride}, m = {m}: relative RMS {err:e} (bound {bound:e})"

@@ -197,25 +197,14 @@ fn captures_import_when_present() {
 
 #[test]
 fn ulps_sets_the_floating_point_tolerance() {
-    use rknpu_driver::trace::{Chunk, Contents, Trace};
+    use rknpu_driver::trace::Trace;
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../fixtures/traces/fp16-32x128x64.rknputrace"
     );
     let mut t = Trace::from_bytes(&std::fs::read(path).unwrap()).unwrap();
     // One fp32 output one unit in the last place away (a small positive value's low bit).
-    let out = t
-        .chunks
-        .iter_mut()
-        .find_map(|c| match c {
-            Chunk::Output {
-                contents: Contents::Bytes(b),
-                ..
-            } => Some(b),
-            _ => None,
-        })
-        .unwrap();
-    out[0] ^= 1;
+    repo::first_output(&mut t)[0] ^= 1;
     let f = Temp::new("ulp.trace");
     std::fs::write(&f.0, t.to_bytes()).unwrap();
     let strict = run(&["trace", "replay", f.path()]);

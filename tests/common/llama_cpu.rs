@@ -1,6 +1,7 @@
 //! What llama.cpp's CPU backend computes for a quantised weight type, in f64: the
 //! yardstick of the grouped banks' tests.
 
+use super::reference::{product, rel};
 use half::f16;
 
 /// Activations as llama.cpp's CPU backend quantises them for the block types (Q8_0: per
@@ -17,30 +18,6 @@ pub fn q8_0_activations(x: &[f32]) -> Vec<f64> {
                 .collect::<Vec<_>>()
         })
         .collect()
-}
-
-/// `x` (`m × k`) times `w` (`n × k`, llama.cpp's `[out][in]`) in f64, row-major `m × n`.
-pub fn product(x: &[f64], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
-    (0..m * n)
-        .map(|i| {
-            let (r, c) = (i / n, i % n);
-            (0..k).map(|j| x[r * k + j] * f64::from(w[c * k + j])).sum()
-        })
-        .collect()
-}
-
-/// Relative RMS error of `y` against `want`.
-pub fn rel(want: &[f64], y: &[f64]) -> f64 {
-    let e2: f64 = want.iter().zip(y).map(|(a, b)| (a - b).powi(2)).sum();
-    let r2: f64 = want.iter().map(|a| a * a).sum();
-    (e2 / r2).sqrt()
-}
-
-/// Relative RMS error of f32 results `y` (`m × n`) against the f64 product of f32 `x`
-/// (`m × k`) and `w` (`n × k`).
-pub fn rel_err(x: &[f32], w: &[f32], y: &[f32], (m, k, n): (usize, usize, usize)) -> f64 {
-    let wide = |v: &[f32]| v.iter().map(|&v| f64::from(v)).collect::<Vec<_>>();
-    rel(&product(&wide(x), w, m, k, n), &wide(y))
 }
 
 /// The relative RMS errors `(npu, cpu)` of a matmul against `bank` for `m` rows of seeded

@@ -3,6 +3,7 @@
 
 pub mod llama_cpu;
 pub mod lowered;
+pub mod reference;
 
 /// Describes where two texts first differ: the 1-based line number and both lines
 /// (`None` where one text has ended). Returns `None` when they are equal.
@@ -281,4 +282,19 @@ pub fn capture_cases(dir: &std::path::Path) -> Vec<CaptureCase> {
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// The first output chunk's bytes, for tampering.
+pub fn first_output(t: &mut rknpu_driver::trace::Trace) -> &mut Vec<u8> {
+    use rknpu_driver::trace::{Chunk, Contents};
+    t.chunks
+        .iter_mut()
+        .find_map(|c| match c {
+            Chunk::Output {
+                contents: Contents::Bytes(b),
+                ..
+            } => Some(b),
+            _ => None,
+        })
+        .unwrap()
 }

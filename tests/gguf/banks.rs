@@ -2,23 +2,11 @@
 //! kernel against a CPU reference.
 
 use super::*;
+use crate::common::reference::{product, wide};
 use rknpu_driver::compute::matmul::Weights;
 
 fn open() -> Device {
     Device::open_spec("emu").expect("the emulated kernel")
-}
-
-/// `y = x · Wᵀ` in f64 for x (M×K) and W (N×K).
-fn cpu(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
-    let mut y = vec![0f64; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            y[i * n + j] = (0..k)
-                .map(|c| f64::from(x[i * k + c]) * f64::from(w[j * k + c]))
-                .sum();
-        }
-    }
-    y
 }
 
 #[test]
@@ -102,7 +90,7 @@ fn banks_from_a_gguf_file_multiply_within_the_reported_error() {
         let mut mm = Matmul::new(&Arc::new(bank), m as u32).unwrap();
         let mut y = vec![0f32; m * n];
         mm.mul_mat(&x, &mut y).unwrap();
-        let want = cpu(&x, &w, m, k, n);
+        let want = product(&wide(&x), &w, m, k, n);
         // Error: the bank's (at most max_abs a weight, Σ|x| a result), the activations'
         // (int banks: int8 per row, half a step; fp16: 2^-11 relative) against the
         // bank's weights (|w| + max_abs), and f32 sums.
