@@ -2,7 +2,7 @@
 //! of a 7B model's layer that matter most (4096×4096, the attention projections, and
 //! 4096 inputs × 11008 outputs, the feed-forward's up projection), decode (M = 1) and
 //! prefill (M = 128), groups of 32 to 512 input channels, one pass of activations and
-//! residual activations (two passes), beside the per-channel layouts: int8 and int4
+//! residual activations (two and three passes), beside the per-channel layouts: int8 and int4
 //! (W4A8) banks scaled on the host, and fp16. Each figure is [`Matmul::modelled_seconds`] of the matmul's whole program (its
 //! matmul tasks and its dequantisation tasks) on the RK3588 profile; a matmul whose
 //! program exceeds what one submission holds says so. Nothing runs on the NPU: the
@@ -69,8 +69,11 @@ fn main() -> Res {
                     &scales,
                 )?);
                 let one = modelled(&bank, m, MatmulOptions::default())?;
-                let two = modelled(&bank, m, MatmulOptions::default().residual_activations())?;
-                println!("{k}x{n} M {m}: groups of {group}: one pass {one}, residual {two}");
+                let passes = |p| modelled(&bank, m, MatmulOptions::default().activation_passes(p));
+                let (two, three) = (passes(2)?, passes(3)?);
+                println!(
+                    "{k}x{n} M {m}: groups of {group}: one pass {one}, residual {two}, three passes {three}"
+                );
             }
         }
     }

@@ -1,6 +1,6 @@
 //! Dequantisation on the NPU on the device under test: per-channel int8 banks with
 //! `dequantize_on_npu`, grouped int8 banks (a K wave per group) with one pass of
-//! activations and with residual activations (two passes). Each result is checked bit
+//! activations and with residual activations (two and three passes). Each result is checked bit
 //! for bit against the DPU arithmetic the library's simulator defines (the int32 sum
 //! cast to fp32, times the row scale and the channel scale read as fp16, in fp32; the
 //! host adds the waves and passes in order), so a board that reads an operand another
@@ -8,7 +8,7 @@
 
 use half::f16;
 use rknpu_driver::compute::matmul::{
-    Matmul, MatmulOptions, WeightBank, quantize_groups_i8, quantize_residual_i8,
+    Matmul, MatmulOptions, WeightBank, quantize_groups_i8, quantize_passes_i8,
 };
 use rknpu_driver::kernels::single::Dtype;
 use std::sync::Arc;
@@ -95,8 +95,8 @@ fn npu_dequantisation_is_the_dpu_arithmetic() {
 }
 
 /// A grouped bank (groups of 64, K not a multiple of them): one pass and residual
-/// activations, on one core and on every core, each result the DPU arithmetic of every
-/// group of every pass.
+/// activations in two and three passes, on one core and on every core, each result the
+/// DPU arithmetic of every group of every pass.
 #[test]
 fn grouped_banks_and_residual_activations_are_the_dpu_arithmetic() {
     let dev = super::dev();
@@ -109,30 +109,24 @@ fn grouped_banks_and_residual_activations_are_the_dpu_arithmetic() {
     let (wq, _) = quantize_groups_i8(&w, k, group).unwrap();
     let ws = |c: usize, g: usize| gs[g * n + c].to_f32();
     let x = floats(m * k, 17);
-    for residual in [false, true] {
-        let (xq, xs) = match residual {
-            true => quantize_residual_i8(&x, k, group).unwrap(),
-            false => quantize_groups_i8(&x, k, group).unwrap(),
-        };
+    for passes in 1..=3u32 {
+        let (xq, xs) = quantize_passes_i8(&x, k, group, passes).unwrap();
         for cores in [1, 3] {
-            let opts = MatmulOptions::default().cores(cores);
-            let opts = if residual {
-                opts.residual_activations()
-            } else {
-                opts
-            };
+            let opts = MatmulOptions::default()
+                .cores(cores)
+                .activation_passes(passes);
             let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
             let mut y = vec![0f32; m * n];
             mm.mul_mat(&x, &mut y).unwrap();
             for r in 0..m {
-                let rows: &[usize] = if residual { &[r, m + r] } else { &[r] };
+                let rows: Vec<usize> = (0..passes as usize).map(|p| p * m + r).collect();
                 for c in 0..n {
-                    let want = expected((&xq, &xs), (&wq, &ws), rows, c, (k, group));
+                    let want = expected((&xq, &xs), (&wq, &ws), &rows, c, (k, group));
                     let got = y[r * n + c];
                     assert_eq!(
                         got.to_bits(),
                         want.to_bits(),
-                        "residual {residual}, cores {cores} [{r}][{c}]: {got} vs {want}"
+                        "{passes} passes, cores {cores} [{r}][{c}]: {got} vs {want}"
                     );
                 }
             }

@@ -104,3 +104,17 @@ fn grouped_banks_from_gguf_blocks_meet_the_cpu_backends_error() {
     assert!(load_grouped(&dev, &g, "f32").is_err());
     assert!(load_grouped(&dev, &g, "none").is_err());
 }
+
+/// With `gguf::outlier_options` (activations in three passes), outliers raise no type's
+/// error more than 1.5x, and every error stays within the CPU backend's targets.
+#[test]
+fn outlier_options_keep_outliers_harmless() {
+    let mut rng = Rng(0x0a71);
+    let cases = [("q8_0", 3), ("q4_0", 3), ("q5_0", 3)];
+    common::llama_cpu::outlier_options_keep_outliers_harmless(
+        &file(&mut rng),
+        &cases,
+        (K, N),
+        &mut rng,
+    );
+}

@@ -389,3 +389,18 @@ fn q6_k_of_random_blocks_stays_within_the_documented_margin() {
         );
     }
 }
+
+/// With `gguf::outlier_options` (activations in three passes for Q4_1, two for the
+/// K-quants), outliers raise no type's error more than 1.5x, and every error stays within
+/// the CPU backend's targets.
+#[test]
+fn outlier_options_keep_outliers_harmless() {
+    let mut rng = Rng(0x0a72);
+    let cases = [("q4_1", 3), ("q4_k", 2), ("q5_k", 2), ("q6_k", 2)];
+    common::llama_cpu::outlier_options_keep_outliers_harmless(
+        &file(&mut rng),
+        &cases,
+        (K, N),
+        &mut rng,
+    );
+}

@@ -1,6 +1,6 @@
-//! Residual activations (`MatmulOptions::residual_activations`): f32 activations
-//! quantised in two passes, both run on the NPU as rows of one product and added by the
-//! host. Checked bit for bit against the DPU arithmetic computed here, for accuracy
+//! Residual activations (`MatmulOptions::residual_activations`,
+//! `MatmulOptions::activation_passes`): f32 activations quantised in two or three passes,
+//! every pass run on the NPU as rows of one product and added by the host. Checked bit for bit against the DPU arithmetic computed here, for accuracy
 //! against an f64 product, on every path that serves them, and for the typed refusals.
 
 mod common;
@@ -10,7 +10,7 @@ use common::reference::rel_err;
 use half::f16;
 use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::{
-    Matmul, MatmulOptions, WeightBank, Weights, quantize_groups_i8, quantize_residual_i8,
+    Matmul, MatmulOptions, WeightBank, Weights, quantize_groups_i8, quantize_passes_i8,
 };
 use rknpu_driver::device::Device;
 use rknpu_driver::kernels::single::Dtype;
@@ -25,11 +25,18 @@ fn h(v: f32) -> f32 {
     f16::from_f32(v).to_f32()
 }
 
-/// Each result is, in this order, the first pass's groups and then the second's, each
-/// group's integer sum times its row scale and its channel scale as the DPU multiplies
-/// them (fp16 operands, f32 products), added in f32.
+/// Whether fp16 holds `s` as zero or a normal number (docs/matmul.md: the NPU multiplies
+/// by such a scale; the host by any other).
+fn fp16_normal(s: f32) -> bool {
+    s == 0.0 || (s.abs() >= 2f32.powi(-14) && s.abs() < 65504.0)
+}
+
+/// Each result is, in this order, the first pass's groups and then each later pass's,
+/// each group's integer sum times its row scale and its channel scale as the DPU
+/// multiplies them (fp16 operands, f32 products; a scale fp16 holds only as a subnormal
+/// multiplied on the host), added in f32; for two and three passes.
 #[test]
-fn both_passes_are_each_groups_dpu_arithmetic_summed() {
+fn every_pass_is_each_groups_dpu_arithmetic_summed() {
     let (n, k, group) = (24usize, 160usize, 64usize);
     let mut rng = Rng(0x2e51);
     let w: Vec<f32> = (0..n * k).map(|_| rng.float() - 0.5).collect();
@@ -42,24 +49,33 @@ fn both_passes_are_each_groups_dpu_arithmetic_summed() {
         );
         let gs = bank.group_scales().unwrap().to_vec();
         let (wq, _) = quantize_groups_i8(&w, k, group).unwrap();
-        for (m, cores) in [(1usize, 1u32), (4, 3)] {
+        for (m, cores, passes) in [(1usize, 1u32, 2u32), (4, 3, 2), (1, 1, 3), (3, 2, 3)] {
             let x: Vec<f32> = (0..m * k).map(|_| 4.0 * rng.float() - 2.0).collect();
-            let (xq, xs) = quantize_residual_i8(&x, k, group).unwrap();
-            let opts = residual().cores(cores);
+            let (xq, xs) = quantize_passes_i8(&x, k, group, passes).unwrap();
+            let opts = MatmulOptions::default()
+                .activation_passes(passes)
+                .cores(cores);
             let mut mm = Matmul::with_options(&bank, m as u32, opts).unwrap();
-            assert_eq!((mm.rows(), mm.plan().spec.m), (m as u32, 2 * m as u32));
+            let plan_rows = passes * m as u32;
+            assert_eq!((mm.rows(), mm.plan().spec.m), (m as u32, plan_rows));
             let mut y = vec![0f32; m * n];
             mm.mul_mat(&x, &mut y).unwrap();
             for r in 0..m {
                 for c in 0..n {
                     let mut want = None;
-                    for row in [r, m + r] {
+                    for row in (0..passes as usize).map(|p| p * m + r) {
                         for g in 0..groups {
                             let (k0, k1) = (g * group, (g * group + group).min(k));
                             let acc: i64 = (k0..k1)
                                 .map(|i| i64::from(xq[row * k + i]) * i64::from(wq[c * k + i]))
                                 .sum();
-                            let d = (acc as f32 * h(xs[row * groups + g])) * gs[g * n + c].to_f32();
+                            let (xs, ws) = (xs[row * groups + g], gs[g * n + c].to_f32());
+                            // A row scale fp16 holds only as a subnormal (a third pass's) is
+                            // left to the host: the DPU multiplies by 1, the host by it.
+                            let d = match fp16_normal(xs) {
+                                true => (acc as f32 * h(xs)) * ws,
+                                false => (acc as f32 * ws) * xs,
+                            };
                             want = Some(want.map_or(d, |s: f32| s + d));
                         }
                     }
@@ -67,7 +83,7 @@ fn both_passes_are_each_groups_dpu_arithmetic_summed() {
                     assert_eq!(
                         got.to_bits(),
                         want.unwrap().to_bits(),
-                        "{spec} m {m} [{r}][{c}]"
+                        "{spec} m {m}, {passes} passes [{r}][{c}]"
                     );
                 }
             }
@@ -77,10 +93,11 @@ fn both_passes_are_each_groups_dpu_arithmetic_summed() {
 
 /// Against the bank's own weights (its integers times its fp16 scales) the activations'
 /// rounding is most of a one-pass product's error; two passes take all but a small part
-/// of it away, on a grouped bank (with and without offsets) and on a per-channel bank
-/// dequantised on the NPU, and on a call of fewer rows than the matmul's.
+/// of it away, and a third most of what is left, on a grouped bank (with and without
+/// offsets) and on a per-channel bank dequantised on the NPU, and on a call of fewer rows
+/// than the matmul's.
 #[test]
-fn two_passes_leave_a_small_part_of_one_passs_error() {
+fn each_pass_leaves_a_small_part_of_the_error_before_it() {
     let (m, k, n) = (5usize, 512usize, 48usize);
     let mut rng = Rng(0x7e5d);
     let w: Vec<f32> = (0..n * k).map(|_| rng.float() - 0.5).collect();
@@ -127,9 +144,10 @@ fn two_passes_leave_a_small_part_of_one_passs_error() {
             rel_err(&x[..rows * k], weights, &y, (rows, k, n))
         };
         for rows in [m, 2] {
-            let (one, two) = (err(opts, rows), err(opts.residual_activations(), rows));
-            eprintln!("rows {rows}: one pass {one:.3e}, two passes {two:.3e}");
+            let [one, two, three] = [1, 2, 3].map(|p| err(opts.activation_passes(p), rows));
+            eprintln!("rows {rows}: passes one {one:.3e}, two {two:.3e}, three {three:.3e}");
             assert!(two * 20.0 < one, "rows {rows}: {one} -> {two}");
+            assert!(three * 5.0 < two, "rows {rows}: {two} -> {three}");
         }
     }
 }
@@ -181,8 +199,19 @@ fn residual_activations_refuse_what_they_do_not_compute() {
     // Rows whose two passes are past what a plan counts.
     assert!(matches!(
         Matmul::with_options(&grouped, u32::MAX, residual()),
-        Err(Error::OutOfRange { .. })
+        Err(Error::OutOfRange { what: "rows", .. })
     ));
+    // No pass, or more than three.
+    for passes in [0, 4] {
+        let opts = MatmulOptions::default().activation_passes(passes);
+        assert!(matches!(
+            Matmul::with_options(&grouped, 1, opts),
+            Err(Error::OutOfRange {
+                what: "activation passes",
+                ..
+            })
+        ));
+    }
 }
 
 /// The cost model counts every task of the program: a host-scaled product's is the
@@ -219,9 +248,13 @@ fn the_second_pass_is_costed_and_costs_less_than_a_second_call() {
     let npu = cost(&channel, MatmulOptions::default().dequantize_on_npu());
     let one = cost(&grouped, MatmulOptions::default());
     let two = cost(&grouped, residual());
-    eprintln!("host {host:e} s, npu {npu:e} s, grouped {one:e} s, residual {two:e} s");
+    let three = cost(&grouped, MatmulOptions::default().activation_passes(3));
+    eprintln!(
+        "host {host:e} s, npu {npu:e} s, grouped {one:e} s, residual {two:e} s, three passes {three:e} s"
+    );
     assert!(host < npu && npu < one, "{host} {npu} {one}");
     assert!(one < two && two < 2.0 * one, "{one} {two}");
+    assert!(two < three && three < 3.0 * one, "{one} {two} {three}");
     let mut bad = profile.clone();
     bad.per_task_vendor_s = f64::NAN;
     assert!(

@@ -96,6 +96,8 @@ pub(crate) struct GgufMatmul<'a> {
     pub(crate) dtype: Option<Dtype>,
     /// The most cores (default: every core of the device).
     pub(crate) cores: Option<u32>,
+    /// A grouped bank's activation passes (default: `gguf::grouped_options`').
+    pub(crate) passes: Option<u32>,
     /// The device `--device` names.
     pub(crate) device: &'a str,
     /// The seed of the activations.
@@ -132,6 +134,16 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
         None if grouped_fits(info.ggml_type, info.dims, info.bytes()) => Path::Grouped,
         None => Path::Host(default_dtype(info.ggml_type)),
     };
+    if let (Some(_), Path::Host(d)) = (p.passes, path) {
+        return Err(Failure(
+            2,
+            format!(
+                "--passes: {} loads into a {} bank, not a grouped one, whose activations are quantised in one pass",
+                p.tensor,
+                d.name()
+            ),
+        ));
+    }
     let file_bytes = info.bytes();
     let dev = crate::matmul::open(p.device)?;
     outln!("device: {}", dev.info());
@@ -153,12 +165,8 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
                     "the file's integers centred, a scale and an offset per 32, exactly".to_string()
                 }
                 (false, _) => format!(
-                    "requantised to one scale per 32, largest weight error {:.3e}{}",
-                    report.max_abs,
-                    match grouped_options(info.ggml_type).residual {
-                        true => "; activations in two passes",
-                        false => "",
-                    }
+                    "requantised to one scale per 32, largest weight error {:.3e}",
+                    report.max_abs
                 ),
             };
             outln!(
@@ -244,10 +252,20 @@ fn matmul_for(
     (path, ty): (Path, GgmlType),
     p: &GgufMatmul<'_>,
 ) -> Result<Matmul, Failure> {
-    let options = match path {
-        Path::Grouped => grouped_options(ty),
-        Path::Host(_) => MatmulOptions::default(),
+    let options = match (path, p.passes) {
+        (Path::Grouped, None) => grouped_options(ty),
+        (Path::Grouped, Some(passes)) => grouped_options(ty).activation_passes(passes),
+        (Path::Host(_), _) => MatmulOptions::default(),
     };
+    if path == Path::Grouped {
+        outln!(
+            "activations: int8 per row and group of 32, {}",
+            match options.activation_passes {
+                1 => "one pass".to_string(),
+                p => format!("{p} passes (residual activations)"),
+            }
+        );
+    }
     let options = p.cores.map_or(options, |cores| options.cores(cores));
     let mut rows = p.m;
     let mm = loop {

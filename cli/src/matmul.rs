@@ -61,6 +61,12 @@ pub(crate) struct MatmulArgs {
     /// The tensor of --gguf to load.
     #[arg(long, value_name = "NAME", requires = "gguf")]
     tensor: Option<String>,
+    /// With --gguf, on a grouped bank: quantise the activations in this many passes (the
+    /// later ones the residuals of the earlier; `gguf::outlier_options` gives three or
+    /// two, which keep outliers in the activations harmless). Default: the type's
+    /// `gguf::grouped_options` (two for Q6_K, else one).
+    #[arg(long, value_name = "1|2|3", requires = "gguf", conflicts_with = "dtype", value_parser = clap::value_parser!(u32).range(1..=3))]
+    passes: Option<u32>,
     /// The result type, where the precision offers it: int32 (int8, int4), int16 (int4),
     /// fp32 or fp16 (fp16). Default: the widest, int32 or fp32.
     #[arg(long, value_enum, value_name = "TYPE")]
@@ -165,6 +171,7 @@ pub(crate) fn run(a: MatmulArgs) -> Result<(), Failure> {
             m: a.m,
             dtype: a.dtype.map(ElementArg::dtype),
             cores: a.cores,
+            passes: a.passes,
             device: a.device.as_deref().unwrap_or("auto"),
             seed: a.seed.unwrap_or(1),
         });

@@ -292,9 +292,51 @@ fn matmul_gguf_defaults_to_grouped_banks_of_the_files_blocks() {
         // At least the file's bytes (Q8_0 exactly them: 32 integers and an fp16 scale).
         assert!(r >= 1.0 && r <= bound, "{tensor}: {r}");
     }
+    // Three passes: the activations' rounding leaves the error (about 1e-7 relative).
+    let out = gguf_matmul(f.path(), "q4", &["--passes", "3"]);
+    assert!(
+        out.contains("\nactivations: int8 per row and group of 32, 3 passes"),
+        "{out}"
+    );
+    assert!(out.ends_with("OK\n"), "{out}");
+    let err = out
+        .lines()
+        .find(|l| l.starts_with("largest error: "))
+        .unwrap();
+    assert!(field(err, "relative rms error") < 1e-5, "{err}");
     let (small, _) = model("padded.gguf");
     let out = gguf_matmul(small.path(), "blk.0.q8", &[]);
     assert!(out.contains("-> Int8 bank"), "{out}");
+    // Passes are a grouped bank's: refused for a per-channel bank, and beside --dtype.
+    let o = run(&[
+        "matmul",
+        "--gguf",
+        small.path(),
+        "--tensor",
+        "blk.0.q8",
+        "--m",
+        "2",
+        "--device",
+        "emu",
+        "--passes",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
+    assert!(text(&o.stderr).contains("--passes"), "{}", text(&o.stderr));
+    let o = run(&[
+        "matmul",
+        "--gguf",
+        f.path(),
+        "--tensor",
+        "q4",
+        "--m",
+        "2",
+        "--passes",
+        "2",
+        "--dtype",
+        "int8",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
 }
 
 /// Without `--dtype`, a Q6_K tensor (here of random blocks, the hardest case the docs
@@ -323,9 +365,13 @@ fn matmul_gguf_runs_q6_k_within_the_cpu_backends_error() {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.last(), Some(&"OK"), "m {m}:\n{out}");
         assert!(
-            lines.iter().any(|l| l.starts_with("load: ")
-                && l.contains("grouped int8 bank")
-                && l.contains("activations in two passes")),
+            lines
+                .iter()
+                .any(|l| l.starts_with("load: ") && l.contains("grouped int8 bank")),
+            "{out}"
+        );
+        assert!(
+            out.contains("\nactivations: int8 per row and group of 32, 2 passes"),
             "{out}"
         );
         // 64 rows of both passes of 32 groups are past one submission: calls of 32.

@@ -37,7 +37,7 @@ pub fn groups_exactly(ty: GgmlType) -> bool {
 }
 
 /// The options a matmul against `ty`'s grouped bank is best made with: residual
-/// activations ([`MatmulOptions::residual`]) where the bank's weights are requantised
+/// activations ([`MatmulOptions::activation_passes`]) where the bank's weights are requantised
 /// (Q6_K), so that the activations' rounding does not add to the weights' own error and
 /// the product stays within llama.cpp's CPU error for the type at twice the rows of NPU
 /// work (docs/gguf.md, "Grouped banks"); the defaults for the types held exactly.
@@ -46,6 +46,24 @@ pub fn grouped_options(ty: GgmlType) -> MatmulOptions {
         true => MatmulOptions::default().residual_activations(),
         false => MatmulOptions::default(),
     }
+}
+
+/// The options that keep a matmul against `ty`'s grouped bank from losing accuracy to
+/// outliers in the activations (one activation in 400 eight times the rest raises the
+/// error of [`grouped_options`]' one pass by up to 2.8×, as it raises llama.cpp's CPU
+/// backend's): residual activations in as many passes as the type's error keeps falling
+/// with ([`MatmulOptions::activation_passes`]): three for the types held exactly
+/// without a floor of their own (Q8_0, Q4_0, Q5_0, Q4_1: about 10⁻⁷ relative, the
+/// NPU's fp32 arithmetic), two for Q4_K and Q5_K (whose fp16 sub-block scales hold the
+/// error near 7·10⁻⁵ from the second pass on) and Q6_K (its requantisation). Each pass
+/// is the rows' NPU work again (docs/gguf.md, "Grouped banks"; docs/matmul.md,
+/// "Residual activations").
+pub fn outlier_options(ty: GgmlType) -> MatmulOptions {
+    let passes = match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 2,
+        _ => 3,
+    };
+    grouped_options(ty).activation_passes(passes)
 }
 
 /// Whether [`load_grouped`] takes `ty`: the types of [`groups_exactly`] and Q6_K

@@ -41,7 +41,7 @@ pub mod write;
 pub use dequant::{DEQUANTIZED, dequantize, dequantize_into};
 pub use grouped::{
     GroupedReport, grouped_layout, grouped_options, groups, groups_exactly, load_grouped,
-    load_grouped_report, pack_grouped,
+    load_grouped_report, outlier_options, pack_grouped,
 };
 pub use list::{LIST_NAME_COLUMN, escape_name, write_listing};
 pub use load::{LoadReport, bank_values, load_bank, load_weights};

@@ -51,3 +51,63 @@ pub fn errors(
         (rel(&want, &y), e_cpu)
     })
 }
+
+/// For each `(name, passes)`: loads tensor `name` of `g` (`n × k`) into a grouped bank on
+/// the emulated kernel, asserts that `gguf::outlier_options` quantises its activations
+/// in `passes` passes and that a matmul with them meets the targets with and without
+/// outliers at M = 1, 7 and 64 (within 1.25x llama.cpp's CPU error and 1 %, outliers
+/// raising the error no more than 1.5x), printing each figure, and prints for comparison
+/// the rises with one pass fewer.
+pub fn outlier_options_keep_outliers_harmless(
+    g: &rknpu_driver::gguf::Gguf,
+    cases: &[(&str, u32)],
+    (k, n): (usize, usize),
+    rng: &mut super::Rng,
+) {
+    let dev = rknpu_driver::device::Device::open_spec("emu").unwrap();
+    for &(name, passes) in cases {
+        outliers_harmless(&dev, (g, name, passes), (k, n), rng);
+    }
+}
+
+/// [`outlier_options_keep_outliers_harmless`] of one tensor.
+fn outliers_harmless(
+    dev: &rknpu_driver::device::Device,
+    (g, name, want): (&rknpu_driver::gguf::Gguf, &str, u32),
+    (k, n): (usize, usize),
+    rng: &mut super::Rng,
+) {
+    use rknpu_driver::gguf::{load_grouped, outlier_options};
+    let options = outlier_options(g.tensor(name).unwrap().ggml_type);
+    assert_eq!(options.activation_passes, want, "{name}");
+    let w = g.dequantize(name).unwrap();
+    let bank = std::sync::Arc::new(load_grouped(dev, g, name).unwrap());
+    let passes = options.activation_passes;
+    for m in [1usize, 7, 64] {
+        let errs = errors((&bank, options), &w, (m, k, n), rng);
+        for (e, e_cpu) in errs {
+            assert!(
+                e <= 1.25 * e_cpu && e <= 0.01,
+                "{name} m {m}: {e} vs CPU {e_cpu}"
+            );
+        }
+        let rise = errs[1].0 / errs[0].0;
+        eprintln!(
+            "{name} m {m}, {passes} passes: e {:.3e} (CPU {:.3e}), outliers {:.3e}, rise {rise:.2}x (CPU {:.2}x)",
+            errs[0].0,
+            errs[0].1,
+            errs[1].0,
+            errs[1].1 / errs[0].1
+        );
+        assert!(
+            rise <= 1.5,
+            "{name} m {m}: outliers raise the error {rise:.2}x"
+        );
+    }
+    let fewer = options.activation_passes(passes - 1);
+    let rises = [1usize, 7, 64].map(|m| {
+        let errs = errors((&bank, fewer), &w, (m, k, n), rng);
+        errs[1].0 / errs[0].0
+    });
+    eprintln!("{name}, one pass fewer: outliers raise the error {rises:.2?}x at M = 1, 7, 64");
+}

@@ -143,9 +143,10 @@ impl Matmul {
                     true => self.bank.layout.k_tile() as usize,
                     false => self.k(),
                 };
-                if self.npu.as_ref().is_some_and(|d| d.residual) {
-                    // Both passes, as the plan's twice the rows.
-                    let (q, s) = super::quantize_residual_i8(x, self.k(), group)?;
+                let passes = self.npu.as_ref().map_or(1, |d| d.passes);
+                if passes > 1 {
+                    // Every pass, as the plan's rows a pass.
+                    let (q, s) = super::quantize_passes_i8(x, self.k(), group, passes)?;
                     self.pack_a_in_place(|plan, out| pack::activations_i8_into(plan, &q, out))?;
                     self.row_scales = s;
                 } else {
@@ -198,8 +199,8 @@ impl Matmul {
             let s = self.row_scales[d.scale_index(row, wave)];
             if fp16_normal(s) { 1.0 } else { s }
         };
-        // Residual activations: row `m`'s second pass is the plan's row `rows + m`.
-        let passes = if d.residual { 2 } else { 1 };
+        // Residual activations: row `m`'s pass `p` is the plan's row `p · rows + m`.
+        let passes = d.passes as usize;
         let rows = self.rows as usize;
         d.out.read_with(|bytes| {
             for (m, row) in out.chunks_exact_mut(n).enumerate() {

@@ -39,6 +39,7 @@ mod grouped;
 mod in_place;
 mod io;
 mod npu_dequant;
+mod options;
 mod residual;
 mod run;
 mod spread;
@@ -48,7 +49,8 @@ pub use batch::{MatmulBatch, PendingBatch};
 pub use element::{Input, InputSlice, Output, OutputSlice};
 pub use grouped::quantize_groups_i8;
 pub use in_place::InputRows;
-pub use residual::quantize_residual_i8;
+pub use options::MatmulOptions;
+pub use residual::{MAX_ACTIVATION_PASSES, quantize_passes_i8, quantize_residual_i8};
 pub use run::PendingMatmul;
 use run::{
     all_done, in_range, program_job, refuse_incremental_on_rocket, shape, submit_blocking,
@@ -91,114 +93,6 @@ impl Activations {
             Activations::Fp16 => "fp16",
             Activations::Bf16 => "bf16",
         }
-    }
-}
-
-/// How a [`Matmul`] is made; the default suits most.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct MatmulOptions {
-    /// The most cores to use (1..=3); `None` for every core the device has. A maximum: a
-    /// product too small to split runs on fewer.
-    pub cores: Option<u32>,
-    /// The activations; `None` for int8 on integer banks, fp16 on fp16 banks.
-    pub activations: Option<Activations>,
-    /// fp16 banks: fp16 results instead of fp32 — the DPU's conversion where K is within
-    /// one wave of the bank's layout, the host's rounding of the summed fp32 partials
-    /// where it takes several.
-    pub fp16_out: bool,
-    /// int8 banks: [`Matmul::mul_mat`] scales and converts to f32 on the NPU
-    /// (docs/matmul.md, "What runs where") instead of on the host; with several K waves
-    /// the host adds the waves' dequantised results.
-    pub npu_dequant: bool,
-    /// Residual activations (NPU dequantisation only): f32 activations quantised in
-    /// two passes, the second the first's rounding residual ([`quantize_residual_i8`]);
-    /// the NPU runs twice the rows and the host adds each row's two results. The
-    /// activations' rounding all but leaves the error, for twice the rows of NPU work.
-    pub residual: bool,
-    /// Incremental task bodies: after the first two tasks of each core's chain, a task
-    /// writes only the registers whose values differ from what its ping-pong register
-    /// group holds (and those the vendor runtime always writes), as the vendor runtime's
-    /// chains do ([`ProgramBuilder::incremental`]). Shorter programs, the same results.
-    /// Vendor driver only: refused on rocket, where it has not been validated
-    /// (docs/device.md).
-    pub incremental: bool,
-    /// The deadline of a blocking call.
-    pub timeout: Duration,
-}
-
-impl Default for MatmulOptions {
-    fn default() -> MatmulOptions {
-        MatmulOptions {
-            cores: None,
-            activations: None,
-            fp16_out: false,
-            npu_dequant: false,
-            residual: false,
-            incremental: false,
-            timeout: Duration::from_secs(5),
-        }
-    }
-}
-
-impl MatmulOptions {
-    /// At most `cores` cores.
-    pub fn cores(self, cores: u32) -> MatmulOptions {
-        MatmulOptions {
-            cores: Some(cores),
-            ..self
-        }
-    }
-
-    /// These activations.
-    pub fn activations(self, activations: Activations) -> MatmulOptions {
-        MatmulOptions {
-            activations: Some(activations),
-            ..self
-        }
-    }
-
-    /// fp16 results written by the DPU (fp16 banks).
-    pub fn fp16_out(self) -> MatmulOptions {
-        MatmulOptions {
-            fp16_out: true,
-            ..self
-        }
-    }
-
-    /// Dequantisation on the NPU (int8 banks, int8 activations): the DPU casts each K
-    /// wave's sums to fp32 and multiplies them by the row and channel scales, read
-    /// as fp16 (so each scale is rounded to fp16: a relative error of at most 2⁻¹¹ each);
-    /// the host adds the waves' results. Only [`Matmul::mul_mat`] and its kin are offered then.
-    pub fn dequantize_on_npu(self) -> MatmulOptions {
-        MatmulOptions {
-            npu_dequant: true,
-            ..self
-        }
-    }
-
-    /// Residual activations; see
-    /// [`MatmulOptions::residual`](MatmulOptions#structfield.residual).
-    pub fn residual_activations(self) -> MatmulOptions {
-        MatmulOptions {
-            residual: true,
-            ..self
-        }
-    }
-
-    /// Incremental task bodies on (`true`) or off (the default); see
-    /// [`MatmulOptions::incremental`](MatmulOptions#structfield.incremental). A rocket
-    /// device refuses them with [`Error::NotOffered`].
-    pub fn incremental(self, on: bool) -> MatmulOptions {
-        MatmulOptions {
-            incremental: on,
-            ..self
-        }
-    }
-
-    /// This deadline for blocking calls.
-    pub fn timeout(self, timeout: Duration) -> MatmulOptions {
-        MatmulOptions { timeout, ..self }
     }
 }
 
@@ -328,21 +222,29 @@ impl Matmul {
                 });
             }
         };
-        if options.residual && !npu_dequant {
+        let passes = options.activation_passes;
+        if !(1..=MAX_ACTIVATION_PASSES).contains(&passes) {
+            return Err(Error::OutOfRange {
+                what: "activation passes",
+                index: 0,
+                value: passes.to_string(),
+                range: "1..=3",
+            });
+        }
+        if passes > 1 && !npu_dequant {
             return Err(Error::Precision {
-                input: "int8 in two passes (residual activations)",
+                input: "int8 in several passes (residual activations)",
                 weights: dtype.name(),
                 output: "fp32 not dequantised on the NPU (residuals need it)",
             });
         }
         let w4a8 = dtype == Dtype::Int4 && acts == Activations::Int8;
-        let twice = w4a8 || options.residual;
-        let plan_rows = if twice { m.checked_mul(2) } else { Some(m) };
-        let plan_rows = plan_rows.ok_or(Error::OutOfRange {
+        let copies = if w4a8 { 2 } else { passes };
+        let plan_rows = m.checked_mul(copies).ok_or(Error::OutOfRange {
             what: "rows",
             index: 0,
             value: m.to_string(),
-            range: "1..=2^31 (W4A8 and residual activations run twice as many)",
+            range: "1..=2^32 / (W4A8: 2; residual activations: the passes)",
         })?;
         let cores = match options.cores {
             Some(0) => {
@@ -371,7 +273,7 @@ impl Matmul {
                 }
             };
             let mut d = NpuDequant::new(bank.buffer(), &plan, scales, grouped)?;
-            d.residual = options.residual;
+            d.passes = passes;
             Some(d)
         } else {
             None

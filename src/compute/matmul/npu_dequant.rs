@@ -49,9 +49,9 @@ pub(super) struct NpuDequant {
     /// Whether scales are per group (wave): channel scales `waves × n`, row scales
     /// `rows × waves`.
     pub(super) grouped: bool,
-    /// Residual activations: the plan's rows are two passes of the caller's rows, and
-    /// each result row is the sum of its two.
-    pub(super) residual: bool,
+    /// The activations' passes: the plan's rows are this many copies of the caller's
+    /// rows (one a pass), and each result row is the sum of its copies (1: the rows).
+    pub(super) passes: u32,
 }
 
 /// Whether `s` can be a dequantisation scale without losing more than fp16's relative
@@ -125,7 +125,7 @@ impl NpuDequant {
             scale_entries: Vec::new(),
             waves,
             grouped,
-            residual: false,
+            passes: 1,
         })
     }
 

@@ -372,11 +372,11 @@ impl Matmul {
     /// offsets ([`WeightBank::from_i8_nk_grouped_offset`]) has its offset term added from
     /// the sums of these values times their scales.
     ///
-    /// A matmul of residual activations ([`super::MatmulOptions::residual`]) refuses
+    /// A matmul of residual activations ([`super::MatmulOptions::activation_passes`]) refuses
     /// them with [`Error::Precision`]: its second pass is made from the f32 values.
     pub fn mul_mat_quantized(&mut self, a: &[i8], row_scales: &[f32], y: &mut [f32]) -> Result<()> {
         self.expect(Activations::Int8)?;
-        if self.npu.as_ref().is_some_and(|d| d.residual) {
+        if self.npu.as_ref().is_some_and(|d| d.passes > 1) {
             return Err(Error::Precision {
                 input: "int8 quantised by the caller",
                 weights: "int8",
