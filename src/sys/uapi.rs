@@ -33,7 +33,7 @@ uapi! {
 
 uapi! {
     /// `struct rknpu_mem_create` (48 bytes since 0.9.6; offset 44 is `core_mask` in 0.9.8,
-    /// `reserved` in 0.9.6).
+    /// `reserved` in 0.9.6; before 0.9.6 it ended after `sram_size`, at 40 bytes).
     pub struct RknpuMemCreate {
         /// In: 0 to allocate (or an existing handle); out: the new GEM handle.
         pub handle: u32,
@@ -53,26 +53,6 @@ uapi! {
         pub core_mask: u32,
     }
     size 48; offsets { handle = 0, flags = 4, size = 8, obj_addr = 16, dma_addr = 24, sram_size = 32, iommu_domain_id = 40, core_mask = 44 }
-}
-
-uapi! {
-    /// `struct rknpu_mem_create` before 0.9.6 (40 bytes, no IOMMU domain). The library
-    /// refuses drivers that use it; the mirror documents the layout and its request code.
-    pub struct RknpuMemCreateLegacy {
-        /// As in [`RknpuMemCreate`].
-        pub handle: u32,
-        /// As in [`RknpuMemCreate`].
-        pub flags: u32,
-        /// As in [`RknpuMemCreate`].
-        pub size: u64,
-        /// As in [`RknpuMemCreate`].
-        pub obj_addr: u64,
-        /// As in [`RknpuMemCreate`].
-        pub dma_addr: u64,
-        /// As in [`RknpuMemCreate`].
-        pub sram_size: u64,
-    }
-    size 40; offsets { sram_size = 32 }
 }
 
 uapi! {
@@ -442,9 +422,14 @@ const fn iow(ty: u8, nr: u8, size: usize) -> u32 {
 
 /// The vendor request code of command `nr` (0 ACTION … 5 MEM_SYNC) with argument `T`.
 pub const fn vendor_code<T>(node: VendorNode, nr: u8) -> u32 {
+    vendor_code_sized(node, nr, size_of::<T>())
+}
+
+/// The vendor request code of command `nr` with an argument of `size` bytes.
+pub const fn vendor_code_sized(node: VendorNode, nr: u8, size: usize) -> u32 {
     match node {
-        VendorNode::Drm => iowr(b'd', 0x40 + nr, size_of::<T>()),
-        VendorNode::Misc => iowr(b'r', nr, size_of::<T>()),
+        VendorNode::Drm => iowr(b'd', 0x40 + nr, size),
+        VendorNode::Misc => iowr(b'r', nr, size),
     }
 }
 
@@ -487,7 +472,12 @@ mod tests {
         assert_eq!(vendor_code::<RknpuMemMap>(Misc, 3), 0xC010_7203);
         assert_eq!(vendor_code::<RknpuMemDestroy>(Misc, 4), 0xC010_7204);
         assert_eq!(vendor_code::<RknpuMemSync>(Misc, 5), 0xC020_7205);
-        assert_eq!(vendor_code::<RknpuMemCreateLegacy>(Drm, 2), 0xC028_6442);
+        // Before 0.9.6 the struct was the first 40 bytes of today's, up to and including
+        // `sram_size` (no IOMMU domain, no core mask): the library refuses such drivers,
+        // and this is their MEM_CREATE.
+        let legacy = std::mem::offset_of!(RknpuMemCreate, iommu_domain_id);
+        assert_eq!(legacy, 40);
+        assert_eq!(vendor_code_sized(Drm, 2, legacy), 0xC028_6442);
     }
 
     #[test]
