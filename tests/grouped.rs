@@ -188,3 +188,48 @@ fn grouped_banks_refuse_what_they_do_not_compute() {
     // A batch of it.
     assert!(MatmulBatch::new(vec![Matmul::new(&bank, 1).unwrap()]).is_err());
 }
+
+/// `Matmul::fitting` gives the rows asked for where they fit, and otherwise the most rows
+/// one submission holds: one more is refused. A product of more rows runs in calls of
+/// that many, the last call shorter, each row as a matmul of its own computes it.
+#[test]
+fn fitting_gives_the_most_rows_one_submission_holds() {
+    let dev = Device::open_spec("emu").unwrap();
+    let (n, k) = (1024u32, 2048u32);
+    let mut rng = Rng(0xf17);
+    let w: Vec<f32> = (0..n * k).map(|_| rng.float() - 0.5).collect();
+    let channel = Arc::new(WeightBank::quantize_f32_nk(&dev, n, k, &w, Dtype::Int8).unwrap());
+    assert_eq!(
+        Matmul::fitting(&channel, 200, MatmulOptions::default())
+            .unwrap()
+            .rows(),
+        200
+    );
+    let grouped = Arc::new(WeightBank::quantize_f32_nk_grouped(&dev, n, k, &w, 32).unwrap());
+    let one_core = MatmulOptions::default().cores(1);
+    let mut mm = Matmul::fitting(&grouped, 200, one_core).unwrap();
+    let rows = mm.rows();
+    assert!((1..200).contains(&rows), "{rows}");
+    assert!(matches!(
+        Matmul::with_options(&grouped, rows + 1, one_core),
+        Err(Error::Unsupported { .. })
+    ));
+    // Rows + 3 rows in two calls: every row as a one-row matmul computes it.
+    let m = rows as usize + 3;
+    let x: Vec<f32> = (0..m * k as usize).map(|_| rng.float() - 0.5).collect();
+    let mut y = vec![0f32; m * n as usize];
+    for (x, y) in x
+        .chunks(rows as usize * k as usize)
+        .zip(y.chunks_mut(rows as usize * n as usize))
+    {
+        mm.mul_mat(x, y).unwrap();
+    }
+    let mut single = Matmul::with_options(&grouped, 1, one_core).unwrap();
+    for r in [0, rows as usize - 1, rows as usize, m - 1] {
+        let mut want = vec![0f32; n as usize];
+        single
+            .mul_mat(&x[r * k as usize..][..k as usize], &mut want)
+            .unwrap();
+        assert_eq!(&y[r * n as usize..][..n as usize], &want[..], "row {r}");
+    }
+}

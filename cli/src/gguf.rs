@@ -3,7 +3,6 @@
 
 use crate::Failure;
 use crate::matmul::fail;
-use rknpu_driver::Error;
 use rknpu_driver::compute::matmul::{Matmul, MatmulOptions, WeightBank};
 use rknpu_driver::gguf::{
     GgmlType, Gguf, LoadReport, grouped_options, groups, groups_exactly, load_grouped_report,
@@ -245,8 +244,8 @@ pub(crate) fn matmul(p: &GgufMatmul<'_>) -> Result<(), Failure> {
 /// The matmul `rknpu matmul --gguf` runs against `bank`, its plan printed: `p.m` rows
 /// (with a grouped bank's own options, `gguf::grouped_options`), or, where a grouped
 /// bank's program for them is past one submission (its dequantisation tasks grow with
-/// the rows: `Error::Unsupported`), the most rows, halving, that fit, the product then
-/// run in calls of that many (said on a `calls:` line).
+/// the rows), the most rows that fit (`Matmul::fitting`), the product then run in calls
+/// of that many (said on a `calls:` line).
 fn matmul_for(
     bank: Arc<WeightBank>,
     (path, ty): (Path, GgmlType),
@@ -267,15 +266,12 @@ fn matmul_for(
         );
     }
     let options = p.cores.map_or(options, |cores| options.cores(cores));
-    let mut rows = p.m;
-    let mm = loop {
-        match Matmul::with_options(&bank, rows, options) {
-            Err(Error::Unsupported { .. }) if path == Path::Grouped && rows > 1 => {
-                rows = rows.div_ceil(2);
-            }
-            made => break made.map_err(|e| fail(&e))?,
-        }
-    };
+    let mm = match path {
+        Path::Grouped => Matmul::fitting(&bank, p.m, options),
+        Path::Host(_) => Matmul::with_options(&bank, p.m, options),
+    }
+    .map_err(|e| fail(&e))?;
+    let rows = mm.rows();
     outln!("plan: {}", mm.plan());
     if rows < p.m {
         outln!(

@@ -183,6 +183,54 @@ impl Matmul {
         Matmul::with_options(bank, m, MatmulOptions::default())
     }
 
+    /// The matmul of the most rows, at most `m`, against `bank` with `options` that one
+    /// submission holds: `m` rows where they fit; otherwise, where `m` rows are refused
+    /// with [`Error::Unsupported`] (a grouped bank's or NPU-dequantised matmul's program
+    /// grows by a dequantisation task per row, group and 1024 channels, and a core's chain
+    /// holds 4095 tasks), the largest row count that is made, found by bisection. A
+    /// product of `m` rows then runs in calls of [`Matmul::rows`] rows (the last may have
+    /// fewer: [`Matmul::mul_mat`] takes them).
+    ///
+    /// Errors: any other error of [`Matmul::with_options`], and its error for one row
+    /// when not even one fits.
+    ///
+    /// ```
+    /// use rknpu_driver::compute::matmul::{Matmul, MatmulOptions, WeightBank};
+    /// use rknpu_driver::device::Device;
+    /// use std::sync::Arc;
+    ///
+    /// let dev = Device::open_spec("emu")?;
+    /// let (n, k) = (1024u32, 4096u32);
+    /// let w = vec![0.5f32; (n * k) as usize];
+    /// // Groups of 32: 128 dequantisation tasks a row.
+    /// let bank = Arc::new(WeightBank::quantize_f32_nk_grouped(&dev, n, k, &w, 32)?);
+    /// let options = MatmulOptions::default().cores(1);
+    /// assert!(Matmul::with_options(&bank, 64, options).is_err());
+    /// let mm = Matmul::fitting(&bank, 64, options)?;
+    /// assert!(mm.rows() < 64 && Matmul::with_options(&bank, mm.rows() + 1, options).is_err());
+    /// # Ok::<(), rknpu_driver::Error>(())
+    /// ```
+    pub fn fitting(bank: &Arc<WeightBank>, m: u32, options: MatmulOptions) -> Result<Matmul> {
+        match Matmul::with_options(bank, m, options) {
+            Err(Error::Unsupported { .. }) if m > 1 => {}
+            made => return made,
+        }
+        // `lo` rows are made (once found), `hi` rows are refused.
+        let (mut best, mut lo, mut hi) = (None, 0u32, m);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            match Matmul::with_options(bank, mid, options) {
+                Ok(mm) => (best, lo) = (Some(mm), mid),
+                Err(Error::Unsupported { .. }) => hi = mid,
+                Err(e) => return Err(e),
+            }
+        }
+        match best {
+            Some(mm) => Ok(mm),
+            None => Matmul::with_options(bank, 1, options),
+        }
+    }
+
     /// A matmul of `m` rows against `bank` with `options`. Plans, encodes and binds the
     /// program and allocates A and C; the bank is not touched.
     pub fn with_options(bank: &Arc<WeightBank>, m: u32, options: MatmulOptions) -> Result<Matmul> {
