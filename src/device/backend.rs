@@ -152,6 +152,13 @@ pub(super) struct Submitted<'s, 'a> {
     pub(super) flight: &'s mut InFlight,
 }
 
+impl<'s, 'a> Submitted<'s, 'a> {
+    /// `job` and its `flight`.
+    pub(super) fn new(job: &'s Job<'a>, flight: &'s mut InFlight) -> Self {
+        Submitted { job, flight }
+    }
+}
+
 /// One kernel interface's way of doing what a [`Device`] offers.
 pub(super) trait Backend: std::fmt::Debug + Send + Sync {
     /// Which interface this is.

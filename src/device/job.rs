@@ -429,10 +429,7 @@ impl Pending<'_> {
 impl<'a> Pending<'a> {
     /// The job and its flight, as the backend waits for or settles them.
     fn submitted(&mut self) -> Submitted<'_, 'a> {
-        Submitted {
-            job: &self.job,
-            flight: &mut self.flight,
-        }
+        Submitted::new(&self.job, &mut self.flight)
     }
 }
 

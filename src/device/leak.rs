@@ -96,10 +96,7 @@ impl Device {
     pub(super) fn settle(&self, s: Submitted<'_, '_>, why: &str) {
         let Submitted { job, flight } = s;
         let bound = self.inner.backend.settle_bound(job);
-        let again = Submitted {
-            job,
-            flight: &mut *flight,
-        };
+        let again = Submitted::new(job, &mut *flight);
         if self
             .inner
             .backend

@@ -177,23 +177,10 @@ impl Backend for Rocket {
     fn run(&self, dev: &Device, job: &Job<'_>) -> Result<JobResult> {
         let mut flight = submit(dev, job)?;
         let deadline = Instant::now() + job.timeout;
-        let r = wait(
-            dev,
-            Submitted {
-                job,
-                flight: &mut flight,
-            },
-            deadline,
-        );
+        let r = wait(dev, Submitted::new(job, &mut flight), deadline);
         if r.is_err() {
             // A deadline inside the scheduler's 500 ms leaves the job running.
-            dev.settle(
-                Submitted {
-                    job,
-                    flight: &mut flight,
-                },
-                "whose wait failed",
-            );
+            dev.settle(Submitted::new(job, &mut flight), "whose wait failed");
         }
         r
     }

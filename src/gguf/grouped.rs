@@ -50,7 +50,7 @@ pub fn grouped_options(ty: GgmlType) -> MatmulOptions {
 
 /// The options that keep a matmul against `ty`'s grouped bank from losing accuracy to
 /// outliers in the activations (one activation in 400 eight times the rest raises the
-/// error of [`grouped_options`]' one pass by up to 2.8×, as it raises llama.cpp's CPU
+/// error of [`grouped_options`]' one pass by up to about 3×, as it raises llama.cpp's CPU
 /// backend's): residual activations in as many passes as the type's error keeps falling
 /// with ([`MatmulOptions::activation_passes`]): three for the types held exactly
 /// without a floor of their own (Q8_0, Q4_0, Q5_0, Q4_1: about 10⁻⁷ relative, the

@@ -292,7 +292,7 @@ impl Matmul {
             what: "rows",
             index: 0,
             value: m.to_string(),
-            range: "1..=2^32 / (W4A8: 2; residual activations: the passes)",
+            range: "rows × the plan's copies of them (W4A8: 2; residual activations: the passes) within u32",
         })?;
         let cores = match options.cores {
             Some(0) => {
