@@ -22,9 +22,9 @@ pub fn q8_0_activations(x: &[f32]) -> Vec<f64> {
 
 /// The relative RMS errors `(npu, cpu)` of a matmul against `bank` for `m` rows of seeded
 /// activations in [−1, 1), and again with one activation in 400 eight times larger:
-/// `npu` is `Matmul::mul_mat`'s, `cpu` llama.cpp's CPU backend's (activations as Q8_0),
-/// each against the f64 product with `w` (`n × k`, the file's dequantised weights); the
-/// matmul made with `options`.
+/// `npu` is `Matmul::mul_mat`'s (in calls of the rows `Matmul::fitting` gives), `cpu`
+/// llama.cpp's CPU backend's (activations as Q8_0), each against the f64 product with `w`
+/// (`n × k`, the file's dequantised weights); the matmul made with `options`.
 pub fn errors(
     (bank, options): (
         &std::sync::Arc<rknpu_driver::compute::matmul::WeightBank>,
@@ -43,10 +43,14 @@ pub fn errors(
         let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
         let want = product(&exact, w, m, k, n);
         let e_cpu = rel(&want, &product(&q8_0_activations(x), w, m, k, n));
+        // In calls of the most rows one submission holds.
         let mut mm =
-            rknpu_driver::compute::matmul::Matmul::with_options(bank, m as u32, options).unwrap();
+            rknpu_driver::compute::matmul::Matmul::fitting(bank, m as u32, options).unwrap();
+        let rows = mm.rows() as usize;
         let mut y = vec![0f32; m * n];
-        mm.mul_mat(x, &mut y).unwrap();
+        for (x, y) in x.chunks(rows * k).zip(y.chunks_mut(rows * n)) {
+            mm.mul_mat(x, y).unwrap();
+        }
         let y: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
         (rel(&want, &y), e_cpu)
     })
