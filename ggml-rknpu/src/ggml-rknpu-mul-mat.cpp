@@ -42,6 +42,20 @@ bool ggml_rknpu_supports_mul_mat(rknpu_device * dev, const ggml_tensor * op) {
                                    (uint32_t) src0->ne[1], (uint32_t) src0->ne[0], m) == 0;
 }
 
+// row r of one src1 plane, its k values copied to dst: at once where they are contiguous,
+// value by value in a permuted view
+static void ggml_rknpu_copy_row(const ggml_tensor * src1, const char * plane, int64_t r, int64_t k, char * dst) {
+    const size_t ts  = ggml_type_size(src1->type);
+    const char * src = plane + r * src1->nb[1];
+    if (src1->nb[0] == ts) {
+        memcpy(dst, src, k * ts);
+        return;
+    }
+    for (int64_t c = 0; c < k; c++) {
+        memcpy(dst + c * ts, src + c * src1->nb[0], ts);
+    }
+}
+
 // the rows of one src1 plane, contiguous within each row and not overlapping: either the
 // plane itself or a gathered copy in buf
 static const char * ggml_rknpu_src1_rows(const ggml_tensor * src1, const char * plane, std::vector<char> & buf,
@@ -55,9 +69,7 @@ static const char * ggml_rknpu_src1_rows(const ggml_tensor * src1, const char * 
     const int64_t m = src1->ne[1];
     buf.resize(k * m * ts);
     for (int64_t r = 0; r < m; r++) {
-        for (int64_t c = 0; c < k; c++) {
-            memcpy(buf.data() + (r * k + c) * ts, plane + r * src1->nb[1] + c * src1->nb[0], ts);
-        }
+        ggml_rknpu_copy_row(src1, plane, r, k, buf.data() + r * k * ts);
     }
     *stride = k * ts;
     return buf.data();
@@ -71,20 +83,9 @@ struct ggml_rknpu_plane_rows {
 };
 
 static int ggml_rknpu_write_rows(void * user, void * rows, size_t stride, uint32_t m, uint32_t k) {
-    const auto *   p   = (const ggml_rknpu_plane_rows *) user;
-    const size_t   ts  = ggml_type_size(p->src1->type);
-    const size_t   nb0 = p->src1->nb[0];
-    const size_t   nb1 = p->src1->nb[1];
+    const auto * p = (const ggml_rknpu_plane_rows *) user;
     for (uint32_t r = 0; r < m; r++) {
-        char *       dst = (char *) rows + r * stride;
-        const char * src = p->plane + r * nb1;
-        if (nb0 == ts) {
-            memcpy(dst, src, k * ts);
-            continue;
-        }
-        for (uint32_t c = 0; c < k; c++) {
-            memcpy(dst + c * ts, src + c * nb0, ts);
-        }
+        ggml_rknpu_copy_row(p->src1, p->plane, r, k, (char *) rows + r * stride);
     }
     return 0;
 }

@@ -107,7 +107,7 @@ impl Matmul {
         self.integer_results_of(false, &out)?;
         shape("result values", self.len_c(), out.len())?;
         let layout = self.input_rows()?;
-        let acts = self.acts;
+        let (acts, dtype) = (self.acts, self.plan.spec.dtype);
         self.timed(
             |m| {
                 m.pack_a_in_place(|_, a| {
@@ -117,7 +117,7 @@ impl Matmul {
                         layout,
                         acts,
                     })?;
-                    pack::seal_rows(&layout, acts == Activations::Bf16, a)
+                    pack::seal_rows(&layout, dtype, a)
                 })?;
                 Ok(Submitted::Float)
             },

@@ -36,7 +36,7 @@ mod add;
 mod dequant;
 mod pack;
 pub(crate) mod preset;
-pub(crate) use pack::{check_float, check_float_bits};
+pub(crate) use pack::{check_float, check_float_bits, not_finite, special_exponent};
 mod types;
 
 pub use add::{add_task, add_task_strided};

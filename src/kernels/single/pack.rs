@@ -293,17 +293,31 @@ pub(crate) fn check_float(dtype: Dtype, what: &'static str, values: &[f32]) -> R
 /// [`check_float`] for values given as fp16 or bf16 bits (`dtype`): NaN and ±inf, whose
 /// exponent is all ones, are refused.
 pub(crate) fn check_float_bits(dtype: Dtype, what: &'static str, bits: &[u16]) -> Result<()> {
-    let exponent: u16 = if dtype == Dtype::Bf16 { 0x7f80 } else { 0x7c00 };
+    let exponent = special_exponent(dtype);
     match bits.iter().position(|&b| b & exponent == exponent) {
-        Some(index) => Err(Error::OutOfRange {
-            what,
-            index,
-            value: match dtype {
-                Dtype::Bf16 => half::bf16::from_bits(bits[index]).to_string(),
-                _ => half::f16::from_bits(bits[index]).to_string(),
-            },
-            range: "finite",
-        }),
+        Some(index) => Err(not_finite(dtype, what, index, bits[index])),
         None => Ok(()),
+    }
+}
+
+/// The exponent bits of an fp16 value (a bf16 one for `dtype` bf16): all ones in an
+/// infinity or a NaN, and only there.
+pub(crate) fn special_exponent(dtype: Dtype) -> u16 {
+    match dtype {
+        Dtype::Bf16 => 0x7F80,
+        _ => 0x7C00,
+    }
+}
+
+/// The error of value `index` of `what`, whose fp16 (bf16) bits `bits` are not finite.
+pub(crate) fn not_finite(dtype: Dtype, what: &'static str, index: usize, bits: u16) -> Error {
+    Error::OutOfRange {
+        what,
+        index,
+        value: match dtype {
+            Dtype::Bf16 => half::bf16::from_bits(bits).to_string(),
+            _ => half::f16::from_bits(bits).to_string(),
+        },
+        range: "finite",
     }
 }

@@ -8,7 +8,7 @@
 use super::super::{Plan, unsupported};
 use super::rows::rows_into;
 use crate::error::Result;
-use crate::kernels::single::{Dtype, check_float, check_float_bits};
+use crate::kernels::single::{Dtype, check_float, check_float_bits, special_exponent};
 use crate::sys::simd;
 
 /// Packs f32 activations `a` (row-major M×K) into `out`, the A buffer of a float
@@ -38,11 +38,7 @@ pub fn activations_float_into(plan: &Plan, a: &[f32], out: &mut [u8]) -> Result<
 /// [`activations_float_into`] without a conversion. Errors as there; a value that is
 /// not finite is [`Error::OutOfRange`](crate::error::Error::OutOfRange) with its index.
 pub fn activations_half_into(plan: &Plan, a: &[u16], out: &mut [u8]) -> Result<()> {
-    // The exponent all ones: an infinity or a NaN.
-    let exponent: u16 = match plan.spec.dtype {
-        Dtype::Bf16 => 0x7F80,
-        _ => 0x7C00,
-    };
+    let exponent = special_exponent(plan.spec.dtype);
     float_plan(plan)?;
     let finite = rows_into::<_, 2>(plan, a, out, |src, values| {
         let mut special = 0u16;

@@ -6,6 +6,7 @@
 use super::super::{Plan, TaskTile, unsupported};
 use super::blocks;
 use crate::error::{Error, Result};
+use crate::kernels::single::{Dtype, not_finite, special_exponent};
 
 /// How the rows of a float plan's activations lie in its A buffer when they lie there
 /// as rows ([`plain_rows`]): value `k` of row `m` is the two bytes at
@@ -69,10 +70,10 @@ pub fn plain_rows(plan: &Plan) -> Result<RowLayout> {
 
 /// Makes `out` (the plan's A buffer, `rows` written by a caller) what the packer would
 /// have made of the same values: the padding after each row's values, and the bytes
-/// past the rows, zeroed; then checks every value is finite in the plan's type (fp16 or
-/// bf16, `bf16` true), naming the first that is not as [`Error::OutOfRange`] with its
-/// index in row-major M×K.
-pub(crate) fn seal_rows(rows: &RowLayout, bf16: bool, out: &mut [u8]) -> Result<()> {
+/// past the rows, zeroed; then checks every value is finite in the plan's type `dtype`
+/// (fp16 or bf16), naming the first that is not as [`Error::OutOfRange`] with its index
+/// in row-major M×K.
+pub(crate) fn seal_rows(rows: &RowLayout, dtype: Dtype, out: &mut [u8]) -> Result<()> {
     if out.len() < rows.span {
         return Err(Error::ShapeMismatch {
             what: "A buffer bytes (at least the rows' span)",
@@ -89,21 +90,13 @@ pub(crate) fn seal_rows(rows: &RowLayout, bf16: bool, out: &mut [u8]) -> Result<
         out[r * stride + values..end].fill(0);
     }
     out[rows.span..].fill(0);
-    // The exponent all ones: an infinity or a NaN.
-    let exponent: u16 = if bf16 { 0x7F80 } else { 0x7C00 };
+    let exponent = special_exponent(dtype);
     for r in 0..rows.rows {
         let row = &out[r * stride..][..values];
         let bits = |i: usize| u16::from_le_bytes([row[2 * i], row[2 * i + 1]]);
         if let Some(i) = (0..rows.k).find(|&i| bits(i) & exponent == exponent) {
-            return Err(Error::OutOfRange {
-                what: "activations written in place",
-                index: r * rows.k + i,
-                value: match bf16 {
-                    true => half::bf16::from_bits(bits(i)).to_string(),
-                    false => half::f16::from_bits(bits(i)).to_string(),
-                },
-                range: "finite",
-            });
+            let what = "activations written in place";
+            return Err(not_finite(dtype, what, r * rows.k + i, bits(i)));
         }
     }
     Ok(())
@@ -164,7 +157,6 @@ mod tests {
     use crate::float::{f32_to_bf16, f32_to_f16};
     use crate::kernels::matmul::MatmulSpec;
     use crate::kernels::matmul::pack::activations_float_into;
-    use crate::kernels::single::Dtype;
 
     fn plan(m: u32, k: u32, dtype: Dtype) -> Plan {
         Plan::new(MatmulSpec::new(m, k, 64, dtype)).unwrap()
@@ -172,15 +164,18 @@ mod tests {
 
     /// Writes `a` through `rows` into a buffer of stale bytes and seals it.
     fn written(plan: &Plan, rows: &RowLayout, a: &[f32]) -> Result<Vec<u8>> {
-        let bf16 = plan.spec.dtype == Dtype::Bf16;
+        let dtype = plan.spec.dtype;
         let mut out = vec![0xA5u8; plan.a_bytes as usize];
         for (r, row) in a.chunks_exact(rows.k).enumerate() {
             for (i, &v) in row.iter().enumerate() {
-                let bits = if bf16 { f32_to_bf16(v) } else { f32_to_f16(v) };
+                let bits = match dtype {
+                    Dtype::Bf16 => f32_to_bf16(v),
+                    _ => f32_to_f16(v),
+                };
                 out[r * rows.stride + 2 * i..][..2].copy_from_slice(&bits.to_le_bytes());
             }
         }
-        seal_rows(rows, bf16, &mut out)?;
+        seal_rows(rows, dtype, &mut out)?;
         Ok(out)
     }
 
